@@ -1,0 +1,1 @@
+"""BERT configs shipped with kbert (installed as the package `kbert.configs`)."""

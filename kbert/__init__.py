@@ -1,0 +1,47 @@
+"""kbert: build, load, inspect and fine-tune BERT in Keras 3, bert4keras-compatible.
+
+The public API is re-exported here. Names are imported on first use, so that
+`import kbert` (and `kbert params`) does not load TensorFlow until a model is
+built.
+
+Example:
+>>> import kbert
+>>> bert = kbert.build_transformer_model("configs/bert_base_chinese.json")
+>>> kbert.build_classifier(bert, num_labels=2).count_params()
+101678594
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "BertConfig": "kbert.config",
+    "load_config": "kbert.config",
+    "bundled_config_path": "kbert.config",
+    "build_transformer_model": "kbert.builder",
+    "build_classifier": "kbert.builder",
+    "analyze": "kbert.params",
+    "explain_claim": "kbert.params",
+    "flops_per_token": "kbert.params",
+    "crosscheck": "kbert.summary",
+    "format_table": "kbert.summary",
+    "KbertError": "kbert.errors",
+    "ConfigError": "kbert.errors",
+    "CheckpointError": "kbert.errors",
+    "DataError": "kbert.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'kbert' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,186 @@
+"""Builds BERT as a Keras functional model with bert4keras's layer names.
+
+The layer names, their order and their wiring are those of bert4keras 0.11.5,
+so model tables and code written for bert4keras carry over:
+
+    Input-Token, Input-Segment
+    Embedding-Token, Embedding-Segment, Embedding-Token-Segment,
+    Embedding-Position, Embedding-Norm, Embedding-Dropout
+    Transformer-{i}-MultiHeadSelfAttention[-Dropout|-Add|-Norm]
+    Transformer-{i}-FeedForward[-Dropout|-Add|-Norm]
+    heads: Pooler, Pooler-Dense, NSP-Proba, MLM-Dense, MLM-Norm, MLM-Bias,
+           MLM-Activation; classifier: CLS-token, dense_output
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import keras
+
+from kbert import naming
+from kbert.config import BertConfig, load_config
+from kbert.layers import (
+    BiasAdd,
+    FeedForward,
+    MaskedAdd,
+    MultiHeadSelfAttention,
+    PositionEmbedding,
+    TakeToken,
+    TokenEmbedding,
+    get_activation,
+)
+
+
+def build_transformer_model(
+    config,
+    checkpoint_path: Optional[str] = None,
+    *,
+    with_pool: bool = False,
+    with_nsp: bool = False,
+    with_mlm: bool = False,
+    keep_tokens: Optional[Sequence[int]] = None,
+    name: str = "bert",
+) -> keras.Model:
+    """Builds a BERT model, optionally loading a Google checkpoint.
+
+    Args:
+        config: a `BertConfig`, a dict, or the path of a `bert_config.json`.
+        checkpoint_path: a Google checkpoint (prefix, one of its files, or its
+            directory) to load into the model.
+        with_pool: add the pooler (`Pooler`, `Pooler-Dense`, tanh).
+        with_nsp: add the next-sentence head `NSP-Proba` (implies the pooler).
+        with_mlm: add the masked-LM head, tied to `Embedding-Token`.
+        keep_tokens: ids of the checkpoint's vocabulary rows to keep (the
+            config's `vocab_size` must then equal `len(keep_tokens)`).
+        name: the model's name.
+
+    Returns:
+        A `keras.Model` on inputs `[token_ids, segment_ids]`. Its output is,
+        as in bert4keras: the sequence output `[batch, seq, H]` for the bare
+        backbone; else the pooled/NSP output, the MLM probabilities, or the
+        list `[pooled or NSP, MLM]` when both heads are built.
+
+    Example:
+    >>> bert = build_transformer_model("configs/bert_base_chinese.json")
+    >>> bert.count_params()
+    101677056
+    """
+    config = load_config(config)
+    with_pool = with_pool or with_nsp
+    initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+    token_ids = keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_TOKEN)
+    segment_ids = keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_SEGMENT)
+
+    token_embedding = TokenEmbedding(
+        config.vocab_size, config.hidden_size, mask_zero=True,
+        embeddings_initializer=initializer, name=naming.EMBEDDING_TOKEN)
+    x = _embeddings(config, token_embedding, token_ids, segment_ids, initializer)
+    for index in range(config.num_hidden_layers):
+        x = _transformer_block(config, index, x, initializer)
+    sequence_output = x
+
+    heads = []
+    if with_pool:
+        heads.append(_pooler(config, sequence_output, with_nsp, initializer))
+    if with_mlm:
+        heads.append(_mlm_head(config, sequence_output, token_embedding, initializer))
+    outputs = heads if len(heads) > 1 else (heads or [sequence_output])[0]
+    model = keras.Model([token_ids, segment_ids], outputs, name=name)
+    if checkpoint_path is not None:
+        from kbert.checkpoint import load_google_checkpoint
+
+        load_google_checkpoint(model, checkpoint_path, keep_tokens=keep_tokens)
+    return model
+
+
+def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classifier") -> keras.Model:
+    """Adds the classification head of the bert4keras tutorials to a backbone.
+
+    On a backbone whose output is the sequence output, the head is `CLS-token`
+    (the `[CLS]` hidden state) then `dense_output` (Dense, softmax). On one
+    built `with_pool=True`, `dense_output` reads the pooled output.
+
+    Args:
+        bert: a model from `build_transformer_model`.
+        num_labels: number of classes.
+        name: the classifier's name.
+
+    Example:
+    >>> bert = build_transformer_model("configs/bert_base_chinese.json")
+    >>> build_classifier(bert, num_labels=2).count_params()
+    101678594
+    """
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ValueError(f"num_labels: expected a positive integer, got {num_labels!r}")
+    features = bert.output
+    if isinstance(features, (list, tuple)):
+        raise ValueError("build_classifier expects a backbone with one output (no MLM/NSP heads)")
+    if len(features.shape) == 3:
+        features = TakeToken(0, name=naming.CLS_TOKEN)(features)
+    initializer = _initializer_of(bert)
+    probabilities = keras.layers.Dense(
+        num_labels, activation="softmax", kernel_initializer=initializer,
+        name=naming.CLASSIFIER_DENSE)(features)
+    return keras.Model(bert.inputs, probabilities, name=name)
+
+
+def _embeddings(config: BertConfig, token_embedding, token_ids, segment_ids, initializer):
+    tokens = token_embedding(token_ids)
+    segments = keras.layers.Embedding(
+        config.type_vocab_size, config.hidden_size, embeddings_initializer=initializer,
+        name=naming.EMBEDDING_SEGMENT)(segment_ids)
+    x = MaskedAdd(name=naming.EMBEDDING_TOKEN_SEGMENT)([tokens, segments])
+    x = PositionEmbedding(config.max_position_embeddings, embeddings_initializer=initializer,
+                          name=naming.EMBEDDING_POSITION)(x)
+    x = _layer_norm(config, naming.EMBEDDING_NORM)(x)
+    return keras.layers.Dropout(config.hidden_dropout_prob, name=naming.EMBEDDING_DROPOUT)(x)
+
+
+def _transformer_block(config: BertConfig, index: int, x, initializer):
+    attention_name = naming.block(index, naming.ATTENTION)
+    attended = MultiHeadSelfAttention(
+        config.num_attention_heads, config.head_size, dropout=config.attention_probs_dropout_prob,
+        kernel_initializer=initializer, name=attention_name)([x, x, x])
+    x = _residual(config, attention_name, x, attended)
+    ffn_name = naming.block(index, naming.FEED_FORWARD)
+    transformed = FeedForward(
+        config.intermediate_size, activation=get_activation(config.activation),
+        kernel_initializer=initializer, name=ffn_name)(x)
+    return _residual(config, ffn_name, x, transformed)
+
+
+def _residual(config: BertConfig, prefix: str, shortcut, x):
+    """Post-LN residual: Dropout, Add the shortcut, LayerNorm."""
+    x = keras.layers.Dropout(config.hidden_dropout_prob, name=f"{prefix}-Dropout")(x)
+    x = keras.layers.Add(name=f"{prefix}-Add")([shortcut, x])
+    return _layer_norm(config, f"{prefix}-Norm")(x)
+
+
+def _pooler(config: BertConfig, sequence_output, with_nsp: bool, initializer):
+    x = TakeToken(0, name=naming.POOLER)(sequence_output)
+    x = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=initializer,
+                           name=naming.POOLER_DENSE)(x)
+    if with_nsp:
+        x = keras.layers.Dense(2, activation="softmax", kernel_initializer=initializer,
+                               name=naming.NSP_PROBA)(x)
+    return x
+
+
+def _mlm_head(config: BertConfig, sequence_output, token_embedding: TokenEmbedding, initializer):
+    x = keras.layers.Dense(config.hidden_size, activation=get_activation(config.activation),
+                           kernel_initializer=initializer, name=naming.MLM_DENSE)(sequence_output)
+    x = _layer_norm(config, naming.MLM_NORM)(x)
+    x = token_embedding(x, reverse=True)
+    x = BiasAdd(name=naming.MLM_BIAS)(x)
+    return keras.layers.Activation("softmax", name=naming.MLM_ACTIVATION)(x)
+
+
+def _layer_norm(config: BertConfig, name: str):
+    return keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name=name)
+
+
+def _initializer_of(bert: keras.Model):
+    """The backbone's truncated-normal initializer, for a head added later."""
+    embedding = bert.get_layer(naming.EMBEDDING_TOKEN)
+    return keras.initializers.get(keras.initializers.serialize(embedding.embeddings_initializer))

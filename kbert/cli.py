@@ -1,0 +1,155 @@
+"""The `kbert` command line.
+
+Each sub-command parses its arguments and calls the library; errors of kbert
+(`KbertError`) go to stderr and exit with status 2. TensorFlow is imported
+only by the sub-commands that build a model, so `kbert params` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional
+
+from kbert.config import BertConfig, bundled_config_names, bundled_config_path
+from kbert.errors import ConfigError, KbertError
+
+DEFAULT_CONFIG = "bert_base_chinese.json"
+DEFAULT_NUM_LABELS = 2
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except KbertError as error:
+        print(f"kbert: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _resolve_config(argument: Optional[str]) -> BertConfig:
+    """A config file path, or the name of a bundled config (with or without .json)."""
+    if argument is None:
+        return BertConfig.from_json_file(bundled_config_path(DEFAULT_CONFIG))
+    if not os.path.exists(argument):
+        name = argument if argument.endswith(".json") else f"{argument}.json"
+        bundled = bundled_config_path(name)
+        if os.sep not in argument and os.path.exists(bundled):
+            return BertConfig.from_json_file(bundled)
+        raise ConfigError(f"{argument}: config file not found (bundled configs: "
+                          f"{', '.join(bundled_config_names())})")
+    return BertConfig.from_json_file(argument)
+
+
+def _analysis(args, config: BertConfig):
+    from kbert.params import analyze
+
+    return analyze(config, num_labels=args.num_labels, with_pool=args.pool,
+                   with_nsp=args.nsp, with_mlm=args.mlm)
+
+
+def _run_params(args) -> int:
+    from kbert.summary import format_claim, format_table
+
+    analysis = _analysis(args, _resolve_config(args.config))
+    if args.json:
+        payload = analysis.to_dict()
+        if args.claim is not None:
+            payload["claim"] = {"claimed": args.claim, "explanations": [
+                [{"description": m.description, "formula": m.formula, "params": m.params}
+                 for m in combo] for combo in _explanations(analysis, args.claim)]}
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
+        return 0
+    print(format_table(analysis))
+    if args.claim is not None:
+        print()
+        print(format_claim(analysis, args.claim))
+    return 0
+
+
+def _explanations(analysis, claimed: int):
+    from kbert.params import explain_claim
+
+    return explain_claim(analysis, claimed)
+
+
+def _run_summary(args) -> int:
+    config = _resolve_config(args.config)
+    if args.config is None and args.num_labels is None:
+        args.num_labels = DEFAULT_NUM_LABELS
+    args.num_labels = args.num_labels or 0
+    analysis = _analysis(args, config)
+
+    from kbert.builder import build_classifier, build_transformer_model
+    from kbert.summary import crosscheck, format_table
+
+    model = build_transformer_model(config, args.checkpoint, with_pool=args.pool,
+                                    with_nsp=args.nsp, with_mlm=args.mlm)
+    if args.num_labels:
+        model = build_classifier(model, args.num_labels)
+    _print_keras_summary(model)
+    print()
+    checked = crosscheck(analysis, model)
+    print(format_table(analysis, checked))
+    return 0 if all(row.ok for row in checked) else 1
+
+
+def _print_keras_summary(model, width: int = 150) -> None:
+    """Keras's own `model.summary()`, wide enough that no layer name is cut."""
+    # rich sizes its console from COLUMNS (80 when stdout is not a terminal).
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)
+    try:
+        model.summary(line_length=width, print_fn=lambda line, line_break=True: print(line))
+    finally:
+        if previous is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = previous
+
+
+def _model_arguments(parser: argparse.ArgumentParser, default_labels) -> None:
+    parser.add_argument("config", nargs="?", default=None,
+                        help="bert_config.json / config.json, or a bundled config name "
+                             f"(default: {DEFAULT_CONFIG})")
+    parser.add_argument("--num-labels", type=_non_negative_int, default=default_labels, metavar="N",
+                        help="add the classifier head (CLS-token -> dense_output) with N labels")
+    parser.add_argument("--pool", action="store_true", help="add the pooler")
+    parser.add_argument("--nsp", action="store_true", help="add the NSP head (implies --pool)")
+    parser.add_argument("--mlm", action="store_true", help="add the masked-LM head")
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kbert", description="Build, load, inspect and fine-tune BERT in Keras 3.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    summary = commands.add_parser(
+        "summary", help="build the model, print model.summary() and the analytic cross-check")
+    _model_arguments(summary, default_labels=None)
+    summary.add_argument("--checkpoint", metavar="CKPT",
+                         help="load a Google checkpoint before printing")
+    summary.set_defaults(run=_run_summary)
+
+    params = commands.add_parser(
+        "params", help="the analytic parameter table alone (no TensorFlow)")
+    _model_arguments(params, default_labels=0)
+    params.add_argument("--claim", type=int, metavar="N",
+                        help="explain a (wrong) total N as a combination of common mistakes")
+    params.add_argument("--json", action="store_true", help="print JSON")
+    params.set_defaults(run=_run_params)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

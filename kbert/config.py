@@ -1,0 +1,196 @@
+"""`BertConfig`: reading and validating `bert_config.json` / `config.json`.
+
+Google's `bert_config.json` and Hugging Face's `config.json` share the core
+keys; Hugging Face adds `layer_norm_eps`, `model_type` and others. Keys that
+kbert does not use (`directionality`, `pooler_*`, `architectures`, ...) are
+accepted and ignored. This module does not import Keras or TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from importlib import resources
+from typing import Any, List, Mapping, Union
+
+from kbert.errors import ConfigError
+
+# hidden_act spellings found in released configs -> the activation kbert uses.
+# "gelu" in Google's and Hugging Face's code is the exact (erf) form.
+ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_tanh": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+    "tanh": "tanh",
+}
+
+_POSITIVE_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
+_REQUIRED = _POSITIVE_INTS[:5]
+_DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """The hyper-parameters of a BERT model.
+
+    Args:
+        vocab_size: number of WordPiece tokens (V).
+        hidden_size: width of every hidden state (H).
+        num_hidden_layers: number of Transformer blocks (L).
+        num_attention_heads: attention heads per block; must divide H.
+        intermediate_size: width of the feed-forward layer (I).
+        hidden_act: activation of the feed-forward and MLM layers
+            (`gelu` is the erf form, `gelu_new`/`gelu_tanh` the tanh form).
+        hidden_dropout_prob: dropout after embeddings and each sub-layer.
+        attention_probs_dropout_prob: dropout on attention probabilities.
+        max_position_embeddings: longest sequence the model accepts (P).
+        type_vocab_size: number of segment ids (T).
+        initializer_range: standard deviation of the truncated-normal init.
+        layer_norm_eps: epsilon of every LayerNormalization.
+
+    Example:
+    >>> config = BertConfig.from_json_file("configs/bert_base_chinese.json")
+    >>> config.hidden_size, config.num_hidden_layers
+    (768, 12)
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+
+    def __post_init__(self) -> None:
+        _validate(dataclasses.asdict(self), source="config")
+
+    @property
+    def head_size(self) -> int:
+        """Width of one attention head, H / heads."""
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def activation(self) -> str:
+        """The canonical activation name (`gelu`, `gelu_tanh`, `relu`, ...)."""
+        return ACTIVATIONS[self.hidden_act]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "BertConfig":
+        """Builds a config from a dict, ignoring keys kbert does not use.
+
+        `source` (usually a file name) is named in every error message.
+        """
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
+        model_type = values.get("model_type", "bert")
+        if model_type != "bert":
+            raise ConfigError(
+                f"{source}: key 'model_type': kbert builds BERT models, got {model_type!r}"
+            )
+        known = {field.name for field in dataclasses.fields(cls)}
+        kept = {key: value for key, value in values.items() if key in known}
+        _validate(kept, source)
+        return cls(**kept)
+
+    @classmethod
+    def from_json_file(cls, path: PathLike) -> "BertConfig":
+        """Reads a Google `bert_config.json` or Hugging Face `config.json`."""
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                values = json.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{path}: is a directory, expected a bert_config.json file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ConfigError(f"{path}: not valid JSON ({error})") from None
+        return cls.from_dict(values, source=path)
+
+    def to_dict(self) -> dict:
+        """The config as a `bert_config.json` dict."""
+        return dataclasses.asdict(self)
+
+    def to_json_file(self, path: PathLike) -> None:
+        """Writes the config as `bert_config.json` (atomically)."""
+        from kbert.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+def load_config(config: Union[BertConfig, Mapping[str, Any], PathLike]) -> BertConfig:
+    """Accepts a `BertConfig`, a dict, or the path of a JSON config file."""
+    if isinstance(config, BertConfig):
+        return config
+    if isinstance(config, Mapping):
+        return BertConfig.from_dict(config)
+    return BertConfig.from_json_file(config)
+
+
+def bundled_config_path(name: str) -> str:
+    """Path of a config shipped with kbert, e.g. `bundled_config_path("bert_base_chinese")`."""
+    name = name if name.endswith(".json") else f"{name}.json"
+    return str(resources.files("kbert.configs").joinpath(name))
+
+
+def bundled_config_names() -> List[str]:
+    """Names of the configs shipped with kbert (`bert_base_chinese`, ...)."""
+    return sorted(entry.name[:-5] for entry in resources.files("kbert.configs").iterdir()
+                  if entry.name.endswith(".json"))
+
+
+def _validate(values: Mapping[str, Any], source: str) -> None:
+    missing = [key for key in _REQUIRED if key not in values]
+    if missing:
+        raise ConfigError(f"{source}: missing required key(s) {', '.join(repr(k) for k in missing)}")
+    for key in _POSITIVE_INTS:
+        if key in values:
+            value = values[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{source}: key {key!r}: expected a positive integer, got {value!r}")
+    for key in _DROPOUTS:
+        if key in values and not _is_probability(values[key]):
+            raise ConfigError(f"{source}: key {key!r}: expected a number in [0, 1), got {values[key]!r}")
+    for key in ("initializer_range", "layer_norm_eps"):
+        if key in values and not _is_positive_number(values[key]):
+            raise ConfigError(f"{source}: key {key!r}: expected a positive number, got {values[key]!r}")
+    act = values.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise ConfigError(
+            f"{source}: key 'hidden_act': unsupported activation {act!r}; "
+            f"expected one of {', '.join(sorted(ACTIVATIONS))}"
+        )
+    hidden, heads = values["hidden_size"], values["num_attention_heads"]
+    if hidden % heads:
+        raise ConfigError(
+            f"{source}: key 'num_attention_heads': {heads} does not divide hidden_size {hidden}"
+        )
+
+
+def _is_positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _is_probability(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1

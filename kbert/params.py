@@ -1,0 +1,270 @@
+"""Analytic parameter counts of a BERT model, from its config alone.
+
+Every layer of the bert4keras model gets its expected parameter count with
+the formula written out in the config's symbols:
+
+    V vocab_size   H hidden_size   I intermediate_size   L num_hidden_layers
+    P max_position_embeddings      T type_vocab_size     C num_labels
+
+The counts are grouped (embeddings / encoder / pooler / heads) for a table
+that `kbert summary` checks row by row against the built Keras model. From
+the same config, `explain_claim` explains a wrong total as a combination of
+the usual omissions, and `flops_per_token` gives the inference cost used by
+the benchmarks. This module is pure Python: it never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from typing import Dict, FrozenSet, List, Optional
+
+from kbert import naming
+from kbert.config import BertConfig
+
+GROUPS = ("embeddings", "encoder", "pooler", "heads")
+_SYMBOL = re.compile(r"\b[VHIPTLC]\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerParams:
+    """One layer's expected parameter count.
+
+    Attributes:
+        name: the bert4keras layer name.
+        group: one of `GROUPS`.
+        formula: the count in symbols, e.g. `4·(H·H + H)`.
+        params: the count for this config.
+        note: why the formula is what it is, when that is not obvious.
+    """
+
+    name: str
+    group: str
+    formula: str
+    params: int
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamAnalysis:
+    """The analytic parameter table of one model.
+
+    Example:
+    >>> analysis = analyze(BertConfig.from_json_file("configs/bert_base_chinese.json"),
+    ...                    num_labels=2)
+    >>> analysis.total
+    101678594
+    >>> analysis.expand("4·(H·H + H)")
+    '4·(768·768 + 768)'
+    """
+
+    config: BertConfig
+    layers: List[LayerParams]
+    num_labels: int = 0
+    with_pool: bool = False
+    with_nsp: bool = False
+    with_mlm: bool = False
+
+    @property
+    def total(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def symbols(self) -> Dict[str, int]:
+        config = self.config
+        return {
+            "V": config.vocab_size, "H": config.hidden_size, "I": config.intermediate_size,
+            "L": config.num_hidden_layers, "P": config.max_position_embeddings,
+            "T": config.type_vocab_size, "C": self.num_labels,
+        }
+
+    def expand(self, formula: str) -> str:
+        """The formula with each symbol replaced by its value."""
+        symbols = self.symbols
+        return _SYMBOL.sub(lambda match: str(symbols[match.group()]), formula)
+
+    def group_totals(self) -> Dict[str, int]:
+        """Parameters per group, in `GROUPS` order, groups with none left out."""
+        totals = {group: 0 for group in GROUPS}
+        for layer in self.layers:
+            totals[layer.group] += layer.params
+        return {group: count for group, count in totals.items() if count}
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict: layers with formulas, groups with shares, total."""
+        total = self.total
+        return {
+            "config": self.config.to_dict(),
+            "heads": {"num_labels": self.num_labels, "pool": self.with_pool,
+                      "nsp": self.with_nsp, "mlm": self.with_mlm},
+            "layers": [
+                {**dataclasses.asdict(layer), "expanded": self.expand(layer.formula)}
+                for layer in self.layers
+            ],
+            "groups": {
+                group: {"params": count, "share": count / total}
+                for group, count in self.group_totals().items()
+            },
+            "total": total,
+        }
+
+
+def analyze(
+    config: BertConfig,
+    *,
+    num_labels: int = 0,
+    with_pool: bool = False,
+    with_nsp: bool = False,
+    with_mlm: bool = False,
+) -> ParamAnalysis:
+    """Expected parameters of every layer of `build_transformer_model(config, ...)`.
+
+    Args:
+        config: the model's config.
+        num_labels: if positive, the `build_classifier` head with that many labels.
+        with_pool, with_nsp, with_mlm: the heads, as for the builder
+            (`with_nsp` implies the pooler).
+    """
+    with_pool = with_pool or with_nsp
+    v, h, i, p, t = (config.vocab_size, config.hidden_size, config.intermediate_size,
+                     config.max_position_embeddings, config.type_vocab_size)
+    norm = ("2·H", 2 * h)
+    layers = [
+        LayerParams(naming.EMBEDDING_TOKEN, "embeddings", "V·H", v * h,
+                    "shared with the MLM output" if with_mlm else ""),
+        LayerParams(naming.EMBEDDING_SEGMENT, "embeddings", "T·H", t * h),
+        LayerParams(naming.EMBEDDING_POSITION, "embeddings", "P·H", p * h),
+        LayerParams(naming.EMBEDDING_NORM, "embeddings", *norm),
+    ]
+    for index in range(config.num_hidden_layers):
+        attention = naming.block(index, naming.ATTENTION)
+        ffn = naming.block(index, naming.FEED_FORWARD)
+        layers += [
+            LayerParams(attention, "encoder", "4·(H·H + H)", 4 * (h * h + h),
+                        "query, key, value and output projections"),
+            LayerParams(f"{attention}-Norm", "encoder", *norm),
+            LayerParams(ffn, "encoder", "H·I + I + I·H + H", 2 * h * i + i + h),
+            LayerParams(f"{ffn}-Norm", "encoder", *norm),
+        ]
+    if with_pool:
+        layers.append(LayerParams(naming.POOLER_DENSE, "pooler", "H·H + H", h * h + h))
+    if with_nsp:
+        layers.append(LayerParams(naming.NSP_PROBA, "heads", "2·H + 2", 2 * h + 2))
+    if with_mlm:
+        layers += [
+            LayerParams(naming.MLM_DENSE, "heads", "H·H + H", h * h + h),
+            LayerParams(naming.MLM_NORM, "heads", *norm),
+            LayerParams(naming.MLM_BIAS, "heads", "V", v,
+                        "output weights are Embedding-Token's, counted there"),
+        ]
+    if num_labels:
+        head_input = naming.POOLER_DENSE if with_pool else naming.CLS_TOKEN
+        layers.append(LayerParams(naming.CLASSIFIER_DENSE, "heads", "H·C + C",
+                                  h * num_labels + num_labels, f"reads {head_input}"))
+    return ParamAnalysis(config, layers, num_labels, with_pool, with_nsp, with_mlm)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mistake:
+    """A common way to miscount BERT's parameters.
+
+    `params` is what the mistake leaves out (negative: what it adds).
+    Mistakes that touch the same parameters (`covers`) never combine.
+    """
+
+    description: str
+    formula: str
+    params: int
+    covers: FrozenSet[str]
+
+
+def common_mistakes(analysis: ParamAnalysis) -> List[Mistake]:
+    """The omissions (and double counts) that explain the totals that circulate."""
+    config = analysis.config
+    v, h, i, l = config.vocab_size, config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    head_biases = (h * analysis.with_pool + 2 * analysis.with_nsp + (h + v) * analysis.with_mlm
+                   + analysis.num_labels)
+    norms = sum(layer.params for layer in analysis.layers if layer.name.endswith("Norm"))
+
+    def mistake(description, formula, params, *covers):
+        return Mistake(description, formula, params, frozenset(covers))
+
+    mistakes = [
+        mistake("attention weights counted for one block instead of L", "(L−1)·4·H·H",
+                (l - 1) * 4 * h * h, "attention weights"),
+        mistake("feed-forward weights counted for one block instead of L", "(L−1)·2·H·I",
+                (l - 1) * 2 * h * i, "ffn weights"),
+        mistake("one Transformer block counted instead of L", "(L−1)·block",
+                (l - 1) * _block_params(analysis), "attention weights", "ffn weights",
+                "attention biases", "ffn biases", "norms"),
+        mistake("attention biases left out", "L·4·H", l * 4 * h, "attention biases"),
+        mistake("feed-forward biases left out", "L·(I + H)", l * (i + h), "ffn biases"),
+        mistake("LayerNorm gammas and betas left out", "(2·L + 1)·2·H (+ heads' norms)",
+                norms, "norms"),
+        mistake("position embeddings left out", "P·H",
+                config.max_position_embeddings * h, "positions"),
+        mistake("segment embeddings left out", "T·H", config.type_vocab_size * h, "segments"),
+    ]
+    if head_biases:  # without heads this is just attention + feed-forward biases
+        mistakes.append(mistake("all dense-layer biases left out", "L·(4·H + I + H) + head biases",
+                                l * (5 * h + i) + head_biases, "attention biases", "ffn biases",
+                                "head biases"))
+    if analysis.with_pool:
+        mistakes.append(mistake("pooler left out", "H·H + H", h * h + h, "pooler", "head biases"))
+    else:
+        mistakes.append(mistake("pooler counted though not in the model", "−(H·H + H)",
+                                -(h * h + h), "pooler"))
+    if analysis.num_labels:
+        c = analysis.num_labels
+        mistakes.append(mistake("classifier head left out", "H·C + C", h * c + c,
+                                "classifier", "head biases"))
+    if analysis.with_mlm:
+        mistakes.append(mistake("tied MLM output matrix counted a second time", "−V·H",
+                                -v * h, "tied output"))
+    return [m for m in mistakes if m.params]
+
+
+def explain_claim(analysis: ParamAnalysis, claimed: int, max_mistakes: int = 4) -> List[List[Mistake]]:
+    """Combinations of `common_mistakes` that turn the true total into `claimed`.
+
+    Returns the smallest combinations that account for the difference exactly
+    (usually one); an empty list when the claim is right or nothing fits.
+    """
+    difference = analysis.total - claimed
+    if difference == 0:
+        return []
+    mistakes = common_mistakes(analysis)
+    for size in range(1, max_mistakes + 1):
+        found = [list(combo) for combo in itertools.combinations(mistakes, size)
+                 if sum(m.params for m in combo) == difference and _disjoint(combo)]
+        if found:
+            return found
+    return []
+
+
+def flops_per_token(config: BertConfig, seq_len: int) -> int:
+    """Forward FLOPs per token of the backbone at sequence length `seq_len`.
+
+    Two FLOPs per multiply-add, for every dense layer (Q, K, V, output:
+    4·H·H; feed-forward: 2·H·I) and for the attention score and context
+    products (2·seq_len·H each). Embedding look-ups, LayerNorms, softmax and
+    activations are element-wise and left out.
+    """
+    h, i = config.hidden_size, config.intermediate_size
+    per_block = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq_len * h
+    return config.num_hidden_layers * per_block
+
+
+def _block_params(analysis: ParamAnalysis) -> int:
+    prefix = naming.block(0, "")
+    return sum(layer.params for layer in analysis.layers if layer.name.startswith(prefix))
+
+
+def _disjoint(combo) -> bool:
+    seen: set = set()
+    for mistake in combo:
+        if seen & mistake.covers:
+            return False
+        seen |= mistake.covers
+    return True

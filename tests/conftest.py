@@ -1,0 +1,36 @@
+"""Shared fixtures: the `../shared` folder beside the checkout, and golden files.
+
+Tests that need `../shared` skip with a clear reason when it is absent, so the
+suite still passes on a fresh clone. `KBERT_SHARED` may point elsewhere.
+"""
+
+import json
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED = pathlib.Path(os.environ.get("KBERT_SHARED", REPO.parent / "shared"))
+CONFIGS = REPO / "configs"
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def shared_path(*parts: str) -> pathlib.Path:
+    """A path under ../shared; skips the calling test if it is not there."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} is absent: the shared fixtures folder ../shared is not beside the checkout")
+    return path
+
+
+def golden(name: str) -> dict:
+    """A bert4keras golden file from ../shared/golden/bert4keras/."""
+    with open(shared_path("golden", "bert4keras", name), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@pytest.fixture
+def tiny_checkpoint_dir() -> pathlib.Path:
+    return shared_path("fixtures", "google_tiny")

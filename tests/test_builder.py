@@ -1,0 +1,90 @@
+import numpy as np
+import pytest
+
+import keras
+from conftest import CONFIGS, golden
+from golden_cases import CASES, config_path
+from keras_graph import layer_table
+from kbert import build_classifier, build_transformer_model
+
+
+def build_case(case):
+    _, flags, labels = CASES[case]
+    model = build_transformer_model(config_path(case), **flags)
+    return build_classifier(model, labels) if labels else model
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_names_order_params_and_wiring_match_bert4keras(case):
+    record = golden(case)
+    model = build_case(case)
+    expected = [(layer["name"], layer["params"], layer["inbound"]) for layer in record["layers"]]
+    assert layer_table(model) == expected
+    assert model.count_params() == record["total_params"]
+
+
+def test_mission_classifier_total():
+    bert = build_transformer_model(CONFIGS / "bert_base_chinese.json")
+    assert build_classifier(bert, 2).count_params() == 101_678_594
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_transformer_model(CONFIGS / "bert_tiny.json", with_nsp=True, with_mlm=True)
+
+
+def test_padding_does_not_change_real_tokens(tiny):
+    tokens = np.array([[101, 6427, 6241, 3563, 1798, 102]])
+    segments = np.zeros_like(tokens)
+    padded_tokens = np.pad(tokens, ((0, 0), (0, 4)))
+    padded_segments = np.zeros_like(padded_tokens)
+    nsp, mlm = tiny.predict([tokens, segments], verbose=0)
+    padded_nsp, padded_mlm = tiny.predict([padded_tokens, padded_segments], verbose=0)
+    np.testing.assert_allclose(padded_nsp, nsp, atol=1e-6)
+    np.testing.assert_allclose(padded_mlm[:, :6], mlm, atol=1e-6)
+    assert mlm.shape == (1, 6, 21128)
+    np.testing.assert_allclose(mlm.sum(-1), 1.0, atol=1e-5)
+
+
+def test_sequence_length_limit(tiny):
+    # bert_tiny has 64 positions: 64 tokens work, the output length follows the input.
+    tokens = np.ones((2, 64), dtype="int32")
+    _, mlm = tiny.predict([tokens, np.zeros_like(tokens)], verbose=0)
+    assert mlm.shape[1] == 64
+
+
+def test_mlm_output_is_tied_to_token_embedding(tiny):
+    embedding = tiny.get_layer("Embedding-Token")
+    assert len(embedding.trainable_weights) == 1
+    assert sum(w.shape.num_elements() if hasattr(w.shape, "num_elements") else np.prod(w.shape)
+               for w in tiny.weights) == tiny.count_params()
+
+
+def test_keras_file_round_trip_with_safe_mode(tmp_path):
+    bert = build_transformer_model(CONFIGS / "bert_tiny.json", with_pool=True)
+    model = build_classifier(bert, 3)
+    path = tmp_path / "classifier.keras"
+    model.save(path)
+    restored = keras.models.load_model(path, safe_mode=True)
+    tokens = np.array([[101, 8, 9, 102, 0, 0], [101, 5, 6, 7, 8, 102]])
+    inputs = [tokens, np.zeros_like(tokens)]
+    np.testing.assert_array_equal(restored.predict(inputs, verbose=0), model.predict(inputs, verbose=0))
+    assert [layer.name for layer in restored.layers] == [layer.name for layer in model.layers]
+
+
+def test_gelu_tanh_config_serializes(tmp_path):
+    from kbert.config import BertConfig
+    config = BertConfig.from_json_file(CONFIGS / "bert_tiny.json")
+    config = BertConfig(**{**config.to_dict(), "hidden_act": "gelu_new"})
+    model = build_transformer_model(config, with_mlm=True)
+    model.save(tmp_path / "m.keras")
+    restored = keras.models.load_model(tmp_path / "m.keras", safe_mode=True)
+    tokens = np.array([[101, 8, 9, 102]])
+    np.testing.assert_array_equal(restored.predict([tokens, tokens * 0], verbose=0),
+                                  model.predict([tokens, tokens * 0], verbose=0))
+
+
+def test_bad_num_labels():
+    bert = build_transformer_model(CONFIGS / "bert_tiny.json")
+    with pytest.raises(ValueError, match="num_labels: expected a positive integer, got 0"):
+        build_classifier(bert, 0)

@@ -1,0 +1,83 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CONFIGS
+
+
+def kbert(*args):
+    return subprocess.run([sys.executable, "-m", "kbert", *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_summary_default_is_the_mission_classifier():
+    result = kbert("summary")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Total params: 101,678,594" in out
+    # Keras's table is printed wide enough to show every bert4keras name whole.
+    assert "│ Transformer-11-MultiHeadSelfAttention-Norm " in out
+    assert "│ CLS-token (TakeToken)" in out and "│ dense_output (Dense)" in out
+    assert "dense_output                                H·C + C = 768·2 + 2" in out
+    assert "✓ all 53 rows agree with the built model (total 101,678,594)" in out
+    assert "✗" not in out
+
+
+def test_params_large():
+    result = kbert("params", CONFIGS / "bert_large_chinese.json")
+    assert result.returncode == 0
+    assert "  total          324,472,832  100.0 %" in result.stdout
+
+
+def test_params_uncased_pool_groups():
+    result = kbert("params", "bert_base_uncased", "--pool")
+    lines = result.stdout.splitlines()
+    assert "  embeddings      23,837,184   21.8 %" in lines
+    assert "  encoder         85,054,464   77.7 %" in lines
+    assert "  pooler             590,592    0.5 %" in lines
+    assert "  total          109,482,240  100.0 %" in lines
+
+
+def test_params_claim():
+    result = kbert("params", CONFIGS / "bert_base_chinese.json", "--claim", 75641856)
+    assert result.returncode == 0
+    assert result.stdout.endswith(
+        "Claimed 75,641,856; the model has 101,677,056 (-26,035,200).\n"
+        "Explanation:\n"
+        "  - attention weights counted for one block instead of L: (L−1)·4·H·H = 25,952,256\n"
+        "  - attention biases left out: L·4·H = 36,864\n"
+        "  - feed-forward biases left out: L·(I + H) = 46,080\n"
+        "  75,641,856 + 25,952,256 + 36,864 + 46,080 = 101,677,056\n")
+
+
+def test_params_json():
+    result = kbert("params", CONFIGS / "bert_base_chinese.json", "--num-labels", 2, "--json")
+    payload = json.loads(result.stdout)
+    assert payload["total"] == 101_678_594
+    assert payload["layers"][-1] == {
+        "name": "dense_output", "group": "heads", "formula": "H·C + C", "params": 1538,
+        "note": "reads CLS-token", "expanded": "768·2 + 2"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["params", "missing.json"], "kbert: error: missing.json: config file not found (bundled configs: "),
+    (["summary", "nope"], "kbert: error: nope: config file not found"),
+])
+def test_errors_exit_2(args, message):
+    result = kbert(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(message)
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_config_value_exit_2(tmp_path):
+    values = json.loads((CONFIGS / "bert_tiny.json").read_text())
+    values["hidden_size"] = 30
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps(values))
+    result = kbert("summary", path)
+    assert result.returncode == 2
+    assert result.stderr == (f"kbert: error: {path}: key 'num_attention_heads': "
+                             "4 does not divide hidden_size 30\n")
