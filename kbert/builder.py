@@ -46,8 +46,9 @@ def build_transformer_model(
 
     Args:
         config: a `BertConfig`, a dict, or the path of a `bert_config.json`.
-        checkpoint_path: a Google checkpoint (prefix, one of its files, or its
-            directory) to load into the model.
+        checkpoint_path: weights to load into the model: a Google checkpoint
+            (prefix, one of its files, or its directory) or Hugging Face
+            safetensors (a `.safetensors` file or its directory).
         with_pool: add the pooler (`Pooler`, `Pooler-Dense`, tanh).
         with_nsp: add the next-sentence head `NSP-Proba` (implies the pooler).
         with_mlm: add the masked-LM head, tied to `Embedding-Token`.
@@ -88,9 +89,9 @@ def build_transformer_model(
     outputs = heads if len(heads) > 1 else (heads or [sequence_output])[0]
     model = keras.Model([token_ids, segment_ids], outputs, name=name)
     if checkpoint_path is not None:
-        from kbert.checkpoint import load_google_checkpoint
+        from kbert.convert import load_weights
 
-        load_google_checkpoint(model, checkpoint_path, keep_tokens=keep_tokens)
+        load_weights(model, checkpoint_path, keep_tokens=keep_tokens)
     return model
 
 

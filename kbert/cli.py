@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from typing import List, Optional
@@ -23,6 +24,7 @@ DEFAULT_NUM_LABELS = 2
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="kbert: %(message)s")
     try:
         return args.run(args)
     except KbertError as error:
@@ -86,8 +88,11 @@ def _run_summary(args) -> int:
     from kbert.builder import build_classifier, build_transformer_model
     from kbert.summary import crosscheck, format_table
 
-    model = build_transformer_model(config, args.checkpoint, with_pool=args.pool,
-                                    with_nsp=args.nsp, with_mlm=args.mlm)
+    model = build_transformer_model(config, with_pool=args.pool, with_nsp=args.nsp, with_mlm=args.mlm)
+    if args.checkpoint:
+        from kbert.convert import load_weights
+
+        load_weights(model, args.checkpoint)
     if args.num_labels:
         model = build_classifier(model, args.num_labels)
     _print_keras_summary(model)
@@ -95,6 +100,35 @@ def _run_summary(args) -> int:
     checked = crosscheck(analysis, model)
     print(format_table(analysis, checked))
     return 0 if all(row.ok for row in checked) else 1
+
+
+def _run_inspect(args) -> int:
+    from kbert.checkpoint import inspect_checkpoint
+    from kbert.convert import open_weights
+    from kbert.weights import GOOGLE
+
+    source = open_weights(args.checkpoint)
+    rows = inspect_checkpoint(source)
+    width = max(len(row.name) for row in rows)
+    print(f"{source.path} ({'Google checkpoint' if source.fmt == GOOGLE else 'safetensors'})")
+    print(f"{'variable':<{width}}  {'shape':<14} {'dtype':<8} kbert variable")
+    for row in rows:
+        target = row.kbert_path or "unused"
+        print(f"{row.name:<{width}}  {str(list(row.shape)):<14} {row.dtype:<8} {target}")
+    used = sum(row.size for row in rows if row.kbert_path)
+    print(f"\n{len(rows)} variables, {sum(row.size for row in rows):,} values in all; "
+          f"{used:,} parameters map to kbert layers, "
+          f"{sum(1 for row in rows if not row.kbert_path)} variables unused")
+    return 0
+
+
+def _run_convert(args) -> int:
+    from kbert.convert import convert
+
+    result = convert(args.source, args.output, config_path=args.config)
+    print(f"{result['source']} -> {result['weights']}")
+    print(f"  {result['variables']} variables, {result['params']:,} parameters; config {result['config']}")
+    return 0
 
 
 def _print_keras_summary(model, width: int = 150) -> None:
@@ -138,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
         "summary", help="build the model, print model.summary() and the analytic cross-check")
     _model_arguments(summary, default_labels=None)
     summary.add_argument("--checkpoint", metavar="CKPT",
-                         help="load a Google checkpoint before printing")
+                         help="load a Google checkpoint or safetensors file before printing")
     summary.set_defaults(run=_run_summary)
 
     params = commands.add_parser(
@@ -148,6 +182,19 @@ def _parser() -> argparse.ArgumentParser:
                         help="explain a (wrong) total N as a combination of common mistakes")
     params.add_argument("--json", action="store_true", help="print JSON")
     params.set_defaults(run=_run_params)
+
+    inspect = commands.add_parser(
+        "inspect", help="list a checkpoint's variables and the kbert layers they map to")
+    inspect.add_argument("checkpoint", metavar="CKPT",
+                         help="Google checkpoint (prefix, file or directory) or model.safetensors")
+    inspect.set_defaults(run=_run_inspect)
+
+    convert = commands.add_parser(
+        "convert", help="convert Hugging Face safetensors <-> Google checkpoint")
+    convert.add_argument("source", metavar="SRC", help="Google checkpoint or safetensors (file or directory)")
+    convert.add_argument("output", metavar="OUT", help="output directory")
+    convert.add_argument("--config", help="the source's config (default: the one beside SRC)")
+    convert.set_defaults(run=_run_convert)
     return parser
 
 

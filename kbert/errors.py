@@ -21,3 +21,9 @@ class CheckpointError(KbertError):
 
 class DataError(KbertError, ValueError):
     """A data file is malformed (names the file and line)."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of a library's error message (TensorFlow's run long)."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from typing import Iterator
 
@@ -25,6 +26,12 @@ def atomic_path(path: "str | os.PathLike[str]") -> Iterator[str]:
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
+
+
+def atomic_copy(source: "str | os.PathLike[str]", target: "str | os.PathLike[str]") -> None:
+    """Copies `source` to `target` atomically."""
+    with atomic_path(target) as temporary:
+        shutil.copyfile(source, temporary)
 
 
 def atomic_write_text(path: "str | os.PathLike[str]", text: str) -> None:

@@ -1,0 +1,117 @@
+"""Between formats: detect a weights file's format, convert Google ↔ Hugging Face.
+
+A conversion builds the kbert model that the source holds (backbone plus the
+heads whose weights are present), loads the source into it with all checks,
+and writes the other format with its config and vocabulary beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Optional
+
+from kbert import naming
+from kbert.config import BertConfig
+from kbert.errors import CheckpointError
+from kbert.io import atomic_copy, atomic_write_text
+from kbert.loader import LoadReport, TensorSource, load_into
+from kbert.weights import GOOGLE, HF, block_count, known_names, layer_of
+
+GOOGLE_CONFIG, HF_CONFIG, VOCAB = "bert_config.json", "config.json", "vocab.txt"
+GOOGLE_PREFIX = "bert_model.ckpt"
+
+
+def detect_format(path: "str | os.PathLike[str]") -> str:
+    """`"hf"` for a safetensors file or a directory holding one, else `"google"`."""
+    path = os.fspath(path)
+    if path.endswith(".safetensors"):
+        return HF
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "model.safetensors")):
+        return HF
+    return GOOGLE
+
+
+def open_weights(path: "str | os.PathLike[str]") -> TensorSource:
+    """A Google checkpoint or a safetensors file, whichever `path` is."""
+    if detect_format(path) == HF:
+        from kbert.hf import open_safetensors
+
+        return open_safetensors(path)
+    from kbert.checkpoint import open_google_checkpoint
+
+    return open_google_checkpoint(path)
+
+
+def load_weights(model, path: "str | os.PathLike[str]", keep_tokens=None) -> LoadReport:
+    """Loads a Google checkpoint or Hugging Face safetensors, detected from `path`."""
+    return load_into(model, open_weights(path), keep_tokens=keep_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class Heads:
+    """Which heads a weights file holds."""
+
+    with_pool: bool
+    with_nsp: bool
+    with_mlm: bool
+
+
+def heads_in(source: TensorSource) -> Heads:
+    """The heads whose weights are all in `source`."""
+    mapping = known_names(source.fmt, block_count(source.shapes))
+    layers = {layer_of(mapping[name]) for name in source.shapes if name in mapping}
+    return Heads(naming.POOLER_DENSE in layers, naming.NSP_PROBA in layers,
+                 naming.MLM_DENSE in layers)
+
+
+def find_config(source: TensorSource) -> str:
+    """The config file beside a weights file (`bert_config.json` or `config.json`)."""
+    directory = os.path.dirname(os.path.abspath(source.path))
+    for name in (GOOGLE_CONFIG, HF_CONFIG):
+        candidate = os.path.join(directory, name)
+        if os.path.exists(candidate):
+            return candidate
+    raise CheckpointError(f"{directory}: no {GOOGLE_CONFIG} or {HF_CONFIG} beside "
+                          f"{os.path.basename(source.path)}; pass the config explicitly")
+
+
+def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
+            config_path: Optional[str] = None) -> dict:
+    """Converts a Google checkpoint to Hugging Face safetensors, or the reverse.
+
+    `out` is a directory; it receives the weights, the config in the target
+    format's name, and `vocab.txt` when the source has one beside it.
+    Returns a description of what was written.
+    """
+    from kbert.builder import build_transformer_model
+
+    source = open_weights(src)
+    config_path = config_path or find_config(source)
+    config = BertConfig.from_json_file(config_path)
+    heads = heads_in(source)
+    model = build_transformer_model(config, **dataclasses.asdict(heads))
+    report = load_into(model, source)
+    os.makedirs(out, exist_ok=True)
+    if source.fmt == GOOGLE:
+        from kbert.hf import save_hf_weights
+
+        weights = save_hf_weights(model, out)
+        architecture = "BertForPreTraining" if heads.with_mlm or heads.with_nsp else "BertModel"
+        written_config = os.path.join(out, HF_CONFIG)
+        atomic_write_text(written_config, json.dumps(
+            {**config.to_dict(), "model_type": "bert", "architectures": [architecture]},
+            indent=2, sort_keys=True) + "\n")
+    else:
+        from kbert.checkpoint import save_google_checkpoint
+
+        weights = save_google_checkpoint(model, os.path.join(out, GOOGLE_PREFIX))
+        written_config = os.path.join(out, GOOGLE_CONFIG)
+        config.to_json_file(written_config)
+    vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)
+    if os.path.exists(vocab):
+        atomic_copy(vocab, os.path.join(out, VOCAB))
+    return {"source": source.path, "weights": weights, "config": written_config,
+            "variables": len(report.loaded), "params": model.count_params(),
+            "heads": dataclasses.asdict(heads), "unused": report.describe_unused()}

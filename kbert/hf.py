@@ -1,0 +1,116 @@
+"""Hugging Face `model.safetensors`: import into kbert, export from kbert.
+
+Reads and writes with the `safetensors` library (NumPy; no PyTorch needed).
+Accepts the tensors of a `BertModel` (`embeddings.word_embeddings.weight`,
+...) and of a `BertForPreTraining` (`bert.` prefix, `cls.*` heads), and the
+`gamma`/`beta` LayerNorm names of older conversions. Linear weights are
+stored transposed (`[out, in]`); the weight table in `kbert.weights` says
+which.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+from kbert.errors import CheckpointError, first_line
+from kbert.io import atomic_path
+from kbert.loader import LoadReport, TensorSource, load_into
+from kbert.weights import HF, weight_names
+
+WEIGHTS_NAME = "model.safetensors"
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+           "I64": "int64", "I32": "int32", "U8": "uint8", "BOOL": "bool"}
+
+
+def resolve_safetensors_path(path: "str | os.PathLike[str]") -> str:
+    """`path` itself if it is a file, else `path/model.safetensors`."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        candidate = os.path.join(path, WEIGHTS_NAME)
+        if not os.path.exists(candidate):
+            raise CheckpointError(f"{path}: no {WEIGHTS_NAME} in this directory")
+        return candidate
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: file not found")
+    return path
+
+
+def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
+    """The tensors of a safetensors file, under kbert's canonical HF names."""
+    from safetensors import SafetensorError, safe_open
+
+    path = resolve_safetensors_path(path)
+    try:
+        with safe_open(path, framework="np") as handle:
+            slices = {name: handle.get_slice(name) for name in handle.keys()}
+            stored = {name: tuple(piece.get_shape()) for name, piece in slices.items()}
+            stored_dtypes = {name: _DTYPES.get(piece.get_dtype(), piece.get_dtype())
+                             for name, piece in slices.items()}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(error)})") from None
+    canonical = {_canonical_name(name): name for name in stored}
+    shapes = {name: stored[original] for name, original in canonical.items()}
+    dtypes = {name: stored_dtypes[original] for name, original in canonical.items()}
+
+    def read(name: str) -> np.ndarray:
+        with safe_open(path, framework="np") as handle:
+            return handle.get_tensor(canonical[name])
+
+    return TensorSource(path, HF, shapes, dtypes, read)
+
+
+def load_hf_weights(
+    model, path: "str | os.PathLike[str]", keep_tokens: Optional[Sequence[int]] = None
+) -> LoadReport:
+    """Loads Hugging Face BERT weights (`model.safetensors`) into a kbert model.
+
+    Checks every tensor before assigning any, as `load_google_checkpoint` does.
+
+    Args:
+        model: a model from `build_transformer_model`.
+        path: a `.safetensors` file, or a directory holding `model.safetensors`.
+        keep_tokens: vocabulary ids to keep, as for `load_google_checkpoint`.
+
+    Example:
+    >>> bert = build_transformer_model("all-MiniLM-L6-v2/config.json")
+    >>> report = load_hf_weights(bert, "all-MiniLM-L6-v2")
+    """
+    return load_into(model, open_safetensors(path), keep_tokens=keep_tokens)
+
+
+def save_hf_weights(model, path: "str | os.PathLike[str]") -> str:
+    """Writes the model's weights as `model.safetensors` (atomically).
+
+    `path` is a file, or a directory that receives `model.safetensors`. A model
+    with MLM/NSP heads is written as a `BertForPreTraining` (`bert.` prefix);
+    a backbone as a `BertModel`.
+    """
+    from safetensors.numpy import save_file
+
+    path = os.fspath(path)
+    if os.path.isdir(path) or not path.endswith(".safetensors"):
+        path = os.path.join(path, WEIGHTS_NAME)
+    rows = weight_names(model)
+    pretraining = any(row.hf.startswith("cls.") for row in rows)
+    variables = {variable.path: variable for variable in model.weights}
+    tensors: Dict[str, np.ndarray] = {}
+    for row in rows:
+        value = variables[row.path].numpy()
+        name = row.hf if row.hf.startswith(("cls.", "classifier.")) or not pretraining else f"bert.{row.hf}"
+        tensors[name] = np.ascontiguousarray(value.T if row.hf_transposed else value)
+    with atomic_path(path) as temporary:
+        save_file(tensors, temporary, metadata={"format": "pt"})
+    return path
+
+
+def _canonical_name(name: str) -> str:
+    """`bert.` prefix dropped; old `gamma`/`beta` LayerNorm names made `weight`/`bias`."""
+    if name.startswith("bert."):
+        name = name[len("bert."):]
+    if ".LayerNorm." in name or name.startswith("LayerNorm."):
+        name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
+    return name
+

@@ -1,0 +1,180 @@
+"""Loads named tensors into a kbert model: check everything, then assign.
+
+Shared by the Google checkpoint and Hugging Face safetensors readers. The
+order of work is what makes a load safe:
+
+1. every model variable is matched to a source tensor through the weight
+   table, and every shape is checked (with the allowed adjustments: fewer
+   positions than the source, `keep_tokens` rows of the vocabulary);
+2. all missing names and all mismatches are reported in one error;
+3. every tensor is read (a corrupt file fails here);
+4. only then is anything assigned. A failure in 1-3 leaves the model as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from kbert.errors import CheckpointError, first_line
+from kbert.weights import GOOGLE, WeightName, block_count, config_key_for, layer_of, weight_names
+
+logger = logging.getLogger("kbert")
+
+_FORMAT_LABEL = {GOOGLE: "Google checkpoint", "hf": "Hugging Face weights"}
+
+
+@dataclasses.dataclass
+class TensorSource:
+    """Named tensors in a file: their shapes, and a reader for one tensor.
+
+    Attributes:
+        path: the file, named in every message.
+        fmt: `"google"` or `"hf"` (which names of the weight table apply).
+        shapes: tensor name -> shape.
+        dtypes: tensor name -> dtype name (e.g. "float32").
+        read: reads one tensor as a NumPy array.
+    """
+
+    path: str
+    fmt: str
+    shapes: Dict[str, Tuple[int, ...]]
+    dtypes: Dict[str, str]
+    read: Callable[[str], np.ndarray]
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What a load did: tensors used, tensors left unused, adjustments made."""
+
+    source: str
+    loaded: List[str]
+    unused: List[str]
+    notes: List[str]
+
+    def describe_unused(self) -> str:
+        """The unused tensors, summarised (optimizer slots are counted, not listed)."""
+        slots = [name for name in self.unused if name.endswith(("/adam_m", "/adam_v"))]
+        others = [name for name in self.unused if name not in slots]
+        parts = [f"{len(slots)} optimizer slots (adam_m/adam_v)"] if slots else []
+        return ", ".join(parts + others)
+
+
+def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] = None) -> LoadReport:
+    """Checks every tensor of `source` against `model`, then assigns them all."""
+    variables = {variable.path: variable for variable in model.weights}
+    keep = None if keep_tokens is None else np.asarray(keep_tokens, dtype=np.int64)
+    plan, missing, mismatched, notes = [], [], [], []
+    for row in weight_names(model):
+        variable = variables[row.path]
+        name = row.name(source.fmt)
+        if name not in source.shapes:
+            missing.append(row)
+            continue
+        stored = tuple(source.shapes[name])
+        wanted = tuple(variable.shape)
+        rows, note = _row_selection(row, stored, wanted, keep, source)
+        if note:
+            notes.append(note)
+        effective = stored if rows is None else (len(rows),) + stored[1:]
+        effective = effective[::-1] if row.transposed(source.fmt) else effective
+        if effective != wanted:
+            mismatched.append((row, stored, wanted))
+            continue
+        plan.append((variable, row, rows))
+    if missing or mismatched:
+        raise CheckpointError(_mismatch_message(source, missing, mismatched))
+
+    values = [(variable, _read(source, row, rows, variable)) for variable, row, rows in plan]
+    for variable, value in values:
+        variable.assign(value)
+
+    loaded = [row.name(source.fmt) for _, row, _ in plan]
+    used = set(loaded)
+    report = LoadReport(source.path, loaded, sorted(n for n in source.shapes if n not in used), notes)
+    for note in notes:
+        logger.warning("%s", note)
+    if report.unused:
+        logger.info("%s: not used by the model: %s", source.path, report.describe_unused())
+    return report
+
+
+def _row_selection(row: WeightName, stored, wanted, keep, source: TensorSource):
+    """Which source rows feed the variable (None: all), and a note if some are dropped."""
+    if keep is not None and row.axes[0] == "vocab_size":
+        out_of_range = keep[(keep < 0) | (keep >= stored[0])]
+        if out_of_range.size:
+            raise CheckpointError(
+                f"{source.path}: keep_tokens has id(s) {out_of_range[:5].tolist()} outside the "
+                f"checkpoint's vocabulary of {stored[0]} ({row.name(source.fmt)})")
+        return keep, None
+    if row.axes[0] == "max_position_embeddings" and len(stored) == 2 \
+            and stored[1] == wanted[1] and stored[0] > wanted[0]:
+        return (np.arange(wanted[0]),
+                f"{source.path}: the model has {wanted[0]} positions, the checkpoint "
+                f"{stored[0]}: using the first {wanted[0]} rows of {row.name(source.fmt)}")
+    return None, None
+
+
+def _read(source: TensorSource, row: WeightName, rows, variable) -> np.ndarray:
+    name = row.name(source.fmt)
+    try:
+        value = source.read(name)
+    except CheckpointError:
+        raise
+    except Exception as error:  # each reader's own errors: corrupt or truncated data
+        raise CheckpointError(f"{source.path}: cannot read {name}: {first_line(error)}") from None
+    if rows is not None:
+        value = value[rows]
+    if row.transposed(source.fmt):
+        value = value.T
+    return np.asarray(value, dtype=variable.dtype)
+
+
+def _mismatch_message(source: TensorSource, missing: List[WeightName], mismatched) -> str:
+    label = _FORMAT_LABEL[source.fmt]
+    lines = [f"{source.path}: this {label} does not fit the model; nothing was loaded."]
+    if missing:
+        lines.append(f"Missing {len(missing)} variable(s) the model needs:")
+        lines += [f"  {row.name(source.fmt)} (for {row.path})" for row in missing]
+        hint = _missing_hint(source, missing)
+        if hint:
+            lines.append(f"Hint: {hint}")
+    for row, stored, wanted in mismatched:
+        stored_in_keras = stored[::-1] if row.transposed(source.fmt) else stored
+        key = config_key_for(row, wanted, stored_in_keras)
+        line = (f"Shape mismatch: {row.name(source.fmt)} has shape {list(stored)} in the checkpoint, "
+                f"the model's {row.path} needs {list(wanted[::-1] if row.transposed(source.fmt) else wanted)}")
+        if key and key not in ("2", "num_labels"):
+            axis = row.axes.index(key)
+            line += (f"; check {key!r} in the config (the checkpoint has {stored_in_keras[axis]}, "
+                     f"the config {wanted[axis]})")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _missing_hint(source: TensorSource, missing: List[WeightName]) -> Optional[str]:
+    layers = sorted({layer_of(row.path) for row in missing})
+    names = [row.name(source.fmt) for row in missing]
+    if all(name.startswith(("cls/", "cls.")) for name in names):
+        return (f"this checkpoint has no {names[0].split('/')[0].split('.')[0]}* variables for "
+                f"{', '.join(layers)}: build without with_mlm/with_nsp")
+    if layers == ["Pooler-Dense"]:
+        return "this checkpoint has no pooler: build without with_pool"
+    if layers == ["dense_output"]:
+        return ("this checkpoint has no classifier head: load it into the backbone, then call "
+                "build_classifier")
+    if all(layer.startswith("Transformer-") for layer in layers):
+        blocks = block_count(source.shapes)
+        if blocks:
+            return (f"the checkpoint has {blocks} Transformer blocks: "
+                    f"check 'num_hidden_layers' in the config")
+    if source.fmt == GOOGLE and any("." in name and "/" not in name for name in source.shapes):
+        return "the names look like Hugging Face tensors: use load_hf_weights"
+    if source.fmt != GOOGLE and any("/" in name for name in source.shapes):
+        return "the names look like a Google checkpoint: use load_google_checkpoint"
+    return None
+
