@@ -25,11 +25,34 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="kbert: %(message)s")
+    if args.command != "params":
+        _import_tensorflow_quietly()
     try:
         return args.run(args)
     except KbertError as error:
         print(f"kbert: error: {error}", file=sys.stderr)
         return 2
+
+
+def _import_tensorflow_quietly() -> None:
+    """Imports TensorFlow with its start-up chatter (CUDA probing, absl) kept off stderr.
+
+    Those lines are printed by C++ code before any log level applies, so the
+    file descriptor itself is pointed at /dev/null for the import.
+    """
+    # Level 3 also hides "failed call to cuInit" on machines without a GPU;
+    # Python exceptions are unaffected. Set TF_CPP_MIN_LOG_LEVEL to see them.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _resolve_config(argument: Optional[str]) -> BertConfig:

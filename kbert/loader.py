@@ -24,7 +24,7 @@ from kbert.weights import GOOGLE, WeightName, block_count, config_key_for, layer
 
 logger = logging.getLogger("kbert")
 
-_FORMAT_LABEL = {GOOGLE: "Google checkpoint", "hf": "Hugging Face weights"}
+_FORMAT_LABEL = {GOOGLE: "Google checkpoint", "hf": "safetensors file"}
 
 
 @dataclasses.dataclass

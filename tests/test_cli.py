@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import CONFIGS
+from conftest import CONFIGS, tiny_checkpoint_dir  # noqa: F401 (fixture)
 
 
 def kbert(*args):
@@ -81,3 +81,53 @@ def test_bad_config_value_exit_2(tmp_path):
     assert result.returncode == 2
     assert result.stderr == (f"kbert: error: {path}: key 'num_attention_heads': "
                              "4 does not divide hidden_size 30\n")
+
+
+def test_inspect_google_checkpoint(tiny_checkpoint_dir):
+    result = kbert("inspect", tiny_checkpoint_dir / "bert_model.ckpt.index")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{tiny_checkpoint_dir / 'bert_model.ckpt'} (Google checkpoint)"
+    rows = {line.split()[0]: line.split()[-1] for line in lines[2:-2]}
+    assert rows["cls/seq_relationship/output_weights"] == "NSP-Proba/kernel"
+    assert rows["bert/encoder/layer_1/intermediate/dense/kernel"] == \
+        "Transformer-1-FeedForward/intermediate/kernel"
+    assert rows["bert/embeddings/word_embeddings/adam_m"] == "unused"
+    [row] = [line.split(None, 1)[1] for line in lines if line.startswith("bert/embeddings/word_embeddings ")]
+    assert row.split() == ["[15,", "4]", "float32", "Embedding-Token/embeddings"]
+    assert lines[-1] == ("139 variables, 2,104 values in all; 701 parameters map to kbert layers, "
+                         "93 variables unused")
+
+
+def test_summary_with_checkpoint(tiny_checkpoint_dir):
+    result = kbert("summary", tiny_checkpoint_dir / "bert_config.json", "--nsp", "--mlm",
+                   "--checkpoint", tiny_checkpoint_dir)
+    assert result.returncode == 0, result.stderr
+    assert "Total params: 701" in result.stdout
+    assert "✓ all 17 rows agree with the built model (total 701)" in result.stdout
+    assert "not used by the model: 92 optimizer slots (adam_m/adam_v), global_step" in result.stderr
+
+
+def test_checkpoint_error_exit_2(tiny_checkpoint_dir, tmp_path):
+    values = json.loads((tiny_checkpoint_dir / "bert_config.json").read_text())
+    values["vocab_size"] = 30522
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps(values))
+    result = kbert("summary", config, "--checkpoint", tiny_checkpoint_dir)
+    assert result.returncode == 2
+    assert "check 'vocab_size' in the config (the checkpoint has 15, the config 30522)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_convert_needs_a_config(tmp_path, tiny_checkpoint_dir):
+    import shutil
+    for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"):
+        shutil.copy(tiny_checkpoint_dir / name, tmp_path / name)
+    result = kbert("convert", tmp_path, tmp_path / "out")
+    assert result.returncode == 2
+    assert result.stderr == (f"kbert: error: {tmp_path}: no bert_config.json or config.json beside "
+                             "bert_model.ckpt; pass the config explicitly\n")
+    result = kbert("convert", tmp_path, tmp_path / "out", "--config", tiny_checkpoint_dir / "bert_config.json")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == (f"  46 variables, 701 parameters; config "
+                                             f"{tmp_path / 'out' / 'config.json'}")

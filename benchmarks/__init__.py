@@ -1,0 +1,1 @@
+"""kbert's benchmarks: `python -m benchmarks.run` (see benchmarks/README.md)."""

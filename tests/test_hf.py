@@ -1,0 +1,135 @@
+"""Hugging Face safetensors, with the real all-MiniLM-L6-v2 weights."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, minilm_dir
+from kbert import CheckpointError, Tokenizer, build_transformer_model, load_hf_weights, save_hf_weights
+
+SENTENCES = [
+    "A man is playing a guitar.",
+    "Someone is playing the guitar.",
+    "The stock market fell sharply today.",
+    "A woman is slicing an onion.",
+    "An onion is being cut by a woman.",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    directory = minilm_dir()
+    bert = build_transformer_model(directory / "config.json")
+    report = load_hf_weights(bert, directory)
+    return directory, bert, report
+
+
+def sentence_embeddings(bert, tokenizer, sentences):
+    tokens, segments = tokenizer.encode_batch(sentences)
+    hidden = bert.predict([tokens, segments], verbose=0)
+    mask = (tokens > 0)[..., None]
+    pooled = (hidden * mask).sum(1) / mask.sum(1)
+    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+def test_all_tensors_used(minilm):
+    _, bert, report = minilm
+    assert len(report.loaded) == len(bert.weights) == 101
+    # The pooler is in the file but the model was built without one.
+    assert report.unused == ["embeddings.position_ids", "pooler.dense.bias", "pooler.dense.weight"]
+
+
+def test_paraphrases_are_closer_than_unrelated_sentences(minilm):
+    directory, bert, _ = minilm
+    embeddings = sentence_embeddings(bert, Tokenizer(directory / "vocab.txt"), SENTENCES)
+    similarity = embeddings @ embeddings.T
+    assert similarity[0, 1] > 0.7 and similarity[3, 4] > 0.7
+    for unrelated in (similarity[0, 2], similarity[0, 3], similarity[2, 4]):
+        assert unrelated < 0.3
+    assert similarity[0, 1] > similarity[0, 3] + 0.5
+
+
+def test_hf_to_google_and_back_is_identical(minilm, tmp_path):
+    directory, bert, _ = minilm
+    result = subprocess.run([sys.executable, "-m", "kbert", "convert", directory, tmp_path / "google"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "google").iterdir()) == [
+        "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
+        "checkpoint", "vocab.txt"]
+    again = build_transformer_model(tmp_path / "google" / "bert_config.json",
+                                    checkpoint_path=tmp_path / "google")
+    tokens, segments = Tokenizer(directory / "vocab.txt").encode_batch(SENTENCES)
+    np.testing.assert_array_equal(again.predict([tokens, segments], verbose=0),
+                                  bert.predict([tokens, segments], verbose=0))
+    result = subprocess.run([sys.executable, "-m", "kbert", "convert", tmp_path / "google",
+                             tmp_path / "hf"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["model_type"] == "bert" and config["architectures"] == ["BertModel"]
+    third = build_transformer_model(tmp_path / "hf" / "config.json", checkpoint_path=tmp_path / "hf")
+    for a, b in zip(bert.weights, third.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_pretraining_layout_round_trip(tmp_path):
+    model = build_transformer_model(CONFIGS / "bert_tiny.json", with_nsp=True, with_mlm=True)
+    path = save_hf_weights(model, tmp_path)
+    from safetensors import safe_open
+    with safe_open(path, "np") as handle:
+        names = set(handle.keys())
+        assert handle.get_tensor("cls.seq_relationship.weight").shape == (2, 32)
+        assert handle.get_tensor("bert.encoder.layer.0.intermediate.dense.weight").shape == (64, 32)
+    assert "bert.embeddings.word_embeddings.weight" in names and "cls.predictions.bias" in names
+    again = build_transformer_model(CONFIGS / "bert_tiny.json", with_nsp=True, with_mlm=True,
+                                    checkpoint_path=path)
+    for a, b in zip(model.weights, again.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_missing_tensors_and_unchanged_weights(tmp_path):
+    backbone = build_transformer_model(CONFIGS / "bert_tiny.json")
+    save_hf_weights(backbone, tmp_path)
+    model = build_transformer_model(CONFIGS / "bert_tiny.json", with_pool=True)
+    before = [w.numpy().copy() for w in model.weights]
+    with pytest.raises(CheckpointError) as error:
+        load_hf_weights(model, tmp_path)
+    assert str(error.value) == (
+        f"{tmp_path / 'model.safetensors'}: this safetensors file does not fit the model; "
+        "nothing was loaded.\nMissing 2 variable(s) the model needs:\n"
+        "  pooler.dense.weight (for Pooler-Dense/kernel)\n  pooler.dense.bias (for Pooler-Dense/bias)\n"
+        "Hint: this checkpoint has no pooler: build without with_pool")
+    for old, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(old, variable.numpy())
+
+
+def test_truncated_safetensors(tmp_path):
+    source = minilm_dir() / "model.safetensors"
+    broken = tmp_path / "model.safetensors"
+    broken.write_bytes(source.read_bytes()[:5000])
+    bert = build_transformer_model(minilm_dir() / "config.json")
+    with pytest.raises(CheckpointError, match=f"{broken}: not a readable safetensors file"):
+        load_hf_weights(bert, tmp_path)
+
+
+def test_google_checkpoint_given_to_hf_loader(tmp_path, tiny_checkpoint_dir):
+    bert = build_transformer_model(tiny_checkpoint_dir / "bert_config.json")
+    with pytest.raises(CheckpointError, match="no model.safetensors in this directory"):
+        load_hf_weights(bert, tiny_checkpoint_dir)
+
+
+def test_old_gamma_beta_names(tmp_path):
+    model = build_transformer_model(CONFIGS / "bert_tiny.json")
+    path = save_hf_weights(model, tmp_path)
+    from safetensors.numpy import load_file, save_file
+    tensors = {name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"):
+               value for name, value in load_file(path).items()}
+    save_file(tensors, path)
+    again = build_transformer_model(CONFIGS / "bert_tiny.json", checkpoint_path=path)
+    np.testing.assert_array_equal(again.get_layer("Embedding-Norm").gamma.numpy(),
+                                  model.get_layer("Embedding-Norm").gamma.numpy())
+    shutil.rmtree(tmp_path)
