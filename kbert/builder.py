@@ -120,9 +120,10 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
     if len(features.shape) == 3:
         features = TakeToken(0, name=naming.CLS_TOKEN)(features)
     initializer = _initializer_of(bert)
+    # float32 even under a mixed-precision policy: a stable softmax and loss.
     probabilities = keras.layers.Dense(
         num_labels, activation="softmax", kernel_initializer=initializer,
-        name=naming.CLASSIFIER_DENSE)(features)
+        name=naming.CLASSIFIER_DENSE, dtype="float32")(features)
     return keras.Model(bert.inputs, probabilities, name=name)
 
 

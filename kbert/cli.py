@@ -154,6 +154,76 @@ def _run_convert(args) -> int:
     return 0
 
 
+def _run_train(args) -> int:
+    from kbert.train import TrainingOptions, train
+
+    options = TrainingOptions(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
+        warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
+        mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
+        shuffle=not args.no_shuffle, seed=args.seed)
+    try:
+        state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
+                      checkpoint_path=args.checkpoint, num_labels=args.num_labels,
+                      options=options, resume=args.resume)
+    except KeyboardInterrupt:
+        print(f"\nkbert: interrupted; the last completed epoch is kept in {args.out}. "
+              "Run the same command with --resume to continue.", file=sys.stderr)
+        return 130
+    best = state.get("best_val_accuracy")
+    print(f"saved {args.out} (epoch {state['best_epoch']}"
+          + (f", validation accuracy {best:.4f})" if best is not None else ")"))
+    return 0
+
+
+def _run_evaluate(args) -> int:
+    from kbert.train import evaluate
+
+    result = evaluate(args.model, args.data, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    print(result["data"])
+    print(f"accuracy {result['accuracy']:.4f}\n")
+    names = result["labels"]
+    width = max(8, *(len(name) for name in names))
+    print(f"{'label':<{width}}  precision  recall     f1  support")
+    for name in names:
+        row = result["classes"][name]
+        print(f"{name:<{width}}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:5.4f}  "
+              f"{row['support']:7d}")
+    print(f"\nconfusion matrix (rows: true label, columns: predicted)")
+    print(" " * width + "".join(f"{name:>9}" for name in names))
+    for name, row in zip(names, result["confusion"]):
+        print(f"{name:<{width}}" + "".join(f"{count:>9}" for count in row))
+    return 0
+
+
+def _run_predict(args) -> int:
+    from kbert.data import read_examples
+    from kbert.train import predict
+
+    if args.input == "-":
+        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+        pairs = None
+    else:
+        examples, _ = read_examples(args.input, labelled=False)
+        texts, pairs = [e.text for e in examples], [e.text_b for e in examples]
+    for row in predict(args.model, texts, pairs, batch_size=args.batch_size):
+        if args.json:
+            print(json.dumps(row, ensure_ascii=False))
+        else:
+            print(f"{row['label']}\t{row['probability']:.4f}")
+    return 0
+
+
+def _run_export(args) -> int:
+    from kbert.train import export
+
+    print(f"exported {export(args.model, args.output)}")
+    return 0
+
+
 def _print_keras_summary(model, width: int = 150) -> None:
     """Keras's own `model.summary()`, wide enough that no layer name is cut."""
     # rich sizes its console from COLUMNS (80 when stdout is not a terminal).
@@ -218,6 +288,51 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("output", metavar="OUT", help="output directory")
     convert.add_argument("--config", help="the source's config (default: the one beside SRC)")
     convert.set_defaults(run=_run_convert)
+
+    train = commands.add_parser("train", help="fine-tune a classifier on a data file")
+    train.add_argument("--config", required=True, help="the backbone's bert_config.json / config.json")
+    train.add_argument("--vocab", required=True, help="its vocab.txt")
+    train.add_argument("--train", required=True, help="training data (text<TAB>label, CSV/TSV, JSONL)")
+    train.add_argument("--valid", help="validation data; the best epoch on it is kept")
+    train.add_argument("--out", required=True, help="model directory to write")
+    train.add_argument("--checkpoint", help="pre-trained weights (Google checkpoint or safetensors)")
+    train.add_argument("--num-labels", type=int, help="number of classes (default: from --train)")
+    train.add_argument("--epochs", type=int, default=3)
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
+    train.add_argument("--warmup", type=float, default=0.1, help="share of steps to warm up (default 0.1)")
+    train.add_argument("--maxlen", type=int, default=128)
+    train.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
+    train.add_argument("--strategy", choices=["auto", "mirrored", "multiworker"], default="auto",
+                       help="tf.distribute strategy (multiworker reads TF_CONFIG)")
+    train.add_argument("--mixed-precision", choices=["bf16", "fp16"])
+    train.add_argument("--skip-malformed", action="store_true",
+                       help="skip malformed rows (counted) instead of stopping")
+    train.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--resume", action="store_true",
+                       help="continue an interrupted run in --out from its last completed epoch")
+    train.set_defaults(run=_run_train)
+
+    evaluate = commands.add_parser("evaluate", help="accuracy, per-class P/R/F1, confusion matrix")
+    evaluate.add_argument("--model", required=True, help="model directory from kbert train")
+    evaluate.add_argument("--data", required=True, help="labelled data file")
+    evaluate.add_argument("--batch-size", type=int, default=64)
+    evaluate.add_argument("--json", action="store_true", help="print JSON")
+    evaluate.set_defaults(run=_run_evaluate)
+
+    predict = commands.add_parser("predict", help="label and probability for each input text")
+    predict.add_argument("--model", required=True, help="model directory from kbert train")
+    predict.add_argument("input", nargs="?", default="-",
+                         help="file of texts (one a line, or CSV/TSV/JSONL with a text column); - for stdin")
+    predict.add_argument("--batch-size", type=int, default=64)
+    predict.add_argument("--json", action="store_true", help="print JSON Lines")
+    predict.set_defaults(run=_run_predict)
+
+    export = commands.add_parser("export", help="TF SavedModel for serving (or a .keras file)")
+    export.add_argument("--model", required=True, help="model directory from kbert train")
+    export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .keras")
+    export.set_defaults(run=_run_export)
     return parser
 
 

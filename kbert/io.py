@@ -22,10 +22,17 @@ def atomic_path(path: "str | os.PathLike[str]") -> Iterator[str]:
     os.close(handle)
     try:
         yield temporary
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes files private (0600)
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_copy(source: "str | os.PathLike[str]", target: "str | os.PathLike[str]") -> None:

@@ -73,17 +73,28 @@ class Tokenizer:
             pieces.append(self._backend.encode(second, add_special_tokens=False).ids)
         return self._assemble(pieces, maxlen)
 
-    def encode_batch(self, first: Sequence[str], second: Optional[Sequence[str]] = None,
+    def encode_all(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
+                   maxlen: Optional[int] = None) -> List[Tuple[List[int], List[int]]]:
+        """`encode` for many texts (or pairs; a `None` second text means none), unpadded.
+
+        The texts are tokenized together, in parallel, by `tokenizers`.
+        """
+        firsts = [e.ids for e in self._backend.encode_batch(list(first), add_special_tokens=False)]
+        seconds: List[Optional[List[int]]] = [None] * len(firsts)
+        if second is not None:
+            present = [i for i, text in enumerate(second) if text is not None]
+            encoded = self._backend.encode_batch([second[i] for i in present], add_special_tokens=False)
+            for i, encoding in zip(present, encoded):
+                seconds[i] = encoding.ids
+        return [self._assemble([a] if b is None else [a, b], maxlen) for a, b in zip(firsts, seconds)]
+
+    def encode_batch(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
                      maxlen: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Encodes many texts (or pairs) at once, padded with 0 to the longest.
 
         Returns int32 arrays `token_ids` and `segment_ids` of shape `[n, length]`.
         """
-        firsts = [e.ids for e in self._backend.encode_batch(list(first), add_special_tokens=False)]
-        seconds = ([e.ids for e in self._backend.encode_batch(list(second), add_special_tokens=False)]
-                   if second is not None else [None] * len(firsts))
-        encoded = [self._assemble([a] if b is None else [a, b], maxlen) for a, b in zip(firsts, seconds)]
-        return pad_batch(encoded, self.pad_id)
+        return pad_batch(self.encode_all(first, second, maxlen), self.pad_id)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`, special tokens left out and word pieces joined."""

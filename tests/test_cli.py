@@ -131,3 +131,49 @@ def test_convert_needs_a_config(tmp_path, tiny_checkpoint_dir):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1] == (f"  46 variables, 701 parameters; config "
                                              f"{tmp_path / 'out' / 'config.json'}")
+
+
+def test_train_evaluate_predict_export(tmp_path):
+    from conftest import shared_path
+    lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.data").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
+    (tmp_path / "valid.data").write_text("\n".join(lines[400:500]) + "\n", encoding="utf-8")
+    vocab = shared_path("vocab", "chinese_vocab.txt")
+    result = kbert("train", "--config", CONFIGS / "bert_tiny.json", "--vocab", vocab, "--train",
+                   tmp_path / "train.data", "--valid", tmp_path / "valid.data", "--epochs", 1,
+                   "--maxlen", 32, "--lr", "1e-3", "--out", tmp_path / "model")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith(f"saved {tmp_path / 'model'} (epoch 1, validation accuracy 0.")
+    assert "13/13" in result.stdout  # Keras's own progress bar: 400 examples in batches of 32
+
+    result = kbert("evaluate", "--model", tmp_path / "model", "--data", tmp_path / "valid.data")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert out[0] == f"{tmp_path / 'valid.data'}: 100 examples" and out[1].startswith("accuracy 0.")
+    assert out[3].split() == ["label", "precision", "recall", "f1", "support"]
+    assert out[-4] == "confusion matrix (rows: true label, columns: predicted)"
+
+    texts = "这家酒店很好，服务周到\n太差了，再也不来了\n"
+    result = subprocess.run([sys.executable, "-m", "kbert", "predict", "--model", str(tmp_path / "model"),
+                             "--json", "-"], input=texts, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["text"] for row in rows] == texts.split()
+    assert all(row["label"] in ("0", "1") and 0.5 <= row["probability"] <= 1 for row in rows)
+
+    result = kbert("export", "--model", tmp_path / "model", tmp_path / "serving")
+    assert result.returncode == 0 and (tmp_path / "serving" / "saved_model.pb").exists()
+
+
+def test_train_bad_data_exit_2(tmp_path):
+    from conftest import shared_path
+    (tmp_path / "train.csv").write_text("sentence,label\nok,1\n", encoding="utf-8")
+    result = kbert("train", "--config", CONFIGS / "bert_tiny.json", "--vocab",
+                   shared_path("vocab", "chinese_vocab.txt"), "--train", tmp_path / "train.csv",
+                   "--out", tmp_path / "model")
+    assert result.returncode == 2
+    assert result.stderr == (f"kbert: error: {tmp_path / 'train.csv'}, line 1: the header lacks column(s) "
+                             "text (found: sentence, label)\n")
+    result = kbert("predict", "--model", tmp_path / "nowhere", "-")
+    assert result.returncode == 2
+    assert "not a kbert model directory (no bert_config.json)" in result.stderr

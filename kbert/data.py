@@ -1,0 +1,246 @@
+"""Classification data: reading files, label maps, and `tf.data` pipelines.
+
+Three file formats, chosen by extension:
+
+- `.jsonl` / `.json`: JSON Lines, one object a line with `text`, optional
+  `text_b`, and `label`;
+- `.csv` / `.tsv`: a header row naming `text`, optional `text_b`, and `label`;
+- anything else (`.data`, `.txt`, ...): `text<TAB>label` lines without a
+  header, the format of bert4keras's examples.
+
+A malformed row raises `DataError` naming the file and line, or, with
+`skip_malformed=True`, is skipped and counted in the `DataReport`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from kbert.errors import DataError
+from kbert.io import atomic_write_text
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One text (or text pair) with its label as written in the file."""
+
+    text: str
+    text_b: Optional[str]
+    label: Optional[str]
+    line: int
+
+
+@dataclasses.dataclass
+class DataReport:
+    """What reading a file found: examples kept, rows skipped (by line)."""
+
+    path: str
+    examples: int = 0
+    skipped: List[Tuple[int, str]] = dataclasses.field(default_factory=list)
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.examples} examples"
+        if self.skipped:
+            lines = ", ".join(str(line) for line, _ in self.skipped[:10])
+            more = ", ..." if len(self.skipped) > 10 else ""
+            text += f", {len(self.skipped)} malformed rows skipped (lines {lines}{more})"
+        return text
+
+
+def read_examples(path: "str | os.PathLike[str]", *, labelled: bool = True,
+                  skip_malformed: bool = False) -> Tuple[List[Example], DataReport]:
+    """Reads a classification file; see the module docstring for the formats.
+
+    Args:
+        path: the file.
+        labelled: whether every row must have a label (False for prediction
+            input, where a plain-text file is one text a line).
+        skip_malformed: skip bad rows (counted in the report) instead of
+            raising `DataError`.
+    """
+    path = os.fspath(path)
+    report = DataReport(path)
+    extension = os.path.splitext(path)[1].lower()
+    reader = {".jsonl": _json_lines, ".json": _json_lines, ".csv": _delimited, ".tsv": _delimited}.get(
+        extension, _tab_separated)
+    examples = []
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            for line, row in reader(handle, extension, labelled):
+                try:
+                    examples.append(_example(row, line, labelled))
+                except ValueError as error:
+                    if not skip_malformed:
+                        raise DataError(f"{path}, line {line}: {error}") from None
+                    report.skipped.append((line, str(error)))
+    except FileNotFoundError:
+        raise DataError(f"{path}: data file not found") from None
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    if not examples:
+        raise DataError(f"{path}: no examples")
+    report.examples = len(examples)
+    return examples, report
+
+
+def _example(row, line: int, labelled: bool) -> Example:
+    if isinstance(row, ValueError):
+        raise row
+    text, text_b, label = row
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("empty or missing text")
+    if labelled and (label is None or str(label).strip() == ""):
+        raise ValueError("missing label")
+    return Example(text, text_b or None, None if label is None else str(label).strip(), line)
+
+
+def _tab_separated(handle, extension, labelled):
+    for line, raw in enumerate(handle, 1):
+        raw = raw.rstrip("\r\n")
+        if not raw.strip():
+            continue
+        if not labelled:
+            yield line, (raw, None, None)
+            continue
+        parts = raw.split("\t")
+        if len(parts) != 2:
+            yield line, ValueError(f"expected 'text<TAB>label', found {len(parts) - 1} tab(s)")
+            continue
+        yield line, (parts[0], None, parts[1])
+
+
+def _delimited(handle, extension, labelled):
+    rows = csv.reader(handle, delimiter="\t" if extension == ".tsv" else ",")
+    header = next(rows, None)
+    if header is None:
+        return
+    columns = {name.strip(): index for index, name in enumerate(header)}
+    needed = ["text"] + (["label"] if labelled else [])
+    missing = [name for name in needed if name not in columns]
+    if missing:
+        raise DataError(f"{handle.name}, line 1: the header lacks column(s) {', '.join(missing)} "
+                        f"(found: {', '.join(header)})")
+    for line, row in enumerate(rows, 2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            yield line, ValueError(f"expected {len(header)} columns, found {len(row)}")
+            continue
+        yield line, (row[columns["text"]], row[columns["text_b"]] if "text_b" in columns else None,
+                     row[columns["label"]] if "label" in columns else None)
+
+
+def _json_lines(handle, extension, labelled):
+    for line, raw in enumerate(handle, 1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as error:
+            yield line, ValueError(f"not valid JSON ({error.msg})")
+            continue
+        if not isinstance(record, dict):
+            yield line, ValueError("expected a JSON object")
+            continue
+        yield line, (record.get("text"), record.get("text_b"), record.get("label"))
+
+
+class LabelMap:
+    """Label names <-> class ids, built from the training file and saved with the model.
+
+    Labels that are all integers keep their numeric order (`0`, `1`, ... `10`);
+    others are sorted as strings.
+
+    Example:
+    >>> labels = LabelMap.from_examples(examples)
+    >>> labels.names
+    ['0', '1']
+    """
+
+    FILE_NAME = "labels.json"
+
+    def __init__(self, names: Sequence[str]):
+        self.names = list(names)
+        self._ids = {name: index for index, name in enumerate(self.names)}
+
+    @classmethod
+    def from_examples(cls, examples: Sequence[Example]) -> "LabelMap":
+        names = {example.label for example in examples}
+        numeric = all(name.lstrip("-").isdigit() for name in names)
+        return cls(sorted(names, key=int) if numeric else sorted(names))
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def ids(self, examples: Sequence[Example], path: str) -> np.ndarray:
+        """Class ids of labelled examples; an unknown label names its file and line."""
+        out = np.empty(len(examples), dtype=np.int32)
+        for row, example in enumerate(examples):
+            if example.label not in self._ids:
+                raise DataError(f"{path}, line {example.line}: label {example.label!r} is not among "
+                                f"the training labels ({', '.join(self.names)})")
+            out[row] = self._ids[example.label]
+        return out
+
+    def save(self, directory: str) -> None:
+        atomic_write_text(os.path.join(directory, self.FILE_NAME),
+                          json.dumps(self.names, ensure_ascii=False, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, directory: str) -> "LabelMap":
+        path = os.path.join(directory, cls.FILE_NAME)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                names = json.load(handle)
+        except (OSError, json.JSONDecodeError) as error:
+            raise DataError(f"{path}: cannot read the label map ({error})") from None
+        return cls(names)
+
+
+def encode_examples(tokenizer, examples: Sequence[Example], maxlen: int) -> List[Tuple[List[int], List[int]]]:
+    """Token and segment ids of each example, truncated to `maxlen`."""
+    return tokenizer.encode_all([e.text for e in examples], [e.text_b for e in examples], maxlen=maxlen)
+
+
+def make_dataset(encoded: Sequence[Tuple[List[int], List[int]]], labels: Optional[np.ndarray],
+                 batch_size: int, *, shuffle: bool = False, seed: int = 0):
+    """A `tf.data.Dataset` of `((token_ids, segment_ids), label)` batches.
+
+    Each batch is padded to its own longest sequence (dynamic padding); the
+    whole pipeline runs in TensorFlow, with no Python per batch.
+    """
+    import tensorflow as tf
+
+    lengths = np.array([len(ids) for ids, _ in encoded], dtype=np.int64)
+    tokens = tf.RaggedTensor.from_row_lengths(
+        np.concatenate([ids for ids, _ in encoded]).astype(np.int32), lengths)
+    segments = tf.RaggedTensor.from_row_lengths(
+        np.concatenate([segs for _, segs in encoded]).astype(np.int32), lengths)
+    features = tf.data.Dataset.from_tensor_slices((tokens, segments))
+    dataset = features if labels is None else tf.data.Dataset.zip(
+        features, tf.data.Dataset.from_tensor_slices(labels))
+    if shuffle:
+        dataset = dataset.shuffle(len(encoded), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.ragged_batch(batch_size)
+    return dataset.map(_pad_unlabelled if labels is None else _pad_labelled,
+                       num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def _pad_features(tokens, segments):
+    """A ragged batch made dense, padded with 0 to its longest row."""
+    return tokens.to_tensor(), segments.to_tensor()
+
+
+def _pad_unlabelled(tokens, segments):
+    # A 1-tuple: Keras reads a pair as (inputs, labels).
+    return (_pad_features(tokens, segments),)
+
+
+def _pad_labelled(features, labels):
+    return _pad_features(*features), labels

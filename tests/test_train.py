@@ -1,0 +1,170 @@
+"""Fine-tuning end to end on the real sentiment corpus (a slice) and real MiniLM weights."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+from conftest import CONFIGS, REPO, minilm_dir, shared_path
+from kbert import KbertError
+from kbert.train import TrainingOptions, WarmupLinearDecay, evaluate, export, load_classifier, predict, train
+
+
+@pytest.fixture(scope="module")
+def sentiment_slice(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("sentiment")
+    for name, count in (("train", 2000), ("valid", 300)):
+        lines = shared_path("data", "sentiment", f"sentiment.{name}.data").read_text(encoding="utf-8")
+        (directory / f"{name}.data").write_text("\n".join(lines.splitlines()[:count]) + "\n", encoding="utf-8")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def trained(sentiment_slice, tmp_path_factory):
+    out = tmp_path_factory.mktemp("model")
+    state = train(str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
+                  str(sentiment_slice / "train.data"), str(out), valid_path=str(sentiment_slice / "valid.data"),
+                  options=TrainingOptions(epochs=2, batch_size=32, learning_rate=1e-3, maxlen=48), verbose=0)
+    return out, state
+
+
+def test_model_directory_is_complete(trained):
+    out, state = trained
+    assert sorted(os.listdir(out)) == ["bert_config.json", "labels.json", "model.weights.h5",
+                                       "training.json", "vocab.txt"]
+    losses = [epoch["loss"] for epoch in state["history"]]
+    assert len(losses) == 2 and losses[-1] < losses[0]
+    assert state["best_val_accuracy"] == max(epoch["val_accuracy"] for epoch in state["history"])
+
+
+def test_evaluate_reproduces_the_best_validation_accuracy(trained, sentiment_slice):
+    out, state = trained
+    result = evaluate(str(out), str(sentiment_slice / "valid.data"))
+    assert result["accuracy"] == pytest.approx(state["best_val_accuracy"], abs=1e-6)
+    assert np.sum(result["confusion"]) == 300
+    assert sum(row["support"] for row in result["classes"].values()) == 300
+    assert result["accuracy"] > 0.7
+
+
+def test_predict_and_export(trained, tmp_path):
+    out, _ = trained
+    texts = ["这家酒店很好，服务周到", "太差了，再也不来了"]
+    rows = predict(str(out), texts)
+    assert [row["text"] for row in rows] == texts
+    classifier = load_classifier(str(out))
+    tokens, segments = classifier.tokenizer.encode_batch(texts, maxlen=48)
+    expected = classifier.model.predict([tokens, segments], verbose=0)
+    for row, probabilities in zip(rows, expected):
+        assert row["probability"] == pytest.approx(probabilities.max(), abs=1e-6)
+        assert row["label"] == classifier.labels.names[probabilities.argmax()]
+
+    saved = export(str(out), str(tmp_path / "serving"))
+    serving = tf.saved_model.load(saved).signatures["serving_default"]
+    served = serving(token_ids=tf.constant(tokens), segment_ids=tf.constant(segments))["probabilities"]
+    np.testing.assert_allclose(served.numpy(), expected, atol=1e-6)
+
+    keras_file = export(str(out), str(tmp_path / "classifier.keras"))
+    restored = keras.models.load_model(keras_file, safe_mode=True)
+    np.testing.assert_array_equal(restored.predict([tokens, segments], verbose=0), expected)
+    with pytest.raises(KbertError, match="already exists"):
+        export(str(out), keras_file)
+
+
+def test_interrupted_training_resumes_from_the_last_epoch(sentiment_slice, tmp_path, monkeypatch):
+    from kbert import train as train_module
+
+    original = train_module._BestWeights.on_epoch_end
+
+    def interrupt_after_first_epoch(self, epoch, logs=None):
+        original(self, epoch, logs)
+        raise KeyboardInterrupt
+
+    arguments = (str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
+                 str(sentiment_slice / "train.data"), str(tmp_path))
+    options = TrainingOptions(epochs=2, batch_size=64, learning_rate=1e-3, maxlen=32)
+    monkeypatch.setattr(train_module._BestWeights, "on_epoch_end", interrupt_after_first_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        train(*arguments, options=options, verbose=0)
+    monkeypatch.undo()
+    assert os.path.isdir(tmp_path / "resume") and os.path.exists(tmp_path / "model.weights.h5")
+    with pytest.raises(KbertError, match="holds an interrupted run"):
+        train(*arguments, options=options, verbose=0)
+    state = train(*arguments, options=options, resume=True, verbose=0)
+    assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]
+    assert not os.path.exists(tmp_path / "resume")
+    with pytest.raises(KbertError, match="nothing to resume"):
+        train(*arguments, options=options, resume=True, verbose=0)
+
+
+def test_warmup_linear_decay():
+    schedule = WarmupLinearDecay(2e-5, warmup_steps=100, total_steps=1000)
+    values = [float(schedule(step)) for step in (0, 50, 100, 550, 1000, 1200)]
+    assert values == pytest.approx([0.0, 1e-5, 2e-5, 1e-5, 0.0, 0.0])
+    assert WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
+
+
+def test_bad_data_stops_before_training(tmp_path):
+    bad = tmp_path / "train.data"
+    bad.write_text("好\t1\n坏\n", encoding="utf-8")
+    with pytest.raises(KbertError, match=f"{bad}, line 2: expected 'text<TAB>label'"):
+        train(str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
+              str(bad), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_minilm_fine_tunes_on_a_generated_task(tmp_path):
+    directory = minilm_dir()
+    rng = random.Random(0)
+    subjects = ["the movie", "this book", "the hotel", "our dinner", "the concert", "this phone"]
+    good = ["was wonderful", "was a delight", "exceeded every expectation", "made me very happy"]
+    bad = ["was terrible", "was a waste of money", "disappointed everyone", "made me very angry"]
+    rows = [f"{rng.choice(subjects)} {rng.choice(good if label else bad)}\t{label}"
+            for label in (0, 1) for _ in range(48)]
+    rng.shuffle(rows)
+    (tmp_path / "train.data").write_text("\n".join(rows) + "\n")
+    state = train(str(directory / "config.json"), str(directory / "vocab.txt"), str(tmp_path / "train.data"),
+                  str(tmp_path / "out"), checkpoint_path=str(directory),
+                  options=TrainingOptions(epochs=3, batch_size=16, learning_rate=1e-4, maxlen=24), verbose=0)
+    losses = [epoch["loss"] for epoch in state["history"]]
+    assert losses[0] > losses[1] > losses[2] and losses[2] < 0.8 * losses[0], losses
+
+
+MIRRORED = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from kbert.train import TrainingOptions, train
+    config, vocab, data, out = sys.argv[1:]
+    losses = {}
+    for strategy in ("auto", "mirrored"):
+        options = TrainingOptions(epochs=2, batch_size=16, learning_rate=1e-3, maxlen=32, strategy=strategy,
+                                  shuffle=False)
+        state = train(config, vocab, data, f"{out}/{strategy}", options=options, verbose=0)
+        losses[strategy] = [epoch["loss"] for epoch in state["history"]]
+    print(json.dumps(losses))
+""")
+
+
+def test_mirrored_strategy_on_two_cpus_matches_one_device(sentiment_slice, tmp_path):
+    config = json.loads((CONFIGS / "bert_tiny.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # no randomness per replica
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
+    data = tmp_path / "train.data"
+    data.write_text("\n".join((sentiment_slice / "train.data").read_text(encoding="utf-8").splitlines()[:256]),
+                    encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED, str(tmp_path / "bert_config.json"),
+         str(shared_path("vocab", "chinese_vocab.txt")), str(data), str(tmp_path)],
+        capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = json.loads(result.stdout.strip().splitlines()[-1])
+    # Two replicas of 8 examples against one device of 16: the same loss to float precision.
+    np.testing.assert_allclose(losses["mirrored"], losses["auto"], rtol=1e-5)
