@@ -29,7 +29,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         _import_tensorflow_quietly()
     try:
         return args.run(args)
-    except KbertError as error:
+    except (KbertError, OSError) as error:  # OSError names its path: permission, disk full
         print(f"kbert: error: {error}", file=sys.stderr)
         return 2
 
@@ -77,6 +77,7 @@ def _analysis(args, config: BertConfig):
 
 
 def _run_params(args) -> int:
+    from kbert.params import explain_claim
     from kbert.summary import format_claim, format_table
 
     analysis = _analysis(args, _resolve_config(args.config))
@@ -85,7 +86,7 @@ def _run_params(args) -> int:
         if args.claim is not None:
             payload["claim"] = {"claimed": args.claim, "explanations": [
                 [{"description": m.description, "formula": m.formula, "params": m.params}
-                 for m in combo] for combo in _explanations(analysis, args.claim)]}
+                 for m in combo] for combo in explain_claim(analysis, args.claim)]}
         print(json.dumps(payload, indent=2, ensure_ascii=False))
         return 0
     print(format_table(analysis))
@@ -93,12 +94,6 @@ def _run_params(args) -> int:
         print()
         print(format_claim(analysis, args.claim))
     return 0
-
-
-def _explanations(analysis, claimed: int):
-    from kbert.params import explain_claim
-
-    return explain_claim(analysis, claimed)
 
 
 def _run_summary(args) -> int:
@@ -192,7 +187,7 @@ def _run_evaluate(args) -> int:
         row = result["classes"][name]
         print(f"{name:<{width}}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:5.4f}  "
               f"{row['support']:7d}")
-    print(f"\nconfusion matrix (rows: true label, columns: predicted)")
+    print("\nconfusion matrix (rows: true label, columns: predicted)")
     print(" " * width + "".join(f"{name:>9}" for name in names))
     for name, row in zip(names, result["confusion"]):
         print(f"{name:<{width}}" + "".join(f"{count:>9}" for count in row))

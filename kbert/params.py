@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from typing import Dict, FrozenSet, List, Optional
+from typing import Dict, FrozenSet, List
 
 from kbert import naming
 from kbert.config import BertConfig

@@ -161,6 +161,9 @@ def train(
     # Before any dataset exists: tf.data's shuffle order follows the global seed.
     keras.utils.set_random_seed(options.seed)
     config = BertConfig.from_json_file(config_path)
+    if options.maxlen > config.max_position_embeddings:
+        raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
+                         f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
     tokenizer = Tokenizer(vocab_path, do_lower_case=options.do_lower_case)
     train_examples, train_report = read_examples(train_path, skip_malformed=options.skip_malformed)
     labels = LabelMap.from_examples(train_examples)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import CONFIGS, tiny_checkpoint_dir  # noqa: F401 (fixture)
+from conftest import CONFIGS
 
 
 def kbert(*args):
@@ -170,7 +170,7 @@ def test_train_bad_data_exit_2(tmp_path):
     (tmp_path / "train.csv").write_text("sentence,label\nok,1\n", encoding="utf-8")
     result = kbert("train", "--config", CONFIGS / "bert_tiny.json", "--vocab",
                    shared_path("vocab", "chinese_vocab.txt"), "--train", tmp_path / "train.csv",
-                   "--out", tmp_path / "model")
+                   "--maxlen", 32, "--out", tmp_path / "model")
     assert result.returncode == 2
     assert result.stderr == (f"kbert: error: {tmp_path / 'train.csv'}, line 1: the header lacks column(s) "
                              "text (found: sentence, label)\n")

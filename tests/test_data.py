@@ -80,10 +80,19 @@ def test_batches_are_padded_to_their_own_longest_row():
     examples = examples[:6]
     encoded = encode_examples(tokenizer, examples, maxlen=64)
     batches = list(make_dataset(encoded, np.arange(6, dtype=np.int32), batch_size=3))
+    longest = max(len(ids) for ids, _ in encoded)
     for start, ((tokens, segments), labels) in zip((0, 3), batches):
         lengths = [len(ids) for ids, _ in encoded[start:start + 3]]
-        assert tokens.shape == (3, max(lengths)) and segments.shape == tokens.shape
+        # Rounded up to a multiple of 16, never past the longest sequence of the data.
+        assert tokens.shape == (3, min(-(-max(lengths) // 16) * 16, longest))
+        assert segments.shape == tokens.shape
         assert labels.numpy().tolist() == [start, start + 1, start + 2]
         for row, length in enumerate(lengths):
             assert tokens[row, :length].numpy().tolist() == encoded[start + row][0]
             assert not tokens[row, length:].numpy().any()
+
+
+def test_prediction_input_ignores_a_label_column(tmp_path):
+    path = write(tmp_path, "texts.data", "很好\t1\n一般般\n")
+    examples, _ = read_examples(path, labelled=False)
+    assert [(e.text, e.label) for e in examples] == [("很好", None), ("一般般", None)]

@@ -113,9 +113,13 @@ def test_warmup_linear_decay():
 def test_bad_data_stops_before_training(tmp_path):
     bad = tmp_path / "train.data"
     bad.write_text("好\t1\n坏\n", encoding="utf-8")
+    arguments = (str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
+                 str(bad), str(tmp_path / "out"))
     with pytest.raises(KbertError, match=f"{bad}, line 2: expected 'text<TAB>label'"):
-        train(str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
-              str(bad), str(tmp_path / "out"))
+        train(*arguments, options=TrainingOptions(maxlen=32))
+    with pytest.raises(KbertError, match=r"maxlen 128 is longer than the model's max_position_embeddings "
+                                         r"\(64, .*bert_tiny.json\)"):
+        train(*arguments, options=TrainingOptions(maxlen=128))
     assert not (tmp_path / "out").exists()
 
 
@@ -168,3 +172,16 @@ def test_mirrored_strategy_on_two_cpus_matches_one_device(sentiment_slice, tmp_p
     losses = json.loads(result.stdout.strip().splitlines()[-1])
     # Two replicas of 8 examples against one device of 16: the same loss to float precision.
     np.testing.assert_allclose(losses["mirrored"], losses["auto"], rtol=1e-5)
+
+
+def test_mixed_precision_bf16(sentiment_slice, tmp_path):
+    options = TrainingOptions(epochs=1, batch_size=32, learning_rate=1e-3, maxlen=32, mixed_precision="bf16")
+    lines = (sentiment_slice / "train.data").read_text(encoding="utf-8").splitlines()[:128]
+    (tmp_path / "train.data").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    state = train(str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
+                  str(tmp_path / "train.data"), str(tmp_path / "out"), options=options, verbose=0)
+    assert np.isfinite(state["history"][0]["loss"])
+    assert keras.mixed_precision.global_policy().name == "float32"  # restored
+    # The weights are float32 (mixed precision computes in bf16, keeps float32 variables).
+    classifier = load_classifier(str(tmp_path / "out"))
+    assert {variable.dtype for variable in classifier.model.weights} == {"float32"}

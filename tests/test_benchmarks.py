@@ -1,0 +1,25 @@
+"""The benchmark script runs (quick mode); its figures are for people, not assertions on speed."""
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_quick_benchmark_writes_every_figure(tmp_path):
+    out = tmp_path / "results.json"
+    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--no-peers", "--json", str(out)],
+                            capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["config"] == "bert_tiny.json" and (results["batch"], results["length"]) == (2, 16)
+    assert set(results["inference"]) == {"kbert", "kbert XLA"} and set(results["training"]) == {"kbert"}
+    assert set(results["gemm"]["shapes"]) == {"512³", "32×32×32", "32×32×64", "32×64×32"}
+    figures = [results["build_s"], results["gemm"]["peak"], results["load"]["load_s"],
+               results["load"]["raw_read_s"], results["training"]["kbert"]["examples_per_s"]]
+    figures += [value for row in results["inference"].values() for value in row.values()]
+    assert all(value > 0 for value in figures)
+    # The model's weights, as float32, are what the loaded checkpoint holds.
+    assert abs(results["load"]["model_mib"] - 718_730 * 4 / 2**20) < 1e-6
+    assert "| kbert XLA |" in result.stdout and "| GEMM float32 512³ |" in result.stdout
