@@ -1,4 +1,4 @@
-"""Google BERT checkpoints (`bert_model.ckpt`): load, save and inspect.
+"""Google BERT checkpoints (`bert_model.ckpt`): load and save.
 
 Reading goes through TensorFlow's own checkpoint reader
 (`tf.train.load_checkpoint`); writing through `SaveV2`, which produces the
@@ -8,18 +8,16 @@ same name-based TF1 layout as Google's releases (`bert/embeddings/...`,
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 import shutil
 import tempfile
-from typing import List, Optional, Sequence
-
-import numpy as np
+from typing import Optional, Sequence
 
 from kbert.errors import CheckpointError, first_line
 from kbert.loader import LoadReport, TensorSource, load_into
-from kbert.weights import GOOGLE, block_count, known_names, weight_names
+from kbert.io import replace_files
+from kbert.weights import GOOGLE, values_for
 
 _SUFFIXES = (".index", ".meta")
 _DATA_MARK = ".data-"
@@ -121,12 +119,10 @@ def save_google_checkpoint(model, path: "str | os.PathLike[str]") -> str:
     prefix = os.path.abspath(os.fspath(path))
     directory = os.path.dirname(prefix)
     os.makedirs(directory, exist_ok=True)
-    variables = {variable.path: variable for variable in model.weights}
     names, tensors = [], []
-    for row in weight_names(model):
-        value = variables[row.path].numpy()
+    for row, value in values_for(model, GOOGLE):
         names.append(row.google)
-        tensors.append(tf.constant(value.T if row.google_transposed else value))
+        tensors.append(tf.constant(value))
     staging = tempfile.mkdtemp(dir=directory, prefix=".tmp-ckpt-")
     try:
         staged = os.path.join(staging, os.path.basename(prefix))
@@ -139,56 +135,7 @@ def save_google_checkpoint(model, path: "str | os.PathLike[str]") -> str:
     return prefix
 
 
-def replace_files(staging: str, directory: str) -> None:
-    """Moves every file of `staging` into `directory`, all or none.
-
-    The files being replaced are first moved aside; if any move fails, they
-    are put back, so the directory holds either the old set or the new one.
-    """
-    names = sorted(os.listdir(staging))
-    backup = tempfile.mkdtemp(dir=directory, prefix=".old-ckpt-")
-    moved_aside, moved_in = [], []
-    try:
-        for name in names:
-            if os.path.exists(os.path.join(directory, name)):
-                os.replace(os.path.join(directory, name), os.path.join(backup, name))
-                moved_aside.append(name)
-        for name in names:
-            os.replace(os.path.join(staging, name), os.path.join(directory, name))
-            moved_in.append(name)
-    except BaseException:
-        for name in moved_in:
-            os.remove(os.path.join(directory, name))
-        for name in moved_aside:
-            os.replace(os.path.join(backup, name), os.path.join(directory, name))
-        raise
-    finally:
-        shutil.rmtree(backup, ignore_errors=True)
-
-
 def _write_state_file(directory: str, basename: str) -> None:
     with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as handle:
         handle.write(f'model_checkpoint_path: "{basename}"\n'
                      f'all_model_checkpoint_paths: "{basename}"\n')
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointVariable:
-    """One variable of a checkpoint, for `kbert inspect`."""
-
-    name: str
-    shape: tuple
-    dtype: str
-    kbert_path: Optional[str]  # the kbert variable it feeds; None if unused
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape)) if self.shape else 1
-
-
-def inspect_checkpoint(source: TensorSource) -> List[CheckpointVariable]:
-    """Every variable of a checkpoint with the kbert variable it maps to."""
-    blocks = block_count(source.shapes)
-    mapping = known_names(source.fmt, blocks)
-    return [CheckpointVariable(name, source.shapes[name], source.dtypes[name], mapping.get(name))
-            for name in sorted(source.shapes)]

@@ -121,12 +121,11 @@ def _run_summary(args) -> int:
 
 
 def _run_inspect(args) -> int:
-    from kbert.checkpoint import inspect_checkpoint
-    from kbert.convert import open_weights
+    from kbert.convert import inspect_weights, open_weights
     from kbert.weights import GOOGLE
 
     source = open_weights(args.checkpoint)
-    rows = inspect_checkpoint(source)
+    rows = inspect_weights(source)
     width = max(len(row.name) for row in rows)
     print(f"{source.path} ({'Google checkpoint' if source.fmt == GOOGLE else 'safetensors'})")
     print(f"{'variable':<{width}}  {'shape':<14} {'dtype':<8} kbert variable")

@@ -1,4 +1,4 @@
-"""Between formats: detect a weights file's format, convert Google ↔ Hugging Face.
+"""Between formats: detect a weights file's format, inspect it, convert Google ↔ Hugging Face.
 
 A conversion builds the kbert model that the source holds (backbone plus the
 heads whose weights are present), loads the source into it with all checks,
@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Optional
+from typing import Dict, List, Optional
+
+import numpy as np
 
 from kbert import naming
 from kbert.config import BertConfig
@@ -58,12 +60,38 @@ class Heads:
     with_mlm: bool
 
 
+def kbert_paths(source: TensorSource) -> Dict[str, str]:
+    """Tensor name -> the kbert variable it would feed, for every tensor kbert knows."""
+    mapping = known_names(source.fmt, block_count(source.shapes))
+    return {name: mapping[name] for name in source.shapes if name in mapping}
+
+
 def heads_in(source: TensorSource) -> Heads:
     """The heads whose weights are all in `source`."""
-    mapping = known_names(source.fmt, block_count(source.shapes))
-    layers = {layer_of(mapping[name]) for name in source.shapes if name in mapping}
+    layers = {layer_of(path) for path in kbert_paths(source).values()}
     return Heads(naming.POOLER_DENSE in layers, naming.NSP_PROBA in layers,
                  naming.MLM_DENSE in layers)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsVariable:
+    """One tensor of a weights file, for `kbert inspect`."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    kbert_path: Optional[str]  # the kbert variable it feeds; None if unused
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+def inspect_weights(source: TensorSource) -> List[WeightsVariable]:
+    """Every tensor of a Google checkpoint or safetensors file, with the kbert variable it feeds."""
+    paths = kbert_paths(source)
+    return [WeightsVariable(name, source.shapes[name], source.dtypes[name], paths.get(name))
+            for name in sorted(source.shapes)]
 
 
 def find_config(source: TensorSource) -> str:

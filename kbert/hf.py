@@ -18,7 +18,7 @@ import numpy as np
 from kbert.errors import CheckpointError, first_line
 from kbert.io import atomic_path
 from kbert.loader import LoadReport, TensorSource, load_into
-from kbert.weights import HF, weight_names
+from kbert.weights import HF, values_for
 
 WEIGHTS_NAME = "model.safetensors"
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -93,14 +93,12 @@ def save_hf_weights(model, path: "str | os.PathLike[str]") -> str:
     path = os.fspath(path)
     if os.path.isdir(path) or not path.endswith(".safetensors"):
         path = os.path.join(path, WEIGHTS_NAME)
-    rows = weight_names(model)
-    pretraining = any(row.hf.startswith("cls.") for row in rows)
-    variables = {variable.path: variable for variable in model.weights}
+    values = values_for(model, HF)
+    pretraining = any(row.hf.startswith("cls.") for row, _ in values)
     tensors: Dict[str, np.ndarray] = {}
-    for row in rows:
-        value = variables[row.path].numpy()
+    for row, value in values:
         name = row.hf if row.hf.startswith(("cls.", "classifier.")) or not pretraining else f"bert.{row.hf}"
-        tensors[name] = np.ascontiguousarray(value.T if row.hf_transposed else value)
+        tensors[name] = np.ascontiguousarray(value)
     with atomic_path(path) as temporary:
         save_file(tensors, temporary, metadata={"format": "pt"})
     return path

@@ -46,3 +46,30 @@ def atomic_write_text(path: "str | os.PathLike[str]", text: str) -> None:
     with atomic_path(path) as temporary:
         with open(temporary, "w", encoding="utf-8") as handle:
             handle.write(text)
+
+
+def replace_files(staging: str, directory: str) -> None:
+    """Moves every file of `staging` into `directory`, all or none.
+
+    The files being replaced are first moved aside; if any move fails, they
+    are put back, so the directory holds either the old set or the new one.
+    """
+    names = sorted(os.listdir(staging))
+    backup = tempfile.mkdtemp(dir=directory, prefix=".old-")
+    moved_aside, moved_in = [], []
+    try:
+        for name in names:
+            if os.path.exists(os.path.join(directory, name)):
+                os.replace(os.path.join(directory, name), os.path.join(backup, name))
+                moved_aside.append(name)
+        for name in names:
+            os.replace(os.path.join(staging, name), os.path.join(directory, name))
+            moved_in.append(name)
+    except BaseException:
+        for name in moved_in:
+            os.remove(os.path.join(directory, name))
+        for name in moved_aside:
+            os.replace(os.path.join(backup, name), os.path.join(directory, name))
+        raise
+    finally:
+        shutil.rmtree(backup, ignore_errors=True)

@@ -79,9 +79,8 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
         rows, note = _row_selection(row, stored, wanted, keep, source)
         if note:
             notes.append(note)
-        effective = stored if rows is None else (len(rows),) + stored[1:]
-        effective = effective[::-1] if row.transposed(source.fmt) else effective
-        if effective != wanted:
+        selected = stored if rows is None else (len(rows),) + stored[1:]
+        if _in_keras_layout(row, source.fmt, selected) != wanted:
             mismatched.append((row, stored, wanted))
             continue
         plan.append((variable, row, rows))
@@ -119,6 +118,11 @@ def _row_selection(row: WeightName, stored, wanted, keep, source: TensorSource):
     return None, None
 
 
+def _in_keras_layout(row: WeightName, fmt: str, shape: tuple) -> tuple:
+    """A shape as stored in `fmt`, seen in the Keras layout (and back: the flip is its own inverse)."""
+    return shape[::-1] if row.transposed(fmt) else shape
+
+
 def _read(source: TensorSource, row: WeightName, rows, variable) -> np.ndarray:
     name = row.name(source.fmt)
     try:
@@ -144,10 +148,11 @@ def _mismatch_message(source: TensorSource, missing: List[WeightName], mismatche
         if hint:
             lines.append(f"Hint: {hint}")
     for row, stored, wanted in mismatched:
-        stored_in_keras = stored[::-1] if row.transposed(source.fmt) else stored
+        # A transpose is its own inverse: the same flip goes either way.
+        stored_in_keras = _in_keras_layout(row, source.fmt, stored)
         key = config_key_for(row, wanted, stored_in_keras)
         line = (f"Shape mismatch: {row.name(source.fmt)} has shape {list(stored)} in the checkpoint, "
-                f"the model's {row.path} needs {list(wanted[::-1] if row.transposed(source.fmt) else wanted)}")
+                f"the model's {row.path} needs {list(_in_keras_layout(row, source.fmt, wanted))}")
         if key and key not in ("2", "num_labels"):
             axis = row.axes.index(key)
             line += (f"; check {key!r} in the config (the checkpoint has {stored_in_keras[axis]}, "

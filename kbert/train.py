@@ -29,7 +29,7 @@ import numpy as np
 
 from kbert.builder import build_classifier, build_transformer_model
 from kbert.config import BertConfig
-from kbert.data import LabelMap, encode_examples, make_dataset, read_examples
+from kbert.data import Example, LabelMap, encode_examples, make_dataset, read_examples
 from kbert.errors import DataError, KbertError
 from kbert.io import atomic_copy, atomic_path, atomic_write_text
 from kbert.tokenizer import Tokenizer
@@ -262,8 +262,6 @@ def load_classifier(model_dir: str) -> TrainedClassifier:
 def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
             batch_size: int = 64) -> List[dict]:
     """The predicted label and its probability for each text (or pair)."""
-    from kbert.data import Example
-
     classifier = load_classifier(model_dir)
     pairs = text_pairs or [None] * len(texts)
     examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
@@ -312,10 +310,8 @@ def export(model_dir: str, out: str) -> str:
         raise KbertError(f"{out}: already exists; choose a new path")
     model = load_classifier(model_dir).model
     if out.endswith(".keras"):
-        with atomic_path(out) as temporary:
-            os.remove(temporary)
-            model.save(temporary + ".keras")
-            os.replace(temporary + ".keras", temporary)
+        with atomic_path(out) as temporary:  # the temporary name ends in .keras too
+            model.save(temporary)
         return out
 
     def serve(token_ids, segment_ids):

@@ -14,6 +14,8 @@ import dataclasses
 import re
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from kbert import naming
 
 GOOGLE, HF = "google", "hf"
@@ -133,6 +135,16 @@ def weight_names(model) -> List[WeightName]:
             raise ValueError(f"no checkpoint name for the model variable {variable.path!r}")
         names.append(rows[variable.path])
     return names
+
+
+def values_for(model, fmt: str) -> List[Tuple[WeightName, np.ndarray]]:
+    """Each variable's table row and value, in the layout `fmt` stores (transposed or not)."""
+    variables = {variable.path: variable for variable in model.weights}
+    values = []
+    for row in weight_names(model):
+        value = variables[row.path].numpy()
+        values.append((row, value.T if row.transposed(fmt) else value))
+    return values
 
 
 def layer_of(path: str) -> str:
