@@ -28,6 +28,7 @@ from kbert.layers import (
     PositionEmbedding,
     TakeToken,
     TokenEmbedding,
+    clone_initializer,
     get_activation,
 )
 
@@ -69,23 +70,22 @@ def build_transformer_model(
     """
     config = load_config(config)
     with_pool = with_pool or with_nsp
-    initializer = keras.initializers.TruncatedNormal(stddev=config.initializer_range)
     token_ids = keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_TOKEN)
     segment_ids = keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_SEGMENT)
 
     token_embedding = TokenEmbedding(
         config.vocab_size, config.hidden_size, mask_zero=True,
-        embeddings_initializer=initializer, name=naming.EMBEDDING_TOKEN)
-    x = _embeddings(config, token_embedding, token_ids, segment_ids, initializer)
+        embeddings_initializer=_initializer(config), name=naming.EMBEDDING_TOKEN)
+    x = _embeddings(config, token_embedding, token_ids, segment_ids)
     for index in range(config.num_hidden_layers):
-        x = _transformer_block(config, index, x, initializer)
+        x = _transformer_block(config, index, x)
     sequence_output = x
 
     heads = []
     if with_pool:
-        heads.append(_pooler(config, sequence_output, with_nsp, initializer))
+        heads.append(_pooler(config, sequence_output, with_nsp))
     if with_mlm:
-        heads.append(_mlm_head(config, sequence_output, token_embedding, initializer))
+        heads.append(_mlm_head(config, sequence_output, token_embedding))
     outputs = heads if len(heads) > 1 else (heads or [sequence_output])[0]
     model = keras.Model([token_ids, segment_ids], outputs, name=name)
     if checkpoint_path is not None:
@@ -119,36 +119,35 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
         raise ValueError("build_classifier expects a backbone with one output (no MLM/NSP heads)")
     if len(features.shape) == 3:
         features = TakeToken(0, name=naming.CLS_TOKEN)(features)
-    initializer = _initializer_of(bert)
     # float32 even under a mixed-precision policy: a stable softmax and loss.
     probabilities = keras.layers.Dense(
-        num_labels, activation="softmax", kernel_initializer=initializer,
+        num_labels, activation="softmax", kernel_initializer=_initializer_of(bert),
         name=naming.CLASSIFIER_DENSE, dtype="float32")(features)
     return keras.Model(bert.inputs, probabilities, name=name)
 
 
-def _embeddings(config: BertConfig, token_embedding, token_ids, segment_ids, initializer):
+def _embeddings(config: BertConfig, token_embedding, token_ids, segment_ids):
     tokens = token_embedding(token_ids)
     segments = keras.layers.Embedding(
-        config.type_vocab_size, config.hidden_size, embeddings_initializer=initializer,
+        config.type_vocab_size, config.hidden_size, embeddings_initializer=_initializer(config),
         name=naming.EMBEDDING_SEGMENT)(segment_ids)
     x = MaskedAdd(name=naming.EMBEDDING_TOKEN_SEGMENT)([tokens, segments])
-    x = PositionEmbedding(config.max_position_embeddings, embeddings_initializer=initializer,
+    x = PositionEmbedding(config.max_position_embeddings, embeddings_initializer=_initializer(config),
                           name=naming.EMBEDDING_POSITION)(x)
     x = _layer_norm(config, naming.EMBEDDING_NORM)(x)
     return keras.layers.Dropout(config.hidden_dropout_prob, name=naming.EMBEDDING_DROPOUT)(x)
 
 
-def _transformer_block(config: BertConfig, index: int, x, initializer):
+def _transformer_block(config: BertConfig, index: int, x):
     attention_name = naming.block(index, naming.ATTENTION)
     attended = MultiHeadSelfAttention(
         config.num_attention_heads, config.head_size, dropout=config.attention_probs_dropout_prob,
-        kernel_initializer=initializer, name=attention_name)([x, x, x])
+        kernel_initializer=_initializer(config), name=attention_name)([x, x, x])
     x = _residual(config, attention_name, x, attended)
     ffn_name = naming.block(index, naming.FEED_FORWARD)
     transformed = FeedForward(
         config.intermediate_size, activation=get_activation(config.activation),
-        kernel_initializer=initializer, name=ffn_name)(x)
+        kernel_initializer=_initializer(config), name=ffn_name)(x)
     return _residual(config, ffn_name, x, transformed)
 
 
@@ -159,19 +158,19 @@ def _residual(config: BertConfig, prefix: str, shortcut, x):
     return _layer_norm(config, f"{prefix}-Norm")(x)
 
 
-def _pooler(config: BertConfig, sequence_output, with_nsp: bool, initializer):
+def _pooler(config: BertConfig, sequence_output, with_nsp: bool):
     x = TakeToken(0, name=naming.POOLER)(sequence_output)
-    x = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=initializer,
-                           name=naming.POOLER_DENSE)(x)
+    x = keras.layers.Dense(config.hidden_size, activation="tanh",
+                           kernel_initializer=_initializer(config), name=naming.POOLER_DENSE)(x)
     if with_nsp:
-        x = keras.layers.Dense(2, activation="softmax", kernel_initializer=initializer,
+        x = keras.layers.Dense(2, activation="softmax", kernel_initializer=_initializer(config),
                                name=naming.NSP_PROBA)(x)
     return x
 
 
-def _mlm_head(config: BertConfig, sequence_output, token_embedding: TokenEmbedding, initializer):
+def _mlm_head(config: BertConfig, sequence_output, token_embedding: TokenEmbedding):
     x = keras.layers.Dense(config.hidden_size, activation=get_activation(config.activation),
-                           kernel_initializer=initializer, name=naming.MLM_DENSE)(sequence_output)
+                           kernel_initializer=_initializer(config), name=naming.MLM_DENSE)(sequence_output)
     x = _layer_norm(config, naming.MLM_NORM)(x)
     x = token_embedding(x, reverse=True)
     x = BiasAdd(name=naming.MLM_BIAS)(x)
@@ -182,7 +181,11 @@ def _layer_norm(config: BertConfig, name: str):
     return keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name=name)
 
 
+def _initializer(config: BertConfig):
+    """A new truncated-normal initializer: every weight gets its own (see `clone_initializer`)."""
+    return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+
+
 def _initializer_of(bert: keras.Model):
-    """The backbone's truncated-normal initializer, for a head added later."""
-    embedding = bert.get_layer(naming.EMBEDDING_TOKEN)
-    return keras.initializers.get(keras.initializers.serialize(embedding.embeddings_initializer))
+    """A copy of the backbone's initializer, for a head added later."""
+    return clone_initializer(bert.get_layer(naming.EMBEDDING_TOKEN).embeddings_initializer)

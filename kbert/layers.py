@@ -30,6 +30,27 @@ def get_activation(name: str):
     return gelu_tanh if name == "gelu_tanh" else keras.activations.get(name)
 
 
+def clone_initializer(initializer):
+    """A new initializer of the same kind and settings, for one more weight.
+
+    A Keras 3 initializer created without a seed picks one seed when it is
+    created and returns the same values on every call, so weights that share
+    one instance start out identical (Q = K = V, every block alike). Each
+    weight therefore gets its own copy, which picks its own seed (from
+    `keras.utils.set_random_seed` when that was called). An initializer given
+    an explicit seed keeps it in the copy, as keras-hub's `clone_initializer`
+    does.
+
+    Example:
+    >>> shared = keras.initializers.TruncatedNormal(stddev=0.02)
+    >>> first, second = clone_initializer(shared), clone_initializer(shared)
+    >>> bool(ops.all(first((3, 3)) == second((3, 3))))
+    False
+    """
+    initializer = keras.initializers.get(initializer)
+    return initializer.__class__.from_config(initializer.get_config())
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class TokenEmbedding(keras.layers.Embedding):
     """Token embedding that can also project hidden states back to the vocab.
@@ -124,7 +145,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.max_length, input_shape[-1]),
-            initializer=self.embeddings_initializer,
+            initializer=clone_initializer(self.embeddings_initializer),
         )
 
     def call(self, inputs):
@@ -172,8 +193,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.supports_masking = True
         width = num_heads * head_size
         self.query, self.key, self.value, self.output_dense = (
-            keras.layers.Dense(width, kernel_initializer=self.kernel_initializer, name=name,
-                               dtype=self.dtype_policy)
+            keras.layers.Dense(width, kernel_initializer=clone_initializer(self.kernel_initializer),
+                               name=name, dtype=self.dtype_policy)
             for name in ("query", "key", "value", "output")
         )
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
@@ -247,14 +268,15 @@ class FeedForward(keras.layers.Layer):
         self.supports_masking = True
         self.intermediate = keras.layers.Dense(
             intermediate_size, activation=self.activation,
-            kernel_initializer=self.kernel_initializer, name="intermediate", dtype=self.dtype_policy)
+            kernel_initializer=clone_initializer(self.kernel_initializer), name="intermediate",
+            dtype=self.dtype_policy)
         self.output_dense = None
 
     def build(self, input_shape):
         self.intermediate.build(input_shape)
         self.output_dense = keras.layers.Dense(
-            input_shape[-1], kernel_initializer=self.kernel_initializer, name="output",
-            dtype=self.dtype_policy)
+            input_shape[-1], kernel_initializer=clone_initializer(self.kernel_initializer),
+            name="output", dtype=self.dtype_policy)
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
 
     def call(self, inputs):
