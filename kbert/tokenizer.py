@@ -1,16 +1,33 @@
 """`Tokenizer`: BERT's WordPiece tokenizer with bert4keras's `encode`.
 
-The WordPiece model, BERT's normalizer (clean-up, CJK spacing, lower-casing
-and accent stripping) and pre-tokenizer come from the `tokenizers` library,
-which reproduces Google's `FullTokenizer`. kbert adds only bert4keras's
-conventions: `encode` returns `(token_ids, segment_ids)` and truncates a
-pair longest-first, from the end, to `maxlen` tokens in all.
+Its ids equal Google's `FullTokenizer` (the original BERT release) on every
+code point, under the running Python's Unicode data. The two steps:
+
+1. `normalize` (Python's C-level string methods): control and format
+   characters (Cc, Cf), NUL and U+FFFD removed, whitespace made spaces; with
+   lower-casing, `str.lower` (so a word-final capital sigma becomes `ς`), NFD
+   and combining marks dropped. Private-use and unassigned characters are
+   kept, and become `[UNK]` unless the vocabulary has them.
+2. The `tokenizers` library: words split on whitespace, every CJK character
+   (Google's ranges, U+2B820-U+2CEAF included) and punctuation character a
+   word of its own, then WordPiece.
+
+`tokenizers`' own BERT normalizer differs from Google's on private-use
+characters, on that CJK range, on final sigma and on characters newer than its
+Unicode tables; that is why kbert does step 1 itself.
+
+kbert adds bert4keras's conventions: `encode` returns
+`(token_ids, segment_ids)` and truncates a pair longest-first, from the end,
+to `maxlen` tokens in all.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+import sys
+import unicodedata
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -18,35 +35,125 @@ from kbert.errors import KbertError
 
 CLS, SEP, PAD, UNK, MASK = "[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"
 
+# Google's _is_chinese_char: the CJK Unified Ideographs blocks and their
+# extensions and compatibility blocks (not Japanese kana or Korean hangul).
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+class _CharacterClasses:
+    """Google's character tests, as translate tables and `tokenizers` patterns.
+
+    Computed once per process by looking at every code point with the running
+    Python's `unicodedata`, as Google's code does one character at a time. The
+    patterns name the code points explicitly, so the `tokenizers` library's own
+    Unicode tables play no part.
+    """
+
+    def __init__(self) -> None:
+        removed, whitespace, spaces, punctuation, marks = [], [], [], [], []
+        for code in range(sys.maxunicode + 1):
+            char = chr(code)
+            category = unicodedata.category(char)
+            if char in " \t\n\r" or category == "Zs":
+                whitespace.append(code)
+            elif code in (0, 0xFFFD) or category in ("Cc", "Cf"):
+                removed.append(code)
+            if char.isspace():  # what Google's str.split() splits on
+                spaces.append(code)
+            if category.startswith("P") or 33 <= code <= 47 or 58 <= code <= 64 \
+                    or 91 <= code <= 96 or 123 <= code <= 126:
+                punctuation.append(code)
+            if category == "Mn":
+                marks.append(code)
+        self.clean = {**dict.fromkeys(removed), **dict.fromkeys(whitespace, " ")}
+        self.marks = dict.fromkeys(marks)
+        self.spaces = f"[{_pattern_class(_runs(spaces))}]+"
+        self.single_character_words = f"[{_pattern_class(_CJK_RANGES)}{_pattern_class(_runs(punctuation))}]"
+
+
+def _runs(codes: List[int]) -> List[Tuple[int, int]]:
+    """Sorted code points as (first, last) runs."""
+    runs: List[Tuple[int, int]] = []
+    for code in codes:
+        if runs and runs[-1][1] == code - 1:
+            runs[-1] = (runs[-1][0], code)
+        else:
+            runs.append((code, code))
+    return runs
+
+
+def _pattern_class(runs) -> str:
+    """The inside of a regular-expression class of `tokenizers` (Oniguruma) for code point runs."""
+    return "".join(f"\\x{{{a:X}}}" if a == b else f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in runs)
+
+
+@functools.lru_cache(maxsize=None)
+def _character_classes() -> _CharacterClasses:
+    return _CharacterClasses()
+
+
+def normalize(text: str, do_lower_case: bool = True) -> str:
+    """The text as Google's `BasicTokenizer` sees it before splitting words.
+
+    Control and format characters, NUL and U+FFFD removed, whitespace made
+    spaces; with `do_lower_case`, `str.lower` then accents stripped (NFD, marks
+    dropped). Google lower-cases word by word; the whole text gives the same
+    result, since whitespace is neither cased nor case-ignorable and so ends a
+    final sigma's context, as CJK characters and the text's ends do.
+
+    Example:
+    >>> normalize("Héllo\\u200b ΟΔΟΣ\\t!")
+    'hello οδος !'
+    """
+    classes = _character_classes()
+    text = text.translate(classes.clean)
+    if do_lower_case:
+        text = unicodedata.normalize("NFD", text.lower()).translate(classes.marks)
+    return text
+
+
+def _pre_tokenizer():
+    """Google's word split in `tokenizers`: on whitespace, then every CJK and punctuation character alone."""
+    from tokenizers import Regex, pre_tokenizers
+
+    classes = _character_classes()
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(classes.spaces), "removed"),
+        pre_tokenizers.Split(Regex(classes.single_character_words), "isolated"),
+    ])
+
 
 class Tokenizer:
-    """WordPiece tokenizer for a BERT `vocab.txt`.
+    """WordPiece tokenizer for a BERT `vocab.txt`, equal to Google's `FullTokenizer`.
 
     Args:
-        vocab_path: the vocabulary, one token a line; a token's id is its line
-            number, from 0.
+        vocab: the vocabulary: the path of a `vocab.txt` (one token a line; a
+            token's id is its line number, from 0), or a `{token: id}` dict as
+            bert4keras's `load_vocab` returns.
         do_lower_case: lower-case and strip accents first (True for uncased
             and Chinese models, False for cased ones).
 
     Example:
-    >>> tokenizer = Tokenizer("chinese_L-12_H-768_A-12/vocab.txt")
-    >>> tokenizer.encode("语言模型")
-    ([101, 6427, 6241, 3563, 1798, 102], [0, 0, 0, 0, 0, 0])
+    >>> vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "语": 4, "言": 5, "model": 6}
+    >>> tokenizer = Tokenizer(vocab)
+    >>> tokenizer.encode("语言 Model")
+    ([2, 4, 5, 6, 3], [0, 0, 0, 0, 0])
+    >>> tokenizer.tokenize("语言?")
+    ['[CLS]', '语', '言', '[UNK]', '[SEP]']
     """
 
-    def __init__(self, vocab_path: "str | os.PathLike[str]", do_lower_case: bool = True):
+    def __init__(self, vocab: "str | os.PathLike[str] | Mapping[str, int]", do_lower_case: bool = True):
         from tokenizers import Tokenizer as _Backend
-        from tokenizers import decoders, models, normalizers, pre_tokenizers
+        from tokenizers import decoders, models
 
-        self.vocab_path = os.fspath(vocab_path)
         self.do_lower_case = do_lower_case
-        self.vocab = _read_vocab(self.vocab_path)
+        self.vocab = _check_vocab(dict(vocab), "vocab") if isinstance(vocab, Mapping) \
+            else _read_vocab(os.fspath(vocab))
         self._id_to_token = {index: token for token, index in self.vocab.items()}
+        # Google's WordPiece gives up on words over 200 characters (HF's default is 100).
         backend = _Backend(models.WordPiece(self.vocab, unk_token=UNK, max_input_chars_per_word=200))
-        backend.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case,
-            lowercase=do_lower_case)
-        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        backend.pre_tokenizer = _pre_tokenizer()
         backend.decoder = decoders.WordPiece(prefix="##")
         self._backend = backend
         self.cls_id, self.sep_id, self.pad_id = (self.vocab[CLS], self.vocab[SEP],
@@ -68,24 +175,23 @@ class Tokenizer:
         With `maxlen`, the longer text loses tokens from its end until the
         whole fits (ties: the first text), as bert4keras does.
         """
-        pieces = [self._backend.encode(first, add_special_tokens=False).ids]
+        pieces = [self._wordpiece_ids([first])[0]]
         if second is not None:
-            pieces.append(self._backend.encode(second, add_special_tokens=False).ids)
+            pieces.append(self._wordpiece_ids([second])[0])
         return self._assemble(pieces, maxlen)
 
     def encode_all(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
                    maxlen: Optional[int] = None) -> List[Tuple[List[int], List[int]]]:
         """`encode` for many texts (or pairs; a `None` second text means none), unpadded.
 
-        The texts are tokenized together, in parallel, by `tokenizers`.
+        The words are cut into WordPiece tokens together, in parallel, by `tokenizers`.
         """
-        firsts = [e.ids for e in self._backend.encode_batch(list(first), add_special_tokens=False)]
+        firsts = self._wordpiece_ids(first)
         seconds: List[Optional[List[int]]] = [None] * len(firsts)
         if second is not None:
             present = [i for i, text in enumerate(second) if text is not None]
-            encoded = self._backend.encode_batch([second[i] for i in present], add_special_tokens=False)
-            for i, encoding in zip(present, encoded):
-                seconds[i] = encoding.ids
+            for i, ids in zip(present, self._wordpiece_ids([second[i] for i in present])):
+                seconds[i] = ids
         return [self._assemble([a] if b is None else [a, b], maxlen) for a, b in zip(firsts, seconds)]
 
     def encode_batch(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
@@ -107,6 +213,21 @@ class Tokenizer:
 
     def id_to_token(self, index: int) -> str:
         return self._id_to_token[int(index)]
+
+    def split_words(self, text: str) -> List[str]:
+        """The words of `text` before WordPiece, as Google's `BasicTokenizer` gives them.
+
+        Example:
+        >>> Tokenizer({"[CLS]": 0, "[SEP]": 1, "[UNK]": 2}).split_words("Héllo, 世界!")
+        ['hello', ',', '世', '界', '!']
+        """
+        normalized = normalize(text, self.do_lower_case)
+        return [word for word, _ in self._backend.pre_tokenizer.pre_tokenize_str(normalized)]
+
+    def _wordpiece_ids(self, texts: Sequence[str]) -> List[List[int]]:
+        normalized = [normalize(text, self.do_lower_case) for text in texts]
+        encoded = self._backend.encode_batch(normalized, add_special_tokens=False)
+        return [encoding.ids for encoding in encoded]
 
     @property
     def _special_ids(self) -> set:
@@ -152,8 +273,11 @@ def _read_vocab(path: str) -> Dict[str, int]:
     while tokens and not tokens[-1].strip():
         tokens.pop()
     # As Google's load_vocab: tokens stripped, a repeated token keeps its last id.
-    vocab = {token.strip(): index for index, token in enumerate(tokens)}
+    return _check_vocab({token.strip(): index for index, token in enumerate(tokens)}, path)
+
+
+def _check_vocab(vocab: Dict[str, int], source: str) -> Dict[str, int]:
     missing = [t for t in (CLS, SEP, UNK) if t not in vocab]
     if missing:
-        raise KbertError(f"{path}: the vocabulary lacks {', '.join(missing)}; is this a BERT vocab.txt?")
+        raise KbertError(f"{source}: the vocabulary lacks {', '.join(missing)}; is this a BERT vocab.txt?")
     return vocab

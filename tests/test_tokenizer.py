@@ -5,6 +5,8 @@ PyPI package bert-tensorflow 1.0.4) on the same vocabularies, and are written
 out so that the tests need neither it nor TensorFlow 1.
 """
 
+import unicodedata
+
 import numpy as np
 import pytest
 
@@ -44,6 +46,43 @@ def test_mission_example(chinese):
 ])
 def test_matches_google_full_tokenizer(chinese, text, expected):
     assert chinese.encode(text)[0] == expected
+
+
+# Cases where the tokenizers library's own BERT normalizer differs from Google's rules;
+# the ids are Google's FullTokenizer's (bert-tensorflow 1.0.4) on the Chinese vocab.
+@pytest.mark.parametrize("text, lower_ids, cased_ids", [
+    # Private-use characters are kept (as [UNK]), not deleted; inside a word the word is [UNK].
+    ("我\ue139你", [2769, 100, 872], [2769, 100, 872]),
+    ("我\U000F0001你", [2769, 100, 872], [2769, 100, 872]),
+    ("ab\ue139cd", [100], [100]),
+    # Google's CJK range U+2B820-U+2CEAF: one word per character.
+    ("\U0002B820\U0002B821", [100, 100], [100, 100]),
+    ("\U0002CEAF好", [100, 1962], [100, 1962]),
+    # Python's lower-casing: a word-final capital sigma becomes ς (13395), σ (13396) inside.
+    ("ΟΔΟΣ", [222, 13383, 13392, 13395], [100]),
+    ("ΣΑΣ ΜΑΣ.", [226, 13380, 13395, 220, 13380, 13395, 119], [100, 100, 119]),
+    ("ΑΣ.Β", [210, 13396, 119, 211], [100, 119, 100]),
+    # Line separator: a word boundary (str.split), unlike other non-Zs characters.
+    ("a\u2028b", [143, 144], [143, 144]),
+    # A combining mark after a CJK character: stripped when lower-casing, else its own word.
+    ("中\u0301文", [704, 3152], [704, 100, 3152]),
+    # Format characters (Cf), here a language tag, are removed.
+    ("\U000E0001标签", [3403, 5041], [3403, 5041]),
+])
+def test_matches_google_where_tokenizers_normalizer_does_not(text, lower_ids, cased_ids):
+    vocab = shared_path("vocab", "chinese_vocab.txt")
+    assert Tokenizer(vocab).encode(text)[0][1:-1] == lower_ids
+    assert Tokenizer(vocab, do_lower_case=False).encode(text)[0][1:-1] == cased_ids
+
+
+@pytest.mark.skipif(unicodedata.unidata_version < "14.0.0",
+                    reason="these characters are new in Unicode 14 (Python 3.11)")
+def test_follows_the_running_pythons_unicode_data(chinese):
+    # Characters newer than the tokenizers build's Unicode tables, under Google's rules:
+    # U+2E55 LEFT SQUARE BRACKET WITH STROKE is punctuation; U+0890 ARABIC POUND MARK ABOVE
+    # is a format character, removed.
+    assert chinese.encode("a\u2e55b")[0][1:-1] == [143, 100, 144]
+    assert chinese.encode("a\u0890b")[0][1:-1] == [9386]
 
 
 def test_long_words_become_unk(chinese):
