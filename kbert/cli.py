@@ -113,7 +113,12 @@ def _run_summary(args) -> int:
         load_weights(model, args.checkpoint)
     if args.num_labels:
         model = build_classifier(model, args.num_labels)
-    _print_keras_summary(model)
+    if args.style == "keras2":
+        from kbert.summary import keras2_summary
+
+        print(keras2_summary(model))
+    else:
+        _print_keras_summary(model)
     print()
     checked = crosscheck(analysis, model)
     print(format_table(analysis, checked))
@@ -260,6 +265,9 @@ def _parser() -> argparse.ArgumentParser:
     _model_arguments(summary, default_labels=None)
     summary.add_argument("--checkpoint", metavar="CKPT",
                          help="load a Google checkpoint or safetensors file before printing")
+    summary.add_argument("--style", choices=["keras3", "keras2"], default="keras3",
+                         help="keras3: Keras's own model.summary(); keras2: the text layout of "
+                              "Keras 2 (and of bert4keras's tables)")
     summary.set_defaults(run=_run_summary)
 
     params = commands.add_parser(
