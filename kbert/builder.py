@@ -22,6 +22,7 @@ from kbert import naming
 from kbert.config import BertConfig, load_config
 from kbert.layers import (
     BiasAdd,
+    CheckedEmbedding,
     FeedForward,
     MaskedAdd,
     MultiHeadSelfAttention,
@@ -31,6 +32,28 @@ from kbert.layers import (
     clone_initializer,
     get_activation,
 )
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class IdModel(keras.Model):
+    """A functional model on token and segment ids that rejects fractional ids.
+
+    Keras casts inputs to the `Input`'s int32 dtype, which would silently turn
+    an id of 2.7 into 2. Floating-point arrays of whole numbers (e.g. segment
+    ids from `np.zeros`) are accepted; any other fraction raises an error that
+    names the input. Integer inputs pass untouched, at no cost.
+    """
+
+    def call(self, inputs, training=None, mask=None):
+        import tensorflow as tf
+
+        for tensor, reference in zip(tf.nest.flatten(inputs), self.inputs):
+            tensor = tf.convert_to_tensor(tensor)
+            if tensor.dtype.is_floating:
+                tf.debugging.assert_equal(
+                    tensor, tf.round(tensor), summarize=8,
+                    message=f"{reference.name}: ids must be whole numbers")
+        return super().call(inputs, training=training, mask=mask)
 
 
 def build_transformer_model(
@@ -87,7 +110,7 @@ def build_transformer_model(
     if with_mlm:
         heads.append(_mlm_head(config, sequence_output, token_embedding))
     outputs = heads if len(heads) > 1 else (heads or [sequence_output])[0]
-    model = keras.Model([token_ids, segment_ids], outputs, name=name)
+    model = IdModel([token_ids, segment_ids], outputs, name=name)
     if checkpoint_path is not None:
         from kbert.convert import load_weights
 
@@ -123,14 +146,14 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
     probabilities = keras.layers.Dense(
         num_labels, activation="softmax", kernel_initializer=_initializer_of(bert),
         name=naming.CLASSIFIER_DENSE, dtype="float32")(features)
-    return keras.Model(bert.inputs, probabilities, name=name)
+    return IdModel(bert.inputs, probabilities, name=name)
 
 
 def _embeddings(config: BertConfig, token_embedding, token_ids, segment_ids):
     tokens = token_embedding(token_ids)
-    segments = keras.layers.Embedding(
-        config.type_vocab_size, config.hidden_size, embeddings_initializer=_initializer(config),
-        name=naming.EMBEDDING_SEGMENT)(segment_ids)
+    segments = CheckedEmbedding(
+        config.type_vocab_size, config.hidden_size, size_key="type_vocab_size",
+        embeddings_initializer=_initializer(config), name=naming.EMBEDDING_SEGMENT)(segment_ids)
     x = MaskedAdd(name=naming.EMBEDDING_TOKEN_SEGMENT)([tokens, segments])
     x = PositionEmbedding(config.max_position_embeddings, embeddings_initializer=_initializer(config),
                           name=naming.EMBEDDING_POSITION)(x)

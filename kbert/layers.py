@@ -51,8 +51,65 @@ def clone_initializer(initializer):
     return initializer.__class__.from_config(initializer.get_config())
 
 
+def checked_ids(ids, limit: int, description: str):
+    """`ids`, after checks that each is in `[0, limit)`; an error names `description` otherwise.
+
+    Keras would otherwise take a negative id as counting from the end of the
+    table (a silently wrong row) and raise an error that names no config key
+    for one past the end. The checks are TensorFlow assertions, run in eager and
+    graph mode; XLA (`jit_compile=True`) compiles them away, as it does every
+    assertion.
+    """
+    import tensorflow as tf
+
+    expected = f"{description}: ids must be in [0, {limit})"
+    checks = [
+        tf.debugging.assert_non_negative(ids, message=f"{expected}; found a negative id", summarize=8),
+        tf.debugging.assert_less(ids, ops.cast(limit, ids.dtype),
+                                 message=f"{expected}; found one of {limit} or more", summarize=8),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(ids)
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class TokenEmbedding(keras.layers.Embedding):
+class CheckedEmbedding(keras.layers.Embedding):
+    """`keras.layers.Embedding` that rejects ids outside its table.
+
+    An id below 0 or at least `input_dim` raises an error naming the layer and
+    `size_key`, the config key that sets `input_dim` (Keras's own layer would
+    read a negative id as a row from the end).
+
+    Args:
+        input_dim: number of rows (ids 0 to `input_dim - 1`).
+        output_dim: embedding width.
+        size_key: the config key named in the error (e.g. `type_vocab_size`).
+        **kwargs: as for `keras.layers.Embedding`.
+
+    Example:
+    >>> segments = CheckedEmbedding(2, 4, size_key="type_vocab_size", name="Embedding-Segment")
+    >>> segments(ops.convert_to_tensor([[0, 1, 1]])).shape
+    TensorShape([1, 3, 4])
+    >>> segments(ops.convert_to_tensor([[0, 2]]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tensorflow.python.framework.errors_impl.InvalidArgumentError: ...Embedding-Segment (type_vocab_size): ids must be in [0, 2); found one of 2 or more...
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, size_key: str = "input_dim", **kwargs):
+        super().__init__(input_dim, output_dim, **kwargs)
+        self.size_key = size_key
+
+    def call(self, inputs):
+        ids = ops.cast(inputs, "int32") if inputs.dtype not in ("int32", "int64") else inputs
+        return super().call(checked_ids(ids, self.input_dim, f"{self.name} ({self.size_key})"))
+
+    def get_config(self):
+        return {**super().get_config(), "size_key": self.size_key}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TokenEmbedding(CheckedEmbedding):
     """Token embedding that can also project hidden states back to the vocab.
 
     Called on token ids it looks them up; called with `reverse=True` on hidden
@@ -63,7 +120,8 @@ class TokenEmbedding(keras.layers.Embedding):
     Args:
         input_dim: vocabulary size V.
         output_dim: embedding width H.
-        **kwargs: as for `keras.layers.Embedding` (e.g. `mask_zero=True`).
+        **kwargs: as for `CheckedEmbedding` (e.g. `mask_zero=True`); ids are
+            checked against `vocab_size`.
 
     Example:
     >>> embed = TokenEmbedding(100, 8, mask_zero=True)
@@ -71,6 +129,9 @@ class TokenEmbedding(keras.layers.Embedding):
     >>> embed(hidden, reverse=True).shape
     TensorShape([1, 3, 100])
     """
+
+    def __init__(self, input_dim: int, output_dim: int, size_key: str = "vocab_size", **kwargs):
+        super().__init__(input_dim, output_dim, size_key=size_key, **kwargs)
 
     def call(self, inputs, reverse=False):
         if reverse:
@@ -149,8 +210,14 @@ class PositionEmbedding(keras.layers.Layer):
         )
 
     def call(self, inputs):
+        import tensorflow as tf
+
         length = ops.shape(inputs)[1]
-        positions = ops.cast(self.embeddings[:length], self.compute_dtype)
+        check = tf.debugging.assert_less_equal(
+            length, self.max_length, message=f"{self.name}: the sequence is longer than "
+                                             f"max_position_embeddings ({self.max_length})")
+        with tf.control_dependencies([check]):
+            positions = ops.cast(self.embeddings[:length], self.compute_dtype)
         return inputs + positions[None]
 
     def get_config(self):

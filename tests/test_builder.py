@@ -1,5 +1,8 @@
+import re
+
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras
 from conftest import CONFIGS, golden
@@ -118,3 +121,26 @@ def test_bad_num_labels():
     bert = build_transformer_model(CONFIGS / "bert_tiny.json")
     with pytest.raises(ValueError, match="num_labels: expected a positive integer, got 0"):
         build_classifier(bert, 0)
+
+
+@pytest.mark.parametrize("tokens, segments, message", [
+    ([[101, -5, 102]], [[0, 0, 0]], "Embedding-Token (vocab_size): ids must be in [0, 21128); found a negative id"),
+    ([[101, 21128, 102]], [[0, 0, 0]], "Embedding-Token (vocab_size): ids must be in [0, 21128); found one of 21128 or more"),
+    ([[101, 5, 102]], [[0, -1, 0]], "Embedding-Segment (type_vocab_size): ids must be in [0, 2); found a negative id"),
+    ([[101, 5, 102]], [[0, 2, 0]], "Embedding-Segment (type_vocab_size): ids must be in [0, 2); found one of 2 or more"),
+    ([[1] * 65], [[0] * 65], "Embedding-Position: the sequence is longer than max_position_embeddings (64)"),
+    ([[101.0, 5.5, 102.0]], [[0, 0, 0]], "Input-Token: ids must be whole numbers"),
+    ([[101, 5, 102]], [[0.0, 0.5, 0.0]], "Input-Segment: ids must be whole numbers"),
+])
+def test_bad_ids_are_errors_that_name_the_config_key(tiny, tokens, segments, message):
+    inputs = [np.array(tokens), np.array(segments)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+        tiny.predict(inputs, verbose=0)  # graph mode, as fit/predict run
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+        tiny(inputs)  # eager
+
+
+def test_whole_number_floats_are_accepted(tiny):
+    tokens = np.array([[101, 6427, 6241, 102]])
+    np.testing.assert_allclose(tiny.predict([tokens.astype("float64"), np.zeros((1, 4))], verbose=0)[1],
+                               tiny.predict([tokens, np.zeros_like(tokens)], verbose=0)[1], rtol=1e-6)
