@@ -14,12 +14,14 @@ so model tables and code written for bert4keras carry over:
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Sequence
 
 import keras
 
 from kbert import naming
 from kbert.config import BertConfig, load_config
+from kbert.errors import ConfigError
 from kbert.layers import (
     BiasAdd,
     CheckedEmbedding,
@@ -93,6 +95,7 @@ def build_transformer_model(
     """
     config = load_config(config)
     with_pool = with_pool or with_nsp
+    _check_fits_in_memory(config, with_pool=with_pool, with_nsp=with_nsp, with_mlm=with_mlm)
     token_ids = keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_TOKEN)
     segment_ids = keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_SEGMENT)
 
@@ -202,6 +205,27 @@ def _mlm_head(config: BertConfig, sequence_output, token_embedding: TokenEmbeddi
 
 def _layer_norm(config: BertConfig, name: str):
     return keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name=name)
+
+
+def _check_fits_in_memory(config: BertConfig, **heads) -> None:
+    """Fails at once, naming the largest layer, when the weights alone exceed the machine's memory.
+
+    Keras would otherwise spend a long time initializing before running out of memory.
+    """
+    from kbert.params import SYMBOL_KEYS, analyze
+
+    analysis = analyze(config, **heads)
+    bytes_per_value = 4  # float32 variables, also under mixed precision
+    needed = analysis.total * bytes_per_value
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > available:
+        largest = max(analysis.layers, key=lambda layer: layer.params)
+        keys = [SYMBOL_KEYS[symbol] for symbol in SYMBOL_KEYS if symbol in largest.formula]
+        raise ConfigError(
+            f"the model's weights need {needed / 2**30:,.1f} GB, more than this machine's "
+            f"{available / 2**30:,.1f} GB of memory; the largest layer, {largest.name}, holds "
+            f"{largest.formula} = {analysis.expand(largest.formula)} values "
+            f"({largest.params * bytes_per_value / 2**30:,.1f} GB): check {' and '.join(keys)}")
 
 
 def _initializer(config: BertConfig):

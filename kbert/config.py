@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from importlib import resources
 from typing import Any, List, Mapping, Union
@@ -174,9 +175,10 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
             raise ConfigError(f"{source}: key {key!r}: expected a number in [0, 1), got {values[key]!r}")
     for key in ("initializer_range", "layer_norm_eps"):
         if key in values and not _is_positive_number(values[key]):
-            raise ConfigError(f"{source}: key {key!r}: expected a positive number, got {values[key]!r}")
+            raise ConfigError(f"{source}: key {key!r}: expected a finite positive number, "
+                              f"got {values[key]!r}")
     act = values.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
+    if not isinstance(act, str) or act not in ACTIVATIONS:
         raise ConfigError(
             f"{source}: key 'hidden_act': unsupported activation {act!r}; "
             f"expected one of {', '.join(sorted(ACTIVATIONS))}"
@@ -189,7 +191,7 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
 
 
 def _is_positive_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def _is_probability(value: Any) -> bool:

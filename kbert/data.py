@@ -5,8 +5,13 @@ Three file formats, chosen by extension:
 - `.jsonl` / `.json`: JSON Lines, one object a line with `text`, optional
   `text_b`, and `label`;
 - `.csv` / `.tsv`: a header row naming `text`, optional `text_b`, and `label`;
+  CSV cells may be quoted, TSV cells are taken as they are (a text may start
+  with `"`);
 - anything else (`.data`, `.txt`, ...): `text<TAB>label` lines without a
-  header, the format of bert4keras's examples.
+  header, the format of bert4keras's examples. A first line that looks like a
+  header (`text<TAB>label`) is an error, not a class named `label`.
+
+Files are read as UTF-8; a byte-order mark at the start is ignored.
 
 A malformed row raises `DataError` naming the file and line, or, with
 `skip_malformed=True`, is skipped and counted in the `DataReport`.
@@ -71,7 +76,7 @@ def read_examples(path: "str | os.PathLike[str]", *, labelled: bool = True,
         extension, _tab_separated)
     examples = []
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
             for line, row in reader(handle, extension, labelled):
                 try:
                     examples.append(_example(row, line, labelled))
@@ -112,11 +117,21 @@ def _tab_separated(handle, extension, labelled):
         if len(parts) != 2:
             yield line, ValueError(f"expected 'text<TAB>label', found {len(parts) - 1} tab(s)")
             continue
+        if line == 1 and parts[1].strip().lower() in _HEADER_LABELS:
+            raise DataError(f"{handle.name}, line 1: {raw!r} looks like a header, but a "
+                            "text<TAB>label file has none: remove the line, or name the file "
+                            "*.tsv to read it as a table with a header")
         yield line, (parts[0], None, parts[1])
 
 
+# Column names that mark a first line as a header rather than an example.
+_HEADER_LABELS = {"label", "labels", "class", "category", "target", "y", "tag"}
+
+
 def _delimited(handle, extension, labelled):
-    rows = csv.reader(handle, delimiter="\t" if extension == ".tsv" else ",")
+    # Tab-separated text is not quoted: a `"` is part of the text, not a CSV quote.
+    rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if extension == ".tsv" \
+        else csv.reader(handle)
     header = next(rows, None)
     if header is None:
         return

@@ -104,6 +104,11 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
 def _row_selection(row: WeightName, stored, wanted, keep, source: TensorSource):
     """Which source rows feed the variable (None: all), and a note if some are dropped."""
     if keep is not None and row.axes[0] == "vocab_size":
+        if len(keep) != wanted[0]:
+            raise CheckpointError(
+                f"{source.path}: keep_tokens has {len(keep)} ids but the model's vocab_size is "
+                f"{wanted[0]}; nothing was loaded. Build the model with vocab_size = "
+                f"len(keep_tokens) ({len(keep)})")
         out_of_range = keep[(keep < 0) | (keep >= stored[0])]
         if out_of_range.size:
             raise CheckpointError(

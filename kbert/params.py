@@ -25,6 +25,9 @@ from kbert.config import BertConfig
 
 GROUPS = ("embeddings", "encoder", "pooler", "heads")
 _SYMBOL = re.compile(r"\b[VHIPTLC]\b")
+# The config key behind each symbol (C, the number of labels, is not a config key).
+SYMBOL_KEYS = {"V": "vocab_size", "H": "hidden_size", "I": "intermediate_size",
+               "L": "num_hidden_layers", "P": "max_position_embeddings", "T": "type_vocab_size"}
 
 
 @dataclasses.dataclass(frozen=True)

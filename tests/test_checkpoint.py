@@ -228,3 +228,8 @@ def test_keep_tokens(tiny_checkpoint_dir, tiny_config):
     with pytest.raises(CheckpointError, match=r"keep_tokens has id\(s\) \[15\] outside the "
                                               r"checkpoint's vocabulary of 15"):
         load_google_checkpoint(model, tiny_checkpoint_dir, keep_tokens=[0, 1, 2, 3, 15, 11])
+    before = [w.numpy() for w in model.weights]
+    with pytest.raises(CheckpointError, match=r"keep_tokens has 5 ids but the model's vocab_size is 6; "
+                                              r"nothing was loaded"):
+        load_google_checkpoint(model, tiny_checkpoint_dir, keep_tokens=[0, 1, 2, 3, 13])
+    assert all(np.array_equal(a, w.numpy()) for a, w in zip(before, model.weights))

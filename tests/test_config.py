@@ -71,3 +71,24 @@ def test_not_json(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="nope.json: config file not found"):
         BertConfig.from_json_file(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("hidden_act", ["gelu"], "key 'hidden_act': unsupported activation ['gelu']"),
+    ("layer_norm_eps", float("inf"), "key 'layer_norm_eps': expected a finite positive number, got inf"),
+    ("initializer_range", float("nan"), "key 'initializer_range': expected a finite positive number, got nan"),
+])
+def test_values_that_used_to_pass_or_crash(key, value, message):
+    values = json.loads((CONFIGS / "bert_tiny.json").read_text())
+    with pytest.raises(ConfigError) as error:
+        BertConfig.from_dict({**values, key: value}, source="bert_config.json")
+    assert str(error.value).startswith(f"bert_config.json: {message}")
+
+
+def test_a_model_too_large_for_memory_fails_before_building():
+    from kbert import build_transformer_model
+    values = json.loads((CONFIGS / "bert_tiny.json").read_text())
+    with pytest.raises(ConfigError, match=r"the model's weights need 119\.2 GB, more than this machine's .* GB "
+                                          r"of memory; the largest layer, Embedding-Token, holds V·H = "
+                                          r"1000000000·32 values \(119\.2 GB\): check vocab_size and hidden_size"):
+        build_transformer_model({**values, "vocab_size": 10**9})

@@ -96,3 +96,29 @@ def test_prediction_input_ignores_a_label_column(tmp_path):
     path = write(tmp_path, "texts.data", "很好\t1\n一般般\n")
     examples, _ = read_examples(path, labelled=False)
     assert [(e.text, e.label) for e in examples] == [("很好", None), ("一般般", None)]
+
+
+def test_tsv_text_may_start_with_a_quote(tmp_path):
+    # With CSV quoting, the first '"' would swallow the rows up to the next '"'.
+    path = write(tmp_path, "d.tsv", 'text\tlabel\n"好"的开始\t1\n中间\t0\n还有"引号\t1\n结束"\t0\n最后\t1\n')
+    examples, _ = read_examples(path)
+    assert [(e.text, e.label) for e in examples] == [('"好"的开始', "1"), ("中间", "0"), ('还有"引号', "1"),
+                                                    ('结束"', "0"), ("最后", "1")]
+
+
+def test_header_in_a_text_label_file_is_an_error(tmp_path):
+    path = write(tmp_path, "train.data", "text\tlabel\n很好\t1\n")
+    with pytest.raises(DataError) as error:
+        read_examples(path)
+    assert str(error.value) == (f"{path}, line 1: 'text\\tlabel' looks like a header, but a text<TAB>label "
+                                "file has none: remove the line, or name the file *.tsv to read it as a "
+                                "table with a header")
+
+
+def test_byte_order_mark_is_ignored(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_bytes("text,label\n好,1\n".encode("utf-8-sig"))
+    assert [(e.text, e.label) for e in read_examples(path)[0]] == [("好", "1")]
+    path = tmp_path / "d.data"
+    path.write_bytes("好\t1\n".encode("utf-8-sig"))
+    assert [(e.text, e.label) for e in read_examples(path)[0]] == [("好", "1")]
