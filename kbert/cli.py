@@ -15,7 +15,8 @@ import sys
 from typing import List, Optional
 
 from kbert.config import BertConfig, bundled_config_names, bundled_config_path
-from kbert.errors import ConfigError, KbertError
+from kbert.errors import ConfigError, DataError, KbertError
+from kbert.options import TrainingOptions
 
 DEFAULT_CONFIG = "bert_base_chinese.json"
 DEFAULT_NUM_LABELS = 2
@@ -147,14 +148,14 @@ def _run_inspect(args) -> int:
 def _run_convert(args) -> int:
     from kbert.convert import convert
 
-    result = convert(args.source, args.output, config_path=args.config)
+    result = convert(args.source, args.output, config_path=args.config, overwrite=args.overwrite)
     print(f"{result['source']} -> {result['weights']}")
     print(f"  {result['variables']} variables, {result['params']:,} parameters; config {result['config']}")
     return 0
 
 
 def _run_train(args) -> int:
-    from kbert.train import TrainingOptions, train
+    from kbert.train import TrainingInterrupted, train
 
     options = TrainingOptions(
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
@@ -164,10 +165,9 @@ def _run_train(args) -> int:
     try:
         state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
                       checkpoint_path=args.checkpoint, num_labels=args.num_labels,
-                      options=options, resume=args.resume)
-    except KeyboardInterrupt:
-        print(f"\nkbert: interrupted; the last completed epoch is kept in {args.out}. "
-              "Run the same command with --resume to continue.", file=sys.stderr)
+                      options=options, resume=args.resume, overwrite=args.overwrite)
+    except TrainingInterrupted as interruption:
+        print(f"\nkbert: {interruption}", file=sys.stderr)
         return 130
     best = state.get("best_val_accuracy")
     print(f"saved {args.out} (epoch {state['best_epoch']}"
@@ -200,11 +200,11 @@ def _run_evaluate(args) -> int:
 
 def _run_predict(args) -> int:
     from kbert.data import read_examples
-    from kbert.train import predict
+    from kbert.train import check_model_dir, predict
 
+    check_model_dir(args.model)  # before waiting for standard input
     if args.input == "-":
-        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
-        pairs = None
+        texts, pairs = _read_standard_input(), None
     else:
         examples, _ = read_examples(args.input, labelled=False)
         texts, pairs = [e.text for e in examples], [e.text_b for e in examples]
@@ -214,6 +214,19 @@ def _run_predict(args) -> int:
         else:
             print(f"{row['label']}\t{row['probability']:.4f}")
     return 0
+
+
+def _read_standard_input() -> List[str]:
+    """One text a line from standard input (UTF-8), blank lines skipped."""
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise DataError(f"standard input: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    texts = [line for line in text.splitlines() if line.strip()]
+    if not texts:
+        raise DataError("standard input: no texts to predict (expected one text a line)")
+    return texts
 
 
 def _run_export(args) -> int:
@@ -241,27 +254,58 @@ def _model_arguments(parser: argparse.ArgumentParser, default_labels) -> None:
     parser.add_argument("config", nargs="?", default=None,
                         help="bert_config.json / config.json, or a bundled config name "
                              f"(default: {DEFAULT_CONFIG})")
+    labels_default = ("2 for the default config, else none" if default_labels is None
+                      else default_labels or "none")
     parser.add_argument("--num-labels", type=_non_negative_int, default=default_labels, metavar="N",
-                        help="add the classifier head (CLS-token -> dense_output) with N labels")
+                        help="add the classifier head (CLS-token -> dense_output) with N labels "
+                             f"(default: {labels_default})")
     parser.add_argument("--pool", action="store_true", help="add the pooler")
     parser.add_argument("--nsp", action="store_true", help="add the NSP head (implies --pool)")
     parser.add_argument("--mlm", action="store_true", help="add the masked-LM head")
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
+    return _whole_number(text, minimum=0)
+
+
+def _positive_int(text: str) -> int:
+    return _whole_number(text, minimum=1)
+
+
+def _whole_number(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {text!r}")
     return value
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """Ends every option's help with its default (unless the help already names it)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.required or action.default is argparse.SUPPRESS \
+                or (not action.option_strings and action.nargs != "?"):
+            return text
+        shown = {False: "off", None: "none"}.get(action.default, "%(default)s") \
+            if not isinstance(action.default, (int, float)) or isinstance(action.default, bool) \
+            else "%(default)s"
+        return f"{text} (default: {shown})"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kbert", description="Build, load, inspect and fine-tune BERT in Keras 3.")
+        prog="kbert", description="Build, load, inspect and fine-tune BERT in Keras 3.",
+        formatter_class=_HelpWithDefaults)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    summary = commands.add_parser(
-        "summary", help="build the model, print model.summary() and the analytic cross-check")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, formatter_class=_HelpWithDefaults)
+
+    summary = command("summary", "build the model, print model.summary() and the analytic cross-check")
     _model_arguments(summary, default_labels=None)
     summary.add_argument("--checkpoint", metavar="CKPT",
                          help="load a Google checkpoint or safetensors file before printing")
@@ -270,70 +314,81 @@ def _parser() -> argparse.ArgumentParser:
                               "Keras 2 (and of bert4keras's tables)")
     summary.set_defaults(run=_run_summary)
 
-    params = commands.add_parser(
-        "params", help="the analytic parameter table alone (no TensorFlow)")
+    params = command("params", "the analytic parameter table alone (no TensorFlow)")
     _model_arguments(params, default_labels=0)
     params.add_argument("--claim", type=int, metavar="N",
                         help="explain a (wrong) total N as a combination of common mistakes")
     params.add_argument("--json", action="store_true", help="print JSON")
     params.set_defaults(run=_run_params)
 
-    inspect = commands.add_parser(
-        "inspect", help="list a checkpoint's variables and the kbert layers they map to")
+    inspect = command("inspect", "list a checkpoint's variables and the kbert layers they map to")
     inspect.add_argument("checkpoint", metavar="CKPT",
                          help="Google checkpoint (prefix, file or directory) or model.safetensors")
     inspect.set_defaults(run=_run_inspect)
 
-    convert = commands.add_parser(
-        "convert", help="convert Hugging Face safetensors <-> Google checkpoint")
+    convert = command("convert", "convert Hugging Face safetensors <-> Google checkpoint")
     convert.add_argument("source", metavar="SRC", help="Google checkpoint or safetensors (file or directory)")
-    convert.add_argument("output", metavar="OUT", help="output directory")
+    convert.add_argument("output", metavar="OUT", help="output directory (new, or empty)")
     convert.add_argument("--config", help="the source's config (default: the one beside SRC)")
+    convert.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     convert.set_defaults(run=_run_convert)
 
-    train = commands.add_parser("train", help="fine-tune a classifier on a data file")
+    defaults = TrainingOptions()
+    train = command("train", "fine-tune a classifier on a data file")
     train.add_argument("--config", required=True, help="the backbone's bert_config.json / config.json")
     train.add_argument("--vocab", required=True, help="its vocab.txt")
     train.add_argument("--train", required=True, help="training data (text<TAB>label, CSV/TSV, JSONL)")
-    train.add_argument("--valid", help="validation data; the best epoch on it is kept")
-    train.add_argument("--out", required=True, help="model directory to write")
-    train.add_argument("--checkpoint", help="pre-trained weights (Google checkpoint or safetensors)")
-    train.add_argument("--num-labels", type=int, help="number of classes (default: from --train)")
-    train.add_argument("--epochs", type=int, default=3)
-    train.add_argument("--batch-size", type=int, default=32)
-    train.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
-    train.add_argument("--warmup", type=float, default=0.1, help="share of steps to warm up (default 0.1)")
-    train.add_argument("--maxlen", type=int, default=128)
+    train.add_argument("--valid", help="validation data; the best epoch on it is kept "
+                                       "(default: none, every epoch is kept in turn)")
+    train.add_argument("--out", required=True,
+                       help="model directory to write (written as OUT.partial, moved to OUT at the end)")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace an existing --out when the run completes")
+    train.add_argument("--checkpoint", help="pre-trained weights, Google checkpoint or safetensors "
+                                            "(default: none, random weights)")
+    train.add_argument("--num-labels", type=_positive_int,
+                       help="number of classes (default: the labels in --train)")
+    train.add_argument("--epochs", type=_positive_int, default=defaults.epochs, help="passes over --train")
+    train.add_argument("--batch-size", type=_positive_int, default=defaults.batch_size,
+                       help="examples per step, over all devices")
+    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak learning rate")
+    train.add_argument("--warmup", type=float, default=defaults.warmup_ratio,
+                       help="share of the steps spent warming up, in [0, 1)")
+    train.add_argument("--maxlen", type=_positive_int, default=defaults.maxlen,
+                       help="longest sequence in tokens, [CLS] and [SEP] included")
     train.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
-    train.add_argument("--strategy", choices=["auto", "mirrored", "multiworker"], default="auto",
+    train.add_argument("--strategy", choices=["auto", "mirrored", "multiworker"], default=defaults.strategy,
                        help="tf.distribute strategy (multiworker reads TF_CONFIG)")
-    train.add_argument("--mixed-precision", choices=["bf16", "fp16"])
+    train.add_argument("--mixed-precision", choices=["bf16", "fp16"], help="compute in this precision (default: none, all float32)")
     train.add_argument("--skip-malformed", action="store_true",
-                       help="skip malformed rows (counted) instead of stopping")
+                       help="skip malformed rows (counted, with their lines) instead of stopping")
     train.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, default=defaults.seed,
+                       help="seed of initialisation, shuffling and dropout")
     train.add_argument("--resume", action="store_true",
-                       help="continue an interrupted run in --out from its last completed epoch")
+                       help="continue the interrupted run in OUT.partial from its last completed epoch")
     train.set_defaults(run=_run_train)
 
-    evaluate = commands.add_parser("evaluate", help="accuracy, per-class P/R/F1, confusion matrix")
+    evaluate = command("evaluate", "accuracy, per-class P/R/F1, confusion matrix")
     evaluate.add_argument("--model", required=True, help="model directory from kbert train")
     evaluate.add_argument("--data", required=True, help="labelled data file")
-    evaluate.add_argument("--batch-size", type=int, default=64)
+    evaluate.add_argument("--batch-size", type=_positive_int, default=64, help="examples per step")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(run=_run_evaluate)
 
-    predict = commands.add_parser("predict", help="label and probability for each input text")
+    predict = command("predict", "label and probability for each input text")
     predict.add_argument("--model", required=True, help="model directory from kbert train")
     predict.add_argument("input", nargs="?", default="-",
-                         help="file of texts (one a line, or CSV/TSV/JSONL with a text column); - for stdin")
-    predict.add_argument("--batch-size", type=int, default=64)
+                         help="file of texts (one a line, or CSV/TSV/JSONL with a text column); "
+                              "- for standard input")
+    predict.add_argument("--batch-size", type=_positive_int, default=64, help="examples per step")
     predict.add_argument("--json", action="store_true", help="print JSON Lines")
     predict.set_defaults(run=_run_predict)
 
-    export = commands.add_parser("export", help="TF SavedModel for serving (or a .keras file)")
+    export = command("export", "TF SavedModel for serving (or a .keras file)")
     export.add_argument("--model", required=True, help="model directory from kbert train")
-    export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .keras")
+    export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .keras "
+                                                      "(must not exist)")
     export.set_defaults(run=_run_export)
     return parser
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -17,7 +19,7 @@ import numpy as np
 from kbert import naming
 from kbert.config import BertConfig
 from kbert.errors import CheckpointError
-from kbert.io import atomic_copy, atomic_write_text
+from kbert.io import atomic_copy, atomic_write_text, is_occupied, replace_directory
 from kbert.loader import LoadReport, TensorSource, load_into
 from kbert.weights import GOOGLE, HF, block_count, known_names, layer_of
 
@@ -106,22 +108,48 @@ def find_config(source: TensorSource) -> str:
 
 
 def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
-            config_path: Optional[str] = None) -> dict:
+            config_path: Optional[str] = None, overwrite: bool = False) -> dict:
     """Converts a Google checkpoint to Hugging Face safetensors, or the reverse.
 
-    `out` is a directory; it receives the weights, the config in the target
-    format's name, and `vocab.txt` when the source has one beside it.
-    Returns a description of what was written.
+    `out` is a directory, new or empty (or, with `overwrite`, replaced whole);
+    it receives the weights, the config in the target format's name, and
+    `vocab.txt` when the source has one beside it. The files are written into
+    a temporary directory beside `out` and moved there together, so `out`
+    never holds a mix of two models. Returns a description of what was written.
     """
     from kbert.builder import build_transformer_model
 
+    out = os.path.normpath(os.fspath(out))
+    if is_occupied(out) and not overwrite:
+        raise CheckpointError(f"{out}: already exists and is not empty; converting into it would mix "
+                              "two models' files. Choose a new directory, or pass --overwrite to "
+                              "replace it")
     source = open_weights(src)
     config_path = config_path or find_config(source)
     config = BertConfig.from_json_file(config_path)
     heads = heads_in(source)
     model = build_transformer_model(config, **dataclasses.asdict(heads))
     report = load_into(model, source)
-    os.makedirs(out, exist_ok=True)
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
+    try:
+        weights, written_config = _write_converted(model, source, config, heads, staging)
+        vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)
+        if os.path.exists(vocab):
+            atomic_copy(vocab, os.path.join(staging, VOCAB))
+        replace_directory(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    weights, written_config = (os.path.join(out, os.path.relpath(path, staging))
+                               for path in (weights, written_config))
+    return {"source": source.path, "weights": weights, "config": written_config,
+            "variables": len(report.loaded), "params": model.count_params(),
+            "heads": dataclasses.asdict(heads), "unused": report.describe_unused()}
+
+
+def _write_converted(model, source: TensorSource, config: BertConfig, heads: Heads, out: str):
+    """Writes the model in the format that `source` is not; returns (weights, config) paths."""
     if source.fmt == GOOGLE:
         from kbert.hf import save_hf_weights
 
@@ -131,15 +159,10 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
         atomic_write_text(written_config, json.dumps(
             {**config.to_dict(), "model_type": "bert", "architectures": [architecture]},
             indent=2, sort_keys=True) + "\n")
-    else:
-        from kbert.checkpoint import save_google_checkpoint
+        return weights, written_config
+    from kbert.checkpoint import save_google_checkpoint
 
-        weights = save_google_checkpoint(model, os.path.join(out, GOOGLE_PREFIX))
-        written_config = os.path.join(out, GOOGLE_CONFIG)
-        config.to_json_file(written_config)
-    vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)
-    if os.path.exists(vocab):
-        atomic_copy(vocab, os.path.join(out, VOCAB))
-    return {"source": source.path, "weights": weights, "config": written_config,
-            "variables": len(report.loaded), "params": model.count_params(),
-            "heads": dataclasses.asdict(heads), "unused": report.describe_unused()}
+    weights = save_google_checkpoint(model, os.path.join(out, GOOGLE_PREFIX))
+    written_config = os.path.join(out, GOOGLE_CONFIG)
+    config.to_json_file(written_config)
+    return weights, written_config

@@ -73,3 +73,35 @@ def replace_files(staging: str, directory: str) -> None:
         raise
     finally:
         shutil.rmtree(backup, ignore_errors=True)
+
+
+def is_occupied(path: "str | os.PathLike[str]") -> bool:
+    """Whether `path` is a file or a directory with something in it."""
+    path = os.fspath(path)
+    return os.path.isfile(path) or (os.path.isdir(path) and bool(os.listdir(path)))
+
+
+def replace_directory(source: str, target: str) -> None:
+    """Moves the directory `source` to `target`, replacing whatever `target` was, all or nothing.
+
+    The old `target` is first renamed aside, then `source` renamed into place,
+    then the old one deleted; if the second rename fails, the old one is put
+    back. Both paths must be on one file system (`source` is made beside
+    `target` for that).
+    """
+    target = os.path.normpath(target)
+    aside = None
+    if os.path.lexists(target):
+        aside = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(target)),
+                                 prefix=f".{os.path.basename(target)}.old-")
+        aside = os.path.join(aside, "old")
+        os.rename(target, aside)
+    try:
+        os.rename(source, target)
+    except BaseException:
+        if aside:
+            os.rename(aside, target)
+        raise
+    finally:
+        if aside:
+            shutil.rmtree(os.path.dirname(aside), ignore_errors=True)

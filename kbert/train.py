@@ -7,8 +7,13 @@ A trained model lives in a directory that holds everything needed to use it:
     labels.json        class id -> label name
     model.weights.h5   the classifier's weights (the best epoch on validation)
     training.json      maxlen, lower-casing, options, per-epoch history
-    resume/            while training: the last completed epoch (weights,
-                       optimizer state, epoch), for `--resume`
+
+A run never harms an earlier one: every input is checked and the model built
+(and its checkpoint loaded) before anything is written; the run is written
+into `OUT.partial/` (with `resume/`, the last completed epoch's weights,
+optimizer state and epoch, for `--resume`) and moved to `OUT` only when it
+completes. An existing `OUT` is refused unless `overwrite`, and even then it is
+replaced only at the end.
 
 Training uses Keras's own loop (`fit`, its progress bar, `BackupAndRestore`)
 with AdamW and a linear warm-up then linear decay of the learning rate; on
@@ -17,8 +22,11 @@ several devices it runs under a `tf.distribute` strategy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
+import math
 import os
 import shutil
 import tempfile
@@ -30,49 +38,18 @@ import numpy as np
 from kbert.builder import build_classifier, build_transformer_model
 from kbert.config import BertConfig
 from kbert.data import Example, LabelMap, encode_examples, make_dataset, read_examples
-from kbert.errors import DataError, KbertError
-from kbert.io import atomic_copy, atomic_path, atomic_write_text
+from kbert.errors import DataError, KbertError, first_line
+from kbert.options import TrainingOptions
+from kbert.io import atomic_copy, atomic_path, atomic_write_text, is_occupied, replace_directory
 from kbert.tokenizer import Tokenizer
+
+logger = logging.getLogger("kbert")
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, RESUME_DIR = (
     "bert_config.json", "vocab.txt", "model.weights.h5", "training.json", "resume")
+PARTIAL_SUFFIX = ".partial"
 STRATEGIES = ("auto", "mirrored", "multiworker")
 PRECISIONS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-
-
-@dataclasses.dataclass
-class TrainingOptions:
-    """Hyper-parameters of `train`.
-
-    Args:
-        epochs: passes over the training data.
-        batch_size: global batch size (split across devices).
-        learning_rate: peak learning rate, reached after warm-up.
-        warmup_ratio: share of all steps spent warming up.
-        weight_decay: AdamW's decoupled weight decay (not on LayerNorms, biases).
-        maxlen: longest sequence, in tokens, `[CLS]` and `[SEP]` included.
-        do_lower_case: lower-case and strip accents in the tokenizer.
-        strategy: `auto` (all local GPUs if several), `mirrored`, `multiworker`.
-        mixed_precision: None, `bf16` or `fp16`.
-        skip_malformed: skip bad data rows (counted) instead of failing.
-        shuffle: reshuffle the training data every epoch. The order follows
-            `seed`, but under a distribution strategy Keras draws the
-            reshuffles differently, so runs compare exactly only without it.
-        seed: seed of initialisation, shuffling and dropout.
-    """
-
-    epochs: int = 3
-    batch_size: int = 32
-    learning_rate: float = 2e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    maxlen: int = 128
-    do_lower_case: bool = True
-    strategy: str = "auto"
-    mixed_precision: Optional[str] = None
-    skip_malformed: bool = False
-    shuffle: bool = True
-    seed: int = 0
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -123,6 +100,10 @@ class _BestWeights(keras.callbacks.Callback):
         _write_json(os.path.join(self.out_dir, TRAINING_FILE), self.state)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `train`; the message says what was kept and how to go on."""
+
+
 def train(
     config_path: str,
     vocab_path: str,
@@ -134,6 +115,7 @@ def train(
     num_labels: Optional[int] = None,
     options: Optional[TrainingOptions] = None,
     resume: bool = False,
+    overwrite: bool = False,
     verbose: "int | str" = "auto",
 ) -> dict:
     """Fine-tunes `build_classifier` on a data file and writes a model directory.
@@ -142,22 +124,30 @@ def train(
         config_path: the backbone's `bert_config.json` / `config.json`.
         vocab_path: its `vocab.txt`.
         train_path: training data (see `kbert.data` for the formats).
-        out_dir: the model directory to write.
+        out_dir: the model directory to write (see the module docstring).
         valid_path: validation data; the best epoch on it is kept.
         checkpoint_path: pre-trained weights (Google checkpoint or safetensors);
             without it the backbone starts from random weights.
         num_labels: number of classes; by default, those in the training file.
         options: `TrainingOptions`.
-        resume: continue an interrupted run in `out_dir` from its last
-            completed epoch.
+        resume: continue the interrupted run in `out_dir + ".partial"` from
+            its last completed epoch.
+        overwrite: replace an existing `out_dir` when the run completes.
         verbose: Keras's `fit` verbosity (the progress bar by default).
 
     Returns:
         training.json's content: options, history, best epoch.
+
+    Raises:
+        KbertError: a bad input (naming the file, line, key or option), before
+            anything is written.
+        TrainingInterrupted: on Ctrl-C, saying what was kept.
     """
     options = options or TrainingOptions()
     _check_options(options)
-    _check_resume(out_dir, resume)
+    run = _RunDirectory(out_dir)
+    run.check(resume=resume, overwrite=overwrite)
+    strategy = make_strategy(options.strategy)
     # Before any dataset exists: tf.data's shuffle order follows the global seed.
     keras.utils.set_random_seed(options.seed)
     config = BertConfig.from_json_file(config_path)
@@ -165,8 +155,12 @@ def train(
         raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
     tokenizer = Tokenizer(vocab_path, do_lower_case=options.do_lower_case)
-    train_examples, train_report = read_examples(train_path, skip_malformed=options.skip_malformed)
+    _check_vocab_fits(tokenizer, vocab_path, config, config_path)
+    train_examples, train_report = _read(train_path, options)
     labels = LabelMap.from_examples(train_examples)
+    if len(labels) < 2:
+        raise DataError(f"{train_path}: every example has the label {labels.names[0]!r}; "
+                        "a classifier needs examples of at least two labels")
     num_labels = num_labels or len(labels)
     if num_labels < len(labels):
         raise DataError(f"{train_path}: {len(labels)} labels ({', '.join(labels.names)}) "
@@ -176,22 +170,13 @@ def train(
                               shuffle=options.shuffle, seed=options.seed)
     valid_data, valid_report = None, None
     if valid_path:
-        valid_examples, valid_report = read_examples(valid_path, skip_malformed=options.skip_malformed)
+        valid_examples, valid_report = _read(valid_path, options)
         valid_data = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
                                   labels.ids(valid_examples, valid_path), options.batch_size)
 
-    os.makedirs(out_dir, exist_ok=True)
-    state = _training_state(out_dir, resume, options, num_labels, train_report, valid_report)
-    config.to_json_file(os.path.join(out_dir, CONFIG_FILE))
-    atomic_copy(vocab_path, os.path.join(out_dir, VOCAB_FILE))
-    labels.save(out_dir)
-
     steps = options.epochs * int(np.ceil(len(train_examples) / options.batch_size))
-    previous_policy = keras.mixed_precision.global_policy()
-    if options.mixed_precision:
-        keras.mixed_precision.set_global_policy(PRECISIONS[options.mixed_precision])
-    try:
-        with make_strategy(options.strategy).scope():
+    with _precision(options.mixed_precision):
+        with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path)
             classifier = build_classifier(bert, num_labels)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
@@ -201,15 +186,101 @@ def train(
                 weight_decay=options.weight_decay, epsilon=1e-6)
             optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
             trainer.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        # Everything is checked: from here on the run writes, into OUT.partial/.
+        state = run.begin(resume, {"options": dataclasses.asdict(options), "num_labels": num_labels,
+                                   "train_data": str(train_report),
+                                   "valid_data": str(valid_report) if valid_report else None,
+                                   "history": []})
+        if not resume:
+            config.to_json_file(os.path.join(run.partial, CONFIG_FILE))
+            atomic_copy(vocab_path, os.path.join(run.partial, VOCAB_FILE))
+            labels.save(run.partial)
         callbacks = [
-            keras.callbacks.BackupAndRestore(os.path.join(out_dir, RESUME_DIR), double_checkpoint=True),
-            _BestWeights(classifier, out_dir, state),
+            keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
+            _BestWeights(classifier, run.partial, state),
         ]
-        trainer.fit(train_data, validation_data=valid_data, epochs=options.epochs,
-                    callbacks=callbacks, verbose=verbose, shuffle=False)
-    finally:
-        keras.mixed_precision.set_global_policy(previous_policy)
+        try:
+            trainer.fit(train_data, validation_data=valid_data, epochs=options.epochs,
+                        callbacks=callbacks, verbose=verbose, shuffle=False)
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(run.stopped(state, options.epochs)) from None
+        except BaseException:
+            run.stopped(state, options.epochs)
+            raise
+    run.publish()
     return state
+
+
+class _RunDirectory:
+    """A run's output directory `OUT` and its working copy `OUT.partial/`."""
+
+    def __init__(self, out_dir: str):
+        self.out = os.path.normpath(os.fspath(out_dir))
+        self.partial = self.out + PARTIAL_SUFFIX
+        self.existed = is_occupied(self.out)
+
+    def check(self, resume: bool, overwrite: bool) -> None:
+        """Refuses a run that would overwrite or mix with an earlier one; writes nothing."""
+        interrupted = os.path.isdir(os.path.join(self.partial, RESUME_DIR))
+        if resume and not interrupted:
+            raise KbertError(f"{self.out}: nothing to resume (no interrupted run in {self.partial})")
+        if os.path.lexists(self.partial) and not resume:
+            raise KbertError(f"{self.partial} holds an interrupted run for {self.out}: pass --resume to "
+                             "continue it, or delete that directory to start again")
+        if self.existed and not overwrite:
+            raise KbertError(f"{self.out} already exists: pass --overwrite to replace it when the new run "
+                             "completes, or choose another --out")
+
+    def begin(self, resume: bool, state: dict) -> dict:
+        """Creates OUT.partial/ with training.json (or reads the interrupted run's state)."""
+        path = os.path.join(self.partial, TRAINING_FILE)
+        if resume:
+            with open(path, encoding="utf-8") as handle:
+                return json.load(handle)
+        os.makedirs(self.partial)
+        _write_json(path, state)
+        return state
+
+    def stopped(self, state: dict, epochs: int) -> str:
+        """Cleans up after a run that did not complete; returns what happened, for the user."""
+        completed = len(state.get("history", []))
+        untouched = f"{self.out} is unchanged" if self.existed else f"{self.out} was not created"
+        if not completed:
+            shutil.rmtree(self.partial, ignore_errors=True)
+            return f"interrupted before the first epoch completed: nothing was kept, and {untouched}"
+        return (f"interrupted after {completed} of {epochs} epochs: they are kept in {self.partial} "
+                f"({untouched}); run the same command with --resume to continue")
+
+    def publish(self) -> None:
+        replace_directory(self.partial, self.out)
+
+
+def _read(path: str, options: TrainingOptions):
+    examples, report = read_examples(path, skip_malformed=options.skip_malformed)
+    if report.skipped:
+        logger.warning("%s", report)
+    return examples, report
+
+
+def _check_vocab_fits(tokenizer: Tokenizer, vocab_path: str, config: BertConfig, config_path: str) -> None:
+    largest = max(tokenizer.vocab.values())
+    if largest >= config.vocab_size:
+        raise KbertError(
+            f"{vocab_path}: the vocabulary has ids up to {largest}, but vocab_size in {config_path} is "
+            f"{config.vocab_size}: those tokens would have no embedding. Use the vocabulary that "
+            "belongs to the config (and checkpoint)")
+
+
+@contextlib.contextmanager
+def _precision(mixed_precision: Optional[str]):
+    """Keras's global dtype policy for the run, restored afterwards."""
+    previous = keras.mixed_precision.global_policy()
+    if mixed_precision:
+        keras.mixed_precision.set_global_policy(PRECISIONS[mixed_precision])
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
 
 
 def make_strategy(name: str):
@@ -239,29 +310,51 @@ class TrainedClassifier:
     maxlen: int
 
     def predict_proba(self, examples, batch_size: int = 64) -> np.ndarray:
+        if not examples:
+            raise KbertError("no texts to predict")
         data = make_dataset(encode_examples(self.tokenizer, examples, self.maxlen), None, batch_size)
         return self.model.predict(data, verbose=0)
 
 
-def load_classifier(model_dir: str) -> TrainedClassifier:
-    """Loads a model directory written by `train`."""
+def check_model_dir(model_dir: str) -> None:
+    """Raises `KbertError` unless `model_dir` holds every file `train` writes."""
     for name in (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, LabelMap.FILE_NAME):
         if not os.path.exists(os.path.join(model_dir, name)):
             raise KbertError(f"{model_dir}: not a kbert model directory (no {name})")
-    with open(os.path.join(model_dir, TRAINING_FILE), encoding="utf-8") as handle:
-        state = json.load(handle)
-    options = state["options"]
+
+
+def load_classifier(model_dir: str) -> TrainedClassifier:
+    """Loads a model directory written by `train`."""
+    check_model_dir(model_dir)
+    state_path = os.path.join(model_dir, TRAINING_FILE)
+    try:
+        with open(state_path, encoding="utf-8") as handle:
+            state = json.load(handle)
+        options, num_labels = state["options"], state["num_labels"]
+        do_lower_case, maxlen = options["do_lower_case"], options["maxlen"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise KbertError(f"{state_path}: not a training.json written by kbert train ({error!r})") from None
     labels = LabelMap.load(model_dir)
-    tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE), do_lower_case=options["do_lower_case"])
+    tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE), do_lower_case=do_lower_case)
     bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE))
-    model = build_classifier(bert, state["num_labels"])
-    model.load_weights(os.path.join(model_dir, WEIGHTS_FILE))
-    return TrainedClassifier(model, tokenizer, labels, options["maxlen"])
+    model = build_classifier(bert, num_labels)
+    weights = os.path.join(model_dir, WEIGHTS_FILE)
+    try:
+        model.load_weights(weights)
+    except Exception as error:  # h5py's and Keras's errors for damaged or foreign files
+        raise KbertError(f"{weights}: cannot read the classifier's weights ({first_line(error)}); "
+                         "the file is damaged or belongs to another model") from None
+    return TrainedClassifier(model, tokenizer, labels, maxlen)
 
 
 def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
             batch_size: int = 64) -> List[dict]:
     """The predicted label and its probability for each text (or pair)."""
+    if not len(texts):
+        raise KbertError("no texts to predict")
+    if text_pairs is not None and len(text_pairs) != len(texts):
+        raise KbertError(f"{len(texts)} texts but {len(text_pairs)} text pairs: give one pair "
+                         "(or None) per text")
     classifier = load_classifier(model_dir)
     pairs = text_pairs or [None] * len(texts)
     examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
@@ -339,31 +432,21 @@ def _check_options(options: TrainingOptions) -> None:
     if options.mixed_precision not in (None, *PRECISIONS):
         raise KbertError(f"unknown mixed precision {options.mixed_precision!r}; expected bf16 or fp16")
     for name in ("epochs", "batch_size", "maxlen"):
-        if getattr(options, name) < 1:
-            raise KbertError(f"{name} must be at least 1, got {getattr(options, name)}")
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise KbertError(f"{name} must be a whole number of at least 1, got {value!r}")
     if options.maxlen < 3:
         raise KbertError(f"maxlen must leave room for [CLS] and [SEP], got {options.maxlen}")
+    if not (_is_number(options.learning_rate) and 0 < options.learning_rate < math.inf):
+        raise KbertError(f"learning rate (--lr) must be a finite positive number, got {options.learning_rate!r}")
+    if not (_is_number(options.warmup_ratio) and 0 <= options.warmup_ratio < 1):
+        raise KbertError(f"warm-up ratio (--warmup) must be in [0, 1), got {options.warmup_ratio!r}")
+    if not (_is_number(options.weight_decay) and 0 <= options.weight_decay < math.inf):
+        raise KbertError(f"weight decay must be a finite number of 0 or more, got {options.weight_decay!r}")
 
 
-def _check_resume(out_dir: str, resume: bool) -> None:
-    interrupted = os.path.isdir(os.path.join(out_dir, RESUME_DIR))
-    if interrupted and not resume:
-        raise KbertError(f"{out_dir} holds an interrupted run ({RESUME_DIR}/): pass --resume to "
-                         "continue it, or choose another --out")
-    if resume and not interrupted:
-        raise KbertError(f"{out_dir}: nothing to resume (no {RESUME_DIR}/ from an interrupted run)")
-
-
-def _training_state(out_dir: str, resume: bool, options: TrainingOptions, num_labels: int,
-                    train_report, valid_report) -> dict:
-    if resume:
-        with open(os.path.join(out_dir, TRAINING_FILE), encoding="utf-8") as handle:
-            return json.load(handle)
-    state = {"options": dataclasses.asdict(options), "num_labels": num_labels,
-             "train_data": str(train_report),
-             "valid_data": str(valid_report) if valid_report else None, "history": []}
-    _write_json(os.path.join(out_dir, TRAINING_FILE), state)
-    return state
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _write_json(path: str, value) -> None:

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -133,35 +134,42 @@ def test_convert_needs_a_config(tmp_path, tiny_checkpoint_dir):
                                              f"{tmp_path / 'out' / 'config.json'}")
 
 
-def test_train_evaluate_predict_export(tmp_path):
+@pytest.fixture(scope="module")
+def trained_model(tmp_path_factory):
+    """A model directory of one quick epoch on 400 real reviews, trained through the CLI."""
     from conftest import shared_path
+    directory = tmp_path_factory.mktemp("cli")
     lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
-    (tmp_path / "train.data").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
-    (tmp_path / "valid.data").write_text("\n".join(lines[400:500]) + "\n", encoding="utf-8")
-    vocab = shared_path("vocab", "chinese_vocab.txt")
-    result = kbert("train", "--config", CONFIGS / "bert_tiny.json", "--vocab", vocab, "--train",
-                   tmp_path / "train.data", "--valid", tmp_path / "valid.data", "--epochs", 1,
-                   "--maxlen", 32, "--lr", "1e-3", "--out", tmp_path / "model")
+    (directory / "train.data").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
+    (directory / "valid.data").write_text("\n".join(lines[400:500]) + "\n", encoding="utf-8")
+    result = kbert("train", "--config", CONFIGS / "bert_tiny.json", "--vocab", shared_path("vocab", "chinese_vocab.txt"),
+                   "--train", directory / "train.data", "--valid", directory / "valid.data", "--epochs", 1,
+                   "--maxlen", 32, "--lr", "1e-3", "--out", directory / "model")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1].startswith(f"saved {tmp_path / 'model'} (epoch 1, validation accuracy 0.")
+    assert result.stdout.splitlines()[-1].startswith(
+        f"saved {directory / 'model'} (epoch 1, validation accuracy 0.")
     assert "13/13" in result.stdout  # Keras's own progress bar: 400 examples in batches of 32
+    return directory / "model"
 
-    result = kbert("evaluate", "--model", tmp_path / "model", "--data", tmp_path / "valid.data")
+
+def test_evaluate_predict_export(trained_model, tmp_path):
+    data = trained_model.parent
+    result = kbert("evaluate", "--model", trained_model, "--data", data / "valid.data")
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
-    assert out[0] == f"{tmp_path / 'valid.data'}: 100 examples" and out[1].startswith("accuracy 0.")
+    assert out[0] == f"{data / 'valid.data'}: 100 examples" and out[1].startswith("accuracy 0.")
     assert out[3].split() == ["label", "precision", "recall", "f1", "support"]
     assert out[-4] == "confusion matrix (rows: true label, columns: predicted)"
 
     texts = "这家酒店很好，服务周到\n太差了，再也不来了\n"
-    result = subprocess.run([sys.executable, "-m", "kbert", "predict", "--model", str(tmp_path / "model"),
+    result = subprocess.run([sys.executable, "-m", "kbert", "predict", "--model", str(trained_model),
                              "--json", "-"], input=texts, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [row["text"] for row in rows] == texts.split()
     assert all(row["label"] in ("0", "1") and 0.5 <= row["probability"] <= 1 for row in rows)
 
-    result = kbert("export", "--model", tmp_path / "model", tmp_path / "serving")
+    result = kbert("export", "--model", trained_model, tmp_path / "serving")
     assert result.returncode == 0 and (tmp_path / "serving" / "saved_model.pb").exists()
 
 
@@ -177,3 +185,80 @@ def test_train_bad_data_exit_2(tmp_path):
     result = kbert("predict", "--model", tmp_path / "nowhere", "-")
     assert result.returncode == 2
     assert "not a kbert model directory (no bert_config.json)" in result.stderr
+
+
+def test_every_option_says_its_default():
+    import argparse
+    from kbert.cli import _HelpWithDefaults, _parser
+    parser = _parser()
+    [commands] = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    for name, command in commands.choices.items():
+        formatter = _HelpWithDefaults(name)
+        for action in command._actions:
+            if action.required or isinstance(action, argparse._HelpAction) \
+                    or (not action.option_strings and action.nargs != "?"):
+                continue
+            assert "default" in formatter._get_help_string(action), f"kbert {name} {action.dest}"
+    assert "(default: 32)" in " ".join(commands.choices["train"].format_help().split())
+
+
+@pytest.mark.parametrize("args", [["train", "--config", "c", "--vocab", "v", "--train", "t", "--out", "o",
+                                   "--batch-size", "0"],
+                                  ["predict", "--model", "m", "--batch-size", "-3"],
+                                  ["evaluate", "--model", "m", "--data", "d", "--batch-size", "x"]])
+def test_batch_size_must_be_positive(args):
+    result = kbert(*args)
+    assert result.returncode == 2
+    assert "argument --batch-size: expected a whole number of at least 1, got" in result.stderr
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"", "kbert: error: standard input: no texts to predict (expected one text a line)\n"),
+    (b"\n  \n", "kbert: error: standard input: no texts to predict (expected one text a line)\n"),
+    ("好".encode("gbk") + b"\n", "kbert: error: standard input: not UTF-8 text (invalid start byte at byte 0)\n"),
+])
+def test_predict_standard_input_errors(trained_model, data, message):
+    result = subprocess.run([sys.executable, "-m", "kbert", "predict", "--model", str(trained_model), "-"],
+                            input=data, capture_output=True, timeout=600)
+    assert result.returncode == 2
+    assert result.stderr.decode() == message
+
+
+def test_ctrl_c_tells_the_truth(tmp_path):
+    import os
+    import signal
+    from conftest import shared_path
+    lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.data").write_text("\n".join(lines[:3000]) + "\n", encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kbert", "train", "--config", str(CONFIGS / "bert_tiny.json"), "--vocab",
+         str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(tmp_path / "train.data"), "--batch-size",
+         "8", "--maxlen", "64", "--out", str(tmp_path / "model")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for line in process.stdout:  # the first progress line: training has started
+        if b"Epoch 1/" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130
+    assert stderr.decode().rstrip().endswith(
+        f"kbert: interrupted before the first epoch completed: nothing was kept, and {tmp_path / 'model'} "
+        "was not created")
+    assert sorted(os.listdir(tmp_path)) == ["train.data"]
+
+
+def test_convert_never_mixes_two_models(tmp_path, tiny_checkpoint_dir):
+    other = tmp_path / "other-model"
+    other.mkdir()
+    (other / "vocab.txt").write_text("someone else's vocabulary\n")
+    result = kbert("convert", tiny_checkpoint_dir, other)
+    assert result.returncode == 2
+    assert result.stderr == (f"kbert: error: {other}: already exists and is not empty; converting into it "
+                             "would mix two models' files. Choose a new directory, or pass --overwrite to "
+                             "replace it\n")
+    assert os.listdir(other) == ["vocab.txt"]
+    result = kbert("convert", tiny_checkpoint_dir, other, "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(other)) == ["config.json", "model.safetensors", "vocab.txt"]
+    assert (other / "vocab.txt").read_text() == (tiny_checkpoint_dir / "vocab.txt").read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["other-model"]  # no temporary directory left

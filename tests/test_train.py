@@ -1,8 +1,12 @@
 """Fine-tuning end to end on the real sentiment corpus (a slice) and real MiniLM weights."""
 
+import dataclasses
 import json
 import os
+import pathlib
 import random
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,7 +18,8 @@ import tensorflow as tf
 import keras
 from conftest import CONFIGS, REPO, minilm_dir, shared_path
 from kbert import KbertError
-from kbert.train import TrainingOptions, WarmupLinearDecay, evaluate, export, load_classifier, predict, train
+from kbert.train import (TrainingInterrupted, TrainingOptions, WarmupLinearDecay, evaluate, export,
+                         load_classifier, predict, train)
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +33,7 @@ def sentiment_slice(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trained(sentiment_slice, tmp_path_factory):
-    out = tmp_path_factory.mktemp("model")
+    out = tmp_path_factory.mktemp("runs") / "model"
     state = train(str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
                   str(sentiment_slice / "train.data"), str(out), valid_path=str(sentiment_slice / "valid.data"),
                   options=TrainingOptions(epochs=2, batch_size=32, learning_rate=1e-3, maxlen=48), verbose=0)
@@ -77,30 +82,137 @@ def test_predict_and_export(trained, tmp_path):
         export(str(out), keras_file)
 
 
-def test_interrupted_training_resumes_from_the_last_epoch(sentiment_slice, tmp_path, monkeypatch):
+def snapshot(directory) -> dict:
+    """Every file under `directory` with its bytes: for "nothing was lost or half-written"."""
+    return {str(path.relative_to(directory)): path.read_bytes()
+            for path in sorted(pathlib.Path(directory).rglob("*")) if path.is_file()}
+
+
+def interrupt_at(monkeypatch, hook: str):
+    """Ctrl-C from inside training: at the end of the first batch, or of the first epoch."""
     from kbert import train as train_module
 
-    original = train_module._BestWeights.on_epoch_end
+    original = getattr(train_module._BestWeights, hook, None)
 
-    def interrupt_after_first_epoch(self, epoch, logs=None):
-        original(self, epoch, logs)
+    def interrupt(self, *args, **kwargs):
+        if original:
+            original(self, *args, **kwargs)
         raise KeyboardInterrupt
 
-    arguments = (str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
-                 str(sentiment_slice / "train.data"), str(tmp_path))
-    options = TrainingOptions(epochs=2, batch_size=64, learning_rate=1e-3, maxlen=32)
-    monkeypatch.setattr(train_module._BestWeights, "on_epoch_end", interrupt_after_first_epoch)
-    with pytest.raises(KeyboardInterrupt):
-        train(*arguments, options=options, verbose=0)
+    monkeypatch.setattr(train_module._BestWeights, hook, interrupt, raising=False)
+
+
+@pytest.fixture
+def tiny_run(sentiment_slice):
+    return (str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
+            str(sentiment_slice / "train.data"))
+
+
+FAST = TrainingOptions(epochs=2, batch_size=64, learning_rate=1e-3, maxlen=32)
+
+
+def test_interrupted_training_resumes_from_the_last_epoch(tiny_run, tmp_path, monkeypatch):
+    out = tmp_path / "model"
+    interrupt_at(monkeypatch, "on_epoch_end")
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(*tiny_run, str(out), options=FAST, verbose=0)
     monkeypatch.undo()
-    assert os.path.isdir(tmp_path / "resume") and os.path.exists(tmp_path / "model.weights.h5")
-    with pytest.raises(KbertError, match="holds an interrupted run"):
-        train(*arguments, options=options, verbose=0)
-    state = train(*arguments, options=options, resume=True, verbose=0)
+    assert str(stop.value) == (f"interrupted after 1 of 2 epochs: they are kept in {out}.partial ({out} was "
+                               "not created); run the same command with --resume to continue")
+    assert not out.exists() and (tmp_path / "model.partial" / "resume").is_dir()
+    with pytest.raises(KbertError, match=r"model.partial holds an interrupted run for .*model: pass --resume"):
+        train(*tiny_run, str(out), options=FAST, verbose=0)
+    state = train(*tiny_run, str(out), options=FAST, resume=True, verbose=0)
     assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]
-    assert not os.path.exists(tmp_path / "resume")
-    with pytest.raises(KbertError, match="nothing to resume"):
-        train(*arguments, options=options, resume=True, verbose=0)
+    assert sorted(os.listdir(out)) == ["bert_config.json", "labels.json", "model.weights.h5", "training.json",
+                                       "vocab.txt"]
+    assert not (tmp_path / "model.partial").exists()
+    with pytest.raises(KbertError, match=r"nothing to resume \(no interrupted run in .*model.partial\)"):
+        train(*tiny_run, str(out), options=FAST, resume=True, overwrite=True, verbose=0)
+
+
+def test_ctrl_c_in_the_first_epoch_keeps_nothing(tiny_run, tmp_path, monkeypatch):
+    interrupt_at(monkeypatch, "on_train_batch_end")
+    with pytest.raises(TrainingInterrupted, match=r"interrupted before the first epoch completed: nothing was "
+                                                  r"kept, and .*model was not created"):
+        train(*tiny_run, str(tmp_path / "model"), options=FAST, verbose=0)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_rerun_never_harms_the_earlier_run(trained, tiny_run, tmp_path, monkeypatch, tiny_checkpoint_dir):
+    earlier = tmp_path / "model"
+    shutil.copytree(trained[0], earlier)
+    before = snapshot(earlier)
+    config, vocab, data = tiny_run
+
+    def rerun(**changes):
+        arguments = {"config_path": config, "vocab_path": vocab, "train_path": data, "out_dir": str(earlier),
+                     "options": FAST, "overwrite": True, "verbose": 0, **changes}
+        return train(**arguments)
+
+    with pytest.raises(KbertError, match=r"model\d* already exists: pass --overwrite to replace it"):
+        rerun(overwrite=False)
+    with pytest.raises(KbertError, match="does not fit the model; nothing was loaded"):
+        rerun(checkpoint_path=str(tiny_checkpoint_dir))  # a 4-wide checkpoint for a 32-wide config
+    with pytest.raises(KbertError, match="--strategy multiworker needs the TF_CONFIG environment variable"):
+        rerun(options=dataclasses.replace(FAST, strategy="multiworker"))
+    small = tmp_path / "small_config.json"
+    small.write_text(json.dumps({**json.loads(pathlib.Path(config).read_text()), "vocab_size": 1000}))
+    with pytest.raises(KbertError, match=r"chinese_vocab.txt: the vocabulary has ids up to 21127, but "
+                                         r"vocab_size in .*small_config.json is 1000"):
+        rerun(config_path=str(small))
+    interrupt_at(monkeypatch, "on_train_batch_end")
+    with pytest.raises(TrainingInterrupted, match=r"nothing was kept, and .*model\d* is unchanged"):
+        rerun()
+    monkeypatch.undo()
+    assert snapshot(earlier) == before
+    assert not pathlib.Path(f"{earlier}.partial").exists()
+    state = rerun()  # with --overwrite, a run that completes replaces the earlier one
+    assert snapshot(earlier) != before and len(state["history"]) == 2
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"learning_rate": float("nan")}, "learning rate (--lr) must be a finite positive number, got nan"),
+    ({"learning_rate": -1e-3}, "learning rate (--lr) must be a finite positive number, got -0.001"),
+    ({"warmup_ratio": 1.0}, "warm-up ratio (--warmup) must be in [0, 1), got 1.0"),
+    ({"warmup_ratio": -0.1}, "warm-up ratio (--warmup) must be in [0, 1), got -0.1"),
+    ({"batch_size": 0}, "batch_size must be a whole number of at least 1, got 0"),
+])
+def test_bad_options(tiny_run, tmp_path, changes, message):
+    with pytest.raises(KbertError) as error:
+        train(*tiny_run, str(tmp_path / "model"), options=dataclasses.replace(FAST, **changes))
+    assert str(error.value) == message
+    assert os.listdir(tmp_path) == []
+
+
+def test_single_label_and_skipped_rows(tmp_path, caplog):
+    data = tmp_path / "train.data"
+    data.write_text("好\t1\n很好\t1\n坏\n", encoding="utf-8")
+    config, vocab = str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt"))
+    with pytest.raises(KbertError) as error:
+        train(config, vocab, str(data), str(tmp_path / "out"), options=dataclasses.replace(FAST, skip_malformed=True))
+    assert str(error.value) == (f"{data}: every example has the label '1'; a classifier needs examples of "
+                                "at least two labels")
+    assert f"{data}: 2 examples, 1 malformed rows skipped (lines 3)" in caplog.text
+    assert not (tmp_path / "out").exists()
+
+
+def test_predict_refuses_what_it_would_get_wrong(trained):
+    out, _ = trained
+    with pytest.raises(KbertError, match="^no texts to predict$"):
+        predict(str(out), [])
+    with pytest.raises(KbertError, match=r"^2 texts but 1 text pairs: give one pair \(or None\) per text$"):
+        predict(str(out), ["好", "坏"], ["很"])
+
+
+def test_a_damaged_weights_file_is_named(trained, tmp_path):
+    out, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    weights = copy / "model.weights.h5"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    with pytest.raises(KbertError, match=f"{re.escape(str(weights))}: cannot read the classifier's weights"):
+        load_classifier(str(copy))
 
 
 def test_warmup_linear_decay():

@@ -1,0 +1,45 @@
+"""`TrainingOptions`: the hyper-parameters of `kbert train`.
+
+Pure Python, so that the command line can show the defaults in `--help`
+without importing TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass
+class TrainingOptions:
+    """Hyper-parameters of `train`.
+
+    Args:
+        epochs: passes over the training data.
+        batch_size: global batch size (split across devices).
+        learning_rate: peak learning rate, reached after warm-up.
+        warmup_ratio: share of all steps spent warming up.
+        weight_decay: AdamW's decoupled weight decay (not on LayerNorms, biases).
+        maxlen: longest sequence, in tokens, `[CLS]` and `[SEP]` included.
+        do_lower_case: lower-case and strip accents in the tokenizer.
+        strategy: `auto` (all local GPUs if several), `mirrored`, `multiworker`.
+        mixed_precision: None, `bf16` or `fp16`.
+        skip_malformed: skip bad data rows (counted) instead of failing.
+        shuffle: reshuffle the training data every epoch. The order follows
+            `seed`, but under a distribution strategy Keras draws the
+            reshuffles differently, so runs compare exactly only without it.
+        seed: seed of initialisation, shuffling and dropout.
+    """
+
+    epochs: int = 3
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    maxlen: int = 128
+    do_lower_case: bool = True
+    strategy: str = "auto"
+    mixed_precision: Optional[str] = None
+    skip_malformed: bool = False
+    shuffle: bool = True
+    seed: int = 0
