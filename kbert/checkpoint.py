@@ -97,9 +97,17 @@ def load_google_checkpoint(
             (with the config key that is probably wrong), or the unreadable
             file. The model's weights are then unchanged.
 
-    Example:
-    >>> bert = build_transformer_model("chinese_L-12_H-768_A-12/bert_config.json")
-    >>> report = load_google_checkpoint(bert, "chinese_L-12_H-768_A-12/bert_model.ckpt")
+    Example (with Google's release: `build_transformer_model(
+    "chinese_L-12_H-768_A-12/bert_config.json")`, then this function on
+    `"chinese_L-12_H-768_A-12/bert_model.ckpt"`); here a tiny model's own
+    checkpoint, written and read back:
+    >>> import os, tempfile
+    >>> from kbert import build_transformer_model, bundled_config_path
+    >>> bert = build_transformer_model(bundled_config_path("bert_tiny"))
+    >>> prefix = save_google_checkpoint(bert, os.path.join(tempfile.mkdtemp(), "bert_model.ckpt"))
+    >>> report = load_google_checkpoint(bert, prefix)
+    >>> len(report.loaded), report.loaded[0], report.unused
+    (37, 'bert/embeddings/word_embeddings', [])
     """
     return load_into(model, open_google_checkpoint(path), keep_tokens=keep_tokens)
 

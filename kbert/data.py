@@ -173,9 +173,12 @@ class LabelMap:
     others are sorted as strings.
 
     Example:
+    >>> examples = [Example("好", None, "1", 1), Example("坏", None, "0", 2), Example("还行", None, "10", 3)]
     >>> labels = LabelMap.from_examples(examples)
     >>> labels.names
-    ['0', '1']
+    ['0', '1', '10']
+    >>> labels.ids(examples, "train.data").tolist()
+    [1, 0, 2]
     """
 
     FILE_NAME = "labels.json"

@@ -74,9 +74,16 @@ def load_hf_weights(
         path: a `.safetensors` file, or a directory holding `model.safetensors`.
         keep_tokens: vocabulary ids to keep, as for `load_google_checkpoint`.
 
-    Example:
-    >>> bert = build_transformer_model("all-MiniLM-L6-v2/config.json")
-    >>> report = load_hf_weights(bert, "all-MiniLM-L6-v2")
+    Example (with a Hugging Face download: `build_transformer_model(
+    "all-MiniLM-L6-v2/config.json")`, then this function on the directory);
+    here a tiny model's own safetensors, written and read back:
+    >>> import tempfile
+    >>> from kbert import build_transformer_model, bundled_config_path
+    >>> bert = build_transformer_model(bundled_config_path("bert_tiny"))
+    >>> path = save_hf_weights(bert, tempfile.mkdtemp())
+    >>> report = load_hf_weights(bert, path)
+    >>> len(report.loaded), report.loaded[0]
+    (37, 'embeddings.word_embeddings.weight')
     """
     return load_into(model, open_safetensors(path), keep_tokens=keep_tokens)
 
