@@ -13,7 +13,7 @@ Example:
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 _EXPORTS = {
     "BertConfig": "kbert.config",

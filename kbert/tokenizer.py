@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import unicodedata
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -66,6 +67,7 @@ class _CharacterClasses:
                 punctuation.append(code)
             if category == "Mn":
                 marks.append(code)
+        self.punctuation = frozenset(map(chr, punctuation))
         self.clean = {**dict.fromkeys(removed), **dict.fromkeys(whitespace, " ")}
         self.marks = dict.fromkeys(marks)
         self.spaces = f"[{_pattern_class(_runs(spaces))}]+"
@@ -91,6 +93,17 @@ def _pattern_class(runs) -> str:
 @functools.lru_cache(maxsize=None)
 def _character_classes() -> _CharacterClasses:
     return _CharacterClasses()
+
+
+def is_cjk_character(char: str) -> bool:
+    """Whether `char` is in Google's (and bert4keras's) CJK ranges."""
+    code = ord(char)
+    return any(first <= code <= last for first, last in _CJK_RANGES)
+
+
+def is_punctuation(char: str) -> bool:
+    """Google's (and bert4keras's) punctuation: ASCII symbols and Unicode category P*."""
+    return char in _character_classes().punctuation
 
 
 def normalize(text: str, do_lower_case: bool = True) -> str:
@@ -145,7 +158,7 @@ class Tokenizer:
 
     def __init__(self, vocab: "str | os.PathLike[str] | Mapping[str, int]", do_lower_case: bool = True):
         from tokenizers import Tokenizer as _Backend
-        from tokenizers import decoders, models
+        from tokenizers import models
 
         self.do_lower_case = do_lower_case
         self.vocab = _check_vocab(dict(vocab), "vocab") if isinstance(vocab, Mapping) \
@@ -154,7 +167,6 @@ class Tokenizer:
         # Google's WordPiece gives up on words over 200 characters (HF's default is 100).
         backend = _Backend(models.WordPiece(self.vocab, unk_token=UNK, max_input_chars_per_word=200))
         backend.pre_tokenizer = _pre_tokenizer()
-        backend.decoder = decoders.WordPiece(prefix="##")
         self._backend = backend
         self.cls_id, self.sep_id, self.pad_id = (self.vocab[CLS], self.vocab[SEP],
                                                  self.vocab.get(PAD, 0))
@@ -164,16 +176,25 @@ class Tokenizer:
         return len(self._id_to_token)
 
     def tokenize(self, text: str, maxlen: Optional[int] = None) -> List[str]:
-        """WordPiece tokens of `text` between `[CLS]` and `[SEP]`, as in bert4keras."""
-        ids, _ = self.encode(text, maxlen=maxlen)
-        return [self._id_to_token[i] for i in ids]
+        """The tokens of `text` between `[CLS]` and `[SEP]`, as bert4keras gives them.
+
+        A word that WordPiece cannot cut into vocabulary pieces stays whole as
+        its token (its id is `[UNK]`'s), so `rematch` can place it in the text.
+        With `maxlen`, tokens are dropped from the end to fit.
+        """
+        tokens = self._tokens([text])[0][0]
+        if maxlen is not None:
+            _truncate_longest_first([tokens], maxlen - 2)
+        return [CLS] + tokens + [SEP]
 
     def encode(self, first: str, second: Optional[str] = None,
                maxlen: Optional[int] = None) -> Tuple[List[int], List[int]]:
         """`(token_ids, segment_ids)` of `[CLS] first [SEP] (second [SEP])`.
 
-        With `maxlen`, the longer text loses tokens from its end until the
-        whole fits (ties: the first text), as bert4keras does.
+        With `maxlen`, tokens are dropped from the end of the longer text until
+        the whole fits, counting `[CLS]` and the first `[SEP]` with the first
+        text and the second `[SEP]` with the second (ties: the first text), as
+        bert4keras's `truncate_sequences` does.
         """
         pieces = [self._wordpiece_ids([first])[0]]
         if second is not None:
@@ -202,10 +223,78 @@ class Tokenizer:
         """
         return pad_batch(self.encode_all(first, second, maxlen), self.pad_id)
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of `ids`, special tokens left out and word pieces joined."""
-        special = self._special_ids
-        return self._backend.decode([int(i) for i in ids if int(i) not in special])
+    def decode(self, ids: Sequence[int], tokens: Optional[Sequence[str]] = None) -> str:
+        """Text of `ids` (or of `tokens`), joined as bert4keras joins it.
+
+        Bracketed special tokens (`[CLS]`, `[SEP]`, `[UNK]`, ...) are left out;
+        `##` pieces join the previous token; CJK characters join without
+        spaces; other tokens are separated by one space, except after
+        punctuation that opens or joins (`/`, `=`, `(`, CJK punctuation, ...)
+        and inside decimal numbers.
+
+        Example:
+        >>> vocab = {"[CLS]": 0, "[SEP]": 1, "[UNK]": 2, "un": 3, "##aff": 4, "##able": 5, "3": 6, ".": 7, "5": 8}
+        >>> Tokenizer(vocab).decode([0, 3, 4, 5, 6, 7, 8, 1])
+        'unaffable 3.5'
+        """
+        tokens = list(tokens) if tokens is not None else self.ids_to_tokens(ids)
+        tokens = [token for token in tokens if not _is_bracketed(token)]
+        text = ""
+        for index, token in enumerate(tokens):
+            if token.startswith("##"):
+                text += token[2:]
+            elif len(token) == 1 and is_cjk_character(token):
+                text += token
+            elif len(token) == 1 and is_punctuation(token):
+                text += token + " "
+            elif index > 0 and text and is_cjk_character(text[-1]):
+                text += token
+            else:
+                text += " " + token
+        text = re.sub(" +", " ", text)
+        text = re.sub(r"' (re|m|s|t|ve|d|ll) ", r"'\1 ", text)
+        text = re.sub(f"([{re.escape(_JOINING_PUNCTUATION)}]) ", r"\1", text)
+        text = re.sub(r"(\d\.) (\d)", r"\1\2", text)
+        return text.strip()
+
+    def rematch(self, text: str, tokens: Sequence[str]) -> List[List[int]]:
+        """For each token, the positions in `text` of the characters it came from.
+
+        As bert4keras's `rematch`: `[]` for bracketed special tokens; `##`
+        marks are ignored. Use it to map predicted token spans back to text.
+
+        Example:
+        >>> tokenizer = Tokenizer({"[CLS]": 0, "[SEP]": 1, "[UNK]": 2, "cafe": 3, "语": 4})
+        >>> tokens = tokenizer.tokenize("Café 语")
+        >>> tokens, tokenizer.rematch("Café 语", tokens)
+        (['[CLS]', 'cafe', '语', '[SEP]'], [[], [0, 1, 2, 3], [5], []])
+        """
+        if self.do_lower_case:
+            text = text.lower()
+        classes = _character_classes()
+        normalized, positions = [], []
+        for position, char in enumerate(text):
+            if self.do_lower_case:
+                char = unicodedata.normalize("NFD", char).translate(classes.marks)
+            char = "".join(c for c in char if classes.clean.get(ord(c), c) is not None)
+            normalized.append(char)
+            positions += [position] * len(char)
+        normalized_text, mapping, offset = "".join(normalized), [], 0
+        for token in tokens:
+            if _is_bracketed(token):
+                mapping.append([])
+                continue
+            piece = token[2:] if token.startswith("##") else token
+            start = normalized_text.index(piece, offset)
+            offset = start + len(piece)
+            mapping.append(positions[start:offset])
+        return mapping
+
+    def tokens_to_ids(self, tokens: Sequence[str]) -> List[int]:
+        return [self.token_to_id(token) for token in tokens]
+
+    def ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
+        return [self.id_to_token(index) for index in ids]
 
     def token_to_id(self, token: str) -> int:
         """The id of `token`, or that of `[UNK]`."""
@@ -225,13 +314,17 @@ class Tokenizer:
         return [word for word, _ in self._backend.pre_tokenizer.pre_tokenize_str(normalized)]
 
     def _wordpiece_ids(self, texts: Sequence[str]) -> List[List[int]]:
+        return [ids for _, ids in self._tokens(texts)]
+
+    def _tokens(self, texts: Sequence[str]) -> List[Tuple[List[str], List[int]]]:
+        """Tokens and ids of each text (no special tokens); an unsplittable word keeps its text."""
         normalized = [normalize(text, self.do_lower_case) for text in texts]
         encoded = self._backend.encode_batch(normalized, add_special_tokens=False)
-        return [encoding.ids for encoding in encoded]
-
-    @property
-    def _special_ids(self) -> set:
-        return {self.vocab[t] for t in (CLS, SEP, PAD, MASK) if t in self.vocab}
+        unk = self.vocab[UNK]
+        return [([text[start:end] if index == unk else token
+                  for token, index, (start, end) in zip(encoding.tokens, encoding.ids, encoding.offsets)],
+                 encoding.ids)
+                for text, encoding in zip(normalized, encoded)]
 
     def _assemble(self, pieces: List[List[int]], maxlen: Optional[int]) -> Tuple[List[int], List[int]]:
         if maxlen is not None:
@@ -254,12 +347,32 @@ def pad_batch(encoded: Sequence[Tuple[List[int], List[int]]], pad_id: int = 0) -
     return tokens, segments
 
 
-def _truncate_longest_first(pieces: List[List[int]], budget: int) -> None:
+def _truncate_longest_first(pieces: List[list], budget: int) -> None:
+    """Pops from the end of the longest piece until all fit in `budget` (bert4keras's rule).
+
+    The first piece is counted with one more special token than the others
+    (`[CLS]` and its `[SEP]` against the second's `[SEP]`); ties go to the first.
+    """
     if budget < 0:
         raise ValueError(f"maxlen is too small for {len(pieces)} text(s) and their special tokens")
     while sum(len(piece) for piece in pieces) > budget:
-        longest = max(range(len(pieces)), key=lambda i: (len(pieces[i]), -i))
+        longest = max(range(len(pieces)), key=lambda i: (len(pieces[i]) + (i == 0), -i))
         pieces[longest].pop()
+
+
+def _is_bracketed(token: str) -> bool:
+    """bert4keras's special tokens: `[CLS]`, `[SEP]`, `[UNK]`, `[unused1]`, ..."""
+    return bool(token) and token[0] == "[" and token[-1] == "]"
+
+
+# Punctuation after which bert4keras's decode adds no space: CJK punctuation, and + - / = { ( < [.
+_JOINING_PUNCTUATION = (
+    "\uff02\uff03\uff04\uff05\uff06\uff07\uff08\uff09\uff0a\uff0b\uff0c\uff0d\uff0f\uff1a\uff1b"
+    "\uff1c\uff1d\uff1e\uff20\uff3b\uff3c\uff3d\uff3e\uff3f\uff40\uff5b\uff5c\uff5d\uff5e\uff5f"
+    "\uff60\uff62\uff63\uff64\u3000\u3001\u3003\u3008\u3009\u300a\u300b\u300c\u300d\u300e\u300f"
+    "\u3010\u3011\u3014\u3015\u3016\u3017\u3018\u3019\u301a\u301b\u301c\u301d\u301e\u301f\u3030"
+    "\u303e\u303f\u2013\u2014\u2018\u2019\u201b\u201c\u201d\u201e\u201f\u2026\u2027\ufe4f\ufe51"
+    "\ufe54\u00b7\uff01\uff1f\uff61\u3002" "+-/={(<[")
 
 
 def _read_vocab(path: str) -> Dict[str, int]:
