@@ -152,8 +152,10 @@ class Tokenizer:
     >>> tokenizer = Tokenizer(vocab)
     >>> tokenizer.encode("语言 Model")
     ([2, 4, 5, 6, 3], [0, 0, 0, 0, 0])
-    >>> tokenizer.tokenize("语言?")
-    ['[CLS]', '语', '言', '[UNK]', '[SEP]']
+    >>> tokenizer.tokenize("语言?")  # a word with no vocabulary pieces keeps its text...
+    ['[CLS]', '语', '言', '?', '[SEP]']
+    >>> tokenizer.encode("语言?")[0]  # ...and has [UNK]'s id
+    [2, 4, 5, 1, 3]
     """
 
     def __init__(self, vocab: "str | os.PathLike[str] | Mapping[str, int]", do_lower_case: bool = True):
