@@ -14,8 +14,9 @@ so model tables and code written for bert4keras carry over:
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import keras
 
@@ -58,51 +59,106 @@ class IdModel(keras.Model):
         return super().call(inputs, training=training, mask=mask)
 
 
+@dataclasses.dataclass
+class Transformer:
+    """What `build_transformer_model(..., return_keras_model=False)` returns, as in bert4keras.
+
+    Attributes:
+        model: the `keras.Model`.
+        inputs, outputs: the model's inputs and outputs.
+        initializer: a copy of the initializer of the model's weights, for heads added later.
+        config: the model's `BertConfig`.
+    """
+
+    model: keras.Model
+    config: BertConfig
+
+    @property
+    def inputs(self):
+        return self.model.inputs
+
+    @property
+    def outputs(self):
+        return self.model.outputs
+
+    @property
+    def initializer(self):
+        return _initializer_of(self.model)
+
+
 def build_transformer_model(
-    config,
+    config=None,
     checkpoint_path: Optional[str] = None,
+    model: str = "bert",
+    application: str = "encoder",
+    return_keras_model: bool = True,
     *,
+    config_path=None,
     with_pool: bool = False,
     with_nsp: bool = False,
-    with_mlm: bool = False,
+    with_mlm: Union[bool, str] = False,
     keep_tokens: Optional[Sequence[int]] = None,
+    segment_vocab_size: Optional[int] = None,
     name: str = "bert",
-) -> keras.Model:
+) -> "keras.Model | Transformer":
     """Builds a BERT model, optionally loading a Google checkpoint.
 
+    The positional order and keyword names are bert4keras's, so its calls
+    carry over: `build_transformer_model(config_path=..., checkpoint_path=...,
+    model="bert", with_mlm="linear", keep_tokens=...)`.
+
     Args:
-        config: a `BertConfig`, a dict, or the path of a `bert_config.json`.
+        config: a `BertConfig`, a dict, or the path of a `bert_config.json`
+            (`config_path=` is the same, under bert4keras's name).
         checkpoint_path: weights to load into the model: a Google checkpoint
             (prefix, one of its files, or its directory) or Hugging Face
             safetensors (a `.safetensors` file or its directory).
+        model: `"bert"` or `"roberta"` (the same layout).
+        application: `"encoder"`.
+        return_keras_model: return the `keras.Model`; False returns a
+            `Transformer` holding it (bert4keras's `.model`, `.inputs`, ...).
         with_pool: add the pooler (`Pooler`, `Pooler-Dense`, tanh).
         with_nsp: add the next-sentence head `NSP-Proba` (implies the pooler).
-        with_mlm: add the masked-LM head, tied to `Embedding-Token`.
+        with_mlm: add the masked-LM head, tied to `Embedding-Token`: True (or
+            `"softmax"`) for probabilities, `"linear"` for logits.
         keep_tokens: ids of the checkpoint's vocabulary rows to keep (the
-            config's `vocab_size` must then equal `len(keep_tokens)`).
+            config's `vocab_size` must then equal `len(keep_tokens)`), e.g.
+            from `load_vocab(..., simplified=True)`.
+        segment_vocab_size: segment ids the model takes (default: the config's
+            `type_vocab_size`); 0 builds a model on token ids alone.
         name: the model's name.
 
     Returns:
-        A `keras.Model` on inputs `[token_ids, segment_ids]`. Its output is,
-        as in bert4keras: the sequence output `[batch, seq, H]` for the bare
-        backbone; else the pooled/NSP output, the MLM probabilities, or the
-        list `[pooled or NSP, MLM]` when both heads are built.
+        A `keras.Model` on inputs `[token_ids, segment_ids]` (or
+        `[token_ids]`). Its output is, as in bert4keras: the sequence output
+        `[batch, seq, H]` for the bare backbone; else the pooled/NSP output,
+        the MLM probabilities, or the list `[pooled or NSP, MLM]` when both
+        heads are built.
 
     Example:
     >>> bert = build_transformer_model("configs/bert_base_chinese.json")
     >>> bert.count_params()
     101677056
+    >>> mlm = build_transformer_model(config_path="configs/bert_tiny.json", with_mlm="linear",
+    ...                               segment_vocab_size=0, return_keras_model=False)
+    >>> [tensor.name for tensor in mlm.inputs], mlm.model.get_layer("MLM-Activation").activation.__name__
+    (['Input-Token'], 'linear')
     """
-    config = load_config(config)
+    config = load_config(_one_config(config, config_path))
+    _check_supported(model, application)
+    mlm_activation = _mlm_activation(with_mlm)
     with_pool = with_pool or with_nsp
-    _check_fits_in_memory(config, with_pool=with_pool, with_nsp=with_nsp, with_mlm=with_mlm)
+    segment_vocab_size = config.type_vocab_size if segment_vocab_size is None else segment_vocab_size
+    _check_fits_in_memory(config, with_pool=with_pool, with_nsp=with_nsp, with_mlm=bool(mlm_activation))
     token_ids = keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_TOKEN)
-    segment_ids = keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_SEGMENT)
+    inputs = [token_ids]
+    if segment_vocab_size:
+        inputs.append(keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_SEGMENT))
 
     token_embedding = TokenEmbedding(
         config.vocab_size, config.hidden_size, mask_zero=True,
         embeddings_initializer=_initializer(config), name=naming.EMBEDDING_TOKEN)
-    x = _embeddings(config, token_embedding, token_ids, segment_ids)
+    x = _embeddings(config, token_embedding, inputs, segment_vocab_size)
     for index in range(config.num_hidden_layers):
         x = _transformer_block(config, index, x)
     sequence_output = x
@@ -110,15 +166,43 @@ def build_transformer_model(
     heads = []
     if with_pool:
         heads.append(_pooler(config, sequence_output, with_nsp))
-    if with_mlm:
-        heads.append(_mlm_head(config, sequence_output, token_embedding))
+    if mlm_activation:
+        heads.append(_mlm_head(config, sequence_output, token_embedding, mlm_activation))
     outputs = heads if len(heads) > 1 else (heads or [sequence_output])[0]
-    model = IdModel([token_ids, segment_ids], outputs, name=name)
+    built = IdModel(inputs, outputs, name=name)
     if checkpoint_path is not None:
         from kbert.convert import load_weights
 
-        load_weights(model, checkpoint_path, keep_tokens=keep_tokens)
-    return model
+        load_weights(built, checkpoint_path, keep_tokens=keep_tokens)
+    return built if return_keras_model else Transformer(built, config)
+
+
+def _one_config(config, config_path):
+    if config is not None and config_path is not None:
+        raise TypeError("build_transformer_model: pass the config once (config or config_path=)")
+    if config is None and config_path is None:
+        raise TypeError("build_transformer_model: missing the config (a path, dict or BertConfig)")
+    return config if config is not None else config_path
+
+
+def _check_supported(model: str, application: str) -> None:
+    if model not in ("bert", "roberta"):
+        raise ConfigError(f"model={model!r}: kbert builds 'bert' and 'roberta' (the same layout) so far; "
+                          "ALBERT, NEZHA, RoFormer and ELECTRA are not available yet")
+    if application != "encoder":
+        raise ConfigError(f"application={application!r}: kbert builds 'encoder' models so far; "
+                          "the 'lm' and 'unilm' attention masks are not available yet")
+
+
+def _mlm_activation(with_mlm) -> Optional[str]:
+    """The MLM head's output activation (None: no head): True means softmax, as in bert4keras."""
+    if with_mlm is True:
+        return "softmax"
+    if with_mlm in (False, None):
+        return None
+    if with_mlm in ("softmax", "linear"):
+        return with_mlm
+    raise ValueError(f"with_mlm: expected True, False, 'softmax' or 'linear', got {with_mlm!r}")
 
 
 def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classifier") -> keras.Model:
@@ -152,12 +236,13 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
     return IdModel(bert.inputs, probabilities, name=name)
 
 
-def _embeddings(config: BertConfig, token_embedding, token_ids, segment_ids):
-    tokens = token_embedding(token_ids)
-    segments = CheckedEmbedding(
-        config.type_vocab_size, config.hidden_size, size_key="type_vocab_size",
-        embeddings_initializer=_initializer(config), name=naming.EMBEDDING_SEGMENT)(segment_ids)
-    x = MaskedAdd(name=naming.EMBEDDING_TOKEN_SEGMENT)([tokens, segments])
+def _embeddings(config: BertConfig, token_embedding, inputs, segment_vocab_size: int):
+    x = token_embedding(inputs[0])
+    if segment_vocab_size:
+        segments = CheckedEmbedding(
+            segment_vocab_size, config.hidden_size, size_key="type_vocab_size",
+            embeddings_initializer=_initializer(config), name=naming.EMBEDDING_SEGMENT)(inputs[1])
+        x = MaskedAdd(name=naming.EMBEDDING_TOKEN_SEGMENT)([x, segments])
     x = PositionEmbedding(config.max_position_embeddings, embeddings_initializer=_initializer(config),
                           name=naming.EMBEDDING_POSITION)(x)
     x = _layer_norm(config, naming.EMBEDDING_NORM)(x)
@@ -194,13 +279,13 @@ def _pooler(config: BertConfig, sequence_output, with_nsp: bool):
     return x
 
 
-def _mlm_head(config: BertConfig, sequence_output, token_embedding: TokenEmbedding):
+def _mlm_head(config: BertConfig, sequence_output, token_embedding: TokenEmbedding, activation: str):
     x = keras.layers.Dense(config.hidden_size, activation=get_activation(config.activation),
                            kernel_initializer=_initializer(config), name=naming.MLM_DENSE)(sequence_output)
     x = _layer_norm(config, naming.MLM_NORM)(x)
     x = token_embedding(x, reverse=True)
     x = BiasAdd(name=naming.MLM_BIAS)(x)
-    return keras.layers.Activation("softmax", name=naming.MLM_ACTIVATION)(x)
+    return keras.layers.Activation(activation, name=naming.MLM_ACTIVATION)(x)
 
 
 def _layer_norm(config: BertConfig, name: str):

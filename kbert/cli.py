@@ -161,7 +161,7 @@ def _run_train(args) -> int:
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
         warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
         mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
-        shuffle=not args.no_shuffle, seed=args.seed)
+        shuffle=not args.no_shuffle, seed=args.seed, ema=args.ema, grad_accum=args.grad_accum)
     try:
         state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
                       checkpoint_path=args.checkpoint, num_labels=args.num_labels,
@@ -365,6 +365,11 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
     train.add_argument("--seed", type=int, default=defaults.seed,
                        help="seed of initialisation, shuffling and dropout")
+    train.add_argument("--ema", action="store_true",
+                       help="train on an exponential moving average of the weights (Keras's use_ema), "
+                            "validated and saved each epoch")
+    train.add_argument("--grad-accum", type=_positive_int, default=defaults.grad_accum, metavar="N",
+                       help="accumulate the gradients of N batches per update (effective batch N x --batch-size)")
     train.add_argument("--resume", action="store_true",
                        help="continue the interrupted run in OUT.partial from its last completed epoch")
     train.set_defaults(run=_run_train)

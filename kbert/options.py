@@ -29,6 +29,14 @@ class TrainingOptions:
             `seed`, but under a distribution strategy Keras draws the
             reshuffles differently, so runs compare exactly only without it.
         seed: seed of initialisation, shuffling and dropout.
+        ema: keep an exponential moving average of the weights (Keras's
+            `use_ema`, momentum 0.99) and, at the end of every epoch, continue
+            from it; so validation, the kept epoch and the saved weights are
+            the average's (bert4keras's `extend_with_exponential_moving_average`).
+        grad_accum: apply the summed gradients of this many batches at once
+            (Keras's `gradient_accumulation_steps`; bert4keras's
+            `extend_with_gradient_accumulation`): an effective batch of
+            `batch_size * grad_accum`.
     """
 
     epochs: int = 3
@@ -43,3 +51,5 @@ class TrainingOptions:
     skip_malformed: bool = False
     shuffle: bool = True
     seed: int = 0
+    ema: bool = False
+    grad_accum: int = 1

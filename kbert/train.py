@@ -40,6 +40,7 @@ from kbert.config import BertConfig
 from kbert.data import Example, LabelMap, encode_examples, make_dataset, read_examples
 from kbert.errors import DataError, KbertError, first_line
 from kbert.options import TrainingOptions
+from kbert.schedules import WarmupLinearDecay
 from kbert.io import atomic_copy, atomic_path, atomic_write_text, is_occupied, replace_directory
 from kbert.tokenizer import Tokenizer
 
@@ -50,30 +51,6 @@ CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, RESUME_DIR = (
 PARTIAL_SUFFIX = ".partial"
 STRATEGIES = ("auto", "mirrored", "multiworker")
 PRECISIONS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-
-
-@keras.saving.register_keras_serializable(package="kbert")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up from 0 to `peak`, then linear decay to 0 at `total_steps`.
-
-    Example:
-    >>> schedule = WarmupLinearDecay(2e-5, warmup_steps=100, total_steps=1000)
-    >>> [round(float(schedule(step)), 9) for step in (0, 50, 100, 550, 1000)]  # float32 inside
-    [0.0, 1e-05, 2e-05, 1e-05, 0.0]
-    """
-
-    def __init__(self, peak: float, warmup_steps: int, total_steps: int):
-        self.peak, self.warmup_steps, self.total_steps = peak, warmup_steps, total_steps
-
-    def __call__(self, step):
-        step = keras.ops.cast(step, "float32")
-        warmup = keras.ops.maximum(float(self.warmup_steps), 1.0)
-        rising = step / warmup
-        falling = (self.total_steps - step) / keras.ops.maximum(float(self.total_steps - self.warmup_steps), 1.0)
-        return self.peak * keras.ops.clip(keras.ops.minimum(rising, falling), 0.0, 1.0)
-
-    def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
 
 
 class _BestWeights(keras.callbacks.Callback):
@@ -174,7 +151,8 @@ def train(
         valid_data = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
                                   labels.ids(valid_examples, valid_path), options.batch_size)
 
-    steps = options.epochs * int(np.ceil(len(train_examples) / options.batch_size))
+    steps_per_epoch = int(np.ceil(len(train_examples) / options.batch_size))
+    steps = options.epochs * steps_per_epoch
     with _precision(options.mixed_precision):
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path)
@@ -183,7 +161,9 @@ def train(
             trainer = keras.Model(classifier.inputs, classifier.outputs, name="trainer")
             optimizer = keras.optimizers.AdamW(
                 WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
-                weight_decay=options.weight_decay, epsilon=1e-6)
+                weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
+                ema_overwrite_frequency=steps_per_epoch if options.ema else None,
+                gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
             optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
             trainer.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         # Everything is checked: from here on the run writes, into OUT.partial/.
@@ -431,7 +411,7 @@ def _check_options(options: TrainingOptions) -> None:
         raise KbertError(f"unknown strategy {options.strategy!r}; expected one of {', '.join(STRATEGIES)}")
     if options.mixed_precision not in (None, *PRECISIONS):
         raise KbertError(f"unknown mixed precision {options.mixed_precision!r}; expected bf16 or fp16")
-    for name in ("epochs", "batch_size", "maxlen"):
+    for name in ("epochs", "batch_size", "maxlen", "grad_accum"):
         value = getattr(options, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise KbertError(f"{name} must be a whole number of at least 1, got {value!r}")

@@ -1,0 +1,167 @@
+"""Batching helpers with bert4keras's contracts: `sequence_padding` and `DataGenerator`.
+
+Scripts written for bert4keras build their batches with these two names; they
+work unchanged with kbert. `DataGenerator.to_dataset` hands the batches to
+`tf.data`, which prefetches them while the model trains.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+
+def sequence_padding(inputs: Sequence, length: Union[int, Sequence[int], None] = None, value=0,
+                     seq_dims: int = 1, mode: str = "post") -> np.ndarray:
+    """Pads (or cuts) sequences to one length and stacks them into an array.
+
+    Args:
+        inputs: sequences (lists or arrays) of the same rank.
+        length: the length of each of the first `seq_dims` axes; by default
+            the longest. Longer sequences are cut to it (their first items).
+        value: the padding value.
+        seq_dims: how many leading axes are sequence axes (2 for a matrix per
+            example, e.g. GlobalPointer labels).
+        mode: `"post"` pads at the end, `"pre"` at the start.
+
+    Example:
+    >>> sequence_padding([[1, 2, 3], [4]])
+    array([[1, 2, 3],
+           [4, 0, 0]])
+    >>> sequence_padding([[1, 2, 3], [4]], length=2, value=-1, mode="pre")
+    array([[ 1,  2],
+           [-1,  4]])
+    """
+    if mode not in ("post", "pre"):
+        raise ValueError(f"mode: expected 'post' or 'pre', got {mode!r}")
+    if not len(inputs) or not isinstance(inputs[0], (list, tuple, np.ndarray)):
+        raise ValueError("inputs: expected a non-empty list of sequences (lists or arrays)")
+    arrays = [np.asarray(x) for x in inputs]
+    if length is None:
+        lengths = np.max([x.shape[:seq_dims] for x in arrays], axis=0)
+    else:
+        lengths = np.broadcast_to(np.asarray(length), (seq_dims,))
+    cut = tuple(slice(0, int(n)) for n in lengths)
+    padded = []
+    for x in arrays:
+        x = x[cut]
+        width = [(0, 0)] * x.ndim
+        for axis in range(seq_dims):
+            missing = int(lengths[axis]) - x.shape[axis]
+            width[axis] = (0, missing) if mode == "post" else (missing, 0)
+        padded.append(np.pad(x, width, mode="constant", constant_values=value))
+    return np.array(padded)
+
+
+class DataGenerator:
+    """Batches for `model.fit`, written as bert4keras's `DataGenerator` subclasses are.
+
+    Subclass it and write `__iter__(self, random=False)`, which walks
+    `self.sample(random)` (pairs `(is_end, item)`) and yields a batch
+    whenever it holds `batch_size` items or `is_end` is true. Then:
+
+    - `forfit(random=True)`: the batches forever, reshuffled every pass, for
+      `model.fit(generator.forfit(), steps_per_epoch=len(generator))`;
+    - `fortest(random=False)`: the inputs of each batch forever;
+    - `to_dataset()`: the same batches as a prefetching `tf.data.Dataset`.
+
+    Args:
+        data: the examples: a sequence, or any iterable (then shuffling draws
+            from a buffer of `buffer_size` examples).
+        batch_size: examples per batch.
+        buffer_size: shuffling buffer for data without a length (default
+            `batch_size * 1000`).
+
+    Example:
+    >>> class Batches(DataGenerator):
+    ...     def __iter__(self, random=False):
+    ...         batch = []
+    ...         for is_end, item in self.sample(random):
+    ...             batch.append(item)
+    ...             if len(batch) == self.batch_size or is_end:
+    ...                 yield sequence_padding(batch), np.array([len(x) for x in batch])
+    ...                 batch = []
+    >>> generator = Batches([[1], [2, 3], [4, 5, 6]], batch_size=2)
+    >>> len(generator), [ids.tolist() for ids, _ in generator]
+    (2, [[[1, 0], [2, 3]], [[4, 5, 6]]])
+    """
+
+    def __init__(self, data, batch_size: int = 32, buffer_size: Optional[int] = None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        self.data = data
+        self.batch_size = batch_size
+        self.steps = -(-len(data) // batch_size) if hasattr(data, "__len__") else None
+        self.buffer_size = buffer_size or batch_size * 1000
+
+    def __len__(self) -> int:
+        if self.steps is None:
+            raise TypeError("this DataGenerator's data has no length; pass steps_per_epoch yourself")
+        return self.steps
+
+    def __iter__(self, random: bool = False):
+        raise NotImplementedError("subclass DataGenerator and write __iter__(self, random=False)")
+
+    def sample(self, random: bool = False) -> Iterator[Tuple[bool, object]]:
+        """The examples, each as `(is_end, example)`; `is_end` is true for the last one."""
+        items = self._shuffled() if random else iter(self.data)
+        try:
+            current = next(items)
+        except StopIteration:
+            return
+        for following in items:
+            yield False, current
+            current = following
+        yield True, current
+
+    def _shuffled(self) -> Iterator:
+        if self.steps is not None:
+            for index in np.random.permutation(len(self.data)):
+                yield self.data[index]
+            return
+        buffer = []
+        for item in self.data:
+            buffer.append(item)
+            if len(buffer) > self.buffer_size:
+                yield buffer.pop(np.random.randint(len(buffer)))
+        while buffer:
+            yield buffer.pop(np.random.randint(len(buffer)))
+
+    def forfit(self, random: bool = True) -> Iterator:
+        """The batches, pass after pass, without end (Keras's `fit` counts `steps_per_epoch`).
+
+        Lists in a batch (`[token_ids, segment_ids], labels`) come out as
+        tuples: Keras 3 reads a generator's structure from tuples and rejects
+        lists.
+        """
+        while True:
+            for batch in self.__iter__(random):
+                yield _as_tuples(batch)
+
+    def fortest(self, random: bool = False) -> Iterator:
+        """The inputs of each batch (its first element), pass after pass, lists as tuples."""
+        while True:
+            for batch in self.__iter__(random):
+                yield _as_tuples(batch[0])
+
+    def to_dataset(self, random: bool = True):
+        """The batches of `forfit` as an endless, prefetching `tf.data.Dataset`.
+
+        The structure, dtypes and shapes (the batch and sequence axes left
+        open) come from the first batch.
+        """
+        import tensorflow as tf
+
+        first = _as_tuples(next(iter(self.__iter__(False))))
+        signature = tf.nest.map_structure(
+            lambda x: tf.TensorSpec((None,) * np.ndim(x), tf.as_dtype(np.asarray(x).dtype)), first)
+        dataset = tf.data.Dataset.from_generator(lambda: self.forfit(random), output_signature=signature)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _as_tuples(batch):
+    """Lists (bert4keras batches use them for several inputs) as tuples, which tf.data takes as structure."""
+    if isinstance(batch, (list, tuple)):
+        return tuple(_as_tuples(part) for part in batch)
+    return batch

@@ -1,0 +1,76 @@
+"""Learning-rate schedules: kbert's warm-up then linear decay, and bert4keras's piecewise-linear one.
+
+Both are Keras `LearningRateSchedule`s: pass them as an optimizer's
+`learning_rate`; they are saved with the optimizer.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up from 0 to `peak`, then linear decay to 0 at `total_steps`.
+
+    Example:
+    >>> schedule = WarmupLinearDecay(2e-5, warmup_steps=100, total_steps=1000)
+    >>> [round(float(schedule(step)), 9) for step in (0, 50, 100, 550, 1000)]  # float32 inside
+    [0.0, 1e-05, 2e-05, 1e-05, 0.0]
+    """
+
+    def __init__(self, peak: float, warmup_steps: int, total_steps: int):
+        self.peak, self.warmup_steps, self.total_steps = peak, warmup_steps, total_steps
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, "float32")
+        warmup = keras.ops.maximum(float(self.warmup_steps), 1.0)
+        rising = step / warmup
+        falling = (self.total_steps - step) / keras.ops.maximum(float(self.total_steps - self.warmup_steps), 1.0)
+        return self.peak * keras.ops.clip(keras.ops.minimum(rising, falling), 0.0, 1.0)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
+    """bert4keras's piecewise-linear schedule: `learning_rate` times a multiplier of the step.
+
+    `schedule` maps steps to multipliers; between two of them the multiplier
+    changes linearly, after the last it stays. Without an entry for step 0
+    the multiplier starts from 0 (a warm-up), as in bert4keras's
+    `extend_with_piecewise_linear_lr`.
+
+    Args:
+        learning_rate: the base learning rate.
+        schedule: `{step: multiplier}`, e.g. `{1000: 1, 2000: 0.1}`.
+
+    Example:
+    >>> schedule = PiecewiseLinear(1e-3, {1000: 1, 2000: 0.1})
+    >>> [round(float(schedule(step)), 6) for step in (0, 500, 1000, 1500, 2000, 5000)]
+    [0.0, 0.0005, 0.001, 0.00055, 0.0001, 0.0001]
+    """
+
+    def __init__(self, learning_rate: float, schedule: Dict[int, float]):
+        points = sorted((int(step), float(multiplier)) for step, multiplier in dict(schedule).items())
+        if not points:
+            raise ValueError("schedule: expected at least one {step: multiplier} entry")
+        if points[0][0] != 0:
+            points.insert(0, (0, 0.0))
+        self.learning_rate = learning_rate
+        self.points = points
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, "float32")
+        multiplier = keras.ops.convert_to_tensor(self.points[-1][1], "float32")
+        # From the last segment back, each one replaces the value where the step lies before its end.
+        for (start, begin), (end, finish) in reversed(list(zip(self.points, self.points[1:]))):
+            inside = begin + (finish - begin) * (step - start) / (end - start)
+            multiplier = keras.ops.where(step < end, inside, multiplier)
+        return self.learning_rate * multiplier
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate, "schedule": {str(k): v for k, v in self.points}}

@@ -1,0 +1,125 @@
+"""The names a bert4keras script uses, against bert4keras 0.11.5's recorded behaviour."""
+
+import numpy as np
+import pytest
+
+import keras
+from conftest import CONFIGS, golden, shared_path
+from kbert import (DataGenerator, PiecewiseLinear, Tokenizer, build_classifier, build_transformer_model,
+                   load_vocab, save_vocab, sequence_padding)
+
+
+@pytest.fixture(scope="module")
+def api():
+    return golden("tokenizer_api.json")
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    vocab = shared_path("vocab", "chinese_vocab.txt")
+    return {lower: Tokenizer(vocab, do_lower_case=lower) for lower in (False, True)}
+
+
+def test_tokenizer_matches_bert4keras(api, tokenizers):
+    assert len(api["rows"]) == 18
+    for row in api["rows"]:
+        tokenizer, text = tokenizers[row["do_lower_case"]], row["text"]
+        case = f"{text!r} (do_lower_case={row['do_lower_case']})"
+        assert tokenizer.tokenize(text) == row["tokens"], case
+        assert tokenizer.encode(text)[0] == row["ids"], case
+        assert tokenizer.tokens_to_ids(row["tokens"]) == row["ids"], case
+        assert tokenizer.rematch(text, row["tokens"]) == row["rematch"], case
+        assert tokenizer.decode(row["ids"]) == row["decode"], case
+        pair = row["pair_maxlen32"]
+        assert tokenizer.encode(text, pair["second"], maxlen=32) == (pair["token_ids"], pair["segment_ids"]), case
+
+
+def test_simplified_vocabulary_matches_bert4keras(api, tmp_path):
+    expected = api["simplified"]
+    token_dict, keep_tokens = load_vocab(shared_path("vocab", "chinese_vocab.txt"), simplified=True,
+                                         startswith=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    assert len(token_dict) == expected["size"] == 13587
+    assert keep_tokens[:50] == expected["keep_tokens_head"]
+    assert (len(keep_tokens), sum(keep_tokens)) == (expected["keep_tokens_len"], expected["keep_tokens_sum"])
+    tokenizer = Tokenizer(token_dict, do_lower_case=True)
+    texts = [row["text"] for row in api["rows"][:len(expected["encode"])]]
+    assert [tokenizer.encode(text)[0] for text in texts] == expected["encode"]
+    save_vocab(tmp_path / "vocab.txt", token_dict)
+    assert load_vocab(tmp_path / "vocab.txt") == token_dict
+
+
+def test_sequence_padding():
+    assert sequence_padding([[1, 2, 3], [4]]).tolist() == [[1, 2, 3], [4, 0, 0]]
+    assert sequence_padding([[1, 2, 3], [4]], length=2).tolist() == [[1, 2], [4, 0]]
+    assert sequence_padding([[1, 2, 3], [4]], length=4, value=-1, mode="pre").tolist() == [[-1, 1, 2, 3],
+                                                                                         [-1, -1, -1, 4]]
+    matrices = [np.ones((2, 2)), np.ones((1, 1))]  # e.g. GlobalPointer labels: two sequence axes
+    assert sequence_padding(matrices, seq_dims=2).tolist() == [[[1, 1], [1, 1]], [[1, 0], [0, 0]]]
+    vectors = [np.ones((1, 3)), np.ones((2, 3))]  # a feature axis after the sequence axis
+    assert sequence_padding(vectors).shape == (2, 2, 3)
+    with pytest.raises(ValueError, match="mode: expected 'post' or 'pre', got 'middle'"):
+        sequence_padding([[1]], mode="middle")
+
+
+def test_piecewise_linear_schedule():
+    schedule = PiecewiseLinear(2e-5, {1000: 1, 2000: 0.1})
+    values = [float(schedule(step)) for step in (0, 250, 1000, 1500, 2000, 10_000)]
+    assert values == pytest.approx([0.0, 5e-6, 2e-5, 1.1e-5, 2e-6, 2e-6])
+    flat_start = PiecewiseLinear(1.0, {0: 1, 10: 0.5})
+    assert [float(flat_start(step)) for step in (0, 5, 10, 20)] == pytest.approx([1.0, 0.75, 0.5, 0.5])
+    restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert float(restored(1500)) == pytest.approx(1.1e-5)
+
+
+class SentimentBatches(DataGenerator):
+    """The data generator of bert4keras's classification example."""
+
+    def __init__(self, data, tokenizer, batch_size):
+        super().__init__(data, batch_size)
+        self.tokenizer = tokenizer
+
+    def __iter__(self, random=False):
+        token_ids, segment_ids, labels = [], [], []
+        for is_end, (text, label) in self.sample(random):
+            ids, segments = self.tokenizer.encode(text, maxlen=48)
+            token_ids.append(ids)
+            segment_ids.append(segments)
+            labels.append([label])
+            if len(token_ids) == self.batch_size or is_end:
+                yield [sequence_padding(token_ids), sequence_padding(segment_ids)], sequence_padding(labels)
+                token_ids, segment_ids, labels = [], [], []
+
+
+@pytest.fixture(scope="module")
+def sentiment():
+    lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
+    return [(text, int(label)) for text, label in (line.split("\t") for line in lines[:640])]
+
+
+def test_data_generator_contract(sentiment, tokenizers):
+    generator = SentimentBatches(sentiment[:70], tokenizers[True], batch_size=32)
+    assert len(generator) == 3
+    batches = list(generator)
+    assert [len(labels) for _, labels in batches] == [32, 32, 6]
+    assert [text for _, (text, _) in generator.sample()] == [text for text, _ in sentiment[:70]]
+    ends = [is_end for is_end, _ in generator.sample(random=True)]
+    assert ends == [False] * 69 + [True]
+    shuffled = [text for _, (text, _) in generator.sample(random=True)]
+    assert sorted(shuffled) == sorted(text for text, _ in sentiment[:70]) and shuffled != [t for t, _ in sentiment[:70]]
+    endless = generator.forfit()
+    assert sum(len(next(endless)[1]) for _ in range(6)) == 140  # two passes
+    inputs = next(generator.fortest())
+    assert len(inputs) == 2 and inputs[0].shape == inputs[1].shape
+    (tokens, segments), labels = next(iter(generator.to_dataset()))
+    assert tokens.dtype == "int64" and labels.shape[1] == 1
+
+
+def test_classifier_trains_through_forfit(sentiment, tokenizers):
+    keras.utils.set_random_seed(0)
+    model = build_classifier(build_transformer_model(CONFIGS / "bert_tiny.json"), 2)
+    model.compile(keras.optimizers.Adam(PiecewiseLinear(1e-3, {20: 1})), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    generator = SentimentBatches(sentiment, tokenizers[True], batch_size=32)
+    history = model.fit(generator.forfit(), steps_per_epoch=len(generator), epochs=3, verbose=0)
+    losses = history.history["loss"]
+    assert len(losses) == 3 and losses[2] < losses[0], losses
