@@ -39,6 +39,7 @@ _EXPORTS = {
     "DataGenerator": "kbert.batches",
     "PiecewiseLinear": "kbert.schedules",
     "WarmupLinearDecay": "kbert.schedules",
+    "extend_with_piecewise_linear_lr": "kbert.schedules",
     "KbertError": "kbert.errors",
     "ConfigError": "kbert.errors",
     "CheckpointError": "kbert.errors",

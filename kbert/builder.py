@@ -121,9 +121,9 @@ def build_transformer_model(
         with_nsp: add the next-sentence head `NSP-Proba` (implies the pooler).
         with_mlm: add the masked-LM head, tied to `Embedding-Token`: True (or
             `"softmax"`) for probabilities, `"linear"` for logits.
-        keep_tokens: ids of the checkpoint's vocabulary rows to keep (the
-            config's `vocab_size` must then equal `len(keep_tokens)`), e.g.
-            from `load_vocab(..., simplified=True)`.
+        keep_tokens: ids of the checkpoint's vocabulary rows to keep, e.g.
+            from `load_vocab(..., simplified=True)`; the model's vocabulary is
+            then these rows (`vocab_size` becomes `len(keep_tokens)`).
         segment_vocab_size: segment ids the model takes (default: the config's
             `type_vocab_size`); 0 builds a model on token ids alone.
         name: the model's name.
@@ -145,6 +145,8 @@ def build_transformer_model(
     (['Input-Token'], 'linear')
     """
     config = load_config(_one_config(config, config_path))
+    if keep_tokens is not None:  # as bert4keras: the kept rows are the model's vocabulary
+        config = dataclasses.replace(config, vocab_size=len(keep_tokens))
     _check_supported(model, application)
     mlm_activation = _mlm_activation(with_mlm)
     with_pool = with_pool or with_nsp

@@ -6,7 +6,7 @@ Both are Keras `LearningRateSchedule`s: pass them as an optimizer's
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 import keras
 
@@ -74,3 +74,26 @@ class PiecewiseLinear(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"learning_rate": self.learning_rate, "schedule": {str(k): v for k, v in self.points}}
+
+
+def extend_with_piecewise_linear_lr(optimizer_class, name: Optional[str] = None) -> Callable:
+    """bert4keras's optimizer extension on Keras 3: `optimizer_class` on a `PiecewiseLinear` rate.
+
+    Returns a factory used as bert4keras's extended class is:
+    `AdamLR = extend_with_piecewise_linear_lr(Adam, name="AdamLR")`, then
+    `AdamLR(learning_rate=1e-4, lr_schedule={1000: 1, 2000: 0.1})` gives a
+    Keras `Adam` whose learning rate is `PiecewiseLinear(1e-4, lr_schedule)`.
+
+    Example:
+    >>> AdamLR = extend_with_piecewise_linear_lr(keras.optimizers.Adam, name="AdamLR")
+    >>> optimizer = AdamLR(learning_rate=1e-4, lr_schedule={1000: 1, 2000: 0.1})
+    >>> type(optimizer).__name__, optimizer.name, round(float(optimizer.learning_rate), 9)
+    ('Adam', 'AdamLR', 0.0)
+    """
+
+    def build(learning_rate: float = 0.001, lr_schedule: Optional[Dict[int, float]] = None, **kwargs):
+        schedule = PiecewiseLinear(learning_rate, lr_schedule or {0: 1})
+        return optimizer_class(learning_rate=schedule, name=name or optimizer_class.__name__.lower(), **kwargs)
+
+    build.__name__ = build.__qualname__ = name or f"{optimizer_class.__name__}PiecewiseLinearLR"
+    return build

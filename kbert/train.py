@@ -152,20 +152,14 @@ def train(
                                   labels.ids(valid_examples, valid_path), options.batch_size)
 
     steps_per_epoch = int(np.ceil(len(train_examples) / options.batch_size))
-    steps = options.epochs * steps_per_epoch
     with _precision(options.mixed_precision):
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path)
             classifier = build_classifier(bert, num_labels)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trainer = keras.Model(classifier.inputs, classifier.outputs, name="trainer")
-            optimizer = keras.optimizers.AdamW(
-                WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
-                weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
-                ema_overwrite_frequency=steps_per_epoch if options.ema else None,
-                gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
-            optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
-            trainer.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+            trainer.compile(make_optimizer(options, steps_per_epoch), loss="sparse_categorical_crossentropy",
+                            metrics=["accuracy"])
         # Everything is checked: from here on the run writes, into OUT.partial/.
         state = run.begin(resume, {"options": dataclasses.asdict(options), "num_labels": num_labels,
                                    "train_data": str(train_report),
@@ -189,6 +183,19 @@ def train(
             raise
     run.publish()
     return state
+
+
+def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+    """AdamW with warm-up and linear decay; no decay on LayerNorms and biases; EMA and accumulation as asked."""
+    steps = options.epochs * steps_per_epoch
+    optimizer = keras.optimizers.AdamW(
+        WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
+        weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
+        # Each epoch ends on the average, so what is validated is what is saved.
+        ema_overwrite_frequency=steps_per_epoch if options.ema else None,
+        gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
+    return optimizer
 
 
 class _RunDirectory:

@@ -1,5 +1,7 @@
 """The names a bert4keras script uses, against bert4keras 0.11.5's recorded behaviour."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -123,3 +125,59 @@ def test_classifier_trains_through_forfit(sentiment, tokenizers):
     history = model.fit(generator.forfit(), steps_per_epoch=len(generator), epochs=3, verbose=0)
     losses = history.history["loss"]
     assert len(losses) == 3 and losses[2] < losses[0], losses
+
+
+def test_build_transformer_model_keywords(tmp_path):
+    from kbert import ConfigError, Transformer
+    tiny = CONFIGS / "bert_tiny.json"
+    bert = build_transformer_model(config_path=tiny, model="roberta", return_keras_model=False)
+    assert isinstance(bert, Transformer) and bert.model.count_params() == 695_360
+    assert [t.name for t in bert.inputs] == ["Input-Token", "Input-Segment"] and len(bert.outputs) == 1
+    assert type(bert.initializer).__name__ == "TruncatedNormal"
+    logits = build_transformer_model(tiny, with_mlm="linear")
+    probabilities = build_transformer_model(tiny, with_mlm=True)
+    probabilities.set_weights(logits.get_weights())
+    tokens = np.array([[101, 6427, 6241, 102]])
+    z = logits.predict([tokens, tokens * 0], verbose=0)
+    p = probabilities.predict([tokens, tokens * 0], verbose=0)
+    np.testing.assert_allclose(p, np.exp(z) / np.exp(z).sum(-1, keepdims=True), rtol=1e-4, atol=1e-7)
+    single = build_transformer_model(tiny, segment_vocab_size=0)
+    assert [t.name for t in single.inputs] == ["Input-Token"]
+    assert "Embedding-Segment" not in [layer.name for layer in single.layers]
+    assert single.count_params() == 695_360 - 2 * 32
+    with pytest.raises(ConfigError, match=r"model='albert': kbert builds 'bert' and 'roberta'"):
+        build_transformer_model(tiny, model="albert")
+    with pytest.raises(ConfigError, match=r"application='unilm': kbert builds 'encoder' models so far"):
+        build_transformer_model(tiny, application="unilm")
+    with pytest.raises(TypeError, match="pass the config once"):
+        build_transformer_model(tiny, config_path=tiny)
+
+
+def test_ported_bert4keras_script_runs(tmp_path, tiny_checkpoint_dir):
+    """docs/examples/sentiment_classification.py: a bert4keras script with only its imports changed."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from conftest import REPO
+    from kbert import save_google_checkpoint
+    # A "pre-trained" Chinese checkpoint: the tiny config on the real 21,128-token vocabulary.
+    bert_dir, data_dir = tmp_path / "bert", tmp_path / "data"
+    bert_dir.mkdir(), data_dir.mkdir()
+    keras.utils.set_random_seed(1)
+    save_google_checkpoint(build_transformer_model(CONFIGS / "bert_tiny.json"), bert_dir / "bert_model.ckpt")
+    shutil.copy(CONFIGS / "bert_tiny.json", bert_dir / "bert_config.json")
+    shutil.copy(shared_path("vocab", "chinese_vocab.txt"), bert_dir / "vocab.txt")
+    for name, count in (("train", 960), ("valid", 200), ("test", 200)):
+        lines = shared_path("data", "sentiment", f"sentiment.{name}.data").read_text(encoding="utf-8").splitlines()
+        (data_dir / f"sentiment.{name}.data").write_text("\n".join(lines[:count]) + "\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "docs" / "examples" / "sentiment_classification.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "BERT_DIR": str(bert_dir), "DATA_DIR": str(data_dir), "EPOCHS": "2", "MAXLEN": "48"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    # keep_tokens: the embedding holds the 13,587 kept rows of the 21,128, 32 wide.
+    assert "434,784" in result.stdout
+    assert len(re.findall(r"(?<!best_)val_acc: 0\.\d+", result.stdout)) == 2  # one line per epoch
+    final = float(result.stdout.split("final test acc: ")[1].split()[0])
+    assert 0.0 <= final <= 1.0 and (tmp_path / "best_model.weights.h5").exists()

@@ -297,3 +297,17 @@ def test_mixed_precision_bf16(sentiment_slice, tmp_path):
     # The weights are float32 (mixed precision computes in bf16, keeps float32 variables).
     classifier = load_classifier(str(tmp_path / "out"))
     assert {variable.dtype for variable in classifier.model.weights} == {"float32"}
+
+
+def test_ema_and_gradient_accumulation(tiny_run, tmp_path):
+    from kbert.train import make_optimizer
+    options = dataclasses.replace(FAST, ema=True, grad_accum=2)
+    config = make_optimizer(options, steps_per_epoch=16).get_config()
+    assert (config["use_ema"], config["ema_overwrite_frequency"], config["gradient_accumulation_steps"]) == \
+        (True, 16, 2)
+    plain = make_optimizer(FAST, steps_per_epoch=16).get_config()
+    assert (plain["use_ema"], plain["gradient_accumulation_steps"]) == (False, None)
+    state = train(*tiny_run, str(tmp_path / "model"), options=options, verbose=0)
+    assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]
+    assert all(np.isfinite(epoch["loss"]) for epoch in state["history"])
+    assert state["options"]["ema"] is True and state["options"]["grad_accum"] == 2
