@@ -234,10 +234,16 @@ def test_ctrl_c_tells_the_truth(tmp_path):
         [sys.executable, "-m", "kbert", "train", "--config", str(CONFIGS / "bert_tiny.json"), "--vocab",
          str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(tmp_path / "train.data"), "--batch-size",
          "8", "--maxlen", "64", "--out", str(tmp_path / "model")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # As in a terminal: a shell starts background jobs (CI may run us as one) with SIGINT
+        # ignored, and Python then installs no Ctrl-C handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    started = False
     for line in process.stdout:  # the first progress line: training has started
         if b"Epoch 1/" in line:
+            started = True
             break
+    assert started, process.communicate(timeout=300)[1].decode()[-2000:]
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 130
