@@ -259,6 +259,53 @@ class Tokenizer:
         text = re.sub(r"(\d\.) (\d)", r"\1\2", text)
         return text.strip()
 
+    def offsets(self, texts: Sequence[str]) -> List[List[Tuple[int, int]]]:
+        """For each text, the `(start, end)` characters of the text that each token covers.
+
+        Tokens as `encode` makes them, without `[CLS]`/`[SEP]`: `text[start:end]`
+        is what a token came from (a `##` piece covers its part of the word).
+        The spans come from the `tokenizers` library's offset mapping, in one
+        batch; they agree with `rematch`.
+
+        Example:
+        >>> tokenizer = Tokenizer({"[CLS]": 0, "[SEP]": 1, "[UNK]": 2, "cafe": 3, "语": 4})
+        >>> tokenizer.offsets(["Café 语", "语\\u200b语"])
+        [[(0, 4), (5, 6)], [(0, 1), (2, 3)]]
+        """
+        normalized = [normalize(text, self.do_lower_case) for text in texts]
+        encoded = self._backend.encode_batch(normalized, add_special_tokens=False)
+        spans = []
+        for text, encoding in zip(texts, encoded):
+            if self._keeps_positions(text):
+                spans.append(list(encoding.offsets))
+                continue
+            positions = self._positions(text)
+            spans.append([(positions[start], positions[end - 1] + 1) for start, end in encoding.offsets])
+        return spans
+
+    def _keeps_positions(self, text: str) -> bool:
+        """Whether `normalize` turns every character of `text` into exactly one character.
+
+        Checked step by step (removal, lower-casing, NFD, mark stripping), since a
+        removal and an expansion elsewhere could leave the length unchanged.
+        """
+        classes = _character_classes()
+        cleaned = text.translate(classes.clean)
+        if len(cleaned) != len(text):
+            return False
+        if not self.do_lower_case:
+            return True
+        lowered = cleaned.lower()
+        return (len(lowered) == len(cleaned) and unicodedata.is_normalized("NFD", lowered)
+                and len(lowered.translate(classes.marks)) == len(lowered))
+
+    def _positions(self, text: str) -> List[int]:
+        """For each character of the normalized text, the position in `text` it came from."""
+        positions: List[int] = []
+        for position, char in enumerate(text):
+            positions += [position] * len(normalize(char, self.do_lower_case))
+        return positions
+
     def rematch(self, text: str, tokens: Sequence[str]) -> List[List[int]]:
         """For each token, the positions in `text` of the characters it came from.
 

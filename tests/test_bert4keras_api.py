@@ -181,3 +181,28 @@ def test_ported_bert4keras_script_runs(tmp_path, tiny_checkpoint_dir):
     assert len(re.findall(r"(?<!best_)val_acc: 0\.\d+", result.stdout)) == 2  # one line per epoch
     final = float(result.stdout.split("final test acc: ")[1].split()[0])
     assert 0.0 <= final <= 1.0 and (tmp_path / "best_model.weights.h5").exists()
+
+
+def test_batch_offsets_agree_with_rematch(api, tokenizers):
+    texts = [row["text"] for row in api["rows"][:9]] + [
+        "a\u200bΟΔΟΣ x", "Café\u0301 naïve", "中\u0301文 e\u0301", "  leading\ttabs\u3000and　spaces "]
+    lines = shared_path("data", "sentiment", "sentiment.valid.data").read_text(encoding="utf-8").splitlines()
+    texts += [line.split("\t")[0] for line in lines[:300]]
+    for tokenizer in tokenizers.values():
+        for text, spans in zip(texts, tokenizer.offsets(texts)):
+            tokens = tokenizer.tokenize(text)[1:-1]
+            expected = [(chars[0], chars[-1] + 1) for chars in tokenizer.rematch(text, tokens)]
+            assert spans == expected, text
+
+
+def test_offsets_where_rematch_is_off(tokenizers):
+    # bert4keras's rematch lower-cases the whole text before mapping positions, so after a
+    # character that lower-cases to two ("İ" -> "i̇") its positions are shifted by one.
+    # offsets() counts in the text as given.
+    text = "İstanbul 好"
+    tokenizer = tokenizers[True]
+    tokens = tokenizer.tokenize(text)[1:-1]
+    spans = tokenizer.offsets([text])[0]
+    assert [text[start:end] for start, end in spans][-1] == "好"
+    assert "".join(text[start:end] for start, end in spans[:-1]) == "İstanbul"
+    assert tokenizer.rematch(text, tokens)[-1] == [10]  # bert4keras: one past "好" (index 9)
