@@ -133,48 +133,30 @@ def train(
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
     tokenizer = Tokenizer(vocab_path, do_lower_case=options.do_lower_case)
     _check_vocab_fits(tokenizer, vocab_path, config, config_path)
-    train_examples, train_report = _read(train_path, options)
-    labels = LabelMap.from_examples(train_examples)
-    if len(labels) < 2:
-        raise DataError(f"{train_path}: every example has the label {labels.names[0]!r}; "
-                        "a classifier needs examples of at least two labels")
-    num_labels = num_labels or len(labels)
-    if num_labels < len(labels):
-        raise DataError(f"{train_path}: {len(labels)} labels ({', '.join(labels.names)}) "
-                        f"but --num-labels is {num_labels}")
-    train_data = make_dataset(encode_examples(tokenizer, train_examples, options.maxlen),
-                              labels.ids(train_examples, train_path), options.batch_size,
-                              shuffle=options.shuffle, seed=options.seed)
-    valid_data, valid_report = None, None
-    if valid_path:
-        valid_examples, valid_report = _read(valid_path, options)
-        valid_data = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
-                                  labels.ids(valid_examples, valid_path), options.batch_size)
-
-    steps_per_epoch = int(np.ceil(len(train_examples) / options.batch_size))
+    data = _TrainingData.read(tokenizer, train_path, valid_path, num_labels, options)
+    num_labels = num_labels or len(data.labels)
     with _precision(options.mixed_precision):
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path)
             classifier = build_classifier(bert, num_labels)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trainer = keras.Model(classifier.inputs, classifier.outputs, name="trainer")
-            trainer.compile(make_optimizer(options, steps_per_epoch), loss="sparse_categorical_crossentropy",
-                            metrics=["accuracy"])
+            trainer.compile(make_optimizer(options, data.steps_per_epoch),
+                            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         # Everything is checked: from here on the run writes, into OUT.partial/.
         state = run.begin(resume, {"options": dataclasses.asdict(options), "num_labels": num_labels,
-                                   "train_data": str(train_report),
-                                   "valid_data": str(valid_report) if valid_report else None,
+                                   "train_data": data.train_report, "valid_data": data.valid_report,
                                    "history": []})
-        if not resume:
-            config.to_json_file(os.path.join(run.partial, CONFIG_FILE))
-            atomic_copy(vocab_path, os.path.join(run.partial, VOCAB_FILE))
-            labels.save(run.partial)
         callbacks = [
             keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
             _BestWeights(classifier, run.partial, state),
         ]
         try:
-            trainer.fit(train_data, validation_data=valid_data, epochs=options.epochs,
+            if not resume:
+                config.to_json_file(os.path.join(run.partial, CONFIG_FILE))
+                atomic_copy(vocab_path, os.path.join(run.partial, VOCAB_FILE))
+                data.labels.save(run.partial)
+            trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
                         callbacks=callbacks, verbose=verbose, shuffle=False)
         except KeyboardInterrupt:
             raise TrainingInterrupted(run.stopped(state, options.epochs)) from None
@@ -212,6 +194,9 @@ class _RunDirectory:
         if resume and not interrupted:
             raise KbertError(f"{self.out}: nothing to resume (no interrupted run in {self.partial})")
         if os.path.lexists(self.partial) and not resume:
+            if not interrupted:
+                raise KbertError(f"{self.partial} is left from a run of {self.out} that stopped before "
+                                 "completing an epoch (nothing to resume): delete it to start again")
             raise KbertError(f"{self.partial} holds an interrupted run for {self.out}: pass --resume to "
                              "continue it, or delete that directory to start again")
         if self.existed and not overwrite:
@@ -240,6 +225,41 @@ class _RunDirectory:
 
     def publish(self) -> None:
         replace_directory(self.partial, self.out)
+
+
+@dataclasses.dataclass
+class _TrainingData:
+    """The training and validation batches, the label map, and what reading the files found."""
+
+    train: object
+    valid: object
+    labels: LabelMap
+    steps_per_epoch: int
+    train_report: str
+    valid_report: Optional[str]
+
+    @classmethod
+    def read(cls, tokenizer: Tokenizer, train_path: str, valid_path: Optional[str],
+             num_labels: Optional[int], options: TrainingOptions) -> "_TrainingData":
+        """Reads and checks the files (naming file and line for bad rows), then batches them."""
+        examples, report = _read(train_path, options)
+        labels = LabelMap.from_examples(examples)
+        if len(labels) < 2:
+            raise DataError(f"{train_path}: every example has the label {labels.names[0]!r}; "
+                            "a classifier needs examples of at least two labels")
+        if num_labels is not None and num_labels < len(labels):
+            raise DataError(f"{train_path}: {len(labels)} labels ({', '.join(labels.names)}) "
+                            f"but --num-labels is {num_labels}")
+        train = make_dataset(encode_examples(tokenizer, examples, options.maxlen),
+                             labels.ids(examples, train_path), options.batch_size,
+                             shuffle=options.shuffle, seed=options.seed)
+        valid, valid_report = None, None
+        if valid_path:
+            valid_examples, valid_report = _read(valid_path, options)
+            valid = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
+                                 labels.ids(valid_examples, valid_path), options.batch_size)
+        return cls(train, valid, labels, -(-len(examples) // options.batch_size), str(report),
+                   str(valid_report) if valid_report else None)
 
 
 def _read(path: str, options: TrainingOptions):

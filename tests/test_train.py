@@ -131,6 +131,16 @@ def test_interrupted_training_resumes_from_the_last_epoch(tiny_run, tmp_path, mo
         train(*tiny_run, str(out), options=FAST, resume=True, overwrite=True, verbose=0)
 
 
+def test_a_partial_directory_left_by_a_killed_run(tiny_run, tmp_path):
+    (tmp_path / "model.partial").mkdir()  # e.g. the process was killed in its first epoch
+    (tmp_path / "model.partial" / "training.json").write_text("{}")
+    with pytest.raises(KbertError, match=r"model.partial is left from a run of .*model that stopped before "
+                                         r"completing an epoch \(nothing to resume\): delete it to start again"):
+        train(*tiny_run, str(tmp_path / "model"), options=FAST, verbose=0)
+    with pytest.raises(KbertError, match="nothing to resume"):
+        train(*tiny_run, str(tmp_path / "model"), options=FAST, resume=True, verbose=0)
+
+
 def test_ctrl_c_in_the_first_epoch_keeps_nothing(tiny_run, tmp_path, monkeypatch):
     interrupt_at(monkeypatch, "on_train_batch_end")
     with pytest.raises(TrainingInterrupted, match=r"interrupted before the first epoch completed: nothing was "
