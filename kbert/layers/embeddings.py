@@ -1,0 +1,190 @@
+"""Embeddings: token (with the tied reverse projection), segment, position, and their sum.
+
+Padding travels as a Keras mask: `TokenEmbedding(mask_zero=True)` creates it
+from token id 0, and `MaskedAdd` keeps it where Keras 3's `Add` would drop it.
+Ids outside a table are errors that name the config key (`checked_ids`).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from kbert.layers.common import _PACKAGE, clone_initializer
+
+
+def checked_ids(ids, limit: int, description: str):
+    """`ids`, after checks that each is in `[0, limit)`; an error names `description` otherwise.
+
+    Keras would otherwise take a negative id as counting from the end of the
+    table (a silently wrong row) and raise an error that names no config key
+    for one past the end. The checks are TensorFlow assertions, run in eager and
+    graph mode; XLA (`jit_compile=True`) compiles them away, as it does every
+    assertion.
+    """
+    import tensorflow as tf
+
+    expected = f"{description}: ids must be in [0, {limit})"
+    checks = [
+        tf.debugging.assert_non_negative(ids, message=f"{expected}; found a negative id", summarize=8),
+        tf.debugging.assert_less(ids, ops.cast(limit, ids.dtype),
+                                 message=f"{expected}; found one of {limit} or more", summarize=8),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(ids)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class CheckedEmbedding(keras.layers.Embedding):
+    """`keras.layers.Embedding` that rejects ids outside its table.
+
+    An id below 0 or at least `input_dim` raises an error naming the layer and
+    `size_key`, the config key that sets `input_dim` (Keras's own layer would
+    read a negative id as a row from the end).
+
+    Args:
+        input_dim: number of rows (ids 0 to `input_dim - 1`).
+        output_dim: embedding width.
+        size_key: the config key named in the error (e.g. `type_vocab_size`).
+        **kwargs: as for `keras.layers.Embedding`.
+
+    Example:
+    >>> segments = CheckedEmbedding(2, 4, size_key="type_vocab_size", name="Embedding-Segment")
+    >>> segments(ops.convert_to_tensor([[0, 1, 1]])).shape
+    TensorShape([1, 3, 4])
+    >>> segments(ops.convert_to_tensor([[0, 2]]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tensorflow.python.framework.errors_impl.InvalidArgumentError: ...Embedding-Segment (type_vocab_size): ids must be in [0, 2); found one of 2 or more...
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, size_key: str = "input_dim", **kwargs):
+        super().__init__(input_dim, output_dim, **kwargs)
+        self.size_key = size_key
+
+    def call(self, inputs):
+        ids = ops.cast(inputs, "int32") if inputs.dtype not in ("int32", "int64") else inputs
+        return super().call(checked_ids(ids, self.input_dim, f"{self.name} ({self.size_key})"))
+
+    def get_config(self):
+        return {**super().get_config(), "size_key": self.size_key}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TokenEmbedding(CheckedEmbedding):
+    """Token embedding that can also project hidden states back to the vocab.
+
+    Called on token ids it looks them up; called with `reverse=True` on hidden
+    states `[batch, seq, H]` it multiplies by the transposed table, giving
+    vocabulary logits `[batch, seq, V]`. This is how BERT's masked-LM head
+    shares ("ties") its output weights with the input embedding.
+
+    Args:
+        input_dim: vocabulary size V.
+        output_dim: embedding width H.
+        **kwargs: as for `CheckedEmbedding` (e.g. `mask_zero=True`); ids are
+            checked against `vocab_size`.
+
+    Example:
+    >>> embed = TokenEmbedding(100, 8, mask_zero=True)
+    >>> hidden = embed(ops.convert_to_tensor([[5, 7, 0]]))
+    >>> embed(hidden, reverse=True).shape
+    TensorShape([1, 3, 100])
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, size_key: str = "vocab_size", **kwargs):
+        super().__init__(input_dim, output_dim, size_key=size_key, **kwargs)
+
+    def call(self, inputs, reverse=False):
+        if reverse:
+            kernel = ops.cast(self.embeddings, self.compute_dtype)
+            return ops.matmul(inputs, ops.transpose(kernel))
+        return super().call(inputs)
+
+    def compute_mask(self, inputs, mask=None):
+        # Hidden states (the reverse call) keep the mask they came with.
+        if mask is not None or len(inputs.shape) == 3:
+            return mask
+        return super().compute_mask(inputs)
+
+    def compute_output_spec(self, inputs, reverse=False):
+        if reverse:
+            shape = (*inputs.shape[:-1], self.input_dim)
+            return keras.KerasTensor(shape, dtype=self.compute_dtype)
+        return super().compute_output_spec(inputs)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class MaskedAdd(keras.layers.Add):
+    """`keras.layers.Add` that keeps the mask of the inputs that have one.
+
+    Keras 3's `Add` drops the mask as soon as one input has none; Keras 2 (and
+    so bert4keras) combined the masks that exist. BERT needs the Keras 2 rule
+    where token embeddings (masked at padding) meet segment embeddings (no
+    mask).
+
+    Example:
+    >>> tokens = keras.Input((None,), dtype="int32")
+    >>> token_vectors = keras.layers.Embedding(10, 4, mask_zero=True)(tokens)
+    >>> segment_vectors = keras.layers.Embedding(2, 4)(tokens * 0)
+    >>> MaskedAdd()([token_vectors, segment_vectors])._keras_mask is not None
+    True
+    """
+
+    def compute_mask(self, inputs, mask=None):
+        masks = [m for m in (mask or []) if m is not None]
+        if not masks:
+            return None
+        combined = masks[0]
+        for other in masks[1:]:
+            combined = ops.logical_and(combined, other)
+        return combined
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class PositionEmbedding(keras.layers.Layer):
+    """Adds a learned absolute position embedding to its input.
+
+    The input may be shorter than `max_length`; the first rows of the table
+    are used.
+
+    Args:
+        max_length: number of positions P (`max_position_embeddings`).
+        embeddings_initializer: initializer of the `[P, H]` table.
+
+    Example:
+    >>> layer = PositionEmbedding(max_length=16)
+    >>> layer(ops.zeros((2, 5, 8))).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def __init__(self, max_length: int, embeddings_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.max_length = max_length
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.max_length, input_shape[-1]),
+            initializer=clone_initializer(self.embeddings_initializer),
+        )
+
+    def call(self, inputs):
+        import tensorflow as tf
+
+        length = ops.shape(inputs)[1]
+        check = tf.debugging.assert_less_equal(
+            length, self.max_length, message=f"{self.name}: the sequence is longer than "
+                                             f"max_position_embeddings ({self.max_length})")
+        with tf.control_dependencies([check]):
+            positions = ops.cast(self.embeddings[:length], self.compute_dtype)
+        return inputs + positions[None]
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "max_length": self.max_length,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }

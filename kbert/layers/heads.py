@@ -1,0 +1,63 @@
+"""Small pieces of the heads: taking the [CLS] state, the MLM output bias.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from kbert.layers.common import _PACKAGE
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TakeToken(keras.layers.Layer):
+    """Takes the hidden state at one position: `[batch, seq, H] -> [batch, H]`.
+
+    BERT's pooler and classifiers read position 0, the `[CLS]` token.
+
+    Args:
+        index: the position to take.
+
+    Example:
+    >>> TakeToken(0)(ops.ones((2, 5, 8))).shape
+    TensorShape([2, 8])
+    """
+
+    def __init__(self, index: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.index = index
+
+    def call(self, inputs):
+        return inputs[:, self.index]
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], *input_shape[2:])
+
+    def get_config(self):
+        return {**super().get_config(), "index": self.index}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BiasAdd(keras.layers.Layer):
+    """Adds a learned bias vector over the last axis (BERT's MLM output bias).
+
+    Example:
+    >>> BiasAdd()(ops.zeros((2, 3, 10))).shape
+    TensorShape([2, 3, 10])
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(name="bias", shape=(input_shape[-1],), initializer="zeros")
+
+    def call(self, inputs):
+        return inputs + ops.cast(self.bias, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
