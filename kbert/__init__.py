@@ -32,6 +32,7 @@ _EXPORTS = {
     "save_hf_weights": "kbert.hf",
     "load_weights": "kbert.convert",
     "Transformer": "kbert.builder",
+    "ViterbiDecoder": "kbert.layers.crf",
     "Tokenizer": "kbert.tokenizer",
     "load_vocab": "kbert.vocab",
     "save_vocab": "kbert.vocab",

@@ -8,15 +8,22 @@ BERT's layer names: the model builders give the names.
 - `attention`: `MultiHeadSelfAttention`
 - `feed_forward`: `FeedForward`
 - `heads`: `TakeToken`, `BiasAdd`
+- `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
+- `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
+- `rotary`: `sinusoidal_positions`, `apply_rotary`
 - `common`: `gelu_tanh`, `get_activation`, `clone_initializer`
 """
 
 from kbert.layers.attention import MultiHeadSelfAttention
 from kbert.layers.common import clone_initializer, gelu_tanh, get_activation
+from kbert.layers.crf import ConditionalRandomField, ViterbiDecoder, viterbi_decode
 from kbert.layers.embeddings import CheckedEmbedding, MaskedAdd, PositionEmbedding, TokenEmbedding, checked_ids
 from kbert.layers.feed_forward import FeedForward
 from kbert.layers.heads import BiasAdd, TakeToken
+from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
+from kbert.layers.rotary import apply_rotary, sinusoidal_positions
 
-__all__ = ["BiasAdd", "CheckedEmbedding", "FeedForward", "MaskedAdd", "MultiHeadSelfAttention",
-           "PositionEmbedding", "TakeToken", "TokenEmbedding", "checked_ids", "clone_initializer", "gelu_tanh",
-           "get_activation"]
+__all__ = ["BiasAdd", "CheckedEmbedding", "ConditionalRandomField", "EfficientGlobalPointer", "FeedForward",
+           "GlobalPointer", "MaskedAdd", "MultiHeadSelfAttention", "PositionEmbedding", "TakeToken",
+           "TokenEmbedding", "ViterbiDecoder", "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh",
+           "get_activation", "sinusoidal_positions", "viterbi_decode"]
