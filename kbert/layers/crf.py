@@ -35,8 +35,8 @@ class ConditionalRandomField(keras.layers.Layer):
     Example:
     >>> crf = ConditionalRandomField()
     >>> scores = crf(ops.ones((2, 5, 3)), mask=ops.convert_to_tensor([[1, 1, 1, 0, 0]] * 2, "bool"))
-    >>> tuple(crf.trans.shape), float(scores[0, 3, 0])
-    ((3, 3), -1000000000000.0)
+    >>> tuple(crf.trans.shape), float(scores[0, 2, 0]), bool(scores[0, 3, 0] == MASKED)  # masked: -1e12
+    ((3, 3), 1.0, True)
     >>> model_loss = crf.sparse_loss  # model.compile(loss=crf.sparse_loss, metrics=[crf.sparse_accuracy])
     """
 
