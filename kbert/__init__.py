@@ -21,6 +21,7 @@ _EXPORTS = {
     "bundled_config_path": "kbert.config",
     "build_transformer_model": "kbert.builder",
     "build_classifier": "kbert.builder",
+    "build_token_classifier": "kbert.builder",
     "analyze": "kbert.params",
     "explain_claim": "kbert.params",
     "flops_per_token": "kbert.params",

@@ -179,6 +179,58 @@ def build_transformer_model(
     return built if return_keras_model else Transformer(built, config)
 
 
+TOKEN_HEADS = ("softmax", "crf", "global_pointer")
+
+
+def build_token_classifier(bert: keras.Model, num_labels: int, *, head: str = "softmax", head_size: int = 64,
+                           crf_lr_multiplier: float = 1, name: str = "token_classifier") -> keras.Model:
+    """Adds a sequence-labelling head to a backbone's sequence output.
+
+    Heads, with bert4keras's recipes:
+    - `"softmax"`: `dense_output`, a softmax over `num_labels` tags per token;
+    - `"crf"`: `dense_emissions` then `CRF` (`ConditionalRandomField`); train
+      with `model.get_layer("CRF").sparse_loss`, decode with `viterbi_decode`;
+    - `"global_pointer"`: `global_pointer`, span scores `[batch, num_labels, n, n]`
+      (`num_labels` entity types); train with `kbert.losses.global_pointer_crossentropy`.
+
+    Args:
+        bert: a backbone from `build_transformer_model` (sequence output, no heads).
+        num_labels: tags (softmax, crf) or entity types (global_pointer).
+        head: one of `TOKEN_HEADS`.
+        head_size: GlobalPointer's query/key width.
+        crf_lr_multiplier: the CRF transitions' learning-rate multiplier.
+        name: the model's name.
+
+    Example:
+    >>> bert = build_transformer_model("configs/bert_tiny.json")
+    >>> tagger = build_token_classifier(bert, 7, head="crf")
+    >>> [layer.name for layer in tagger.layers[-2:]], tagger.output.shape
+    (['dense_emissions', 'CRF'], (None, None, 7))
+    """
+    from kbert.layers import ConditionalRandomField, GlobalPointer
+
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ValueError(f"num_labels: expected a positive integer, got {num_labels!r}")
+    if head not in TOKEN_HEADS:
+        raise ValueError(f"head: expected one of {', '.join(TOKEN_HEADS)}, got {head!r}")
+    features = bert.output
+    if isinstance(features, (list, tuple)) or len(features.shape) != 3:
+        raise ValueError("build_token_classifier needs a backbone whose output is the sequence output "
+                         "(built without with_pool, with_nsp or with_mlm)")
+    initializer = _initializer_of(bert)
+    if head == "softmax":
+        # float32 even under a mixed-precision policy: a stable softmax and loss.
+        outputs = keras.layers.Dense(num_labels, activation="softmax", kernel_initializer=initializer,
+                                     name=naming.CLASSIFIER_DENSE, dtype="float32")(features)
+    elif head == "crf":
+        emissions = keras.layers.Dense(num_labels, kernel_initializer=initializer, name="dense_emissions")(features)
+        outputs = ConditionalRandomField(lr_multiplier=crf_lr_multiplier, name="CRF")(emissions)
+    else:
+        outputs = GlobalPointer(num_labels, head_size, kernel_initializer=initializer,
+                                name="global_pointer")(features)
+    return IdModel(bert.inputs, outputs, name=name)
+
+
 def _one_config(config, config_path):
     if config is not None and config_path is not None:
         raise TypeError("build_transformer_model: pass the config once (config or config_path=)")
