@@ -290,9 +290,12 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         if "default" in text or action.required or action.default is argparse.SUPPRESS \
                 or (not action.option_strings and action.nargs != "?"):
             return text
-        shown = {False: "off", None: "none"}.get(action.default, "%(default)s") \
-            if not isinstance(action.default, (int, float)) or isinstance(action.default, bool) \
-            else "%(default)s"
+        if action.default is False:
+            shown = "off"
+        elif action.default is None:
+            shown = "none"
+        else:
+            shown = "%(default)s"
         return f"{text} (default: {shown})"
 
 

@@ -19,11 +19,12 @@ A malformed row raises `DataError` naming the file and line, or, with
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -75,23 +76,31 @@ def read_examples(path: "str | os.PathLike[str]", *, labelled: bool = True,
     reader = {".jsonl": _json_lines, ".json": _json_lines, ".csv": _delimited, ".tsv": _delimited}.get(
         extension, _tab_separated)
     examples = []
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            for line, row in reader(handle, extension, labelled):
-                try:
-                    examples.append(_example(row, line, labelled))
-                except ValueError as error:
-                    if not skip_malformed:
-                        raise DataError(f"{path}, line {line}: {error}") from None
-                    report.skipped.append((line, str(error)))
-    except FileNotFoundError:
-        raise DataError(f"{path}: data file not found") from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    with open_data(path, newline="") as handle:
+        for line, row in reader(handle, extension, labelled):
+            try:
+                examples.append(_example(row, line, labelled))
+            except ValueError as error:
+                if not skip_malformed:
+                    raise DataError(f"{path}, line {line}: {error}") from None
+                report.skipped.append((line, str(error)))
     if not examples:
         raise DataError(f"{path}: no examples")
     report.examples = len(examples)
     return examples, report
+
+
+@contextlib.contextmanager
+def open_data(path: str, newline: Optional[str] = None) -> Iterator:
+    """A data file opened as UTF-8 text (a byte-order mark ignored); a missing or
+    non-UTF-8 file, also one found so while reading, is a `DataError` naming it."""
+    try:
+        with open(path, encoding="utf-8-sig", newline=newline) as handle:
+            yield handle
+    except FileNotFoundError:
+        raise DataError(f"{path}: data file not found") from None
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def _example(row, line: int, labelled: bool) -> Example:

@@ -90,18 +90,17 @@ def replace_directory(source: str, target: str) -> None:
     `target` for that).
     """
     target = os.path.normpath(target)
-    aside = None
-    if os.path.lexists(target):
-        aside = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(target)),
-                                 prefix=f".{os.path.basename(target)}.old-")
-        aside = os.path.join(aside, "old")
-        os.rename(target, aside)
+    if not os.path.lexists(target):
+        os.rename(source, target)
+        return
+    holder = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(target)),
+                              prefix=f".{os.path.basename(target)}.old-")
+    aside = os.path.join(holder, "old")
+    os.rename(target, aside)
     try:
         os.rename(source, target)
     except BaseException:
-        if aside:
-            os.rename(aside, target)
+        os.rename(aside, target)
         raise
     finally:
-        if aside:
-            shutil.rmtree(os.path.dirname(aside), ignore_errors=True)
+        shutil.rmtree(holder, ignore_errors=True)

@@ -25,6 +25,13 @@ def shared_path(*parts: str) -> pathlib.Path:
     return path
 
 
+def write(directory: pathlib.Path, name: str, text: str) -> pathlib.Path:
+    """Writes `text` (UTF-8) to `directory/name` and returns the path: small data files for tests."""
+    path = directory / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def golden(name: str) -> dict:
     """A bert4keras golden file from ../shared/golden/bert4keras/."""
     with open(shared_path("golden", "bert4keras", name), encoding="utf-8") as handle:

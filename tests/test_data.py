@@ -3,16 +3,10 @@ import json
 import numpy as np
 import pytest
 
-from conftest import shared_path
+from conftest import shared_path, write
 from kbert import DataError
 from kbert.data import LabelMap, encode_examples, make_dataset, read_examples
 from kbert.tokenizer import Tokenizer
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_real_sentiment_file():

@@ -4,17 +4,11 @@ import numpy as np
 import pytest
 
 import keras
-from conftest import CONFIGS, shared_path
+from conftest import CONFIGS, shared_path, write
 from kbert import DataError, Tokenizer, build_token_classifier, build_transformer_model
 from kbert.layers import viterbi_decode
 from kbert.losses import global_pointer_crossentropy
 from kbert.tasks.labelling import detect_scheme, entity_scores, read_tagged, spans, tags_from_spans
-
-
-def write(tmp_path, text, name="data.bmes"):
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_real_msra_files():
@@ -68,19 +62,19 @@ def test_entity_scores_exact_span_and_type():
     ("\tO\n", 1, "expected 'token<TAB>tag'"),
 ])
 def test_bad_rows_name_file_and_line(tmp_path, text, line, message):
-    path = write(tmp_path, text)
+    path = write(tmp_path, "data.bmes", text)
     with pytest.raises(DataError) as error:
         read_tagged(path)
     assert str(error.value).startswith(f"{path}, line {line}: {message}")
 
 
 def test_skip_malformed_sentences_and_empty_files(tmp_path):
-    path = write(tmp_path, "好\tO\n\n张\tB-PER\n三\n\n北\tS-LOC\n")
+    path = write(tmp_path, "data.bmes", "好\tO\n\n张\tB-PER\n三\n\n北\tS-LOC\n")
     sentences, report = read_tagged(path, skip_malformed=True)
     assert [s.text for s in sentences] == ["好", "北"] and [s.line for s in sentences] == [1, 6]
     assert report.skipped == [(4, "expected 'token<TAB>tag', found 0 tab(s)")]
     with pytest.raises(DataError, match=r"empty.bmes: no sentences"):
-        read_tagged(write(tmp_path, "\n\n", "empty.bmes"))
+        read_tagged(write(tmp_path, "empty.bmes", "\n\n"))
     with pytest.raises(DataError, match=r"missing.bmes: data file not found"):
         read_tagged(tmp_path / "missing.bmes")
 

@@ -18,7 +18,7 @@ import dataclasses
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from kbert.data import DataReport
+from kbert.data import DataReport, open_data
 from kbert.errors import DataError
 
 SCHEMES = {"BIO": {"B", "I"}, "BIOES": {"B", "I", "E", "S"}, "BMES": {"B", "M", "E", "S"}}
@@ -58,20 +58,15 @@ def read_tagged(path: "str | os.PathLike[str]", *,
     path = os.fspath(path)
     report = DataReport(path)
     sentences: List[TaggedSentence] = []
-    try:
-        with open(path, encoding="utf-8-sig") as handle:
-            for start, rows in _blocks(handle):
-                try:
-                    sentences.append(_sentence(rows, start))
-                except ValueError as error:
-                    line, message = error.args
-                    if not skip_malformed:
-                        raise DataError(f"{path}, line {line}: {message}") from None
-                    report.skipped.append((line, message))
-    except FileNotFoundError:
-        raise DataError(f"{path}: data file not found") from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    with open_data(path) as handle:
+        for start, rows in _blocks(handle):
+            try:
+                sentences.append(_sentence(rows, start))
+            except ValueError as error:
+                line, message = error.args
+                if not skip_malformed:
+                    raise DataError(f"{path}, line {line}: {message}") from None
+                report.skipped.append((line, message))
     if not sentences:
         raise DataError(f"{path}: no sentences")
     report.examples = len(sentences)
