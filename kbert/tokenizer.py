@@ -265,7 +265,8 @@ class Tokenizer:
         Tokens as `encode` makes them, without `[CLS]`/`[SEP]`: `text[start:end]`
         is what a token came from (a `##` piece covers its part of the word).
         The spans come from the `tokenizers` library's offset mapping, in one
-        batch; they agree with `rematch`.
+        batch. They agree with `rematch` except after a character that
+        lower-cases to two (`İ`), where bert4keras's `rematch` counts one too far.
 
         Example:
         >>> tokenizer = Tokenizer({"[CLS]": 0, "[SEP]": 1, "[UNK]": 2, "cafe": 3, "语": 4})
