@@ -25,7 +25,7 @@ from kbert.config import BertConfig, load_config
 from kbert.errors import ConfigError
 from kbert.layers import (
     BiasAdd,
-    CheckedEmbedding,
+    Embedding,
     FeedForward,
     MaskedAdd,
     MultiHeadSelfAttention,
@@ -293,7 +293,7 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
 def _embeddings(config: BertConfig, token_embedding, inputs, segment_vocab_size: int):
     x = token_embedding(inputs[0])
     if segment_vocab_size:
-        segments = CheckedEmbedding(
+        segments = Embedding(
             segment_vocab_size, config.hidden_size, size_key="type_vocab_size",
             embeddings_initializer=_initializer(config), name=naming.EMBEDDING_SEGMENT)(inputs[1])
         x = MaskedAdd(name=naming.EMBEDDING_TOKEN_SEGMENT)([x, segments])

@@ -178,7 +178,7 @@ def _run_train(args) -> int:
 def _run_evaluate(args) -> int:
     from kbert.train import evaluate
 
-    result = evaluate(args.model, args.data, batch_size=args.batch_size)
+    result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
     if args.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return 0
@@ -208,7 +208,7 @@ def _run_predict(args) -> int:
     else:
         examples, _ = read_examples(args.input, labelled=False)
         texts, pairs = [e.text for e in examples], [e.text_b for e in examples]
-    for row in predict(args.model, texts, pairs, batch_size=args.batch_size):
+    for row in predict(args.model, texts, pairs, batch_size=args.batch_size, bucketing=not args.no_bucketing):
         if args.json:
             print(json.dumps(row, ensure_ascii=False))
         else:
@@ -381,6 +381,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--model", required=True, help="model directory from kbert train")
     evaluate.add_argument("--data", required=True, help="labelled data file")
     evaluate.add_argument("--batch-size", type=_positive_int, default=64, help="examples per step")
+    evaluate.add_argument("--no-bucketing", action="store_true",
+                         help="batch the texts in input order instead of by length (results are in input "
+                              "order either way)")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(run=_run_evaluate)
 
@@ -390,6 +393,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="file of texts (one a line, or CSV/TSV/JSONL with a text column); "
                               "- for standard input")
     predict.add_argument("--batch-size", type=_positive_int, default=64, help="examples per step")
+    predict.add_argument("--no-bucketing", action="store_true",
+                         help="batch the texts in input order instead of by length (results are in input "
+                              "order either way)")
     predict.add_argument("--json", action="store_true", help="print JSON Lines")
     predict.set_defaults(run=_run_predict)
 

@@ -316,11 +316,21 @@ class TrainedClassifier:
     labels: LabelMap
     maxlen: int
 
-    def predict_proba(self, examples, batch_size: int = 64) -> np.ndarray:
+    def predict_proba(self, examples, batch_size: int = 64, bucketing: bool = True) -> np.ndarray:
+        """Class probabilities `[n, labels]`, in the order of `examples`.
+
+        With `bucketing`, the examples are batched in order of length (and the
+        results put back in input order), so each batch pads little.
+        """
         if not examples:
             raise KbertError("no texts to predict")
-        data = make_dataset(encode_examples(self.tokenizer, examples, self.maxlen), None, batch_size)
-        return self.model.predict(data, verbose=0)
+        encoded = encode_examples(self.tokenizer, examples, self.maxlen)
+        order = np.argsort([len(ids) for ids, _ in encoded], kind="stable") if bucketing \
+            else np.arange(len(encoded))
+        data = make_dataset([encoded[index] for index in order], None, batch_size)
+        probabilities = np.empty((len(encoded), len(self.labels)), dtype=np.float32)
+        probabilities[order] = self.model.predict(data, verbose=0)
+        return probabilities
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -355,7 +365,7 @@ def load_classifier(model_dir: str) -> TrainedClassifier:
 
 
 def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
-            batch_size: int = 64) -> List[dict]:
+            batch_size: int = 64, bucketing: bool = True) -> List[dict]:
     """The predicted label and its probability for each text (or pair)."""
     if not len(texts):
         raise KbertError("no texts to predict")
@@ -365,18 +375,18 @@ def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[
     classifier = load_classifier(model_dir)
     pairs = text_pairs or [None] * len(texts)
     examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
-    probabilities = classifier.predict_proba(examples, batch_size)
+    probabilities = classifier.predict_proba(examples, batch_size, bucketing)
     best = probabilities.argmax(-1)
     return [{"text": text, "label": classifier.labels.names[index], "probability": float(row[index])}
             for text, index, row in zip(texts, best, probabilities)]
 
 
-def evaluate(model_dir: str, data_path: str, batch_size: int = 64) -> dict:
+def evaluate(model_dir: str, data_path: str, batch_size: int = 64, bucketing: bool = True) -> dict:
     """Accuracy, per-class precision/recall/F1 and the confusion matrix on a labelled file."""
     classifier = load_classifier(model_dir)
     examples, report = read_examples(data_path)
     truth = classifier.labels.ids(examples, data_path)
-    predicted = classifier.predict_proba(examples, batch_size).argmax(-1)
+    predicted = classifier.predict_proba(examples, batch_size, bucketing).argmax(-1)
     return {"data": str(report), **classification_report(truth, predicted, classifier.labels.names)}
 
 

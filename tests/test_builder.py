@@ -145,3 +145,21 @@ def test_whole_number_floats_are_accepted(tiny):
     tokens = np.array([[101, 6427, 6241, 102]])
     np.testing.assert_allclose(tiny.predict([tokens.astype("float64"), np.zeros((1, 4))], verbose=0)[1],
                                tiny.predict([tokens, np.zeros_like(tokens)], verbose=0)[1], rtol=1e-6)
+
+
+def test_weights_file_layout_is_stable(tmp_path):
+    # Keras 3's .weights.h5 keys layers by their class names (not their bert4keras names):
+    # renaming a layer class makes model directories written before unreadable. This is the
+    # layout of kbert 0.1.0's classifier; a change here needs a reader for the old one.
+    import h5py
+    model = build_classifier(build_transformer_model(CONFIGS / "bert_tiny.json"), 2)
+    model.save_weights(tmp_path / "model.weights.h5")
+    with h5py.File(tmp_path / "model.weights.h5", "r") as weights:
+        groups = sorted(weights["layers"].keys())
+    expected = (["add", "add_1", "add_2", "add_3", "dense", "embedding"]
+                + [f"dropout{suffix}" for suffix in ("", "_1", "_2", "_3", "_4")]
+                + ["feed_forward", "feed_forward_1", "input_layer", "input_layer_1"]
+                + [f"layer_normalization{suffix}" for suffix in ("", "_1", "_2", "_3", "_4")]
+                + ["masked_add", "multi_head_self_attention", "multi_head_self_attention_1",
+                   "position_embedding", "take_token", "token_embedding"])
+    assert groups == sorted(expected)

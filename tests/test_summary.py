@@ -19,7 +19,7 @@ Input-Segment (InputLayer)      [(None, None)]       0
 __________________________________________________________________________________________________
 Embedding-Token (TokenEmbedding (None, None, 32)     676096      Input-Token[0][0]
 __________________________________________________________________________________________________
-Embedding-Segment (CheckedEmbed (None, None, 32)     64          Input-Segment[0][0]
+Embedding-Segment (Embedding)   (None, None, 32)     64          Input-Segment[0][0]
 __________________________________________________________________________________________________
 Embedding-Token-Segment (Masked (None, None, 32)     0           Embedding-Token[0][0]
                                                                  Embedding-Segment[0][0]

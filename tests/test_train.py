@@ -18,6 +18,7 @@ import tensorflow as tf
 import keras
 from conftest import CONFIGS, REPO, minilm_dir, shared_path
 from kbert import KbertError
+from kbert.data import encode_examples, read_examples
 from kbert.train import (TrainingInterrupted, TrainingOptions, WarmupLinearDecay, evaluate, export,
                          load_classifier, predict, train)
 
@@ -321,3 +322,18 @@ def test_ema_and_gradient_accumulation(tiny_run, tmp_path):
     assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]
     assert all(np.isfinite(epoch["loss"]) for epoch in state["history"])
     assert state["options"]["ema"] is True and state["options"]["grad_accum"] == 2
+
+
+def test_predictions_with_length_bucketing_come_back_in_input_order(trained, sentiment_slice):
+    out, _ = trained
+    classifier = load_classifier(str(out))
+    examples, _ = read_examples(str(sentiment_slice / "valid.data"))
+    lengths = [len(ids) for ids, _ in encode_examples(classifier.tokenizer, examples, classifier.maxlen)]
+    assert len(set(lengths)) > 10 and lengths != sorted(lengths)  # mixed lengths, not already sorted
+    bucketed = classifier.predict_proba(examples, batch_size=16)
+    plain = classifier.predict_proba(examples, batch_size=16, bucketing=False)
+    # Padding is masked, so only float rounding differs.
+    np.testing.assert_allclose(bucketed, plain, atol=1e-5)
+    assert (bucketed.argmax(-1) == plain.argmax(-1)).all()
+    texts = [example.text for example in examples[:40]]
+    assert [row["text"] for row in predict(str(out), texts)] == texts

@@ -4,7 +4,7 @@ Each layer has a `get_config` and is registered under the `kbert` package, so
 a model saved as `.keras` loads back with `safe_mode=True`. None of them knows
 BERT's layer names: the model builders give the names.
 
-- `embeddings`: `CheckedEmbedding`, `TokenEmbedding`, `PositionEmbedding`, `MaskedAdd`
+- `embeddings`: `Embedding`, `TokenEmbedding`, `PositionEmbedding`, `MaskedAdd`
 - `attention`: `MultiHeadSelfAttention`
 - `feed_forward`: `FeedForward`
 - `heads`: `TakeToken`, `BiasAdd`
@@ -17,13 +17,13 @@ BERT's layer names: the model builders give the names.
 from kbert.layers.attention import MultiHeadSelfAttention
 from kbert.layers.common import clone_initializer, gelu_tanh, get_activation
 from kbert.layers.crf import ConditionalRandomField, ViterbiDecoder, viterbi_decode
-from kbert.layers.embeddings import CheckedEmbedding, MaskedAdd, PositionEmbedding, TokenEmbedding, checked_ids
+from kbert.layers.embeddings import Embedding, MaskedAdd, PositionEmbedding, TokenEmbedding, checked_ids
 from kbert.layers.feed_forward import FeedForward
 from kbert.layers.heads import BiasAdd, TakeToken
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
 
-__all__ = ["BiasAdd", "CheckedEmbedding", "ConditionalRandomField", "EfficientGlobalPointer", "FeedForward",
+__all__ = ["BiasAdd", "Embedding", "ConditionalRandomField", "EfficientGlobalPointer", "FeedForward",
            "GlobalPointer", "MaskedAdd", "MultiHeadSelfAttention", "PositionEmbedding", "TakeToken",
            "TokenEmbedding", "ViterbiDecoder", "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh",
            "get_activation", "sinusoidal_positions", "viterbi_decode"]

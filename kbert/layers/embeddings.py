@@ -35,12 +35,16 @@ def checked_ids(ids, limit: int, description: str):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class CheckedEmbedding(keras.layers.Embedding):
+class Embedding(keras.layers.Embedding):
     """`keras.layers.Embedding` that rejects ids outside its table.
 
     An id below 0 or at least `input_dim` raises an error naming the layer and
     `size_key`, the config key that sets `input_dim` (Keras's own layer would
     read a negative id as a row from the end).
+
+    It keeps Keras's class name on purpose: Keras 3's `.weights.h5` files key
+    each layer by its class name, so model directories written when the
+    segment embedding was `keras.layers.Embedding` still load.
 
     Args:
         input_dim: number of rows (ids 0 to `input_dim - 1`).
@@ -49,7 +53,7 @@ class CheckedEmbedding(keras.layers.Embedding):
         **kwargs: as for `keras.layers.Embedding`.
 
     Example:
-    >>> segments = CheckedEmbedding(2, 4, size_key="type_vocab_size", name="Embedding-Segment")
+    >>> segments = Embedding(2, 4, size_key="type_vocab_size", name="Embedding-Segment")
     >>> segments(ops.convert_to_tensor([[0, 1, 1]])).shape
     TensorShape([1, 3, 4])
     >>> segments(ops.convert_to_tensor([[0, 2]]))  # doctest: +ELLIPSIS
@@ -71,7 +75,7 @@ class CheckedEmbedding(keras.layers.Embedding):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class TokenEmbedding(CheckedEmbedding):
+class TokenEmbedding(Embedding):
     """Token embedding that can also project hidden states back to the vocab.
 
     Called on token ids it looks them up; called with `reverse=True` on hidden
@@ -82,7 +86,7 @@ class TokenEmbedding(CheckedEmbedding):
     Args:
         input_dim: vocabulary size V.
         output_dim: embedding width H.
-        **kwargs: as for `CheckedEmbedding` (e.g. `mask_zero=True`); ids are
+        **kwargs: as for `Embedding` (e.g. `mask_zero=True`); ids are
             checked against `vocab_size`.
 
     Example:
