@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
+from benchmarks.alternating import alternate, median_ratio
 from kbert.data import PAD_MULTIPLE, encode_examples, read_examples
 from kbert.train import load_classifier
 
@@ -41,15 +41,14 @@ def main(argv=None) -> int:
     classifier = load_classifier(args.model)
     examples, _ = read_examples(args.data, labelled=False)
     lengths = [len(ids) for ids, _ in encode_examples(classifier.tokenizer, examples, classifier.maxlen)]
-    seconds = {True: [], False: []}
     labels = {}
+
+    def predict(bucketing: bool):
+        labels[bucketing] = classifier.predict_proba(examples, args.batch_size, bucketing).argmax(-1)
+
     classifier.predict_proba(examples[:args.batch_size], args.batch_size)  # warm-up: tracing
-    for _ in range(args.rounds):
-        for bucketing in (True, False):
-            start = time.perf_counter()
-            labels[bucketing] = classifier.predict_proba(examples, args.batch_size, bucketing).argmax(-1)
-            seconds[bucketing].append(time.perf_counter() - start)
-    ratios = [plain / bucketed for bucketed, plain in zip(seconds[True], seconds[False])]
+    seconds = alternate({True: lambda: predict(True), False: lambda: predict(False)}, args.rounds)
+    ratio = median_ratio(seconds[False], seconds[True])
     real = sum(lengths)
     print(f"{len(examples)} examples from {args.data}, batch {args.batch_size}, {args.rounds} alternating rounds\n")
     print("| batching | examples/s (median) | padded tokens per real token |")
@@ -58,8 +57,8 @@ def main(argv=None) -> int:
         order = sorted(lengths) if bucketing else lengths
         rate = len(examples) / statistics.median(seconds[bucketing])
         print(f"| {name} | {rate:.1f} | {padded_tokens(order, args.batch_size) / real:.3f} |")
-    print(f"\nbucketed / file order: median {statistics.median(ratios):.2f}x "
-          f"(rounds {min(ratios):.2f}-{max(ratios):.2f}x); same labels: {bool(np.all(labels[True] == labels[False]))}")
+    print(f"\nbucketed / file order: median {ratio['median']:.2f}x (rounds {ratio['min']:.2f}-{ratio['max']:.2f}x); "
+          f"same labels: {bool(np.all(labels[True] == labels[False]))}")
     return 0
 
 

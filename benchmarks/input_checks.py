@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import tensorflow as tf
 
+from benchmarks.alternating import alternate, median_ratio
 from benchmarks.run import kbert_inference, random_batch
 from kbert.config import BertConfig, bundled_config_path
 from kbert.layers import checked_ids
@@ -47,21 +47,17 @@ def main(argv=None) -> int:
     engines = {"forward pass (with checks)": kbert_inference(config, xla=False), "checks alone": checks_only(config)}
     for engine in engines.values():
         engine(tokens, segments)
-    times = {name: [] for name in engines}
-    for _ in range(3 if args.quick else args.rounds):
-        for name, engine in engines.items():
-            start = time.perf_counter()
-            for _ in range(repeats):
-                engine(tokens, segments)
-            times[name].append((time.perf_counter() - start) / repeats)
-    ratios = [check / full for full, check in zip(*times.values())]
-    print(f"batch {batch} x {length}, {len(ratios)} alternating rounds of {repeats} calls each\n")
+    rounds = 3 if args.quick else args.rounds
+    times = alternate({name: (lambda engine=engine: engine(tokens, segments)) for name, engine in engines.items()},
+                      rounds, calls=repeats)
+    ratio = median_ratio(times["checks alone"], times["forward pass (with checks)"])
+    print(f"batch {batch} x {length}, {rounds} alternating rounds of {repeats} calls each\n")
     print("| function | median ms per call |")
     print("|---|---:|")
     for name, values in times.items():
         print(f"| {name} | {1000 * statistics.median(values):.3f} |")
-    print(f"\nchecks / forward pass: median {100 * statistics.median(ratios):.3f} % "
-          f"(rounds {100 * min(ratios):.3f}-{100 * max(ratios):.3f} %)")
+    print(f"\nchecks / forward pass: median {100 * ratio['median']:.3f} % "
+          f"(rounds {100 * ratio['min']:.3f}-{100 * ratio['max']:.3f} %)")
     return 0
 
 

@@ -23,3 +23,19 @@ def test_quick_benchmark_writes_every_figure(tmp_path):
     # The model's weights, as float32, are what the loaded checkpoint holds.
     assert abs(results["load"]["model_mib"] - 718_730 * 4 / 2**20) < 1e-6
     assert "| kbert XLA |" in result.stdout and "| GEMM float32 512³ |" in result.stdout
+
+
+def test_alternating_rounds_and_median_ratio():
+    from benchmarks.alternating import alternate, median_ratio
+    calls = []
+    seconds = alternate({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, calls=2)
+    assert calls == ["a", "a", "b", "b"] * 3  # in turn, round by round
+    assert [len(values) for values in seconds.values()] == [3, 3]
+    assert median_ratio([2.0, 6.0, 3.0], [1.0, 2.0, 3.0]) == {"median": 2.0, "min": 1.0, "max": 3.0}
+
+
+def test_quick_input_checks_benchmark():
+    result = subprocess.run([sys.executable, "-m", "benchmarks.input_checks", "--quick"],
+                            capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| forward pass (with checks) |" in result.stdout and "checks / forward pass: median " in result.stdout
