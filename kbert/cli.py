@@ -56,32 +56,38 @@ def _import_tensorflow_quietly() -> None:
         os.close(devnull)
 
 
-def _resolve_config(argument: Optional[str]) -> BertConfig:
-    """A config file path, or the name of a bundled config (with or without .json)."""
+def _resolve_config(argument: Optional[str], model: Optional[str] = None) -> BertConfig:
+    """A config file path, or the name of a bundled config (with or without .json), read as `model`'s config."""
+    from kbert.models.registry import resolve
+
     if argument is None:
-        return BertConfig.from_json_file(bundled_config_path(DEFAULT_CONFIG))
+        return resolve(bundled_config_path(DEFAULT_CONFIG), model)[1]
     if not os.path.exists(argument):
         name = argument if argument.endswith(".json") else f"{argument}.json"
         bundled = bundled_config_path(name)
         if os.sep not in argument and os.path.exists(bundled):
-            return BertConfig.from_json_file(bundled)
+            return resolve(bundled, model)[1]
         raise ConfigError(f"{argument}: config file not found (bundled configs: "
                           f"{', '.join(bundled_config_names())})")
-    return BertConfig.from_json_file(argument)
+    return resolve(argument, model)[1]
+
+
+def _heads(args) -> dict:
+    return {"with_pool": args.pool, "with_nsp": args.nsp, "with_mlm": args.mlm,
+            "with_discriminator": args.discriminator}
 
 
 def _analysis(args, config: BertConfig):
     from kbert.params import analyze
 
-    return analyze(config, num_labels=args.num_labels, with_pool=args.pool,
-                   with_nsp=args.nsp, with_mlm=args.mlm)
+    return analyze(config, model=args.model, num_labels=args.num_labels, **_heads(args))
 
 
 def _run_params(args) -> int:
     from kbert.params import explain_claim
     from kbert.summary import format_claim, format_table
 
-    analysis = _analysis(args, _resolve_config(args.config))
+    analysis = _analysis(args, _resolve_config(args.config, args.model))
     if args.json:
         payload = analysis.to_dict()
         if args.claim is not None:
@@ -98,7 +104,7 @@ def _run_params(args) -> int:
 
 
 def _run_summary(args) -> int:
-    config = _resolve_config(args.config)
+    config = _resolve_config(args.config, args.model)
     if args.config is None and args.num_labels is None:
         args.num_labels = DEFAULT_NUM_LABELS
     args.num_labels = args.num_labels or 0
@@ -107,7 +113,7 @@ def _run_summary(args) -> int:
     from kbert.builder import build_classifier, build_transformer_model
     from kbert.summary import crosscheck, format_table
 
-    model = build_transformer_model(config, with_pool=args.pool, with_nsp=args.nsp, with_mlm=args.mlm)
+    model = build_transformer_model(config, model=args.model, **_heads(args))
     if args.checkpoint:
         from kbert.convert import load_weights
 
@@ -127,13 +133,15 @@ def _run_summary(args) -> int:
 
 
 def _run_inspect(args) -> int:
-    from kbert.convert import inspect_weights, open_weights
+    from kbert.convert import detect_family, inspect_weights, open_weights
     from kbert.weights import GOOGLE
 
     source = open_weights(args.checkpoint)
-    rows = inspect_weights(source)
+    family = detect_family(source, args.model)
+    rows = inspect_weights(source, family)
     width = max(len(row.name) for row in rows)
-    print(f"{source.path} ({'Google checkpoint' if source.fmt == GOOGLE else 'safetensors'})")
+    print(f"{source.path} ({'Google checkpoint' if source.fmt == GOOGLE else 'safetensors'}, "
+          f"read as model={family.name!r})")
     print(f"{'variable':<{width}}  {'shape':<14} {'dtype':<8} kbert variable")
     for row in rows:
         target = row.kbert_path or "unused"
@@ -148,7 +156,8 @@ def _run_inspect(args) -> int:
 def _run_convert(args) -> int:
     from kbert.convert import convert
 
-    result = convert(args.source, args.output, config_path=args.config, overwrite=args.overwrite)
+    result = convert(args.source, args.output, config_path=args.config, overwrite=args.overwrite,
+                     model=args.model)
     print(f"{result['source']} -> {result['weights']}")
     print(f"  {result['variables']} variables, {result['params']:,} parameters; config {result['config']}")
     return 0
@@ -262,6 +271,15 @@ def _model_arguments(parser: argparse.ArgumentParser, default_labels) -> None:
     parser.add_argument("--pool", action="store_true", help="add the pooler")
     parser.add_argument("--nsp", action="store_true", help="add the NSP head (implies --pool)")
     parser.add_argument("--mlm", action="store_true", help="add the masked-LM head")
+    parser.add_argument("--discriminator", action="store_true", help="add ELECTRA's discriminator head")
+    _family_argument(parser, "default: the config's model_type, else bert")
+
+
+def _family_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    from kbert.models.registry import FAMILIES
+
+    parser.add_argument("--model", choices=list(FAMILIES), default=None,
+                        help=f"the model family, by bert4keras's names ({default})")
 
 
 def _non_negative_int(text: str) -> int:
@@ -327,6 +345,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect = command("inspect", "list a checkpoint's variables and the kbert layers they map to")
     inspect.add_argument("checkpoint", metavar="CKPT",
                          help="Google checkpoint (prefix, file or directory) or model.safetensors")
+    _family_argument(inspect, "default: recognised from the variable names, else bert")
     inspect.set_defaults(run=_run_inspect)
 
     convert = command("convert", "convert Hugging Face safetensors <-> Google checkpoint")
@@ -334,6 +353,7 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("output", metavar="OUT", help="output directory (new, or empty)")
     convert.add_argument("--config", help="the source's config (default: the one beside SRC)")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    _family_argument(convert, "default: the config's model_type, else bert")
     convert.set_defaults(run=_run_convert)
 
     defaults = TrainingOptions()

@@ -13,7 +13,7 @@ import json
 import math
 import os
 from importlib import resources
-from typing import Any, List, Mapping, Union
+from typing import Any, ClassVar, List, Mapping, Optional, Union
 
 from kbert.errors import ConfigError
 
@@ -38,6 +38,7 @@ _POSITIVE_INTS = (
     "intermediate_size",
     "max_position_embeddings",
     "type_vocab_size",
+    "embedding_size",
 )
 _REQUIRED = _POSITIVE_INTS[:5]
 _DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
@@ -63,12 +64,20 @@ class BertConfig:
         type_vocab_size: number of segment ids (T).
         initializer_range: standard deviation of the truncated-normal init.
         layer_norm_eps: epsilon of every LayerNormalization.
+        embedding_size: width of the embeddings (E) when it differs from H, as
+            in ALBERT and ELECTRA; an `Embedding-Mapping` Dense then maps E to
+            H. None (the default) means E = H.
+        model_type: the family, as Hugging Face's configs name it (`"albert"`,
+            ...); None: the family is given when building (default BERT).
 
     Example:
     >>> config = BertConfig.from_json_file("configs/bert_base_chinese.json")
     >>> config.hidden_size, config.num_hidden_layers
     (768, 12)
     """
+
+    # The family a config of this class builds when no model= is given.
+    family: ClassVar[str] = "bert"
 
     vocab_size: int
     hidden_size: int
@@ -82,14 +91,29 @@ class BertConfig:
     type_vocab_size: int = 2
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
+    embedding_size: Optional[int] = None
+    model_type: Optional[str] = None
 
     def __post_init__(self) -> None:
-        _validate(dataclasses.asdict(self), source="config")
+        self.check(dataclasses.asdict(self), source="config")
+
+    @classmethod
+    def check(cls, values: Mapping[str, Any], source: str) -> None:
+        """Raises a `ConfigError` naming `source` and the key for any bad value.
+
+        A family's config class extends this with its own keys.
+        """
+        _validate(values, source)
 
     @property
     def head_size(self) -> int:
         """Width of one attention head, H / heads."""
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def embedding_width(self) -> int:
+        """E: the embeddings' width (`embedding_size`, or H when it is not set)."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def activation(self) -> str:
@@ -104,34 +128,20 @@ class BertConfig:
         """
         if not isinstance(values, Mapping):
             raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
-        model_type = values.get("model_type", "bert")
-        if model_type != "bert":
-            raise ConfigError(
-                f"{source}: key 'model_type': kbert builds BERT models, got {model_type!r}"
-            )
         known = {field.name for field in dataclasses.fields(cls)}
         kept = {key: value for key, value in values.items() if key in known}
-        _validate(kept, source)
+        cls.check(kept, source)
         return cls(**kept)
 
     @classmethod
     def from_json_file(cls, path: PathLike) -> "BertConfig":
         """Reads a Google `bert_config.json` or Hugging Face `config.json`."""
         path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                values = json.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
-        except IsADirectoryError:
-            raise ConfigError(f"{path}: is a directory, expected a bert_config.json file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ConfigError(f"{path}: not valid JSON ({error})") from None
-        return cls.from_dict(values, source=path)
+        return cls.from_dict(read_json_object(path), source=path)
 
     def to_dict(self) -> dict:
-        """The config as a `bert_config.json` dict."""
-        return dataclasses.asdict(self)
+        """The config as a `bert_config.json` dict (optional keys that are not set left out)."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
 
     def to_json_file(self, path: PathLike) -> None:
         """Writes the config as `bert_config.json` (atomically)."""
@@ -140,13 +150,33 @@ class BertConfig:
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
+def read_json_object(path: PathLike) -> dict:
+    """The JSON object in a config file; errors name the file."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = json.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a bert_config.json file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(values).__name__}")
+    return values
+
+
 def load_config(config: Union[BertConfig, Mapping[str, Any], PathLike]) -> BertConfig:
-    """Accepts a `BertConfig`, a dict, or the path of a JSON config file."""
-    if isinstance(config, BertConfig):
-        return config
-    if isinstance(config, Mapping):
-        return BertConfig.from_dict(config)
-    return BertConfig.from_json_file(config)
+    """Accepts a `BertConfig`, a dict, or the path of a JSON config file.
+
+    The family's own config class is used (e.g. NEZHA's, with
+    `max_relative_position`); see `kbert.models.registry.resolve` to pick
+    the family too.
+    """
+    from kbert.models.registry import resolve
+
+    return resolve(config)[1]
 
 
 def bundled_config_path(name: str) -> str:
@@ -161,12 +191,18 @@ def bundled_config_names() -> List[str]:
                   if entry.name.endswith(".json"))
 
 
+def check_positive_int(value: Any, key: str, source: str) -> None:
+    """Raises a `ConfigError` naming `key` unless `value` is a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{source}: key {key!r}: expected a positive integer, got {value!r}")
+
+
 def _validate(values: Mapping[str, Any], source: str) -> None:
     missing = [key for key in _REQUIRED if key not in values]
     if missing:
         raise ConfigError(f"{source}: missing required key(s) {', '.join(repr(k) for k in missing)}")
     for key in _POSITIVE_INTS:
-        if key in values:
+        if values.get(key) is not None or (key in _REQUIRED and key in values):
             value = values[key]
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{source}: key {key!r}: expected a positive integer, got {value!r}")

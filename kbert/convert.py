@@ -21,7 +21,7 @@ from kbert.config import BertConfig
 from kbert.errors import CheckpointError
 from kbert.io import atomic_copy, atomic_write_text, is_occupied, replace_directory
 from kbert.loader import LoadReport, TensorSource, load_into
-from kbert.weights import GOOGLE, HF, block_count, known_names, layer_of
+from kbert.weights import GOOGLE, HF, block_count, family_named_by, known_names, layer_of
 
 GOOGLE_CONFIG, HF_CONFIG, VOCAB = "bert_config.json", "config.json", "vocab.txt"
 GOOGLE_PREFIX = "bert_model.ckpt"
@@ -60,19 +60,32 @@ class Heads:
     with_pool: bool
     with_nsp: bool
     with_mlm: bool
+    with_discriminator: bool = False
 
 
-def kbert_paths(source: TensorSource) -> Dict[str, str]:
+def detect_family(source: TensorSource, model: Optional[str] = None):
+    """The family whose names a weights file uses: `model` if given, else recognised from the names.
+
+    ELECTRA (`electra/…`) and ALBERT (`…/transformer/group_0/…`) have names of
+    their own; NEZHA and RoFormer use BERT's, so they are read as BERT unless
+    `model` says otherwise.
+    """
+    from kbert.models.registry import get_family
+
+    return get_family(model or family_named_by(source.shapes))
+
+
+def kbert_paths(source: TensorSource, family=None) -> Dict[str, str]:
     """Tensor name -> the kbert variable it would feed, for every tensor kbert knows."""
-    mapping = known_names(source.fmt, block_count(source.shapes))
+    mapping = known_names(source.fmt, block_count(source.shapes), family or detect_family(source))
     return {name: mapping[name] for name in source.shapes if name in mapping}
 
 
-def heads_in(source: TensorSource) -> Heads:
+def heads_in(source: TensorSource, family=None) -> Heads:
     """The heads whose weights are all in `source`."""
-    layers = {layer_of(path) for path in kbert_paths(source).values()}
+    layers = {layer_of(path) for path in kbert_paths(source, family).values()}
     return Heads(naming.POOLER_DENSE in layers, naming.NSP_PROBA in layers,
-                 naming.MLM_DENSE in layers)
+                 naming.MLM_DENSE in layers, naming.DISCRIMINATOR_DENSE in layers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,9 +102,9 @@ class WeightsVariable:
         return int(np.prod(self.shape)) if self.shape else 1
 
 
-def inspect_weights(source: TensorSource) -> List[WeightsVariable]:
-    """Every tensor of a Google checkpoint or safetensors file, with the kbert variable it feeds."""
-    paths = kbert_paths(source)
+def inspect_weights(source: TensorSource, family=None) -> List[WeightsVariable]:
+    """Every tensor of a checkpoint or safetensors file, with the kbert variable it feeds (as `family` reads it)."""
+    paths = kbert_paths(source, family)
     return [WeightsVariable(name, source.shapes[name], source.dtypes[name], paths.get(name))
             for name in sorted(source.shapes)]
 
@@ -108,9 +121,10 @@ def find_config(source: TensorSource) -> str:
 
 
 def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
-            config_path: Optional[str] = None, overwrite: bool = False) -> dict:
+            config_path: Optional[str] = None, overwrite: bool = False, model: Optional[str] = None) -> dict:
     """Converts a Google checkpoint to Hugging Face safetensors, or the reverse.
 
+    `model` is the family (default: the config's `model_type`, else BERT).
     `out` is a directory, new or empty (or, with `overwrite`, replaced whole);
     it receives the weights, the config in the target format's name, and
     `vocab.txt` when the source has one beside it. The files are written into
@@ -124,17 +138,21 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
         raise CheckpointError(f"{out}: already exists and is not empty; converting into it would mix "
                               "two models' files. Choose a new directory, or pass --overwrite to "
                               "replace it")
+    from kbert.models.registry import resolve
+
     source = open_weights(src)
-    config_path = config_path or find_config(source)
-    config = BertConfig.from_json_file(config_path)
-    heads = heads_in(source)
-    model = build_transformer_model(config, **dataclasses.asdict(heads))
-    report = load_into(model, source)
+    family, config = resolve(config_path or find_config(source), model)
+    if not family.knows_hf_names:
+        raise CheckpointError(f"model={family.name!r}: kbert converts between Google checkpoints and "
+                              "Hugging Face safetensors for BERT and RoBERTa only; nothing was written")
+    heads = heads_in(source, family)
+    built = build_transformer_model(config, model=family.name, **dataclasses.asdict(heads))
+    report = load_into(built, source)
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
     try:
-        weights, written_config = _write_converted(model, source, config, heads, staging)
+        weights, written_config = _write_converted(built, source, config, heads, staging)
         vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)
         if os.path.exists(vocab):
             atomic_copy(vocab, os.path.join(staging, VOCAB))
@@ -144,7 +162,7 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     weights, written_config = (os.path.join(out, os.path.relpath(path, staging))
                                for path in (weights, written_config))
     return {"source": source.path, "weights": weights, "config": written_config,
-            "variables": len(report.loaded), "params": model.count_params(),
+            "variables": len(report.loaded), "params": built.count_params(),
             "heads": dataclasses.asdict(heads), "unused": report.describe_unused()}
 
 

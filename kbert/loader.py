@@ -20,7 +20,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from kbert.errors import CheckpointError, first_line
-from kbert.weights import GOOGLE, WeightName, block_count, config_key_for, layer_of, weight_names
+from kbert.weights import (GOOGLE, WeightName, block_count, config_key_for, family_named_by, family_of, layer_of,
+                           weight_names)
 
 logger = logging.getLogger("kbert")
 
@@ -68,6 +69,10 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     variables = {variable.path: variable for variable in model.weights}
     keep = None if keep_tokens is None else np.asarray(keep_tokens, dtype=np.int64)
     plan, missing, mismatched, notes = [], [], [], []
+    if source.fmt != GOOGLE and not family_of(model).knows_hf_names:
+        raise CheckpointError(f"{source.path}: kbert reads Hugging Face safetensors for BERT and RoBERTa "
+                              f"only; for model={family_of(model).name!r} load the original TF checkpoint. "
+                              "Nothing was loaded")
     for row in weight_names(model):
         variable = variables[row.path]
         name = row.name(source.fmt)
@@ -85,7 +90,7 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
             continue
         plan.append((variable, row, rows))
     if missing or mismatched:
-        raise CheckpointError(_mismatch_message(source, missing, mismatched))
+        raise CheckpointError(_mismatch_message(source, missing, mismatched, family_of(model)))
 
     values = [(variable, _read(source, row, rows, variable)) for variable, row, rows in plan]
     for variable, value in values:
@@ -143,13 +148,13 @@ def _read(source: TensorSource, row: WeightName, rows, variable) -> np.ndarray:
     return np.asarray(value, dtype=variable.dtype)
 
 
-def _mismatch_message(source: TensorSource, missing: List[WeightName], mismatched) -> str:
+def _mismatch_message(source: TensorSource, missing: List[WeightName], mismatched, family) -> str:
     label = _FORMAT_LABEL[source.fmt]
     lines = [f"{source.path}: this {label} does not fit the model; nothing was loaded."]
     if missing:
         lines.append(f"Missing {len(missing)} variable(s) the model needs:")
         lines += [f"  {row.name(source.fmt)} (for {row.path})" for row in missing]
-        hint = _missing_hint(source, missing)
+        hint = _missing_hint(source, missing, family)
         if hint:
             lines.append(f"Hint: {hint}")
     for row, stored, wanted in mismatched:
@@ -166,7 +171,10 @@ def _mismatch_message(source: TensorSource, missing: List[WeightName], mismatche
     return "\n".join(lines)
 
 
-def _missing_hint(source: TensorSource, missing: List[WeightName]) -> Optional[str]:
+def _missing_hint(source: TensorSource, missing: List[WeightName], family) -> Optional[str]:
+    named_by = family_named_by(source.shapes)
+    if named_by != "bert" and not family.name.startswith(named_by):
+        return f"the checkpoint's names are {named_by}'s: build the model with model={named_by!r}"
     layers = sorted({layer_of(row.path) for row in missing})
     names = [row.name(source.fmt) for row in missing]
     if all(name.startswith(("cls/", "cls.")) for name in names):

@@ -5,6 +5,9 @@ them, and the weight table maps them to checkpoint variables. This module is
 pure Python so that `kbert params` never imports TensorFlow.
 """
 
+import re
+from typing import Optional, Tuple
+
 INPUT_TOKEN = "Input-Token"
 INPUT_SEGMENT = "Input-Segment"
 EMBEDDING_TOKEN = "Embedding-Token"
@@ -13,6 +16,9 @@ EMBEDDING_TOKEN_SEGMENT = "Embedding-Token-Segment"
 EMBEDDING_POSITION = "Embedding-Position"
 EMBEDDING_NORM = "Embedding-Norm"
 EMBEDDING_DROPOUT = "Embedding-Dropout"
+EMBEDDING_MAPPING = "Embedding-Mapping"  # E -> H when embedding_size differs (ALBERT, ELECTRA)
+EMBEDDING_RELATIVE_POSITION = "Embedding-Relative-Position"  # NEZHA
+EMBEDDING_ROTARY_POSITION = "Embedding-Rotary-Position"  # RoFormer
 
 POOLER = "Pooler"
 POOLER_DENSE = "Pooler-Dense"
@@ -21,6 +27,8 @@ MLM_DENSE = "MLM-Dense"
 MLM_NORM = "MLM-Norm"
 MLM_BIAS = "MLM-Bias"
 MLM_ACTIVATION = "MLM-Activation"
+DISCRIMINATOR_DENSE = "Discriminator-Dense"  # ELECTRA
+DISCRIMINATOR_PREDICTION = "Discriminator-Prediction"
 
 # The classifier head of the mission's documents (and of many bert4keras
 # tutorials): the [CLS] vector, then a softmax Dense.
@@ -31,11 +39,28 @@ ATTENTION = "MultiHeadSelfAttention"
 FEED_FORWARD = "FeedForward"
 
 
-def block(index: int, sublayer: str, suffix: str = "") -> str:
-    """Name of a layer in Transformer block `index`.
+_BLOCK = re.compile(r"Transformer-(?:(\d+)-)?(MultiHeadSelfAttention|FeedForward)(?:-(Norm))?")
 
-    `block(0, ATTENTION)` is "Transformer-0-MultiHeadSelfAttention" and
-    `block(0, ATTENTION, "Norm")` is "Transformer-0-MultiHeadSelfAttention-Norm".
+
+def block(index: Optional[int], sublayer: str, suffix: str = "") -> str:
+    """Name of a layer in Transformer block `index` (None: ALBERT's one shared block).
+
+    `block(0, ATTENTION)` is "Transformer-0-MultiHeadSelfAttention",
+    `block(0, ATTENTION, "Norm")` is "Transformer-0-MultiHeadSelfAttention-Norm"
+    and `block(None, FEED_FORWARD)` is "Transformer-FeedForward".
     """
-    name = f"Transformer-{index}-{sublayer}"
+    name = f"Transformer-{sublayer}" if index is None else f"Transformer-{index}-{sublayer}"
     return f"{name}-{suffix}" if suffix else name
+
+
+def parse_block(name: str) -> Optional[Tuple[Optional[int], str, bool]]:
+    """`(index, sublayer, is_norm)` of a block's attention, feed-forward or norm layer; None otherwise.
+
+    >>> parse_block("Transformer-3-FeedForward-Norm"), parse_block("Transformer-MultiHeadSelfAttention")
+    ((3, 'FeedForward', True), (None, 'MultiHeadSelfAttention', False))
+    """
+    match = _BLOCK.fullmatch(name)
+    if not match:
+        return None
+    index = None if match.group(1) is None else int(match.group(1))
+    return index, match.group(2), bool(match.group(3))

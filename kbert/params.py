@@ -1,10 +1,14 @@
-"""Analytic parameter counts of a BERT model, from its config alone.
+"""Analytic parameter counts of a BERT-family model, from its config alone.
 
 Every layer of the bert4keras model gets its expected parameter count with
 the formula written out in the config's symbols:
 
     V vocab_size   H hidden_size   I intermediate_size   L num_hidden_layers
     P max_position_embeddings      T type_vocab_size     C num_labels
+    E embedding_size (ALBERT, ELECTRA)                    A num_attention_heads
+
+Each family (`kbert.models.<family>.family`) writes its own rows; this module
+holds the table, its totals and the explanations of wrong totals.
 
 The counts are grouped (embeddings / encoder / pooler / heads) for a table
 that `kbert summary` checks row by row against the built Keras model. From
@@ -18,16 +22,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from typing import Dict, FrozenSet, List
+from typing import Dict, FrozenSet, List, Optional
 
 from kbert import naming
 from kbert.config import BertConfig
 
 GROUPS = ("embeddings", "encoder", "pooler", "heads")
-_SYMBOL = re.compile(r"\b[VHIPTLC]\b")
+_SYMBOL = re.compile(r"\b[VHIPTLCEA]\b")
 # The config key behind each symbol (C, the number of labels, is not a config key).
 SYMBOL_KEYS = {"V": "vocab_size", "H": "hidden_size", "I": "intermediate_size",
-               "L": "num_hidden_layers", "P": "max_position_embeddings", "T": "type_vocab_size"}
+               "L": "num_hidden_layers", "P": "max_position_embeddings", "T": "type_vocab_size",
+               "E": "embedding_size", "A": "num_attention_heads"}
+# Symbols every table names; the others only where a formula uses them.
+_ALWAYS_SHOWN = ("V", "H", "I", "L", "P", "T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +75,8 @@ class ParamAnalysis:
     with_pool: bool = False
     with_nsp: bool = False
     with_mlm: bool = False
+    model: str = "bert"
+    with_discriminator: bool = False
 
     @property
     def total(self) -> int:
@@ -79,8 +88,14 @@ class ParamAnalysis:
         return {
             "V": config.vocab_size, "H": config.hidden_size, "I": config.intermediate_size,
             "L": config.num_hidden_layers, "P": config.max_position_embeddings,
-            "T": config.type_vocab_size, "C": self.num_labels,
+            "T": config.type_vocab_size, "C": self.num_labels, "E": config.embedding_width,
+            "A": config.num_attention_heads,
         }
+
+    def shown_symbols(self) -> Dict[str, int]:
+        """The symbols a table header names: the usual ones, plus those the formulas use."""
+        used = {symbol for layer in self.layers for symbol in _SYMBOL.findall(layer.formula)}
+        return {key: value for key, value in self.symbols.items() if key in _ALWAYS_SHOWN or key in used}
 
     def expand(self, formula: str) -> str:
         """The formula with each symbol replaced by its value."""
@@ -98,9 +113,11 @@ class ParamAnalysis:
         """A JSON-ready dict: layers with formulas, groups with shares, total."""
         total = self.total
         return {
+            "model": self.model,
             "config": self.config.to_dict(),
             "heads": {"num_labels": self.num_labels, "pool": self.with_pool,
-                      "nsp": self.with_nsp, "mlm": self.with_mlm},
+                      "nsp": self.with_nsp, "mlm": self.with_mlm,
+                      "discriminator": self.with_discriminator},
             "layers": [
                 {**dataclasses.asdict(layer), "expanded": self.expand(layer.formula)}
                 for layer in self.layers
@@ -116,56 +133,35 @@ class ParamAnalysis:
 def analyze(
     config: BertConfig,
     *,
+    model: Optional[str] = None,
     num_labels: int = 0,
     with_pool: bool = False,
     with_nsp: bool = False,
     with_mlm: bool = False,
+    with_discriminator: bool = False,
 ) -> ParamAnalysis:
-    """Expected parameters of every layer of `build_transformer_model(config, ...)`.
+    """Expected parameters of every layer of `build_transformer_model(config, model=model, ...)`.
 
     Args:
         config: the model's config.
+        model: the family (`"bert"`, `"albert"`, ...); default: the config's.
         num_labels: if positive, the `build_classifier` head with that many labels.
-        with_pool, with_nsp, with_mlm: the heads, as for the builder
-            (`with_nsp` implies the pooler).
+        with_pool, with_nsp, with_mlm, with_discriminator: the heads, as for
+            the builder (`with_nsp` implies the pooler).
     """
+    from kbert.models.registry import resolve
+
+    family, config = resolve(config, model)
     with_pool = with_pool or with_nsp
-    v, h, i, p, t = (config.vocab_size, config.hidden_size, config.intermediate_size,
-                     config.max_position_embeddings, config.type_vocab_size)
-    norm = ("2·H", 2 * h)
-    layers = [
-        LayerParams(naming.EMBEDDING_TOKEN, "embeddings", "V·H", v * h,
-                    "shared with the MLM output" if with_mlm else ""),
-        LayerParams(naming.EMBEDDING_SEGMENT, "embeddings", "T·H", t * h),
-        LayerParams(naming.EMBEDDING_POSITION, "embeddings", "P·H", p * h),
-        LayerParams(naming.EMBEDDING_NORM, "embeddings", *norm),
-    ]
-    for index in range(config.num_hidden_layers):
-        attention = naming.block(index, naming.ATTENTION)
-        ffn = naming.block(index, naming.FEED_FORWARD)
-        layers += [
-            LayerParams(attention, "encoder", "4·(H·H + H)", 4 * (h * h + h),
-                        "query, key, value and output projections"),
-            LayerParams(f"{attention}-Norm", "encoder", *norm),
-            LayerParams(ffn, "encoder", "H·I + I + I·H + H", 2 * h * i + i + h),
-            LayerParams(f"{ffn}-Norm", "encoder", *norm),
-        ]
-    if with_pool:
-        layers.append(LayerParams(naming.POOLER_DENSE, "pooler", "H·H + H", h * h + h))
-    if with_nsp:
-        layers.append(LayerParams(naming.NSP_PROBA, "heads", "2·H + 2", 2 * h + 2))
-    if with_mlm:
-        layers += [
-            LayerParams(naming.MLM_DENSE, "heads", "H·H + H", h * h + h),
-            LayerParams(naming.MLM_NORM, "heads", *norm),
-            LayerParams(naming.MLM_BIAS, "heads", "V", v,
-                        "output weights are Embedding-Token's, counted there"),
-        ]
+    layers = family.layer_params(config, with_pool=with_pool, with_nsp=with_nsp, with_mlm=with_mlm,
+                                 with_discriminator=with_discriminator)
     if num_labels:
+        h = config.hidden_size
         head_input = naming.POOLER_DENSE if with_pool else naming.CLS_TOKEN
         layers.append(LayerParams(naming.CLASSIFIER_DENSE, "heads", "H·C + C",
                                   h * num_labels + num_labels, f"reads {head_input}"))
-    return ParamAnalysis(config, layers, num_labels, with_pool, with_nsp, with_mlm)
+    return ParamAnalysis(config, layers, num_labels, with_pool, with_nsp, with_mlm, family.name,
+                         with_discriminator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,32 +182,44 @@ def common_mistakes(analysis: ParamAnalysis) -> List[Mistake]:
     """The omissions (and double counts) that explain the totals that circulate."""
     config = analysis.config
     v, h, i, l = config.vocab_size, config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    head_biases = (h * analysis.with_pool + 2 * analysis.with_nsp + (h + v) * analysis.with_mlm
+    e = config.embedding_width
+    rows = {layer.name: layer.params for layer in analysis.layers}
+    # Blocks with their own weights: L, or 1 for ALBERT's shared block.
+    blocks = sum(1 for name in rows if (naming.parse_block(name) or ())[1:] == (naming.ATTENTION, False))
+    block = _block_params(analysis)
+    head_biases = (h * analysis.with_pool + 2 * analysis.with_nsp + (e + v) * analysis.with_mlm
                    + analysis.num_labels)
     norms = sum(layer.params for layer in analysis.layers if layer.name.endswith("Norm"))
 
     def mistake(description, formula, params, *covers):
         return Mistake(description, formula, params, frozenset(covers))
 
-    mistakes = [
-        mistake("attention weights counted for one block instead of L", "(L−1)·4·H·H",
-                (l - 1) * 4 * h * h, "attention weights"),
-        mistake("feed-forward weights counted for one block instead of L", "(L−1)·2·H·I",
-                (l - 1) * 2 * h * i, "ffn weights"),
-        mistake("one Transformer block counted instead of L", "(L−1)·block",
-                (l - 1) * _block_params(analysis), "attention weights", "ffn weights",
-                "attention biases", "ffn biases", "norms"),
-        mistake("attention biases left out", "L·4·H", l * 4 * h, "attention biases"),
-        mistake("feed-forward biases left out", "L·(I + H)", l * (i + h), "ffn biases"),
+    if blocks > 1:
+        mistakes = [
+            mistake("attention weights counted for one block instead of L", "(L−1)·4·H·H",
+                    (l - 1) * 4 * h * h, "attention weights"),
+            mistake("feed-forward weights counted for one block instead of L", "(L−1)·2·H·I",
+                    (l - 1) * 2 * h * i, "ffn weights"),
+            mistake("one Transformer block counted instead of L", "(L−1)·block", (l - 1) * block,
+                    "attention weights", "ffn weights", "attention biases", "ffn biases", "norms"),
+        ]
+    else:
+        mistakes = [mistake("the shared block counted once per layer (L times)", "−(L−1)·block",
+                            -(l - 1) * block, "attention weights", "ffn weights",
+                            "attention biases", "ffn biases", "norms")]
+    mistakes += [
+        mistake("attention biases left out", f"{'L·' if blocks > 1 else ''}4·H", blocks * 4 * h,
+                "attention biases"),
+        mistake("feed-forward biases left out", f"{'L·' if blocks > 1 else ''}(I + H)", blocks * (i + h),
+                "ffn biases"),
         mistake("LayerNorm gammas and betas left out", "(2·L + 1)·2·H (+ heads' norms)",
                 norms, "norms"),
-        mistake("position embeddings left out", "P·H",
-                config.max_position_embeddings * h, "positions"),
-        mistake("segment embeddings left out", "T·H", config.type_vocab_size * h, "segments"),
+        mistake("position embeddings left out", "P·H", rows.get(naming.EMBEDDING_POSITION, 0), "positions"),
+        mistake("segment embeddings left out", "T·H", rows.get(naming.EMBEDDING_SEGMENT, 0), "segments"),
     ]
     if head_biases:  # without heads this is just attention + feed-forward biases
         mistakes.append(mistake("all dense-layer biases left out", "L·(4·H + I + H) + head biases",
-                                l * (5 * h + i) + head_biases, "attention biases", "ffn biases",
+                                blocks * (5 * h + i) + head_biases, "attention biases", "ffn biases",
                                 "head biases"))
     if analysis.with_pool:
         mistakes.append(mistake("pooler left out", "H·H + H", h * h + h, "pooler", "head biases"))
@@ -223,8 +231,8 @@ def common_mistakes(analysis: ParamAnalysis) -> List[Mistake]:
         mistakes.append(mistake("classifier head left out", "H·C + C", h * c + c,
                                 "classifier", "head biases"))
     if analysis.with_mlm:
-        mistakes.append(mistake("tied MLM output matrix counted a second time", "−V·H",
-                                -v * h, "tied output"))
+        mistakes.append(mistake("tied MLM output matrix counted a second time", "−V·H" if e == h else "−V·E",
+                                -v * e, "tied output"))
     return [m for m in mistakes if m.params]
 
 
@@ -260,8 +268,10 @@ def flops_per_token(config: BertConfig, seq_len: int) -> int:
 
 
 def _block_params(analysis: ParamAnalysis) -> int:
-    prefix = naming.block(0, "")
-    return sum(layer.params for layer in analysis.layers if layer.name.startswith(prefix))
+    """The parameters of the first block (ALBERT: the shared one)."""
+    first = {naming.block(index, sublayer, suffix) for index in (0, None)
+             for sublayer in (naming.ATTENTION, naming.FEED_FORWARD) for suffix in ("", "Norm")}
+    return sum(layer.params for layer in analysis.layers if layer.name in first)
 
 
 def _disjoint(combo) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator, List, Optional, Sequence
 
+from kbert import naming
 from kbert.params import ParamAnalysis, explain_claim
 
 CHECK, CROSS = "✓", "✗"
@@ -50,7 +51,7 @@ def format_table(analysis: ParamAnalysis, checked: Optional[List[CheckedRow]] = 
     With `checked` (from `crosscheck`), each row also shows the built count
     and ✓/✗, and a closing line says how many rows disagree.
     """
-    symbols = ", ".join(f"{key}={value}" for key, value in analysis.symbols.items()
+    symbols = ", ".join(f"{key}={value}" for key, value in analysis.shown_symbols().items()
                         if key != "C" or analysis.num_labels)
     lines = [f"Analytic parameter count ({symbols})"]
     header = ["Layer", "Formula", "Params"] + (["Built", ""] if checked else [])
@@ -80,8 +81,9 @@ def format_table(analysis: ParamAnalysis, checked: Optional[List[CheckedRow]] = 
                    f"{CROSS} {len(wrong)} of {len(checked)} rows disagree with the built model: "
                    + ", ".join(f"{row.name} ({_difference(row)})" for row in wrong))
         lines += ["", verdict]
+    # Notes of numbered blocks repeat L times: the table says them once, in its rows' formulas.
     notes = [f"  {layer.name}: {layer.note}" for layer in analysis.layers
-             if layer.note and not layer.name.startswith("Transformer-")]
+             if layer.note and (naming.parse_block(layer.name) or (None,))[0] is None]
     if notes:
         lines += ["", "Notes:"] + notes
     return "\n".join(lines)

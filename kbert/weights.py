@@ -1,11 +1,13 @@
-"""The one table from kbert's weights to Google's and Hugging Face's names.
+"""Kbert's weights and their names in checkpoints: the table rows, and lookups through a model's family.
 
 Every Keras variable of a kbert model (by its path, e.g.
-`Transformer-0-FeedForward/intermediate/kernel`) maps to a Google checkpoint
-variable (`bert/encoder/layer_0/intermediate/dense/kernel`) and a Hugging Face
-tensor (`encoder.layer.0.intermediate.dense.weight`, stored transposed as
-PyTorch's Linear does). Loading, saving, inspecting and converting all read
-this table; no other module spells these names.
+`Transformer-0-FeedForward/intermediate/kernel`) maps to a variable of the
+family's original TF checkpoint (`bert/encoder/layer_0/intermediate/dense/kernel`)
+and, where kbert knows the family's Hugging Face layout, a Hugging Face tensor
+(`encoder.layer.0.intermediate.dense.weight`, stored transposed as PyTorch's
+Linear does). Each family owns its table (`kbert.models.<family>.family`);
+loading, saving, inspecting and converting all read it through the functions
+here, and no other module spells these names.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from kbert import naming
 
 GOOGLE, HF = "google", "hf"
 
@@ -28,7 +29,8 @@ class WeightName:
     Attributes:
         path: the Keras variable path (`layer/.../name`).
         google: the Google checkpoint variable name.
-        hf: the Hugging Face tensor name, without the `bert.` prefix.
+        hf: the Hugging Face tensor name, without the `bert.` prefix (None:
+            kbert does not know this family's Hugging Face layout).
         google_transposed: Google stores the transpose of the Keras kernel.
         hf_transposed: Hugging Face stores the transpose (every Linear weight).
         axes: for each Keras axis, the config key that sets its size.
@@ -36,29 +38,33 @@ class WeightName:
 
     path: str
     google: str
-    hf: str
+    hf: Optional[str]
     google_transposed: bool
     hf_transposed: bool
     axes: Tuple[str, ...]
 
-    def name(self, fmt: str) -> str:
+    def name(self, fmt: str) -> Optional[str]:
         return self.google if fmt == GOOGLE else self.hf
+
+    def renamed(self, google: str) -> "WeightName":
+        """The same variable under another family's checkpoint name (no Hugging Face name)."""
+        return dataclasses.replace(self, google=google, hf=None)
 
     def transposed(self, fmt: str) -> bool:
         return self.google_transposed if fmt == GOOGLE else self.hf_transposed
 
 
-H, V, I = "hidden_size", "vocab_size", "intermediate_size"
+H, V, I, E = "hidden_size", "vocab_size", "intermediate_size", "embedding_size"
 
 
-def _dense(path: str, google: str, hf: str, axes: Tuple[str, str]) -> List[WeightName]:
+def dense(path: str, google: str, hf: Optional[str], axes: Tuple[str, str]) -> List[WeightName]:
     return [
-        WeightName(f"{path}/kernel", f"{google}/kernel", f"{hf}.weight", False, True, axes),
-        WeightName(f"{path}/bias", f"{google}/bias", f"{hf}.bias", False, False, axes[1:]),
+        WeightName(f"{path}/kernel", f"{google}/kernel", hf and f"{hf}.weight", False, True, axes),
+        WeightName(f"{path}/bias", f"{google}/bias", hf and f"{hf}.bias", False, False, axes[1:]),
     ]
 
 
-def _output_weights(path: str, google_scope: str, hf: str, axes: Tuple[str, str]) -> List[WeightName]:
+def output_weights(path: str, google_scope: str, hf: str, axes: Tuple[str, str]) -> List[WeightName]:
     """Google's NSP and run_classifier heads: `[outputs, H]` output_weights and output_bias."""
     return [
         WeightName(f"{path}/kernel", f"{google_scope}output_weights", f"{hf}.weight", True, True, axes),
@@ -66,82 +72,68 @@ def _output_weights(path: str, google_scope: str, hf: str, axes: Tuple[str, str]
     ]
 
 
-def _norm(path: str, google: str, hf: str) -> List[WeightName]:
+def norm(path: str, google: str, hf: str, width: str = H) -> List[WeightName]:
     return [
-        WeightName(f"{path}/gamma", f"{google}/gamma", f"{hf}.weight", False, False, (H,)),
-        WeightName(f"{path}/beta", f"{google}/beta", f"{hf}.bias", False, False, (H,)),
+        WeightName(f"{path}/gamma", f"{google}/gamma", f"{hf}.weight", False, False, (width,)),
+        WeightName(f"{path}/beta", f"{google}/beta", f"{hf}.bias", False, False, (width,)),
     ]
 
 
-def _embedding(path: str, google: str, hf: str, rows: str) -> WeightName:
-    return WeightName(f"{path}/embeddings", google, f"{hf}.weight", False, False, (rows, H))
-
-
-def _layer_names(layer: str) -> List[WeightName]:
-    """The table rows of one kbert layer (empty for layers without weights)."""
-    fixed = {
-        naming.EMBEDDING_TOKEN: [_embedding(layer, "bert/embeddings/word_embeddings",
-                                            "embeddings.word_embeddings", V)],
-        naming.EMBEDDING_SEGMENT: [_embedding(layer, "bert/embeddings/token_type_embeddings",
-                                              "embeddings.token_type_embeddings", "type_vocab_size")],
-        naming.EMBEDDING_POSITION: [_embedding(layer, "bert/embeddings/position_embeddings",
-                                               "embeddings.position_embeddings",
-                                               "max_position_embeddings")],
-        naming.EMBEDDING_NORM: _norm(layer, "bert/embeddings/LayerNorm", "embeddings.LayerNorm"),
-        naming.POOLER_DENSE: _dense(layer, "bert/pooler/dense", "pooler.dense", (H, H)),
-        naming.MLM_DENSE: _dense(layer, "cls/predictions/transform/dense",
-                                 "cls.predictions.transform.dense", (H, H)),
-        naming.MLM_NORM: _norm(layer, "cls/predictions/transform/LayerNorm",
-                               "cls.predictions.transform.LayerNorm"),
-        naming.MLM_BIAS: [WeightName(f"{layer}/bias", "cls/predictions/output_bias",
-                                     "cls.predictions.bias", False, False, (V,))],
-        naming.NSP_PROBA: _output_weights(layer, "cls/seq_relationship/", "cls.seq_relationship",
-                                          (H, "2")),
-        naming.CLASSIFIER_DENSE: _output_weights(layer, "", "classifier", (H, "num_labels")),
-    }
-    if layer in fixed:
-        return fixed[layer]
-    match = re.fullmatch(r"Transformer-(\d+)-(MultiHeadSelfAttention|FeedForward)(-Norm)?", layer)
-    if not match:
-        return []
-    index, sublayer, is_norm = int(match.group(1)), match.group(2), bool(match.group(3))
-    google, hf = f"bert/encoder/layer_{index}", f"encoder.layer.{index}"
-    if sublayer == naming.ATTENTION and is_norm:
-        return _norm(layer, f"{google}/attention/output/LayerNorm", f"{hf}.attention.output.LayerNorm")
-    if sublayer == naming.FEED_FORWARD and is_norm:
-        return _norm(layer, f"{google}/output/LayerNorm", f"{hf}.output.LayerNorm")
-    if sublayer == naming.ATTENTION:
-        rows = []
-        for part in ("query", "key", "value"):
-            rows += _dense(f"{layer}/{part}", f"{google}/attention/self/{part}",
-                           f"{hf}.attention.self.{part}", (H, H))
-        return rows + _dense(f"{layer}/output", f"{google}/attention/output/dense",
-                             f"{hf}.attention.output.dense", (H, H))
-    return (_dense(f"{layer}/intermediate", f"{google}/intermediate/dense",
-                   f"{hf}.intermediate.dense", (H, I))
-            + _dense(f"{layer}/output", f"{google}/output/dense", f"{hf}.output.dense", (I, H)))
+def embedding(path: str, google: str, hf: str, rows: str, width: str = H) -> WeightName:
+    return WeightName(f"{path}/embeddings", google, f"{hf}.weight", False, False, (rows, width))
 
 
 def weight_names(model) -> List[WeightName]:
-    """The table rows for every variable of `model`, in the model's order.
+    """The table rows for every stored variable of `model`, in the model's order.
 
-    Raises `ValueError` for a variable the table does not know (a layer that
-    kbert's builder does not make).
+    The model's family (`family_of`) gives the table. Variables that the
+    family computes from the config (NEZHA's sinusoidal relative positions)
+    are in no checkpoint and have no row. Raises `ValueError` for a variable
+    the table does not know (a layer that kbert's builders do not make).
     """
-    rows = {row.path: row for layer in model.layers for row in _layer_names(layer.name)}
+    family = family_of(model)
+    rows = {row.path: row for layer in model.layers for row in family.layer_weights(layer.name)}
     names = []
     for variable in model.weights:
+        if layer_of(variable.path) in family.derived_layers:
+            continue
         if variable.path not in rows:
             raise ValueError(f"no checkpoint name for the model variable {variable.path!r}")
         names.append(rows[variable.path])
     return names
 
 
+def weight_names_in(model, fmt: str) -> List[WeightName]:
+    """`weight_names(model)`, after checking that format `fmt` can hold every one of them.
+
+    Raises `CheckpointError` when kbert does not know the family's Hugging
+    Face names, or when two variables would share one name (ALBERT's layout
+    holds one block; `albert_unshared` has one per layer).
+    """
+    from kbert.errors import CheckpointError
+
+    family = family_of(model)
+    rows = weight_names(model)
+    if fmt == HF and not family.knows_hf_names:
+        raise CheckpointError(f"model={family.name!r}: kbert knows Hugging Face safetensors names for "
+                              "BERT and RoBERTa only; use the family's original TF checkpoint")
+    seen: Dict[str, str] = {}
+    for row in rows:
+        name = row.name(fmt)
+        if name in seen:
+            raise CheckpointError(
+                f"model={family.name!r}: {seen[name]} and {row.path} would both be {name}: the "
+                f"checkpoint layout holds one block, this model one per layer; nothing was written. "
+                "Save it with model.save_weights or as a .keras file instead")
+        seen[name] = row.path
+    return rows
+
+
 def values_for(model, fmt: str) -> List[Tuple[WeightName, np.ndarray]]:
     """Each variable's table row and value, in the layout `fmt` stores (transposed or not)."""
     variables = {variable.path: variable for variable in model.weights}
     values = []
-    for row in weight_names(model):
+    for row in weight_names_in(model, fmt):
         value = variables[row.path].numpy()
         values.append((row, value.T if row.transposed(fmt) else value))
     return values
@@ -152,27 +144,45 @@ def layer_of(path: str) -> str:
     return path.split("/", 1)[0]
 
 
-def known_names(fmt: str, num_layers: int, heads: bool = True) -> Dict[str, str]:
-    """Checkpoint name -> Keras path for a model of `num_layers` blocks.
+def family_of(model):
+    """The family (`kbert.models.registry`) of a model from kbert's builders; BERT for other models."""
+    from kbert.models.registry import get_family
+
+    return get_family(getattr(model, "family", "bert"))
+
+
+def known_names(fmt: str, num_layers: int, family=None) -> Dict[str, str]:
+    """Checkpoint name -> Keras path for a model of `num_layers` blocks with every head.
 
     Used to say which kbert layer a checkpoint variable would feed (for
-    `kbert inspect`), without building a model.
+    `kbert inspect`), without building a model. `family` defaults to BERT.
     """
-    layers = [naming.EMBEDDING_TOKEN, naming.EMBEDDING_SEGMENT, naming.EMBEDDING_POSITION,
-              naming.EMBEDDING_NORM]
-    for index in range(num_layers):
-        for sublayer in (naming.ATTENTION, naming.FEED_FORWARD):
-            layers += [naming.block(index, sublayer), naming.block(index, sublayer, "Norm")]
-    if heads:
-        layers += [naming.POOLER_DENSE, naming.NSP_PROBA, naming.MLM_DENSE, naming.MLM_NORM,
-                   naming.MLM_BIAS, naming.CLASSIFIER_DENSE]
-    return {row.name(fmt): row.path for layer in layers for row in _layer_names(layer)}
+    if family is None:
+        from kbert.models.registry import get_family
+
+        family = get_family("bert")
+    return {row.name(fmt): row.path for layer in family.weight_layers(num_layers)
+            for row in family.layer_weights(layer) if row.name(fmt)}
+
+
+def family_named_by(names) -> str:
+    """The family whose own checkpoint names appear in `names`: ELECTRA's `electra/…`,
+    ALBERT's `…/transformer/group_0/…`, else BERT (NEZHA and RoFormer use BERT's names).
+    """
+    names = list(names)
+    if any(name.startswith("electra/") for name in names):
+        return "electra"
+    if any("/transformer/group_0/" in name for name in names):
+        return "albert"
+    return "bert"
 
 
 def block_count(names) -> int:
-    """Number of Transformer blocks a checkpoint's names mention (`layer_3/`, `layer.3.`)."""
+    """Number of Transformer blocks a checkpoint's names mention (`layer_3/`, `layer.3.`; ALBERT's shared block: 1)."""
     blocks = [int(m.group(1)) for name in names for m in [re.search(r"layer[._](\d+)[./]", name)] if m]
-    return max(blocks) + 1 if blocks else 0
+    if blocks:
+        return max(blocks) + 1
+    return 1 if any("/transformer/group_0/" in name for name in names) else 0
 
 
 def config_key_for(row: WeightName, model_shape, source_shape) -> Optional[str]:

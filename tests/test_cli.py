@@ -1,11 +1,12 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import CONFIGS
+from conftest import CONFIGS, shared_path
 
 
 def kbert(*args):
@@ -88,7 +89,7 @@ def test_inspect_google_checkpoint(tiny_checkpoint_dir):
     result = kbert("inspect", tiny_checkpoint_dir / "bert_model.ckpt.index")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"{tiny_checkpoint_dir / 'bert_model.ckpt'} (Google checkpoint)"
+    assert lines[0] == f"{tiny_checkpoint_dir / 'bert_model.ckpt'} (Google checkpoint, read as model='bert')"
     rows = {line.split()[0]: line.split()[-1] for line in lines[2:-2]}
     assert rows["cls/seq_relationship/output_weights"] == "NSP-Proba/kernel"
     assert rows["bert/encoder/layer_1/intermediate/dense/kernel"] == \
@@ -268,3 +269,35 @@ def test_convert_never_mixes_two_models(tmp_path, tiny_checkpoint_dir):
     assert sorted(os.listdir(other)) == ["config.json", "model.safetensors", "vocab.txt"]
     assert (other / "vocab.txt").read_text() == (tiny_checkpoint_dir / "vocab.txt").read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["other-model"]  # no temporary directory left
+
+
+@pytest.mark.parametrize("name, total", [("albert_tiny_zh", 3_982_864), ("electra_small_zh", 12_280_576),
+                                         ("nezha_base_zh", 101_292_096), ("roformer_base_zh", 123_457_536)])
+def test_params_of_every_family_from_the_bundled_configs(name, total):
+    result = kbert("params", name, "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["total"] == total and payload["model"] == name.split("_")[0]
+
+
+def test_summary_of_a_family_checks_every_row(tmp_path):
+    result = kbert("summary", "albert_tiny_zh", "--mlm", "--nsp")
+    assert result.returncode == 0, result.stderr
+    assert "✓ all 14 rows agree with the built model (total 4,142,594)" in result.stdout
+    assert re.search(r"Embedding-Mapping +E·H \+ H = 128·312 \+ 312 +40,248 +40,248 +✓", result.stdout)
+
+
+def test_inspect_recognises_albert_and_electra_names():
+    for case, family, row in [("albert_tiny", "albert", "Transformer-FeedForward/intermediate/kernel"),
+                              ("electra_tiny", "electra", "Discriminator-Prediction/kernel")]:
+        result = kbert("inspect", shared_path("fixtures", "bert4keras_families", case))
+        assert result.returncode == 0, result.stderr
+        assert f"read as model='{family}'" in result.stdout.splitlines()[0]
+        assert row in result.stdout and result.stdout.rstrip().endswith(", 0 variables unused")
+
+
+def test_wrong_family_is_a_clear_error():
+    result = kbert("summary", str(shared_path("fixtures", "bert4keras_families", "albert_tiny", "config.json")),
+                   "--checkpoint", str(shared_path("fixtures", "bert4keras_families", "albert_tiny")))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "build the model with model='albert'" in result.stderr

@@ -46,7 +46,7 @@ def test_round_trip(tmp_path):
     ({"hidden_act": "mish"}, "key 'hidden_act': unsupported activation 'mish'; expected one of "
      "gelu, gelu_new, gelu_pytorch_tanh, gelu_tanh, relu, silu, swish, tanh"),
     ({"hidden_dropout_prob": 1.0}, "key 'hidden_dropout_prob': expected a number in [0, 1), got 1.0"),
-    ({"model_type": "roberta"}, "key 'model_type': kbert builds BERT models, got 'roberta'"),
+    ({"embedding_size": 0}, "key 'embedding_size': expected a positive integer, got 0"),
 ])
 def test_bad_values_name_file_and_key(tmp_path, change, message):
     values = dict(BASE)

@@ -1,4 +1,4 @@
-"""Multi-head self-attention with BERT's padding rule.
+"""Multi-head self-attention with BERT's padding rule, and the position encodings that enter it.
 """
 
 from __future__ import annotations
@@ -9,22 +9,33 @@ import keras
 from keras import ops
 
 from kbert.layers.common import _PACKAGE, clone_initializer
+from kbert.layers.rotary import apply_rotary
+
+# How a fourth input, the positions, enters the attention:
+# "relative" (NEZHA): `[q_len, k_len, head_size]` vectors added to the keys and values;
+# "rotary" (RoFormer): `[1, length, head_size]` sinusoids that rotate queries and keys.
+POSITION_ENCODINGS = ("relative", "rotary")
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product attention with BERT's padding rule.
 
-    Called on `[query, key, value]` (the same hidden states for self-attention).
-    Keys whose mask is False (padding) get no attention; padded query rows are
-    still computed, attending to the real tokens, exactly as in Google's BERT
-    and bert4keras.
+    Called on `[query, key, value]` (the same hidden states for self-attention),
+    or `[query, key, value, positions]` with a `position_encoding`. Keys whose
+    mask is False (padding) get no attention; padded query rows are still
+    computed, attending to the real tokens, exactly as in Google's BERT and
+    bert4keras.
 
     Args:
         num_heads: number of attention heads.
         head_size: width of one head; `num_heads * head_size` is the output width.
         dropout: dropout rate on the attention probabilities.
         kernel_initializer: initializer of the four projection kernels.
+        position_encoding: None, or how the fourth input enters: `"relative"`
+            (NEZHA: `RelativePositionEmbedding` vectors added to keys and
+            values, per query) or `"rotary"` (RoFormer: queries and keys
+            rotated by `SinusoidalPositionEmbedding`).
 
     Example:
     >>> attention = MultiHeadSelfAttention(num_heads=2, head_size=4)
@@ -34,8 +45,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, head_size: int, dropout: float = 0.0,
-                 kernel_initializer="glorot_uniform", **kwargs):
+                 kernel_initializer="glorot_uniform", position_encoding=None, **kwargs):
         super().__init__(**kwargs)
+        if position_encoding not in (None, *POSITION_ENCODINGS):
+            raise ValueError(f"position_encoding: expected None or one of {', '.join(POSITION_ENCODINGS)}, "
+                             f"got {position_encoding!r}")
+        self.position_encoding = position_encoding
         self.num_heads = num_heads
         self.head_size = head_size
         self.dropout = dropout
@@ -56,11 +71,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.head_size))
 
     def call(self, inputs, mask=None, training=None):
-        query, key, value = inputs
+        query, key, value = inputs[:3]
+        positions = inputs[3] if self.position_encoding else None
         q = self._split_heads(self.query(query))
         k = self._split_heads(self.key(key))
         v = self._split_heads(self.value(value))
-        scores = ops.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.head_size)
+        if self.position_encoding == "rotary":
+            q, k = apply_rotary(q, positions[0]), apply_rotary(k, positions[0])
+        scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
+        if self.position_encoding == "relative":
+            scores = scores + ops.einsum("bqhd,qkd->bhqk", q, positions)
+        scores = scores / math.sqrt(self.head_size)
         key_mask = mask[1] if mask is not None else None
         if key_mask is not None:
             # A large negative score gives a padded key zero probability.
@@ -70,6 +91,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         probs = ops.softmax(scores, axis=-1)
         probs = self.attention_dropout(probs, training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
+        if self.position_encoding == "relative":
+            context = context + ops.einsum("bhqk,qkd->bqhd", probs, positions)
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
         return self.output_dense(context)
@@ -91,4 +114,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "head_size": self.head_size,
             "dropout": self.dropout,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "position_encoding": self.position_encoding,
         }

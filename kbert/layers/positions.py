@@ -1,0 +1,130 @@
+"""Position encodings computed from positions rather than looked up per absolute position.
+
+- `SinusoidalPositionEmbedding`: the sin/cos table of a sequence's positions, for
+  RoFormer's rotary attention (`Embedding-Rotary-Position`);
+- `RelativePositionEmbedding`: NEZHA's table of relative distances, clipped,
+  read for every (query, key) pair (`Embedding-Relative-Position`);
+- `Sinusoidal`: the initializer of that table (sin/cos of each row index).
+
+All three follow bert4keras 0.11.5, so its models' outputs carry over.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from kbert.layers.common import _PACKAGE
+from kbert.layers.rotary import sinusoidal_positions
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class Sinusoidal(keras.initializers.Initializer):
+    """Row p of a `[rows, depth]` table: sin then cos of `p / 10000^(2i/depth)`, interleaved.
+
+    Row p encodes the number p (for NEZHA's relative table, p is a clipped
+    distance shifted to start at 0). Deterministic: the same table every call.
+
+    Example:
+    >>> [round(float(x), 4) for x in Sinusoidal()((3, 4))[2]]
+    [0.9093, -0.4161, 0.02, 0.9998]
+    """
+
+    def __call__(self, shape, dtype=None):
+        rows, depth = shape
+        return ops.cast(sinusoidal_positions(rows, depth, dtype="float64"), dtype or "float32")
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SinusoidalPositionEmbedding(keras.layers.Layer):
+    """The sinusoidal encodings `[1, length, output_dim]` of its input's positions (no weights).
+
+    Called on hidden states `[batch, length, ...]`; only their length is read.
+    RoFormer feeds this to every attention layer, which rotates queries and
+    keys by it (`apply_rotary`).
+
+    Args:
+        output_dim: width of the encoding (RoFormer: the attention head size).
+
+    Example:
+    >>> SinusoidalPositionEmbedding(4)(ops.zeros((2, 3, 8))).shape
+    TensorShape([1, 3, 4])
+    """
+
+    def __init__(self, output_dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.output_dim = output_dim
+
+    def call(self, inputs):
+        return sinusoidal_positions(ops.shape(inputs)[1], self.output_dim, self.compute_dtype)[None]
+
+    def compute_mask(self, inputs, mask=None):
+        return None  # positions are the same for every example: nothing to mask
+
+    def compute_output_shape(self, input_shape):
+        return (1, input_shape[1], self.output_dim)
+
+    def get_config(self):
+        return {**super().get_config(), "output_dim": self.output_dim}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class RelativePositionEmbedding(keras.layers.Layer):
+    """NEZHA's relative positions: for each query i and key j, the row of the distance j − i.
+
+    Distances are clipped to ±`(input_dim − 1) / 2` and looked up in a
+    `[input_dim, output_dim]` table (sinusoidal and not trained, as in NEZHA
+    and bert4keras). Called on `[queries, keys]` hidden states, it returns
+    `[query_length, key_length, output_dim]`, which the attention adds to its
+    keys (for the scores) and values (for the output).
+
+    Args:
+        input_dim: rows of the table, `2 · max_distance + 1`.
+        output_dim: width of a row (the attention head size).
+        embeddings_initializer: the table's initializer (`Sinusoidal`).
+
+    Example:
+    >>> layer = RelativePositionEmbedding(2 * 2 + 1, 4)
+    >>> x = ops.zeros((1, 6, 8))
+    >>> layer([x, x]).shape
+    TensorShape([6, 6, 4])
+    >>> [int(row) for row in layer.distance_rows(6, 6)[0]]  # query 0: distances 0..5, clipped at 2
+    [2, 3, 4, 4, 4, 4]
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, embeddings_initializer="kbert>Sinusoidal", **kwargs):
+        kwargs.setdefault("trainable", False)
+        super().__init__(**kwargs)
+        self.input_dim = input_dim
+        self.output_dim = output_dim
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(name="embeddings", shape=(self.input_dim, self.output_dim),
+                                          initializer=self.embeddings_initializer)
+
+    def distance_rows(self, query_length, key_length):
+        """`[query_length, key_length]` table rows: the clipped distance key − query, shifted to ≥ 0."""
+        max_distance = (self.input_dim - 1) // 2
+        distances = ops.arange(key_length)[None, :] - ops.arange(query_length)[:, None]
+        return ops.clip(distances, -max_distance, max_distance) + max_distance
+
+    def call(self, inputs):
+        queries, keys = inputs
+        rows = self.distance_rows(ops.shape(queries)[1], ops.shape(keys)[1])
+        return ops.cast(ops.take(self.embeddings, rows, axis=0), self.compute_dtype)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0][1], input_shape[1][1], self.output_dim)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }
+

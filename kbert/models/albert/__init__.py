@@ -1,0 +1,1 @@
+"""ALBERT: factorised embeddings and one Transformer block shared by all layers (Google's `albert_*` checkpoints)."""

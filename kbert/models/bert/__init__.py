@@ -1,0 +1,1 @@
+"""BERT (and RoBERTa, the same layout): Google's `bert/…` checkpoints and Hugging Face's BertModel."""

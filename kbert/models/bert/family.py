@@ -1,0 +1,190 @@
+"""BERT's config, checkpoint names and parameter formulas; the base the other families extend.
+
+Pure Python (no TensorFlow): `kbert params` and `kbert inspect` read it. The
+Keras graph is in `graph.py`.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from kbert import naming
+from kbert.config import BertConfig
+from kbert.params import LayerParams
+from kbert.weights import H, I, V, WeightName, dense, embedding, norm, output_weights
+
+
+class BertFamily:
+    """BERT as bert4keras 0.11.5 builds it (`model="bert"`).
+
+    Attributes:
+        name: bert4keras's `model=` name.
+        model_type: Hugging Face's `model_type` for the family.
+        config_class: the family's config (`BertConfig` or a subclass).
+        graph: `"module:class"` of the Keras graph (imported only to build).
+        shared_blocks: one Transformer block applied L times (ALBERT).
+        derived_layers: layers whose weights are computed from the config,
+            in no checkpoint (NEZHA's relative positions).
+        heads: the builder's head flags the family accepts.
+        knows_hf_names: kbert can read and write its Hugging Face safetensors.
+        embedding_axis: the config key of the embeddings' width (E or H).
+    """
+
+    name = "bert"
+    model_type = "bert"
+    config_class = BertConfig
+    graph = "kbert.models.bert.graph:BertGraph"
+    shared_blocks = False
+    derived_layers: frozenset = frozenset()
+    heads = ("with_pool", "with_nsp", "with_mlm")
+    knows_hf_names = True
+    # The config key named when an embedding's width does not fit a checkpoint.
+    embedding_axis = H
+
+    # --- structure -----------------------------------------------------------------
+    def block_indices(self, config: BertConfig) -> List[Optional[int]]:
+        """The index in each block's layer names, one per application (None: the shared block)."""
+        if self.shared_blocks:
+            return [None] * config.num_hidden_layers
+        return list(range(config.num_hidden_layers))
+
+    def has_mapping(self, config: BertConfig) -> bool:
+        """Whether `Embedding-Mapping` (E -> H) exists: when `embedding_size` differs from H."""
+        return config.embedding_width != config.hidden_size
+
+    # --- analytic parameter counts ---------------------------------------------------
+    def layer_params(self, config: BertConfig, *, with_pool=False, with_nsp=False, with_mlm=False,
+                     with_discriminator=False) -> List[LayerParams]:
+        """Every layer with parameters, in the model's order, with its formula."""
+        return (self.embedding_params(config, with_mlm) + self.block_params(config)
+                + self.head_params(config, with_pool=with_pool, with_nsp=with_nsp, with_mlm=with_mlm,
+                                   with_discriminator=with_discriminator))
+
+    def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
+        e, width = self._width(config)
+        rows = [
+            LayerParams(naming.EMBEDDING_TOKEN, "embeddings", f"V·{e}", config.vocab_size * width,
+                        "shared with the MLM output" if with_mlm else ""),
+            LayerParams(naming.EMBEDDING_SEGMENT, "embeddings", f"T·{e}", config.type_vocab_size * width),
+            *self.position_params(config),
+            LayerParams(naming.EMBEDDING_NORM, "embeddings", f"2·{e}", 2 * width),
+        ]
+        if self.has_mapping(config):
+            rows.append(LayerParams(naming.EMBEDDING_MAPPING, "embeddings", "E·H + H",
+                                    width * config.hidden_size + config.hidden_size,
+                                    "maps the E-wide embeddings to the H-wide blocks"))
+        return rows
+
+    def position_params(self, config: BertConfig) -> List[LayerParams]:
+        e, width = self._width(config)
+        return [LayerParams(naming.EMBEDDING_POSITION, "embeddings", f"P·{e}",
+                            config.max_position_embeddings * width)]
+
+    def block_params(self, config: BertConfig) -> List[LayerParams]:
+        h, i = config.hidden_size, config.intermediate_size
+        shared = "the one block (attention, FeedForward, norms), shared by all L layers: counted once" \
+            if self.shared_blocks else ""
+        rows = []
+        for index in dict.fromkeys(self.block_indices(config)):
+            attention = naming.block(index, naming.ATTENTION)
+            ffn = naming.block(index, naming.FEED_FORWARD)
+            rows += [
+                LayerParams(attention, "encoder", "4·(H·H + H)", 4 * (h * h + h),
+                            shared or "query, key, value and output projections"),
+                LayerParams(f"{attention}-Norm", "encoder", "2·H", 2 * h),
+                LayerParams(ffn, "encoder", "H·I + I + I·H + H", 2 * h * i + i + h),
+                LayerParams(f"{ffn}-Norm", "encoder", "2·H", 2 * h),
+            ]
+        return rows
+
+    def head_params(self, config: BertConfig, *, with_pool, with_nsp, with_mlm,
+                    with_discriminator) -> List[LayerParams]:
+        h, v = config.hidden_size, config.vocab_size
+        e, width = self._width(config)
+        rows = []
+        if with_pool or with_nsp:
+            rows.append(LayerParams(naming.POOLER_DENSE, "pooler", "H·H + H", h * h + h))
+        if with_nsp:
+            rows.append(LayerParams(naming.NSP_PROBA, "heads", "2·H + 2", 2 * h + 2))
+        if with_mlm:
+            rows += [
+                LayerParams(naming.MLM_DENSE, "heads", f"H·{e} + {e}", h * width + width),
+                LayerParams(naming.MLM_NORM, "heads", f"2·{e}", 2 * width),
+                LayerParams(naming.MLM_BIAS, "heads", "V", v,
+                            "output weights are Embedding-Token's, counted there"),
+            ]
+        return rows
+
+    def _width(self, config: BertConfig):
+        """The embeddings' symbol and width: E where it differs from H."""
+        return ("E", config.embedding_width) if self.has_mapping(config) else ("H", config.hidden_size)
+
+    # --- checkpoint variable names ---------------------------------------------------
+    def weight_layers(self, num_blocks: int) -> List[str]:
+        """Every layer that can hold stored weights, for a checkpoint of `num_blocks` blocks."""
+        layers = [naming.EMBEDDING_TOKEN, naming.EMBEDDING_SEGMENT, naming.EMBEDDING_POSITION,
+                  naming.EMBEDDING_NORM, naming.EMBEDDING_MAPPING]
+        indices = [None] if self.shared_blocks else range(num_blocks)
+        for index in indices:
+            for sublayer in (naming.ATTENTION, naming.FEED_FORWARD):
+                layers += [naming.block(index, sublayer), naming.block(index, sublayer, "Norm")]
+        return layers + [naming.POOLER_DENSE, naming.NSP_PROBA, naming.MLM_DENSE, naming.MLM_NORM,
+                         naming.MLM_BIAS, naming.CLASSIFIER_DENSE]
+
+    def layer_weights(self, layer: str) -> List[WeightName]:
+        """The table rows of one layer (empty for layers without stored weights)."""
+        e = self.embedding_axis
+        fixed = {
+            naming.EMBEDDING_TOKEN: [embedding(layer, "bert/embeddings/word_embeddings",
+                                               "embeddings.word_embeddings", V, e)],
+            naming.EMBEDDING_SEGMENT: [embedding(layer, "bert/embeddings/token_type_embeddings",
+                                                 "embeddings.token_type_embeddings", "type_vocab_size", e)],
+            naming.EMBEDDING_POSITION: [embedding(layer, "bert/embeddings/position_embeddings",
+                                                  "embeddings.position_embeddings",
+                                                  "max_position_embeddings", e)],
+            naming.EMBEDDING_NORM: norm(layer, "bert/embeddings/LayerNorm", "embeddings.LayerNorm", e),
+            naming.EMBEDDING_MAPPING: dense(layer, "bert/encoder/embedding_hidden_mapping_in", None, (e, H)),
+            naming.POOLER_DENSE: dense(layer, "bert/pooler/dense", "pooler.dense", (H, H)),
+            naming.MLM_DENSE: dense(layer, "cls/predictions/transform/dense",
+                                    "cls.predictions.transform.dense", (H, e)),
+            naming.MLM_NORM: norm(layer, "cls/predictions/transform/LayerNorm",
+                                  "cls.predictions.transform.LayerNorm", e),
+            naming.MLM_BIAS: [WeightName(f"{layer}/bias", "cls/predictions/output_bias",
+                                         "cls.predictions.bias", False, False, (V,))],
+            naming.NSP_PROBA: output_weights(layer, "cls/seq_relationship/", "cls.seq_relationship",
+                                             (H, "2")),
+            naming.CLASSIFIER_DENSE: output_weights(layer, "", "classifier", (H, "num_labels")),
+        }
+        if layer in fixed:
+            return fixed[layer]
+        parsed = naming.parse_block(layer)
+        return [] if parsed is None else self.block_weights(layer, *parsed)
+
+    def block_weights(self, layer: str, index: Optional[int], sublayer: str, is_norm: bool) -> List[WeightName]:
+        """Rows of a block's attention, feed-forward or norm layer, under Google BERT's names."""
+        index = index or 0
+        google, hf = f"bert/encoder/layer_{index}", f"encoder.layer.{index}"
+        if sublayer == naming.ATTENTION and is_norm:
+            return norm(layer, f"{google}/attention/output/LayerNorm", f"{hf}.attention.output.LayerNorm")
+        if sublayer == naming.FEED_FORWARD and is_norm:
+            return norm(layer, f"{google}/output/LayerNorm", f"{hf}.output.LayerNorm")
+        if sublayer == naming.ATTENTION:
+            rows = []
+            for part in ("query", "key", "value"):
+                rows += dense(f"{layer}/{part}", f"{google}/attention/self/{part}",
+                              f"{hf}.attention.self.{part}", (H, H))
+            return rows + dense(f"{layer}/output", f"{google}/attention/output/dense",
+                                f"{hf}.attention.output.dense", (H, H))
+        return (dense(f"{layer}/intermediate", f"{google}/intermediate/dense",
+                      f"{hf}.intermediate.dense", (H, I))
+                + dense(f"{layer}/output", f"{google}/output/dense", f"{hf}.output.dense", (I, H)))
+
+
+class RobertaFamily(BertFamily):
+    """RoBERTa as bert4keras builds it (`model="roberta"`): BERT's layout and checkpoint names.
+
+    Chinese RoBERTa releases (e.g. `chinese_roberta_wwm_ext`) are BERT checkpoints.
+    """
+
+    name = "roberta"
+    model_type = "roberta"

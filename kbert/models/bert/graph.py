@@ -1,0 +1,131 @@
+"""BERT's Keras graph with bert4keras's layer names; the other families override its hooks.
+
+    Input-Token, Input-Segment
+    Embedding-Token, Embedding-Segment, Embedding-Token-Segment,
+    Embedding-Position, Embedding-Norm, Embedding-Dropout[, Embedding-Mapping]
+    Transformer-{i}-MultiHeadSelfAttention[-Dropout|-Add|-Norm]
+    Transformer-{i}-FeedForward[-Dropout|-Add|-Norm]
+    heads: Pooler, Pooler-Dense, NSP-Proba, MLM-Dense, MLM-Norm, MLM-Bias, MLM-Activation
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+
+from kbert import naming
+from kbert.layers import (
+    BiasAdd,
+    Embedding,
+    FeedForward,
+    MaskedAdd,
+    MultiHeadSelfAttention,
+    PositionEmbedding,
+    TakeToken,
+    TokenEmbedding,
+    get_activation,
+)
+from kbert.models.transformer import TransformerGraph
+
+
+class BertGraph(TransformerGraph):
+    """BERT: absolute positions, post-LN blocks, pooler/NSP and tied MLM heads.
+
+    Hooks for the other families: `position_encoding` with
+    `make_position_bias` (positions that enter every attention layer as a
+    fourth input, instead of absolute positions in the embeddings), and
+    `apply_final_layers` (heads).
+    """
+
+    # How attention uses positions (None: BERT's absolute positions are in the embeddings).
+    position_encoding: Optional[str] = None
+    position_bias = None  # the attention's fourth input, made once from the first block's input
+
+    def apply_embeddings(self, inputs):
+        config = self.config
+        width = config.embedding_width
+        x = self.apply(inputs[0], TokenEmbedding, naming.EMBEDDING_TOKEN, input_dim=config.vocab_size,
+                       output_dim=width, mask_zero=True, embeddings_initializer=self.initializer())
+        if self.segment_vocab_size:
+            segments = self.apply(inputs[1], Embedding, naming.EMBEDDING_SEGMENT,
+                                  input_dim=self.segment_vocab_size, output_dim=width,
+                                  size_key="type_vocab_size", embeddings_initializer=self.initializer())
+            x = self.apply([x, segments], MaskedAdd, naming.EMBEDDING_TOKEN_SEGMENT)
+        x = self.apply_positions(x)
+        x = self.apply(x, keras.layers.LayerNormalization, naming.EMBEDDING_NORM, epsilon=config.layer_norm_eps)
+        x = self.apply(x, keras.layers.Dropout, naming.EMBEDDING_DROPOUT, rate=config.hidden_dropout_prob)
+        if self.family.has_mapping(config):
+            x = self.apply(x, keras.layers.Dense, naming.EMBEDDING_MAPPING, units=config.hidden_size,
+                           kernel_initializer=self.initializer())
+        return x
+
+    def apply_positions(self, x):
+        """Adds learned absolute positions, unless positions enter the attention instead."""
+        if self.position_encoding:
+            return x
+        return self.apply(x, PositionEmbedding, naming.EMBEDDING_POSITION,
+                          max_length=self.config.max_position_embeddings,
+                          embeddings_initializer=self.initializer())
+
+    def apply_position_bias(self, x):
+        """The attention's fourth input (None: none), made by `make_position_bias` for the first block."""
+        if self.position_encoding and self.position_bias is None:
+            self.position_bias = self.make_position_bias(x)
+        return self.position_bias
+
+    def make_position_bias(self, x):
+        """The positions a `position_encoding` family feeds to every attention layer."""
+        raise NotImplementedError(f"{type(self).__name__} sets position_encoding but makes no positions")
+
+    def apply_main_layers(self, x, index: Optional[int]):
+        config = self.config
+        attention_name = naming.block(index, naming.ATTENTION)
+        bias = self.apply_position_bias(x)
+        attended = self.apply([x, x, x] + ([bias] if bias is not None else []), MultiHeadSelfAttention,
+                              attention_name, num_heads=config.num_attention_heads,
+                              head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
+                              kernel_initializer=self.initializer(),
+                              position_encoding=self.position_encoding)
+        x = self.apply_residual(attention_name, x, attended)
+        ffn_name = naming.block(index, naming.FEED_FORWARD)
+        transformed = self.apply(x, FeedForward, ffn_name, intermediate_size=config.intermediate_size,
+                                 activation=get_activation(config.activation),
+                                 kernel_initializer=self.initializer())
+        return self.apply_residual(ffn_name, x, transformed)
+
+    def apply_residual(self, prefix: str, shortcut, x):
+        """Post-LN residual: Dropout, Add the shortcut, LayerNorm."""
+        x = self.apply(x, keras.layers.Dropout, f"{prefix}-Dropout", rate=self.config.hidden_dropout_prob)
+        x = self.apply([shortcut, x], keras.layers.Add, f"{prefix}-Add")
+        return self.apply(x, keras.layers.LayerNormalization, f"{prefix}-Norm",
+                          epsilon=self.config.layer_norm_eps)
+
+    def apply_final_layers(self, x):
+        """The pooler/NSP and MLM heads as bert4keras builds them; the sequence output without heads."""
+        outputs = []
+        if self.heads.pool or self.heads.nsp:
+            outputs.append(self.apply_pooler(x))
+        if self.heads.mlm:
+            outputs.append(self.apply_mlm(x))
+        return outputs if len(outputs) > 1 else (outputs or [x])[0]
+
+    def apply_pooler(self, x):
+        config = self.config
+        x = self.apply(x, TakeToken, naming.POOLER, index=0)
+        x = self.apply(x, keras.layers.Dense, naming.POOLER_DENSE, units=config.hidden_size,
+                       activation="tanh", kernel_initializer=self.initializer())
+        if self.heads.nsp:
+            x = self.apply(x, keras.layers.Dense, naming.NSP_PROBA, units=2, activation="softmax",
+                           kernel_initializer=self.initializer())
+        return x
+
+    def apply_mlm(self, x):
+        """Dense + LayerNorm to the embeddings' width, then the token embedding's transpose, tied."""
+        config = self.config
+        x = self.apply(x, keras.layers.Dense, naming.MLM_DENSE, units=config.embedding_width,
+                       activation=get_activation(config.activation), kernel_initializer=self.initializer())
+        x = self.apply(x, keras.layers.LayerNormalization, naming.MLM_NORM, epsilon=config.layer_norm_eps)
+        x = self.layers[naming.EMBEDDING_TOKEN](x, reverse=True)
+        x = self.apply(x, BiasAdd, naming.MLM_BIAS)
+        return self.apply(x, keras.layers.Activation, naming.MLM_ACTIVATION, activation=self.heads.mlm)

@@ -1,0 +1,1 @@
+"""ELECTRA's discriminator (Google's `electra_*` checkpoints: `electra/…`, `discriminator_predictions/…`)."""

@@ -1,0 +1,82 @@
+"""Which family builds a model: bert4keras's `model=` names, Hugging Face's `model_type`.
+
+Pure Python: `kbert params` resolves families without importing TensorFlow.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from typing import Any, Mapping, Optional, Tuple, Union
+
+from kbert.config import BertConfig, read_json_object
+from kbert.errors import ConfigError
+
+# bert4keras's `model=` name -> "module:class" of the family.
+FAMILIES = {
+    "bert": "kbert.models.bert.family:BertFamily",
+    "roberta": "kbert.models.bert.family:RobertaFamily",
+    "albert": "kbert.models.albert.family:AlbertFamily",
+    "albert_unshared": "kbert.models.albert.family:AlbertUnsharedFamily",
+    "nezha": "kbert.models.nezha.family:NezhaFamily",
+    "roformer": "kbert.models.roformer.family:RoformerFamily",
+    "electra": "kbert.models.electra.family:ElectraFamily",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def get_family(name: str):
+    """The family registered as `name` (`"bert"`, `"albert"`, ...).
+
+    >>> get_family("albert").shared_blocks, get_family("nezha").model_type
+    (True, 'nezha')
+    """
+    if name not in FAMILIES:
+        raise ConfigError(f"model={name!r}: kbert builds {', '.join(FAMILIES)}")
+    module, attribute = FAMILIES[name].split(":")
+    return getattr(importlib.import_module(module), attribute)()
+
+
+def resolve(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]", str],
+            model: Optional[str] = None) -> Tuple[Any, BertConfig]:
+    """The family and its config object for a config (object, dict or JSON path) and `model=`.
+
+    Without `model`, the config's `model_type` (Hugging Face's key, also
+    written into kbert's model directories) picks the family; without either,
+    BERT. A `model_type` that contradicts `model` is an error naming both.
+
+    >>> family, config = resolve({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+    ...                          "num_attention_heads": 2, "intermediate_size": 16, "model_type": "nezha"})
+    >>> family.name, config.max_relative_position
+    ('nezha', 64)
+    """
+    if isinstance(config, BertConfig):
+        family = get_family(_family_name({"model_type": config.model_type}, model, "config")
+                            if config.model_type else model or type(config).family)
+        if not isinstance(config, family.config_class):
+            config = family.config_class.from_dict(config.to_dict())
+        return family, config
+    if isinstance(config, Mapping):
+        values, source = config, "config"
+    else:
+        source = os.fspath(config)
+        values = read_json_object(source)
+    family = get_family(_family_name(values, model, source))
+    return family, family.config_class.from_dict(values, source=source)
+
+
+def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -> str:
+    model_type = values.get("model_type") if isinstance(values, Mapping) else None
+    if model_type is None:
+        return model or "bert"
+    by_type = {get_family(name).model_type: name for name in FAMILIES if name != "albert_unshared"}
+    if model_type not in by_type:
+        raise ConfigError(f"{source}: key 'model_type': kbert builds {', '.join(sorted(by_type))}; "
+                          f"got {model_type!r}")
+    if model is None:
+        return by_type[model_type]
+    if get_family(model).model_type != model_type:
+        raise ConfigError(f"{source}: key 'model_type' is {model_type!r} but model={model!r} was asked "
+                          f"for; pass model={by_type[model_type]!r}, or remove 'model_type' from the config")
+    return model

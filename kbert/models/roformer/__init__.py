@@ -1,0 +1,1 @@
+"""RoFormer: BERT with rotary position embeddings (ZhuiyiTechnology's `chinese_roformer*` checkpoints)."""

@@ -1,0 +1,161 @@
+"""The skeleton every family's Keras graph fills in: inputs, embeddings, blocks, heads.
+
+It follows bert4keras's `Transformer` template: `apply_embeddings`, then
+`apply_main_layers` once per block, then `apply_final_layers`, each a hook a
+family overrides. Layers are made through `apply(inputs, layer_class, name,
+**kwargs)`, which makes a layer the first time a name is used and reuses it
+after, as bert4keras does: ALBERT's shared block is BERT's block under one
+name, called L times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import keras
+
+from kbert import naming
+from kbert.config import BertConfig
+from kbert.layers import clone_initializer
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class IdModel(keras.Model):
+    """A functional model on token and segment ids that rejects fractional ids.
+
+    Keras casts inputs to the `Input`'s int32 dtype, which would silently turn
+    an id of 2.7 into 2. Floating-point arrays of whole numbers (e.g. segment
+    ids from `np.zeros`) are accepted; any other fraction raises an error that
+    names the input. Integer inputs pass untouched, at no cost.
+
+    `family` is the model family that built it (`"bert"`, `"albert"`, ...):
+    its checkpoint names are the ones loading and saving use. It is saved in
+    the model's config.
+    """
+
+    family = "bert"
+
+    def call(self, inputs, training=None, mask=None):
+        import tensorflow as tf
+
+        for tensor, reference in zip(tf.nest.flatten(inputs), self.inputs):
+            tensor = tf.convert_to_tensor(tensor)
+            if tensor.dtype.is_floating:
+                tf.debugging.assert_equal(
+                    tensor, tf.round(tensor), summarize=8,
+                    message=f"{reference.name}: ids must be whole numbers")
+        return super().call(inputs, training=training, mask=mask)
+
+    def get_config(self):
+        return {**super().get_config(), "family": self.family}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        family = config.pop("family", "bert")
+        model = super().from_config(config, custom_objects=custom_objects)
+        model.family = family
+        return model
+
+
+def id_model(inputs, outputs, family: str, name: str) -> IdModel:
+    """An `IdModel` of the given family."""
+    model = IdModel(inputs, outputs, name=name)
+    model.family = family
+    return model
+
+
+@dataclasses.dataclass
+class Transformer:
+    """What `build_transformer_model(..., return_keras_model=False)` returns, as in bert4keras.
+
+    Attributes:
+        model: the `keras.Model`.
+        inputs, outputs: the model's inputs and outputs.
+        initializer: a copy of the initializer of the model's weights, for heads added later.
+        config: the model's config.
+    """
+
+    model: keras.Model
+    config: BertConfig
+
+    @property
+    def inputs(self):
+        return self.model.inputs
+
+    @property
+    def outputs(self):
+        return self.model.outputs
+
+    @property
+    def initializer(self):
+        return initializer_of(self.model)
+
+
+def initializer_of(model: keras.Model):
+    """A copy of a backbone's initializer, for a head added later."""
+    return clone_initializer(model.get_layer(naming.EMBEDDING_TOKEN).embeddings_initializer)
+
+
+@dataclasses.dataclass(frozen=True)
+class Heads:
+    """The heads a backbone is built with (bert4keras's `with_*` arguments).
+
+    `mlm` is the MLM output's activation (`"softmax"`, `"linear"`) or None.
+    """
+
+    pool: bool = False
+    nsp: bool = False
+    mlm: Optional[str] = None
+    discriminator: bool = False
+
+
+class TransformerGraph:
+    """Builds one family's functional model; subclasses override the hooks.
+
+    Args:
+        family: the family (`kbert.models.<family>.family`).
+        config: its config.
+        heads: the heads to build.
+        segment_vocab_size: segment ids the model takes (0: no segment input).
+    """
+
+    def __init__(self, family, config: BertConfig, heads: Heads, segment_vocab_size: int):
+        self.family = family
+        self.config = config
+        self.heads = heads
+        self.segment_vocab_size = segment_vocab_size
+        self.layers: dict = {}
+
+    def build(self, name: str) -> IdModel:
+        inputs = self.get_inputs()
+        x = self.apply_embeddings(inputs)
+        for index in self.family.block_indices(self.config):
+            x = self.apply_main_layers(x, index)
+        return id_model(inputs, self.apply_final_layers(x), self.family.name, name)
+
+    def apply(self, inputs, layer_class, name: str, **kwargs) -> Any:
+        """Calls the layer named `name` on `inputs`, making it (`layer_class(**kwargs)`) on first use."""
+        if name not in self.layers:
+            self.layers[name] = layer_class(name=name, **kwargs)
+        return self.layers[name](inputs) if inputs is not None else self.layers[name]
+
+    def initializer(self):
+        """A new truncated-normal initializer: every weight gets its own (see `clone_initializer`)."""
+        return keras.initializers.TruncatedNormal(stddev=self.config.initializer_range)
+
+    def get_inputs(self) -> list:
+        inputs = [keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_TOKEN)]
+        if self.segment_vocab_size:
+            inputs.append(keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_SEGMENT))
+        return inputs
+
+    def apply_embeddings(self, inputs):
+        raise NotImplementedError
+
+    def apply_main_layers(self, x, index: Optional[int]):
+        raise NotImplementedError
+
+    def apply_final_layers(self, x):
+        raise NotImplementedError

@@ -1,0 +1,191 @@
+"""ALBERT, NEZHA, RoFormer, ELECTRA (and RoBERTa): bert4keras's tables, original checkpoints, analysis."""
+
+import json
+
+import numpy as np
+import pytest
+
+import keras
+from conftest import CONFIGS, SHARED, golden, shared_path
+from keras_graph import layer_table
+from kbert import build_transformer_model
+from kbert.errors import CheckpointError, ConfigError
+from kbert.models.registry import FAMILIES, get_family, resolve
+from kbert.params import analyze, explain_claim
+from kbert.summary import crosscheck
+
+FAMILY_GOLDEN = SHARED / "golden" / "bert4keras" / "families"
+
+# golden case -> (bundled config or fixture, model, builder flags); the lm/unilm cases belong to issue #10.
+CASES = {
+    "albert_base_zh": ("albert_base_zh", "albert", {}),
+    "albert_base_zh_mlm_nsp": ("albert_base_zh", "albert", {"with_mlm": True, "with_nsp": True}),
+    "albert_tiny_zh": ("albert_tiny_zh", "albert", {}),
+    "nezha_base_zh": ("nezha_base_zh", "nezha", {}),
+    "roformer_base_zh": ("roformer_base_zh", "roformer", {}),
+    "electra_small_zh": ("electra_small_zh", "electra", {}),
+    "albert_tiny_ckpt": ("albert_tiny", "albert", {"with_mlm": True, "with_nsp": True}),
+    "albert_unshared_tiny_ckpt": ("albert_unshared_tiny", "albert_unshared", {"with_mlm": True}),
+    "nezha_tiny_ckpt": ("nezha_tiny", "nezha", {"with_mlm": True, "with_nsp": True}),
+    "roformer_tiny_ckpt": ("roformer_tiny", "roformer", {"with_mlm": True}),
+    "electra_tiny_ckpt": ("electra_tiny", "electra", {"with_discriminator": True}),
+}
+CHECKPOINT_CASES = sorted(case for case in CASES if case.endswith("_ckpt"))
+
+
+def fixture_dir(case):
+    return shared_path("fixtures", "bert4keras_families", CASES[case][0])
+
+
+def config_of(case):
+    if case.endswith("_ckpt"):
+        return fixture_dir(case) / "config.json"
+    return CONFIGS / f"{CASES[case][0]}.json"
+
+
+def family_golden(case):
+    return golden(f"families/{case}.json")
+
+
+def build(case, checkpoint=False):
+    _, model, flags = CASES[case]
+    return build_transformer_model(config_of(case), fixture_dir(case) if checkpoint else None, model=model, **flags)
+
+
+def run(model, record):
+    inputs = [np.array(record["inputs"]["token_ids"]), np.array(record["inputs"]["segment_ids"])]
+    outputs = model.predict(inputs, verbose=0)
+    return outputs if isinstance(outputs, list) else [outputs]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_names_order_params_wiring_and_totals_match_bert4keras(case):
+    record = family_golden(case)
+    model = build(case)
+    expected = [(layer["name"], layer["params"], layer["inbound"]) for layer in record["layers"]]
+    assert layer_table(model) == expected
+    assert model.count_params() == record["total_params"]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_analytic_table_agrees_with_the_built_model(case):
+    record = family_golden(case)
+    _, model, flags = CASES[case]
+    analysis = analyze(resolve(config_of(case), model)[1], model=model, **flags)
+    assert analysis.total == record["total_params"]
+    assert all(row.ok for row in crosscheck(analysis, build(case)))
+
+
+def test_published_totals():
+    totals = {name: analyze(resolve(CONFIGS / f"{name}.json")[1]).total
+              for name in ("albert_base_zh", "albert_tiny_zh", "nezha_base_zh", "roformer_base_zh",
+                           "electra_small_zh")}
+    assert totals == {"albert_base_zh": 9_957_376, "albert_tiny_zh": 3_982_864, "nezha_base_zh": 101_292_096,
+                      "roformer_base_zh": 123_457_536, "electra_small_zh": 12_280_576}
+    albert = resolve(CONFIGS / "albert_base_zh.json")[1]
+    assert analyze(albert, with_mlm=True, with_nsp=True).total == 10_669_322
+
+
+@pytest.mark.parametrize("case", CHECKPOINT_CASES)
+def test_original_checkpoint_outputs_match_bert4keras(case):
+    record = family_golden(case)
+    model = build(case, checkpoint=True)
+    for output, expected in zip(run(model, record), record["outputs"], strict=True):
+        np.testing.assert_allclose(output, np.array(expected), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("case", CHECKPOINT_CASES)
+def test_checkpoint_variables_are_the_family_table(case):
+    """Every variable of the original checkpoint feeds the model, and the model needs no other."""
+    from kbert.checkpoint import open_google_checkpoint
+    from kbert.loader import load_into
+
+    record = family_golden(case)
+    report = load_into(build(case), open_google_checkpoint(fixture_dir(case)))
+    assert sorted(set(report.loaded)) == sorted(record["checkpoint_variables"])
+    assert report.unused == []
+
+
+@pytest.mark.parametrize("case", sorted(set(CHECKPOINT_CASES) - {"albert_unshared_tiny_ckpt"}))
+def test_save_load_round_trip_is_bit_identical(case, tmp_path):
+    from kbert.checkpoint import save_google_checkpoint
+
+    original = build(case, checkpoint=True)
+    prefix = save_google_checkpoint(original, tmp_path / "out" / "model.ckpt")
+    reloaded = build_transformer_model(config_of(case), prefix, model=CASES[case][1], **CASES[case][2])
+    for before, after in zip(original.weights, reloaded.weights, strict=True):
+        assert before.path == after.path
+        np.testing.assert_array_equal(before.numpy(), after.numpy())
+    record = family_golden(case)
+    for before, after in zip(run(original, record), run(reloaded, record), strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_albert_unshared_cannot_be_saved_in_albert_layout(tmp_path):
+    from kbert.checkpoint import save_google_checkpoint
+
+    model = build("albert_unshared_tiny_ckpt", checkpoint=True)
+    with pytest.raises(CheckpointError, match="albert_unshared.*one block"):
+        save_google_checkpoint(model, tmp_path / "model.ckpt")
+    assert not any(tmp_path.iterdir())
+
+
+def test_albert_block_is_shared():
+    model = build("albert_tiny_ckpt")
+    attention = model.get_layer("Transformer-MultiHeadSelfAttention")
+    assert len(attention._inbound_nodes) == 3  # called once per layer, one set of weights
+    assert sum(layer.name.startswith("Transformer-") for layer in model.layers) == 8
+
+
+def test_keras_file_round_trip_keeps_family_and_outputs(tmp_path):
+    record = family_golden("nezha_tiny_ckpt")
+    model = build("nezha_tiny_ckpt", checkpoint=True)
+    path = tmp_path / "nezha.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert loaded.family == "nezha"
+    for before, after in zip(run(model, record), run(loaded, record), strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_wrong_family_checkpoint_names_the_missing_variables():
+    """A BERT model cannot load an ALBERT checkpoint; the error lists what is missing and loads nothing."""
+    config = fixture_dir("albert_tiny_ckpt") / "config.json"
+    model = build_transformer_model(config, model="bert")
+    before = [weight.numpy().copy() for weight in model.weights]
+    with pytest.raises(CheckpointError, match="nothing was loaded") as error:
+        build_transformer_model(config, fixture_dir("albert_tiny_ckpt"), model="bert")
+    assert "bert/encoder/layer_0/attention/self/query/kernel" in str(error.value)
+    assert all(np.array_equal(a, w.numpy()) for a, w in zip(before, model.weights))
+
+
+def test_family_from_model_type_and_conflicts(tmp_path):
+    values = json.loads((CONFIGS / "albert_tiny_zh.json").read_text())
+    assert resolve(values)[0].name == "albert"
+    assert resolve(values, "albert_unshared")[0].name == "albert_unshared"
+    with pytest.raises(ConfigError, match="'model_type' is 'albert' but model='nezha'"):
+        resolve(values, "nezha")
+    with pytest.raises(ConfigError, match="key 'model_type': kbert builds .*got 'gpt2'"):
+        resolve({**values, "model_type": "gpt2"})
+    with pytest.raises(ConfigError, match="model='xlnet': kbert builds bert, roberta, albert"):
+        build_transformer_model(CONFIGS / "bert_tiny.json", model="xlnet")
+
+
+@pytest.mark.parametrize("model, flag", [("electra", "with_mlm"), ("electra", "with_pool"),
+                                         ("bert", "with_discriminator")])
+def test_heads_a_family_does_not_have_are_errors(model, flag):
+    config = CONFIGS / ("electra_small_zh.json" if model == "electra" else "bert_tiny.json")
+    with pytest.raises(ConfigError, match=f"model='{model}' has no {flag} head"):
+        build_transformer_model(config, model=model, **{flag: True})
+
+
+def test_registry_lists_every_family():
+    assert list(FAMILIES) == ["bert", "roberta", "albert", "albert_unshared", "nezha", "roformer", "electra"]
+    assert get_family("roberta").layer_weights("Embedding-Token") == get_family("bert").layer_weights("Embedding-Token")
+
+
+def test_shared_block_counted_l_times_is_explained():
+    analysis = analyze(resolve(CONFIGS / "albert_base_zh.json")[1])
+    block = sum(row.params for row in analysis.layers if row.name.startswith("Transformer-"))
+    explanations = explain_claim(analysis, analysis.total + 11 * block)
+    assert [m.description for m in explanations[0]] == ["the shared block counted once per layer (L times)"]

@@ -1,0 +1,103 @@
+"""Layer tests for the families' position layers: NEZHA's relative table, RoFormer's rotary sinusoids,
+and the attention that takes them as a fourth input (shapes, masks, get_config, .keras with safe_mode)."""
+
+import numpy as np
+import pytest
+
+import keras
+from kbert.layers import (
+    MultiHeadSelfAttention,
+    RelativePositionEmbedding,
+    Sinusoidal,
+    SinusoidalPositionEmbedding,
+)
+
+IDS = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 0, 0, 0, 0]])  # id 0 is padding
+
+
+def attention_model(position_encoding):
+    """Embedding (masked at id 0) -> positions -> attention with a fourth input."""
+    keras.utils.set_random_seed(1)
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    if position_encoding == "relative":
+        positions = RelativePositionEmbedding(2 * 2 + 1, 4, name="relative")([hidden, hidden])
+    else:
+        positions = SinusoidalPositionEmbedding(4, name="rotary")(hidden)
+    attention = MultiHeadSelfAttention(2, 4, position_encoding=position_encoding, name="attention")
+    return keras.Model(tokens, attention([hidden, hidden, hidden, positions]))
+
+
+def numpy_attention(model, ids, position_encoding):
+    """The same attention in NumPy, written from the NEZHA and RoFormer papers."""
+    x = model.layers[1](ids).numpy()
+    layer = model.get_layer("attention")
+    q, k, v = (dense(x).numpy().reshape(*x.shape[:2], 2, 4) for dense in (layer.query, layer.key, layer.value))
+    n = ids.shape[1]
+    if position_encoding == "relative":
+        table = model.get_layer("relative").embeddings.numpy()
+        rel = table[np.clip(np.arange(n)[None] - np.arange(n)[:, None], -2, 2) + 2]  # [q, k, d]
+        scores = np.einsum("bqhd,bkhd->bhqk", q, k) + np.einsum("bqhd,qkd->bhqk", q, rel)
+    else:
+        angles = np.arange(n)[:, None] * 10000.0 ** (-np.arange(2) / 2)[None]  # d=4: frequencies 1, 1/100
+
+        def rotate(t):
+            cos, sin = np.repeat(np.cos(angles), 2, -1)[None, :, None], np.repeat(np.sin(angles), 2, -1)[None, :, None]
+            pairs = np.stack([-t[..., 1::2], t[..., ::2]], -1).reshape(t.shape)
+            return t * cos + pairs * sin
+
+        q, k = rotate(q), rotate(k)
+        scores = np.einsum("bqhd,bkhd->bhqk", q, k)
+    scores = np.where((ids == 0)[:, None, None, :], -1e9, scores / 2.0)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    context = np.einsum("bhqk,bkhd->bqhd", probs, v)
+    if position_encoding == "relative":
+        context = context + np.einsum("bhqk,qkd->bqhd", probs, rel)
+    return layer.output_dense(context.reshape(*x.shape[:2], 8).astype("float32")).numpy()
+
+
+@pytest.mark.parametrize("position_encoding", ["relative", "rotary"])
+def test_attention_with_positions_matches_numpy_and_round_trips(position_encoding, tmp_path):
+    model = attention_model(position_encoding)
+    output = model.predict(IDS, verbose=0)
+    assert output.shape == (2, 6, 8)
+    np.testing.assert_allclose(output, numpy_attention(model, IDS, position_encoding), atol=1e-5)
+    # Padded keys get no attention: without the padding, the real rows are the same.
+    unpadded = model.predict(IDS[:1, :4], verbose=0)
+    np.testing.assert_allclose(unpadded[0], output[0, :4], atol=1e-6)
+    attention = model.get_layer("attention")
+    assert MultiHeadSelfAttention.from_config(attention.get_config()).get_config() == attention.get_config()
+    model.save(tmp_path / "model.keras")
+    restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_array_equal(restored.predict(IDS, verbose=0), output)
+
+
+def test_relative_position_table_is_sinusoidal_clipped_and_untrained():
+    layer = RelativePositionEmbedding(2 * 3 + 1, 4)
+    x = keras.ops.zeros((1, 5, 8))
+    table = layer([x, x]).numpy()
+    assert table.shape == (5, 5, 4) and layer.trainable_weights == [] and layer.count_params() == 28
+    rows = Sinusoidal()((7, 4)).numpy()
+    np.testing.assert_allclose(rows[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)], atol=1e-6)
+    np.testing.assert_array_equal(table[0, 4], rows[6])  # distance +4 clipped to +3 (row 3 + 3)
+    np.testing.assert_array_equal(table[4, 0], rows[0])  # distance −4 clipped to −3
+    np.testing.assert_array_equal(table[2, 2], rows[3])  # distance 0
+    assert layer.compute_mask([x, x], [None, None]) is None
+    clone = RelativePositionEmbedding.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config() and not clone.trainable
+
+
+def test_sinusoidal_position_embedding_contract():
+    layer = SinusoidalPositionEmbedding(6)
+    x = keras.ops.zeros((3, 5, 8))
+    output = layer(x).numpy()
+    assert output.shape == (1, 5, 6) and layer.count_params() == 0
+    np.testing.assert_allclose(output[0, 2, :2], [np.sin(2), np.cos(2)], atol=1e-6)
+    assert layer.compute_mask(x, keras.ops.ones((3, 5), "bool")) is None
+    assert SinusoidalPositionEmbedding.from_config(layer.get_config()).get_config() == layer.get_config()
+
+
+def test_unknown_position_encoding_is_an_error():
+    with pytest.raises(ValueError, match="position_encoding: expected None or one of relative, rotary"):
+        MultiHeadSelfAttention(2, 4, position_encoding="alibi")
