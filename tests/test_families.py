@@ -189,3 +189,17 @@ def test_shared_block_counted_l_times_is_explained():
     block = sum(row.params for row in analysis.layers if row.name.startswith("Transformer-"))
     explanations = explain_claim(analysis, analysis.total + 11 * block)
     assert [m.description for m in explanations[0]] == ["the shared block counted once per layer (L times)"]
+
+
+def test_keep_tokens_selects_albert_vocabulary_rows():
+    import tensorflow as tf
+
+    keep = [0, 5, 7, 63, 2]
+    directory = fixture_dir("albert_tiny_ckpt")
+    model = build_transformer_model(directory / "config.json", directory, model="albert", with_mlm=True,
+                                    keep_tokens=keep)
+    reader = tf.train.load_checkpoint(str(directory / "model.ckpt"))
+    np.testing.assert_array_equal(model.get_layer("Embedding-Token").embeddings.numpy(),
+                                  reader.get_tensor("bert/embeddings/word_embeddings")[keep])
+    np.testing.assert_array_equal(model.get_layer("MLM-Bias").bias.numpy(),
+                                  reader.get_tensor("cls/predictions/output_bias")[keep])
