@@ -58,7 +58,11 @@ def build_transformer_model(
             layout), `"albert"`, `"albert_unshared"`, `"nezha"`, `"roformer"`,
             `"electra"`. Default: the config's `model_type` (Hugging Face's
             key), else BERT.
-        application: `"encoder"`.
+        application: `"encoder"`; `"lm"` (each token attends to itself and the
+            tokens before it: `Attention-LM-Mask`) or `"unilm"` (segment-0 source
+            tokens attend to the source, segment-1 target tokens to the source
+            and the target up to themselves: `Attention-UniLM-Mask`), for every
+            family but ELECTRA.
         return_keras_model: return the `keras.Model`; False returns a
             `Transformer` holding it (bert4keras's `.model`, `.inputs`, ...).
         with_pool: add the pooler (`Pooler`, `Pooler-Dense`, tanh).
@@ -96,7 +100,7 @@ def build_transformer_model(
     family, config = resolve(_one_config(config, config_path), model)
     if keep_tokens is not None:  # as bert4keras: the kept rows are the model's vocabulary
         config = dataclasses.replace(config, vocab_size=len(keep_tokens))
-    _check_supported(application)
+    _check_application(family, application, segment_vocab_size)
     heads = Heads(pool=with_pool or with_nsp, nsp=with_nsp, mlm=_mlm_activation(with_mlm),
                   discriminator=with_discriminator)
     _check_heads(family, heads)
@@ -104,7 +108,8 @@ def build_transformer_model(
     _check_fits_in_memory(config, model=family.name, with_pool=heads.pool, with_nsp=heads.nsp,
                           with_mlm=bool(heads.mlm), with_discriminator=heads.discriminator)
     module, graph_class = family.graph.split(":")
-    graph = getattr(importlib.import_module(module), graph_class)(family, config, heads, segment_vocab_size)
+    graph = getattr(importlib.import_module(module), graph_class)(family, config, heads, segment_vocab_size,
+                                                                  application)
     built = graph.build(name)
     if checkpoint_path is not None:
         from kbert.convert import load_weights
@@ -173,10 +178,13 @@ def _one_config(config, config_path):
     return config if config is not None else config_path
 
 
-def _check_supported(application: str) -> None:
-    if application != "encoder":
-        raise ConfigError(f"application={application!r}: kbert builds 'encoder' models so far; "
-                          "the 'lm' and 'unilm' attention masks are not available yet")
+def _check_application(family, application: str, segment_vocab_size: Optional[int]) -> None:
+    if application not in family.applications:
+        raise ConfigError(f"application={application!r}: model={family.name!r} builds "
+                          f"{', '.join(repr(name) for name in family.applications)}")
+    if application == "unilm" and segment_vocab_size == 0:
+        raise ConfigError("application='unilm' reads the segment ids (0: source, 1: target); "
+                          "it cannot be built with segment_vocab_size=0")
 
 
 def _check_heads(family, heads: Heads) -> None:

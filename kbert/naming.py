@@ -19,6 +19,8 @@ EMBEDDING_DROPOUT = "Embedding-Dropout"
 EMBEDDING_MAPPING = "Embedding-Mapping"  # E -> H when embedding_size differs (ALBERT, ELECTRA)
 EMBEDDING_RELATIVE_POSITION = "Embedding-Relative-Position"  # NEZHA
 EMBEDDING_ROTARY_POSITION = "Embedding-Rotary-Position"  # RoFormer
+ATTENTION_LM_MASK = "Attention-LM-Mask"  # application="lm"
+ATTENTION_UNILM_MASK = "Attention-UniLM-Mask"  # application="unilm"
 
 POOLER = "Pooler"
 POOLER_DENSE = "Pooler-Dense"

@@ -16,8 +16,12 @@ from kbert.summary import crosscheck
 
 FAMILY_GOLDEN = SHARED / "golden" / "bert4keras" / "families"
 
-# golden case -> (bundled config or fixture, model, builder flags); the lm/unilm cases belong to issue #10.
+# golden case -> (bundled config or fixture, model, builder flags).
 CASES = {
+    "bert_base_zh_unilm": ("bert_base_chinese", "bert", {"application": "unilm", "with_mlm": True}),
+    "bert_lm_tiny_ckpt": ("bert_lm_tiny", "bert", {"application": "lm", "with_mlm": True}),
+    "bert_unilm_tiny_ckpt": ("bert_unilm_tiny", "bert", {"application": "unilm", "with_mlm": True}),
+    "albert_unilm_tiny_ckpt": ("albert_unilm_tiny", "albert", {"application": "unilm", "with_mlm": True}),
     "albert_base_zh": ("albert_base_zh", "albert", {}),
     "albert_base_zh_mlm_nsp": ("albert_base_zh", "albert", {"with_mlm": True, "with_nsp": True}),
     "albert_tiny_zh": ("albert_tiny_zh", "albert", {}),
@@ -71,7 +75,8 @@ def test_names_order_params_wiring_and_totals_match_bert4keras(case):
 def test_analytic_table_agrees_with_the_built_model(case):
     record = family_golden(case)
     _, model, flags = CASES[case]
-    analysis = analyze(resolve(config_of(case), model)[1], model=model, **flags)
+    heads = {flag: value for flag, value in flags.items() if flag.startswith("with_")}
+    analysis = analyze(resolve(config_of(case), model)[1], model=model, **heads)
     assert analysis.total == record["total_params"]
     assert all(row.ok for row in crosscheck(analysis, build(case)))
 
@@ -203,3 +208,28 @@ def test_keep_tokens_selects_albert_vocabulary_rows():
                                   reader.get_tensor("bert/embeddings/word_embeddings")[keep])
     np.testing.assert_array_equal(model.get_layer("MLM-Bias").bias.numpy(),
                                   reader.get_tensor("cls/predictions/output_bias")[keep])
+
+
+def test_application_masks_follow_the_unilm_rule():
+    """Source tokens see the source; target tokens see the source and the target up to themselves."""
+    case = "bert_unilm_tiny_ckpt"
+    model = build(case, checkpoint=True)
+    tokens = np.array([[5, 6, 7, 8, 9, 10]])
+    segments = np.array([[0, 0, 0, 1, 1, 1]])
+    full = model.predict([tokens, segments], verbose=0)
+    for cut in (3, 4, 5):  # a prefix gives the same outputs: nothing looks ahead
+        prefix = model.predict([tokens[:, :cut], segments[:, :cut]], verbose=0)
+        np.testing.assert_allclose(prefix[0], full[0, :cut], atol=1e-6)
+    changed = model.predict([np.array([[5, 6, 7, 8, 9, 11]]), segments], verbose=0)
+    np.testing.assert_array_equal(changed[0, :5], full[0, :5])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"model": "electra", "application": "lm"}, "application='lm': model='electra' builds 'encoder'"),
+    ({"application": "unilm", "segment_vocab_size": 0}, "application='unilm' reads the segment ids"),
+    ({"application": "seq2seq"}, "application='seq2seq': model='bert' builds 'encoder', 'lm', 'unilm'"),
+])
+def test_bad_applications_are_errors(kwargs, message):
+    config = CONFIGS / ("electra_small_zh.json" if kwargs.get("model") == "electra" else "bert_tiny.json")
+    with pytest.raises(ConfigError, match=message):
+        build_transformer_model(config, **kwargs)

@@ -101,3 +101,31 @@ def test_sinusoidal_position_embedding_contract():
 def test_unknown_position_encoding_is_an_error():
     with pytest.raises(ValueError, match="position_encoding: expected None or one of relative, rotary"):
         MultiHeadSelfAttention(2, 4, position_encoding="alibi")
+
+
+@pytest.mark.parametrize("kind", ["lm", "unilm"])
+def test_attention_mask_layer_contract(kind, tmp_path):
+    """Shapes, the mask rule, get_config, and a model with it through .keras with safe_mode=True."""
+    from kbert.layers import AttentionMask
+
+    keras.utils.set_random_seed(2)
+    tokens = keras.Input((None,), dtype="int32")
+    segments = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    allowed = AttentionMask(kind, name="mask")(tokens if kind == "lm" else segments)
+    outputs = MultiHeadSelfAttention(2, 4, use_attention_mask=True)([hidden, hidden, hidden, allowed])
+    model = keras.Model([tokens, segments], outputs)
+    segment_ids = np.array([[0, 0, 1, 1, 0, 0], [0, 1, 0, 0, 0, 0]])
+    output = model.predict([IDS, segment_ids], verbose=0)
+    mask = keras.Model([tokens, segments], allowed).predict([IDS, segment_ids], verbose=0)
+    if kind == "lm":
+        assert mask.shape == (1, 1, 6, 6) and (mask[0, 0] == np.tril(np.ones((6, 6), bool))).all()
+    else:
+        assert mask.shape == (2, 1, 6, 6)
+        assert mask[0, 0, 1].tolist() == [True, True, False, False, False, False]  # source: not the target
+        assert mask[0, 0, 2].tolist() == [True, True, True, False, False, False]   # target: up to itself
+    layer = model.get_layer("mask")
+    assert AttentionMask.from_config(layer.get_config()).get_config() == layer.get_config()
+    model.save(tmp_path / "model.keras")
+    restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_array_equal(restored.predict([IDS, segment_ids], verbose=0), output)

@@ -10,6 +10,7 @@ BERT's layer names: the model builders give the names.
 - `heads`: `TakeToken`, `BiasAdd`
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
+- `masks`: `AttentionMask` (the `lm` and `unilm` applications)
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
   and its `Sinusoidal` initializer (NEZHA)
 - `rotary`: `sinusoidal_positions`, `apply_rotary`
@@ -23,10 +24,11 @@ from kbert.layers.embeddings import Embedding, MaskedAdd, PositionEmbedding, Tok
 from kbert.layers.feed_forward import FeedForward
 from kbert.layers.heads import BiasAdd, TakeToken
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
+from kbert.layers.masks import AttentionMask
 from kbert.layers.positions import RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
 
-__all__ = ["BiasAdd", "Embedding", "ConditionalRandomField", "EfficientGlobalPointer", "FeedForward",
+__all__ = ["AttentionMask", "BiasAdd", "Embedding", "ConditionalRandomField", "EfficientGlobalPointer", "FeedForward",
            "GlobalPointer", "MaskedAdd", "MultiHeadSelfAttention", "PositionEmbedding", "RelativePositionEmbedding", "Sinusoidal",
            "SinusoidalPositionEmbedding", "TakeToken",
            "TokenEmbedding", "ViterbiDecoder", "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh",

@@ -22,7 +22,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product attention with BERT's padding rule.
 
     Called on `[query, key, value]` (the same hidden states for self-attention),
-    or `[query, key, value, positions]` with a `position_encoding`. Keys whose
+    then, in this order, the `attention_mask` (`AttentionMask`: boolean
+    `[batch or 1, 1, q_len, k_len]`, True where attending is allowed) when
+    `use_attention_mask`, and the positions when `position_encoding` is set. Keys whose
     mask is False (padding) get no attention; padded query rows are still
     computed, attending to the real tokens, exactly as in Google's BERT and
     bert4keras.
@@ -36,6 +38,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             (NEZHA: `RelativePositionEmbedding` vectors added to keys and
             values, per query) or `"rotary"` (RoFormer: queries and keys
             rotated by `SinusoidalPositionEmbedding`).
+        use_attention_mask: take an attention mask input (the `lm` and `unilm`
+            applications).
 
     Example:
     >>> attention = MultiHeadSelfAttention(num_heads=2, head_size=4)
@@ -45,12 +49,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, head_size: int, dropout: float = 0.0,
-                 kernel_initializer="glorot_uniform", position_encoding=None, **kwargs):
+                 kernel_initializer="glorot_uniform", position_encoding=None, use_attention_mask=False,
+                 **kwargs):
         super().__init__(**kwargs)
         if position_encoding not in (None, *POSITION_ENCODINGS):
             raise ValueError(f"position_encoding: expected None or one of {', '.join(POSITION_ENCODINGS)}, "
                              f"got {position_encoding!r}")
         self.position_encoding = position_encoding
+        self.use_attention_mask = use_attention_mask
         self.num_heads = num_heads
         self.head_size = head_size
         self.dropout = dropout
@@ -72,7 +78,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(self, inputs, mask=None, training=None):
         query, key, value = inputs[:3]
-        positions = inputs[3] if self.position_encoding else None
+        attention_mask = inputs[3] if self.use_attention_mask else None
+        positions = inputs[-1] if self.position_encoding else None
         q = self._split_heads(self.query(query))
         k = self._split_heads(self.key(key))
         v = self._split_heads(self.value(value))
@@ -83,9 +90,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             scores = scores + ops.einsum("bqhd,qkd->bhqk", q, positions)
         scores = scores / math.sqrt(self.head_size)
         key_mask = mask[1] if mask is not None else None
-        if key_mask is not None:
-            # A large negative score gives a padded key zero probability.
-            hidden = ops.logical_not(ops.cast(key_mask, "bool"))[:, None, None, :]
+        hidden = None if key_mask is None else ops.logical_not(ops.cast(key_mask, "bool"))[:, None, None, :]
+        if attention_mask is not None:
+            blocked = ops.logical_not(ops.cast(attention_mask, "bool"))
+            hidden = blocked if hidden is None else ops.logical_or(hidden, blocked)
+        if hidden is not None:
+            # A large negative score gives a padded (or masked) key zero probability.
             scores = ops.where(hidden, ops.cast(-1e9 if scores.dtype != "float16" else -6e4,
                                                 scores.dtype), scores)
         probs = ops.softmax(scores, axis=-1)
@@ -115,4 +125,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "dropout": self.dropout,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "position_encoding": self.position_encoding,
+            "use_attention_mask": self.use_attention_mask,
         }

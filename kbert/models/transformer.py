@@ -119,17 +119,21 @@ class TransformerGraph:
         config: its config.
         heads: the heads to build.
         segment_vocab_size: segment ids the model takes (0: no segment input).
+        application: `"encoder"`, `"lm"` or `"unilm"` (bert4keras's names).
     """
 
-    def __init__(self, family, config: BertConfig, heads: Heads, segment_vocab_size: int):
+    def __init__(self, family, config: BertConfig, heads: Heads, segment_vocab_size: int,
+                 application: str = "encoder"):
         self.family = family
         self.config = config
         self.heads = heads
         self.segment_vocab_size = segment_vocab_size
+        self.application = application
         self.layers: dict = {}
+        self.inputs: list = []
 
     def build(self, name: str) -> IdModel:
-        inputs = self.get_inputs()
+        inputs = self.inputs = self.get_inputs()
         x = self.apply_embeddings(inputs)
         for index in self.family.block_indices(self.config):
             x = self.apply_main_layers(x, index)

@@ -26,6 +26,7 @@ class BertFamily:
         derived_layers: layers whose weights are computed from the config,
             in no checkpoint (NEZHA's relative positions).
         heads: the builder's head flags the family accepts.
+        applications: bert4keras's `application=` values the family accepts.
         knows_hf_names: kbert can read and write its Hugging Face safetensors.
         embedding_axis: the config key of the embeddings' width (E or H).
     """
@@ -37,6 +38,7 @@ class BertFamily:
     shared_blocks = False
     derived_layers: frozenset = frozenset()
     heads = ("with_pool", "with_nsp", "with_mlm")
+    applications = ("encoder", "lm", "unilm")
     knows_hf_names = True
     # The config key named when an embedding's width does not fit a checkpoint.
     embedding_axis = H

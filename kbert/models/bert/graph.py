@@ -16,6 +16,7 @@ import keras
 
 from kbert import naming
 from kbert.layers import (
+    AttentionMask,
     BiasAdd,
     Embedding,
     FeedForward,
@@ -40,7 +41,8 @@ class BertGraph(TransformerGraph):
 
     # How attention uses positions (None: BERT's absolute positions are in the embeddings).
     position_encoding: Optional[str] = None
-    position_bias = None  # the attention's fourth input, made once from the first block's input
+    position_bias = None  # positions for every attention layer, made once from the first block's input
+    attention_mask = None  # the lm / unilm mask for every attention layer, made once
 
     def apply_embeddings(self, inputs):
         config = self.config
@@ -78,15 +80,25 @@ class BertGraph(TransformerGraph):
         """The positions a `position_encoding` family feeds to every attention layer."""
         raise NotImplementedError(f"{type(self).__name__} sets position_encoding but makes no positions")
 
+    def apply_attention_mask(self):
+        """The `lm` mask (from the token ids) or `unilm` mask (from the segment ids); None for `encoder`."""
+        if self.application != "encoder" and self.attention_mask is None:
+            name, source = ((naming.ATTENTION_LM_MASK, self.inputs[0]) if self.application == "lm"
+                            else (naming.ATTENTION_UNILM_MASK, self.inputs[1]))
+            self.attention_mask = self.apply(source, AttentionMask, name, kind=self.application)
+        return self.attention_mask
+
     def apply_main_layers(self, x, index: Optional[int]):
         config = self.config
         attention_name = naming.block(index, naming.ATTENTION)
-        bias = self.apply_position_bias(x)
-        attended = self.apply([x, x, x] + ([bias] if bias is not None else []), MultiHeadSelfAttention,
+        extra = [tensor for tensor in (self.apply_attention_mask(), self.apply_position_bias(x))
+                 if tensor is not None]
+        attended = self.apply([x, x, x] + extra, MultiHeadSelfAttention,
                               attention_name, num_heads=config.num_attention_heads,
                               head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
                               kernel_initializer=self.initializer(),
-                              position_encoding=self.position_encoding)
+                              position_encoding=self.position_encoding,
+                              use_attention_mask=self.application != "encoder")
         x = self.apply_residual(attention_name, x, attended)
         ffn_name = naming.block(index, naming.FEED_FORWARD)
         transformed = self.apply(x, FeedForward, ffn_name, intermediate_size=config.intermediate_size,

@@ -22,6 +22,7 @@ class ElectraFamily(BertFamily):
     model_type = "electra"
     graph = "kbert.models.electra.graph:ElectraGraph"
     heads = ("with_discriminator",)
+    applications = ("encoder",)
     knows_hf_names = False
     embedding_axis = E
 

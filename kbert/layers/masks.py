@@ -1,0 +1,60 @@
+"""Attention masks of the `lm` and `unilm` applications, as layers (no Python lambdas in the graph).
+
+Each gives a boolean `[batch or 1, 1, length, length]` mask, True where query i
+may attend to key j; the attention layers combine it with the padding mask.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from kbert.layers.common import _PACKAGE
+
+MASK_KINDS = ("lm", "unilm")
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class AttentionMask(keras.layers.Layer):
+    """Which keys each query may attend to: left-to-right (`lm`) or UniLM's seq2seq rule (`unilm`).
+
+    - `"lm"`, called on token ids: each token attends to itself and the tokens
+      before it.
+    - `"unilm"`, called on segment ids: segment-0 tokens (the source) attend to
+      the whole source; segment-1 tokens (the target) attend to the source and
+      to the target tokens up to themselves (the rule of bert4keras: the
+      cumulative segment sum of the key is at most the query's).
+
+    Args:
+        kind: `"lm"` or `"unilm"`.
+
+    Example:
+    >>> segments = ops.convert_to_tensor([[0, 0, 1, 1]])
+    >>> ops.convert_to_numpy(AttentionMask("unilm")(segments))[0, 0].astype(int).tolist()
+    [[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+    >>> AttentionMask("lm")(segments).shape
+    TensorShape([1, 1, 4, 4])
+    """
+
+    def __init__(self, kind: str, **kwargs):
+        super().__init__(**kwargs)
+        if kind not in MASK_KINDS:
+            raise ValueError(f"kind: expected one of {', '.join(MASK_KINDS)}, got {kind!r}")
+        self.kind = kind
+
+    def call(self, ids):
+        if self.kind == "lm":
+            positions = ops.arange(ops.shape(ids)[1])
+            return (positions[None, :] <= positions[:, None])[None, None]
+        steps = ops.cumsum(ops.cast(ids, "int32"), axis=1)
+        return (steps[:, None, :] <= steps[:, :, None])[:, None]
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_spec(self, ids):
+        batch = 1 if self.kind == "lm" else ids.shape[0]
+        return keras.KerasTensor((batch, 1, ids.shape[1], ids.shape[1]), dtype="bool")
+
+    def get_config(self):
+        return {**super().get_config(), "kind": self.kind}
