@@ -21,7 +21,7 @@ from kbert.config import BertConfig
 from kbert.errors import CheckpointError
 from kbert.io import atomic_copy, atomic_write_text, is_occupied, replace_directory
 from kbert.loader import LoadReport, TensorSource, load_into
-from kbert.weights import GOOGLE, HF, block_count, family_named_by, known_names, layer_of
+from kbert.weights import GOOGLE, HF, block_count, check_hf_names, family_named_by, known_names, layer_of
 
 GOOGLE_CONFIG, HF_CONFIG, VOCAB = "bert_config.json", "config.json", "vocab.txt"
 GOOGLE_PREFIX = "bert_model.ckpt"
@@ -142,9 +142,7 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
 
     source = open_weights(src)
     family, config = resolve(config_path or find_config(source), model)
-    if not family.knows_hf_names:
-        raise CheckpointError(f"model={family.name!r}: kbert converts between Google checkpoints and "
-                              "Hugging Face safetensors for BERT and RoBERTa only; nothing was written")
+    check_hf_names(family, f"{source.path}: converting model={family.name!r}", "Nothing was written")
     heads = heads_in(source, family)
     built = build_transformer_model(config, model=family.name, **dataclasses.asdict(heads))
     report = load_into(built, source)

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from kbert.errors import CheckpointError, first_line
-from kbert.weights import (GOOGLE, WeightName, block_count, config_key_for, family_named_by, family_of, layer_of,
+from kbert.weights import (GOOGLE, WeightName, block_count, check_hf_names, config_key_for, family_named_by, family_of, layer_of,
                            weight_names)
 
 logger = logging.getLogger("kbert")
@@ -69,10 +69,8 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     variables = {variable.path: variable for variable in model.weights}
     keep = None if keep_tokens is None else np.asarray(keep_tokens, dtype=np.int64)
     plan, missing, mismatched, notes = [], [], [], []
-    if source.fmt != GOOGLE and not family_of(model).knows_hf_names:
-        raise CheckpointError(f"{source.path}: kbert reads Hugging Face safetensors for BERT and RoBERTa "
-                              f"only; for model={family_of(model).name!r} load the original TF checkpoint. "
-                              "Nothing was loaded")
+    if source.fmt != GOOGLE:
+        check_hf_names(family_of(model), source.path, "Nothing was loaded")
     for row in weight_names(model):
         variable = variables[row.path]
         name = row.name(source.fmt)

@@ -184,6 +184,7 @@ def common_mistakes(analysis: ParamAnalysis) -> List[Mistake]:
     v, h, i, l = config.vocab_size, config.hidden_size, config.intermediate_size, config.num_hidden_layers
     e = config.embedding_width
     rows = {layer.name: layer.params for layer in analysis.layers}
+    formulas = {layer.name: layer.formula for layer in analysis.layers}  # P·H, or P·E for ALBERT and ELECTRA
     # Blocks with their own weights: L, or 1 for ALBERT's shared block.
     blocks = sum(1 for name in rows if (naming.parse_block(name) or ())[1:] == (naming.ATTENTION, False))
     block = _block_params(analysis)
@@ -214,8 +215,10 @@ def common_mistakes(analysis: ParamAnalysis) -> List[Mistake]:
                 "ffn biases"),
         mistake("LayerNorm gammas and betas left out", "(2·L + 1)·2·H (+ heads' norms)",
                 norms, "norms"),
-        mistake("position embeddings left out", "P·H", rows.get(naming.EMBEDDING_POSITION, 0), "positions"),
-        mistake("segment embeddings left out", "T·H", rows.get(naming.EMBEDDING_SEGMENT, 0), "segments"),
+        mistake("position embeddings left out", formulas.get(naming.EMBEDDING_POSITION, ""),
+                rows.get(naming.EMBEDDING_POSITION, 0), "positions"),
+        mistake("segment embeddings left out", formulas.get(naming.EMBEDDING_SEGMENT, ""),
+                rows.get(naming.EMBEDDING_SEGMENT, 0), "segments"),
     ]
     if head_biases:  # without heads this is just attention + feed-forward biases
         mistakes.append(mistake("all dense-layer biases left out", "L·(4·H + I + H) + head biases",

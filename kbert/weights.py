@@ -103,6 +103,16 @@ def weight_names(model) -> List[WeightName]:
     return names
 
 
+def check_hf_names(family, context: str, outcome: str) -> None:
+    """Raises `CheckpointError` (starting with `context`, ending with `outcome`) unless kbert knows
+    the family's Hugging Face names (BERT and RoBERTa so far)."""
+    from kbert.errors import CheckpointError
+
+    if not family.knows_hf_names:
+        raise CheckpointError(f"{context}: kbert knows Hugging Face safetensors names for BERT and RoBERTa "
+                              f"only; for model={family.name!r} use its original TF checkpoint. {outcome}")
+
+
 def weight_names_in(model, fmt: str) -> List[WeightName]:
     """`weight_names(model)`, after checking that format `fmt` can hold every one of them.
 
@@ -114,9 +124,8 @@ def weight_names_in(model, fmt: str) -> List[WeightName]:
 
     family = family_of(model)
     rows = weight_names(model)
-    if fmt == HF and not family.knows_hf_names:
-        raise CheckpointError(f"model={family.name!r}: kbert knows Hugging Face safetensors names for "
-                              "BERT and RoBERTa only; use the family's original TF checkpoint")
+    if fmt == HF:
+        check_hf_names(family, f"model={family.name!r}", "Nothing was written")
     seen: Dict[str, str] = {}
     for row in rows:
         name = row.name(fmt)

@@ -233,3 +233,15 @@ def test_bad_applications_are_errors(kwargs, message):
     config = CONFIGS / ("electra_small_zh.json" if kwargs.get("model") == "electra" else "bert_tiny.json")
     with pytest.raises(ConfigError, match=message):
         build_transformer_model(config, **kwargs)
+
+
+def test_hugging_face_layout_is_refused_for_families_without_one(tmp_path):
+    from kbert.hf import load_hf_weights, save_hf_weights
+
+    bert_file = save_hf_weights(build_transformer_model(CONFIGS / "bert_tiny.json"), tmp_path)
+    albert = build("albert_tiny_ckpt")
+    with pytest.raises(CheckpointError, match="for model='albert' use its original TF checkpoint. Nothing was loaded"):
+        load_hf_weights(albert, bert_file)
+    with pytest.raises(CheckpointError, match="Nothing was written"):
+        save_hf_weights(albert, tmp_path / "albert")
+    assert not (tmp_path / "albert").exists()
