@@ -164,13 +164,15 @@ def _run_convert(args) -> int:
 
 
 def _run_train(args) -> int:
+    from kbert.tasks import get_task
     from kbert.train import TrainingInterrupted, train
 
     options = TrainingOptions(
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
         warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
         mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
-        shuffle=not args.no_shuffle, seed=args.seed, ema=args.ema, grad_accum=args.grad_accum)
+        shuffle=not args.no_shuffle, bucketing=not args.no_bucketing, seed=args.seed, ema=args.ema, grad_accum=args.grad_accum,
+        task=args.task, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier)
     try:
         state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
                       checkpoint_path=args.checkpoint, num_labels=args.num_labels,
@@ -178,13 +180,19 @@ def _run_train(args) -> int:
     except TrainingInterrupted as interruption:
         print(f"\nkbert: {interruption}", file=sys.stderr)
         return 130
-    best = state.get("best_val_accuracy")
+    task = get_task(options)
+    best = state.get(f"best_{task.score_name}")
     print(f"saved {args.out} (epoch {state['best_epoch']}"
-          + (f", validation accuracy {best:.4f})" if best is not None else ")"))
+          + (f", {task.score_label} {best:.4f})" if best is not None else ")"))
     return 0
 
 
 def _run_evaluate(args) -> int:
+    from kbert.train import read_training_state
+
+    task = _model_task(args, read_training_state(args.model))
+    if task == "ner":
+        return _evaluate_tagger(args)
     from kbert.train import evaluate
 
     result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
@@ -207,21 +215,61 @@ def _run_evaluate(args) -> int:
     return 0
 
 
+def _model_task(args, state: dict) -> str:
+    """The model directory's task; a --task that differs is an error."""
+    if args.task is not None and args.task != state["task"]:
+        raise KbertError(f"{args.model}: a model trained for --task {state['task']}, not {args.task}")
+    return state["task"]
+
+
+def _evaluate_tagger(args) -> int:
+    from kbert.tasks.ner import evaluate
+
+    result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    print(result["data"])
+    print("entities: exact span and type\n")
+    width = max(8, *(len(name) for name in result["scores"]))
+    print(f"{'type':<{width}}  precision  recall     f1  support")
+    for name, row in result["scores"].items():
+        print(f"{name:<{width}}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:5.4f}  "
+              f"{row['support']:7d}")
+    return 0
+
+
 def _run_predict(args) -> int:
     from kbert.data import read_examples
-    from kbert.train import check_model_dir, predict
+    from kbert.train import predict, read_training_state
 
-    check_model_dir(args.model)  # before waiting for standard input
+    task = _model_task(args, read_training_state(args.model))  # before waiting for standard input
     if args.input == "-":
         texts, pairs = _read_standard_input(), None
     else:
         examples, _ = read_examples(args.input, labelled=False)
         texts, pairs = [e.text for e in examples], [e.text_b for e in examples]
+    if task == "ner":
+        return _predict_entities(args, texts)
     for row in predict(args.model, texts, pairs, batch_size=args.batch_size, bucketing=not args.no_bucketing):
         if args.json:
             print(json.dumps(row, ensure_ascii=False))
         else:
             print(f"{row['label']}\t{row['probability']:.4f}")
+    return 0
+
+
+def _predict_entities(args, texts: List[str]) -> int:
+    """Each text's entities, `type<TAB>start<TAB>end<TAB>text` a line, a blank line after each text."""
+    from kbert.tasks.ner import predict
+
+    for text, entities in zip(texts, predict(args.model, texts, args.batch_size, not args.no_bucketing)):
+        if args.json:
+            print(json.dumps({"text": text, "entities": entities}, ensure_ascii=False))
+            continue
+        for entity in entities:
+            print(f"{entity['type']}\t{entity['start']}\t{entity['end']}\t{entity['text']}")
+        print()
     return 0
 
 
@@ -357,10 +405,18 @@ def _parser() -> argparse.ArgumentParser:
     convert.set_defaults(run=_run_convert)
 
     defaults = TrainingOptions()
-    train = command("train", "fine-tune a classifier on a data file")
+    train = command("train", "fine-tune a classifier, or an entity tagger (--task ner), on a data file")
     train.add_argument("--config", required=True, help="the backbone's bert_config.json / config.json")
     train.add_argument("--vocab", required=True, help="its vocab.txt")
-    train.add_argument("--train", required=True, help="training data (text<TAB>label, CSV/TSV, JSONL)")
+    train.add_argument("--task", choices=["classify", "ner"], default=defaults.task,
+                       help="classify: a label per text; ner: entities in tagged text (token<TAB>tag a line, "
+                            "a blank line between sentences; BIO, BIOES or BMES)")
+    train.add_argument("--head", choices=["crf", "softmax", "global_pointer"], default=defaults.head,
+                       help="the tagger's head (--task ner)")
+    train.add_argument("--crf-lr-multiplier", type=float, default=defaults.crf_lr_multiplier,
+                       help="the CRF transitions' learning rate as a multiple of --lr (--head crf)")
+    train.add_argument("--train", required=True,
+                       help="training data (text<TAB>label, CSV/TSV, JSONL; a tagged file for --task ner)")
     train.add_argument("--valid", help="validation data; the best epoch on it is kept "
                                        "(default: none, every epoch is kept in turn)")
     train.add_argument("--out", required=True,
@@ -386,6 +442,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--skip-malformed", action="store_true",
                        help="skip malformed rows (counted, with their lines) instead of stopping")
     train.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
+    train.add_argument("--no-bucketing", action="store_true",
+                       help="batch training examples in (shuffled) order instead of with others of similar "
+                            "length (more padding; kbert 0.1's batching)")
     train.add_argument("--seed", type=int, default=defaults.seed,
                        help="seed of initialisation, shuffling and dropout")
     train.add_argument("--ema", action="store_true",
@@ -397,9 +456,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="continue the interrupted run in OUT.partial from its last completed epoch")
     train.set_defaults(run=_run_train)
 
-    evaluate = command("evaluate", "accuracy, per-class P/R/F1, confusion matrix")
+    evaluate = command("evaluate", "accuracy, per-class P/R/F1, confusion matrix; a tagger's entity P/R/F1")
     evaluate.add_argument("--model", required=True, help="model directory from kbert train")
-    evaluate.add_argument("--data", required=True, help="labelled data file")
+    evaluate.add_argument("--data", required=True, help="labelled data file (a tagged file for a tagger)")
+    evaluate.add_argument("--task", choices=["classify", "ner"],
+                          help="the model's task, checked against the model directory (default: its task)")
     evaluate.add_argument("--batch-size", type=_positive_int, default=64, help="examples per step")
     evaluate.add_argument("--no-bucketing", action="store_true",
                          help="batch the texts in input order instead of by length (results are in input "
@@ -407,8 +468,12 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(run=_run_evaluate)
 
-    predict = command("predict", "label and probability for each input text")
+    predict = command("predict", "label and probability for each input text; a tagger's entities")
     predict.add_argument("--model", required=True, help="model directory from kbert train")
+    predict.add_argument("--task", choices=["classify", "ner"],
+                         help="the model's task, checked against the model directory (default: its task); "
+                              "a tagger prints type<TAB>start<TAB>end<TAB>text per entity (character "
+                              "offsets, end exclusive) and a blank line after each text")
     predict.add_argument("input", nargs="?", default="-",
                          help="file of texts (one a line, or CSV/TSV/JSONL with a text column); "
                               "- for standard input")

@@ -238,14 +238,22 @@ def encode_examples(tokenizer, examples: Sequence[Example], maxlen: int) -> List
 PAD_MULTIPLE = 16
 
 
-def make_dataset(encoded: Sequence[Tuple[List[int], List[int]]], labels: Optional[np.ndarray],
-                 batch_size: int, *, shuffle: bool = False, seed: int = 0):
-    """A `tf.data.Dataset` of `((token_ids, segment_ids), label)` batches.
+def make_dataset(encoded: Sequence[Tuple[List[int], List[int]]], labels, batch_size: int, *,
+                 shuffle: bool = False, seed: int = 0, bucketing: bool = False):
+    """A `tf.data.Dataset` of `((token_ids, segment_ids), labels)` batches.
+
+    `labels` is None (features only), an array with one label per example,
+    or a list with a sequence per example: a label per token (padded with 0
+    like the tokens) or rows of numbers such as entity spans (padded with -1
+    to the most rows in the batch).
 
     Each batch is padded to its own longest sequence, rounded up to a multiple
     of 16 (never past the longest sequence in the data): little padding, and
     few distinct shapes for XLA, which Keras's `fit` compiles once per shape.
-    The whole pipeline runs in TensorFlow, with no Python per batch.
+    With `bucketing`, a batch holds sequences of one such 16-token band only
+    (drawn in shuffled order, so batches still mix the data), which pads
+    far less when lengths vary. The whole pipeline runs in TensorFlow, with no
+    Python per batch.
     """
     import tensorflow as tf
 
@@ -256,13 +264,41 @@ def make_dataset(encoded: Sequence[Tuple[List[int], List[int]]], labels: Optiona
         np.concatenate([segs for _, segs in encoded]).astype(np.int32), lengths)
     features = tf.data.Dataset.from_tensor_slices((tokens, segments))
     dataset = features if labels is None else tf.data.Dataset.zip(
-        features, tf.data.Dataset.from_tensor_slices(labels))
+        features, tf.data.Dataset.from_tensor_slices(_label_tensor(labels)))
     if shuffle:
         dataset = dataset.shuffle(len(encoded), seed=seed, reshuffle_each_iteration=True)
     pad = _Padder(int(lengths.max()))
-    dataset = dataset.ragged_batch(batch_size)
+    if bucketing:
+        bands = np.bincount((lengths - 1) // PAD_MULTIPLE)
+        dataset = dataset.group_by_window(_band, lambda _, window: window.ragged_batch(batch_size),
+                                          window_size=batch_size)
+        # Known size: Keras's progress bar and the schedule's step count stay exact.
+        batches = int(sum(-(-count // batch_size) for count in bands))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    else:
+        dataset = dataset.ragged_batch(batch_size)
     return dataset.map(pad.unlabelled if labels is None else pad.labelled,
                        num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def _band(features, labels=None):
+    """The 16-token band of an example's length: the key of `make_dataset`'s buckets."""
+    import tensorflow as tf
+
+    tokens = features[0] if isinstance(features, tuple) else features
+    return tf.cast((tf.shape(tokens)[0] - 1) // PAD_MULTIPLE, tf.int64)
+
+
+def _label_tensor(labels):
+    """An array of labels as it is; a list of sequences as a ragged tensor."""
+    import tensorflow as tf
+
+    if isinstance(labels, np.ndarray):
+        return labels
+    rows = [np.asarray(row, dtype=np.int32) for row in labels]
+    width = next((row.shape[1:] for row in rows if len(row)), ())
+    flat = np.concatenate([row.reshape(-1, *width) for row in rows])
+    return tf.RaggedTensor.from_row_lengths(flat, [len(row) for row in rows])
 
 
 class _Padder:
@@ -284,4 +320,11 @@ class _Padder:
         return (self.features(tokens, segments),)
 
     def labelled(self, features, labels):
-        return self.features(*features), labels
+        import tensorflow as tf
+
+        tokens, segments = self.features(*features)
+        if isinstance(labels, tf.RaggedTensor):
+            # A label per token is padded as the tokens are; rows (spans) with -1.
+            labels = labels.to_tensor(shape=tf.shape(tokens)) if labels.shape.rank == 2 \
+                else labels.to_tensor(default_value=-1)
+        return (tokens, segments), labels

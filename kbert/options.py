@@ -28,11 +28,18 @@ class TrainingOptions:
         shuffle: reshuffle the training data every epoch. The order follows
             `seed`, but under a distribution strategy Keras draws the
             reshuffles differently, so runs compare exactly only without it.
+        bucketing: batch training examples of similar length together (16-token
+            bands, drawn in shuffled order): less padding, faster epochs.
         seed: seed of initialisation, shuffling and dropout.
         ema: keep an exponential moving average of the weights (Keras's
             `use_ema`, momentum 0.99) and, at the end of every epoch, continue
             from it; so validation, the kept epoch and the saved weights are
             the average's (bert4keras's `extend_with_exponential_moving_average`).
+        task: `classify` (a label per text) or `ner` (entities in tagged text).
+        head: the tagger's head for `ner`: `crf`, `softmax` or `global_pointer`.
+        crf_lr_multiplier: the CRF transitions' learning rate, as a multiple
+            of `learning_rate` (bert4keras's `lr_multiplier`): the transitions
+            start from nothing even when the backbone is pre-trained.
         grad_accum: apply the summed gradients of this many batches at once
             (Keras's `gradient_accumulation_steps`; bert4keras's
             `extend_with_gradient_accumulation`): an effective batch of
@@ -50,6 +57,10 @@ class TrainingOptions:
     mixed_precision: Optional[str] = None
     skip_malformed: bool = False
     shuffle: bool = True
+    bucketing: bool = True
     seed: int = 0
     ema: bool = False
     grad_accum: int = 1
+    task: str = "classify"
+    head: str = "crf"
+    crf_lr_multiplier: float = 100.0

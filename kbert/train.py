@@ -1,12 +1,14 @@
-"""Fine-tuning a classifier: train, evaluate, predict, export.
+"""Fine-tuning: train (any task), and evaluate, predict, export for classifiers.
 
-A trained model lives in a directory that holds everything needed to use it:
+`train` runs a task from `kbert.tasks` (`classify`, the default, or `ner`,
+whose evaluation and prediction live in `kbert.tasks.ner`). A trained model
+lives in a directory that holds everything needed to use it:
 
     bert_config.json   the backbone's config
     vocab.txt          the tokenizer's vocabulary
-    labels.json        class id -> label name
-    model.weights.h5   the classifier's weights (the best epoch on validation)
-    training.json      maxlen, lower-casing, options, per-epoch history
+    labels.json        class id -> label name (a tagger's tags or entity types)
+    model.weights.h5   the model's weights (the best epoch on validation)
+    training.json      the task, maxlen, lower-casing, options, per-epoch history
 
 A run never harms an earlier one: every input is checked and the model built
 (and its checkpoint loaded) before anything is written; the run is written
@@ -30,18 +32,19 @@ import math
 import os
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import keras
 import numpy as np
 
-from kbert.builder import build_classifier, build_transformer_model
+from kbert.builder import build_transformer_model
 from kbert.config import BertConfig
 from kbert.data import Example, LabelMap, encode_examples, make_dataset, read_examples
-from kbert.errors import DataError, KbertError, first_line
+from kbert.errors import KbertError, first_line
 from kbert.options import TrainingOptions
 from kbert.schedules import WarmupLinearDecay
 from kbert.io import atomic_copy, atomic_path, atomic_write_text, is_occupied, replace_directory
+from kbert.tasks import get_task
 from kbert.tokenizer import Tokenizer
 
 logger = logging.getLogger("kbert")
@@ -54,26 +57,28 @@ PRECISIONS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
 class _BestWeights(keras.callbacks.Callback):
-    """Writes the classifier's weights (atomically) whenever validation accuracy improves.
+    """Writes the model's weights (atomically) whenever the task's validation score improves.
 
     Without validation data every epoch's weights are written. The best value
     so far is kept in training.json, so a resumed run keeps comparing with it.
     """
 
-    def __init__(self, classifier: keras.Model, out_dir: str, state: dict):
+    def __init__(self, model: keras.Model, out_dir: str, state: dict, score_name: str,
+                 score: Callable[[dict], Optional[float]]):
         super().__init__()
-        self.classifier, self.out_dir, self.state = classifier, out_dir, state
+        self.kept, self.out_dir, self.state, self.score = model, out_dir, state, score
+        self.best_key = f"best_{score_name}"
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
+        logs = {} if logs is None else logs  # a score added here shows in Keras's progress bar
+        score = self.score(logs)
         history = self.state.setdefault("history", [])
         history.append({"epoch": epoch + 1, **{k: float(v) for k, v in logs.items()}})
-        score = logs.get("val_accuracy")
-        best = self.state.get("best_val_accuracy")
+        best = self.state.get(self.best_key)
         if score is None or best is None or score > best:
             with atomic_path(os.path.join(self.out_dir, WEIGHTS_FILE)) as temporary:
-                self.classifier.save_weights(temporary)
-            self.state.update(best_epoch=epoch + 1, best_val_accuracy=score)
+                self.kept.save_weights(temporary)
+            self.state.update({"best_epoch": epoch + 1, self.best_key: score})
         _write_json(os.path.join(self.out_dir, TRAINING_FILE), self.state)
 
 
@@ -95,17 +100,22 @@ def train(
     overwrite: bool = False,
     verbose: "int | str" = "auto",
 ) -> dict:
-    """Fine-tunes `build_classifier` on a data file and writes a model directory.
+    """Fine-tunes a model for `options.task` on a data file and writes a model directory.
+
+    The task (`kbert.tasks`) reads the data and puts its head on the backbone:
+    `build_classifier` for `classify`, `build_token_classifier` for `ner`.
 
     Args:
         config_path: the backbone's `bert_config.json` / `config.json`.
         vocab_path: its `vocab.txt`.
-        train_path: training data (see `kbert.data` for the formats).
+        train_path: training data (see `kbert.data` for the formats; tagged
+            files, `kbert.tasks.labelling`, for `ner`).
         out_dir: the model directory to write (see the module docstring).
         valid_path: validation data; the best epoch on it is kept.
         checkpoint_path: pre-trained weights (Google checkpoint or safetensors);
             without it the backbone starts from random weights.
-        num_labels: number of classes; by default, those in the training file.
+        num_labels: number of classes; by default, those in the training file
+            (for `ner`, when given, it must equal the tags the data makes).
         options: `TrainingOptions`.
         resume: continue the interrupted run in `out_dir + ".partial"` from
             its last completed epoch.
@@ -122,6 +132,7 @@ def train(
     """
     options = options or TrainingOptions()
     _check_options(options)
+    task = get_task(options)
     run = _RunDirectory(out_dir)
     run.check(resume=resume, overwrite=overwrite)
     strategy = make_strategy(options.strategy)
@@ -133,23 +144,22 @@ def train(
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
     tokenizer = Tokenizer(vocab_path, do_lower_case=options.do_lower_case)
     _check_vocab_fits(tokenizer, vocab_path, config, config_path)
-    data = _TrainingData.read(tokenizer, train_path, valid_path, num_labels, options)
+    data = task.read(tokenizer, train_path, valid_path, num_labels, options)
     num_labels = num_labels or len(data.labels)
     with _precision(options.mixed_precision):
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path)
-            classifier = build_classifier(bert, num_labels)
+            model = task.build(bert, num_labels, options)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
-            trainer = keras.Model(classifier.inputs, classifier.outputs, name="trainer")
-            trainer.compile(make_optimizer(options, data.steps_per_epoch),
-                            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+            trainer = keras.Model(model.inputs, model.outputs, name="trainer")
+            trainer.compile(make_optimizer(options, data.steps_per_epoch), **task.compile_args(model))
         # Everything is checked: from here on the run writes, into OUT.partial/.
-        state = run.begin(resume, {"options": dataclasses.asdict(options), "num_labels": num_labels,
-                                   "train_data": data.train_report, "valid_data": data.valid_report,
-                                   "history": []})
+        state = run.begin(resume, {"task": task.name, "options": dataclasses.asdict(options),
+                                   "num_labels": num_labels, **data.state, "train_data": data.train_report,
+                                   "valid_data": data.valid_report, "history": []})
         callbacks = [
             keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
-            _BestWeights(classifier, run.partial, state),
+            _BestWeights(model, run.partial, state, task.score_name, task.validation_score(model, data)),
         ]
         try:
             if not resume:
@@ -176,7 +186,7 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.opti
         # Each epoch ends on the average, so what is validated is what is saved.
         ema_overwrite_frequency=steps_per_epoch if options.ema else None,
         gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
-    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias", "trans"])
     return optimizer
 
 
@@ -225,48 +235,6 @@ class _RunDirectory:
 
     def publish(self) -> None:
         replace_directory(self.partial, self.out)
-
-
-@dataclasses.dataclass
-class _TrainingData:
-    """The training and validation batches, the label map, and what reading the files found."""
-
-    train: object
-    valid: object
-    labels: LabelMap
-    steps_per_epoch: int
-    train_report: str
-    valid_report: Optional[str]
-
-    @classmethod
-    def read(cls, tokenizer: Tokenizer, train_path: str, valid_path: Optional[str],
-             num_labels: Optional[int], options: TrainingOptions) -> "_TrainingData":
-        """Reads and checks the files (naming file and line for bad rows), then batches them."""
-        examples, report = _read(train_path, options)
-        labels = LabelMap.from_examples(examples)
-        if len(labels) < 2:
-            raise DataError(f"{train_path}: every example has the label {labels.names[0]!r}; "
-                            "a classifier needs examples of at least two labels")
-        if num_labels is not None and num_labels < len(labels):
-            raise DataError(f"{train_path}: {len(labels)} labels ({', '.join(labels.names)}) "
-                            f"but --num-labels is {num_labels}")
-        train = make_dataset(encode_examples(tokenizer, examples, options.maxlen),
-                             labels.ids(examples, train_path), options.batch_size,
-                             shuffle=options.shuffle, seed=options.seed)
-        valid, valid_report = None, None
-        if valid_path:
-            valid_examples, valid_report = _read(valid_path, options)
-            valid = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
-                                 labels.ids(valid_examples, valid_path), options.batch_size)
-        return cls(train, valid, labels, -(-len(examples) // options.batch_size), str(report),
-                   str(valid_report) if valid_report else None)
-
-
-def _read(path: str, options: TrainingOptions):
-    examples, report = read_examples(path, skip_malformed=options.skip_malformed)
-    if report.skipped:
-        logger.warning("%s", report)
-    return examples, report
 
 
 def _check_vocab_fits(tokenizer: Tokenizer, vocab_path: str, config: BertConfig, config_path: str) -> None:
@@ -340,28 +308,63 @@ def check_model_dir(model_dir: str) -> None:
             raise KbertError(f"{model_dir}: not a kbert model directory (no {name})")
 
 
-def load_classifier(model_dir: str) -> TrainedClassifier:
-    """Loads a model directory written by `train`."""
+@dataclasses.dataclass
+class TrainedModel:
+    """A model directory, loaded: the task's model, its tokenizer, labels and training.json."""
+
+    model: keras.Model
+    tokenizer: Tokenizer
+    labels: LabelMap
+    state: dict
+
+    @property
+    def options(self) -> TrainingOptions:
+        known = {field.name for field in dataclasses.fields(TrainingOptions)}
+        return TrainingOptions(**{k: v for k, v in self.state["options"].items() if k in known})
+
+
+def read_training_state(model_dir: str) -> dict:
+    """training.json of a model directory, checked; `task` and `options["task"]` always present."""
     check_model_dir(model_dir)
     state_path = os.path.join(model_dir, TRAINING_FILE)
     try:
         with open(state_path, encoding="utf-8") as handle:
             state = json.load(handle)
-        options, num_labels = state["options"], state["num_labels"]
-        do_lower_case, maxlen = options["do_lower_case"], options["maxlen"]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        state.setdefault("task", "classify")  # kbert 0.1 trained classifiers only
+        state["options"] = {**state["options"], "task": state["task"]}
+        if not isinstance(state["num_labels"], int) or not isinstance(state["options"]["do_lower_case"], bool):
+            raise TypeError("num_labels and options.do_lower_case")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as error:
         raise KbertError(f"{state_path}: not a training.json written by kbert train ({error!r})") from None
+    return state
+
+
+def load_model(model_dir: str, task: Optional[str] = None) -> TrainedModel:
+    """Loads a model directory written by `train`, rebuilding its task's model.
+
+    With `task`, a directory trained for another task is refused.
+    """
+    state = read_training_state(model_dir)
+    if task is not None and task != state["task"]:
+        raise KbertError(f"{model_dir}: a model trained for --task {state['task']}, not {task}")
     labels = LabelMap.load(model_dir)
-    tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE), do_lower_case=do_lower_case)
+    tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE), do_lower_case=state["options"]["do_lower_case"])
+    loaded = TrainedModel(None, tokenizer, labels, state)
     bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE))
-    model = build_classifier(bert, num_labels)
+    loaded.model = get_task(loaded.options).build(bert, state["num_labels"], loaded.options)
     weights = os.path.join(model_dir, WEIGHTS_FILE)
     try:
-        model.load_weights(weights)
+        loaded.model.load_weights(weights)
     except Exception as error:  # h5py's and Keras's errors for damaged or foreign files
-        raise KbertError(f"{weights}: cannot read the classifier's weights ({first_line(error)}); "
+        raise KbertError(f"{weights}: cannot read the model's weights ({first_line(error)}); "
                          "the file is damaged or belongs to another model") from None
-    return TrainedClassifier(model, tokenizer, labels, maxlen)
+    return loaded
+
+
+def load_classifier(model_dir: str) -> TrainedClassifier:
+    """Loads a classifier's model directory written by `train`."""
+    loaded = load_model(model_dir, "classify")
+    return TrainedClassifier(loaded.model, loaded.tokenizer, loaded.labels, loaded.options.maxlen)
 
 
 def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
@@ -458,6 +461,9 @@ def _check_options(options: TrainingOptions) -> None:
         raise KbertError(f"learning rate (--lr) must be a finite positive number, got {options.learning_rate!r}")
     if not (_is_number(options.warmup_ratio) and 0 <= options.warmup_ratio < 1):
         raise KbertError(f"warm-up ratio (--warmup) must be in [0, 1), got {options.warmup_ratio!r}")
+    if not (_is_number(options.crf_lr_multiplier) and 0 < options.crf_lr_multiplier < math.inf):
+        raise KbertError(f"CRF learning-rate multiplier must be a finite positive number, "
+                         f"got {options.crf_lr_multiplier!r}")
     if not (_is_number(options.weight_decay) and 0 <= options.weight_decay < math.inf):
         raise KbertError(f"weight decay must be a finite number of 0 or more, got {options.weight_decay!r}")
 

@@ -246,11 +246,13 @@ def test_ctrl_c_tells_the_truth(tmp_path):
             break
     assert started, process.communicate(timeout=300)[1].decode()[-2000:]
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=300)
-    assert process.returncode == 130
-    assert stderr.decode().rstrip().endswith(
-        f"kbert: interrupted before the first epoch completed: nothing was kept, and {tmp_path / 'model'} "
-        "was not created")
+    stderr = process.communicate(timeout=300)[1].decode()
+    assert process.returncode == 130, stderr[-2000:]
+    # TensorFlow's C++ runtime may log while the process shuts down; what kbert says is what is checked.
+    assert "Traceback" not in stderr, stderr[-2000:]
+    said = [line for line in stderr.splitlines() if line.startswith("kbert:")]
+    assert said == [f"kbert: interrupted before the first epoch completed: nothing was kept, and "
+                    f"{tmp_path / 'model'} was not created"], stderr[-2000:]
     assert sorted(os.listdir(tmp_path)) == ["train.data"]
 
 

@@ -222,7 +222,7 @@ def test_a_damaged_weights_file_is_named(trained, tmp_path):
     shutil.copytree(out, copy)
     weights = copy / "model.weights.h5"
     weights.write_bytes(weights.read_bytes()[:5000])
-    with pytest.raises(KbertError, match=f"{re.escape(str(weights))}: cannot read the classifier's weights"):
+    with pytest.raises(KbertError, match=f"{re.escape(str(weights))}: cannot read the model's weights"):
         load_classifier(str(copy))
 
 

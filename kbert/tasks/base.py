@@ -1,0 +1,71 @@
+"""What `kbert train` asks of a task: its data, its model, its loss, its validation score.
+
+`kbert.train.train` owns the run (checks, `OUT.partial/`, resume, Ctrl-C, the
+best epoch); a `Task` owns everything that differs between classification and
+sequence labelling. `kbert.tasks.get_task` picks one by name.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Callable, Dict, List, Optional
+
+from kbert.data import LabelMap
+
+
+@dataclasses.dataclass
+class TrainingData:
+    """The training and validation batches, the label map, and what reading the files found.
+
+    Args:
+        train: the training `tf.data.Dataset` of `(features, labels)` batches.
+        valid: the validation dataset, or None.
+        labels: class or tag names, saved with the model as labels.json.
+        steps_per_epoch: batches in one pass over `train`.
+        train_report, valid_report: what reading each file found (counts, skipped lines).
+        state: task-specific entries for training.json (a tagger's scheme and units).
+        valid_examples: the validation examples, for scores computed outside Keras.
+    """
+
+    train: object
+    valid: object
+    labels: LabelMap
+    steps_per_epoch: int
+    train_report: str
+    valid_report: Optional[str]
+    state: Dict[str, object] = dataclasses.field(default_factory=dict)
+    valid_examples: List[object] = dataclasses.field(default_factory=list)
+
+
+class Task(abc.ABC):
+    """The task-specific half of training; subclasses set `name`, `score_name`, `score_label`.
+
+    `score_name` is the validation figure that picks the kept epoch (higher is
+    better), as it appears in the history; `score_label` is how to print it.
+    """
+
+    name = ""
+    score_name = ""
+    score_label = ""
+
+    @abc.abstractmethod
+    def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
+             options) -> TrainingData:
+        """Reads and checks the files (naming file and line for bad rows), then batches them."""
+
+    @abc.abstractmethod
+    def build(self, bert, num_labels: int, options):
+        """The model trained and saved, on top of the backbone `bert`."""
+
+    @abc.abstractmethod
+    def compile_args(self, model) -> dict:
+        """`loss` and `metrics` for `model.compile`."""
+
+    def validation_score(self, model, data: TrainingData) -> Callable[[dict], Optional[float]]:
+        """A function of an epoch's Keras logs giving `score_name` (None without validation data).
+
+        By default the figure is one of Keras's logs; a task may compute it (and
+        add it to the logs) itself.
+        """
+        return lambda logs: logs.get(self.score_name)
