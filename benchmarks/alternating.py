@@ -28,3 +28,8 @@ def median_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> 
     """Median, min and max of the per-round ratios numerator / denominator."""
     ratios = [a / b for a, b in zip(numerators, denominators)]
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+
+
+def describe(ratio: Dict[str, float]) -> str:
+    """`median_ratio`'s result as text: `1.94x (rounds 1.27-2.36x)`."""
+    return f"{ratio['median']:.2f}x (rounds {ratio['min']:.2f}-{ratio['max']:.2f}x)"

@@ -34,6 +34,8 @@ _EXPORTS = {
     "load_weights": "kbert.convert",
     "Transformer": "kbert.builder",
     "ViterbiDecoder": "kbert.layers.crf",
+    "generate": "kbert.generation.generate",
+    "AutoRegressiveDecoder": "kbert.generation.decoder",
     "Tokenizer": "kbert.tokenizer",
     "load_vocab": "kbert.vocab",
     "save_vocab": "kbert.vocab",

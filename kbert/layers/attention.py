@@ -85,15 +85,55 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         v = self._split_heads(self.value(value))
         if self.position_encoding == "rotary":
             q, k = apply_rotary(q, positions[0]), apply_rotary(k, positions[0])
-        scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
-        if self.position_encoding == "relative":
-            scores = scores + ops.einsum("bqhd,qkd->bhqk", q, positions)
-        scores = scores / math.sqrt(self.head_size)
         key_mask = mask[1] if mask is not None else None
         hidden = None if key_mask is None else ops.logical_not(ops.cast(key_mask, "bool"))[:, None, None, :]
         if attention_mask is not None:
             blocked = ops.logical_not(ops.cast(attention_mask, "bool"))
             hidden = blocked if hidden is None else ops.logical_or(hidden, blocked)
+        return self._attend(q, k, v, hidden, positions, training)
+
+    def call_cached(self, x, allowed, cache, slots, positions=None):
+        """Attention of new tokens over a key/value cache, for generation (`kbert.generation`).
+
+        The new tokens' keys and values are written into the cache at `slots`,
+        then each new token attends to the cache slots `allowed` marks.
+
+        Args:
+            x: hidden states of the new tokens, `[batch, q, H]`.
+            allowed: `[batch, q, slots]`, True where a new token may attend.
+            cache: `(keys, values)`, each `[batch, slots, heads, head_size]`.
+            slots: `[batch, q]` int32, where each new token's key and value go.
+            positions: as `call`'s position input, but each example's own:
+                `"rotary"`: `[batch, q, head_size]` sinusoids; `"relative"`:
+                `[batch, q, slots, head_size]` vectors.
+
+        Returns:
+            The output `[batch, q, H]` and the updated cache.
+        """
+        import tensorflow as tf
+
+        q = self._split_heads(self.query(x))
+        k = self._split_heads(self.key(x))
+        v = self._split_heads(self.value(x))
+        if self.position_encoding == "rotary":
+            q, k = apply_rotary(q, positions), apply_rotary(k, positions)
+        rows = tf.broadcast_to(tf.range(tf.shape(slots)[0])[:, None], tf.shape(slots))
+        where = tf.stack([rows, slots], axis=-1)
+        keys = tf.tensor_scatter_nd_update(cache[0], where, tf.cast(k, cache[0].dtype))
+        values = tf.tensor_scatter_nd_update(cache[1], where, tf.cast(v, cache[1].dtype))
+        hidden = ops.logical_not(ops.cast(allowed, "bool"))[:, None]
+        return self._attend(q, keys, values, hidden, positions, training=False), (keys, values)
+
+    def _attend(self, q, k, v, hidden, positions, training):
+        """Scaled dot-product attention of heads `q` over `k`, `v`; `hidden` [b, 1 or h, q, k] blocks keys."""
+        # NEZHA's relative vectors: [q, k, d] for every example, or [b, q, k, d] (cached decoding).
+        relative = None
+        if self.position_encoding == "relative":
+            relative = "qkd" if len(positions.shape) == 3 else "bqkd"
+        scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
+        if relative:
+            scores = scores + ops.einsum(f"bqhd,{relative}->bhqk", q, positions)
+        scores = scores / math.sqrt(self.head_size)
         if hidden is not None:
             # A large negative score gives a padded (or masked) key zero probability.
             scores = ops.where(hidden, ops.cast(-1e9 if scores.dtype != "float16" else -6e4,
@@ -101,8 +141,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         probs = ops.softmax(scores, axis=-1)
         probs = self.attention_dropout(probs, training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
-        if self.position_encoding == "relative":
-            context = context + ops.einsum("bhqk,qkd->bqhd", probs, positions)
+        if relative:
+            context = context + ops.einsum(f"bhqk,{relative}->bqhd", probs, positions)
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
         return self.output_dense(context)

@@ -35,6 +35,9 @@ class IdModel(keras.Model):
     """
 
     family = "bert"
+    # How the graph was built (config, application, segment inputs, heads), for decoders that
+    # re-run it (`kbert.generation`); None for models built by hand.
+    build_spec: Optional[dict] = None
 
     def call(self, inputs, training=None, mask=None):
         import tensorflow as tf
@@ -48,21 +51,21 @@ class IdModel(keras.Model):
         return super().call(inputs, training=training, mask=mask)
 
     def get_config(self):
-        return {**super().get_config(), "family": self.family}
+        return {**super().get_config(), "family": self.family, "build_spec": self.build_spec}
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         config = dict(config)
-        family = config.pop("family", "bert")
+        family, build_spec = config.pop("family", "bert"), config.pop("build_spec", None)
         model = super().from_config(config, custom_objects=custom_objects)
-        model.family = family
+        model.family, model.build_spec = family, build_spec
         return model
 
 
-def id_model(inputs, outputs, family: str, name: str) -> IdModel:
+def id_model(inputs, outputs, family: str, name: str, build_spec: Optional[dict] = None) -> IdModel:
     """An `IdModel` of the given family."""
     model = IdModel(inputs, outputs, name=name)
-    model.family = family
+    model.family, model.build_spec = family, build_spec
     return model
 
 
@@ -134,10 +137,28 @@ class TransformerGraph:
 
     def build(self, name: str) -> IdModel:
         inputs = self.inputs = self.get_inputs()
+        return id_model(inputs, self.run(inputs), self.family.name, name, self.spec())
+
+    def run(self, inputs):
+        """The outputs of the graph on `inputs`: embeddings, every block, the heads."""
         x = self.apply_embeddings(inputs)
         for index in self.family.block_indices(self.config):
             x = self.apply_main_layers(x, index)
-        return id_model(inputs, self.apply_final_layers(x), self.family.name, name)
+        return self.apply_final_layers(x)
+
+    def spec(self) -> dict:
+        """What `from_model` needs to make this graph again around a built model's layers."""
+        return {"config": self.config.to_dict(), "heads": dataclasses.asdict(self.heads),
+                "segment_vocab_size": self.segment_vocab_size, "application": self.application}
+
+    @classmethod
+    def from_model(cls, model: IdModel, family) -> "TransformerGraph":
+        """The graph of a built model, holding its layers: `apply` then reuses them by name."""
+        spec = model.build_spec
+        graph = cls(family, family.config_class.from_dict(spec["config"]), Heads(**spec["heads"]),
+                    spec["segment_vocab_size"], spec["application"])
+        graph.layers = {layer.name: layer for layer in model.layers}
+        return graph
 
     def apply(self, inputs, layer_class, name: str, **kwargs) -> Any:
         """Calls the layer named `name` on `inputs`, making it (`layer_class(**kwargs)`) on first use."""

@@ -1,0 +1,57 @@
+"""Generation speed with the key/value cache against full recomputation, in alternating rounds.
+
+    python -m benchmarks.generation --config configs/bert_base_chinese.json
+
+A UniLM model of the config (random weights; speed does not depend on them)
+continues `--batch` sources of `--source` tokens by `--new` greedy tokens,
+with `generate(use_cache=True)` and `use_cache=False` alternately, and prints
+new tokens per second, the median per-round speed-up with its range, and
+whether both gave the same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import keras
+import numpy as np
+
+from benchmarks.alternating import alternate, describe, median_ratio
+from kbert import build_transformer_model, generate
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/bert_base_chinese.json")
+    parser.add_argument("--source", type=int, default=64, help="source tokens (default: 64)")
+    parser.add_argument("--new", type=int, default=64, help="generated tokens (default: 64)")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes (default: 1 8)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: 3)")
+    args = parser.parse_args(argv)
+    keras.utils.set_random_seed(0)
+    model = build_transformer_model(args.config, application="unilm", with_mlm=True)
+    rng = np.random.default_rng(0)
+    print(f"{args.config}, UniLM, {model.count_params():,} parameters; source {args.source} tokens, "
+          f"{args.new} new tokens (greedy), {args.rounds} alternating rounds, keras {keras.__version__}\n")
+    print("| batch | cached tokens/s | recomputed tokens/s | speed-up (median of rounds) | same tokens |")
+    print("|---:|---:|---:|---:|:---:|")
+    for batch in args.batch:
+        sources = rng.integers(106, 7000, size=(batch, args.source)).tolist()
+        outputs = {}
+
+        def run(use_cache: bool):
+            outputs[use_cache] = generate(model, sources, max_new_tokens=args.new, end_id=-1, use_cache=use_cache)
+
+        run(True), run(False)  # warm-up: each compiled step is traced once
+        seconds = alternate({True: lambda: run(True), False: lambda: run(False)}, args.rounds)
+        ratio = median_ratio(seconds[False], seconds[True])
+        tokens = batch * args.new
+        print(f"| {batch} | {tokens / statistics.median(seconds[True]):.1f} | "
+              f"{tokens / statistics.median(seconds[False]):.1f} | {describe(ratio)} | "
+              f"{outputs[True] == outputs[False]} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

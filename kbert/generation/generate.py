@@ -1,0 +1,267 @@
+"""`generate`: greedy, beam and sampled continuations of `lm` and `unilm` models, batched.
+
+Two engines give the next token's log-probabilities for every row:
+`CachedEngine` feeds only the new token and keeps each attention call's keys
+and values (`kbert.generation.cache`); `FullEngine` runs the whole model on
+the whole sequence every step (the reference, and what bert4keras does).
+Both give the same tokens; the search strategies run on either.
+
+For `unilm`, the given tokens are the source (segment 0, or the segments
+given) and generated tokens get segment 1; for `lm`, every token has segment 0.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from kbert.errors import KbertError
+
+STRATEGIES = ("greedy", "beam", "sample")
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+class _Engine:
+    """Rows of token sequences and the log-probabilities of their next token."""
+
+    def __init__(self, model, max_new_tokens: int):
+        from kbert.generation.cache import cached_graph
+
+        self.graph = cached_graph(model)  # checks the model; the full engine uses its facts too
+        self.model, self.max_new_tokens = model, max_new_tokens
+        activation = model.get_layer("MLM-Activation").activation.__name__
+        self.probabilities = activation == "softmax"
+        limit = getattr(self.graph.config, "max_position_embeddings", None)
+        self.limit = limit if self.graph.graph.position_encoding is None else None
+
+    def _log_probs(self, outputs) -> np.ndarray:
+        outputs = np.asarray(outputs, dtype=np.float64)
+        return np.log(np.maximum(outputs, 1e-38)) if self.probabilities else _log_softmax(outputs)
+
+    def _check_length(self, longest: int) -> None:
+        if self.limit is not None and longest + self.max_new_tokens > self.limit:
+            raise KbertError(f"a prompt of {longest} tokens and max_new_tokens {self.max_new_tokens} need "
+                             f"{longest + self.max_new_tokens} positions; the model has "
+                             f"max_position_embeddings {self.limit}")
+
+    def new_segment(self) -> int:
+        return 1 if self.graph.application == "unilm" else 0
+
+
+class FullEngine(_Engine):
+    """Recomputes every position every step."""
+
+    def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
+        self._check_length(max(map(len, prompts)))
+        self.tokens, self.segments = [list(p) for p in prompts], [list(s) for s in segments]
+        return self._next()
+
+    def extend(self, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray:
+        self.tokens = [self.tokens[p] + [int(t)] for p, t in zip(parents, tokens)]
+        self.segments = [self.segments[p] + [self.new_segment()] for p in parents]
+        return self._next()
+
+    def _next(self) -> np.ndarray:
+        from kbert.tokenizer import pad_batch
+
+        token_ids, segment_ids = pad_batch(list(zip(self.tokens, self.segments)))
+        last = np.array([len(row) - 1 for row in self.tokens], dtype=np.int32)
+        return self._log_probs(self.graph.forward(token_ids, segment_ids, last))
+
+
+class CachedEngine(_Engine):
+    """Feeds each new token alone; keys and values of earlier tokens come from the cache."""
+
+    def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
+        import tensorflow as tf
+
+        from kbert.tokenizer import pad_batch
+
+        longest = max(map(len, prompts))
+        self._check_length(longest)
+        slots = longest + self.max_new_tokens
+        token_ids, segment_ids = pad_batch(list(zip(prompts, segments)))
+        self.lengths = np.array([len(p) for p in prompts], dtype=np.int32)
+        real = np.arange(longest)[None, :] < self.lengths[:, None]
+        rule = self.graph.mask_layer(segment_ids if self.graph.application == "unilm" else token_ids)
+        allowed = np.asarray(rule)[:, 0] & real[:, None, :]  # [rows, longest, longest]
+        allowed = np.pad(allowed, [(0, 0), (0, 0), (0, slots - longest)])
+        positions = np.broadcast_to(np.arange(longest, dtype=np.int32), token_ids.shape)
+        outputs, self.caches = self.graph.step(
+            tf.constant(token_ids), tf.constant(segment_ids), tf.constant(positions), tf.constant(allowed),
+            tf.constant(self.lengths - 1), self.graph.empty_caches(len(prompts), slots))
+        self.slots = np.arange(slots)
+        return self._log_probs(outputs)
+
+    def extend(self, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray:
+        import tensorflow as tf
+
+        if not np.array_equal(parents, np.arange(len(parents))):
+            self.caches = [(tf.gather(k, parents), tf.gather(v, parents)) for k, v in self.caches]
+            self.lengths = self.lengths[parents]
+        positions = self.lengths[:, None]
+        outputs, self.caches = self.graph.step(
+            tf.constant(np.asarray(tokens, np.int32)[:, None]),
+            tf.constant(np.full_like(positions, self.new_segment())), tf.constant(positions),
+            tf.constant(self.slots[None, None, :] <= positions[:, :, None]),
+            tf.zeros([len(tokens)], tf.int32), self.caches)
+        self.lengths = self.lengths + 1
+        return self._log_probs(outputs)
+
+
+def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Sequence[Sequence[int]]] = None, *,
+             max_new_tokens: int, end_id: int, strategy: str = "greedy", beam_size: int = 4,
+             top_k: Optional[int] = None, top_p: Optional[float] = None, temperature: float = 1.0,
+             min_new_tokens: int = 0, seed: Optional[int] = None, use_cache: bool = True) -> List[List[int]]:
+    """Continues each prompt of a batch: the generated ids of each row, `end_id` left out.
+
+    Args:
+        model: from `build_transformer_model(..., application="lm" or "unilm",
+            with_mlm=True or "linear")`.
+        token_ids: the prompts (for `unilm`, the sources, e.g. `[CLS] source [SEP]`),
+            as lists or a 0-padded array.
+        segment_ids: the prompts' segments (default: 0).
+        max_new_tokens: the most tokens to add to a prompt.
+        end_id: the token that ends a continuation (e.g. `[SEP]`).
+        strategy: `"greedy"`, `"beam"` (the highest total log-probability
+            among `beam_size` beams) or `"sample"`.
+        beam_size: beams per prompt.
+        top_k, top_p: sample only among the k most likely tokens / the most
+            likely tokens whose probabilities sum to `top_p`.
+        temperature: divides the log-probabilities before sampling.
+        min_new_tokens: `end_id` is not chosen before this many tokens.
+        seed: the sampler's seed (the same seed, the same samples).
+        use_cache: reuse keys and values (True) or recompute the whole
+            sequence every step (the same tokens, slower).
+
+    Example:
+    >>> from kbert import build_transformer_model
+    >>> import keras; keras.utils.set_random_seed(0)
+    >>> lm = build_transformer_model("configs/bert_tiny.json", application="lm", with_mlm=True)
+    >>> [len(ids) for ids in generate(lm, [[101, 2769], [101]], max_new_tokens=5, end_id=-1)]
+    [5, 5]
+    """
+    if strategy not in STRATEGIES:
+        raise KbertError(f"strategy: expected one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    for name, value in (("max_new_tokens", max_new_tokens), ("beam_size", beam_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise KbertError(f"{name} must be a whole number of at least 1, got {value!r}")
+    if not temperature > 0:
+        raise KbertError(f"temperature must be positive, got {temperature!r}")
+    prompts = [_unpadded(row) for row in token_ids]
+    if not prompts or not all(prompts):
+        raise KbertError("token_ids: every prompt needs at least one token")
+    segments = [list(row[:len(p)]) for row, p in zip(segment_ids, prompts)] if segment_ids is not None \
+        else [[0] * len(p) for p in prompts]
+    engine = (CachedEngine if use_cache else FullEngine)(model, max_new_tokens)
+    search = _Search(end_id, max_new_tokens, min_new_tokens)
+    if strategy == "beam":
+        return search.beam(engine, prompts, segments, beam_size)
+    sampler = None if strategy == "greedy" else _Sampler(top_k, top_p, temperature, seed)
+    return search.one_path(engine, prompts, segments, sampler)
+
+
+def _unpadded(row) -> List[int]:
+    row = [int(token) for token in row]
+    while row and row[-1] == 0:
+        row.pop()
+    return row
+
+
+class _Sampler:
+    def __init__(self, top_k, top_p, temperature, seed):
+        self.top_k, self.top_p, self.temperature = top_k, top_p, temperature
+        self.random = np.random.default_rng(seed)
+
+    def __call__(self, log_probs: np.ndarray) -> np.ndarray:
+        probs = np.exp(_log_softmax(log_probs / self.temperature))
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        ranked = np.take_along_axis(probs, order, -1)
+        keep = np.ones_like(ranked, dtype=bool)
+        if self.top_k is not None:
+            keep[:, self.top_k:] = False
+        if self.top_p is not None:  # the smallest head of the ranking whose sum reaches top_p
+            keep &= np.cumsum(ranked, -1) - ranked < self.top_p
+        ranked = np.where(keep, ranked, 0)
+        ranked /= ranked.sum(-1, keepdims=True)
+        picks = [self.random.choice(len(row), p=row) for row in ranked]
+        return order[np.arange(len(picks)), picks]
+
+
+class _Search:
+    def __init__(self, end_id: int, max_new_tokens: int, min_new_tokens: int):
+        self.end_id, self.max_new_tokens, self.min_new_tokens = end_id, max_new_tokens, min_new_tokens
+
+    def _allowed(self, log_probs: np.ndarray, step: int) -> np.ndarray:
+        if step < self.min_new_tokens and 0 <= self.end_id < log_probs.shape[-1]:
+            log_probs = log_probs.copy()
+            log_probs[:, self.end_id] = -np.inf
+        return log_probs
+
+    def one_path(self, engine, prompts, segments, sampler) -> List[List[int]]:
+        """Greedy (no sampler) or sampled continuations, one per prompt."""
+        rows = np.arange(len(prompts))
+        log_probs = engine.start(prompts, segments)
+        generated: List[List[int]] = [[] for _ in prompts]
+        done = np.zeros(len(prompts), dtype=bool)
+        for step in range(self.max_new_tokens):
+            scores = self._allowed(log_probs, step)
+            tokens = scores.argmax(-1) if sampler is None else sampler(scores)
+            for row in np.flatnonzero(~done):
+                if tokens[row] == self.end_id:
+                    done[row] = True
+                else:
+                    generated[row].append(int(tokens[row]))
+            if done.all() or step == self.max_new_tokens - 1:
+                break
+            log_probs = engine.extend(np.where(done, 0, tokens), rows)
+        return generated
+
+    def beam(self, engine, prompts, segments, beam_size: int) -> List[List[int]]:
+        """The continuation of highest total log-probability found by a beam of `beam_size`, per prompt."""
+        batch = len(prompts)
+        repeat = np.repeat(np.arange(batch), beam_size)
+        log_probs = engine.start([prompts[i] for i in repeat], [segments[i] for i in repeat])
+        scores = np.full((batch, beam_size), -np.inf)
+        scores[:, 0] = 0.0  # the beams of a prompt start as one
+        beams: List[List[int]] = [[] for _ in repeat]
+        finished: List[list] = [[] for _ in range(batch)]  # (score, tokens)
+        for step in range(self.max_new_tokens):
+            candidates = scores[:, :, None] + self._allowed(log_probs, step).reshape(batch, beam_size, -1)
+            vocab = candidates.shape[-1]
+            flat = candidates.reshape(batch, -1)
+            ranked = np.argsort(-flat, axis=-1, kind="stable")[:, :2 * beam_size]
+            # A beam left empty (fewer live candidates than beams) follows its prompt's first; score -inf.
+            parents, tokens = repeat * beam_size, np.zeros(batch * beam_size, int)
+            new_scores, new_beams = np.full((batch, beam_size), -np.inf), []
+            for prompt in range(batch):
+                kept = 0
+                for index in ranked[prompt]:
+                    score = flat[prompt, index]
+                    parent, token = prompt * beam_size + index // vocab, index % vocab
+                    if not np.isfinite(score) or kept == beam_size:
+                        break
+                    if token == self.end_id:
+                        finished[prompt].append((score, beams[parent]))
+                        continue
+                    row = prompt * beam_size + kept
+                    parents[row], tokens[row], new_scores[prompt, kept] = parent, token, score
+                    kept += 1
+                new_beams += [beams[parents[prompt * beam_size + k]] + [int(tokens[prompt * beam_size + k])]
+                              if k < kept else [] for k in range(beam_size)]
+            scores, beams = new_scores, new_beams
+            # Log-probabilities only fall: a finished beam above every live one cannot be beaten.
+            if all(f and max(f)[0] >= scores[p].max() for p, f in enumerate(finished)):
+                break
+            if step < self.max_new_tokens - 1:
+                log_probs = engine.extend(tokens, parents)
+        best = []
+        for prompt in range(batch):
+            alive = [(scores[prompt, k], beams[prompt * beam_size + k]) for k in range(beam_size)]
+            best.append(max(finished[prompt] + alive, key=lambda pair: pair[0])[1])
+        return best

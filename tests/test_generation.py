@@ -1,0 +1,143 @@
+"""Generation: the key/value cache gives the full model's tokens; greedy, beam and sampling for every family."""
+
+import keras
+import numpy as np
+import pytest
+
+from kbert import KbertError, build_transformer_model, generate
+from kbert.generation.generate import CachedEngine, FullEngine
+
+FAMILIES = ["bert", "albert", "nezha", "roformer"]
+PROMPTS = [[2, 5, 7, 9, 11], [2, 13]]  # different lengths: the batch is padded
+
+
+def small_model(family: str, application: str, with_mlm=True):
+    keras.utils.set_random_seed(7)
+    config = {"vocab_size": 120, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}
+    if family == "albert":
+        config["embedding_size"] = 16
+    return build_transformer_model(config, model=family, application=application, with_mlm=with_mlm)
+
+
+@pytest.fixture(scope="module", params=[(f, a) for f in FAMILIES for a in ("lm", "unilm")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def model(request):
+    return small_model(*request.param)
+
+
+def test_cache_gives_the_full_models_probabilities_and_tokens(model):
+    cached, full = CachedEngine(model, 32), FullEngine(model, 32)
+    segments = [[0] * len(p) for p in PROMPTS]
+    differences = [np.abs(cached.start(PROMPTS, segments) - full.start(PROMPTS, segments)).max()]
+    for token in range(10, 20):
+        tokens, rows = np.array([token, token + 30]), np.arange(2)
+        differences.append(np.abs(cached.extend(tokens, rows) - full.extend(tokens, rows)).max())
+    assert max(differences) < 1e-5
+    # 32 greedy steps (no end token), cached and recomputed.
+    tokens = generate(model, PROMPTS, max_new_tokens=32, end_id=-1)
+    assert [len(row) for row in tokens] == [32, 32]
+    assert tokens == generate(model, PROMPTS, max_new_tokens=32, end_id=-1, use_cache=False)
+
+
+def test_each_generated_token_is_the_models_choice_on_the_whole_sequence(model):
+    """Independent of both engines: feed prompt + tokens so far (target segment 1 for unilm), take argmax."""
+    (tokens,) = generate(model, PROMPTS[:1], max_new_tokens=6, end_id=-1)
+    unilm = model.build_spec["application"] == "unilm"
+    for step in range(6):
+        ids = PROMPTS[0] + tokens[:step]
+        segments = [0] * len(PROMPTS[0]) + [int(unilm)] * step
+        probabilities = np.asarray(model([np.array([ids]), np.array([segments])]))
+        assert probabilities[0, -1].argmax() == tokens[step]
+
+
+def sequence_log_prob(model, prompt, continuation, end_id):
+    engine = FullEngine(model, len(continuation) + 1)
+    log_probs = engine.start([prompt], [[0] * len(prompt)])
+    total = 0.0
+    for token in continuation + [end_id]:
+        total += log_probs[0, token]
+        log_probs = engine.extend(np.array([token]), np.array([0]))
+    return total
+
+
+def test_beam_search(model):
+    end_id = 3
+    beams = generate(model, PROMPTS, max_new_tokens=10, end_id=end_id, strategy="beam", beam_size=4)
+    assert beams == generate(model, PROMPTS, max_new_tokens=10, end_id=end_id, strategy="beam", beam_size=4,
+                             use_cache=False)
+    greedy = generate(model, PROMPTS, max_new_tokens=10, end_id=end_id)
+    assert generate(model, PROMPTS, max_new_tokens=10, end_id=end_id, strategy="beam", beam_size=1) == greedy
+    for prompt, beam, path in zip(PROMPTS, beams, greedy):
+        if len(beam) < 10 and len(path) < 10:  # both ended: compare whole-sequence probabilities
+            assert sequence_log_prob(model, prompt, beam, end_id) >= \
+                sequence_log_prob(model, prompt, path, end_id) - 1e-6
+
+
+def test_sampling_is_reproducible_and_top_k_1_is_greedy(model):
+    kwargs = dict(max_new_tokens=12, end_id=-1, strategy="sample", seed=3)
+    first = generate(model, PROMPTS, **kwargs)
+    assert first == generate(model, PROMPTS, **kwargs) == generate(model, PROMPTS, use_cache=False, **kwargs)
+    assert first != generate(model, PROMPTS, **{**kwargs, "seed": 4})
+    assert generate(model, PROMPTS, top_k=1, **kwargs) == generate(model, PROMPTS, max_new_tokens=12, end_id=-1)
+    nucleus = generate(model, PROMPTS, top_p=0.3, temperature=0.7, **kwargs)
+    assert [len(row) for row in nucleus] == [12, 12]
+
+
+def test_end_token_and_minimum_length():
+    model = small_model("bert", "unilm")
+    (first,) = generate(model, PROMPTS[:1], max_new_tokens=1, end_id=-1)
+    end_id = first[0]  # the token greedy decoding picks first: it ends at once
+    assert generate(model, PROMPTS[:1], max_new_tokens=5, end_id=end_id) == [[]]
+    (row,) = generate(model, PROMPTS[:1], max_new_tokens=5, end_id=end_id, min_new_tokens=2)
+    assert len(row) >= 2 and end_id not in row[:2]
+
+
+def test_linear_mlm_and_a_saved_model(tmp_path):
+    model = small_model("roformer", "lm", with_mlm="linear")
+    expected = generate(model, PROMPTS, max_new_tokens=8, end_id=-1)
+    model.save(tmp_path / "lm.keras")
+    loaded = keras.saving.load_model(tmp_path / "lm.keras", safe_mode=True)
+    assert loaded.build_spec == model.build_spec
+    assert generate(loaded, PROMPTS, max_new_tokens=8, end_id=-1) == expected
+
+
+def test_clear_errors():
+    encoder = build_transformer_model("configs/bert_tiny.json", with_mlm=True)
+    with pytest.raises(KbertError, match=r"generation needs a model from build_transformer_model\(\.\.\., "
+                                         r"application='lm' or 'unilm', with_mlm=True\)"):
+        generate(encoder, PROMPTS, max_new_tokens=4, end_id=3)
+    model = small_model("bert", "lm")
+    with pytest.raises(KbertError, match="a prompt of 5 tokens and max_new_tokens 60 need 65 positions; the "
+                                         "model has max_position_embeddings 64"):
+        generate(model, PROMPTS, max_new_tokens=60, end_id=3)
+    with pytest.raises(KbertError, match="strategy: expected one of greedy, beam, sample, got 'top'"):
+        generate(model, PROMPTS, max_new_tokens=4, end_id=3, strategy="top")
+    with pytest.raises(KbertError, match="every prompt needs at least one token"):
+        generate(model, [[2], [0, 0]], max_new_tokens=4, end_id=3)
+
+
+def test_a_bert4keras_decoder_ports_unchanged():
+    """bert4keras's UniLM recipe: the step appends output_ids to the source with segment 1."""
+    from kbert import AutoRegressiveDecoder
+
+    model = small_model("bert", "unilm")
+    end_id = 3
+
+    class Seq2Seq(AutoRegressiveDecoder):
+        @AutoRegressiveDecoder.wraps(default_rtype="probas")
+        def predict(self, inputs, output_ids, states):
+            token_ids, segment_ids = inputs
+            token_ids = np.concatenate([token_ids, output_ids], 1)
+            segment_ids = np.concatenate([segment_ids, np.ones_like(output_ids)], 1)
+            return self.last_token(model).predict([token_ids, segment_ids], verbose=0)
+
+    decoder = Seq2Seq(start_id=None, end_id=end_id, maxlen=12)
+    source = np.array(PROMPTS[0])
+    (greedy,) = generate(model, [PROMPTS[0]], max_new_tokens=12, end_id=end_id)
+    expected = greedy + [end_id] if len(greedy) < 12 else greedy
+    assert decoder.beam_search([source, np.zeros_like(source)], topk=1).tolist() == expected
+    samples = decoder.random_sample([source, np.zeros_like(source)], n=2, topk=1)
+    assert [row.tolist() for row in samples] == [expected, expected]
+    best = decoder.beam_search([source, np.zeros_like(source)], topk=3)
+    assert len(best) <= 12 and (best[-1] == end_id or len(best) == 12)
