@@ -17,6 +17,7 @@ from typing import List, Optional
 from kbert.config import BertConfig, bundled_config_names, bundled_config_path
 from kbert.errors import ConfigError, DataError, KbertError
 from kbert.options import TrainingOptions
+from kbert.tasks import TASKS
 
 DEFAULT_CONFIG = "bert_base_chinese.json"
 DEFAULT_NUM_LABELS = 2
@@ -193,6 +194,8 @@ def _run_evaluate(args) -> int:
     task = _model_task(args, read_training_state(args.model))
     if task == "ner":
         return _evaluate_tagger(args)
+    if task == "seq2seq":
+        return _evaluate_generator(args)
     from kbert.train import evaluate
 
     result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
@@ -251,11 +254,44 @@ def _run_predict(args) -> int:
         texts, pairs = [e.text for e in examples], [e.text_b for e in examples]
     if task == "ner":
         return _predict_entities(args, texts)
+    if task == "seq2seq":
+        return _predict_targets(args, texts)
     for row in predict(args.model, texts, pairs, batch_size=args.batch_size, bucketing=not args.no_bucketing):
         if args.json:
             print(json.dumps(row, ensure_ascii=False))
         else:
             print(f"{row['label']}\t{row['probability']:.4f}")
+    return 0
+
+
+def _generation_options(command) -> None:
+    command.add_argument("--beam-size", type=_positive_int, default=1,
+                         help="seq2seq: beam search with this many beams (default: 1, greedy)")
+    command.add_argument("--max-new-tokens", type=_positive_int,
+                         help="seq2seq: the longest target (default: what --maxlen of training leaves)")
+
+
+def _evaluate_generator(args) -> int:
+    from kbert.tasks.seq2seq import evaluate
+
+    result = evaluate(args.model, args.data, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+                      batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    print(result["data"])
+    print(f"exact match {result['exact_match']:.4f}\ncharacter F1 {result['char_f1']:.4f}")
+    return 0
+
+
+def _predict_targets(args, texts: List[str]) -> int:
+    """The generated target of each source text, one a line."""
+    from kbert.tasks.seq2seq import predict
+
+    targets = predict(args.model, texts, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+                      batch_size=args.batch_size)
+    for text, target in zip(texts, targets):
+        print(json.dumps({"text": text, "target": target}, ensure_ascii=False) if args.json else target)
     return 0
 
 
@@ -408,9 +444,10 @@ def _parser() -> argparse.ArgumentParser:
     train = command("train", "fine-tune a classifier, or an entity tagger (--task ner), on a data file")
     train.add_argument("--config", required=True, help="the backbone's bert_config.json / config.json")
     train.add_argument("--vocab", required=True, help="its vocab.txt")
-    train.add_argument("--task", choices=["classify", "ner"], default=defaults.task,
+    train.add_argument("--task", choices=TASKS, default=defaults.task,
                        help="classify: a label per text; ner: entities in tagged text (token<TAB>tag a line, "
-                            "a blank line between sentences; BIO, BIOES or BMES)")
+                            "a blank line between sentences; BIO, BIOES or BMES); seq2seq: a target text per "
+                            "source text (source<TAB>target, or JSONL with source and target), UniLM")
     train.add_argument("--head", choices=["crf", "softmax", "global_pointer"], default=defaults.head,
                        help="the tagger's head (--task ner)")
     train.add_argument("--crf-lr-multiplier", type=float, default=defaults.crf_lr_multiplier,
@@ -459,18 +496,19 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = command("evaluate", "accuracy, per-class P/R/F1, confusion matrix; a tagger's entity P/R/F1")
     evaluate.add_argument("--model", required=True, help="model directory from kbert train")
     evaluate.add_argument("--data", required=True, help="labelled data file (a tagged file for a tagger)")
-    evaluate.add_argument("--task", choices=["classify", "ner"],
+    evaluate.add_argument("--task", choices=TASKS,
                           help="the model's task, checked against the model directory (default: its task)")
     evaluate.add_argument("--batch-size", type=_positive_int, default=64, help="examples per step")
     evaluate.add_argument("--no-bucketing", action="store_true",
                          help="batch the texts in input order instead of by length (results are in input "
                               "order either way)")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
+    _generation_options(evaluate)
     evaluate.set_defaults(run=_run_evaluate)
 
     predict = command("predict", "label and probability for each input text; a tagger's entities")
     predict.add_argument("--model", required=True, help="model directory from kbert train")
-    predict.add_argument("--task", choices=["classify", "ner"],
+    predict.add_argument("--task", choices=TASKS,
                          help="the model's task, checked against the model directory (default: its task); "
                               "a tagger prints type<TAB>start<TAB>end<TAB>text per entity (character "
                               "offsets, end exclusive) and a blank line after each text")
@@ -482,6 +520,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="batch the texts in input order instead of by length (results are in input "
                               "order either way)")
     predict.add_argument("--json", action="store_true", help="print JSON Lines")
+    _generation_options(predict)
     predict.set_defaults(run=_run_predict)
 
     export = command("export", "TF SavedModel for serving (or a .keras file)")

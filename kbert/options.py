@@ -35,7 +35,8 @@ class TrainingOptions:
             `use_ema`, momentum 0.99) and, at the end of every epoch, continue
             from it; so validation, the kept epoch and the saved weights are
             the average's (bert4keras's `extend_with_exponential_moving_average`).
-        task: `classify` (a label per text) or `ner` (entities in tagged text).
+        task: `classify` (a label per text), `ner` (entities in tagged text) or
+            `seq2seq` (a target text per source text, UniLM).
         head: the tagger's head for `ner`: `crf`, `softmax` or `global_pointer`.
         crf_lr_multiplier: the CRF transitions' learning rate, as a multiple
             of `learning_rate` (bert4keras's `lr_multiplier`): the transitions

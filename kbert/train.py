@@ -1,7 +1,8 @@
 """Fine-tuning: train (any task), and evaluate, predict, export for classifiers.
 
-`train` runs a task from `kbert.tasks` (`classify`, the default, or `ner`,
-whose evaluation and prediction live in `kbert.tasks.ner`). A trained model
+`train` runs a task from `kbert.tasks` (`classify`, the default, `ner` or
+`seq2seq`, whose evaluation and prediction live in `kbert.tasks.ner` and
+`kbert.tasks.seq2seq`). A trained model
 lives in a directory that holds everything needed to use it:
 
     bert_config.json   the backbone's config
@@ -148,7 +149,7 @@ def train(
     num_labels = num_labels or len(data.labels)
     with _precision(options.mixed_precision):
         with strategy.scope():
-            bert = build_transformer_model(config, checkpoint_path)
+            bert = build_transformer_model(config, checkpoint_path, **task.backbone_args())
             model = task.build(bert, num_labels, options)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trainer = keras.Model(model.inputs, model.outputs, name="trainer")
@@ -350,8 +351,9 @@ def load_model(model_dir: str, task: Optional[str] = None) -> TrainedModel:
     labels = LabelMap.load(model_dir)
     tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE), do_lower_case=state["options"]["do_lower_case"])
     loaded = TrainedModel(None, tokenizer, labels, state)
-    bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE))
-    loaded.model = get_task(loaded.options).build(bert, state["num_labels"], loaded.options)
+    task = get_task(loaded.options)
+    bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE), **task.backbone_args())
+    loaded.model = task.build(bert, state["num_labels"], loaded.options)
     weights = os.path.join(model_dir, WEIGHTS_FILE)
     try:
         loaded.model.load_weights(weights)

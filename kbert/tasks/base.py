@@ -49,6 +49,10 @@ class Task(abc.ABC):
     score_name = ""
     score_label = ""
 
+    def backbone_args(self) -> dict:
+        """Keywords for `build_transformer_model` beyond the config and checkpoint (e.g. an application)."""
+        return {}
+
     @abc.abstractmethod
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:

@@ -1,0 +1,231 @@
+"""Sequence-to-sequence fine-tuning: a UniLM model on source/target pairs, and generation with the cache.
+
+Data: `source<TAB>target` a line, or JSON Lines with `source` and `target`
+strings (a target may be empty: then the model learns to stop at once).
+Each pair is `[CLS] source [SEP] target [SEP]`, the source in segment 0 and
+the target in segment 1, so UniLM's mask (`application="unilm"`) lets the
+source see itself and the target see the source and its own past; `maxlen`
+truncates the longer of the two first. The loss is bert4keras's: next-token
+cross-entropy at target positions only (the label at position t is token
+t + 1 when that token is in the target, else 0, `[PAD]`, which the loss
+ignores). The kept epoch has the best validation target-token accuracy
+(teacher forced). `predict` and `evaluate` generate with `kbert.generate`
+(greedy or beam search, key/value cache); `evaluate` reports exact match and
+character F1 against the references.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from kbert.data import DataReport, LabelMap, make_dataset, open_data
+from kbert.errors import DataError, KbertError
+from kbert.tasks.base import Task, TrainingData
+
+IGNORED = 0  # the label of positions without a target token: [PAD]'s id, never a target
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """A source text, its target text, and the line it was read from."""
+
+    source: str
+    target: str
+    line: int
+
+
+def read_pairs(path: "str | os.PathLike[str]", *, skip_malformed: bool = False) -> Tuple[List[Pair], DataReport]:
+    """Reads `source<TAB>target` lines (or `.jsonl` with `source` and `target`).
+
+    A malformed line raises `DataError` naming the file and line, or with
+    `skip_malformed` is skipped and counted in the report.
+
+    Example:
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "train.tsv")
+    >>> _ = open(path, "w", encoding="utf-8").write("张三去了北京\\tPER:张三；LOC:北京\\n今天很好\\t\\n")
+    >>> [(p.source, p.target) for p in read_pairs(path)[0]]
+    [('张三去了北京', 'PER:张三；LOC:北京'), ('今天很好', '')]
+    """
+    path = os.fspath(path)
+    report, pairs = DataReport(path), []
+    json_lines = path.endswith((".jsonl", ".json"))
+    with open_data(path) as handle:
+        for number, raw in enumerate(handle, 1):
+            raw = raw.rstrip("\r\n")
+            if not raw.strip():
+                continue
+            try:
+                pairs.append(Pair(*(_json_pair(raw) if json_lines else _tab_pair(raw)), number))
+            except ValueError as error:
+                if not skip_malformed:
+                    raise DataError(f"{path}, line {number}: {error}") from None
+                report.skipped.append((number, str(error)))
+    if not pairs:
+        raise DataError(f"{path}: no source/target pairs")
+    report.examples = len(pairs)
+    return pairs, report
+
+
+def _tab_pair(raw: str) -> Tuple[str, str]:
+    fields = raw.split("\t")
+    if len(fields) != 2 or not fields[0].strip():
+        raise ValueError(f"expected 'source<TAB>target' with a non-empty source, found {len(fields) - 1} tab(s)")
+    return fields[0], fields[1]
+
+
+def _json_pair(raw: str) -> Tuple[str, str]:
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON ({error.msg})") from None
+    if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in ("source", "target")):
+        raise ValueError("expected an object with string 'source' and 'target'")
+    if not record["source"].strip():
+        raise ValueError("empty source")
+    return record["source"], record["target"]
+
+
+def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int):
+    """Token and segment ids of each pair, and each position's label (the next target token, or 0)."""
+    encoded, labels = [], []
+    for pair in pairs:
+        token_ids, segment_ids = tokenizer.encode(pair.source, pair.target, maxlen=maxlen)
+        encoded.append((token_ids, segment_ids))
+        labels.append([token if segment else IGNORED for token, segment in zip(token_ids[1:], segment_ids[1:])]
+                      + [IGNORED])
+    return encoded, labels
+
+
+def target_accuracy():
+    """A Keras metric: the share of target tokens (label not 0) whose most likely token is the label."""
+    import keras
+    from keras import ops
+
+    class TargetAccuracy(keras.metrics.Metric):
+        def __init__(self, name="target_accuracy", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.hits = self.add_variable(shape=(), initializer="zeros", name="hits")
+            self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            labels = ops.cast(y_true, "int32")
+            mask = ops.cast(labels != IGNORED, "float32")
+            hits = ops.cast(ops.argmax(y_pred, axis=-1) == labels, "float32")
+            self.hits.assign_add(ops.sum(hits * mask))
+            self.count.assign_add(ops.sum(mask))
+
+        def result(self):
+            return self.hits / ops.maximum(self.count, 1.0)
+
+    return TargetAccuracy()
+
+
+class Seq2SeqTask(Task):
+    """UniLM fine-tuning on pairs; the kept epoch has the best validation target-token accuracy."""
+
+    name = "seq2seq"
+    score_name = "val_target_accuracy"
+    score_label = "validation target-token accuracy"
+
+    def backbone_args(self) -> dict:
+        return {"application": "unilm", "with_mlm": True}
+
+    def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
+             options) -> TrainingData:
+        if num_labels is not None:
+            raise KbertError("--num-labels has no meaning for --task seq2seq")
+        pairs, report = _read(train_path, options.skip_malformed)
+        train = make_dataset(*encode_pairs(tokenizer, pairs, options.maxlen), options.batch_size,
+                             shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)
+        valid, valid_report = None, None
+        if valid_path:
+            valid_pairs, valid_report = _read(valid_path, options.skip_malformed)
+            valid = make_dataset(*encode_pairs(tokenizer, valid_pairs, options.maxlen), options.batch_size)
+        return TrainingData(train, valid, LabelMap([]), int(train.cardinality()), str(report),
+                            str(valid_report) if valid_report else None)
+
+    def build(self, bert, num_labels: int, options):
+        return bert  # the UniLM model with its MLM head is the model
+
+    def compile_args(self, model) -> dict:
+        import keras
+
+        return {"loss": keras.losses.SparseCategoricalCrossentropy(ignore_class=IGNORED),
+                "metrics": [target_accuracy()]}
+
+
+def _read(path: str, skip_malformed: bool):
+    import logging
+
+    pairs, report = read_pairs(path, skip_malformed=skip_malformed)
+    if report.skipped:
+        logging.getLogger("kbert").warning("%s", report)
+    return pairs, report
+
+
+def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_new_tokens: Optional[int] = None,
+            batch_size: int = 64) -> List[str]:
+    """The generated target text of each source (greedy, or beam search with `beam_size` > 1).
+
+    `max_new_tokens` defaults to what `maxlen` leaves after the longest source of a batch.
+    """
+    from kbert.generation import generate
+    from kbert.train import load_model
+
+    if not len(sources):
+        raise KbertError("no texts to predict")
+    loaded = load_model(model_dir, "seq2seq")
+    maxlen, tokenizer = loaded.options.maxlen, loaded.tokenizer
+    prompts = [tokenizer.encode(source, maxlen=maxlen - 1)[0] for source in sources]
+    order = np.argsort([len(prompt) for prompt in prompts], kind="stable")
+    targets: List[str] = [""] * len(prompts)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        batch = [prompts[row] for row in rows]
+        room = max_new_tokens or maxlen - max(map(len, batch))
+        generated = generate(loaded.model, batch, max_new_tokens=max(room, 1), end_id=tokenizer.sep_id,
+                             strategy="beam" if beam_size > 1 else "greedy", beam_size=beam_size)
+        for row, ids in zip(rows, generated):
+            targets[row] = tokenizer.decode(ids)
+    return targets
+
+
+def evaluate(model_dir: str, data_path: str, **generation) -> dict:
+    """Exact match and mean character F1 of generated targets against the file's targets.
+
+    Texts are compared without spaces (the tokenizer's decoding re-spaces non-CJK text).
+    """
+    pairs, report = read_pairs(data_path)
+    generated = predict(model_dir, [pair.source for pair in pairs], **generation)
+    references = [_unspaced(pair.target) for pair in pairs]
+    outputs = [_unspaced(text) for text in generated]
+    return {"data": str(report), "exact_match": float(np.mean([a == b for a, b in zip(outputs, references)])),
+            "char_f1": float(np.mean([char_f1(a, b) for a, b in zip(outputs, references)])),
+            "generated": generated}
+
+
+def _unspaced(text: str) -> str:
+    return "".join(text.split())
+
+
+def char_f1(generated: str, reference: str) -> float:
+    """F1 of the characters two texts share (as multisets); 1.0 when both are empty.
+
+    Example:
+    >>> round(char_f1("PER:张三", "PER:张四"), 3)
+    0.833
+    """
+    if not generated and not reference:
+        return 1.0
+    shared = sum((collections.Counter(generated) & collections.Counter(reference)).values())
+    if not shared:
+        return 0.0
+    precision, recall = shared / len(generated), shared / len(reference)
+    return 2 * precision * recall / (precision + recall)
