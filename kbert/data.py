@@ -24,7 +24,7 @@ import csv
 import dataclasses
 import json
 import os
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -71,23 +71,36 @@ def read_examples(path: "str | os.PathLike[str]", *, labelled: bool = True,
             raising `DataError`.
     """
     path = os.fspath(path)
-    report = DataReport(path)
     extension = os.path.splitext(path)[1].lower()
     reader = {".jsonl": _json_lines, ".json": _json_lines, ".csv": _delimited, ".tsv": _delimited}.get(
         extension, _tab_separated)
-    examples = []
     with open_data(path, newline="") as handle:
-        for line, row in reader(handle, extension, labelled):
-            try:
-                examples.append(_example(row, line, labelled))
-            except ValueError as error:
-                if not skip_malformed:
-                    raise DataError(f"{path}, line {line}: {error}") from None
-                report.skipped.append((line, str(error)))
-    if not examples:
-        raise DataError(f"{path}: no examples")
-    report.examples = len(examples)
-    return examples, report
+        return parse_rows(path, reader(handle, extension, labelled),
+                          lambda row, line: _example(row, line, labelled), skip_malformed, "no examples")
+
+
+def parse_rows(path: str, rows: Iterable[Tuple[int, object]], parse: Callable[[object, int], object],
+               skip_malformed: bool, empty: str) -> Tuple[list, "DataReport"]:
+    """Parses each `(line, row)` of a data file: the records and a report.
+
+    `parse(row, line)` raises `ValueError(message)` (or `ValueError(line,
+    message)` to name another line) for a malformed row: a `DataError` naming
+    the file and line, or with `skip_malformed` a skipped row in the report.
+    No record at all is the error `"{path}: {empty}"`.
+    """
+    report, records = DataReport(path), []
+    for line, row in rows:
+        try:
+            records.append(parse(row, line))
+        except ValueError as error:
+            line, message = error.args if len(error.args) == 2 else (line, str(error))
+            if not skip_malformed:
+                raise DataError(f"{path}, line {line}: {message}") from None
+            report.skipped.append((line, message))
+    if not records:
+        raise DataError(f"{path}: {empty}")
+    report.examples = len(records)
+    return records, report
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import dataclasses
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from kbert.data import DataReport, open_data
+from kbert.data import DataReport, open_data, parse_rows
 from kbert.errors import DataError
 
 SCHEMES = {"BIO": {"B", "I"}, "BIOES": {"B", "I", "E", "S"}, "BMES": {"B", "M", "E", "S"}}
@@ -56,21 +56,8 @@ def read_tagged(path: "str | os.PathLike[str]", *,
     ([('张三好', ('B-PER', 'E-PER', 'O')), ('北京', ('B-LOC', 'E-LOC'))], True)
     """
     path = os.fspath(path)
-    report = DataReport(path)
-    sentences: List[TaggedSentence] = []
     with open_data(path) as handle:
-        for start, rows in _blocks(handle):
-            try:
-                sentences.append(_sentence(rows, start))
-            except ValueError as error:
-                line, message = error.args
-                if not skip_malformed:
-                    raise DataError(f"{path}, line {line}: {message}") from None
-                report.skipped.append((line, message))
-    if not sentences:
-        raise DataError(f"{path}: no sentences")
-    report.examples = len(sentences)
-    return sentences, report
+        return parse_rows(path, _blocks(handle), _sentence, skip_malformed, "no sentences")
 
 
 def _blocks(lines: Iterable[str]):

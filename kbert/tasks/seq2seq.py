@@ -24,8 +24,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.data import DataReport, LabelMap, make_dataset, open_data
-from kbert.errors import DataError, KbertError
+from kbert.data import DataReport, LabelMap, make_dataset, open_data, parse_rows
+from kbert.errors import KbertError
 from kbert.tasks.base import Task, TrainingData
 
 IGNORED = 0  # the label of positions without a target token: [PAD]'s id, never a target
@@ -54,23 +54,11 @@ def read_pairs(path: "str | os.PathLike[str]", *, skip_malformed: bool = False) 
     [('张三去了北京', 'PER:张三；LOC:北京'), ('今天很好', '')]
     """
     path = os.fspath(path)
-    report, pairs = DataReport(path), []
-    json_lines = path.endswith((".jsonl", ".json"))
+    split = _json_pair if path.endswith((".jsonl", ".json")) else _tab_pair
     with open_data(path) as handle:
-        for number, raw in enumerate(handle, 1):
-            raw = raw.rstrip("\r\n")
-            if not raw.strip():
-                continue
-            try:
-                pairs.append(Pair(*(_json_pair(raw) if json_lines else _tab_pair(raw)), number))
-            except ValueError as error:
-                if not skip_malformed:
-                    raise DataError(f"{path}, line {number}: {error}") from None
-                report.skipped.append((number, str(error)))
-    if not pairs:
-        raise DataError(f"{path}: no source/target pairs")
-    report.examples = len(pairs)
-    return pairs, report
+        rows = ((number, raw.rstrip("\r\n")) for number, raw in enumerate(handle, 1) if raw.strip())
+        return parse_rows(path, rows, lambda raw, line: Pair(*split(raw), line), skip_malformed,
+                          "no source/target pairs")
 
 
 def _tab_pair(raw: str) -> Tuple[str, str]:
