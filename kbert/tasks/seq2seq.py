@@ -164,12 +164,17 @@ def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_n
 
     `max_new_tokens` defaults to what `maxlen` leaves after the longest source of a batch.
     """
-    from kbert.generation import generate
     from kbert.train import load_model
 
     if not len(sources):
         raise KbertError("no texts to predict")
-    loaded = load_model(model_dir, "seq2seq")
+    return _generate(load_model(model_dir, "seq2seq"), sources, beam_size, max_new_tokens, batch_size)
+
+
+def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Optional[int],
+              batch_size: int) -> List[str]:
+    from kbert.generation import generate
+
     maxlen, tokenizer = loaded.options.maxlen, loaded.tokenizer
     prompts = [tokenizer.encode(source, maxlen=maxlen - 1)[0] for source in sources]
     order = np.argsort([len(prompt) for prompt in prompts], kind="stable")
@@ -185,14 +190,21 @@ def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_n
     return targets
 
 
-def evaluate(model_dir: str, data_path: str, **generation) -> dict:
+def evaluate(model_dir: str, data_path: str, *, beam_size: int = 1, max_new_tokens: Optional[int] = None,
+             batch_size: int = 64) -> dict:
     """Exact match and mean character F1 of generated targets against the file's targets.
 
-    Texts are compared without spaces (the tokenizer's decoding re-spaces non-CJK text).
+    A reference is compared as the model can write it: through the model's
+    tokenizer and back (lower-cased if it lower-cases, `[UNK]` for unknown
+    characters), and both texts without spaces (decoding re-spaces non-CJK text).
     """
+    from kbert.train import load_model
+
+    loaded = load_model(model_dir, "seq2seq")
     pairs, report = read_pairs(data_path)
-    generated = predict(model_dir, [pair.source for pair in pairs], **generation)
-    references = [_unspaced(pair.target) for pair in pairs]
+    generated = _generate(loaded, [pair.source for pair in pairs], beam_size, max_new_tokens, batch_size)
+    tokenizer = loaded.tokenizer
+    references = [_unspaced(tokenizer.decode(tokenizer.encode(pair.target)[0])) for pair in pairs]
     outputs = [_unspaced(text) for text in generated]
     return {"data": str(report), "exact_match": float(np.mean([a == b for a, b in zip(outputs, references)])),
             "char_f1": float(np.mean([char_f1(a, b) for a, b in zip(outputs, references)])),
