@@ -84,3 +84,24 @@ def test_train_evaluate_predict_from_the_command_line(tmp_path):
     result = kbert("predict", "--model", out, "--beam-size", "2", "--json", stdin="\n".join(sources))
     assert result.returncode == 0, result.stderr[-3000:]
     assert [json.loads(line)["text"] for line in result.stdout.splitlines()] == sources
+
+
+def test_the_msra_extraction_example_writes_and_reads_targets(tmp_path):
+    """docs/examples/msra_generative_ie.py: targets name every entity, and parse back to them."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("msra_ie", REPO / "docs" / "examples" / "msra_generative_ie.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.write_pairs(str(shared_path("data", "msra_ner")), str(tmp_path / "pairs"))
+    pairs, _ = read_pairs(tmp_path / "pairs" / "dev.tsv")
+    sentences = read_tagged(shared_path("data", "msra_ner", "msra.dev.bmes"))[0]
+    assert len(pairs) == len(sentences) == 3000
+    for pair, sentence in zip(pairs, sentences):
+        assert pair.source == sentence.text
+        assert example.entities_of(pair.target) == [(kind, sentence.text[a:b]) for kind, a, b in spans(sentence.tags)]
+    assert example.entities_of("per: 张 三 ；loc:北京；bad") == [("PER", "张三"), ("LOC", "北京")]
+    with pytest.raises(FileExistsError):  # an earlier run's data is never overwritten
+        example.write_pairs(str(shared_path("data", "msra_ner")), str(tmp_path / "pairs"))
