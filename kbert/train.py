@@ -32,7 +32,9 @@ import logging
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
 import keras
@@ -85,6 +87,44 @@ class _BestWeights(keras.callbacks.Callback):
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during `train`; the message says what was kept and how to go on."""
+
+
+class _InterruptBetweenBatches(keras.callbacks.Callback):
+    """Ctrl-C during `fit` stops training at the next batch boundary, never inside TensorFlow.
+
+    Python's own handler raises `KeyboardInterrupt` wherever the main thread
+    is, including inside a running TensorFlow call, and the process can then
+    die with a heap error (`free(): invalid next size`) instead of saying what
+    was kept. While installed (a context manager, main thread only, and only
+    where Ctrl-C would interrupt at all), the handler just notes the signal and
+    the callback raises at the next batch or epoch boundary. A second Ctrl-C
+    interrupts at once.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.requested, self.previous = False, None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, *exception):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _note(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def _check(self, *args, **kwargs):
+        if self.requested:
+            raise KeyboardInterrupt
+
+    on_train_batch_end = on_test_batch_end = on_epoch_begin = on_epoch_end = _check
 
 
 def train(
@@ -158,7 +198,9 @@ def train(
         state = run.begin(resume, {"task": task.name, "options": dataclasses.asdict(options),
                                    "num_labels": num_labels, **data.state, "train_data": data.train_report,
                                    "valid_data": data.valid_report, "history": []})
+        interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
         callbacks = [
+            interrupt,
             keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
             _BestWeights(model, run.partial, state, task.score_name, task.validation_score(model, data)),
         ]
@@ -167,8 +209,9 @@ def train(
                 config.to_json_file(os.path.join(run.partial, CONFIG_FILE))
                 atomic_copy(vocab_path, os.path.join(run.partial, VOCAB_FILE))
                 data.labels.save(run.partial)
-            trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
-                        callbacks=callbacks, verbose=verbose, shuffle=False)
+            with interrupt:
+                trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
+                            callbacks=callbacks, verbose=verbose, shuffle=False)
         except KeyboardInterrupt:
             raise TrainingInterrupted(run.stopped(state, options.epochs)) from None
         except BaseException:
