@@ -172,8 +172,8 @@ def _run_train(args) -> int:
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
         warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
         mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
-        shuffle=not args.no_shuffle, bucketing=not args.no_bucketing, seed=args.seed, ema=args.ema, grad_accum=args.grad_accum,
-        task=args.task, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier)
+        shuffle=not args.no_shuffle, bucketing=not args.no_bucketing, seed=args.seed, ema=args.ema,
+        grad_accum=args.grad_accum, task=args.task, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier)
     try:
         state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
                       checkpoint_path=args.checkpoint, num_labels=args.num_labels,

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import logging
 from typing import Callable, Dict, List, Optional
 
 from kbert.data import LabelMap
+
+
+def read_training_file(reader: Callable, path: str, skip_malformed: bool):
+    """`reader(path, skip_malformed=...)`'s records and report, logging what was skipped."""
+    records, report = reader(path, skip_malformed=skip_malformed)
+    if report.skipped:
+        logging.getLogger("kbert").warning("%s", report)
+    return records, report
 
 
 @dataclasses.dataclass

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Optional
 
 from kbert.data import LabelMap, encode_examples, make_dataset, read_examples
 from kbert.errors import DataError
-from kbert.tasks.base import Task, TrainingData
-
-logger = logging.getLogger("kbert")
+from kbert.tasks.base import Task, TrainingData, read_training_file
 
 
 class ClassificationTask(Task):
@@ -21,7 +18,7 @@ class ClassificationTask(Task):
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
-        examples, report = read_labelled(train_path, options.skip_malformed)
+        examples, report = read_training_file(read_examples, train_path, options.skip_malformed)
         labels = LabelMap.from_examples(examples)
         if len(labels) < 2:
             raise DataError(f"{train_path}: every example has the label {labels.names[0]!r}; "
@@ -34,7 +31,7 @@ class ClassificationTask(Task):
                              shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)
         valid, valid_report = None, None
         if valid_path:
-            valid_examples, valid_report = read_labelled(valid_path, options.skip_malformed)
+            valid_examples, valid_report = read_training_file(read_examples, valid_path, options.skip_malformed)
             valid = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
                                  labels.ids(valid_examples, valid_path), options.batch_size)
         return TrainingData(train, valid, labels, int(train.cardinality()), str(report),
@@ -48,10 +45,3 @@ class ClassificationTask(Task):
     def compile_args(self, model) -> dict:
         return {"loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]}
 
-
-def read_labelled(path: str, skip_malformed: bool):
-    """`read_examples`, logging what `skip_malformed` dropped."""
-    examples, report = read_examples(path, skip_malformed=skip_malformed)
-    if report.skipped:
-        logger.warning("%s", report)
-    return examples, report

@@ -26,7 +26,6 @@ remembers the task, head, scheme and units in training.json.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -34,11 +33,9 @@ import numpy as np
 
 from kbert.data import LabelMap, make_dataset
 from kbert.errors import DataError, KbertError
-from kbert.tasks.base import Task, TrainingData
+from kbert.tasks.base import Task, TrainingData, read_training_file
 from kbert.tasks.labelling import (Span, TaggedSentence, detect_scheme, entity_scores, read_tagged,
                                    spans, tags_from_spans)
-
-logger = logging.getLogger("kbert")
 
 HEADS = ("crf", "softmax", "global_pointer")
 UNITS = {"char": r"\S", "word": r"\S+"}
@@ -163,7 +160,7 @@ class NerTask(Task):
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
-        sentences, report = _read(train_path, options.skip_malformed)
+        sentences, report = read_training_file(read_tagged, train_path, options.skip_malformed)
         scheme = detect_scheme(tag for sentence in sentences for tag in sentence.tags)
         types = sorted({kind for sentence in sentences for kind, _, _ in spans(sentence.tags)})
         if not types:
@@ -178,7 +175,7 @@ class NerTask(Task):
                                  bucketing=options.bucketing)
         valid, valid_report, valid_sentences = None, None, []
         if valid_path:
-            valid_sentences, valid_report = _read(valid_path, options.skip_malformed)
+            valid_sentences, valid_report = read_training_file(read_tagged, valid_path, options.skip_malformed)
             _check_types(valid_sentences, types, valid_path)
             valid = examples.dataset(valid_sentences, options.batch_size).batches
         state = {"scheme": scheme, "unit": detect_unit(sentences), "types": types,
@@ -226,12 +223,6 @@ def scheme_tags(types: Sequence[str], scheme: str) -> List[str]:
     prefixes = {"BIO": "BI", "BIOES": "BIES", "BMES": "BMES"}[scheme]
     return ["O"] + [f"{prefix}-{kind}" for kind in types for prefix in prefixes]
 
-
-def _read(path: str, skip_malformed: bool):
-    sentences, report = read_tagged(path, skip_malformed=skip_malformed)
-    if report.skipped:
-        logger.warning("%s", report)
-    return sentences, report
 
 
 def _check_types(sentences: Sequence[TaggedSentence], types: Sequence[str], path: str) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from kbert.data import DataReport, LabelMap, make_dataset, open_data, parse_rows
 from kbert.errors import KbertError
-from kbert.tasks.base import Task, TrainingData
+from kbert.tasks.base import Task, TrainingData, read_training_file
 
 IGNORED = 0  # the label of positions without a target token: [PAD]'s id, never a target
 
@@ -129,12 +129,12 @@ class Seq2SeqTask(Task):
              options) -> TrainingData:
         if num_labels is not None:
             raise KbertError("--num-labels has no meaning for --task seq2seq")
-        pairs, report = _read(train_path, options.skip_malformed)
+        pairs, report = read_training_file(read_pairs, train_path, options.skip_malformed)
         train = make_dataset(*encode_pairs(tokenizer, pairs, options.maxlen), options.batch_size,
                              shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)
         valid, valid_report = None, None
         if valid_path:
-            valid_pairs, valid_report = _read(valid_path, options.skip_malformed)
+            valid_pairs, valid_report = read_training_file(read_pairs, valid_path, options.skip_malformed)
             valid = make_dataset(*encode_pairs(tokenizer, valid_pairs, options.maxlen), options.batch_size)
         return TrainingData(train, valid, LabelMap([]), int(train.cardinality()), str(report),
                             str(valid_report) if valid_report else None)
@@ -148,14 +148,6 @@ class Seq2SeqTask(Task):
         return {"loss": keras.losses.SparseCategoricalCrossentropy(ignore_class=IGNORED),
                 "metrics": [target_accuracy()]}
 
-
-def _read(path: str, skip_malformed: bool):
-    import logging
-
-    pairs, report = read_pairs(path, skip_malformed=skip_malformed)
-    if report.skipped:
-        logging.getLogger("kbert").warning("%s", report)
-    return pairs, report
 
 
 def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_new_tokens: Optional[int] = None,
