@@ -200,14 +200,12 @@ class NerTask(Task):
     def validation_score(self, model, data: TrainingData):
         if not data.valid_examples:
             return lambda logs: None
-        tagger = None
+        tagger = Tagger(model, self.encoder, data.labels, data.state)
+        truth = [spans(sentence.tags) for sentence in data.valid_examples]
+        units = [sentence.tokens for sentence in data.valid_examples]
 
         def entity_f1(logs: dict) -> float:
-            nonlocal tagger
-            tagger = tagger or Tagger(model, self.encoder, data.labels, data.state)
-            truth = [spans(sentence.tags) for sentence in data.valid_examples]
-            found = tagger.entities([sentence.tokens for sentence in data.valid_examples])
-            logs[self.score_name] = entity_scores(truth, found)["overall"]["f1"]
+            logs[self.score_name] = entity_scores(truth, tagger.entities(units))["overall"]["f1"]
             return logs[self.score_name]
 
         return entity_f1
