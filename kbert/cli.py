@@ -181,6 +181,11 @@ def _run_train(args) -> int:
     except TrainingInterrupted as interruption:
         print(f"\nkbert: {interruption}", file=sys.stderr)
         return 130
+    worker = state.get("worker")
+    if worker and not worker["is_chief"]:
+        print(f"{worker['task_type']} {worker['task_id']} of {worker['num_workers']}: done; "
+              "the chief writes the model")
+        return 0
     task = get_task(options)
     best = state.get(f"best_{task.score_name}")
     print(f"saved {args.out} (epoch {state['best_epoch']}"

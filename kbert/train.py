@@ -43,6 +43,7 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.config import BertConfig
 from kbert.data import Example, LabelMap, encode_examples, make_dataset, read_examples
+from kbert.distribute import STRATEGIES, Trainer, make_strategy, worker_role
 from kbert.errors import KbertError, first_line
 from kbert.options import TrainingOptions
 from kbert.schedules import WarmupLinearDecay
@@ -55,7 +56,6 @@ logger = logging.getLogger("kbert")
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, RESUME_DIR = (
     "bert_config.json", "vocab.txt", "model.weights.h5", "training.json", "resume")
 PARTIAL_SUFFIX = ".partial"
-STRATEGIES = ("auto", "mirrored", "multiworker")
 PRECISIONS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
@@ -174,9 +174,16 @@ def train(
     options = options or TrainingOptions()
     _check_options(options)
     task = get_task(options)
+    if resume and options.strategy == "multiworker":
+        raise KbertError("--resume is not supported with --strategy multiworker: the workers keep no "
+                         "common backup; start the run again")
+    strategy = make_strategy(options.strategy)
+    role = worker_role(strategy)
+    if role is not None and not role.is_chief:
+        # Every worker runs the same steps, but only the chief writes OUT.
+        out_dir = os.path.join(tempfile.mkdtemp(prefix=f"kbert-{role.task_type}{role.task_id}-"), "run")
     run = _RunDirectory(out_dir)
     run.check(resume=resume, overwrite=overwrite)
-    strategy = make_strategy(options.strategy)
     # Before any dataset exists: tf.data's shuffle order follows the global seed.
     keras.utils.set_random_seed(options.seed)
     config = BertConfig.from_json_file(config_path)
@@ -192,10 +199,11 @@ def train(
             bert = build_transformer_model(config, checkpoint_path, **task.backbone_args())
             model = task.build(bert, num_labels, options)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
-            trainer = keras.Model(model.inputs, model.outputs, name="trainer")
+            trainer = Trainer(model.inputs, model.outputs, name="trainer")
             trainer.compile(make_optimizer(options, data.steps_per_epoch), **task.compile_args(model))
         # Everything is checked: from here on the run writes, into OUT.partial/.
         state = run.begin(resume, {"task": task.name, "options": dataclasses.asdict(options),
+                                   **({"worker": dataclasses.asdict(role)} if role else {}),
                                    "num_labels": num_labels, **data.state, "train_data": data.train_report,
                                    "valid_data": data.valid_report, "history": []})
         interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
@@ -217,7 +225,10 @@ def train(
         except BaseException:
             run.stopped(state, options.epochs)
             raise
-    run.publish()
+    if role is None or role.is_chief:
+        run.publish()
+    else:
+        shutil.rmtree(os.path.dirname(run.out), ignore_errors=True)
     return state
 
 
@@ -300,23 +311,6 @@ def _precision(mixed_precision: Optional[str]):
         yield
     finally:
         keras.mixed_precision.set_global_policy(previous)
-
-
-def make_strategy(name: str):
-    """The `tf.distribute` strategy for `--strategy`."""
-    import tensorflow as tf
-
-    if name == "auto":
-        gpus = tf.config.list_logical_devices("GPU")
-        return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
-    if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
-    if name == "multiworker":
-        if "TF_CONFIG" not in os.environ:
-            raise KbertError("--strategy multiworker needs the TF_CONFIG environment variable "
-                             "(the cluster and this worker's task)")
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    raise KbertError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
 
 
 @dataclasses.dataclass

@@ -1,0 +1,132 @@
+"""Training on several devices or machines: `--strategy` and the model `fit` runs on.
+
+`make_strategy` picks the `tf.distribute` strategy. `Trainer` is the model
+`kbert.train` compiles and fits: a plain functional `keras.Model` except under
+`MultiWorkerMirroredStrategy`, where Keras 3's `fit` fails before the first
+step (keras-team/keras#20585) in two places, both fixed here:
+
+- Before training it reduces the whole nested first batch across workers in
+  one call, which `tf.distribute` cannot do; only the batch's shapes are needed,
+  so the local values are used.
+- After each step it reduces every logged metric with `axis=0`, which scalars
+  do not have; the steps return them as vectors of one, which reduce to the
+  mean over workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Optional
+
+import keras
+import tensorflow as tf
+
+from kbert.errors import KbertError
+
+STRATEGIES = ("auto", "mirrored", "multiworker")
+
+
+def make_strategy(name: str) -> tf.distribute.Strategy:
+    """The `tf.distribute` strategy for `--strategy`.
+
+    `auto` mirrors over the local GPUs when there are several and is the
+    default (no) strategy otherwise; `multiworker` reads the cluster and this
+    process's task from the `TF_CONFIG` environment variable.
+    """
+    if name == "auto":
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multiworker":
+        _check_tf_config(os.environ.get("TF_CONFIG"))
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise KbertError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
+
+
+def _check_tf_config(text: Optional[str]) -> None:
+    """Says what is wrong with TF_CONFIG, where TensorFlow would fail or hang on it."""
+    if not text:
+        raise KbertError("--strategy multiworker needs the TF_CONFIG environment variable "
+                         '(the cluster and this worker\'s task), e.g. {"cluster": {"worker": '
+                         '["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}')
+    try:
+        config = json.loads(text)
+        workers = config["cluster"]["worker"]
+        task_type, index = config["task"]["type"], config["task"]["index"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise KbertError(f"TF_CONFIG: expected JSON with cluster.worker (a list of host:port) and "
+                         f"task.type / task.index ({type(error).__name__}: {error})") from None
+    members = len(config["cluster"].get(task_type, [])) if isinstance(config["cluster"], dict) else 0
+    if not isinstance(workers, list) or not isinstance(index, int) or not 0 <= index < members:
+        raise KbertError(f"TF_CONFIG: task {task_type} {index} is not in the cluster "
+                         f"({', '.join(f'{k}: {len(v)}' for k, v in config['cluster'].items())})")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRole:
+    """This process's place in a multi-worker cluster; only the chief writes the model."""
+
+    task_type: str
+    task_id: int
+    num_workers: int
+    is_chief: bool
+
+
+def worker_role(strategy: tf.distribute.Strategy) -> Optional[WorkerRole]:
+    """The role of this process under `MultiWorkerMirroredStrategy`; None otherwise."""
+    if not is_multi_worker(strategy):
+        return None
+    resolver = strategy.cluster_resolver
+    jobs = resolver.cluster_spec().as_dict()
+    # The chief is the "chief" task, or worker 0 when the cluster names none.
+    chief = resolver.task_type == "chief" or (
+        "chief" not in jobs and resolver.task_type == "worker" and resolver.task_id == 0)
+    return WorkerRole(resolver.task_type, int(resolver.task_id),
+                      len(jobs.get("chief", [])) + len(jobs.get("worker", [])), chief)
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class Trainer(keras.Model):
+    """The functional model `kbert.train` fits, working under every `--strategy`.
+
+    Built as a functional model (`Trainer(inputs, outputs)`); it holds the
+    optimizer, so the task's model (which shares its layers) saves weights
+    only. See the module docstring for what it changes under multiple workers.
+
+    Example:
+
+    >>> import keras
+    >>> inputs = keras.Input((3,))
+    >>> trainer = Trainer(inputs, keras.layers.Dense(2)(inputs), name="trainer")
+    >>> trainer.compile(optimizer="sgd", loss="mse")
+    >>> sorted(trainer.train_on_batch(keras.ops.ones((4, 3)), keras.ops.ones((4, 2)), return_dict=True))
+    ['loss']
+    """
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        strategy = self.distribute_strategy
+        if iterator is not None and is_multi_worker(strategy):
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda value: strategy.experimental_local_results(value)[0], next(batches))
+                break
+            iterator = None
+        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def train_step(self, data):
+        return self._reducible(super().train_step(data))
+
+    def test_step(self, data):
+        return self._reducible(super().test_step(data))
+
+    def _reducible(self, logs: dict) -> dict:
+        if not is_multi_worker(self.distribute_strategy):
+            return logs
+        return {name: tf.reshape(value, [1]) for name, value in logs.items()}

@@ -1,0 +1,103 @@
+"""`kbert train --strategy multiworker` on two real worker processes on 127.0.0.1.
+
+Each worker is its own `python -m kbert train` with its own TF_CONFIG and one
+CPU device; they train a tiny classifier (dropout off) for a few steps on a
+fixed file. The chief's saved weights must equal a single-process run with the
+same global batch, and a single-process run with another batch must not (so
+the comparison can fail).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, shared_path
+
+TIMEOUT_S = 240
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def weights(model_dir) -> dict:
+    values = {}
+    with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as handle:
+        handle.visititems(lambda name, item: values.__setitem__(name, item[()])
+                          if isinstance(item, h5py.Dataset) else None)
+    return values
+
+
+@pytest.fixture(scope="module")
+def run_args(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("multiworker")
+    config = json.loads((CONFIGS / "bert_tiny.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic steps
+    (directory / "config.json").write_text(json.dumps(config))
+    lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
+    (directory / "train.data").write_text("\n".join(lines[:48]) + "\n", encoding="utf-8")
+    return directory, ["--config", directory / "config.json", "--vocab",
+                       shared_path("vocab", "chinese_vocab.txt"), "--train", directory / "train.data",
+                       "--valid", directory / "train.data", "--epochs", "2", "--lr", "1e-3",
+                       "--maxlen", "32", "--no-shuffle"]
+
+
+def kbert_train(args, out, batch_size, env=None, wait=True):
+    command = [sys.executable, "-m", "kbert", "train", *map(str, args), "--batch-size", str(batch_size),
+               "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})})
+    return process.communicate(timeout=TIMEOUT_S) + (process.returncode,) if wait else process
+
+
+def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(run_args):
+    directory, args = run_args
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    workers = [kbert_train(args + ["--strategy", "multiworker"], directory / "multi", 8, wait=False,
+                           env={"TF_CONFIG": json.dumps({"cluster": cluster,
+                                                         "task": {"type": "worker", "index": index}})})
+               for index in range(2)]
+    try:
+        outputs = [worker.communicate(timeout=TIMEOUT_S) for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    for worker, (stdout, stderr) in zip(workers, outputs):
+        assert worker.returncode == 0, stderr[-3000:]
+    assert "saved" in outputs[0][0]
+    assert "worker 1 of 2: done; the chief writes the model" in outputs[1][0]
+    assert sorted(path.name for path in directory.iterdir()) == ["config.json", "multi", "train.data"]
+    state = json.loads((directory / "multi" / "training.json").read_text())
+    assert state["worker"] == {"task_type": "worker", "task_id": 0, "num_workers": 2, "is_chief": True}
+
+    _, stderr, code = kbert_train(args, directory / "single", 8)
+    assert code == 0, stderr[-3000:]
+    multi, single = weights(directory / "multi"), weights(directory / "single")
+    assert sorted(multi) == sorted(single) and len(multi) == 39
+    for name in single:
+        np.testing.assert_allclose(multi[name], single[name], rtol=1e-5, atol=1e-7, err_msg=name)
+    single_state = json.loads((directory / "single" / "training.json").read_text())
+    assert [round(epoch["loss"], 5) for epoch in state["history"]] == \
+        [round(epoch["loss"], 5) for epoch in single_state["history"]]
+
+    _, stderr, code = kbert_train(args, directory / "half-batch", 4)
+    assert code == 0, stderr[-3000:]
+    other = weights(directory / "half-batch")
+    assert any(not np.allclose(other[name], single[name], rtol=1e-5, atol=1e-7) for name in single)
+
+
+def test_multiworker_refuses_a_bad_tf_config_before_writing(run_args, tmp_path):
+    directory, args = run_args
+    _, stderr, code = kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 8,
+                                  env={"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1"]}, '
+                                                    '"task": {"type": "worker", "index": 3}}'})
+    assert code == 2 and "TF_CONFIG: task worker 3 is not in the cluster (worker: 1)" in stderr
+    assert "Traceback" not in stderr and not (tmp_path / "out").exists()
