@@ -22,6 +22,7 @@ _EXPORTS = {
     "build_transformer_model": "kbert.builder",
     "build_classifier": "kbert.builder",
     "build_token_classifier": "kbert.builder",
+    "load_keras_model": "kbert.builder",
     "analyze": "kbert.params",
     "explain_claim": "kbert.params",
     "flops_per_token": "kbert.params",

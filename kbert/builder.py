@@ -239,6 +239,26 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
     return id_model(bert.inputs, probabilities, getattr(bert, "family", "bert"), name)
 
 
+def load_keras_model(path: str, *, safe_mode: bool = True) -> keras.Model:
+    """Loads a `.keras` file of a kbert model (`model.save("m.keras")`, `kbert export`).
+
+    `import kbert` loads nothing until used, so Keras alone would not find
+    kbert's layers in a fresh process; this imports them, then calls
+    `keras.saving.load_model`.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> bert = build_transformer_model("configs/bert_tiny.json")
+    >>> path = os.path.join(tempfile.mkdtemp(), "bert.keras")
+    >>> bert.save(path)
+    >>> load_keras_model(path).count_params() == bert.count_params()
+    True
+    """
+    importlib.import_module("kbert.schedules")  # a compiled model's learning-rate schedule
+    return keras.saving.load_model(path, safe_mode=safe_mode)
+
+
 def _check_fits_in_memory(config: BertConfig, **model) -> None:
     """Fails at once, naming the largest layer, when the weights alone exceed the machine's memory.
 

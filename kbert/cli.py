@@ -30,10 +30,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command != "params":
         _import_tensorflow_quietly()
     try:
+        if args.command in ("evaluate", "predict", "export"):
+            return _run_in_precision(args)
         return args.run(args)
     except (KbertError, OSError) as error:  # OSError names its path: permission, disk full
         print(f"kbert: error: {error}", file=sys.stderr)
         return 2
+
+
+def _run_in_precision(args) -> int:
+    """Runs an inference command with its model built under --mixed-precision."""
+    from kbert.precision import precision_policy, warn_if_emulated
+
+    warn_if_emulated(args.mixed_precision)
+    with precision_policy(args.mixed_precision):
+        return args.run(args)
 
 
 def _import_tensorflow_quietly() -> None:
@@ -269,6 +280,12 @@ def _run_predict(args) -> int:
     return 0
 
 
+def _precision_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mixed-precision", choices=["bf16", "fp16"],
+                        help="compute in this precision, weights and softmax/loss/CRF in float32 (default: "
+                             "none, all float32); bf16 pays on CPUs with avx512_bf16/amx_bf16 and on GPUs")
+
+
 def _generation_options(command) -> None:
     command.add_argument("--beam-size", type=_positive_int, default=1,
                          help="seq2seq: beam search with this many beams (default: 1, greedy)")
@@ -480,7 +497,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
     train.add_argument("--strategy", choices=["auto", "mirrored", "multiworker"], default=defaults.strategy,
                        help="tf.distribute strategy (multiworker reads TF_CONFIG)")
-    train.add_argument("--mixed-precision", choices=["bf16", "fp16"], help="compute in this precision (default: none, all float32)")
+    _precision_option(train)
     train.add_argument("--skip-malformed", action="store_true",
                        help="skip malformed rows (counted, with their lines) instead of stopping")
     train.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
@@ -509,6 +526,7 @@ def _parser() -> argparse.ArgumentParser:
                               "order either way)")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     _generation_options(evaluate)
+    _precision_option(evaluate)
     evaluate.set_defaults(run=_run_evaluate)
 
     predict = command("predict", "label and probability for each input text; a tagger's entities")
@@ -526,12 +544,14 @@ def _parser() -> argparse.ArgumentParser:
                               "order either way)")
     predict.add_argument("--json", action="store_true", help="print JSON Lines")
     _generation_options(predict)
+    _precision_option(predict)
     predict.set_defaults(run=_run_predict)
 
     export = command("export", "TF SavedModel for serving (or a .keras file)")
     export.add_argument("--model", required=True, help="model directory from kbert train")
     export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .keras "
                                                       "(must not exist)")
+    _precision_option(export)
     export.set_defaults(run=_run_export)
     return parser
 

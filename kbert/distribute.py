@@ -92,7 +92,6 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
-@keras.saving.register_keras_serializable(package="kbert")
 class Trainer(keras.Model):
     """The functional model `kbert.train` fits, working under every `--strategy`.
 

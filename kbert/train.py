@@ -25,7 +25,6 @@ several devices it runs under a `tf.distribute` strategy.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -46,6 +45,7 @@ from kbert.data import Example, LabelMap, encode_examples, make_dataset, read_ex
 from kbert.distribute import STRATEGIES, Trainer, make_strategy, worker_role
 from kbert.errors import KbertError, first_line
 from kbert.options import TrainingOptions
+from kbert.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.schedules import WarmupLinearDecay
 from kbert.io import atomic_copy, atomic_path, atomic_write_text, is_occupied, replace_directory
 from kbert.tasks import get_task
@@ -56,7 +56,6 @@ logger = logging.getLogger("kbert")
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, RESUME_DIR = (
     "bert_config.json", "vocab.txt", "model.weights.h5", "training.json", "resume")
 PARTIAL_SUFFIX = ".partial"
-PRECISIONS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
 class _BestWeights(keras.callbacks.Callback):
@@ -194,7 +193,8 @@ def train(
     _check_vocab_fits(tokenizer, vocab_path, config, config_path)
     data = task.read(tokenizer, train_path, valid_path, num_labels, options)
     num_labels = num_labels or len(data.labels)
-    with _precision(options.mixed_precision):
+    warn_if_emulated(options.mixed_precision)
+    with precision_policy(options.mixed_precision):
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path, **task.backbone_args())
             model = task.build(bert, num_labels, options)
@@ -299,18 +299,6 @@ def _check_vocab_fits(tokenizer: Tokenizer, vocab_path: str, config: BertConfig,
             f"{vocab_path}: the vocabulary has ids up to {largest}, but vocab_size in {config_path} is "
             f"{config.vocab_size}: those tokens would have no embedding. Use the vocabulary that "
             "belongs to the config (and checkpoint)")
-
-
-@contextlib.contextmanager
-def _precision(mixed_precision: Optional[str]):
-    """Keras's global dtype policy for the run, restored afterwards."""
-    previous = keras.mixed_precision.global_policy()
-    if mixed_precision:
-        keras.mixed_precision.set_global_policy(PRECISIONS[mixed_precision])
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
 
 
 @dataclasses.dataclass

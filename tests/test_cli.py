@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import CONFIGS, shared_path
@@ -172,6 +173,35 @@ def test_evaluate_predict_export(trained_model, tmp_path):
 
     result = kbert("export", "--model", trained_model, tmp_path / "serving")
     assert result.returncode == 0 and (tmp_path / "serving" / "saved_model.pb").exists()
+
+
+def test_predict_evaluate_export_in_bf16(trained_model, tmp_path):
+    data = trained_model.parent / "valid.data"
+    probabilities, labels = {}, {}
+    for precision in ([], ["--mixed-precision", "bf16"]):
+        result = kbert("predict", "--model", trained_model, "--json", data, *precision)
+        assert result.returncode == 0, result.stderr
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        probabilities[bool(precision)] = np.array([row["probability"] for row in rows])
+        labels[bool(precision)] = [row["label"] for row in rows]
+    assert len(probabilities[True]) == 100
+    # bfloat16 keeps 8 bits of mantissa: close to float32, but not equal.
+    difference = np.abs(probabilities[True] - probabilities[False])
+    assert 0 < difference.max() < 0.05, difference.max()
+
+    result = kbert("evaluate", "--model", trained_model, "--data", data, "--json", "--mixed-precision", "bf16")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    predicted_counts = np.sum(report["confusion"], axis=0).tolist()
+    assert predicted_counts == [labels[True].count(name) for name in report["labels"]]
+    result = kbert("export", "--model", trained_model, tmp_path / "bf16.keras", "--mixed-precision", "bf16")
+    assert result.returncode == 0, result.stderr
+    # In a fresh process, as a user would load it: `import kbert` alone loads no layers.
+    check = ("import sys, kbert; model = kbert.load_keras_model(sys.argv[1]); "
+             "print(model.get_layer('Transformer-0-FeedForward').compute_dtype, model.output.dtype)")
+    result = subprocess.run([sys.executable, "-c", check, str(tmp_path / "bf16.keras")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.split() == ["bfloat16", "float32"], result.stderr[-2000:]
 
 
 def test_train_bad_data_exit_2(tmp_path):
