@@ -4,9 +4,10 @@
     python -m benchmarks.run --quick    # tiny config, few repetitions (the test suite runs this)
     python -m benchmarks.run --json results.json
 
-Each figure is the median of several repetitions after a warm-up. The
-engines are timed in turns within one repetition (kbert, keras-hub, ...), so
-the ratios between them come from the same minutes of the same machine.
+Each figure is the median of several repetitions after a warm-up. Engines are
+compared in alternating rounds (kbert, keras-hub, ..., then again), and their
+ratios are the median of the per-round ratios, with the range, so they come
+from the same minutes of the same machine.
 Prints a Markdown table; `--json` also writes the numbers.
 """
 
@@ -28,6 +29,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from benchmarks.alternating import alternate, describe, median_ratio  # noqa: E402
+
 import keras  # noqa: E402
 from kbert import BertConfig, build_classifier, build_transformer_model, flops_per_token  # noqa: E402
 from kbert.config import bundled_config_path  # noqa: E402
@@ -46,18 +49,18 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> f
     return statistics.median(times)
 
 
-def interleaved(engines: Dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> Dict[str, float]:
-    """Median seconds per engine, the engines timed in turns within each repetition."""
+def timed_rounds(engines: Dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> Dict[str, List[float]]:
+    """Seconds per call of each engine per round, after a warm-up, in alternating rounds."""
     for fn in engines.values():
         for _ in range(warmup):
             fn()
-    times: Dict[str, List[float]] = {name: [] for name in engines}
-    for _ in range(repeats):
-        for name, fn in engines.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return alternate(engines, rounds)
+
+
+def best_of(seconds: Dict[str, List[float]], prefix: str) -> str:
+    """The faster (by median) of an engine's variants (`kbert`, `kbert XLA`)."""
+    variants = [name for name in seconds if name == prefix or name.startswith(prefix + " ")]
+    return min(variants, key=lambda name: statistics.median(seconds[name]))
 
 
 def gemm_flops(m: int, k: int, n: int, repeats: int) -> float:
@@ -199,21 +202,31 @@ def run(quick: bool, peers: bool, repeats: int) -> dict:
         engines["keras-hub XLA"] = keras_hub_inference(config, xla=True)
     if use_hf:
         engines["HF PyTorch"] = hf_inference(config)
-    throughput = interleaved({n: (lambda f=f: f(tokens, segments)) for n, f in engines.items()}, repeats)
-    latency = interleaved({n: (lambda f=f: f(*single)) for n, f in engines.items()}, repeats)
+    throughput = timed_rounds({n: (lambda f=f: f(tokens, segments)) for n, f in engines.items()}, repeats)
+    latency = timed_rounds({n: (lambda f=f: f(*single)) for n, f in engines.items()}, repeats)
     flops = results["flops_per_token"] = flops_per_token(config, length)
     results["inference"] = {
-        name: {"tokens_per_s": batch * length / throughput[name], "latency_ms": 1000 * latency[name],
-               "mfu": batch * length / throughput[name] * flops / results["gemm"]["peak"]}
+        name: {"tokens_per_s": batch * length / statistics.median(throughput[name]),
+               "latency_ms": 1000 * statistics.median(latency[name]),
+               "mfu": batch * length / statistics.median(throughput[name]) * flops / results["gemm"]["peak"],
+               # per round: this engine's speed / kbert's
+               "ratio_to_kbert": median_ratio(throughput["kbert"], throughput[name])}
         for name in engines}
+    if use_hub:
+        ours, theirs = best_of(throughput, "kbert"), best_of(throughput, "keras-hub")
+        results["versus_keras_hub"] = {
+            "kbert": ours, "keras-hub": theirs,
+            "throughput": median_ratio(throughput[theirs], throughput[ours]),
+            "latency": median_ratio(latency[best_of(latency, "keras-hub")], latency[best_of(latency, "kbert")])}
 
     labels = tf.constant(np.arange(batch) % 2, dtype=tf.int32)
     trainers = {"kbert": kbert_training(config)}
     if use_hub:
         trainers["keras-hub"] = keras_hub_training(config)
-    step = interleaved({n: (lambda f=f: f(tokens, segments, labels)) for n, f in trainers.items()},
-                       max(repeats // 2, 2), warmup=2)
-    results["training"] = {name: {"examples_per_s": batch / seconds} for name, seconds in step.items()}
+    step = timed_rounds({n: (lambda f=f: f(tokens, segments, labels)) for n, f in trainers.items()}, repeats)
+    results["training"] = {name: {"examples_per_s": batch / statistics.median(seconds),
+                                  "ratio_to_kbert": median_ratio(step["kbert"], seconds)}
+                           for name, seconds in step.items()}
     return results
 
 
@@ -236,20 +249,26 @@ def markdown(results: dict) -> str:
               for name, value in results["gemm"]["shapes"].items()]
     lines += [
         "",
+        f"Speeds are medians over {results['repeats']} alternating rounds (every engine once per round, in "
+        "turn); ratios are the median of the per-round ratios, with their range.",
+        "",
         f"MFU: achieved FLOP/s (analytic {results['flops_per_token'] / 1e6:.1f} MFLOP per token) "
         f"÷ the fastest GEMM above ({results['gemm']['peak'] / 1e9:.0f} GFLOP/s).",
         "",
-        "| inference | tokens/s | ratio to kbert | latency 1 seq (ms) | MFU |",
+        "| inference | tokens/s | speed / kbert's (per round) | latency 1 seq (ms) | MFU |",
         "|---|---:|---:|---:|---:|",
     ]
-    base = results["inference"]["kbert"]["tokens_per_s"]
     for name, row in results["inference"].items():
-        lines.append(f"| {name} | {row['tokens_per_s']:,.0f} | {row['tokens_per_s'] / base:.2f} | "
+        lines.append(f"| {name} | {row['tokens_per_s']:,.0f} | {describe(row['ratio_to_kbert'])} | "
                      f"{row['latency_ms']:.1f} | {100 * row['mfu']:.0f} % |")
-    lines += ["", "| training step (classifier) | examples/s | ratio to kbert |", "|---|---:|---:|"]
-    base = results["training"]["kbert"]["examples_per_s"]
+    versus = results.get("versus_keras_hub")
+    if versus:
+        lines += ["", f"kbert / keras-hub, each at its faster variant ({versus['kbert']}, {versus['keras-hub']}): "
+                      f"throughput {describe(versus['throughput'])}; single-sequence speed "
+                      f"{describe(versus['latency'])}"]
+    lines += ["", "| training step (classifier) | examples/s | speed / kbert's (per round) |", "|---|---:|---:|"]
     for name, row in results["training"].items():
-        lines.append(f"| {name} | {row['examples_per_s']:.2f} | {row['examples_per_s'] / base:.2f} |")
+        lines.append(f"| {name} | {row['examples_per_s']:.2f} | {describe(row['ratio_to_kbert'])} |")
     return "\n".join(lines)
 
 

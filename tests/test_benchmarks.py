@@ -18,8 +18,9 @@ def test_quick_benchmark_writes_every_figure(tmp_path):
     assert set(results["gemm"]["shapes"]) == {"512³", "32×32×32", "32×32×64", "32×64×32"}
     figures = [results["build_s"], results["gemm"]["peak"], results["load"]["load_s"],
                results["load"]["raw_read_s"], results["training"]["kbert"]["examples_per_s"]]
-    figures += [value for row in results["inference"].values() for value in row.values()]
+    figures += [row[key] for row in results["inference"].values() for key in ("tokens_per_s", "latency_ms", "mfu")]
     assert all(value > 0 for value in figures)
+    assert results["inference"]["kbert"]["ratio_to_kbert"] == {"median": 1.0, "min": 1.0, "max": 1.0}
     # The model's weights, as float32, are what the loaded checkpoint holds.
     assert abs(results["load"]["model_mib"] - 718_730 * 4 / 2**20) < 1e-6
     assert "| kbert XLA |" in result.stdout and "| GEMM float32 512³ |" in result.stdout

@@ -51,6 +51,7 @@ def run_args(tmp_path_factory):
 
 
 def kbert_train(args, out, batch_size, env=None, wait=True):
+    """`kbert train` in a new process: (stdout, stderr, exit status), or the process with `wait=False`."""
     command = [sys.executable, "-m", "kbert", "train", *map(str, args), "--batch-size", str(batch_size),
                "--out", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -61,25 +62,27 @@ def kbert_train(args, out, batch_size, env=None, wait=True):
 def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(run_args):
     directory, args = run_args
     cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
-    workers = [kbert_train(args + ["--strategy", "multiworker"], directory / "multi", 8, wait=False,
-                           env={"TF_CONFIG": json.dumps({"cluster": cluster,
-                                                         "task": {"type": "worker", "index": index}})})
-               for index in range(2)]
+    # All four runs at once: most of each is starting Python and TensorFlow.
+    runs = {f"worker {index}": kbert_train(
+                args + ["--strategy", "multiworker"], directory / "multi", 8, wait=False,
+                env={"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})})
+            for index in range(2)}
+    runs["single"] = kbert_train(args, directory / "single", 8, wait=False)
+    runs["half batch"] = kbert_train(args, directory / "half-batch", 4, wait=False)
     try:
-        outputs = [worker.communicate(timeout=TIMEOUT_S) for worker in workers]
+        outputs = {name: run.communicate(timeout=TIMEOUT_S) for name, run in runs.items()}
     finally:
-        for worker in workers:
-            worker.kill()
-    for worker, (stdout, stderr) in zip(workers, outputs):
-        assert worker.returncode == 0, stderr[-3000:]
-    assert "saved" in outputs[0][0]
-    assert "worker 1 of 2: done; the chief writes the model" in outputs[1][0]
-    assert sorted(path.name for path in directory.iterdir()) == ["config.json", "multi", "train.data"]
+        for run in runs.values():
+            run.kill()
+    for name, run in runs.items():
+        assert run.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
+    assert "saved" in outputs["worker 0"][0]
+    assert "worker 1 of 2: done; the chief writes the model" in outputs["worker 1"][0]
+    assert sorted(path.name for path in directory.iterdir()) == [
+        "config.json", "half-batch", "multi", "single", "train.data"]
     state = json.loads((directory / "multi" / "training.json").read_text())
     assert state["worker"] == {"task_type": "worker", "task_id": 0, "num_workers": 2, "is_chief": True}
 
-    _, stderr, code = kbert_train(args, directory / "single", 8)
-    assert code == 0, stderr[-3000:]
     multi, single = weights(directory / "multi"), weights(directory / "single")
     assert sorted(multi) == sorted(single) and len(multi) == 39
     for name in single:
@@ -87,9 +90,7 @@ def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(r
     single_state = json.loads((directory / "single" / "training.json").read_text())
     assert [round(epoch["loss"], 5) for epoch in state["history"]] == \
         [round(epoch["loss"], 5) for epoch in single_state["history"]]
-
-    _, stderr, code = kbert_train(args, directory / "half-batch", 4)
-    assert code == 0, stderr[-3000:]
+    # The comparison can fail: half the global batch trains to other weights.
     other = weights(directory / "half-batch")
     assert any(not np.allclose(other[name], single[name], rtol=1e-5, atol=1e-7) for name in single)
 
