@@ -12,9 +12,10 @@ lengths). For `classify`, when keras-hub is installed, it also builds
 own preprocessor (`BertTextClassifierPreprocessor`, the same vocabulary,
 `sequence_length=maxlen`) applied once to the same examples beforehand, so only
 its training steps are timed. Then it alternates `fit` on `--steps` batches of
-each engine for `--rounds` rounds after a warm-up, and prints training
-examples/s, the median per-round ratios with their range, and the padded
-tokens per real token of a whole epoch.
+each engine (drawn at random from one whole epoch of its batches) for
+`--rounds` rounds after a warm-up, and prints training examples/s, the median
+per-round ratios with their range, and the padded tokens per real token of a
+whole epoch.
 """
 
 from __future__ import annotations
