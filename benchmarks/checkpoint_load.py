@@ -10,9 +10,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import statistics
 import sys
 import time
 
+from benchmarks.alternating import median_ratio
 from benchmarks.memory import peak_rss_mib, reset_peak, rss_mib
 
 
@@ -35,20 +37,19 @@ def measure(prefix: str, config: str, repeats: int) -> dict:
     model_mib = sum(v.numpy().nbytes for v in model.weights) / 2**20
     read_files(prefix)  # warm the page cache: both timings below read from memory
     raw, load, peaks = [], [], []
-    for _ in range(repeats):
+    for _ in range(repeats):  # alternating rounds: a raw read, then a load
         start = time.perf_counter()
         size = read_files(prefix)
         raw.append(time.perf_counter() - start)
-    for _ in range(repeats):
         before = rss_mib()
         reset_peak()
         start = time.perf_counter()
         load_google_checkpoint(model, prefix)
         load.append(time.perf_counter() - start)
         peaks.append(peak_rss_mib() - before)
-    return {"model_mib": model_mib, "file_mib": size / 2**20, "raw_read_s": sorted(raw)[len(raw) // 2],
-            "load_s": sorted(load)[len(load) // 2], "load_peak_extra_mib": max(peaks)}
-
+    return {"model_mib": model_mib, "file_mib": size / 2**20, "raw_read_s": statistics.median(raw),
+            "load_s": statistics.median(load), "load_over_raw": median_ratio(load, raw),
+            "load_peak_extra_mib": max(peaks)}
 
 if __name__ == "__main__":
     print(json.dumps(measure(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 3)))

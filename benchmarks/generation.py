@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     parser.add_argument("--source", type=int, default=64, help="source tokens (default: 64)")
     parser.add_argument("--new", type=int, default=64, help="generated tokens (default: 64)")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes (default: 1 8)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: 3)")
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (default: 7)")
     args = parser.parse_args(argv)
     keras.utils.set_random_seed(0)
     model = build_transformer_model(args.config, application="unilm", with_mlm=True)

@@ -240,8 +240,8 @@ def markdown(results: dict) -> str:
         "| measure | value |",
         "|---|---:|",
         f"| build (`build_transformer_model`) | {results['build_s']:.2f} s |",
-        f"| checkpoint load / raw read of its files | {load['load_s']:.3f} s / {load['raw_read_s']:.3f} s "
-        f"= {load['load_s'] / load['raw_read_s']:.2f}× |",
+        f"| checkpoint load / raw read of its files | {load['load_s']:.3f} s / {load['raw_read_s']:.3f} s; "
+        f"per round {describe(load['load_over_raw'])} |",
         f"| load peak memory above the model / model size | {load['load_peak_extra_mib']:.0f} MiB / "
         f"{load['model_mib']:.0f} MiB; peak with the model {(load['load_peak_extra_mib'] + load['model_mib']) / load['model_mib']:.2f}× |",
     ]

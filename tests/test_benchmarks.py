@@ -40,3 +40,20 @@ def test_quick_input_checks_benchmark():
                             capture_output=True, text=True, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| forward pass (with checks) |" in result.stdout and "checks / forward pass: median " in result.stdout
+
+
+def test_training_bucketing_benchmark_runs(tmp_path):
+    from conftest import shared_path
+
+    lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.data").write_text("\n".join(lines[:256]) + "\n", encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "benchmarks.training_bucketing", "--train", str(tmp_path / "train.data"),
+                             "--config", "configs/bert_tiny.json", "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                             "--maxlen", "64", "--steps", "2", "--rounds", "1", "--no-peers"],
+                            capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| kbert")]
+    assert len(rows) == 2 and "examples/s: median" in result.stdout
+    # Bucketed batches pad less than batches in shuffled order.
+    padding = [float(row.split("|")[-2]) for row in rows]
+    assert 1 <= padding[0] < padding[1]
