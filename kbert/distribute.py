@@ -59,7 +59,7 @@ def _check_tf_config(text: Optional[str]) -> None:
     except (ValueError, KeyError, TypeError) as error:
         raise KbertError(f"TF_CONFIG: expected JSON with cluster.worker (a list of host:port) and "
                          f"task.type / task.index ({type(error).__name__}: {error})") from None
-    members = len(config["cluster"].get(task_type, [])) if isinstance(config["cluster"], dict) else 0
+    members = len(config["cluster"].get(task_type, []))  # cluster["worker"] above: it is a dict
     if not isinstance(workers, list) or not isinstance(index, int) or not 0 <= index < members:
         raise KbertError(f"TF_CONFIG: task {task_type} {index} is not in the cluster "
                          f"({', '.join(f'{k}: {len(v)}' for k, v in config['cluster'].items())})")
