@@ -17,8 +17,8 @@ import statistics
 import numpy as np
 
 from benchmarks.alternating import alternate, median_ratio
-from kbert.data import PAD_MULTIPLE, encode_examples, read_examples
-from kbert.train import load_classifier
+from kbert.training.data import PAD_MULTIPLE, encode_examples, read_examples
+from kbert.tasks.classification import load_classifier
 
 
 def padded_tokens(lengths, batch_size: int) -> int:

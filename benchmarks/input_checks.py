@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from benchmarks.alternating import alternate, median_ratio
 from benchmarks.run import kbert_inference, random_batch
-from kbert.config import BertConfig, bundled_config_path
+from kbert.models.config import BertConfig, bundled_config_path
 from kbert.layers import checked_ids
 
 

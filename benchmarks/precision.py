@@ -26,10 +26,10 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks.alternating import alternate, describe, median_ratio  # noqa: E402
 from kbert.builder import build_transformer_model  # noqa: E402
-from kbert.config import BertConfig  # noqa: E402
-from kbert.data import read_examples  # noqa: E402
-from kbert.precision import cpu_bf16_units, precision_policy  # noqa: E402
-from kbert.train import load_classifier  # noqa: E402
+from kbert.models.config import BertConfig  # noqa: E402
+from kbert.training.data import read_examples  # noqa: E402
+from kbert.training.precision import cpu_bf16_units, precision_policy  # noqa: E402
+from kbert.tasks.classification import load_classifier  # noqa: E402
 
 PRECISIONS = {"float32": None, "bf16": "bf16"}
 

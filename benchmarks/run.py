@@ -33,7 +33,7 @@ from benchmarks.alternating import alternate, describe, median_ratio  # noqa: E4
 
 import keras  # noqa: E402
 from kbert import BertConfig, build_classifier, build_transformer_model, flops_per_token  # noqa: E402
-from kbert.config import bundled_config_path  # noqa: E402
+from kbert.models.config import bundled_config_path  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -32,12 +32,12 @@ import tensorflow as tf
 
 from benchmarks.alternating import alternate, describe, median_ratio
 from kbert.builder import build_transformer_model
-from kbert.config import BertConfig
-from kbert.data import read_examples
-from kbert.options import TrainingOptions
+from kbert.models.config import BertConfig
+from kbert.training.data import read_examples
+from kbert.training.options import TrainingOptions
 from kbert.tasks import get_task
-from kbert.tokenizer import Tokenizer
-from kbert.train import make_optimizer
+from kbert.tokenizers.wordpiece import Tokenizer
+from kbert.training.loop import make_optimizer
 
 
 class Engine(NamedTuple):

@@ -1,8 +1,13 @@
-"""kbert: build, load, inspect and fine-tune BERT in Keras 3, bert4keras-compatible.
+"""kbert: build, load, inspect and fine-tune BERT-family models in Keras 3, bert4keras-compatible.
 
 The public API is re-exported here. Names are imported on first use, so that
 `import kbert` (and `kbert params`) does not load TensorFlow until a model is
 built.
+
+The package is laid out in wings, each importing only the wings before it:
+`errors`, `io`, `tokenizers` <- `layers` <- `models` <- `checkpoints` <-
+`builder` <- `analysis`, `generation` <- `training` <- `tasks` <- `cli`
+(`tests/test_layout.py` keeps it so).
 
 Example:
 >>> import kbert
@@ -13,38 +18,42 @@ Example:
 
 import importlib
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"
 
 _EXPORTS = {
-    "BertConfig": "kbert.config",
-    "load_config": "kbert.config",
-    "bundled_config_path": "kbert.config",
+    "BertConfig": "kbert.models.config",
+    "bundled_config_path": "kbert.models.config",
+    "load_config": "kbert.models.registry",
     "build_transformer_model": "kbert.builder",
     "build_classifier": "kbert.builder",
     "build_token_classifier": "kbert.builder",
-    "load_keras_model": "kbert.builder",
-    "analyze": "kbert.params",
-    "explain_claim": "kbert.params",
-    "flops_per_token": "kbert.params",
-    "crosscheck": "kbert.summary",
-    "format_table": "kbert.summary",
-    "load_google_checkpoint": "kbert.checkpoint",
-    "save_google_checkpoint": "kbert.checkpoint",
-    "load_hf_weights": "kbert.hf",
-    "save_hf_weights": "kbert.hf",
-    "load_weights": "kbert.convert",
     "Transformer": "kbert.builder",
+    "convert": "kbert.builder.convert",
+    "load_keras_model": "kbert.training.saving",
+    "analyze": "kbert.analysis.params",
+    "explain_claim": "kbert.analysis.params",
+    "flops_per_token": "kbert.analysis.params",
+    "crosscheck": "kbert.analysis.summary",
+    "format_table": "kbert.analysis.summary",
+    "keras2_summary": "kbert.analysis.keras2",
+    "load_google_checkpoint": "kbert.checkpoints.google",
+    "save_google_checkpoint": "kbert.checkpoints.google",
+    "load_hf_weights": "kbert.checkpoints.hf",
+    "save_hf_weights": "kbert.checkpoints.hf",
+    "load_weights": "kbert.checkpoints.formats",
     "ViterbiDecoder": "kbert.layers.crf",
     "generate": "kbert.generation.generate",
     "AutoRegressiveDecoder": "kbert.generation.decoder",
-    "Tokenizer": "kbert.tokenizer",
-    "load_vocab": "kbert.vocab",
-    "save_vocab": "kbert.vocab",
-    "sequence_padding": "kbert.batches",
-    "DataGenerator": "kbert.batches",
-    "PiecewiseLinear": "kbert.schedules",
-    "WarmupLinearDecay": "kbert.schedules",
-    "extend_with_piecewise_linear_lr": "kbert.schedules",
+    "Tokenizer": "kbert.tokenizers.wordpiece",
+    "load_vocab": "kbert.tokenizers.vocab",
+    "save_vocab": "kbert.tokenizers.vocab",
+    "sequence_padding": "kbert.training.batches",
+    "DataGenerator": "kbert.training.batches",
+    "PiecewiseLinear": "kbert.training.schedules",
+    "WarmupLinearDecay": "kbert.training.schedules",
+    "extend_with_piecewise_linear_lr": "kbert.training.schedules",
+    "TrainingOptions": "kbert.training.options",
+    "train": "kbert.tasks",
     "KbertError": "kbert.errors",
     "ConfigError": "kbert.errors",
     "CheckpointError": "kbert.errors",

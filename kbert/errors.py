@@ -27,3 +27,26 @@ def first_line(error: BaseException) -> str:
     """The first line of a library's error message (TensorFlow's run long)."""
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
+
+
+def is_whole_number(value, minimum: int = 1) -> bool:
+    """Whether `value` is an `int` (not a `bool`) of at least `minimum`.
+
+    >>> is_whole_number(3), is_whole_number(0), is_whole_number(0, minimum=0), is_whole_number(True)
+    (True, False, True, False)
+    """
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def check_whole_number(value, what: str, minimum: int = 1, error: type = KbertError) -> None:
+    """Raises `error` naming `what` unless `value` is a whole number of at least `minimum` (1: positive).
+
+    >>> check_whole_number(0, "config.json: key 'vocab_size'", error=ValueError)
+    Traceback (most recent call last):
+    ...
+    ValueError: config.json: key 'vocab_size': expected a positive integer, got 0
+    """
+    if not is_whole_number(value, minimum):
+        expected = {0: "a non-negative integer", 1: "a positive integer"}.get(
+            minimum, f"a whole number of at least {minimum}")
+        raise error(f"{what}: expected {expected}, got {value!r}")

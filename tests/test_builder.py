@@ -107,7 +107,7 @@ def test_keras_file_round_trip_with_safe_mode(tmp_path):
 
 
 def test_gelu_tanh_config_serializes(tmp_path):
-    from kbert.config import BertConfig
+    from kbert.models.config import BertConfig
     config = BertConfig.from_json_file(CONFIGS / "bert_tiny.json")
     config = BertConfig(**{**config.to_dict(), "hidden_act": "gelu_new"})
     model = build_transformer_model(config, with_mlm=True)

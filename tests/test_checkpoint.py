@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from conftest import CONFIGS, golden
 from kbert import CheckpointError, build_classifier, build_transformer_model
-from kbert.checkpoint import load_google_checkpoint, save_google_checkpoint
+from kbert.checkpoints.google import load_google_checkpoint, save_google_checkpoint
 
 PREFIX = "bert_model.ckpt"
 

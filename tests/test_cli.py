@@ -220,11 +220,12 @@ def test_train_bad_data_exit_2(tmp_path):
 
 def test_every_option_says_its_default():
     import argparse
-    from kbert.cli import _HelpWithDefaults, _parser
-    parser = _parser()
+    from kbert.cli.arguments import HelpWithDefaults
+    from kbert.cli.main import build_parser
+    parser = build_parser()
     [commands] = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
     for name, command in commands.choices.items():
-        formatter = _HelpWithDefaults(name)
+        formatter = HelpWithDefaults(name)
         for action in command._actions:
             if action.required or isinstance(action, argparse._HelpAction) \
                     or (not action.option_strings and action.nargs != "?"):

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from conftest import CONFIGS
-from kbert.config import BertConfig
+from kbert.models.config import BertConfig
 from kbert.errors import ConfigError
 
 BASE = json.loads((CONFIGS / "bert_base_chinese.json").read_text())

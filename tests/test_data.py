@@ -5,8 +5,8 @@ import pytest
 
 from conftest import shared_path, write
 from kbert import DataError
-from kbert.data import LabelMap, encode_examples, make_dataset, read_examples
-from kbert.tokenizer import Tokenizer
+from kbert.training.data import LabelMap, encode_examples, make_dataset, read_examples
+from kbert.tokenizers.wordpiece import Tokenizer
 
 
 def test_real_sentiment_file():

@@ -11,8 +11,8 @@ from keras_graph import layer_table
 from kbert import build_transformer_model
 from kbert.errors import CheckpointError, ConfigError
 from kbert.models.registry import FAMILIES, get_family, resolve
-from kbert.params import analyze, explain_claim
-from kbert.summary import crosscheck
+from kbert.analysis.params import analyze, explain_claim
+from kbert.analysis.summary import crosscheck
 
 FAMILY_GOLDEN = SHARED / "golden" / "bert4keras" / "families"
 
@@ -102,8 +102,8 @@ def test_original_checkpoint_outputs_match_bert4keras(case):
 @pytest.mark.parametrize("case", CHECKPOINT_CASES)
 def test_checkpoint_variables_are_the_family_table(case):
     """Every variable of the original checkpoint feeds the model, and the model needs no other."""
-    from kbert.checkpoint import open_google_checkpoint
-    from kbert.loader import load_into
+    from kbert.checkpoints.google import open_google_checkpoint
+    from kbert.checkpoints.loader import load_into
 
     record = family_golden(case)
     report = load_into(build(case), open_google_checkpoint(fixture_dir(case)))
@@ -113,7 +113,7 @@ def test_checkpoint_variables_are_the_family_table(case):
 
 @pytest.mark.parametrize("case", sorted(set(CHECKPOINT_CASES) - {"albert_unshared_tiny_ckpt"}))
 def test_save_load_round_trip_is_bit_identical(case, tmp_path):
-    from kbert.checkpoint import save_google_checkpoint
+    from kbert.checkpoints.google import save_google_checkpoint
 
     original = build(case, checkpoint=True)
     prefix = save_google_checkpoint(original, tmp_path / "out" / "model.ckpt")
@@ -127,7 +127,7 @@ def test_save_load_round_trip_is_bit_identical(case, tmp_path):
 
 
 def test_albert_unshared_cannot_be_saved_in_albert_layout(tmp_path):
-    from kbert.checkpoint import save_google_checkpoint
+    from kbert.checkpoints.google import save_google_checkpoint
 
     model = build("albert_unshared_tiny_ckpt", checkpoint=True)
     with pytest.raises(CheckpointError, match="albert_unshared.*one block"):
@@ -236,7 +236,7 @@ def test_bad_applications_are_errors(kwargs, message):
 
 
 def test_hugging_face_layout_is_refused_for_families_without_one(tmp_path):
-    from kbert.hf import load_hf_weights, save_hf_weights
+    from kbert.checkpoints.hf import load_hf_weights, save_hf_weights
 
     bert_file = save_hf_weights(build_transformer_model(CONFIGS / "bert_tiny.json"), tmp_path)
     albert = build("albert_tiny_ckpt")

@@ -7,7 +7,7 @@ import keras
 from conftest import CONFIGS, shared_path, write
 from kbert import DataError, Tokenizer, build_token_classifier, build_transformer_model
 from kbert.layers import viterbi_decode
-from kbert.losses import global_pointer_crossentropy
+from kbert.training.losses import global_pointer_crossentropy
 from kbert.tasks.labelling import detect_scheme, entity_scores, read_tagged, spans, tags_from_spans
 
 
@@ -116,7 +116,7 @@ def test_crf_token_classifier_fits_padded_batches_and_round_trips(msra_batch, tm
 def test_softmax_and_global_pointer_heads(msra_batch):
     tokens, tags, names = msra_batch
     bert = build_transformer_model(CONFIGS / "bert_tiny.json")
-    softmax = build_token_classifier(bert, len(names))
+    softmax = build_token_classifier(bert, len(names), head="softmax")
     probabilities = softmax.predict([tokens, np.zeros_like(tokens)], verbose=0)
     assert probabilities.shape == tokens.shape + (len(names),)
     np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)

@@ -8,7 +8,7 @@ import keras
 from conftest import golden
 from kbert import ViterbiDecoder
 from kbert.layers import ConditionalRandomField, EfficientGlobalPointer, GlobalPointer, viterbi_decode
-from kbert.losses import global_pointer_crossentropy, multilabel_categorical_crossentropy
+from kbert.training.losses import global_pointer_crossentropy, multilabel_categorical_crossentropy
 
 
 @pytest.fixture(scope="module")

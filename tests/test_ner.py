@@ -9,9 +9,9 @@ import pytest
 
 from conftest import CONFIGS, shared_path, write
 from kbert import DataError, KbertError, Tokenizer
-from kbert.data import LabelMap, make_dataset
-from kbert.losses import global_pointer_crossentropy
-from kbert.options import TrainingOptions
+from kbert.training.data import LabelMap, make_dataset
+from kbert.training.losses import global_pointer_crossentropy
+from kbert.training.options import TrainingOptions
 from kbert.tasks.labelling import read_tagged, spans
 from kbert.tasks.ner import (Examples, NerTask, SpanCrossEntropy, Tagger, UnitEncoder, chunk_entities,
                              scheme_tags, split_units)
@@ -197,7 +197,7 @@ def test_a_tagger_is_not_a_classifier(msra_slices, tmp_path):
     result = kbert("evaluate", "--model", out, "--data", msra_slices / "test.bmes", "--task", "classify")
     assert result.returncode == 2
     assert result.stderr == f"kbert: error: {out}: a model trained for --task ner, not classify\n"
-    from kbert.train import load_classifier
+    from kbert.tasks.classification import load_classifier
 
     with pytest.raises(KbertError, match="a model trained for --task ner, not classify"):
         load_classifier(str(out))

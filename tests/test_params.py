@@ -5,8 +5,8 @@ import pytest
 
 from conftest import CONFIGS, golden
 from golden_cases import CASES, config_path
-from kbert.config import BertConfig
-from kbert.params import analyze, explain_claim, flops_per_token
+from kbert.models.config import BertConfig
+from kbert.analysis.params import analyze, explain_claim, flops_per_token
 
 
 def load(name):

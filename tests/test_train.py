@@ -18,9 +18,10 @@ import tensorflow as tf
 import keras
 from conftest import CONFIGS, REPO, minilm_dir, shared_path
 from kbert import KbertError
-from kbert.data import encode_examples, read_examples
-from kbert.train import (TrainingInterrupted, TrainingOptions, WarmupLinearDecay, evaluate, export,
-                         load_classifier, predict, train)
+from kbert.training.data import encode_examples, read_examples
+from kbert import TrainingOptions, WarmupLinearDecay, train
+from kbert.tasks.classification import evaluate, export, load_classifier, predict
+from kbert.training.loop import TrainingInterrupted
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def snapshot(directory) -> dict:
 
 def interrupt_at(monkeypatch, hook: str):
     """Ctrl-C from inside training: at the end of the first batch, or of the first epoch."""
-    from kbert import train as train_module
+    from kbert.training import loop as train_module
 
     original = getattr(train_module._BestWeights, hook, None)
 
@@ -268,7 +269,7 @@ MIRRORED = textwrap.dedent("""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from kbert.train import TrainingOptions, train
+    from kbert import TrainingOptions, train
     config, vocab, data, out = sys.argv[1:]
     losses = {}
     for strategy in ("auto", "mirrored"):
@@ -311,7 +312,7 @@ def test_mixed_precision_bf16(sentiment_slice, tmp_path):
 
 
 def test_ema_and_gradient_accumulation(tiny_run, tmp_path):
-    from kbert.train import make_optimizer
+    from kbert.training.loop import make_optimizer
     options = dataclasses.replace(FAST, ema=True, grad_accum=2)
     config = make_optimizer(options, steps_per_epoch=16).get_config()
     assert (config["use_ema"], config["ema_overwrite_frequency"], config["gradient_accumulation_steps"]) == \

@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from kbert.errors import KbertError
+from kbert.models import naming
 
 STRATEGIES = ("greedy", "beam", "sample")
 
@@ -34,7 +35,7 @@ class _Engine:
 
         self.graph = cached_graph(model)  # checks the model; the full engine uses its facts too
         self.model, self.max_new_tokens = model, max_new_tokens
-        activation = model.get_layer("MLM-Activation").activation.__name__
+        activation = model.get_layer(naming.MLM_ACTIVATION).activation.__name__
         self.probabilities = activation == "softmax"
         limit = getattr(self.graph.config, "max_position_embeddings", None)
         self.limit = limit if self.graph.graph.position_encoding is None else None
@@ -67,7 +68,7 @@ class FullEngine(_Engine):
         return self._next()
 
     def _next(self) -> np.ndarray:
-        from kbert.tokenizer import pad_batch
+        from kbert.tokenizers.wordpiece import pad_batch
 
         token_ids, segment_ids = pad_batch(list(zip(self.tokens, self.segments)))
         last = np.array([len(row) - 1 for row in self.tokens], dtype=np.int32)
@@ -80,7 +81,7 @@ class CachedEngine(_Engine):
     def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
         import tensorflow as tf
 
-        from kbert.tokenizer import pad_batch
+        from kbert.tokenizers.wordpiece import pad_batch
 
         longest = max(map(len, prompts))
         self._check_length(longest)

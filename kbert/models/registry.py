@@ -10,7 +10,7 @@ import importlib
 import os
 from typing import Any, Mapping, Optional, Tuple, Union
 
-from kbert.config import BertConfig, read_json_object
+from kbert.models.config import BertConfig, read_json_object
 from kbert.errors import ConfigError
 
 # bert4keras's `model=` name -> "module:class" of the family.
@@ -64,6 +64,15 @@ def resolve(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]", str
         values = read_json_object(source)
     family = get_family(_family_name(values, model, source))
     return family, family.config_class.from_dict(values, source=source)
+
+
+def load_config(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]", str]) -> BertConfig:
+    """Accepts a `BertConfig`, a dict, or the path of a JSON config file.
+
+    The family's own config class is used (e.g. NEZHA's, with
+    `max_relative_position`); `resolve` gives the family too.
+    """
+    return resolve(config)[1]
 
 
 def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -> str:

@@ -15,8 +15,9 @@ from typing import Any, Optional
 
 import keras
 
-from kbert import naming
-from kbert.config import BertConfig
+from kbert.models import naming
+from kbert.models.config import BertConfig
+from kbert.models.heads import Heads
 from kbert.layers import clone_initializer
 
 
@@ -99,19 +100,6 @@ class Transformer:
 def initializer_of(model: keras.Model):
     """A copy of a backbone's initializer, for a head added later."""
     return clone_initializer(model.get_layer(naming.EMBEDDING_TOKEN).embeddings_initializer)
-
-
-@dataclasses.dataclass(frozen=True)
-class Heads:
-    """The heads a backbone is built with (bert4keras's `with_*` arguments).
-
-    `mlm` is the MLM output's activation (`"softmax"`, `"linear"`) or None.
-    """
-
-    pool: bool = False
-    nsp: bool = False
-    mlm: Optional[str] = None
-    discriminator: bool = False
 
 
 class TransformerGraph:

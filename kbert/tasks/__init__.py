@@ -1,29 +1,54 @@
-"""Tasks built on the models: their data, their heads, how they are trained and scored.
+"""Tasks built on the models: their data, their heads, how they are trained, scored and used.
 
-- `base`: what `kbert train` asks of a task (`Task`, `TrainingData`).
-- `classification`: a label per text (the default task).
+- `classification`: a label per text (the default task); predict, evaluate, export.
 - `labelling`: tagged files, tag schemes, spans, entity scores.
 - `ner`: the tagger: units and WordPiece chunks, CRF/softmax/GlobalPointer heads, decoding.
 - `seq2seq`: UniLM fine-tuning on source/target pairs; generation, exact match and character F1.
+
+Each task is a `kbert.training.task.Task`; the training run
+(`kbert.training.loop.train_task`) receives it and never imports a task.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Optional, Type
+
 from kbert.errors import KbertError
+from kbert.training.options import TrainingOptions
 
-TASKS = ("classify", "ner", "seq2seq")
+# `--task` name -> "module:class" (imported when used, so `kbert --help` needs no TensorFlow).
+TASK_CLASSES = {
+    "classify": "kbert.tasks.classification:ClassificationTask",
+    "ner": "kbert.tasks.ner:NerTask",
+    "seq2seq": "kbert.tasks.seq2seq:Seq2SeqTask",
+}
+TASKS = tuple(TASK_CLASSES)
 
 
-def get_task(options):
+def get_task_class(name: str) -> Type:
+    """The `Task` class of a `--task` name."""
+    if name not in TASK_CLASSES:
+        raise KbertError(f"unknown task {name!r}; expected one of {', '.join(TASKS)}")
+    module, attribute = TASK_CLASSES[name].split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def get_task(options: TrainingOptions):
     """The `Task` for `options.task` (and `options.head`)."""
-    if options.task == "classify":
-        from kbert.tasks.classification import ClassificationTask
+    return get_task_class(options.task).from_options(options)
 
-        return ClassificationTask()
-    if options.task == "ner":
-        from kbert.tasks.ner import NerTask
 
-        return NerTask(options.head)
-    if options.task == "seq2seq":
-        from kbert.tasks.seq2seq import Seq2SeqTask
+def train(config_path: str, vocab_path: str, train_path: str, out_dir: str, *,
+          options: Optional[TrainingOptions] = None, **kwargs) -> dict:
+    """Fine-tunes a model for `options.task` (default: classify) and writes a model directory.
 
-        return Seq2SeqTask()
-    raise KbertError(f"unknown task {options.task!r}; expected one of {', '.join(TASKS)}")
+    The arguments are `kbert.training.loop.train_task`'s after the task:
+    `valid_path`, `checkpoint_path`, `num_labels`, `resume`, `overwrite`,
+    `verbose`. Returns training.json's content.
+    """
+    from kbert.training.loop import train_task
+
+    options = options or TrainingOptions()
+    return train_task(get_task_class(options.task), config_path, vocab_path, train_path, out_dir,
+                      options=options, **kwargs)

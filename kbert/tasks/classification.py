@@ -1,12 +1,29 @@
-"""Text (and text-pair) classification: `kbert train` on labelled texts, the default task."""
+"""Text (and text-pair) classification, the default task: train, evaluate, predict, export.
+
+`kbert train` on labelled texts (`kbert.training.data` reads them); the
+model directory it writes is read back here to predict labels, score a
+labelled file and export a SavedModel.
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import Dict, List, Optional, Sequence
 
-from kbert.data import LabelMap, encode_examples, make_dataset, read_examples
-from kbert.errors import DataError
-from kbert.tasks.base import Task, TrainingData, read_training_file
+import keras
+import numpy as np
+
+from kbert.builder import build_classifier
+from kbert.errors import DataError, KbertError
+from kbert.io import atomic_path
+from kbert.tokenizers import Tokenizer
+from kbert.training.data import Example, LabelMap, encode_examples, make_dataset, read_examples
+from kbert.training.metrics import precision_recall_f1
+from kbert.training.model_dir import load_model
+from kbert.training.task import Task, TrainingData, read_training_file
 
 
 class ClassificationTask(Task):
@@ -38,10 +55,114 @@ class ClassificationTask(Task):
                             str(valid_report) if valid_report else None)
 
     def build(self, bert, num_labels: int, options):
-        from kbert.builder import build_classifier
-
         return build_classifier(bert, num_labels)
 
     def compile_args(self, model) -> dict:
         return {"loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]}
 
+
+@dataclasses.dataclass
+class TrainedClassifier:
+    """A model directory, loaded: the classifier, its tokenizer, labels and maxlen."""
+
+    model: keras.Model
+    tokenizer: Tokenizer
+    labels: LabelMap
+    maxlen: int
+
+    def predict_proba(self, examples, batch_size: int = 64, bucketing: bool = True) -> np.ndarray:
+        """Class probabilities `[n, labels]`, in the order of `examples`.
+
+        With `bucketing`, the examples are batched in order of length (and the
+        results put back in input order), so each batch pads little.
+        """
+        if not examples:
+            raise KbertError("no texts to predict")
+        encoded = encode_examples(self.tokenizer, examples, self.maxlen)
+        order = np.argsort([len(ids) for ids, _ in encoded], kind="stable") if bucketing \
+            else np.arange(len(encoded))
+        data = make_dataset([encoded[index] for index in order], None, batch_size)
+        probabilities = np.empty((len(encoded), len(self.labels)), dtype=np.float32)
+        probabilities[order] = self.model.predict(data, verbose=0)
+        return probabilities
+
+
+def load_classifier(model_dir: str) -> TrainedClassifier:
+    """Loads a classifier's model directory written by `kbert train`."""
+    loaded = load_model(model_dir, ClassificationTask)
+    return TrainedClassifier(loaded.model, loaded.tokenizer, loaded.labels, loaded.options.maxlen)
+
+
+def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
+            batch_size: int = 64, bucketing: bool = True) -> List[dict]:
+    """The predicted label and its probability for each text (or pair)."""
+    if not len(texts):
+        raise KbertError("no texts to predict")
+    if text_pairs is not None and len(text_pairs) != len(texts):
+        raise KbertError(f"{len(texts)} texts but {len(text_pairs)} text pairs: give one pair "
+                         "(or None) per text")
+    classifier = load_classifier(model_dir)
+    pairs = text_pairs or [None] * len(texts)
+    examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
+    probabilities = classifier.predict_proba(examples, batch_size, bucketing)
+    best = probabilities.argmax(-1)
+    return [{"text": text, "label": classifier.labels.names[index], "probability": float(row[index])}
+            for text, index, row in zip(texts, best, probabilities)]
+
+
+def evaluate(model_dir: str, data_path: str, batch_size: int = 64, bucketing: bool = True) -> dict:
+    """Accuracy, per-class precision/recall/F1 and the confusion matrix on a labelled file."""
+    classifier = load_classifier(model_dir)
+    examples, report = read_examples(data_path)
+    truth = classifier.labels.ids(examples, data_path)
+    predicted = classifier.predict_proba(examples, batch_size, bucketing).argmax(-1)
+    return {"data": str(report), **classification_report(truth, predicted, classifier.labels.names)}
+
+
+def classification_report(truth: np.ndarray, predicted: np.ndarray, names: Sequence[str]) -> dict:
+    """Accuracy, per-class precision, recall, F1 and support, confusion matrix (rows: truth)."""
+    size = len(names)
+    confusion = np.zeros((size, size), dtype=np.int64)
+    np.add.at(confusion, (truth, predicted), 1)
+    per_class: Dict[str, dict] = {}
+    for index, name in enumerate(names):
+        per_class[name] = precision_recall_f1(int(confusion[index, index]), int(confusion[:, index].sum()),
+                                              int(confusion[index].sum()))
+    return {"accuracy": float(np.trace(confusion) / max(confusion.sum(), 1)), "classes": per_class,
+            "confusion": confusion.tolist(), "labels": list(names)}
+
+
+def export(model_dir: str, out: str) -> str:
+    """Exports a model directory as a TF SavedModel (or, for `*.keras`, a Keras file).
+
+    The SavedModel's `serving_default` signature takes int32 `token_ids` and
+    `segment_ids` of shape `[batch, length]` and returns `probabilities`.
+    Written to a temporary path first, then moved into place.
+    """
+    import tensorflow as tf  # the serving signature's tensor specs
+
+    if os.path.exists(out):
+        raise KbertError(f"{out}: already exists; choose a new path")
+    model = load_classifier(model_dir).model
+    if out.endswith(".keras"):
+        with atomic_path(out) as temporary:  # the temporary name ends in .keras too
+            model.save(temporary)
+        return out
+
+    def serve(token_ids, segment_ids):
+        return {"probabilities": model([token_ids, segment_ids], training=False)}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serving_default", serve, input_signature=[
+        tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+        tf.TensorSpec([None, None], tf.int32, name="segment_ids")])
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
+    try:
+        archive.write_out(os.path.join(staging, "model"), verbose=False)
+        os.replace(os.path.join(staging, "model"), out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out

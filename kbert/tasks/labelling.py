@@ -18,8 +18,9 @@ import dataclasses
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from kbert.data import DataReport, open_data, parse_rows
+from kbert.training.data import DataReport, open_data, parse_rows
 from kbert.errors import DataError
+from kbert.training.metrics import precision_recall_f1
 
 SCHEMES = {"BIO": {"B", "I"}, "BIOES": {"B", "I", "E", "S"}, "BMES": {"B", "M", "E", "S"}}
 Span = Tuple[str, int, int]
@@ -180,11 +181,5 @@ def entity_scores(truth: Sequence[Sequence[Span]], predicted: Sequence[Sequence[
         for entity in true_set:
             counts[entity[0]][2] += 1
     totals = [sum(column) for column in zip(*counts.values())] if counts else [0, 0, 0]
-    return {**{kind: _prf(*counts[kind]) for kind in sorted(counts)}, "overall": _prf(*totals)}
-
-
-def _prf(hits: int, predicted: int, true: int) -> dict:
-    precision = hits / predicted if predicted else 0.0
-    recall = hits / true if true else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "support": true}
+    return {**{kind: precision_recall_f1(*counts[kind]) for kind in sorted(counts)},
+            "overall": precision_recall_f1(*totals)}

@@ -31,13 +31,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.data import LabelMap, make_dataset
+from kbert.training.data import LabelMap, make_dataset
 from kbert.errors import DataError, KbertError
-from kbert.tasks.base import Task, TrainingData, read_training_file
+from kbert.models import naming
+from kbert.models.heads import DEFAULT_TOKEN_HEAD, TOKEN_HEADS
+from kbert.training.task import Task, TrainingData, read_training_file
 from kbert.tasks.labelling import (Span, TaggedSentence, detect_scheme, entity_scores, read_tagged,
                                    spans, tags_from_spans)
 
-HEADS = ("crf", "softmax", "global_pointer")
 UNITS = {"char": r"\S", "word": r"\S+"}
 
 
@@ -97,7 +98,7 @@ class UnitEncoder:
         maxlen: the longest chunk, `[CLS]` and `[SEP]` included.
 
     Example:
-    >>> from kbert.tokenizer import Tokenizer
+    >>> from kbert.tokenizers.wordpiece import Tokenizer
     >>> vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "北": 4, "京": 5, "play": 6, "##ing": 7}
     >>> encoder = UnitEncoder(Tokenizer(vocab), maxlen=5)
     >>> [(chunk.start, chunk.token_ids, chunk.owners) for chunk in encoder.chunks(["北", "京", "playing"])]
@@ -146,17 +147,21 @@ class NerTask(Task):
     """Sequence labelling of tagged files; the kept epoch is the best validation entity F1.
 
     Args:
-        head: one of `HEADS`.
+        head: one of `TOKEN_HEADS`.
     """
 
     name = "ner"
     score_name = "val_entity_f1"
     score_label = "validation entity F1"
 
-    def __init__(self, head: str = "crf"):
-        if head not in HEADS:
-            raise KbertError(f"unknown head {head!r}; expected one of {', '.join(HEADS)}")
+    def __init__(self, head: str = DEFAULT_TOKEN_HEAD):
+        if head not in TOKEN_HEADS:
+            raise KbertError(f"unknown head {head!r}; expected one of {', '.join(TOKEN_HEADS)}")
         self.head = head
+
+    @classmethod
+    def from_options(cls, options) -> "NerTask":
+        return cls(options.head)
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
@@ -191,7 +196,7 @@ class NerTask(Task):
 
     def compile_args(self, model) -> dict:
         if self.head == "crf":
-            crf = model.get_layer("CRF")
+            crf = model.get_layer(naming.CRF)
             return {"loss": crf.sparse_loss, "metrics": [crf.sparse_accuracy]}
         if self.head == "softmax":
             return {"loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]}
@@ -278,7 +283,7 @@ class SpanCrossEntropy:
     def call(self, y_true, y_pred):
         import tensorflow as tf
 
-        from kbert.losses import global_pointer_crossentropy
+        from kbert.training.losses import global_pointer_crossentropy
 
         y_true = tf.reshape(tf.cast(y_true, tf.int32), [tf.shape(y_pred)[0], -1, 3])
         rows = tf.where(y_true[:, :, 0] >= 0)  # [m, 2]: (example, entity)
@@ -342,7 +347,7 @@ class Tagger:
 
         emissions = self.model([token_ids, segment_ids], training=False)
         outside = [self.labels.names.index("O")]
-        return viterbi_decode(emissions, self.model.get_layer("CRF").trans, starts=outside, ends=outside)
+        return viterbi_decode(emissions, self.model.get_layer(naming.CRF).trans, starts=outside, ends=outside)
 
     def _decode_softmax(self, token_ids, segment_ids):
         import tensorflow as tf
@@ -359,9 +364,9 @@ class Tagger:
 
 def load_tagger(model_dir: str) -> Tagger:
     """The tagger of a model directory written by `kbert train --task ner`."""
-    from kbert.train import load_model
+    from kbert.training.model_dir import load_model
 
-    loaded = load_model(model_dir, "ner")
+    loaded = load_model(model_dir, NerTask)
     encoder = UnitEncoder(loaded.tokenizer, loaded.options.maxlen)
     return Tagger(loaded.model, encoder, loaded.labels, loaded.state)
 

@@ -24,9 +24,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.data import DataReport, LabelMap, make_dataset, open_data, parse_rows
+from kbert.training.data import DataReport, LabelMap, make_dataset, open_data, parse_rows
 from kbert.errors import KbertError
-from kbert.tasks.base import Task, TrainingData, read_training_file
+from kbert.training.task import Task, TrainingData, read_training_file
 
 IGNORED = 0  # the label of positions without a target token: [PAD]'s id, never a target
 
@@ -156,11 +156,16 @@ def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_n
 
     `max_new_tokens` defaults to what `maxlen` leaves after the longest source of a batch.
     """
-    from kbert.train import load_model
-
     if not len(sources):
         raise KbertError("no texts to predict")
-    return _generate(load_model(model_dir, "seq2seq"), sources, beam_size, max_new_tokens, batch_size)
+    return _generate(load_generator(model_dir), sources, beam_size, max_new_tokens, batch_size)
+
+
+def load_generator(model_dir: str):
+    """The model directory of `kbert train --task seq2seq`, loaded (`kbert.training.model_dir.TrainedModel`)."""
+    from kbert.training.model_dir import load_model
+
+    return load_model(model_dir, Seq2SeqTask)
 
 
 def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Optional[int],
@@ -190,9 +195,7 @@ def evaluate(model_dir: str, data_path: str, *, beam_size: int = 1, max_new_toke
     tokenizer and back (lower-cased if it lower-cases, `[UNK]` for unknown
     characters), and both texts without spaces (decoding re-spaces non-CJK text).
     """
-    from kbert.train import load_model
-
-    loaded = load_model(model_dir, "seq2seq")
+    loaded = load_generator(model_dir)
     pairs, report = read_pairs(data_path)
     generated = _generate(loaded, [pair.source for pair in pairs], beam_size, max_new_tokens, batch_size)
     tokenizer = loaded.tokenizer

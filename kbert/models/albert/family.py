@@ -11,7 +11,7 @@ import re
 from typing import List, Optional
 
 from kbert.models.bert.family import BertFamily
-from kbert.weights import E, WeightName
+from kbert.models.tables import E, WeightName
 
 # Google BERT's names inside a block -> Google ALBERT's names inside its one block.
 _BLOCK_SCOPE = "bert/encoder/transformer/group_0/inner_group_0"

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from kbert import naming
-from kbert.config import BertConfig
-from kbert.params import LayerParams
-from kbert.weights import H, I, V, WeightName, dense, embedding, norm, output_weights
+from kbert.models import naming
+from kbert.models.config import BertConfig
+from kbert.models.tables import H, I, V, LayerParams, WeightName, dense, embedding, norm, output_weights
 
 
 class BertFamily:

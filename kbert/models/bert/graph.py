@@ -14,7 +14,7 @@ from typing import Optional
 
 import keras
 
-from kbert import naming
+from kbert.models import naming
 from kbert.layers import (
     AttentionMask,
     BiasAdd,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import List
 
-from kbert import naming
+from kbert.models import naming
 from kbert.models.bert.family import BertFamily
-from kbert.params import LayerParams
-from kbert.weights import E, H, WeightName, dense
+from kbert.models.tables import E, H, LayerParams, WeightName, dense
 
 
 class ElectraFamily(BertFamily):

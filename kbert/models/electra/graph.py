@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from kbert import naming
+from kbert.models import naming
 from kbert.layers import get_activation
 from kbert.models.bert.graph import BertGraph
 

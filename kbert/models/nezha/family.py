@@ -6,11 +6,11 @@ import dataclasses
 import logging
 from typing import Any, ClassVar, List, Mapping
 
-from kbert import naming
-from kbert.config import BertConfig, check_positive_int
+from kbert.models import naming
+from kbert.models.config import BertConfig, check_positive_int
 from kbert.errors import ConfigError
 from kbert.models.bert.family import BertFamily
-from kbert.params import LayerParams
+from kbert.models.tables import LayerParams
 
 logger = logging.getLogger("kbert")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbert import naming
+from kbert.models import naming
 from kbert.layers import RelativePositionEmbedding
 from kbert.models.bert.graph import BertGraph
 from kbert.models.nezha.family import TABLE_DISTANCE

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import List
 
-from kbert.config import BertConfig
+from kbert.models.config import BertConfig
 from kbert.models.bert.family import BertFamily
-from kbert.params import LayerParams
+from kbert.models.tables import LayerParams
 
 
 class RoformerFamily(BertFamily):

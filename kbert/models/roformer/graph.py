@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbert import naming
+from kbert.models import naming
 from kbert.layers import SinusoidalPositionEmbedding
 from kbert.models.bert.graph import BertGraph
 

@@ -3,7 +3,7 @@
 Reading goes through TensorFlow's own checkpoint reader
 (`tf.train.load_checkpoint`); writing through `SaveV2`, which produces the
 same name-based TF1 layout as Google's releases (`bert/embeddings/...`,
-`cls/predictions/...`). Names come from the weight table in `kbert.weights`.
+`cls/predictions/...`). Names come from the weight table in `kbert.models.tables`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import tempfile
 from typing import Optional, Sequence
 
 from kbert.errors import CheckpointError, first_line
-from kbert.loader import LoadReport, TensorSource, load_into
+from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
 from kbert.io import replace_files
-from kbert.weights import GOOGLE, values_for
+from kbert.checkpoints.names import values_for
+from kbert.models.tables import GOOGLE
 
 _SUFFIXES = (".index", ".meta")
 _DATA_MARK = ".data-"

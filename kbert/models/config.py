@@ -15,7 +15,8 @@ import os
 from importlib import resources
 from typing import Any, ClassVar, List, Mapping, Optional, Union
 
-from kbert.errors import ConfigError
+from kbert.errors import ConfigError, check_whole_number
+from kbert.io import atomic_write_text
 
 # hidden_act spellings found in released configs -> the activation kbert uses.
 # "gelu" in Google's and Hugging Face's code is the exact (erf) form.
@@ -145,8 +146,6 @@ class BertConfig:
 
     def to_json_file(self, path: PathLike) -> None:
         """Writes the config as `bert_config.json` (atomically)."""
-        from kbert.io import atomic_write_text
-
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
@@ -167,18 +166,6 @@ def read_json_object(path: PathLike) -> dict:
     return values
 
 
-def load_config(config: Union[BertConfig, Mapping[str, Any], PathLike]) -> BertConfig:
-    """Accepts a `BertConfig`, a dict, or the path of a JSON config file.
-
-    The family's own config class is used (e.g. NEZHA's, with
-    `max_relative_position`); see `kbert.models.registry.resolve` to pick
-    the family too.
-    """
-    from kbert.models.registry import resolve
-
-    return resolve(config)[1]
-
-
 def bundled_config_path(name: str) -> str:
     """Path of a config shipped with kbert, e.g. `bundled_config_path("bert_base_chinese")`."""
     name = name if name.endswith(".json") else f"{name}.json"
@@ -192,9 +179,8 @@ def bundled_config_names() -> List[str]:
 
 
 def check_positive_int(value: Any, key: str, source: str) -> None:
-    """Raises a `ConfigError` naming `key` unless `value` is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{source}: key {key!r}: expected a positive integer, got {value!r}")
+    """Raises a `ConfigError` naming the file and `key` unless `value` is a positive integer."""
+    check_whole_number(value, f"{source}: key {key!r}", error=ConfigError)
 
 
 def _validate(values: Mapping[str, Any], source: str) -> None:
@@ -203,9 +189,7 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: missing required key(s) {', '.join(repr(k) for k in missing)}")
     for key in _POSITIVE_INTS:
         if values.get(key) is not None or (key in _REQUIRED and key in values):
-            value = values[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{source}: key {key!r}: expected a positive integer, got {value!r}")
+            check_positive_int(values[key], key, source)
     for key in _DROPOUTS:
         if key in values and not _is_probability(values[key]):
             raise ConfigError(f"{source}: key {key!r}: expected a number in [0, 1), got {values[key]!r}")

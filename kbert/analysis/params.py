@@ -21,39 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 from typing import Dict, FrozenSet, List, Optional
 
-from kbert import naming
-from kbert.config import BertConfig
+from kbert.models import naming
+from kbert.models.config import BertConfig
+from kbert.models.registry import resolve
+from kbert.models.tables import GROUPS, SYMBOL, LayerParams, expand_formula, symbol_values
 
-GROUPS = ("embeddings", "encoder", "pooler", "heads")
-_SYMBOL = re.compile(r"\b[VHIPTLCEA]\b")
-# The config key behind each symbol (C, the number of labels, is not a config key).
-SYMBOL_KEYS = {"V": "vocab_size", "H": "hidden_size", "I": "intermediate_size",
-               "L": "num_hidden_layers", "P": "max_position_embeddings", "T": "type_vocab_size",
-               "E": "embedding_size", "A": "num_attention_heads"}
 # Symbols every table names; the others only where a formula uses them.
 _ALWAYS_SHOWN = ("V", "H", "I", "L", "P", "T")
-
-
-@dataclasses.dataclass(frozen=True)
-class LayerParams:
-    """One layer's expected parameter count.
-
-    Attributes:
-        name: the bert4keras layer name.
-        group: one of `GROUPS`.
-        formula: the count in symbols, e.g. `4·(H·H + H)`.
-        params: the count for this config.
-        note: why the formula is what it is, when that is not obvious.
-    """
-
-    name: str
-    group: str
-    formula: str
-    params: int
-    note: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,23 +60,16 @@ class ParamAnalysis:
 
     @property
     def symbols(self) -> Dict[str, int]:
-        config = self.config
-        return {
-            "V": config.vocab_size, "H": config.hidden_size, "I": config.intermediate_size,
-            "L": config.num_hidden_layers, "P": config.max_position_embeddings,
-            "T": config.type_vocab_size, "C": self.num_labels, "E": config.embedding_width,
-            "A": config.num_attention_heads,
-        }
+        return symbol_values(self.config, self.num_labels)
 
     def shown_symbols(self) -> Dict[str, int]:
         """The symbols a table header names: the usual ones, plus those the formulas use."""
-        used = {symbol for layer in self.layers for symbol in _SYMBOL.findall(layer.formula)}
+        used = {symbol for layer in self.layers for symbol in SYMBOL.findall(layer.formula)}
         return {key: value for key, value in self.symbols.items() if key in _ALWAYS_SHOWN or key in used}
 
     def expand(self, formula: str) -> str:
         """The formula with each symbol replaced by its value."""
-        symbols = self.symbols
-        return _SYMBOL.sub(lambda match: str(symbols[match.group()]), formula)
+        return expand_formula(formula, self.symbols)
 
     def group_totals(self) -> Dict[str, int]:
         """Parameters per group, in `GROUPS` order, groups with none left out."""
@@ -149,8 +118,6 @@ def analyze(
         with_pool, with_nsp, with_mlm, with_discriminator: the heads, as for
             the builder (`with_nsp` implies the pooler).
     """
-    from kbert.models.registry import resolve
-
     family, config = resolve(config, model)
     with_pool = with_pool or with_nsp
     layers = family.layer_params(config, with_pool=with_pool, with_nsp=with_nsp, with_mlm=with_mlm,

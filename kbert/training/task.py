@@ -1,8 +1,10 @@
-"""What `kbert train` asks of a task: its data, its model, its loss, its validation score.
+"""What the training run asks of a task: its data, its model, its loss, its validation score.
 
-`kbert.train.train` owns the run (checks, `OUT.partial/`, resume, Ctrl-C, the
-best epoch); a `Task` owns everything that differs between classification and
-sequence labelling. `kbert.tasks.get_task` picks one by name.
+`kbert.training.loop.train_task` owns the run (checks, `OUT.partial/`,
+resume, Ctrl-C, the best epoch) and receives a `Task` class; the task owns
+everything that differs between classification, sequence labelling and
+seq2seq. The tasks themselves live in `kbert.tasks`, above this wing:
+`kbert.tasks.get_task` picks one by name.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dataclasses
 import logging
 from typing import Callable, Dict, List, Optional
 
-from kbert.data import LabelMap
+from kbert.training.data import LabelMap
 
 
 def read_training_file(reader: Callable, path: str, skip_malformed: bool):
@@ -57,6 +59,11 @@ class Task(abc.ABC):
     name = ""
     score_name = ""
     score_label = ""
+
+    @classmethod
+    def from_options(cls, options) -> "Task":
+        """The task for `TrainingOptions` (a tagger reads its head from them)."""
+        return cls()
 
     def backbone_args(self) -> dict:
         """Keywords for `build_transformer_model` beyond the config and checkpoint (e.g. an application)."""

@@ -36,6 +36,10 @@ DISCRIMINATOR_PREDICTION = "Discriminator-Prediction"
 # tutorials): the [CLS] vector, then a softmax Dense.
 CLS_TOKEN = "CLS-token"
 CLASSIFIER_DENSE = "dense_output"
+# A tagger's heads (`build_token_classifier`): emissions then a CRF, or span scores.
+EMISSIONS_DENSE = "dense_emissions"
+CRF = "CRF"
+GLOBAL_POINTER = "global_pointer"
 
 ATTENTION = "MultiHeadSelfAttention"
 FEED_FORWARD = "FeedForward"

@@ -1,86 +1,22 @@
-"""Kbert's weights and their names in checkpoints: the table rows, and lookups through a model's family.
+"""Lookups in the weight tables through a model's family: which checkpoint name each variable has.
 
-Every Keras variable of a kbert model (by its path, e.g.
-`Transformer-0-FeedForward/intermediate/kernel`) maps to a variable of the
-family's original TF checkpoint (`bert/encoder/layer_0/intermediate/dense/kernel`)
-and, where kbert knows the family's Hugging Face layout, a Hugging Face tensor
-(`encoder.layer.0.intermediate.dense.weight`, stored transposed as PyTorch's
-Linear does). Each family owns its table (`kbert.models.<family>.family`);
-loading, saving, inspecting and converting all read it through the functions
-here, and no other module spells these names.
+Each family writes its table (`WeightName` rows, `kbert.models.tables`) in
+its own folder (`kbert.models.<family>.family`); loading, saving, inspecting
+and converting read it through the functions here: the rows of a built
+model, the names a checkpoint of L blocks can hold, the family a
+checkpoint's names belong to.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-
-GOOGLE, HF = "google", "hf"
-
-
-@dataclasses.dataclass(frozen=True)
-class WeightName:
-    """Where one Keras variable lives in the two checkpoint formats.
-
-    Attributes:
-        path: the Keras variable path (`layer/.../name`).
-        google: the Google checkpoint variable name.
-        hf: the Hugging Face tensor name, without the `bert.` prefix (None:
-            kbert does not know this family's Hugging Face layout).
-        google_transposed: Google stores the transpose of the Keras kernel.
-        hf_transposed: Hugging Face stores the transpose (every Linear weight).
-        axes: for each Keras axis, the config key that sets its size.
-    """
-
-    path: str
-    google: str
-    hf: Optional[str]
-    google_transposed: bool
-    hf_transposed: bool
-    axes: Tuple[str, ...]
-
-    def name(self, fmt: str) -> Optional[str]:
-        return self.google if fmt == GOOGLE else self.hf
-
-    def renamed(self, google: str) -> "WeightName":
-        """The same variable under another family's checkpoint name (no Hugging Face name)."""
-        return dataclasses.replace(self, google=google, hf=None)
-
-    def transposed(self, fmt: str) -> bool:
-        return self.google_transposed if fmt == GOOGLE else self.hf_transposed
-
-
-H, V, I, E = "hidden_size", "vocab_size", "intermediate_size", "embedding_size"
-
-
-def dense(path: str, google: str, hf: Optional[str], axes: Tuple[str, str]) -> List[WeightName]:
-    return [
-        WeightName(f"{path}/kernel", f"{google}/kernel", hf and f"{hf}.weight", False, True, axes),
-        WeightName(f"{path}/bias", f"{google}/bias", hf and f"{hf}.bias", False, False, axes[1:]),
-    ]
-
-
-def output_weights(path: str, google_scope: str, hf: str, axes: Tuple[str, str]) -> List[WeightName]:
-    """Google's NSP and run_classifier heads: `[outputs, H]` output_weights and output_bias."""
-    return [
-        WeightName(f"{path}/kernel", f"{google_scope}output_weights", f"{hf}.weight", True, True, axes),
-        WeightName(f"{path}/bias", f"{google_scope}output_bias", f"{hf}.bias", False, False, axes[1:]),
-    ]
-
-
-def norm(path: str, google: str, hf: str, width: str = H) -> List[WeightName]:
-    return [
-        WeightName(f"{path}/gamma", f"{google}/gamma", f"{hf}.weight", False, False, (width,)),
-        WeightName(f"{path}/beta", f"{google}/beta", f"{hf}.bias", False, False, (width,)),
-    ]
-
-
-def embedding(path: str, google: str, hf: str, rows: str, width: str = H) -> WeightName:
-    return WeightName(f"{path}/embeddings", google, f"{hf}.weight", False, False, (rows, width))
+from kbert.errors import CheckpointError
+from kbert.models.registry import get_family
+from kbert.models.tables import HF, WeightName
 
 
 def weight_names(model) -> List[WeightName]:
@@ -106,8 +42,6 @@ def weight_names(model) -> List[WeightName]:
 def check_hf_names(family, context: str, outcome: str) -> None:
     """Raises `CheckpointError` (starting with `context`, ending with `outcome`) unless kbert knows
     the family's Hugging Face names (BERT and RoBERTa so far)."""
-    from kbert.errors import CheckpointError
-
     if not family.knows_hf_names:
         raise CheckpointError(f"{context}: kbert knows Hugging Face safetensors names for BERT and RoBERTa "
                               f"only; for model={family.name!r} use its original TF checkpoint. {outcome}")
@@ -120,8 +54,6 @@ def weight_names_in(model, fmt: str) -> List[WeightName]:
     Face names, or when two variables would share one name (ALBERT's layout
     holds one block; `albert_unshared` has one per layer).
     """
-    from kbert.errors import CheckpointError
-
     family = family_of(model)
     rows = weight_names(model)
     if fmt == HF:
@@ -155,8 +87,6 @@ def layer_of(path: str) -> str:
 
 def family_of(model):
     """The family (`kbert.models.registry`) of a model from kbert's builders; BERT for other models."""
-    from kbert.models.registry import get_family
-
     return get_family(getattr(model, "family", "bert"))
 
 
@@ -167,8 +97,6 @@ def known_names(fmt: str, num_layers: int, family=None) -> Dict[str, str]:
     `kbert inspect`), without building a model. `family` defaults to BERT.
     """
     if family is None:
-        from kbert.models.registry import get_family
-
         family = get_family("bert")
     return {row.name(fmt): row.path for layer in family.weight_layers(num_layers)
             for row in family.layer_weights(layer) if row.name(fmt)}

@@ -20,12 +20,14 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from kbert.errors import CheckpointError, first_line
-from kbert.weights import (GOOGLE, WeightName, block_count, check_hf_names, config_key_for, family_named_by, family_of, layer_of,
-                           weight_names)
+from kbert.models import naming
+from kbert.checkpoints.names import (block_count, check_hf_names, config_key_for, family_named_by, family_of,
+                                    layer_of, weight_names)
+from kbert.models.tables import GOOGLE, HF, WeightName
 
 logger = logging.getLogger("kbert")
 
-_FORMAT_LABEL = {GOOGLE: "Google checkpoint", "hf": "safetensors file"}
+_FORMAT_LABEL = {GOOGLE: "Google checkpoint", HF: "safetensors file"}
 
 
 @dataclasses.dataclass
@@ -178,12 +180,12 @@ def _missing_hint(source: TensorSource, missing: List[WeightName], family) -> Op
     if all(name.startswith(("cls/", "cls.")) for name in names):
         return (f"this checkpoint has no {names[0].split('/')[0].split('.')[0]}* variables for "
                 f"{', '.join(layers)}: build without with_mlm/with_nsp")
-    if layers == ["Pooler-Dense"]:
+    if layers == [naming.POOLER_DENSE]:
         return "this checkpoint has no pooler: build without with_pool"
-    if layers == ["dense_output"]:
+    if layers == [naming.CLASSIFIER_DENSE]:
         return ("this checkpoint has no classifier head: load it into the backbone, then call "
                 "build_classifier")
-    if all(layer.startswith("Transformer-") for layer in layers):
+    if all(naming.parse_block(layer) for layer in layers):
         blocks = block_count(source.shapes)
         if blocks:
             return (f"the checkpoint has {blocks} Transformer blocks: "

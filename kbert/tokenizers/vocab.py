@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from kbert.errors import KbertError
 from kbert.io import atomic_write_text
-from kbert.tokenizer import is_cjk_character, is_punctuation
+from kbert.tokenizers.wordpiece import is_cjk_character, is_punctuation
 
 
 def load_vocab(

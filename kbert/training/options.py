@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from kbert.models.heads import DEFAULT_TOKEN_HEAD
+
 
 @dataclasses.dataclass
 class TrainingOptions:
@@ -63,5 +65,5 @@ class TrainingOptions:
     ema: bool = False
     grad_accum: int = 1
     task: str = "classify"
-    head: str = "crf"
+    head: str = DEFAULT_TOKEN_HEAD
     crf_lr_multiplier: float = 100.0

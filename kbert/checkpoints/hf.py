@@ -4,7 +4,7 @@ Reads and writes with the `safetensors` library (NumPy; no PyTorch needed).
 Accepts the tensors of a `BertModel` (`embeddings.word_embeddings.weight`,
 ...) and of a `BertForPreTraining` (`bert.` prefix, `cls.*` heads), and the
 `gamma`/`beta` LayerNorm names of older conversions. Linear weights are
-stored transposed (`[out, in]`); the weight table in `kbert.weights` says
+stored transposed (`[out, in]`); the weight table in `kbert.models.tables` says
 which.
 """
 
@@ -17,8 +17,9 @@ import numpy as np
 
 from kbert.errors import CheckpointError, first_line
 from kbert.io import atomic_path
-from kbert.loader import LoadReport, TensorSource, load_into
-from kbert.weights import HF, values_for
+from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
+from kbert.checkpoints.names import values_for
+from kbert.models.tables import HF
 
 WEIGHTS_NAME = "model.safetensors"
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",

@@ -1,0 +1,156 @@
+"""`build_transformer_model`: a BERT-family backbone with bert4keras's layer names, and its checkpoint.
+
+It resolves the family (`kbert.models.registry`), checks the application,
+heads and memory, lets the family's graph build the backbone
+(`kbert.models.<family>.graph`), and loads a checkpoint (`kbert.checkpoints`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from typing import Optional, Sequence, Union
+
+import keras
+
+from kbert.checkpoints.formats import load_weights
+from kbert.errors import ConfigError
+from kbert.models.config import BertConfig
+from kbert.models.heads import Heads
+from kbert.models.registry import resolve
+from kbert.models.tables import SYMBOL_KEYS, expand_formula, symbol_values
+from kbert.models.transformer import Transformer
+
+
+def build_transformer_model(
+    config=None,
+    checkpoint_path: Optional[str] = None,
+    model: Optional[str] = None,
+    application: str = "encoder",
+    return_keras_model: bool = True,
+    *,
+    config_path=None,
+    with_pool: bool = False,
+    with_nsp: bool = False,
+    with_mlm: Union[bool, str] = False,
+    with_discriminator: bool = False,
+    keep_tokens: Optional[Sequence[int]] = None,
+    segment_vocab_size: Optional[int] = None,
+    name: str = "bert",
+) -> "keras.Model | Transformer":
+    """Builds a BERT-family model, optionally loading its original checkpoint.
+
+    The positional order and keyword names are bert4keras's, so its calls
+    carry over: `build_transformer_model(config_path=..., checkpoint_path=...,
+    model="albert", with_mlm="linear", keep_tokens=...)`.
+
+    Args:
+        config: a `BertConfig`, a dict, or the path of a `bert_config.json`
+            (`config_path=` is the same, under bert4keras's name).
+        checkpoint_path: weights to load into the model: the family's original
+            TF checkpoint (prefix, one of its files, or its directory) or, for
+            BERT, Hugging Face safetensors (a `.safetensors` file or its directory).
+        model: the family, by bert4keras's name: `"bert"`, `"roberta"` (BERT's
+            layout), `"albert"`, `"albert_unshared"`, `"nezha"`, `"roformer"`,
+            `"electra"`. Default: the config's `model_type` (Hugging Face's
+            key), else BERT.
+        application: `"encoder"`; `"lm"` (each token attends to itself and the
+            tokens before it: `Attention-LM-Mask`) or `"unilm"` (segment-0 source
+            tokens attend to the source, segment-1 target tokens to the source
+            and the target up to themselves: `Attention-UniLM-Mask`), for every
+            family but ELECTRA.
+        return_keras_model: return the `keras.Model`; False returns a
+            `Transformer` holding it (bert4keras's `.model`, `.inputs`, ...).
+        with_pool: add the pooler (`Pooler`, `Pooler-Dense`, tanh).
+        with_nsp: add the next-sentence head `NSP-Proba` (implies the pooler).
+        with_mlm: add the masked-LM head, tied to `Embedding-Token`: True (or
+            `"softmax"`) for probabilities, `"linear"` for logits.
+        with_discriminator: ELECTRA's replaced-token head (`Discriminator-Dense`,
+            `Discriminator-Prediction`, sigmoid).
+        keep_tokens: ids of the checkpoint's vocabulary rows to keep, e.g.
+            from `load_vocab(..., simplified=True)`; the model's vocabulary is
+            then these rows (`vocab_size` becomes `len(keep_tokens)`).
+        segment_vocab_size: segment ids the model takes (default: the config's
+            `type_vocab_size`); 0 builds a model on token ids alone.
+        name: the model's name.
+
+    Returns:
+        A `keras.Model` on inputs `[token_ids, segment_ids]` (or
+        `[token_ids]`). Its output is, as in bert4keras: the sequence output
+        `[batch, seq, H]` for the bare backbone; else the pooled/NSP output,
+        the MLM probabilities, or the list `[pooled or NSP, MLM]` when both
+        heads are built; ELECTRA's discriminator gives `[batch, seq, 1]`.
+
+    Example:
+    >>> bert = build_transformer_model("configs/bert_base_chinese.json")
+    >>> bert.count_params()
+    101677056
+    >>> albert = build_transformer_model("configs/albert_tiny_zh.json", model="albert")
+    >>> albert.count_params(), albert.get_layer("Transformer-FeedForward").count_params()
+    (3982864, 780312)
+    >>> mlm = build_transformer_model(config_path="configs/bert_tiny.json", with_mlm="linear",
+    ...                               segment_vocab_size=0, return_keras_model=False)
+    >>> [tensor.name for tensor in mlm.inputs], mlm.model.get_layer("MLM-Activation").activation.__name__
+    (['Input-Token'], 'linear')
+    """
+    family, config = resolve(_one_config(config, config_path), model)
+    if keep_tokens is not None:  # as bert4keras: the kept rows are the model's vocabulary
+        config = dataclasses.replace(config, vocab_size=len(keep_tokens))
+    _check_application(family, application, segment_vocab_size)
+    heads = Heads.from_flags(with_pool, with_nsp, with_mlm, with_discriminator)
+    _check_heads(family, heads)
+    segment_vocab_size = config.type_vocab_size if segment_vocab_size is None else segment_vocab_size
+    _check_fits_in_memory(family, config, heads)
+    module, graph_class = family.graph.split(":")
+    graph = getattr(importlib.import_module(module), graph_class)(family, config, heads, segment_vocab_size,
+                                                                  application)
+    built = graph.build(name)
+    if checkpoint_path is not None:
+        load_weights(built, checkpoint_path, keep_tokens=keep_tokens)
+    return built if return_keras_model else Transformer(built, config)
+
+
+def _one_config(config, config_path):
+    if config is not None and config_path is not None:
+        raise TypeError("build_transformer_model: pass the config once (config or config_path=)")
+    if config is None and config_path is None:
+        raise TypeError("build_transformer_model: missing the config (a path, dict or BertConfig)")
+    return config if config is not None else config_path
+
+
+def _check_application(family, application: str, segment_vocab_size: Optional[int]) -> None:
+    if application not in family.applications:
+        raise ConfigError(f"application={application!r}: model={family.name!r} builds "
+                          f"{', '.join(repr(name) for name in family.applications)}")
+    if application == "unilm" and segment_vocab_size == 0:
+        raise ConfigError("application='unilm' reads the segment ids (0: source, 1: target); "
+                          "it cannot be built with segment_vocab_size=0")
+
+
+def _check_heads(family, heads: Heads) -> None:
+    """Rejects a head the family does not have (ELECTRA: no pooler or MLM; only ELECTRA: discriminator)."""
+    wrong = [flag for flag, wanted in heads.flags().items() if wanted and flag not in family.heads]
+    if wrong:
+        raise ConfigError(f"model={family.name!r} has no {', '.join(wrong)} head; "
+                          f"it builds {', '.join(family.heads)}")
+
+
+def _check_fits_in_memory(family, config: BertConfig, heads: Heads) -> None:
+    """Fails at once, naming the largest layer, when the weights alone exceed the machine's memory.
+
+    Keras would otherwise spend a long time initializing before running out of memory.
+    """
+    flags = heads.flags()
+    layers = family.layer_params(config, **{**flags, "with_mlm": bool(flags["with_mlm"])})
+    bytes_per_value = 4  # float32 variables, also under mixed precision
+    needed = sum(layer.params for layer in layers) * bytes_per_value
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > available:
+        largest = max(layers, key=lambda layer: layer.params)
+        keys = [SYMBOL_KEYS[symbol] for symbol in SYMBOL_KEYS if symbol in largest.formula]
+        raise ConfigError(
+            f"the model's weights need {needed / 2**30:,.1f} GB, more than this machine's "
+            f"{available / 2**30:,.1f} GB of memory; the largest layer, {largest.name}, holds "
+            f"{largest.formula} = {expand_formula(largest.formula, symbol_values(config))} values "
+            f"({largest.params * bytes_per_value / 2**30:,.1f} GB): check {' and '.join(keys)}")

@@ -1,0 +1,83 @@
+"""Converts a weights file between formats: Google checkpoint <-> Hugging Face safetensors.
+
+A conversion builds the kbert model that the source holds (backbone plus the
+heads whose weights are present), loads the source into it with all checks,
+and writes the other format with its config and vocabulary beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+from kbert.builder.backbone import build_transformer_model
+from kbert.checkpoints.formats import GOOGLE_CONFIG, GOOGLE_PREFIX, HF_CONFIG, VOCAB, find_config, heads_in, open_weights
+from kbert.checkpoints.google import save_google_checkpoint
+from kbert.checkpoints.hf import save_hf_weights
+from kbert.checkpoints.loader import TensorSource, load_into
+from kbert.checkpoints.names import check_hf_names
+from kbert.errors import CheckpointError
+from kbert.io import atomic_copy, atomic_write_text, is_occupied, replace_directory
+from kbert.models.config import BertConfig
+from kbert.models.heads import Heads
+from kbert.models.registry import resolve
+from kbert.models.tables import GOOGLE
+
+
+def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
+            config_path: Optional[str] = None, overwrite: bool = False, model: Optional[str] = None) -> dict:
+    """Converts a Google checkpoint to Hugging Face safetensors, or the reverse.
+
+    `model` is the family (default: the config's `model_type`, else BERT).
+    `out` is a directory, new or empty (or, with `overwrite`, replaced whole);
+    it receives the weights, the config in the target format's name, and
+    `vocab.txt` when the source has one beside it. The files are written into
+    a temporary directory beside `out` and moved there together, so `out`
+    never holds a mix of two models. Returns a description of what was written.
+    """
+    out = os.path.normpath(os.fspath(out))
+    if is_occupied(out) and not overwrite:
+        raise CheckpointError(f"{out}: already exists and is not empty; converting into it would mix "
+                              "two models' files. Choose a new directory, or pass --overwrite to "
+                              "replace it")
+    source = open_weights(src)
+    family, config = resolve(config_path or find_config(source), model)
+    check_hf_names(family, f"{source.path}: converting model={family.name!r}", "Nothing was written")
+    heads = heads_in(source, family)
+    built = build_transformer_model(config, model=family.name, **heads.flags())
+    report = load_into(built, source)
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
+    try:
+        weights, written_config = _write_converted(built, source, config, heads, staging)
+        vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)
+        if os.path.exists(vocab):
+            atomic_copy(vocab, os.path.join(staging, VOCAB))
+        replace_directory(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    weights, written_config = (os.path.join(out, os.path.relpath(path, staging))
+                               for path in (weights, written_config))
+    return {"source": source.path, "weights": weights, "config": written_config,
+            "variables": len(report.loaded), "params": built.count_params(),
+            "heads": {flag: bool(value) for flag, value in heads.flags().items()}, "unused": report.describe_unused()}
+
+
+def _write_converted(model, source: TensorSource, config: BertConfig, heads: Heads, out: str):
+    """Writes the model in the format that `source` is not; returns (weights, config) paths."""
+    if source.fmt == GOOGLE:
+        weights = save_hf_weights(model, out)
+        architecture = "BertForPreTraining" if heads.mlm or heads.nsp else "BertModel"
+        written_config = os.path.join(out, HF_CONFIG)
+        atomic_write_text(written_config, json.dumps(
+            {**config.to_dict(), "model_type": "bert", "architectures": [architecture]},
+            indent=2, sort_keys=True) + "\n")
+        return weights, written_config
+    weights = save_google_checkpoint(model, os.path.join(out, GOOGLE_PREFIX))
+    written_config = os.path.join(out, GOOGLE_CONFIG)
+    config.to_json_file(written_config)
+    return weights, written_config

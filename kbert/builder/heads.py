@@ -1,0 +1,94 @@
+"""The task heads of the bert4keras tutorials, on a backbone from `build_transformer_model`.
+
+`build_classifier` puts a softmax on `[CLS]` (or the pooled output);
+`build_token_classifier` puts a tagger's head on every token: softmax, CRF or
+GlobalPointer.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from kbert.errors import check_whole_number
+from kbert.layers import ConditionalRandomField, GlobalPointer, TakeToken
+from kbert.models import naming
+from kbert.models.heads import DEFAULT_TOKEN_HEAD, TOKEN_HEADS
+from kbert.models.transformer import id_model, initializer_of
+
+
+def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classifier") -> keras.Model:
+    """Adds the classification head of the bert4keras tutorials to a backbone.
+
+    On a backbone whose output is the sequence output, the head is `CLS-token`
+    (the `[CLS]` hidden state) then `dense_output` (Dense, softmax). On one
+    built `with_pool=True`, `dense_output` reads the pooled output.
+
+    Args:
+        bert: a model from `build_transformer_model`.
+        num_labels: number of classes.
+        name: the classifier's name.
+
+    Example:
+    >>> from kbert import build_transformer_model
+    >>> bert = build_transformer_model("configs/bert_base_chinese.json")
+    >>> build_classifier(bert, num_labels=2).count_params()
+    101678594
+    """
+    check_whole_number(num_labels, "num_labels", error=ValueError)
+    features = bert.output
+    if isinstance(features, (list, tuple)):
+        raise ValueError("build_classifier expects a backbone with one output (no MLM/NSP heads)")
+    if len(features.shape) == 3:
+        features = TakeToken(0, name=naming.CLS_TOKEN)(features)
+    # float32 even under a mixed-precision policy: a stable softmax and loss.
+    probabilities = keras.layers.Dense(
+        num_labels, activation="softmax", kernel_initializer=initializer_of(bert),
+        name=naming.CLASSIFIER_DENSE, dtype="float32")(features)
+    return id_model(bert.inputs, probabilities, getattr(bert, "family", "bert"), name)
+
+
+def build_token_classifier(bert: keras.Model, num_labels: int, *, head: str = DEFAULT_TOKEN_HEAD, head_size: int = 64,
+                           crf_lr_multiplier: float = 1, name: str = "token_classifier") -> keras.Model:
+    """Adds a sequence-labelling head to a backbone's sequence output.
+
+    Heads (`TOKEN_HEADS`), with bert4keras's recipes:
+    - `"softmax"`: `dense_output`, a softmax over `num_labels` tags per token;
+    - `"crf"`: `dense_emissions` then `CRF` (`ConditionalRandomField`); train
+      with `model.get_layer("CRF").sparse_loss`, decode with `viterbi_decode`;
+    - `"global_pointer"`: `global_pointer`, span scores `[batch, num_labels, n, n]`
+      (`num_labels` entity types); train with `kbert.training.losses.global_pointer_crossentropy`.
+
+    Args:
+        bert: a backbone from `build_transformer_model` (sequence output, no heads).
+        num_labels: tags (softmax, crf) or entity types (global_pointer).
+        head: one of `TOKEN_HEADS`.
+        head_size: GlobalPointer's query/key width.
+        crf_lr_multiplier: the CRF transitions' learning-rate multiplier.
+        name: the model's name.
+
+    Example:
+    >>> from kbert import build_transformer_model
+    >>> bert = build_transformer_model("configs/bert_tiny.json")
+    >>> tagger = build_token_classifier(bert, 7, head="crf")
+    >>> [layer.name for layer in tagger.layers[-2:]], tagger.output.shape
+    (['dense_emissions', 'CRF'], (None, None, 7))
+    """
+    check_whole_number(num_labels, "num_labels", error=ValueError)
+    if head not in TOKEN_HEADS:
+        raise ValueError(f"head: expected one of {', '.join(TOKEN_HEADS)}, got {head!r}")
+    features = bert.output
+    if isinstance(features, (list, tuple)) or len(features.shape) != 3:
+        raise ValueError("build_token_classifier needs a backbone whose output is the sequence output "
+                         "(built without with_pool, with_nsp or with_mlm)")
+    initializer = initializer_of(bert)
+    if head == "softmax":
+        # float32 even under a mixed-precision policy: a stable softmax and loss.
+        outputs = keras.layers.Dense(num_labels, activation="softmax", kernel_initializer=initializer,
+                                     name=naming.CLASSIFIER_DENSE, dtype="float32")(features)
+    elif head == "crf":
+        emissions = keras.layers.Dense(num_labels, kernel_initializer=initializer, name=naming.EMISSIONS_DENSE)(features)
+        outputs = ConditionalRandomField(lr_multiplier=crf_lr_multiplier, name=naming.CRF)(emissions)
+    else:
+        outputs = GlobalPointer(num_labels, head_size, kernel_initializer=initializer,
+                                name=naming.GLOBAL_POINTER)(features)
+    return id_model(bert.inputs, outputs, getattr(bert, "family", "bert"), name)

@@ -1,0 +1,106 @@
+"""Which format a weights file is in, which family and heads its names belong to, what it holds.
+
+`load_weights` opens either format by its path; `kbert inspect` lists a
+file's tensors with the kbert variable each would feed
+(`inspect_weights`); `kbert.builder.convert` builds the model a file holds
+from `heads_in` and `find_config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from kbert.checkpoints.google import open_google_checkpoint
+from kbert.checkpoints.hf import open_safetensors
+from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
+from kbert.checkpoints.names import block_count, family_named_by, known_names, layer_of
+from kbert.errors import CheckpointError
+from kbert.models import naming
+from kbert.models.heads import Heads
+from kbert.models.registry import get_family
+from kbert.models.tables import GOOGLE, HF
+
+GOOGLE_CONFIG, HF_CONFIG, VOCAB = "bert_config.json", "config.json", "vocab.txt"
+GOOGLE_PREFIX = "bert_model.ckpt"
+
+
+def detect_format(path: "str | os.PathLike[str]") -> str:
+    """`"hf"` for a safetensors file or a directory holding one, else `"google"`."""
+    path = os.fspath(path)
+    if path.endswith(".safetensors"):
+        return HF
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "model.safetensors")):
+        return HF
+    return GOOGLE
+
+
+def open_weights(path: "str | os.PathLike[str]") -> TensorSource:
+    """A Google checkpoint or a safetensors file, whichever `path` is."""
+    if detect_format(path) == HF:
+        return open_safetensors(path)
+    return open_google_checkpoint(path)
+
+
+def load_weights(model, path: "str | os.PathLike[str]", keep_tokens=None) -> LoadReport:
+    """Loads a Google checkpoint or Hugging Face safetensors, detected from `path`."""
+    return load_into(model, open_weights(path), keep_tokens=keep_tokens)
+
+
+def detect_family(source: TensorSource, model: Optional[str] = None):
+    """The family whose names a weights file uses: `model` if given, else recognised from the names.
+
+    ELECTRA (`electra/…`) and ALBERT (`…/transformer/group_0/…`) have names of
+    their own; NEZHA and RoFormer use BERT's, so they are read as BERT unless
+    `model` says otherwise.
+    """
+    return get_family(model or family_named_by(source.shapes))
+
+
+def kbert_paths(source: TensorSource, family=None) -> Dict[str, str]:
+    """Tensor name -> the kbert variable it would feed, for every tensor kbert knows."""
+    mapping = known_names(source.fmt, block_count(source.shapes), family or detect_family(source))
+    return {name: mapping[name] for name in source.shapes if name in mapping}
+
+
+def heads_in(source: TensorSource, family=None) -> Heads:
+    """The heads whose weights are all in `source`."""
+    layers = {layer_of(path) for path in kbert_paths(source, family).values()}
+    return Heads.from_flags(with_pool=naming.POOLER_DENSE in layers, with_nsp=naming.NSP_PROBA in layers,
+                            with_mlm=naming.MLM_DENSE in layers,
+                            with_discriminator=naming.DISCRIMINATOR_DENSE in layers)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsVariable:
+    """One tensor of a weights file, for `kbert inspect`."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    kbert_path: Optional[str]  # the kbert variable it feeds; None if unused
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+def inspect_weights(source: TensorSource, family=None) -> List[WeightsVariable]:
+    """Every tensor of a checkpoint or safetensors file, with the kbert variable it feeds (as `family` reads it)."""
+    paths = kbert_paths(source, family)
+    return [WeightsVariable(name, source.shapes[name], source.dtypes[name], paths.get(name))
+            for name in sorted(source.shapes)]
+
+
+def find_config(source: TensorSource) -> str:
+    """The config file beside a weights file (`bert_config.json` or `config.json`)."""
+    directory = os.path.dirname(os.path.abspath(source.path))
+    for name in (GOOGLE_CONFIG, HF_CONFIG):
+        candidate = os.path.join(directory, name)
+        if os.path.exists(candidate):
+            return candidate
+    raise CheckpointError(f"{directory}: no {GOOGLE_CONFIG} or {HF_CONFIG} beside "
+                          f"{os.path.basename(source.path)}; pass the config explicitly")

@@ -1,0 +1,97 @@
+"""Argument helpers every command shares: number types, the help formatter, model and output options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Optional
+
+from kbert.errors import ConfigError, is_whole_number
+from kbert.models.config import BertConfig, bundled_config_names, bundled_config_path
+from kbert.models.registry import FAMILIES, resolve
+
+DEFAULT_CONFIG = "bert_base_chinese.json"
+
+
+class HelpWithDefaults(argparse.HelpFormatter):
+    """Ends every option's help with its default (unless the help already names it)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.required or action.default is argparse.SUPPRESS \
+                or (not action.option_strings and action.nargs != "?"):
+            return text
+        if action.default is False:
+            shown = "off"
+        elif action.default is None:
+            shown = "none"
+        else:
+            shown = "%(default)s"
+        return f"{text} (default: {shown})"
+
+
+def non_negative_int(text: str) -> int:
+    return _whole_number(text, minimum=0)
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, minimum=1)
+
+
+def _whole_number(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if not is_whole_number(value, minimum):
+        expected = "a positive integer" if minimum == 1 else "a non-negative integer"
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def family_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--model", choices=list(FAMILIES), default=None,
+                        help=f"the model family, by bert4keras's names ({default})")
+
+
+def model_arguments(parser: argparse.ArgumentParser, default_labels: Optional[int]) -> None:
+    """A config (path or bundled name) and the heads to build on it."""
+    parser.add_argument("config", nargs="?", default=None,
+                        help="bert_config.json / config.json, or a bundled config name "
+                             f"(default: {DEFAULT_CONFIG})")
+    labels_default = ("2 for the default config, else none" if default_labels is None
+                      else default_labels or "none")
+    parser.add_argument("--num-labels", type=non_negative_int, default=default_labels, metavar="N",
+                        help="add the classifier head (CLS-token -> dense_output) with N labels "
+                             f"(default: {labels_default})")
+    parser.add_argument("--pool", action="store_true", help="add the pooler")
+    parser.add_argument("--nsp", action="store_true", help="add the NSP head (implies --pool)")
+    parser.add_argument("--mlm", action="store_true", help="add the masked-LM head")
+    parser.add_argument("--discriminator", action="store_true", help="add ELECTRA's discriminator head")
+    family_argument(parser, "default: the config's model_type, else bert")
+
+
+def heads(args) -> dict:
+    """The builder's head flags from `model_arguments`."""
+    return {"with_pool": args.pool, "with_nsp": args.nsp, "with_mlm": args.mlm,
+            "with_discriminator": args.discriminator}
+
+
+def resolve_config(argument: Optional[str], model: Optional[str] = None) -> BertConfig:
+    """A config file path, or the name of a bundled config (with or without .json), read as `model`'s config."""
+    if argument is None:
+        return resolve(bundled_config_path(DEFAULT_CONFIG), model)[1]
+    if not os.path.exists(argument):
+        name = argument if argument.endswith(".json") else f"{argument}.json"
+        bundled = bundled_config_path(name)
+        if os.sep not in argument and os.path.exists(bundled):
+            return resolve(bundled, model)[1]
+        raise ConfigError(f"{argument}: config file not found (bundled configs: "
+                          f"{', '.join(bundled_config_names())})")
+    return resolve(argument, model)[1]
+
+
+def precision_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mixed-precision", choices=["bf16", "fp16"],
+                        help="compute in this precision, weights and softmax/loss/CRF in float32 (default: "
+                             "none, all float32); bf16 pays on CPUs with avx512_bf16/amx_bf16 and on GPUs")

@@ -1,0 +1,88 @@
+"""The `kbert` command: the parser of every sub-command, and how errors reach the user.
+
+Each sub-command parses its arguments and calls the library; errors of kbert
+(`KbertError`) and of the file system go to stderr and exit with status 2.
+TensorFlow is imported only by the sub-commands that build a model, so
+`kbert params` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import List, Optional
+
+from kbert import __version__
+from kbert.cli import models, tasks
+from kbert.cli.arguments import HelpWithDefaults
+from kbert.errors import KbertError
+
+# The commands that run a trained model: they build it under --mixed-precision.
+INFERENCE_COMMANDS = ("evaluate", "predict", "export")
+# The commands that never import TensorFlow.
+PURE_PYTHON_COMMANDS = ("params",)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="kbert: %(message)s")
+    if args.command not in PURE_PYTHON_COMMANDS:
+        _import_tensorflow_quietly()
+    try:
+        if args.command in INFERENCE_COMMANDS:
+            return _run_in_precision(args)
+        return args.run(args)
+    except (KbertError, OSError) as error:  # OSError names its path: permission, disk full
+        print(f"kbert: error: {error}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kbert", description="Build, load, inspect and fine-tune BERT-family models in Keras 3.",
+        formatter_class=HelpWithDefaults)
+    parser.add_argument("--version", action="version", version=f"kbert {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, formatter_class=HelpWithDefaults)
+
+    models.add_commands(command)
+    tasks.add_commands(command)
+    return parser
+
+
+def _run_in_precision(args) -> int:
+    """Runs an inference command with its model built under --mixed-precision."""
+    from kbert.training.precision import precision_policy, warn_if_emulated
+
+    warn_if_emulated(args.mixed_precision)
+    with precision_policy(args.mixed_precision):
+        return args.run(args)
+
+
+def _import_tensorflow_quietly() -> None:
+    """Imports TensorFlow with its start-up chatter (CUDA probing, absl) kept off stderr.
+
+    Those lines are printed by C++ code before any log level applies, so the
+    file descriptor itself is pointed at /dev/null for the import.
+    """
+    # Level 3 also hides "failed call to cuInit" on machines without a GPU;
+    # Python exceptions are unaffected. Set TF_CPP_MIN_LOG_LEVEL to see them.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

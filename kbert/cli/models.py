@@ -1,0 +1,141 @@
+"""The commands about models and their weights: `summary`, `params`, `inspect`, `convert`."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from kbert.cli.arguments import (family_argument, heads, model_arguments, resolve_config)
+from kbert.models.config import BertConfig
+
+DEFAULT_NUM_LABELS = 2
+
+
+def add_commands(command) -> None:
+    """Adds the commands through `command(name, help)`, which returns a sub-parser."""
+    summary = command("summary", "build the model, print model.summary() and the analytic cross-check")
+    model_arguments(summary, default_labels=None)
+    summary.add_argument("--checkpoint", metavar="CKPT",
+                         help="load a Google checkpoint or safetensors file before printing")
+    summary.add_argument("--style", choices=["keras3", "keras2"], default="keras3",
+                         help="keras3: Keras's own model.summary(); keras2: the text layout of "
+                              "Keras 2 (and of bert4keras's tables)")
+    summary.set_defaults(run=run_summary)
+
+    params = command("params", "the analytic parameter table alone (no TensorFlow)")
+    model_arguments(params, default_labels=0)
+    params.add_argument("--claim", type=int, metavar="N",
+                        help="explain a (wrong) total N as a combination of common mistakes")
+    params.add_argument("--json", action="store_true", help="print JSON")
+    params.set_defaults(run=run_params)
+
+    inspect = command("inspect", "list a checkpoint's variables and the kbert layers they map to")
+    inspect.add_argument("checkpoint", metavar="CKPT",
+                         help="Google checkpoint (prefix, file or directory) or model.safetensors")
+    family_argument(inspect, "default: recognised from the variable names, else bert")
+    inspect.set_defaults(run=run_inspect)
+
+    convert = command("convert", "convert Hugging Face safetensors <-> Google checkpoint")
+    convert.add_argument("source", metavar="SRC", help="Google checkpoint or safetensors (file or directory)")
+    convert.add_argument("output", metavar="OUT", help="output directory (new, or empty)")
+    convert.add_argument("--config", help="the source's config (default: the one beside SRC)")
+    convert.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    family_argument(convert, "default: the config's model_type, else bert")
+    convert.set_defaults(run=run_convert)
+
+
+def _analysis(args, config: BertConfig):
+    from kbert.analysis.params import analyze
+
+    return analyze(config, model=args.model, num_labels=args.num_labels, **heads(args))
+
+
+def run_params(args) -> int:
+    from kbert.analysis.params import explain_claim
+    from kbert.analysis.summary import format_claim, format_table
+
+    analysis = _analysis(args, resolve_config(args.config, args.model))
+    if args.json:
+        payload = analysis.to_dict()
+        if args.claim is not None:
+            payload["claim"] = {"claimed": args.claim, "explanations": [
+                [{"description": m.description, "formula": m.formula, "params": m.params}
+                 for m in combo] for combo in explain_claim(analysis, args.claim)]}
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
+        return 0
+    print(format_table(analysis))
+    if args.claim is not None:
+        print()
+        print(format_claim(analysis, args.claim))
+    return 0
+
+
+def run_summary(args) -> int:
+    from kbert.analysis.keras2 import keras2_summary
+    from kbert.analysis.summary import crosscheck, format_table
+    from kbert.builder import build_classifier, build_transformer_model
+    from kbert.checkpoints.formats import load_weights
+
+    config = resolve_config(args.config, args.model)
+    if args.config is None and args.num_labels is None:
+        args.num_labels = DEFAULT_NUM_LABELS
+    args.num_labels = args.num_labels or 0
+    analysis = _analysis(args, config)
+    model = build_transformer_model(config, model=args.model, **heads(args))
+    if args.checkpoint:
+        load_weights(model, args.checkpoint)
+    if args.num_labels:
+        model = build_classifier(model, args.num_labels)
+    if args.style == "keras2":
+        print(keras2_summary(model))
+    else:
+        _print_keras_summary(model)
+    print()
+    checked = crosscheck(analysis, model)
+    print(format_table(analysis, checked))
+    return 0 if all(row.ok for row in checked) else 1
+
+
+def _print_keras_summary(model, width: int = 150) -> None:
+    """Keras's own `model.summary()`, wide enough that no layer name is cut."""
+    # rich sizes its console from COLUMNS (80 when stdout is not a terminal).
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)
+    try:
+        model.summary(line_length=width, print_fn=lambda line, line_break=True: print(line))
+    finally:
+        if previous is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = previous
+
+
+def run_inspect(args) -> int:
+    from kbert.checkpoints.formats import detect_family, inspect_weights, open_weights
+    from kbert.models.tables import GOOGLE
+
+    source = open_weights(args.checkpoint)
+    family = detect_family(source, args.model)
+    rows = inspect_weights(source, family)
+    width = max(len(row.name) for row in rows)
+    print(f"{source.path} ({'Google checkpoint' if source.fmt == GOOGLE else 'safetensors'}, "
+          f"read as model={family.name!r})")
+    print(f"{'variable':<{width}}  {'shape':<14} {'dtype':<8} kbert variable")
+    for row in rows:
+        target = row.kbert_path or "unused"
+        print(f"{row.name:<{width}}  {str(list(row.shape)):<14} {row.dtype:<8} {target}")
+    used = sum(row.size for row in rows if row.kbert_path)
+    print(f"\n{len(rows)} variables, {sum(row.size for row in rows):,} values in all; "
+          f"{used:,} parameters map to kbert layers, "
+          f"{sum(1 for row in rows if not row.kbert_path)} variables unused")
+    return 0
+
+
+def run_convert(args) -> int:
+    from kbert.builder.convert import convert
+
+    result = convert(args.source, args.output, config_path=args.config, overwrite=args.overwrite,
+                     model=args.model)
+    print(f"{result['source']} -> {result['weights']}")
+    print(f"  {result['variables']} variables, {result['params']:,} parameters; config {result['config']}")
+    return 0

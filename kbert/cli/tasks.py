@@ -1,0 +1,292 @@
+"""The commands of the tasks: `train`, `evaluate`, `predict`, `export`.
+
+`evaluate` and `predict` read the model directory's task and hand over to
+that task's module (`kbert.tasks.classification`, `.ner`, `.seq2seq`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import List
+
+from kbert.cli.arguments import positive_int, precision_option
+from kbert.errors import DataError, KbertError
+from kbert.models.heads import TOKEN_HEADS
+from kbert.tasks import TASKS
+from kbert.training.options import TrainingOptions
+
+
+def add_commands(command) -> None:
+    """Adds the commands through `command(name, help)`, which returns a sub-parser."""
+    _add_train(command("train", "fine-tune a classifier, an entity tagger (--task ner) or a seq2seq "
+                                "generator (--task seq2seq) on a data file"))
+
+    evaluate = command("evaluate", "accuracy, per-class P/R/F1, confusion matrix; a tagger's entity P/R/F1; "
+                                   "a generator's exact match and character F1")
+    _inference_arguments(evaluate, "checked against the model directory (default: its task)")
+    evaluate.add_argument("--data", required=True, help="labelled data file (a tagged file for a tagger)")
+    evaluate.add_argument("--json", action="store_true", help="print JSON")
+    evaluate.set_defaults(run=run_evaluate)
+
+    predict = command("predict", "label and probability for each input text; a tagger's entities; "
+                                 "a generator's target")
+    _inference_arguments(predict, "checked against the model directory (default: its task); a tagger "
+                                  "prints type<TAB>start<TAB>end<TAB>text per entity (character offsets, "
+                                  "end exclusive) and a blank line after each text")
+    predict.add_argument("input", nargs="?", default="-",
+                         help="file of texts (one a line, or CSV/TSV/JSONL with a text column); "
+                              "- for standard input")
+    predict.add_argument("--json", action="store_true", help="print JSON Lines")
+    predict.set_defaults(run=run_predict)
+
+    export = command("export", "TF SavedModel for serving (or a .keras file)")
+    export.add_argument("--model", required=True, help="model directory from kbert train")
+    export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .keras "
+                                                      "(must not exist)")
+    precision_option(export)
+    export.set_defaults(run=run_export)
+
+
+def _add_train(train) -> None:
+    defaults = TrainingOptions()
+    train.add_argument("--config", required=True, help="the backbone's bert_config.json / config.json")
+    train.add_argument("--vocab", required=True, help="its vocab.txt")
+    train.add_argument("--task", choices=TASKS, default=defaults.task,
+                       help="classify: a label per text; ner: entities in tagged text (token<TAB>tag a line, "
+                            "a blank line between sentences; BIO, BIOES or BMES); seq2seq: a target text per "
+                            "source text (source<TAB>target, or JSONL with source and target), UniLM")
+    train.add_argument("--head", choices=TOKEN_HEADS, default=defaults.head,
+                       help="the tagger's head (--task ner)")
+    train.add_argument("--crf-lr-multiplier", type=float, default=defaults.crf_lr_multiplier,
+                       help="the CRF transitions' learning rate as a multiple of --lr (--head crf)")
+    train.add_argument("--train", required=True,
+                       help="training data (text<TAB>label, CSV/TSV, JSONL; a tagged file for --task ner)")
+    train.add_argument("--valid", help="validation data; the best epoch on it is kept "
+                                       "(default: none, every epoch is kept in turn)")
+    train.add_argument("--out", required=True,
+                       help="model directory to write (written as OUT.partial, moved to OUT at the end)")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace an existing --out when the run completes")
+    train.add_argument("--checkpoint", help="pre-trained weights, Google checkpoint or safetensors "
+                                            "(default: none, random weights)")
+    train.add_argument("--num-labels", type=positive_int,
+                       help="number of classes (default: the labels in --train)")
+    train.add_argument("--epochs", type=positive_int, default=defaults.epochs, help="passes over --train")
+    train.add_argument("--batch-size", type=positive_int, default=defaults.batch_size,
+                       help="examples per step, over all devices")
+    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak learning rate")
+    train.add_argument("--warmup", type=float, default=defaults.warmup_ratio,
+                       help="share of the steps spent warming up, in [0, 1)")
+    train.add_argument("--maxlen", type=positive_int, default=defaults.maxlen,
+                       help="longest sequence in tokens, [CLS] and [SEP] included")
+    train.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
+    train.add_argument("--strategy", choices=["auto", "mirrored", "multiworker"], default=defaults.strategy,
+                       help="tf.distribute strategy (multiworker reads TF_CONFIG)")
+    precision_option(train)
+    train.add_argument("--skip-malformed", action="store_true",
+                       help="skip malformed rows (counted, with their lines) instead of stopping")
+    train.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
+    train.add_argument("--no-bucketing", action="store_true",
+                       help="batch training examples in (shuffled) order instead of with others of similar "
+                            "length (more padding; kbert 0.1's batching)")
+    train.add_argument("--seed", type=int, default=defaults.seed,
+                       help="seed of initialisation, shuffling and dropout")
+    train.add_argument("--ema", action="store_true",
+                       help="train on an exponential moving average of the weights (Keras's use_ema), "
+                            "validated and saved each epoch")
+    train.add_argument("--grad-accum", type=positive_int, default=defaults.grad_accum, metavar="N",
+                       help="accumulate the gradients of N batches per update (effective batch N x --batch-size)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the interrupted run in OUT.partial from its last completed epoch")
+    train.set_defaults(run=run_train)
+
+
+def _inference_arguments(parser, task_help: str) -> None:
+    """What `evaluate` and `predict` share: the model directory, batching, generation, precision."""
+    parser.add_argument("--model", required=True, help="model directory from kbert train")
+    parser.add_argument("--task", choices=TASKS, help=f"the model's task, {task_help}")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per step")
+    parser.add_argument("--no-bucketing", action="store_true",
+                        help="batch the texts in input order instead of by length (results are in input "
+                             "order either way)")
+    parser.add_argument("--beam-size", type=positive_int, default=1,
+                        help="seq2seq: beam search with this many beams (default: 1, greedy)")
+    parser.add_argument("--max-new-tokens", type=positive_int,
+                        help="seq2seq: the longest target (default: what --maxlen of training leaves)")
+    precision_option(parser)
+
+
+def run_train(args) -> int:
+    from kbert.tasks import get_task, train
+    from kbert.training.loop import TrainingInterrupted
+
+    options = TrainingOptions(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
+        warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
+        mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
+        shuffle=not args.no_shuffle, bucketing=not args.no_bucketing, seed=args.seed, ema=args.ema,
+        grad_accum=args.grad_accum, task=args.task, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier)
+    try:
+        state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
+                      checkpoint_path=args.checkpoint, num_labels=args.num_labels,
+                      options=options, resume=args.resume, overwrite=args.overwrite)
+    except TrainingInterrupted as interruption:
+        print(f"\nkbert: {interruption}", file=sys.stderr)
+        return 130
+    worker = state.get("worker")
+    if worker and not worker["is_chief"]:
+        print(f"{worker['task_type']} {worker['task_id']} of {worker['num_workers']}: done; "
+              "the chief writes the model")
+        return 0
+    task = get_task(options)
+    best = state.get(f"best_{task.score_name}")
+    print(f"saved {args.out} (epoch {state['best_epoch']}"
+          + (f", {task.score_label} {best:.4f})" if best is not None else ")"))
+    return 0
+
+
+def _model_task(args) -> str:
+    """The model directory's task; a --task that differs is an error."""
+    from kbert.training.model_dir import read_training_state
+
+    task = read_training_state(args.model)["task"]
+    if args.task is not None and args.task != task:
+        raise KbertError(f"{args.model}: a model trained for --task {task}, not {args.task}")
+    return task
+
+
+def run_evaluate(args) -> int:
+    task = _model_task(args)
+    if task == "ner":
+        return _evaluate_tagger(args)
+    if task == "seq2seq":
+        return _evaluate_generator(args)
+    return _evaluate_classifier(args)
+
+
+def _evaluate_classifier(args) -> int:
+    from kbert.tasks.classification import evaluate
+
+    result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    print(result["data"])
+    print(f"accuracy {result['accuracy']:.4f}\n")
+    names = result["labels"]
+    _print_scores("label", {name: result["classes"][name] for name in names})
+    width = max(8, *(len(name) for name in names))
+    print("\nconfusion matrix (rows: true label, columns: predicted)")
+    print(" " * width + "".join(f"{name:>9}" for name in names))
+    for name, row in zip(names, result["confusion"]):
+        print(f"{name:<{width}}" + "".join(f"{count:>9}" for count in row))
+    return 0
+
+
+def _evaluate_tagger(args) -> int:
+    from kbert.tasks.ner import evaluate
+
+    result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    print(result["data"])
+    print("entities: exact span and type\n")
+    _print_scores("type", result["scores"])
+    return 0
+
+
+def _print_scores(kind: str, scores: dict) -> None:
+    """Precision, recall, F1 and support, a row per class or entity type."""
+    width = max(8, *(len(name) for name in scores))
+    print(f"{kind:<{width}}  precision  recall     f1  support")
+    for name, row in scores.items():
+        print(f"{name:<{width}}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:5.4f}  "
+              f"{row['support']:7d}")
+
+
+def _evaluate_generator(args) -> int:
+    from kbert.tasks.seq2seq import evaluate
+
+    result = evaluate(args.model, args.data, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+                      batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return 0
+    print(result["data"])
+    print(f"exact match {result['exact_match']:.4f}\ncharacter F1 {result['char_f1']:.4f}")
+    return 0
+
+
+def run_predict(args) -> int:
+    from kbert.training.data import read_examples
+
+    task = _model_task(args)  # before waiting for standard input
+    if args.input == "-":
+        texts, pairs = _read_standard_input(), None
+    else:
+        examples, _ = read_examples(args.input, labelled=False)
+        texts, pairs = [e.text for e in examples], [e.text_b for e in examples]
+    if task == "ner":
+        return _predict_entities(args, texts)
+    if task == "seq2seq":
+        return _predict_targets(args, texts)
+    return _predict_labels(args, texts, pairs)
+
+
+def _predict_labels(args, texts: List[str], pairs) -> int:
+    """Each text's label and its probability, `label<TAB>probability` a line."""
+    from kbert.tasks.classification import predict
+
+    for row in predict(args.model, texts, pairs, batch_size=args.batch_size, bucketing=not args.no_bucketing):
+        if args.json:
+            print(json.dumps(row, ensure_ascii=False))
+        else:
+            print(f"{row['label']}\t{row['probability']:.4f}")
+    return 0
+
+
+def _predict_targets(args, texts: List[str]) -> int:
+    """The generated target of each source text, one a line."""
+    from kbert.tasks.seq2seq import predict
+
+    targets = predict(args.model, texts, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+                      batch_size=args.batch_size)
+    for text, target in zip(texts, targets):
+        print(json.dumps({"text": text, "target": target}, ensure_ascii=False) if args.json else target)
+    return 0
+
+
+def _predict_entities(args, texts: List[str]) -> int:
+    """Each text's entities, `type<TAB>start<TAB>end<TAB>text` a line, a blank line after each text."""
+    from kbert.tasks.ner import predict
+
+    for text, entities in zip(texts, predict(args.model, texts, args.batch_size, not args.no_bucketing)):
+        if args.json:
+            print(json.dumps({"text": text, "entities": entities}, ensure_ascii=False))
+            continue
+        for entity in entities:
+            print(f"{entity['type']}\t{entity['start']}\t{entity['end']}\t{entity['text']}")
+        print()
+    return 0
+
+
+def _read_standard_input() -> List[str]:
+    """One text a line from standard input (UTF-8), blank lines skipped."""
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise DataError(f"standard input: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    texts = [line for line in text.splitlines() if line.strip()]
+    if not texts:
+        raise DataError("standard input: no texts to predict (expected one text a line)")
+    return texts
+
+
+def run_export(args) -> int:
+    from kbert.tasks.classification import export
+
+    print(f"exported {export(args.model, args.output)}")
+    return 0

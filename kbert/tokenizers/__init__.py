@@ -1,0 +1,11 @@
+"""Text to ids: the WordPiece `Tokenizer` (Google's rules) and vocabulary files.
+
+- `wordpiece`: `Tokenizer`, Google's character rules, then word split and
+  WordPiece in the `tokenizers` library; `pad_batch`.
+- `vocab`: `load_vocab` (bert4keras's simplified vocabulary), `save_vocab`.
+"""
+
+from kbert.tokenizers.vocab import load_vocab, save_vocab
+from kbert.tokenizers.wordpiece import Tokenizer, pad_batch
+
+__all__ = ["Tokenizer", "load_vocab", "pad_batch", "save_vocab"]

@@ -1,0 +1,17 @@
+"""The fine-tuning run, the same for every task, and what it is made of.
+
+- `task`: what the run asks of a task (`Task`, `TrainingData`); the tasks
+  themselves are in `kbert.tasks`, above this wing.
+- `loop`: `train_task`: checks, the model, Keras's `fit`, the kept epoch, Ctrl-C.
+- `run_directory`: `OUT.partial/`, `--resume`, `--overwrite`.
+- `model_dir`: the model directory a run writes, and `load_model`.
+- `options`: `TrainingOptions` (no TensorFlow, for `--help`).
+- `data`: data files, label maps, `tf.data` pipelines with length bucketing.
+- `batches`: bert4keras's `sequence_padding` and `DataGenerator`.
+- `schedules`: learning-rate schedules.
+- `distribute`: `--strategy` and the multi-worker `Trainer`.
+- `precision`: `--mixed-precision`.
+- `losses`: multilabel categorical cross-entropy, GlobalPointer's loss.
+- `metrics`: precision, recall and F1 from counts.
+- `saving`: `load_keras_model`.
+"""

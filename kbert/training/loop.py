@@ -1,0 +1,264 @@
+"""The fine-tuning run of any task: checks, the model, Keras's `fit`, the kept epoch, Ctrl-C.
+
+`train_task` receives the task (`kbert.training.task.Task`): the task reads
+the data, builds the head and scores an epoch; the run is the same for every
+task. Every input is checked and the model built (and its checkpoint loaded)
+before anything is written; the run is written into `OUT.partial/`
+(`kbert.training.run_directory`) and becomes a model directory
+(`kbert.training.model_dir`) when it completes.
+
+Training uses Keras's own loop (`fit`, its progress bar, `BackupAndRestore`)
+with AdamW and a linear warm-up then linear decay of the learning rate; on
+several devices it runs under a `tf.distribute` strategy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from typing import Callable, Optional, Type
+
+import keras
+
+from kbert.builder import build_transformer_model
+from kbert.errors import KbertError, check_whole_number
+from kbert.io import atomic_copy, atomic_path
+from kbert.models.config import BertConfig
+from kbert.tokenizers import Tokenizer
+from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker_role
+from kbert.training.model_dir import CONFIG_FILE, RESUME_DIR, TRAINING_FILE, VOCAB_FILE, WEIGHTS_FILE
+from kbert.training.options import TrainingOptions
+from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
+from kbert.training.run_directory import RunDirectory, write_json
+from kbert.training.schedules import WarmupLinearDecay
+from kbert.training.task import Task
+
+
+class _BestWeights(keras.callbacks.Callback):
+    """Writes the model's weights (atomically) whenever the task's validation score improves.
+
+    Without validation data every epoch's weights are written. The best value
+    so far is kept in training.json, so a resumed run keeps comparing with it.
+    """
+
+    def __init__(self, model: keras.Model, out_dir: str, state: dict, score_name: str,
+                 score: Callable[[dict], Optional[float]]):
+        super().__init__()
+        self.kept, self.out_dir, self.state, self.score = model, out_dir, state, score
+        self.best_key = f"best_{score_name}"
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {} if logs is None else logs  # a score added here shows in Keras's progress bar
+        score = self.score(logs)
+        history = self.state.setdefault("history", [])
+        history.append({"epoch": epoch + 1, **{k: float(v) for k, v in logs.items()}})
+        best = self.state.get(self.best_key)
+        if score is None or best is None or score > best:
+            with atomic_path(os.path.join(self.out_dir, WEIGHTS_FILE)) as temporary:
+                self.kept.save_weights(temporary)
+            self.state.update({"best_epoch": epoch + 1, self.best_key: score})
+        write_json(os.path.join(self.out_dir, TRAINING_FILE), self.state)
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `train`; the message says what was kept and how to go on."""
+
+
+class _InterruptBetweenBatches(keras.callbacks.Callback):
+    """Ctrl-C during `fit` stops training at the next batch boundary, never inside TensorFlow.
+
+    Python's own handler raises `KeyboardInterrupt` wherever the main thread
+    is, including inside a running TensorFlow call, and the process can then
+    die with a heap error (`free(): invalid next size`) instead of saying what
+    was kept. While installed (a context manager, main thread only, and only
+    where Ctrl-C would interrupt at all), the handler just notes the signal and
+    the callback raises at the next batch or epoch boundary. A second Ctrl-C
+    interrupts at once.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.requested, self.previous = False, None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, *exception):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _note(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def _check(self, *args, **kwargs):
+        if self.requested:
+            raise KeyboardInterrupt
+
+    on_train_batch_end = on_test_batch_end = on_epoch_begin = on_epoch_end = _check
+
+
+def train_task(
+    task_class: Type[Task],
+    config_path: str,
+    vocab_path: str,
+    train_path: str,
+    out_dir: str,
+    *,
+    valid_path: Optional[str] = None,
+    checkpoint_path: Optional[str] = None,
+    num_labels: Optional[int] = None,
+    options: Optional[TrainingOptions] = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    verbose: "int | str" = "auto",
+) -> dict:
+    """Fine-tunes the model of a task on a data file and writes a model directory.
+
+    The task (a `Task` class of `kbert.tasks`, made from `options`) reads the
+    data and puts its head on the backbone; this function owns the run. Use
+    `kbert.train`, which picks the task from `options.task`.
+
+    Args:
+        task_class: the task; its `name` must be `options.task`.
+        config_path: the backbone's `bert_config.json` / `config.json`.
+        vocab_path: its `vocab.txt`.
+        train_path: training data (see `kbert.training.data` for the formats; tagged
+            files, `kbert.tasks.labelling`, for `ner`).
+        out_dir: the model directory to write (`kbert.training.model_dir`).
+        valid_path: validation data; the best epoch on it is kept.
+        checkpoint_path: pre-trained weights (Google checkpoint or safetensors);
+            without it the backbone starts from random weights.
+        num_labels: number of classes; by default, those in the training file
+            (for `ner`, when given, it must equal the tags the data makes).
+        options: `TrainingOptions`.
+        resume: continue the interrupted run in `out_dir + ".partial"` from
+            its last completed epoch.
+        overwrite: replace an existing `out_dir` when the run completes.
+        verbose: Keras's `fit` verbosity (the progress bar by default).
+
+    Returns:
+        training.json's content: options, history, best epoch.
+
+    Raises:
+        KbertError: a bad input (naming the file, line, key or option), before
+            anything is written.
+        TrainingInterrupted: on Ctrl-C, saying what was kept.
+    """
+    options = options or TrainingOptions(task=task_class.name)
+    _check_options(options)
+    if options.task != task_class.name:
+        raise KbertError(f"options.task is {options.task!r} but the task is {task_class.name!r}")
+    task = task_class.from_options(options)
+    if resume and options.strategy == "multiworker":
+        raise KbertError("--resume is not supported with --strategy multiworker: the workers keep no "
+                         "common backup; start the run again")
+    strategy = make_strategy(options.strategy)
+    role = worker_role(strategy)
+    if role is not None and not role.is_chief:
+        # Every worker runs the same steps, but only the chief writes OUT.
+        out_dir = os.path.join(tempfile.mkdtemp(prefix=f"kbert-{role.task_type}{role.task_id}-"), "run")
+    run = RunDirectory(out_dir)
+    run.check(resume=resume, overwrite=overwrite)
+    # Before any dataset exists: tf.data's shuffle order follows the global seed.
+    keras.utils.set_random_seed(options.seed)
+    config = BertConfig.from_json_file(config_path)
+    if options.maxlen > config.max_position_embeddings:
+        raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
+                         f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
+    tokenizer = Tokenizer(vocab_path, do_lower_case=options.do_lower_case)
+    _check_vocab_fits(tokenizer, vocab_path, config, config_path)
+    data = task.read(tokenizer, train_path, valid_path, num_labels, options)
+    num_labels = num_labels or len(data.labels)
+    warn_if_emulated(options.mixed_precision)
+    with precision_policy(options.mixed_precision):
+        with strategy.scope():
+            bert = build_transformer_model(config, checkpoint_path, **task.backbone_args())
+            model = task.build(bert, num_labels, options)
+            # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
+            trainer = Trainer(model.inputs, model.outputs, name="trainer")
+            trainer.compile(make_optimizer(options, data.steps_per_epoch), **task.compile_args(model))
+        # Everything is checked: from here on the run writes, into OUT.partial/.
+        state = run.begin(resume, {"task": task.name, "options": dataclasses.asdict(options),
+                                   **({"worker": dataclasses.asdict(role)} if role else {}),
+                                   "num_labels": num_labels, **data.state, "train_data": data.train_report,
+                                   "valid_data": data.valid_report, "history": []})
+        interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
+        callbacks = [
+            interrupt,
+            keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
+            _BestWeights(model, run.partial, state, task.score_name, task.validation_score(model, data)),
+        ]
+        try:
+            if not resume:
+                config.to_json_file(os.path.join(run.partial, CONFIG_FILE))
+                atomic_copy(vocab_path, os.path.join(run.partial, VOCAB_FILE))
+                data.labels.save(run.partial)
+            with interrupt:
+                trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
+                            callbacks=callbacks, verbose=verbose, shuffle=False)
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(run.stopped(state, options.epochs)) from None
+        except BaseException:
+            run.stopped(state, options.epochs)
+            raise
+    if role is None or role.is_chief:
+        run.publish()
+    else:
+        shutil.rmtree(os.path.dirname(run.out), ignore_errors=True)
+    return state
+
+
+def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+    """AdamW with warm-up and linear decay; no decay on LayerNorms and biases; EMA and accumulation as asked."""
+    steps = options.epochs * steps_per_epoch
+    optimizer = keras.optimizers.AdamW(
+        WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
+        weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
+        # Each epoch ends on the average, so what is validated is what is saved.
+        ema_overwrite_frequency=steps_per_epoch if options.ema else None,
+        gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias", "trans"])
+    return optimizer
+
+
+def _check_vocab_fits(tokenizer: Tokenizer, vocab_path: str, config: BertConfig, config_path: str) -> None:
+    largest = max(tokenizer.vocab.values())
+    if largest >= config.vocab_size:
+        raise KbertError(
+            f"{vocab_path}: the vocabulary has ids up to {largest}, but vocab_size in {config_path} is "
+            f"{config.vocab_size}: those tokens would have no embedding. Use the vocabulary that "
+            "belongs to the config (and checkpoint)")
+
+
+def _check_options(options: TrainingOptions) -> None:
+    if options.strategy not in STRATEGIES:
+        raise KbertError(f"unknown strategy {options.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if options.mixed_precision not in (None, *PRECISIONS):
+        raise KbertError(f"unknown mixed precision {options.mixed_precision!r}; expected bf16 or fp16")
+    for name in ("epochs", "batch_size", "maxlen", "grad_accum"):
+        check_whole_number(getattr(options, name), name)
+    if options.maxlen < 3:
+        raise KbertError(f"maxlen must leave room for [CLS] and [SEP], got {options.maxlen}")
+    if not (_is_number(options.learning_rate) and 0 < options.learning_rate < math.inf):
+        raise KbertError(f"learning rate (--lr) must be a finite positive number, got {options.learning_rate!r}")
+    if not (_is_number(options.warmup_ratio) and 0 <= options.warmup_ratio < 1):
+        raise KbertError(f"warm-up ratio (--warmup) must be in [0, 1), got {options.warmup_ratio!r}")
+    if not (_is_number(options.crf_lr_multiplier) and 0 < options.crf_lr_multiplier < math.inf):
+        raise KbertError(f"CRF learning-rate multiplier must be a finite positive number, "
+                         f"got {options.crf_lr_multiplier!r}")
+    if not (_is_number(options.weight_decay) and 0 <= options.weight_decay < math.inf):
+        raise KbertError(f"weight decay must be a finite number of 0 or more, got {options.weight_decay!r}")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

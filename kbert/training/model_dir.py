@@ -1,0 +1,91 @@
+"""A model directory: what `kbert train` writes, and reading it back.
+
+    bert_config.json   the backbone's config
+    vocab.txt          the tokenizer's vocabulary
+    labels.json        class id -> label name (a tagger's tags or entity types)
+    model.weights.h5   the model's weights (the best epoch on validation)
+    training.json      the task, maxlen, lower-casing, options, per-epoch history
+
+Directories written by kbert 0.1 (classifiers, no `task` key) read as
+`classify`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Type
+
+import keras
+
+from kbert.builder import build_transformer_model
+from kbert.errors import KbertError, first_line
+from kbert.tokenizers import Tokenizer
+from kbert.training.data import LabelMap
+from kbert.training.options import TrainingOptions
+from kbert.training.task import Task
+
+CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, RESUME_DIR = (
+    "bert_config.json", "vocab.txt", "model.weights.h5", "training.json", "resume")
+
+
+def check_model_dir(model_dir: str) -> None:
+    """Raises `KbertError` unless `model_dir` holds every file `train_task` writes."""
+    for name in (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, LabelMap.FILE_NAME):
+        if not os.path.exists(os.path.join(model_dir, name)):
+            raise KbertError(f"{model_dir}: not a kbert model directory (no {name})")
+
+
+@dataclasses.dataclass
+class TrainedModel:
+    """A model directory, loaded: the task's model, its tokenizer, labels and training.json."""
+
+    model: keras.Model
+    tokenizer: Tokenizer
+    labels: LabelMap
+    state: dict
+
+    @property
+    def options(self) -> TrainingOptions:
+        known = {field.name for field in dataclasses.fields(TrainingOptions)}
+        return TrainingOptions(**{k: v for k, v in self.state["options"].items() if k in known})
+
+
+def read_training_state(model_dir: str) -> dict:
+    """training.json of a model directory, checked; `task` and `options["task"]` always present."""
+    check_model_dir(model_dir)
+    state_path = os.path.join(model_dir, TRAINING_FILE)
+    try:
+        with open(state_path, encoding="utf-8") as handle:
+            state = json.load(handle)
+        state.setdefault("task", "classify")  # kbert 0.1 trained classifiers only
+        state["options"] = {**state["options"], "task": state["task"]}
+        if not isinstance(state["num_labels"], int) or not isinstance(state["options"]["do_lower_case"], bool):
+            raise TypeError("num_labels and options.do_lower_case")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as error:
+        raise KbertError(f"{state_path}: not a training.json written by kbert train ({error!r})") from None
+    return state
+
+
+def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
+    """Loads a model directory written by `train_task`, rebuilding the model of `task_class`.
+
+    A directory trained for another task is refused.
+    """
+    state = read_training_state(model_dir)
+    if task_class.name != state["task"]:
+        raise KbertError(f"{model_dir}: a model trained for --task {state['task']}, not {task_class.name}")
+    labels = LabelMap.load(model_dir)
+    tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE), do_lower_case=state["options"]["do_lower_case"])
+    loaded = TrainedModel(None, tokenizer, labels, state)
+    task = task_class.from_options(loaded.options)
+    bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE), **task.backbone_args())
+    loaded.model = task.build(bert, state["num_labels"], loaded.options)
+    weights = os.path.join(model_dir, WEIGHTS_FILE)
+    try:
+        loaded.model.load_weights(weights)
+    except Exception as error:  # h5py's and Keras's errors for damaged or foreign files
+        raise KbertError(f"{weights}: cannot read the model's weights ({first_line(error)}); "
+                         "the file is damaged or belongs to another model") from None
+    return loaded
