@@ -1,1 +1,1 @@
-"""kbert's benchmarks: `python -m benchmarks.run` (see benchmarks/README.md)."""
+"""kbert's benchmarks: `python -m benchmarks.run` (see docs/performance.md)."""

@@ -1,7 +1,8 @@
 """Shared fixtures: the `../shared` folder beside the checkout, and golden files.
 
 Tests that need `../shared` skip with a clear reason when it is absent, so the
-suite still passes on a fresh clone. `KBERT_SHARED` may point elsewhere.
+suite still passes on a fresh clone. `KBERT_SHARED` may point elsewhere, and
+`KBERT_REPO` at the checkout when the tests are a copy run against a wheel.
 """
 
 import importlib.util
@@ -11,7 +12,9 @@ import pathlib
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+# The checkout (configs/, kbert/'s source); KBERT_REPO names it when the tests run from a copy
+# against an installed wheel (.ci/run).
+REPO = pathlib.Path(os.environ.get("KBERT_REPO", pathlib.Path(__file__).resolve().parents[1]))
 SHARED = pathlib.Path(os.environ.get("KBERT_SHARED", REPO.parent / "shared"))
 CONFIGS = REPO / "configs"
 
