@@ -51,11 +51,12 @@ def test_each_generated_token_is_the_models_choice_on_the_whole_sequence(model):
         assert probabilities[0, -1].argmax() == tokens[step]
 
 
-def sequence_log_prob(model, prompt, continuation, end_id):
+def sequence_log_prob(model, prompt, continuation, end_id, ended=True):
+    """The log-probability of `continuation` (and of the end token after it, if the sequence `ended`)."""
     engine = FullEngine(model, len(continuation) + 1)
     log_probs = engine.start([prompt], [[0] * len(prompt)])
     total = 0.0
-    for token in continuation + [end_id]:
+    for token in continuation + ([end_id] if ended else []):
         total += log_probs[0, token]
         log_probs = engine.extend(np.array([token]), np.array([0]))
     return total
@@ -68,10 +69,16 @@ def test_beam_search(model):
                              use_cache=False)
     greedy = generate(model, PROMPTS, max_new_tokens=10, end_id=end_id)
     assert generate(model, PROMPTS, max_new_tokens=10, end_id=end_id, strategy="beam", beam_size=1) == greedy
+    compared = 0
     for prompt, beam, path in zip(PROMPTS, beams, greedy):
-        if len(beam) < 10 and len(path) < 10:  # both ended: compare whole-sequence probabilities
-            assert sequence_log_prob(model, prompt, beam, end_id) >= \
-                sequence_log_prob(model, prompt, path, end_id) - 1e-6
+        # Sequences of one kind compare: both ended (the end token's probability counted), or both cut at
+        # max_new_tokens (the same number of tokens, no end).
+        ended = len(beam) < 10 and len(path) < 10
+        if ended or len(beam) == len(path) == 10:
+            compared += 1
+            assert sequence_log_prob(model, prompt, beam, end_id, ended) >= \
+                sequence_log_prob(model, prompt, path, end_id, ended) - 1e-6
+    assert compared, (beams, greedy)
 
 
 def test_sampling_is_reproducible_and_top_k_1_is_greedy(model):

@@ -1,4 +1,5 @@
-"""The notebooks run top to bottom on CPU (as a student would run them) and show their results."""
+"""The notebooks are stored executed, with their figures; they run again top to bottom on CPU (as a
+student would run them) and show their results: the figures, and figures of merit above chance."""
 
 import pathlib
 import re
@@ -22,7 +23,20 @@ SHOWS = {
     "ner_crf.ipynb": ["scheme BMES units char", "validation entity F1 0.", "B-PER -> O", "overall  precision 0."],
 }
 
+# Figures (PNG outputs) each notebook draws.
+FIGURES = {"bert_parameters.ipynb": 1, "fine_tune_classifier.ipynb": 1, "ner_crf.ipynb": 1, "seq2seq_unilm.ipynb": 1}
+# A number the notebook prints, and the least it may be: above what guessing gets.
+SCORES = {
+    "fine_tune_classifier.ipynb": (r"best epoch \d+ validation accuracy (0\.\d+)", 0.6),  # two balanced classes
+    "ner_crf.ipynb": (r"validation entity F1 (0\.\d+)", 0.05),  # a guessed span is almost never exact
+    "seq2seq_unilm.ipynb": (r"validation target-token accuracy (0\.\d+)", 0.1),  # 21,128 tokens to pick from
+}
+
 DATA = {"fine_tune_classifier.ipynb": "sentiment", "ner_crf.ipynb": "msra_ner", "seq2seq_unilm.ipynb": "msra_ner"}
+
+
+def figures(notebook) -> int:
+    return sum("image/png" in output.get("data", {}) for cell in notebook.cells for output in cell.get("outputs", []))
 
 
 def outputs_text(notebook) -> str:
@@ -45,3 +59,17 @@ def test_notebook_runs_and_shows_its_results(name):
     text = outputs_text(notebook)
     for expected in SHOWS[name]:
         assert expected in text, f"{name} does not show {expected!r}"
+    assert figures(notebook) >= FIGURES[name], f"{name} draws {figures(notebook)} figures"
+    if name in SCORES:
+        pattern, least = SCORES[name]
+        found = re.search(pattern, text)
+        assert found and float(found.group(1)) > least, f"{name}: {pattern} gave {found and found.group(1)}"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
+def test_notebook_is_stored_executed_with_its_figures(name):
+    # GitHub shows the stored outputs: every code cell ran, in order, and the figures are there.
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    counts = [cell.execution_count for cell in notebook.cells if cell.cell_type == "code"]
+    assert counts == list(range(1, len(counts) + 1)), f"{name}: execution counts {counts}"
+    assert figures(notebook) >= FIGURES[name], f"{name} is stored with {figures(notebook)} figures"

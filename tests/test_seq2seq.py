@@ -78,7 +78,7 @@ def test_train_evaluate_predict_from_the_command_line(tmp_path):
     references = [pair.target for pair in read_pairs(tmp_path / "dev.tsv")[0]]
     generated = ["".join(text.split()) for text in scores["generated"]]
     assert scores["exact_match"] == pytest.approx(np.mean([g == r for g, r in zip(generated, references)]))
-    assert 0 <= scores["char_f1"] <= 1
+    assert scores["char_f1"] == pytest.approx(np.mean([char_f1(g, r) for g, r in zip(generated, references)]))
 
     sources = [line.split("\t")[0] for line in (tmp_path / "dev.tsv").read_text().splitlines()[:3]]
     result = kbert("predict", "--model", out, "--beam-size", "2", "--json", stdin="\n".join(sources))

@@ -304,8 +304,13 @@ def test_mixed_precision_bf16(sentiment_slice, tmp_path):
     (tmp_path / "train.data").write_text("\n".join(lines) + "\n", encoding="utf-8")
     state = train(str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
                   str(tmp_path / "train.data"), str(tmp_path / "out"), options=options, verbose=0)
-    assert np.isfinite(state["history"][0]["loss"])
     assert keras.mixed_precision.global_policy().name == "float32"  # restored
+    # The same run in float32: bf16 computes differently, and as well.
+    float32 = train(str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
+                    str(tmp_path / "train.data"), str(tmp_path / "out32"),
+                    options=dataclasses.replace(options, mixed_precision=None), verbose=0)
+    loss, reference = state["history"][0]["loss"], float32["history"][0]["loss"]
+    assert loss != reference and loss == pytest.approx(reference, rel=0.05), (loss, reference)
     # The weights are float32 (mixed precision computes in bf16, keeps float32 variables).
     classifier = load_classifier(str(tmp_path / "out"))
     assert {variable.dtype for variable in classifier.model.weights} == {"float32"}
@@ -321,8 +326,12 @@ def test_ema_and_gradient_accumulation(tiny_run, tmp_path):
     assert (plain["use_ema"], plain["gradient_accumulation_steps"]) == (False, None)
     state = train(*tiny_run, str(tmp_path / "model"), options=options, verbose=0)
     assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]
-    assert all(np.isfinite(epoch["loss"]) for epoch in state["history"])
     assert state["options"]["ema"] is True and state["options"]["grad_accum"] == 2
+    # The options change the training: the same run without them learns differently.
+    plain_state = train(*tiny_run, str(tmp_path / "plain"), options=FAST, verbose=0)
+    losses = [epoch["loss"] for epoch in state["history"]]
+    plain_losses = [epoch["loss"] for epoch in plain_state["history"]]
+    assert all(np.isfinite(losses)) and losses != plain_losses, (losses, plain_losses)
 
 
 def test_predictions_with_length_bucketing_come_back_in_input_order(trained, sentiment_slice):
