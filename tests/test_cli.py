@@ -241,7 +241,7 @@ def test_every_option_says_its_default():
 def test_batch_size_must_be_positive(args):
     result = kbert(*args)
     assert result.returncode == 2
-    assert "argument --batch-size: expected a whole number of at least 1, got" in result.stderr
+    assert "argument --batch-size: expected a positive integer, got" in result.stderr
 
 
 @pytest.mark.parametrize("data, message", [

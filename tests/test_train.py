@@ -188,7 +188,7 @@ def test_a_rerun_never_harms_the_earlier_run(trained, tiny_run, tmp_path, monkey
     ({"learning_rate": -1e-3}, "learning rate (--lr) must be a finite positive number, got -0.001"),
     ({"warmup_ratio": 1.0}, "warm-up ratio (--warmup) must be in [0, 1), got 1.0"),
     ({"warmup_ratio": -0.1}, "warm-up ratio (--warmup) must be in [0, 1), got -0.1"),
-    ({"batch_size": 0}, "batch_size must be a whole number of at least 1, got 0"),
+    ({"batch_size": 0}, "batch_size: expected a positive integer, got 0"),
 ])
 def test_bad_options(tiny_run, tmp_path, changes, message):
     with pytest.raises(KbertError) as error:
