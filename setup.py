@@ -1,5 +1,3 @@
-from setuptools import find_packages, setup
+from setuptools import setup
 
-# kbert/ and every package under it, plus configs/ installed as kbert.configs
-# (package_dir in setup.cfg): a wheel holds the whole library, not only the top.
-setup(packages=find_packages(include=["kbert", "kbert.*"]) + ["kbert.configs"])
+setup()

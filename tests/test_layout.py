@@ -132,3 +132,13 @@ def test_a_cycle_and_a_wrong_way_import_would_be_found(tmp_path):
     modules = all_modules()
     assert imports_of(first, modules) == {"kbert.cli.main"}
     assert imports_of(second, modules) == {"kbert.layers.crf"}
+
+
+def test_setup_cfg_lists_every_package():
+    # pip install . and wheels hold only the packages setup.cfg lists.
+    import configparser
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    on_disk = {".".join(path.parent.relative_to(REPO).parts) for path in PACKAGE.rglob("__init__.py")}
+    assert on_disk | {"kbert.configs"} == listed, sorted(on_disk ^ (listed - {"kbert.configs"}))

@@ -169,10 +169,8 @@ def _evaluate_classifier(args) -> int:
     from kbert.tasks.classification import evaluate
 
     result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
-    if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
+    if _printed_as_json(args, result):
         return 0
-    print(result["data"])
     print(f"accuracy {result['accuracy']:.4f}\n")
     names = result["labels"]
     _print_scores("label", {name: result["classes"][name] for name in names})
@@ -184,14 +182,21 @@ def _evaluate_classifier(args) -> int:
     return 0
 
 
+def _printed_as_json(args, result: dict) -> bool:
+    """Prints an evaluation as JSON with --json (True), else the line naming its data (False)."""
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return True
+    print(result["data"])
+    return False
+
+
 def _evaluate_tagger(args) -> int:
     from kbert.tasks.ner import evaluate
 
     result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
-    if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
+    if _printed_as_json(args, result):
         return 0
-    print(result["data"])
     print("entities: exact span and type\n")
     _print_scores("type", result["scores"])
     return 0
@@ -211,10 +216,8 @@ def _evaluate_generator(args) -> int:
 
     result = evaluate(args.model, args.data, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
                       batch_size=args.batch_size)
-    if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
+    if _printed_as_json(args, result):
         return 0
-    print(result["data"])
     print(f"exact match {result['exact_match']:.4f}\ncharacter F1 {result['char_f1']:.4f}")
     return 0
 
