@@ -69,16 +69,17 @@ def test_beam_search(model):
                              use_cache=False)
     greedy = generate(model, PROMPTS, max_new_tokens=10, end_id=end_id)
     assert generate(model, PROMPTS, max_new_tokens=10, end_id=end_id, strategy="beam", beam_size=1) == greedy
-    compared = 0
     for prompt, beam, path in zip(PROMPTS, beams, greedy):
-        # Sequences of one kind compare: both ended (the end token's probability counted), or both cut at
-        # max_new_tokens (the same number of tokens, no end).
-        ended = len(beam) < 10 and len(path) < 10
-        if ended or len(beam) == len(path) == 10:
-            compared += 1
-            assert sequence_log_prob(model, prompt, beam, end_id, ended) >= \
-                sequence_log_prob(model, prompt, path, end_id, ended) - 1e-6
-    assert compared, (beams, greedy)
+        if len(beam) < 10 and len(path) < 10:  # both ended: the end token's probability counts in both
+            assert sequence_log_prob(model, prompt, beam, end_id, True) >= \
+                sequence_log_prob(model, prompt, path, end_id, True) - 1e-6
+    # With no end token every sequence has max_new_tokens tokens, so every pair compares.
+    beams = generate(model, PROMPTS, max_new_tokens=6, end_id=-1, strategy="beam", beam_size=4)
+    greedy = generate(model, PROMPTS, max_new_tokens=6, end_id=-1)
+    for prompt, beam, path in zip(PROMPTS, beams, greedy):
+        assert len(beam) == len(path) == 6
+        assert sequence_log_prob(model, prompt, beam, -1, False) >= \
+            sequence_log_prob(model, prompt, path, -1, False) - 1e-6
 
 
 def test_sampling_is_reproducible_and_top_k_1_is_greedy(model):

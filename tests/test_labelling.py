@@ -8,13 +8,13 @@ from conftest import CONFIGS, shared_path, write
 from kbert import DataError, Tokenizer, build_token_classifier, build_transformer_model
 from kbert.layers import viterbi_decode
 from kbert.training.losses import global_pointer_crossentropy
-from kbert.tasks.labelling import detect_scheme, entity_scores, read_tagged, spans, tags_from_spans
+from kbert.tasks.labelling import TaggedSentence, detect_scheme, entity_scores, read_tagged, spans, tags_from_spans
 
 
 def test_real_msra_files():
     sentences, report = read_tagged(shared_path("data", "msra_ner", "msra.dev.bmes"))
     assert len(sentences) == 3000 and str(report).endswith(": 3000 examples")
-    assert detect_scheme(tag for sentence in sentences for tag in sentence.tags) == "BMES"
+    assert detect_scheme(sentences) == "BMES"
     assert max(len(sentence.tokens) for sentence in sentences) <= 100
     entities = [span for sentence in sentences for span in spans(sentence.tags)]
     assert {kind for kind, _, _ in entities} == {"PER", "LOC", "ORG"}
@@ -29,7 +29,8 @@ def test_real_msra_files():
     ("BMES", ["B-PER", "E-PER", "O", "S-LOC", "B-LOC", "E-LOC"]),
 ])
 def test_spans_in_every_scheme(scheme, tags):
-    assert detect_scheme(tags) == ("BIOES" if scheme == "BMES" else scheme)
+    sentence = TaggedSentence(tuple("张三在北京市"), tuple(tags), 1)
+    assert detect_scheme([sentence]) == ("BIOES" if scheme == "BMES" else scheme)
     assert spans(tags) == [("PER", 0, 2), ("LOC", 3, 4), ("LOC", 4, 6)]
     assert tags_from_spans(6, spans(tags), scheme) == tags
 
@@ -39,8 +40,11 @@ def test_ill_formed_tags_follow_conlleval():
     assert spans(["M-PER", "E-PER", "B-PER", "E-PER"]) == [("PER", 0, 2), ("PER", 2, 4)]
     assert spans(["B-LOC", "M-ORG", "E-ORG", "I-PER"]) == [("LOC", 0, 1), ("ORG", 1, 3), ("PER", 3, 4)]
     assert spans(["B-LOC", "M-LOC"]) == [("LOC", 0, 2)]  # runs to the end
-    with pytest.raises(DataError, match="the tags mix the BMES prefix M- with the BIO prefix I-"):
-        detect_scheme(["M-PER", "I-PER"])
+    mixed = [TaggedSentence(("张", "三"), ("B-PER", "M-PER"), 1), TaggedSentence(("北", "京"), ("B-LOC", "I-LOC"), 4)]
+    with pytest.raises(DataError) as error:
+        detect_scheme(mixed, "train.txt")
+    assert str(error.value) == ("train.txt, line 5: the tags mix BMES's prefix M- (first on line 2) with BIO's "
+                                "prefix I- (first on line 5); use one scheme in the file")
 
 
 def test_entity_scores_exact_span_and_type():
@@ -127,7 +131,7 @@ def test_softmax_and_global_pointer_heads(msra_batch):
     target = np.zeros(scores.shape, "float32")
     target[:, 0, 1, 2] = 1
     assert np.isfinite(float(global_pointer_crossentropy(target, scores)))
-    with pytest.raises(ValueError, match="head: expected one of softmax, crf, global_pointer, got 'pointer'"):
+    with pytest.raises(ValueError, match="head: expected one of crf, softmax, global_pointer, got 'pointer'"):
         build_token_classifier(bert, 3, head="pointer")
     with pytest.raises(ValueError, match="needs a backbone whose output is the sequence output"):
         build_token_classifier(build_transformer_model(CONFIGS / "bert_tiny.json", with_pool=True), 3)

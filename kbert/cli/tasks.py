@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import List
+from typing import Callable, List, Optional, Tuple
 
 from kbert.cli.arguments import positive_int, precision_option
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
 from kbert.training.options import TrainingOptions
+from kbert.training.records import ONE_A_LINE, parse_columns
 
 
 def add_commands(command) -> None:
@@ -62,6 +63,10 @@ def _add_train(train) -> None:
                        help="the CRF transitions' learning rate as a multiple of --lr (--head crf)")
     train.add_argument("--train", required=True,
                        help="training data (text<TAB>label, CSV/TSV, JSONL; a tagged file for --task ner)")
+    train.add_argument("--columns", metavar="FIELD=COLUMN,...",
+                       help="the columns (or JSON keys) of --train and --valid when their names are not known, "
+                            "e.g. text=review,label=sentiment (fields: text, text_b, label; seq2seq: source, "
+                            "target)")
     train.add_argument("--valid", help="validation data; the best epoch on it is kept "
                                        "(default: none, every epoch is kept in turn)")
     train.add_argument("--out", required=True,
@@ -114,6 +119,9 @@ def _inference_arguments(parser, task_help: str) -> None:
                         help="seq2seq: beam search with this many beams (default: 1, greedy)")
     parser.add_argument("--max-new-tokens", type=positive_int,
                         help="seq2seq: the longest target (default: what --maxlen of training leaves)")
+    parser.add_argument("--columns", metavar="FIELD=COLUMN,...",
+                        help="the columns (or JSON keys) of the data when their names are not known, e.g. "
+                             "text=review,label=sentiment")
     precision_option(parser)
 
 
@@ -126,7 +134,8 @@ def run_train(args) -> int:
         warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
         mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
         shuffle=not args.no_shuffle, bucketing=not args.no_bucketing, seed=args.seed, ema=args.ema,
-        grad_accum=args.grad_accum, task=args.task, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier)
+        grad_accum=args.grad_accum, task=args.task, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier,
+        columns=parse_columns(args.columns) or None)
     try:
         state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
                       checkpoint_path=args.checkpoint, num_labels=args.num_labels,
@@ -158,6 +167,8 @@ def _model_task(args) -> str:
 
 def run_evaluate(args) -> int:
     task = _model_task(args)
+    if task == "ner" and args.columns:
+        raise KbertError("--columns: a tagger reads token<TAB>tag files, which have no named columns")
     if task == "ner":
         return _evaluate_tagger(args)
     if task == "seq2seq":
@@ -168,7 +179,8 @@ def run_evaluate(args) -> int:
 def _evaluate_classifier(args) -> int:
     from kbert.tasks.classification import evaluate
 
-    result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing)
+    result = evaluate(args.model, args.data, batch_size=args.batch_size, bucketing=not args.no_bucketing,
+                      columns=parse_columns(args.columns))
     if _printed_as_json(args, result):
         return 0
     print(f"accuracy {result['accuracy']:.4f}\n")
@@ -215,7 +227,7 @@ def _evaluate_generator(args) -> int:
     from kbert.tasks.seq2seq import evaluate
 
     result = evaluate(args.model, args.data, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
-                      batch_size=args.batch_size)
+                      batch_size=args.batch_size, columns=parse_columns(args.columns))
     if _printed_as_json(args, result):
         return 0
     print(f"exact match {result['exact_match']:.4f}\ncharacter F1 {result['char_f1']:.4f}")
@@ -223,14 +235,8 @@ def _evaluate_generator(args) -> int:
 
 
 def run_predict(args) -> int:
-    from kbert.training.data import read_examples
-
     task = _model_task(args)  # before waiting for standard input
-    if args.input == "-":
-        texts, pairs = _read_standard_input(), None
-    else:
-        examples, _ = read_examples(args.input, labelled=False)
-        texts, pairs = [e.text for e in examples], [e.text_b for e in examples]
+    texts, pairs = _prediction_input(args, task)
     if task == "ner":
         return _predict_entities(args, texts)
     if task == "seq2seq":
@@ -238,15 +244,39 @@ def run_predict(args) -> int:
     return _predict_labels(args, texts, pairs)
 
 
+def _prediction_input(args, task: str) -> Tuple[List[str], Optional[List[Optional[str]]]]:
+    """The texts (and text pairs) to predict; one a line keeps its blank lines as "" so outputs line up."""
+    from kbert.tasks.seq2seq import read_sources
+    from kbert.training.data import read_examples
+
+    columns = parse_columns(args.columns)
+    if args.input == "-":
+        return _read_standard_input(), None
+    if task == "seq2seq":
+        return read_sources(args.input, columns), None
+    examples, report = read_examples(args.input, labelled=False, columns=columns)
+    if report.layout != ONE_A_LINE:
+        return [e.text for e in examples], [e.text_b for e in examples]
+    if all("\t" in e.text for e in examples):
+        print(f"kbert: warning: every line of {args.input} holds a tab, and each whole line is one text; "
+              "to predict on one column, add a header row naming the columns (e.g. text<TAB>label)",
+              file=sys.stderr)
+    by_line = {e.line: e.text for e in examples}
+    return [by_line.get(line, "") for line in range(1, max(by_line) + 1)], None
+
+
 def _predict_labels(args, texts: List[str], pairs) -> int:
-    """Each text's label and its probability, `label<TAB>probability` a line."""
+    """Each text's label and its probability, `label<TAB>probability` a line (a blank line for a blank text)."""
     from kbert.tasks.classification import predict
 
-    for row in predict(args.model, texts, pairs, batch_size=args.batch_size, bucketing=not args.no_bucketing):
+    rows = _on_non_blank(texts, lambda kept: predict(
+        args.model, [texts[i] for i in kept], pairs and [pairs[i] for i in kept], batch_size=args.batch_size,
+        bucketing=not args.no_bucketing))
+    for text, row in zip(texts, rows):
         if args.json:
-            print(json.dumps(row, ensure_ascii=False))
+            print(json.dumps(row or {"text": text, "label": None, "probability": None}, ensure_ascii=False))
         else:
-            print(f"{row['label']}\t{row['probability']:.4f}")
+            print(f"{row['label']}\t{row['probability']:.4f}" if row else "")
     return 0
 
 
@@ -254,10 +284,11 @@ def _predict_targets(args, texts: List[str]) -> int:
     """The generated target of each source text, one a line."""
     from kbert.tasks.seq2seq import predict
 
-    targets = predict(args.model, texts, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
-                      batch_size=args.batch_size)
+    targets = _on_non_blank(texts, lambda kept: predict(
+        args.model, [texts[i] for i in kept], beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size))
     for text, target in zip(texts, targets):
-        print(json.dumps({"text": text, "target": target}, ensure_ascii=False) if args.json else target)
+        print(json.dumps({"text": text, "target": target}, ensure_ascii=False) if args.json else target or "")
     return 0
 
 
@@ -265,27 +296,42 @@ def _predict_entities(args, texts: List[str]) -> int:
     """Each text's entities, `type<TAB>start<TAB>end<TAB>text` a line, a blank line after each text."""
     from kbert.tasks.ner import predict
 
-    for text, entities in zip(texts, predict(args.model, texts, args.batch_size, not args.no_bucketing)):
+    found = _on_non_blank(texts, lambda kept: predict(
+        args.model, [texts[i] for i in kept], args.batch_size, not args.no_bucketing))
+    for text, entities in zip(texts, found):
         if args.json:
-            print(json.dumps({"text": text, "entities": entities}, ensure_ascii=False))
+            print(json.dumps({"text": text, "entities": entities or []}, ensure_ascii=False))
             continue
-        for entity in entities:
+        for entity in entities or []:
             print(f"{entity['type']}\t{entity['start']}\t{entity['end']}\t{entity['text']}")
         print()
     return 0
 
 
+def _on_non_blank(texts: List[str], predict: Callable[[List[int]], list]) -> list:
+    """`predict(indices)` of the non-blank texts, placed back among None for the blank ones."""
+    kept = [index for index, text in enumerate(texts) if text.strip()]
+    if not kept:
+        raise DataError("no texts to predict: every line is blank")
+    results: list = [None] * len(texts)
+    for index, result in zip(kept, predict(kept)):
+        results[index] = result
+    return results
+
+
 def _read_standard_input() -> List[str]:
-    """One text a line from standard input (UTF-8), blank lines skipped."""
+    """One text a line from standard input (UTF-8): lines end at \\n (or \\r\\n) only; a blank line is ""."""
     data = sys.stdin.buffer.read()
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise DataError(f"standard input: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    texts = [line for line in text.splitlines() if line.strip()]
-    if not texts:
+    lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+    if lines and not lines[-1]:
+        lines.pop()  # the newline that ends the last line
+    if not any(line.strip() for line in lines):
         raise DataError("standard input: no texts to predict (expected one text a line)")
-    return texts
+    return lines
 
 
 def run_export(args) -> int:

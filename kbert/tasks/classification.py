@@ -11,7 +11,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import keras
 import numpy as np
@@ -35,7 +35,7 @@ class ClassificationTask(Task):
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
-        examples, report = read_training_file(read_examples, train_path, options.skip_malformed)
+        examples, report = read_training_file(read_examples, train_path, options)
         labels = LabelMap.from_examples(examples)
         if len(labels) < 2:
             raise DataError(f"{train_path}: every example has the label {labels.names[0]!r}; "
@@ -48,7 +48,7 @@ class ClassificationTask(Task):
                              shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)
         valid, valid_report = None, None
         if valid_path:
-            valid_examples, valid_report = read_training_file(read_examples, valid_path, options.skip_malformed)
+            valid_examples, valid_report = read_training_file(read_examples, valid_path, options)
             valid = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
                                  labels.ids(valid_examples, valid_path), options.batch_size)
         return TrainingData(train, valid, labels, int(train.cardinality()), str(report),
@@ -110,10 +110,14 @@ def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[
             for text, index, row in zip(texts, best, probabilities)]
 
 
-def evaluate(model_dir: str, data_path: str, batch_size: int = 64, bucketing: bool = True) -> dict:
-    """Accuracy, per-class precision/recall/F1 and the confusion matrix on a labelled file."""
+def evaluate(model_dir: str, data_path: str, batch_size: int = 64, bucketing: bool = True,
+             columns: Optional[Mapping[str, str]] = None) -> dict:
+    """Accuracy, per-class precision/recall/F1 and the confusion matrix on a labelled file.
+
+    `columns` names the file's columns when they have other names (`read_examples`).
+    """
     classifier = load_classifier(model_dir)
-    examples, report = read_examples(data_path)
+    examples, report = read_examples(data_path, columns=columns)
     truth = classifier.labels.ids(examples, data_path)
     predicted = classifier.predict_proba(examples, batch_size, bucketing).argmax(-1)
     return {"data": str(report), **classification_report(truth, predicted, classifier.labels.names)}

@@ -18,7 +18,7 @@ import dataclasses
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from kbert.training.data import DataReport, open_data, parse_rows
+from kbert.training.records import DataReport, open_data, parse_rows
 from kbert.errors import DataError
 from kbert.training.metrics import precision_recall_f1
 
@@ -90,19 +90,29 @@ def _sentence(rows: List[Tuple[int, str]], start: int) -> TaggedSentence:
     return TaggedSentence(tuple(tokens), tuple(tags), start)
 
 
-def detect_scheme(tags: Iterable[str]) -> str:
+def detect_scheme(sentences: Sequence[TaggedSentence], path: str = "data") -> str:
     """The scheme whose prefixes the tags use: BMES if any `M-`, else BIOES if any `E-`/`S-`, else BIO.
 
+    A file that mixes BMES's `M-` with BIO's `I-` is a `DataError` naming the
+    first line of each.
+
     Example:
-    >>> detect_scheme(["B-PER", "M-PER", "E-PER", "O"]), detect_scheme(["B-LOC", "I-LOC"])
-    ('BMES', 'BIO')
+    >>> detect_scheme([TaggedSentence(("张", "三", "丰"), ("B-PER", "M-PER", "E-PER"), 1)])
+    'BMES'
+    >>> detect_scheme([TaggedSentence(("北", "京"), ("B-LOC", "I-LOC"), 1)])
+    'BIO'
     """
-    prefixes = {tag.partition("-")[0] for tag in tags if tag != "O"}
-    if "M" in prefixes:
-        if "I" in prefixes:
-            raise DataError("the tags mix the BMES prefix M- with the BIO prefix I-")
+    first: Dict[str, int] = {}
+    for sentence in sentences:
+        for index, tag in enumerate(sentence.tags):
+            first.setdefault(tag.partition("-")[0], sentence.line + index)
+    if "M" in first:
+        if "I" in first:
+            raise DataError(f"{path}, line {max(first['M'], first['I'])}: the tags mix BMES's prefix M- "
+                            f"(first on line {first['M']}) with BIO's prefix I- (first on line {first['I']}); "
+                            "use one scheme in the file")
         return "BMES"
-    return "BIOES" if prefixes & {"E", "S"} else "BIO"
+    return "BIOES" if {"E", "S"} & first.keys() else "BIO"
 
 
 def spans(tags: Sequence[str]) -> List[Span]:

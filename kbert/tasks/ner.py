@@ -26,6 +26,7 @@ remembers the task, head, scheme and units in training.json.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -42,14 +43,31 @@ from kbert.tasks.labelling import (Span, TaggedSentence, detect_scheme, entity_s
 UNITS = {"char": r"\S", "word": r"\S+"}
 
 
-def detect_unit(sentences: Sequence[TaggedSentence]) -> str:
-    """`char` when every token of the data is one character, else `word`.
+def detect_unit(sentences: Sequence[TaggedSentence], path: str = "data") -> str:
+    """`char` unless a tenth or more of the tokens are several characters long (words), else `word`.
+
+    A character-level file (MSRA's) may hold a few longer tokens (`１９９７年`,
+    an English word): they stay units of their own in training, and raw text is
+    cut into characters at prediction; a warning names the first.
 
     Example:
     >>> detect_unit([TaggedSentence(("北", "京"), ("B-LOC", "E-LOC"), 1)])
     'char'
     """
-    return "char" if all(len(token) == 1 for sentence in sentences for token in sentence.tokens) else "word"
+    longer = [(sentence.line + index, token) for sentence in sentences
+              for index, token in enumerate(sentence.tokens) if len(token) > 1]
+    total = sum(len(sentence.tokens) for sentence in sentences)
+    if len(longer) >= WORD_SHARE * total:
+        return "word"
+    if longer:
+        line, token = longer[0]
+        logging.getLogger("kbert").warning(
+            "%s: %d of %d tokens are several characters long (first: line %d, %r); the tokens are "
+            "characters, so raw text is cut into characters at prediction", path, len(longer), total, line, token)
+    return "char"
+
+
+WORD_SHARE = 0.1  # tokens several characters long, of all, from which a file is word-level
 
 
 def split_units(text: str, unit: str) -> List[Tuple[int, int]]:
@@ -165,8 +183,10 @@ class NerTask(Task):
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
-        sentences, report = read_training_file(read_tagged, train_path, options.skip_malformed)
-        scheme = detect_scheme(tag for sentence in sentences for tag in sentence.tags)
+        if options.columns:
+            raise KbertError("--columns: a tagger reads token<TAB>tag files, which have no named columns")
+        sentences, report = read_training_file(read_tagged, train_path, options)
+        scheme = detect_scheme(sentences, train_path)
         types = sorted({kind for sentence in sentences for kind, _, _ in spans(sentence.tags)})
         if not types:
             raise DataError(f"{train_path}: no entities: every tag is O")
@@ -180,10 +200,10 @@ class NerTask(Task):
                                  bucketing=options.bucketing)
         valid, valid_report, valid_sentences = None, None, []
         if valid_path:
-            valid_sentences, valid_report = read_training_file(read_tagged, valid_path, options.skip_malformed)
+            valid_sentences, valid_report = read_training_file(read_tagged, valid_path, options)
             _check_types(valid_sentences, types, valid_path)
             valid = examples.dataset(valid_sentences, options.batch_size).batches
-        state = {"scheme": scheme, "unit": detect_unit(sentences), "types": types,
+        state = {"scheme": scheme, "unit": detect_unit(sentences, train_path), "types": types,
                  "head": self.head, "examples": len(sentences), "chunks": train.chunks}
         return TrainingData(train.batches, valid, labels, int(train.batches.cardinality()), str(report),
                             str(valid_report) if valid_report else None, state, valid_sentences)
@@ -265,7 +285,8 @@ class Examples:
     def _target(self, chunk: Chunk, entities: List[Span]) -> List:
         if self.head == "global_pointer":
             # [type, first, last] in token positions ([CLS] is position 0).
-            return [[self._ids[kind], start + 1, end] for kind, start, end in entities]
+            return np.array([[self._ids[kind], start + 1, end] for kind, start, end in entities],
+                            dtype=np.int32).reshape(-1, 3)  # (0, 3) without entities: still rows of 3
         tags = tags_from_spans(len(chunk.owners), entities, self.scheme)
         return [0] + [self._ids[tag] for tag in tags] + [0]
 

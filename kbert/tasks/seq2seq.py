@@ -1,7 +1,8 @@
 """Sequence-to-sequence fine-tuning: a UniLM model on source/target pairs, and generation with the cache.
 
-Data: `source<TAB>target` a line, or JSON Lines with `source` and `target`
-strings (a target may be empty: then the model learns to stop at once).
+Data: `source<TAB>target` a line, or a table or JSON Lines naming the
+source and target (`read_pairs`; a target may be empty: then the model
+learns to stop at once).
 Each pair is `[CLS] source [SEP] target [SEP]`, the source in segment 0 and
 the target in segment 1, so UniLM's mask (`application="unilm"`) lets the
 source see itself and the target see the source and its own past; `maxlen`
@@ -18,13 +19,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.training.data import DataReport, LabelMap, make_dataset, open_data, parse_rows
+from kbert.training.data import LabelMap, make_dataset
+from kbert.training.records import DataReport, Fields, parse_rows, read_records
 from kbert.errors import KbertError
 from kbert.training.task import Task, TrainingData, read_training_file
 
@@ -40,10 +41,21 @@ class Pair:
     line: int
 
 
-def read_pairs(path: "str | os.PathLike[str]", *, skip_malformed: bool = False) -> Tuple[List[Pair], DataReport]:
-    """Reads `source<TAB>target` lines (or `.jsonl` with `source` and `target`).
+SOURCE_NAMES = ("source", "src", "input", "text", "content", "abstract")
+TARGET_NAMES = ("target", "tgt", "output", "title", "summary")
+PAIRS = Fields({"source": SOURCE_NAMES, "target": TARGET_NAMES}, ("source", "target"), {2: ("source", "target")})
+SOURCES = Fields({"source": SOURCE_NAMES}, ("source",), {1: ("source",)})
 
-    A malformed line raises `DataError` naming the file and line, or with
+
+def read_pairs(path: "str | os.PathLike[str]", *, skip_malformed: bool = False,
+               columns: Optional[Mapping[str, str]] = None) -> Tuple[List[Pair], DataReport]:
+    """Reads source/target pairs: `source<TAB>target` rows, or a table or JSON Lines naming the columns.
+
+    The format is read from the content as for classification
+    (`kbert.training.records`); a header or JSON key may call the fields
+    `source`/`src`/`input`/`text`/`content`/`abstract` and
+    `target`/`tgt`/`output`/`title`/`summary`, or `columns` names them. A
+    malformed line raises `DataError` naming the file and line, or with
     `skip_malformed` is skipped and counted in the report.
 
     Example:
@@ -54,30 +66,25 @@ def read_pairs(path: "str | os.PathLike[str]", *, skip_malformed: bool = False) 
     [('张三去了北京', 'PER:张三；LOC:北京'), ('今天很好', '')]
     """
     path = os.fspath(path)
-    split = _json_pair if path.endswith((".jsonl", ".json")) else _tab_pair
-    with open_data(path) as handle:
-        rows = ((number, raw.rstrip("\r\n")) for number, raw in enumerate(handle, 1) if raw.strip())
-        return parse_rows(path, rows, lambda raw, line: Pair(*split(raw), line), skip_malformed,
-                          "no source/target pairs")
+    rows, layout, _ = read_records(path, PAIRS, columns)
+    return parse_rows(path, rows, _pair, skip_malformed, "no source/target pairs", layout)
 
 
-def _tab_pair(raw: str) -> Tuple[str, str]:
-    fields = raw.split("\t")
-    if len(fields) != 2 or not fields[0].strip():
-        raise ValueError(f"expected 'source<TAB>target' with a non-empty source, found {len(fields) - 1} tab(s)")
-    return fields[0], fields[1]
+def read_sources(path: "str | os.PathLike[str]", columns: Optional[Mapping[str, str]] = None) -> List[str]:
+    """The sources of a prediction input: a headerless file is one source a line (tabs kept)."""
+    path = os.fspath(path)
+    rows, layout, _ = read_records(path, SOURCES, columns)
+    return [pair.source for pair in parse_rows(path, rows, lambda row, line: _pair({**row, "target": ""}, line),
+                                               False, "no sources", layout)[0]]
 
 
-def _json_pair(raw: str) -> Tuple[str, str]:
-    try:
-        record = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON ({error.msg})") from None
-    if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in ("source", "target")):
-        raise ValueError("expected an object with string 'source' and 'target'")
-    if not record["source"].strip():
+def _pair(row: dict, line: int) -> Pair:
+    source, target = row["source"], row["target"]
+    if not source or not source.strip():
         raise ValueError("empty source")
-    return record["source"], record["target"]
+    if target is None:
+        raise ValueError("missing target")
+    return Pair(source, target, line)
 
 
 def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int):
@@ -129,12 +136,12 @@ class Seq2SeqTask(Task):
              options) -> TrainingData:
         if num_labels is not None:
             raise KbertError("--num-labels has no meaning for --task seq2seq")
-        pairs, report = read_training_file(read_pairs, train_path, options.skip_malformed)
+        pairs, report = read_training_file(read_pairs, train_path, options)
         train = make_dataset(*encode_pairs(tokenizer, pairs, options.maxlen), options.batch_size,
                              shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)
         valid, valid_report = None, None
         if valid_path:
-            valid_pairs, valid_report = read_training_file(read_pairs, valid_path, options.skip_malformed)
+            valid_pairs, valid_report = read_training_file(read_pairs, valid_path, options)
             valid = make_dataset(*encode_pairs(tokenizer, valid_pairs, options.maxlen), options.batch_size)
         return TrainingData(train, valid, LabelMap([]), int(train.cardinality()), str(report),
                             str(valid_report) if valid_report else None)
@@ -188,7 +195,7 @@ def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Op
 
 
 def evaluate(model_dir: str, data_path: str, *, beam_size: int = 1, max_new_tokens: Optional[int] = None,
-             batch_size: int = 64) -> dict:
+             batch_size: int = 64, columns: Optional[Mapping[str, str]] = None) -> dict:
     """Exact match and mean character F1 of generated targets against the file's targets.
 
     A reference is compared as the model can write it: through the model's
@@ -196,7 +203,7 @@ def evaluate(model_dir: str, data_path: str, *, beam_size: int = 1, max_new_toke
     characters), and both texts without spaces (decoding re-spaces non-CJK text).
     """
     loaded = load_generator(model_dir)
-    pairs, report = read_pairs(data_path)
+    pairs, report = read_pairs(data_path, columns=columns)
     generated = _generate(loaded, [pair.source for pair in pairs], beam_size, max_new_tokens, batch_size)
     tokenizer = loaded.tokenizer
     references = [_unspaced(tokenizer.decode(tokenizer.encode(pair.target)[0])) for pair in pairs]

@@ -1,17 +1,14 @@
 """Classification data: reading files, label maps, and `tf.data` pipelines.
 
-Three file formats, chosen by extension:
+A file is read by `kbert.training.records`, which looks at its content:
+JSON Lines, or tab-/comma-separated rows with or without a header. The
+fields are `text`, optional `text_b` and `label`; a header may call them
+`sentence`/`text_a`/`sentence1`/`content`/`review`, `sentence2`, and
+`labels`/`class` (or any name, given with `columns`). Headerless rows are
+`text<TAB>label` or `text<TAB>text_b<TAB>label`, bert4keras's format.
 
-- `.jsonl` / `.json`: JSON Lines, one object a line with `text`, optional
-  `text_b`, and `label`;
-- `.csv` / `.tsv`: a header row naming `text`, optional `text_b`, and `label`;
-  CSV cells may be quoted, TSV cells are taken as they are (a text may start
-  with `"`);
-- anything else (`.data`, `.txt`, ...): `text<TAB>label` lines without a
-  header, the format of bert4keras's examples. A first line that looks like a
-  header (`text<TAB>label`) is an error, not a class named `label`.
-
-Files are read as UTF-8; a byte-order mark at the start is ignored.
+Prediction input (`labelled=False`) without a header is one text a line,
+the whole line (a tab is part of the text).
 
 A malformed row raises `DataError` naming the file and line, or, with
 `skip_malformed=True`, is skipped and counted in the `DataReport`.
@@ -19,17 +16,24 @@ A malformed row raises `DataError` naming the file and line, or, with
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import dataclasses
 import json
 import os
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+import re
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from kbert.errors import DataError
 from kbert.io import atomic_write_text
+from kbert.training.records import DataReport, Fields, parse_rows, read_records
+
+TEXT_NAMES = ("text", "sentence", "text_a", "sentence1", "content", "review")
+TEXT_B_NAMES = ("text_b", "sentence2")
+LABEL_NAMES = ("label", "labels", "class")
+LABELLED = Fields({"text": TEXT_NAMES, "text_b": TEXT_B_NAMES, "label": LABEL_NAMES}, ("text", "label"),
+                  {2: ("text", "label"), 3: ("text", "text_b", "label")})
+UNLABELLED = Fields({"text": TEXT_NAMES, "text_b": TEXT_B_NAMES}, ("text",), {1: ("text",)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,150 +46,60 @@ class Example:
     line: int
 
 
-@dataclasses.dataclass
-class DataReport:
-    """What reading a file found: examples kept, rows skipped (by line)."""
-
-    path: str
-    examples: int = 0
-    skipped: List[Tuple[int, str]] = dataclasses.field(default_factory=list)
-
-    def __str__(self) -> str:
-        text = f"{self.path}: {self.examples} examples"
-        if self.skipped:
-            lines = ", ".join(str(line) for line, _ in self.skipped[:10])
-            more = ", ..." if len(self.skipped) > 10 else ""
-            text += f", {len(self.skipped)} malformed rows skipped (lines {lines}{more})"
-        return text
-
-
-def read_examples(path: "str | os.PathLike[str]", *, labelled: bool = True,
-                  skip_malformed: bool = False) -> Tuple[List[Example], DataReport]:
+def read_examples(path: "str | os.PathLike[str]", *, labelled: bool = True, skip_malformed: bool = False,
+                  columns: Optional[Mapping[str, str]] = None) -> Tuple[List[Example], DataReport]:
     """Reads a classification file; see the module docstring for the formats.
 
     Args:
         path: the file.
         labelled: whether every row must have a label (False for prediction
-            input, where a plain-text file is one text a line).
+            input, where a headerless file is one text a line).
         skip_malformed: skip bad rows (counted in the report) instead of
             raising `DataError`.
+        columns: `{field: column}` for columns (or JSON keys) with other names,
+            e.g. `{"text": "review", "label": "sentiment"}`.
+
+    Example:
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "train.csv")
+    >>> _ = open(path, "w", encoding="utf-8").write("sentence,label\\n很好,1\\n不好,0\\n")
+    >>> examples, report = read_examples(path)
+    >>> [(e.text, e.label) for e in examples], report.layout
+    ([('很好', '1'), ('不好', '0')], 'comma-separated with a header: text=sentence, label=label')
     """
     path = os.fspath(path)
-    extension = os.path.splitext(path)[1].lower()
-    reader = {".jsonl": _json_lines, ".json": _json_lines, ".csv": _delimited, ".tsv": _delimited}.get(
-        extension, _tab_separated)
-    with open_data(path, newline="") as handle:
-        return parse_rows(path, reader(handle, extension, labelled),
-                          lambda row, line: _example(row, line, labelled), skip_malformed, "no examples")
+    rows, layout, header = read_records(path, LABELLED if labelled else UNLABELLED, columns)
+    examples, report = parse_rows(path, rows, _example, skip_malformed, "no examples", layout)
+    if labelled and not header:
+        _check_first_row_is_data(path, examples)
+    return examples, report
 
 
-def parse_rows(path: str, rows: Iterable[Tuple[int, object]], parse: Callable[[object, int], object],
-               skip_malformed: bool, empty: str) -> Tuple[list, "DataReport"]:
-    """Parses each `(line, row)` of a data file: the records and a report.
-
-    `parse(row, line)` raises `ValueError(message)` (or `ValueError(line,
-    message)` to name another line) for a malformed row: a `DataError` naming
-    the file and line, or with `skip_malformed` a skipped row in the report.
-    No record at all is the error `"{path}: {empty}"`.
-    """
-    report, records = DataReport(path), []
-    for line, row in rows:
-        try:
-            records.append(parse(row, line))
-        except ValueError as error:
-            line, message = error.args if len(error.args) == 2 else (line, str(error))
-            if not skip_malformed:
-                raise DataError(f"{path}, line {line}: {message}") from None
-            report.skipped.append((line, message))
-    if not records:
-        raise DataError(f"{path}: {empty}")
-    report.examples = len(records)
-    return records, report
-
-
-@contextlib.contextmanager
-def open_data(path: str, newline: Optional[str] = None) -> Iterator:
-    """A data file opened as UTF-8 text (a byte-order mark ignored); a missing or
-    non-UTF-8 file, also one found so while reading, is a `DataError` naming it."""
-    try:
-        with open(path, encoding="utf-8-sig", newline=newline) as handle:
-            yield handle
-    except FileNotFoundError:
-        raise DataError(f"{path}: data file not found") from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-
-
-def _example(row, line: int, labelled: bool) -> Example:
-    if isinstance(row, ValueError):
-        raise row
-    text, text_b, label = row
+def _example(row: dict, line: int) -> Example:
+    text, label = row["text"], row.get("label")
     if not isinstance(text, str) or not text.strip():
         raise ValueError("empty or missing text")
-    if labelled and (label is None or str(label).strip() == ""):
+    if "label" in row and (label is None or label.strip() == ""):
         raise ValueError("missing label")
-    return Example(text, text_b or None, None if label is None else str(label).strip(), line)
+    return Example(text, row.get("text_b") or None, None if label is None else label.strip(), line)
 
 
-def _tab_separated(handle, extension, labelled):
-    for line, raw in enumerate(handle, 1):
-        raw = raw.rstrip("\r\n")
-        if not raw.strip():
-            continue
-        if not labelled:  # one text a line; a labelled file's label column is ignored
-            yield line, (raw.split("\t", 1)[0], None, None)
-            continue
-        parts = raw.split("\t")
-        if len(parts) != 2:
-            yield line, ValueError(f"expected 'text<TAB>label', found {len(parts) - 1} tab(s)")
-            continue
-        if line == 1 and parts[1].strip().lower() in _HEADER_LABELS:
-            raise DataError(f"{handle.name}, line 1: {raw!r} looks like a header, but a "
-                            "text<TAB>label file has none: remove the line, or name the file "
-                            "*.tsv to read it as a table with a header")
-        yield line, (parts[0], None, parts[1])
+def _check_first_row_is_data(path: str, examples: Sequence[Example]) -> None:
+    """A headerless file whose first label alone is not a number has a header kbert did not know."""
+    first, rest = examples[0], examples[1:]
+    if rest and not is_integer(first.label) and all(is_integer(example.label) for example in rest):
+        raise DataError(f"{path}, line {first.line}: {first.text[:20]!r}<TAB>{first.label!r} looks like a header "
+                        f"(every other label is a number): name its columns with --columns "
+                        f"text={first.text[:20]},label={first.label}, or remove the line")
 
 
-# Column names that mark a first line as a header rather than an example.
-_HEADER_LABELS = {"label", "labels", "class", "category", "target", "y", "tag"}
+def is_integer(label: Optional[str]) -> bool:
+    """Whether a label is written as a whole number in ASCII digits (`²` is not).
 
-
-def _delimited(handle, extension, labelled):
-    # Tab-separated text is not quoted: a `"` is part of the text, not a CSV quote.
-    rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if extension == ".tsv" \
-        else csv.reader(handle)
-    header = next(rows, None)
-    if header is None:
-        return
-    columns = {name.strip(): index for index, name in enumerate(header)}
-    needed = ["text"] + (["label"] if labelled else [])
-    missing = [name for name in needed if name not in columns]
-    if missing:
-        raise DataError(f"{handle.name}, line 1: the header lacks column(s) {', '.join(missing)} "
-                        f"(found: {', '.join(header)})")
-    for line, row in enumerate(rows, 2):
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) != len(header):
-            yield line, ValueError(f"expected {len(header)} columns, found {len(row)}")
-            continue
-        yield line, (row[columns["text"]], row[columns["text_b"]] if "text_b" in columns else None,
-                     row[columns["label"]] if "label" in columns else None)
-
-
-def _json_lines(handle, extension, labelled):
-    for line, raw in enumerate(handle, 1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as error:
-            yield line, ValueError(f"not valid JSON ({error.msg})")
-            continue
-        if not isinstance(record, dict):
-            yield line, ValueError("expected a JSON object")
-            continue
-        yield line, (record.get("text"), record.get("text_b"), record.get("label"))
+    >>> is_integer("-3"), is_integer("²"), is_integer("1.0")
+    (True, False, False)
+    """
+    return label is not None and re.fullmatch(r"-?[0-9]+", label) is not None
 
 
 class LabelMap:
@@ -212,7 +126,7 @@ class LabelMap:
     @classmethod
     def from_examples(cls, examples: Sequence[Example]) -> "LabelMap":
         names = {example.label for example in examples}
-        numeric = all(name.lstrip("-").isdigit() for name in names)
+        numeric = all(is_integer(name) for name in names)
         return cls(sorted(names, key=int) if numeric else sorted(names))
 
     def __len__(self) -> int:
@@ -309,7 +223,7 @@ def _label_tensor(labels):
     if isinstance(labels, np.ndarray):
         return labels
     rows = [np.asarray(row, dtype=np.int32) for row in labels]
-    width = next((row.shape[1:] for row in rows if len(row)), ())
+    width = next((row.shape[1:] for row in rows if row.ndim > 1), ())  # rows of (0, 3) say it too
     flat = np.concatenate([row.reshape(-1, *width) for row in rows])
     return tf.RaggedTensor.from_row_lengths(flat, [len(row) for row in rows])
 

@@ -7,7 +7,7 @@ without importing TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Dict, Optional
 
 from kbert.models.heads import DEFAULT_TOKEN_HEAD
 
@@ -47,6 +47,9 @@ class TrainingOptions:
             (Keras's `gradient_accumulation_steps`; bert4keras's
             `extend_with_gradient_accumulation`): an effective batch of
             `batch_size * grad_accum`.
+        columns: `{field: column}` for data files whose columns (or JSON keys)
+            have other names, e.g. `{"text": "review", "label": "sentiment"}`
+            (`kbert.training.records`).
     """
 
     epochs: int = 3
@@ -67,3 +70,4 @@ class TrainingOptions:
     task: str = "classify"
     head: str = DEFAULT_TOKEN_HEAD
     crf_lr_multiplier: float = 100.0
+    columns: Optional[Dict[str, str]] = None

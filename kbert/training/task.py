@@ -17,11 +17,12 @@ from typing import Callable, Dict, List, Optional
 from kbert.training.data import LabelMap
 
 
-def read_training_file(reader: Callable, path: str, skip_malformed: bool):
-    """`reader(path, skip_malformed=...)`'s records and report, logging what was skipped."""
-    records, report = reader(path, skip_malformed=skip_malformed)
-    if report.skipped:
-        logging.getLogger("kbert").warning("%s", report)
+def read_training_file(reader: Callable, path: str, options):
+    """`reader(path, ...)`'s records and report (with the options' `skip_malformed`, and `columns`
+    when given), logging what was read and skipped."""
+    extra = {"columns": options.columns} if options.columns else {}
+    records, report = reader(path, skip_malformed=options.skip_malformed, **extra)
+    logging.getLogger("kbert").log(logging.WARNING if report.skipped else logging.INFO, "%s", report)
     return records, report
 
 
