@@ -1,5 +1,8 @@
 """Generation: the key/value cache gives the full model's tokens; greedy, beam and sampling for every family."""
 
+import gc
+import weakref
+
 import keras
 import numpy as np
 import pytest
@@ -116,9 +119,18 @@ def test_clear_errors():
                                          r"application='lm' or 'unilm', with_mlm=True\)"):
         generate(encoder, PROMPTS, max_new_tokens=4, end_id=3)
     model = small_model("bert", "lm")
-    with pytest.raises(KbertError, match="a prompt of 5 tokens and max_new_tokens 60 need 65 positions; the "
+    with pytest.raises(KbertError, match="a prompt of 5 tokens and max_new_tokens 61 need 65 positions; the "
                                          "model has max_position_embeddings 64"):
-        generate(model, PROMPTS, max_new_tokens=60, end_id=3)
+        generate(model, PROMPTS, max_new_tokens=61, end_id=3)
+    # Every position used: the 60th new token is chosen at position 63, the last.
+    for use_cache in (True, False):
+        assert [len(row) for row in generate(model, PROMPTS, max_new_tokens=60, end_id=-1,
+                                             use_cache=use_cache)] == [60, 60]
+    for keywords, message in [({"top_p": 0}, r"top_p must be in \(0, 1\]"), ({"top_p": -0.5}, "top_p must be"),
+                              ({"top_p": 1.5}, "top_p must be"), ({"top_k": 0}, "top_k must be a whole number"),
+                              ({"top_k": -1}, "top_k must be"), ({"top_k": 2.0}, "top_k must be")]:
+        with pytest.raises(KbertError, match=message):
+            generate(model, PROMPTS, max_new_tokens=4, end_id=3, strategy="sample", **keywords)
     with pytest.raises(KbertError, match="strategy: expected one of greedy, beam, sample, got 'top'"):
         generate(model, PROMPTS, max_new_tokens=4, end_id=3, strategy="top")
     with pytest.raises(KbertError, match="every prompt needs at least one token"):
@@ -149,3 +161,15 @@ def test_a_bert4keras_decoder_ports_unchanged():
     assert [row.tolist() for row in samples] == [expected, expected]
     best = decoder.beam_search([source, np.zeros_like(source)], topk=3)
     assert len(best) <= 12 and (best[-1] == end_id or len(best) == 12)
+
+
+def test_a_model_is_freed_after_generating():
+    # The cached graph lives on the model: a model no longer used is collected, graph and all.
+    model = small_model("bert", "unilm")
+    generate(model, PROMPTS, max_new_tokens=2, end_id=-1)
+    assert generate(model, PROMPTS, max_new_tokens=2, end_id=-1, use_cache=False) == \
+        generate(model, PROMPTS, max_new_tokens=2, end_id=-1)
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None

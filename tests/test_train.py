@@ -124,6 +124,11 @@ def test_interrupted_training_resumes_from_the_last_epoch(tiny_run, tmp_path, mo
     assert not out.exists() and (tmp_path / "model.partial" / "resume").is_dir()
     with pytest.raises(KbertError, match=r"model.partial holds an interrupted run for .*model: pass --resume"):
         train(*tiny_run, str(out), options=FAST, verbose=0)
+    kept = snapshot(tmp_path / "model.partial")
+    with pytest.raises(KbertError, match=r"model.partial: --resume continues a run with the same settings, but the "
+                                         r"interrupted run has maxlen 32 \(now 48\): resume with its settings"):
+        train(*tiny_run, str(out), options=dataclasses.replace(FAST, maxlen=48), resume=True, verbose=0)
+    assert snapshot(tmp_path / "model.partial") == kept
     state = train(*tiny_run, str(out), options=FAST, resume=True, verbose=0)
     assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]
     assert sorted(os.listdir(out)) == ["bert_config.json", "labels.json", "model.weights.h5", "training.json",
@@ -239,7 +244,7 @@ def test_bad_data_stops_before_training(tmp_path):
     bad.write_text("好\t1\n坏\n", encoding="utf-8")
     arguments = (str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
                  str(bad), str(tmp_path / "out"))
-    with pytest.raises(KbertError, match=f"{bad}, line 2: expected 'text<TAB>label'"):
+    with pytest.raises(KbertError, match=f"{bad}, line 2: expected text<TAB>label"):
         train(*arguments, options=TrainingOptions(maxlen=32))
     with pytest.raises(KbertError, match=r"maxlen 128 is longer than the model's max_position_embeddings "
                                          r"\(64, .*bert_tiny.json\)"):
@@ -316,17 +321,30 @@ def test_mixed_precision_bf16(sentiment_slice, tmp_path):
     assert {variable.dtype for variable in classifier.model.weights} == {"float32"}
 
 
-def test_ema_and_gradient_accumulation(tiny_run, tmp_path):
-    from kbert.training.loop import make_optimizer
+def test_ema_and_gradient_accumulation(tiny_run, sentiment_slice, tmp_path, monkeypatch):
+    from kbert.training import loop
+
     options = dataclasses.replace(FAST, ema=True, grad_accum=2)
-    config = make_optimizer(options, steps_per_epoch=16).get_config()
-    assert (config["use_ema"], config["ema_overwrite_frequency"], config["gradient_accumulation_steps"]) == \
-        (True, 16, 2)
-    plain = make_optimizer(FAST, steps_per_epoch=16).get_config()
+    config = loop.make_optimizer(options, steps_per_epoch=16).get_config()
+    assert (config["use_ema"], config["gradient_accumulation_steps"]) == (True, 2)
+    plain = loop.make_optimizer(FAST, steps_per_epoch=16).get_config()
     assert (plain["use_ema"], plain["gradient_accumulation_steps"]) == (False, None)
-    state = train(*tiny_run, str(tmp_path / "model"), options=options, verbose=0)
+    # Every epoch's validation sees the average: Keras's own overwrite, counted in updates, would land
+    # every grad_accum epochs.
+    gaps = []
+
+    def at_validation(callback, logs=None):
+        optimizer = callback.model.optimizer
+        gaps.append(max(float(np.abs(np.asarray(variable) - np.asarray(average)).max()) for variable, average
+                        in zip(optimizer._trainable_variables, optimizer._model_variables_moving_average)))
+
+    monkeypatch.setattr(loop._BestWeights, "on_test_begin", at_validation, raising=False)
+    state = train(*tiny_run, str(tmp_path / "model"), valid_path=str(sentiment_slice / "valid.data"),
+                  options=options, verbose=0)
+    monkeypatch.undo()
     assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]
     assert state["options"]["ema"] is True and state["options"]["grad_accum"] == 2
+    assert len(gaps) == 2 and max(gaps) == 0.0, gaps
     # The options change the training: the same run without them learns differently.
     plain_state = train(*tiny_run, str(tmp_path / "plain"), options=FAST, verbose=0)
     losses = [epoch["loss"] for epoch in state["history"]]

@@ -21,7 +21,6 @@ later token (one each).
 from __future__ import annotations
 
 import importlib
-import weakref
 from typing import List, Tuple
 
 import keras
@@ -139,11 +138,17 @@ class CachedGraph:
         return tf.gather(outputs, last, batch_dims=1), caches
 
 
-_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_GRAPH_ATTRIBUTE = "_kbert_cached_graph"
 
 
 def cached_graph(model) -> CachedGraph:
-    """The model's `CachedGraph`, made (and its step traced) once per model."""
-    if model not in _GRAPHS:
-        _GRAPHS[model] = CachedGraph(model)
-    return _GRAPHS[model]
+    """The model's `CachedGraph`, made (and its step traced) once per model.
+
+    It is kept on the model itself, so it lives exactly as long as the model
+    (set past Keras's attribute tracking: it is no part of the model's state).
+    """
+    graph = model.__dict__.get(_GRAPH_ATTRIBUTE)
+    if graph is None:
+        graph = CachedGraph(model)
+        object.__setattr__(model, _GRAPH_ATTRIBUTE, graph)
+    return graph

@@ -45,10 +45,11 @@ class _Engine:
         return np.log(np.maximum(outputs, 1e-38)) if self.probabilities else _log_softmax(outputs)
 
     def _check_length(self, longest: int) -> None:
-        if self.limit is not None and longest + self.max_new_tokens > self.limit:
+        # The last new token is chosen, never fed back: it needs no position.
+        needed = longest + self.max_new_tokens - 1
+        if self.limit is not None and needed > self.limit:
             raise KbertError(f"a prompt of {longest} tokens and max_new_tokens {self.max_new_tokens} need "
-                             f"{longest + self.max_new_tokens} positions; the model has "
-                             f"max_position_embeddings {self.limit}")
+                             f"{needed} positions; the model has max_position_embeddings {self.limit}")
 
     def new_segment(self) -> int:
         return 1 if self.graph.application == "unilm" else 0
@@ -154,6 +155,10 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
             raise KbertError(f"{name} must be a whole number of at least 1, got {value!r}")
     if not temperature > 0:
         raise KbertError(f"temperature must be positive, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise KbertError(f"top_k must be a whole number of at least 1 (or None: every token), got {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise KbertError(f"top_p must be in (0, 1] (or None: every token), got {top_p!r}")
     prompts = [_unpadded(row) for row in token_ids]
     if not prompts or not all(prompts):
         raise KbertError("token_ids: every prompt needs at least one token")

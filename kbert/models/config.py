@@ -210,6 +210,18 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
         )
 
 
+def check_even_head_size(values: Mapping[str, Any], source: str, why: str) -> None:
+    """For position encodings that pair a head's features: an odd head size is a `ConfigError`.
+
+    Call after `BertConfig.check` (the sizes are whole and divide).
+    """
+    size = values["hidden_size"] // values["num_attention_heads"]
+    if size % 2:
+        raise ConfigError(f"{source}: key 'num_attention_heads': hidden_size {values['hidden_size']} / "
+                          f"{values['num_attention_heads']} heads = {size} features a head, an odd number; {why}, "
+                          "so a head needs an even number: change num_attention_heads or hidden_size")
+
+
 def _is_positive_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
 

@@ -40,9 +40,10 @@ class ClassificationTask(Task):
         if len(labels) < 2:
             raise DataError(f"{train_path}: every example has the label {labels.names[0]!r}; "
                             "a classifier needs examples of at least two labels")
-        if num_labels is not None and num_labels < len(labels):
-            raise DataError(f"{train_path}: {len(labels)} labels ({', '.join(labels.names)}) "
-                            f"but --num-labels is {num_labels}")
+        if num_labels is not None and num_labels != len(labels):
+            raise DataError(f"{train_path}: {len(labels)} labels ({', '.join(labels.names)}) but --num-labels "
+                            f"is {num_labels}: a classifier learns the labels of its training data; leave "
+                            "out --num-labels")
         train = make_dataset(encode_examples(tokenizer, examples, options.maxlen),
                              labels.ids(examples, train_path), options.batch_size,
                              shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import os
 from typing import List, Mapping, Optional, Sequence, Tuple
 
@@ -88,14 +89,28 @@ def _pair(row: dict, line: int) -> Pair:
 
 
 def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int):
-    """Token and segment ids of each pair, and each position's label (the next target token, or 0)."""
-    encoded, labels = [], []
-    for pair in pairs:
-        token_ids, segment_ids = tokenizer.encode(pair.source, pair.target, maxlen=maxlen)
+    """Token and segment ids of each pair, each position's label (the next target token, or 0), and the
+    lines of the pairs `maxlen` cut."""
+    encoded, labels, cut = [], [], []
+    for pair, (token_ids, segment_ids) in zip(pairs, tokenizer.encode_all(
+            [pair.source for pair in pairs], [pair.target for pair in pairs], maxlen=maxlen)):
         encoded.append((token_ids, segment_ids))
         labels.append([token if segment else IGNORED for token, segment in zip(token_ids[1:], segment_ids[1:])]
                       + [IGNORED])
-    return encoded, labels
+        if len(token_ids) == maxlen and len(tokenizer.encode(pair.source, pair.target)[0]) > maxlen:
+            cut.append(pair.line)
+    return encoded, labels, cut
+
+
+def _with_cuts(report: DataReport, cut: Sequence[int], maxlen: int) -> str:
+    """The report, and how many pairs `maxlen` cut (logged as a warning)."""
+    if not cut:
+        return str(report)
+    lines = ", ".join(map(str, cut[:10])) + (", ..." if len(cut) > 10 else "")
+    note = (f"{report}; {len(cut)} pairs longer than --maxlen {maxlen} tokens were cut, the longer text "
+            f"first (lines {lines})")
+    logging.getLogger("kbert").warning("%s", note)
+    return note
 
 
 def target_accuracy():
@@ -137,14 +152,19 @@ class Seq2SeqTask(Task):
         if num_labels is not None:
             raise KbertError("--num-labels has no meaning for --task seq2seq")
         pairs, report = read_training_file(read_pairs, train_path, options)
-        train = make_dataset(*encode_pairs(tokenizer, pairs, options.maxlen), options.batch_size,
-                             shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)
+        encoded, labels, cut = encode_pairs(tokenizer, pairs, options.maxlen)
+        train = make_dataset(encoded, labels, options.batch_size, shuffle=options.shuffle, seed=options.seed,
+                             bucketing=options.bucketing)
         valid, valid_report = None, None
         if valid_path:
             valid_pairs, valid_report = read_training_file(read_pairs, valid_path, options)
-            valid = make_dataset(*encode_pairs(tokenizer, valid_pairs, options.maxlen), options.batch_size)
-        return TrainingData(train, valid, LabelMap([]), int(train.cardinality()), str(report),
-                            str(valid_report) if valid_report else None)
+            valid_encoded, valid_labels, valid_cut = encode_pairs(tokenizer, valid_pairs, options.maxlen)
+            valid = make_dataset(valid_encoded, valid_labels, options.batch_size)
+            valid_report = _with_cuts(valid_report, valid_cut, options.maxlen)
+        # Generation's default length: the longest target learnt, its [SEP] included.
+        longest = max(sum(segment_ids) for _, segment_ids in encoded)
+        return TrainingData(train, valid, LabelMap([]), int(train.cardinality()),
+                            _with_cuts(report, cut, options.maxlen), valid_report, {"target_tokens": longest})
 
     def build(self, bert, num_labels: int, options):
         return bert  # the UniLM model with its MLM head is the model
@@ -161,7 +181,10 @@ def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_n
             batch_size: int = 64) -> List[str]:
     """The generated target text of each source (greedy, or beam search with `beam_size` > 1).
 
-    `max_new_tokens` defaults to what `maxlen` leaves after the longest source of a batch.
+    `max_new_tokens` defaults to the longest target of the training data (its
+    `[SEP]` included); a source is cut to the `maxlen` of training less that
+    room (a warning counts the sources cut). A source's target does not
+    depend on the other sources.
     """
     if not len(sources):
         raise KbertError("no texts to predict")
@@ -180,15 +203,23 @@ def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Op
     from kbert.generation import generate
 
     maxlen, tokenizer = loaded.options.maxlen, loaded.tokenizer
-    prompts = [tokenizer.encode(source, maxlen=maxlen - 1)[0] for source in sources]
+    room = max_new_tokens or loaded.state.get("target_tokens") or maxlen // 2
+    budget = max(maxlen - room, 3)  # [CLS], a token of the source, [SEP]
+    prompts = [ids for ids, _ in tokenizer.encode_all(list(sources), maxlen=budget)]
+    cut = [index + 1 for index, prompt in enumerate(prompts)
+           if len(prompt) == budget and len(tokenizer.encode(sources[index])[0]) > budget]
+    if cut:
+        logging.getLogger("kbert").warning(
+            "%d of %d sources are longer than %d tokens (the --maxlen %d of training less %d for the target) "
+            "and were cut (sources %s)", len(cut), len(sources), budget, maxlen, room,
+            ", ".join(map(str, cut[:10])) + (", ..." if len(cut) > 10 else ""))
     order = np.argsort([len(prompt) for prompt in prompts], kind="stable")
     targets: List[str] = [""] * len(prompts)
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
-        batch = [prompts[row] for row in rows]
-        room = max_new_tokens or maxlen - max(map(len, batch))
-        generated = generate(loaded.model, batch, max_new_tokens=max(room, 1), end_id=tokenizer.sep_id,
-                             strategy="beam" if beam_size > 1 else "greedy", beam_size=beam_size)
+        generated = generate(loaded.model, [prompts[row] for row in rows], max_new_tokens=room,
+                             end_id=tokenizer.sep_id, strategy="beam" if beam_size > 1 else "greedy",
+                             beam_size=beam_size)
         for row, ids in zip(rows, generated):
             targets[row] = tokenizer.decode(ids)
     return targets

@@ -65,6 +65,24 @@ class _BestWeights(keras.callbacks.Callback):
         write_json(os.path.join(self.out_dir, TRAINING_FILE), self.state)
 
 
+class AverageAtEpochEnd(keras.callbacks.Callback):
+    """With EMA: the model continues from the weights' moving average after the last batch of each epoch.
+
+    So validation, the kept epoch and the saved weights are the average's.
+    Keras's own `ema_overwrite_frequency` counts optimizer updates, which
+    with gradient accumulation are a fraction of the batches: it would land
+    every `grad_accum` epochs, and mid-epoch.
+    """
+
+    def __init__(self, steps_per_epoch: int):
+        super().__init__()
+        self.steps_per_epoch = steps_per_epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.steps_per_epoch - 1:
+            self.model.optimizer.finalize_variable_values(self.model.trainable_variables)
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during `train`; the message says what was kept and how to go on."""
 
@@ -179,6 +197,12 @@ def train_task(
     _check_vocab_fits(tokenizer, vocab_path, config, config_path)
     data = task.read(tokenizer, train_path, valid_path, num_labels, options)
     num_labels = num_labels or len(data.labels)
+    fresh_state = {"task": task.name, "options": dataclasses.asdict(options),
+                   **({"worker": dataclasses.asdict(role)} if role else {}),
+                   "num_labels": num_labels, **data.state, "train_data": data.train_report,
+                   "valid_data": data.valid_report, "history": []}
+    if resume:
+        run.check_same_run(fresh_state, data.labels.names, config.to_dict())
     warn_if_emulated(options.mixed_precision)
     with precision_policy(options.mixed_precision):
         with strategy.scope():
@@ -188,14 +212,13 @@ def train_task(
             trainer = Trainer(model.inputs, model.outputs, name="trainer")
             trainer.compile(make_optimizer(options, data.steps_per_epoch), **task.compile_args(model))
         # Everything is checked: from here on the run writes, into OUT.partial/.
-        state = run.begin(resume, {"task": task.name, "options": dataclasses.asdict(options),
-                                   **({"worker": dataclasses.asdict(role)} if role else {}),
-                                   "num_labels": num_labels, **data.state, "train_data": data.train_report,
-                                   "valid_data": data.valid_report, "history": []})
+        state = run.begin(resume, fresh_state)
         interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
         callbacks = [
             interrupt,
             keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
+            # Each epoch ends on the average, so what is validated is what is saved.
+            *([AverageAtEpochEnd(data.steps_per_epoch)] if options.ema else []),
             _BestWeights(model, run.partial, state, task.score_name, task.validation_score(model, data)),
         ]
         try:
@@ -224,8 +247,6 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.opti
     optimizer = keras.optimizers.AdamW(
         WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
         weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
-        # Each epoch ends on the average, so what is validated is what is saved.
-        ema_overwrite_frequency=steps_per_epoch if options.ema else None,
         gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
     optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias", "trans"])
     return optimizer

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from typing import Sequence
 
 from kbert.errors import KbertError
 from kbert.io import atomic_write_text, is_occupied, replace_directory
-from kbert.training.model_dir import RESUME_DIR, TRAINING_FILE
+from kbert.training.data import LabelMap
+from kbert.training.model_dir import CONFIG_FILE, RESUME_DIR, TRAINING_FILE
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -42,6 +44,30 @@ class RunDirectory:
             raise KbertError(f"{self.out} already exists: pass --overwrite to replace it when the new run "
                              "completes, or choose another --out")
 
+    def check_same_run(self, state: dict, labels: Sequence[str], config: dict) -> None:
+        """On --resume: the interrupted run must have this run's task, options, labels and config.
+
+        Resuming with other settings would save weights under the old
+        training.json (unreadable) or fail in Keras: the differences are named
+        instead, before anything is written.
+        """
+        saved = _read_json(os.path.join(self.partial, TRAINING_FILE))
+        saved_labels = _read_json(os.path.join(self.partial, LabelMap.FILE_NAME))
+        saved_config = _read_json(os.path.join(self.partial, CONFIG_FILE))
+        differences = [f"{key} {saved.get(key)!r} (now {value!r})" for key, value in state.items()
+                       if key not in _NOT_SETTINGS and key != "options" and saved.get(key) != value]
+        options = saved.get("options", {})
+        differences += [f"{key} {options.get(key)!r} (now {value!r})" for key, value in state["options"].items()
+                        if options.get(key) != value]
+        if saved_labels != list(labels):
+            differences.append(f"labels {', '.join(map(str, saved_labels))} (now {', '.join(labels)})")
+        differences += [f"config {key} {saved_config.get(key)!r} (now {value!r})" for key, value in config.items()
+                        if saved_config.get(key) != value]
+        if differences:
+            raise KbertError(f"{self.partial}: --resume continues a run with the same settings, but the "
+                             f"interrupted run has {'; '.join(differences)}: resume with its settings, or "
+                             f"delete {self.partial} to start again")
+
     def begin(self, resume: bool, state: dict) -> dict:
         """Creates OUT.partial/ with training.json (or reads the interrupted run's state)."""
         path = os.path.join(self.partial, TRAINING_FILE)
@@ -64,6 +90,19 @@ class RunDirectory:
 
     def publish(self) -> None:
         replace_directory(self.partial, self.out)
+
+
+# training.json entries that describe a run's data or progress, not its settings.
+_NOT_SETTINGS = {"history", "train_data", "valid_data", "examples", "chunks", "worker", "best_epoch"}
+
+
+def _read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as error:
+        raise KbertError(f"{path}: cannot read the interrupted run ({error}); delete "
+                         f"{os.path.dirname(path)} to start again") from None
 
 
 def write_json(path: str, value) -> None:

@@ -7,7 +7,7 @@ import logging
 from typing import Any, ClassVar, List, Mapping
 
 from kbert.models import naming
-from kbert.models.config import BertConfig, check_positive_int
+from kbert.models.config import BertConfig, check_even_head_size, check_positive_int
 from kbert.errors import ConfigError
 from kbert.models.bert.family import BertFamily
 from kbert.models.tables import LayerParams
@@ -47,6 +47,7 @@ class NezhaConfig(BertConfig):
     @classmethod
     def check(cls, values: Mapping[str, Any], source: str) -> None:
         super().check(values, source)
+        check_even_head_size(values, source, "NEZHA's relative positions are sines and cosines in pairs")
         if "max_relative_position" in values:
             check_positive_int(values["max_relative_position"], "max_relative_position", source)
         if values.get("use_relative_position", True) is not True:

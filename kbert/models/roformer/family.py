@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from typing import List
+import dataclasses
+from typing import Any, ClassVar, List, Mapping
 
-from kbert.models.config import BertConfig
+from kbert.models.config import BertConfig, check_even_head_size
 from kbert.models.bert.family import BertFamily
 from kbert.models.tables import LayerParams
+
+
+@dataclasses.dataclass(frozen=True)
+class RoformerConfig(BertConfig):
+    """BERT's keys; the rotation turns a head's features in pairs, so a head's size must be even."""
+
+    family: ClassVar[str] = "roformer"
+
+    @classmethod
+    def check(cls, values: Mapping[str, Any], source: str) -> None:
+        super().check(values, source)
+        check_even_head_size(values, source, "RoFormer rotates a head's features in pairs")
 
 
 class RoformerFamily(BertFamily):
@@ -20,6 +33,7 @@ class RoformerFamily(BertFamily):
     name = "roformer"
     model_type = "roformer"
     graph = "kbert.models.roformer.graph:RoformerGraph"
+    config_class = RoformerConfig
     knows_hf_names = False
 
     def position_params(self, config: BertConfig) -> List[LayerParams]:
