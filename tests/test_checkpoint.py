@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import CONFIGS, golden
-from kbert import CheckpointError, build_classifier, build_transformer_model
+from kbert import CheckpointError, build_classifier, build_transformer_model, load_weights
 from kbert.checkpoints.google import load_google_checkpoint, save_google_checkpoint
 
 PREFIX = "bert_model.ckpt"
@@ -233,3 +233,21 @@ def test_keep_tokens(tiny_checkpoint_dir, tiny_config):
                                               r"nothing was loaded"):
         load_google_checkpoint(model, tiny_checkpoint_dir, keep_tokens=[0, 1, 2, 3, 13])
     assert all(np.array_equal(a, w.numpy()) for a, w in zip(before, model.weights))
+
+
+@pytest.mark.parametrize("family", ["nezha", "roformer"])
+def test_weights_of_another_family_are_refused_unless_asked_for(family, tmp_path):
+    config = CONFIGS / "bert_tiny.json"
+    checkpoint = save_google_checkpoint(build_transformer_model(config), tmp_path / "bert_model.ckpt")
+    with pytest.raises(CheckpointError) as error:
+        build_transformer_model(config, checkpoint, model=family)
+    assert "holds a position table (bert/embeddings/position_embeddings, 64 positions)" in str(error.value)
+    assert f"but model='{family}' has none" in str(error.value)
+    assert "Nothing was loaded" in str(error.value)
+    model = build_transformer_model(config, model=family)
+    before = [weight.numpy().copy() for weight in model.weights]
+    with pytest.raises(CheckpointError):
+        load_weights(model, checkpoint)
+    assert all(np.array_equal(a, b.numpy()) for a, b in zip(before, model.weights))  # nothing half-loaded
+    report = load_weights(model, checkpoint, ignore_position_table=True)
+    assert "bert/embeddings/position_embeddings" in report.unused

@@ -133,3 +133,25 @@ def test_old_gamma_beta_names(tmp_path):
     np.testing.assert_array_equal(again.get_layer("Embedding-Norm").gamma.numpy(),
                                   model.get_layer("Embedding-Norm").gamma.numpy())
     shutil.rmtree(tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["config", "names"])
+def test_hugging_face_roberta_layout_is_refused_with_the_reason(tmp_path, layout):
+    model = build_transformer_model(CONFIGS / "bert_tiny.json")
+    path = save_hf_weights(model, tmp_path)
+    if layout == "config":  # a RobertaModel: BERT's tensor names, RoBERTa's positions and ids
+        config = {**json.loads((CONFIGS / "bert_tiny.json").read_text()), "model_type": "roberta",
+                  "pad_token_id": 1}
+        (tmp_path / "config.json").write_text(json.dumps(config))
+    else:  # a RobertaForMaskedLM
+        from safetensors.numpy import load_file, save_file
+        save_file({f"roberta.{name}": value for name, value in load_file(path).items()}, path)
+    target = build_transformer_model(CONFIGS / "bert_tiny.json", model="roberta")
+    before = [w.numpy().copy() for w in target.weights]
+    with pytest.raises(CheckpointError) as error:
+        load_hf_weights(target, tmp_path)
+    assert "Hugging Face's RoBERTa layout" in str(error.value)
+    assert "its positions start at 2 and its <s> is token 0" in str(error.value)
+    assert "Nothing was loaded" in str(error.value)
+    for old, variable in zip(before, target.weights):
+        np.testing.assert_array_equal(old, variable.numpy())

@@ -145,8 +145,8 @@ def _check_fits_in_memory(family, config: BertConfig, heads: Heads) -> None:
     layers = family.layer_params(config, **{**flags, "with_mlm": bool(flags["with_mlm"])})
     bytes_per_value = 4  # float32 variables, also under mixed precision
     needed = sum(layer.params for layer in layers) * bytes_per_value
-    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if needed > available:
+    available = _physical_memory()
+    if available is not None and needed > available:
         largest = max(layers, key=lambda layer: layer.params)
         keys = [SYMBOL_KEYS[symbol] for symbol in SYMBOL_KEYS if symbol in largest.formula]
         raise ConfigError(
@@ -154,3 +154,11 @@ def _check_fits_in_memory(family, config: BertConfig, heads: Heads) -> None:
             f"{available / 2**30:,.1f} GB of memory; the largest layer, {largest.name}, holds "
             f"{largest.formula} = {expand_formula(largest.formula, symbol_values(config))} values "
             f"({largest.params * bytes_per_value / 2**30:,.1f} GB): check {' and '.join(keys)}")
+
+
+def _physical_memory() -> Optional[int]:
+    """This machine's memory in bytes; None where the OS does not say (`os.sysconf` is POSIX only)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None

@@ -39,6 +39,10 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     never holds a mix of two models. Returns a description of what was written.
     """
     out = os.path.normpath(os.fspath(out))
+    for given, name in ((src, "the source"), (config_path, "the config")):
+        if given is not None and _is_within(os.fspath(given), out):
+            raise CheckpointError(f"{out}: holds {name} ({os.fspath(given)}); converting into it would replace "
+                                  f"{name} with its own conversion. Choose another output directory")
     if is_occupied(out) and not overwrite:
         raise CheckpointError(f"{out}: already exists and is not empty; converting into it would mix "
                               "two models' files. Choose a new directory, or pass --overwrite to "
@@ -65,6 +69,12 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     return {"source": source.path, "weights": weights, "config": written_config,
             "variables": len(report.loaded), "params": built.count_params(),
             "heads": {flag: bool(value) for flag, value in heads.flags().items()}, "unused": report.describe_unused()}
+
+
+def _is_within(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or lies inside it (links resolved)."""
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([path, directory]) == directory
 
 
 def _write_converted(model, source: TensorSource, config: BertConfig, heads: Heads, out: str):

@@ -45,9 +45,16 @@ def open_weights(path: "str | os.PathLike[str]") -> TensorSource:
     return open_google_checkpoint(path)
 
 
-def load_weights(model, path: "str | os.PathLike[str]", keep_tokens=None) -> LoadReport:
-    """Loads a Google checkpoint or Hugging Face safetensors, detected from `path`."""
-    return load_into(model, open_weights(path), keep_tokens=keep_tokens)
+def load_weights(model, path: "str | os.PathLike[str]", keep_tokens=None,
+                 ignore_position_table: bool = False) -> LoadReport:
+    """Loads a Google checkpoint or Hugging Face safetensors, detected from `path`.
+
+    `keep_tokens` as for `load_google_checkpoint`; `ignore_position_table`
+    takes the weights of a family with a position table (BERT) into one
+    without (NEZHA, RoFormer), which is otherwise an error.
+    """
+    return load_into(model, open_weights(path), keep_tokens=keep_tokens,
+                     ignore_position_table=ignore_position_table)
 
 
 def detect_family(source: TensorSource, model: Optional[str] = None):

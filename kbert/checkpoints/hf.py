@@ -10,6 +10,7 @@ which.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Dict, Optional, Sequence
 
@@ -52,6 +53,7 @@ def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
                              for name, piece in slices.items()}
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(error)})") from None
+    _refuse_roberta_layout(path, stored)
     canonical = {_canonical_name(name): name for name in stored}
     shapes = {name: stored[original] for name, original in canonical.items()}
     dtypes = {name: stored_dtypes[original] for name, original in canonical.items()}
@@ -61,6 +63,37 @@ def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
             return handle.get_tensor(canonical[name])
 
     return TensorSource(path, HF, shapes, dtypes, read)
+
+
+# Hugging Face's RobertaModel (and XLM-R): positions from padding_idx + 1 = 2, `<s>` = 0, padding = 1.
+_ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
+
+
+def _refuse_roberta_layout(path: str, names) -> None:
+    """HF's RoBERTa layout loads into BERT's names but computes otherwise: refused, with the reason.
+
+    kbert (as bert4keras) masks token 0 as padding and numbers positions from
+    0; HF RoBERTa's `<s>` is token 0 and its positions start at 2, so its
+    outputs would be silently wrong. Chinese RoBERTa on the hub
+    (`hfl/chinese-roberta-wwm-ext`) is a BERT checkpoint and is not affected.
+    """
+    config_path = os.path.join(os.path.dirname(path), "config.json")
+    model_type = None
+    if os.path.exists(config_path):
+        try:
+            with open(config_path, encoding="utf-8") as handle:
+                model_type = json.load(handle).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            model_type = None  # the config is checked, with its own errors, where it is read
+    prefixed = any(name.startswith(("roberta.", "lm_head.")) for name in names)
+    if model_type in _ROBERTA_TYPES or prefixed:
+        found = f"model_type {model_type!r} in {config_path}" if model_type in _ROBERTA_TYPES \
+            else "tensors named roberta.* / lm_head.*"
+        raise CheckpointError(
+            f"{path}: Hugging Face's RoBERTa layout ({found}): its positions start at 2 and its <s> is token 0, "
+            "which kbert, as bert4keras, masks as padding, so the outputs would be wrong. Nothing was loaded. "
+            "kbert's model='roberta' reads RoBERTa released as BERT checkpoints (Chinese RoBERTa-wwm, also "
+            "hfl/chinese-roberta-wwm-ext on the hub, whose model_type is 'bert')")
 
 
 def load_hf_weights(

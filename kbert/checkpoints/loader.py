@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -66,8 +67,13 @@ class LoadReport:
         return ", ".join(parts + others)
 
 
-def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] = None) -> LoadReport:
-    """Checks every tensor of `source` against `model`, then assigns them all."""
+def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] = None,
+              ignore_position_table: bool = False) -> LoadReport:
+    """Checks every tensor of `source` against `model`, then assigns them all.
+
+    A position table in `source` for a model without one (NEZHA, RoFormer)
+    means weights of another family: an error, unless `ignore_position_table`.
+    """
     variables = {variable.path: variable for variable in model.weights}
     keep = None if keep_tokens is None else np.asarray(keep_tokens, dtype=np.int64)
     plan, missing, mismatched, notes = [], [], [], []
@@ -91,6 +97,8 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
         plan.append((variable, row, rows))
     if missing or mismatched:
         raise CheckpointError(_mismatch_message(source, missing, mismatched, family_of(model)))
+    if not ignore_position_table:
+        _check_no_position_table(model, source, {row.name(source.fmt) for _, row, _ in plan})
 
     values = [(variable, _read(source, row, rows, variable)) for variable, row, rows in plan]
     for variable, value in values:
@@ -104,6 +112,20 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     if report.unused:
         logger.info("%s: not used by the model: %s", source.path, report.describe_unused())
     return report
+
+
+def _check_no_position_table(model, source: TensorSource, used: set) -> None:
+    """A position table the model does not use: the weights of another family (BERT's into NEZHA)."""
+    table = next((name for name in source.shapes
+                  if name not in used and "position_embeddings" in re.split(r"[/.]", name)), None)
+    if table is None:
+        return
+    family = family_of(model)
+    raise CheckpointError(
+        f"{source.path}: holds a position table ({table}, {source.shapes[table][0]} positions), but "
+        f"model={family.name!r} has none: these look like the weights of another family (BERT's, RoBERTa's, "
+        f"ALBERT's). Nothing was loaded. Build with that family's model= (e.g. 'bert'), or, to take the other "
+        f"weights on purpose, call kbert.load_weights(model, path, ignore_position_table=True)")
 
 
 def _row_selection(row: WeightName, stored, wanted, keep, source: TensorSource):

@@ -41,9 +41,19 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     if name == "mirrored":
         return tf.distribute.MirroredStrategy()
     if name == "multiworker":
+        _check_keras_hook()
         _check_tf_config(os.environ.get("TF_CONFIG"))
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise KbertError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
+
+
+def _check_keras_hook() -> None:
+    """`Trainer` overrides Keras's `_maybe_symbolic_build` (internal) for several workers: fail clearly
+    on a Keras without it, rather than train wrongly."""
+    if not hasattr(keras.Model, "_maybe_symbolic_build"):
+        raise KbertError(f"--strategy multiworker relies on Keras's Model._maybe_symbolic_build, which Keras "
+                         f"{keras.__version__} lacks: install the Keras kbert is tested with "
+                         "(pip install 'keras==3.15.*')")
 
 
 def _check_tf_config(text: Optional[str]) -> None:
