@@ -45,7 +45,7 @@ def test_csv_tsv_and_json_lines(tmp_path):
 
 
 @pytest.mark.parametrize("name, text, message", [
-    ("d.csv", "id,body,label\n1,x,1\n", "line 1: the header has no column for text (found: id, body, "
+    ("d.csv", "id,sentence2,label\n1,x,1\n", "line 1: the header has no column for text (found: id, sentence2, "
      "label); name it with --columns text=COLUMN, or rename the column to one of text, sentence"),
     ("d.csv", "text,label\nx,1,extra\n", "line 2: expected 2 columns as in the header, found 3"),
     ("d.jsonl", '{"text": "x", "label": 1}\n{"text": "y", "label": \n', "line 2: not valid JSON"),
@@ -173,8 +173,8 @@ def test_columns_by_name_by_elimination_and_by_option(tmp_path, name, text, colu
     ("review\tsentiment\n好\t1\n坏\t0\n坏\t0\n", {"label": "stars"},
      "line 1: --columns names 'stars' for label, but the header has review, sentiment"),
     ("good\tsentiment\n好\t1\n坏\t0\n", None,
-     "line 1: 'good'<TAB>'sentiment' looks like a header (every other label is a number): name its columns "
-     "with --columns text=good,label=sentiment, or remove the line"),
+     "line 1: the row of 'good' labelled 'sentiment' looks like a header (every other label is a number): if it "
+     "is, name its text and label columns with --columns text=COLUMN,label=COLUMN; if not, remove the line"),
     ("好\t1\n", {"text": "x"}, "line 1: the file has no header row"),
     ("好\n坏\n", None, "line 1: 1 tab-separated columns and no header; expected text<TAB>label or "
                      "text<TAB>text_b<TAB>label rows, or a header row naming the columns (text, text_b, label)"),
@@ -192,3 +192,9 @@ def test_a_refusal_names_what_was_found_and_the_fix(tmp_path, text, columns, mes
 def test_labels_in_other_digits_are_names_not_numbers(tmp_path):
     examples, _ = read_examples(write(tmp_path, "d.data", "坏\t1\n好\t²\n中\t10\n"))
     assert LabelMap.from_examples(examples).names == ["1", "10", "²"]
+
+
+def test_a_first_row_labelled_like_a_column_name_is_data(tmp_path):
+    examples, report = read_examples(write(tmp_path, "d.data", "好\tclass\n坏\tlabel\n"))
+    assert [(e.text, e.label) for e in examples] == [("好", "class"), ("坏", "label")]
+    assert report.layout == "tab-separated, no header: text, label"

@@ -118,7 +118,7 @@ def _inference_arguments(parser, task_help: str) -> None:
     parser.add_argument("--beam-size", type=positive_int, default=1,
                         help="seq2seq: beam search with this many beams (default: 1, greedy)")
     parser.add_argument("--max-new-tokens", type=positive_int,
-                        help="seq2seq: the longest target (default: what --maxlen of training leaves)")
+                        help="seq2seq: the longest target (default: what --maxlen of training leaves after each source)")
     parser.add_argument("--columns", metavar="FIELD=COLUMN,...",
                         help="the columns (or JSON keys) of the data when their names are not known, e.g. "
                              "text=review,label=sentiment")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 import os
 from typing import List, Mapping, Optional, Sequence, Tuple
@@ -161,10 +162,10 @@ class Seq2SeqTask(Task):
             valid_encoded, valid_labels, valid_cut = encode_pairs(tokenizer, valid_pairs, options.maxlen)
             valid = make_dataset(valid_encoded, valid_labels, options.batch_size)
             valid_report = _with_cuts(valid_report, valid_cut, options.maxlen)
-        # Generation's default length: the longest target learnt, its [SEP] included.
-        longest = max(sum(segment_ids) for _, segment_ids in encoded)
+        # What generation keeps free after a long source: a median target, its [SEP] included.
+        median = int(np.median([sum(segment_ids) for _, segment_ids in encoded]))
         return TrainingData(train, valid, LabelMap([]), int(train.cardinality()),
-                            _with_cuts(report, cut, options.maxlen), valid_report, {"target_tokens": longest})
+                            _with_cuts(report, cut, options.maxlen), valid_report, {"median_target_tokens": median})
 
     def build(self, bert, num_labels: int, options):
         return bert  # the UniLM model with its MLM head is the model
@@ -181,10 +182,11 @@ def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_n
             batch_size: int = 64) -> List[str]:
     """The generated target text of each source (greedy, or beam search with `beam_size` > 1).
 
-    `max_new_tokens` defaults to the longest target of the training data (its
-    `[SEP]` included); a source is cut to the `maxlen` of training less that
-    room (a warning counts the sources cut). A source's target does not
-    depend on the other sources.
+    `max_new_tokens` defaults to the room the `maxlen` of training leaves
+    after each source. A source is cut to leave at least the median training
+    target's length (its `[SEP]` included), or `max_new_tokens` when given; a
+    warning counts the sources cut. A source's target does not depend on the
+    other sources.
     """
     if not len(sources):
         raise KbertError("no texts to predict")
@@ -203,26 +205,36 @@ def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Op
     from kbert.generation import generate
 
     maxlen, tokenizer = loaded.options.maxlen, loaded.tokenizer
-    room = max_new_tokens or loaded.state.get("target_tokens") or maxlen // 2
-    budget = max(maxlen - room, 3)  # [CLS], a token of the source, [SEP]
+    reserve = max_new_tokens or loaded.state.get("median_target_tokens") or maxlen // 4
+    budget = max(maxlen - reserve, 3)  # [CLS], a token of the source, [SEP]
     prompts = [ids for ids, _ in tokenizer.encode_all(list(sources), maxlen=budget)]
+    _warn_of_cut_sources(tokenizer, sources, prompts, budget, maxlen, reserve)
+    # Each source gets the room its own length leaves (or max_new_tokens): batches hold sources of one
+    # room, so a target never depends on the other sources.
+    rooms = [max_new_tokens or maxlen - len(prompt) for prompt in prompts]
+    order = sorted(range(len(prompts)), key=lambda row: (rooms[row], len(prompts[row])))
+    targets: List[str] = [""] * len(prompts)
+    for room, group in itertools.groupby(order, key=lambda row: rooms[row]):
+        group = list(group)
+        for start in range(0, len(group), batch_size):
+            rows = group[start:start + batch_size]
+            generated = generate(loaded.model, [prompts[row] for row in rows], max_new_tokens=room,
+                                 end_id=tokenizer.sep_id, strategy="beam" if beam_size > 1 else "greedy",
+                                 beam_size=beam_size)
+            for row, ids in zip(rows, generated):
+                targets[row] = tokenizer.decode(ids)
+    return targets
+
+
+def _warn_of_cut_sources(tokenizer, sources: Sequence[str], prompts, budget: int, maxlen: int,
+                         reserve: int) -> None:
     cut = [index + 1 for index, prompt in enumerate(prompts)
            if len(prompt) == budget and len(tokenizer.encode(sources[index])[0]) > budget]
     if cut:
         logging.getLogger("kbert").warning(
-            "%d of %d sources are longer than %d tokens (the --maxlen %d of training less %d for the target) "
-            "and were cut (sources %s)", len(cut), len(sources), budget, maxlen, room,
+            "%d of %d sources are longer than %d tokens (the --maxlen %d of training less %d kept for the "
+            "target) and were cut (sources %s)", len(cut), len(sources), budget, maxlen, reserve,
             ", ".join(map(str, cut[:10])) + (", ..." if len(cut) > 10 else ""))
-    order = np.argsort([len(prompt) for prompt in prompts], kind="stable")
-    targets: List[str] = [""] * len(prompts)
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        generated = generate(loaded.model, [prompts[row] for row in rows], max_new_tokens=room,
-                             end_id=tokenizer.sep_id, strategy="beam" if beam_size > 1 else "greedy",
-                             beam_size=beam_size)
-        for row, ids in zip(rows, generated):
-            targets[row] = tokenizer.decode(ids)
-    return targets
 
 
 def evaluate(model_dir: str, data_path: str, *, beam_size: int = 1, max_new_tokens: Optional[int] = None,

@@ -88,9 +88,9 @@ def _check_first_row_is_data(path: str, examples: Sequence[Example]) -> None:
     """A headerless file whose first label alone is not a number has a header kbert did not know."""
     first, rest = examples[0], examples[1:]
     if rest and not is_integer(first.label) and all(is_integer(example.label) for example in rest):
-        raise DataError(f"{path}, line {first.line}: {first.text[:20]!r}<TAB>{first.label!r} looks like a header "
-                        f"(every other label is a number): name its columns with --columns "
-                        f"text={first.text[:20]},label={first.label}, or remove the line")
+        raise DataError(f"{path}, line {first.line}: the row of {first.text[:20]!r} labelled {first.label!r} looks "
+                        "like a header (every other label is a number): if it is, name its text and label columns "
+                        "with --columns text=COLUMN,label=COLUMN; if not, remove the line")
 
 
 def is_integer(label: Optional[str]) -> bool:

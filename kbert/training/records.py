@@ -9,7 +9,10 @@ names that mean it (`sentence`, `review`, ... for `text`). A file is then:
   name the fields;
 - otherwise **delimited**: by tabs when the first line holds a tab, else by
   commas for a `.csv` file (or a first line of known column names). The
-  first row is a **header** when one of its cells is a known column name;
+  first row is a **header** when one of its cells names the first field
+  (`text`, `sentence`, `review`, ...; `source`, ...), two name known fields,
+  or one is a `columns` entry; in a two-column header, a column left over is
+  the one field missing (`review<TAB>sentiment`);
   else every row is data, its columns in the task's order (`text<TAB>label`,
   `text<TAB>text_b<TAB>label`, bert4keras's format). Tab-separated cells
   are taken as they are (a text may start with `"`) unless the header's
@@ -69,10 +72,6 @@ class Fields:
     names: Mapping[str, Tuple[str, ...]]
     required: Tuple[str, ...]
     headerless: Mapping[int, Tuple[str, ...]]
-
-    def known(self) -> Dict[str, str]:
-        """Every known column name (lower case) -> its field."""
-        return {alias: field for field, aliases in self.names.items() for alias in aliases}
 
     def example(self) -> str:
         """The headerless rows this reads, for messages: `text<TAB>label` ..."""
@@ -201,12 +200,11 @@ def _json_lines(lines: Sequence[str], fields: Fields, columns: Mapping[str, str]
 
 
 def _delimited(path: str, text: str, first: str, fields: Fields, columns: Mapping[str, str]):
-    known = fields.known()
     comma = "\t" not in first and (path.lower().endswith(".csv") or _is_header(next(csv.reader([first])),
-                                                                              known, columns))
+                                                                              fields, columns))
     delimiter = "\t" if "\t" in first else "," if comma else None
     cells = next(csv.reader([first], delimiter=delimiter)) if delimiter else [first]
-    if _is_header(cells, known, columns):
+    if _is_header(cells, fields, columns):
         quoted = delimiter == "," or all(cell.strip().startswith('"') for cell in first.split(delimiter or "\t"))
         table = csv.reader(io.StringIO(text), delimiter=delimiter or "\t",
                            quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
@@ -251,9 +249,14 @@ def _lines(text: str) -> List[str]:
     return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
 
 
-def _is_header(cells: Sequence[str], known: Mapping[str, str], columns: Mapping[str, str]) -> bool:
+def _is_header(cells: Sequence[str], fields: Fields, columns: Mapping[str, str]) -> bool:
+    """A header names the first field (`text`, `review`, ...), two known columns, or a column given:
+    a row `好<TAB>class` is data."""
     names = {cell.strip().strip('"').lower() for cell in cells}
-    return bool(names & set(known)) or bool(names & {column.lower() for column in columns.values()})
+    first = next(iter(fields.names))
+    known = {alias for aliases in fields.names.values() for alias in aliases}
+    return bool(names & set(fields.names[first])) or len(names & known) >= 2 \
+        or bool(names & {column.lower() for column in columns.values()})
 
 
 def _header_places(path: str, header: Sequence[str], fields: Fields, columns: Mapping[str, str]):
@@ -270,7 +273,7 @@ def _header_places(path: str, header: Sequence[str], fields: Fields, columns: Ma
             places.update({field: lowered.index(alias) for alias in aliases[::-1] if alias in lowered})
     missing = [field for field in fields.required if field not in places]
     spare = [index for index in range(len(header)) if index not in places.values()]
-    if len(missing) == 1 and len(spare) == 1:
+    if len(missing) == 1 and len(spare) == 1 and len(header) == 2:
         places[missing[0]] = spare[0]  # the one column left: `review<TAB>sentiment`
         missing = []
     if missing:
