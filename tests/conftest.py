@@ -5,10 +5,15 @@ suite still passes on a fresh clone. `KBERT_SHARED` may point elsewhere, and
 `KBERT_REPO` at the checkout when the tests are a copy run against a wheel.
 """
 
+import contextlib
 import importlib.util
+import io
 import json
+import logging
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +57,32 @@ def minilm_dir() -> pathlib.Path:
 @pytest.fixture
 def tiny_checkpoint_dir() -> pathlib.Path:
     return shared_path("fixtures", "google_tiny")
+
+
+def kbert_in_process(*args, stdin: "str | None" = None) -> subprocess.CompletedProcess:
+    """`kbert ARGS` run in this process (no TensorFlow start-up per call), as `subprocess.run` reports it.
+
+    Standard output and error are captured, the `kbert` logger's lines included
+    as the command line prints them; an exception escaping `main` fails the test.
+    """
+    from kbert.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter("kbert: %(message)s"))
+    logger = logging.getLogger("kbert")
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    saved_stdin = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO((stdin or "").encode("utf-8")), encoding="utf-8")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main([str(arg) for arg in args])
+    finally:
+        sys.stdin = saved_stdin
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+    return subprocess.CompletedProcess(["kbert", *map(str, args)], status, out.getvalue(), err.getvalue())

@@ -2,26 +2,22 @@
 
 The outcome: the exit status, fragments of what is printed (stderr and
 stdout together), and files that must be left byte for byte as they were.
-No case may end in a traceback: the command runs in this process, so an
-exception that escapes `kbert.cli.main` fails the case. Model directories of
+No case may end in a traceback: the command runs in this process
+(`kbert_in_process`), so an exception that escapes `kbert.cli.main` fails the case. Model directories of
 each task are trained once, tiny, at the start.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
-import logging
 import pathlib
 import shutil
-import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from conftest import CONFIGS, shared_path
-from kbert.cli.main import main
+from conftest import CONFIGS, kbert_in_process, shared_path
 
 CHARS = "张三在北京大学读书李四去了上海"
 
@@ -31,19 +27,6 @@ def snapshot(path: pathlib.Path) -> Dict[str, bytes]:
     if path.is_file():
         return {str(path): path.read_bytes()}
     return {str(file): file.read_bytes() for file in sorted(path.rglob("*")) if file.is_file()}
-
-
-def run(capsys, caplog, argv: List[str], stdin: Optional[bytes] = None) -> Tuple[int, str, str]:
-    """`kbert ARGV` in this process: its exit status, standard output, and everything printed or logged."""
-    saved = sys.stdin
-    if stdin is not None:
-        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
-    try:
-        status = main([str(arg) for arg in argv])
-    finally:
-        sys.stdin = saved
-    captured = capsys.readouterr()
-    return status, captured.out, captured.out + captured.err + caplog.text
 
 
 def tagged(sentences: List[List[Tuple[str, str]]]) -> str:
@@ -69,9 +52,8 @@ def workspace(tmp_path_factory):
               "--epochs", 1, "--maxlen", 24, "--lr", "1e-3", "--batch-size", 16]
     for name, task_args, data in [("classify", [], "reviews.tsv"), ("ner", ["--task", "ner"], "ner.txt"),
                                   ("seq2seq", ["--task", "seq2seq"], "pairs.tsv")]:
-        status = main([str(arg) for arg in ["train", *common, *task_args, "--train", root / data,
-                                            "--out", root / name]])
-        assert status == 0, name
+        result = kbert_in_process("train", *common, *task_args, "--train", root / data, "--out", root / name)
+        assert result.returncode == 0, (name, result.stderr[-2000:])
     return root
 
 
@@ -88,7 +70,7 @@ class Case:
     status: int
     says: Tuple[str, ...]
     files: Dict[str, str] = dataclasses.field(default_factory=dict)
-    stdin: Optional[bytes] = None
+    stdin: Optional[str] = None
     unchanged: Callable[[pathlib.Path], list] = lambda w: []
     output: Optional[Callable[[str], bool]] = None  # a check of standard output
 
@@ -134,7 +116,7 @@ CASES = [
          ("saved",), files={"o.txt": tagged([[("今", "O"), ("天", "O")]] * 3)}),
     # --- prediction input ------------------------------------------------------------------------------
     Case("stdin-blank-lines-keep-their-place", lambda w: ["predict", "--model", w / "classify", "-"], 0, (),
-         stdin="很好\n\n不好\u2028真的\n".encode(),
+         stdin="很好\n\n不好\u2028真的\n",
          output=lambda out: [bool(line) for line in out.split("\n")] == [True, False, True, False]),
     Case("tab-in-a-prediction-line", lambda w: ["predict", "--model", w / "classify", "--json", w / "texts.txt"], 0,
          ('"text": "很好\\t真的"', "every line of"), files={"texts.txt": "很好\t真的\n不好\t是的\n"}),
@@ -143,7 +125,7 @@ CASES = [
          ('"text": "张三在北京"',), files={"sources.tsv": "source\ttarget\n张三在北京\t张三\n"}),
     Case("long-source-is-cut-with-a-warning",
          lambda w: ["predict", "--model", w / "seq2seq", "-"], 0,
-         ("1 of 1 sources are longer than",), stdin=(CHARS * 4 + "\n").encode()),
+         ("1 of 1 sources are longer than",), stdin=CHARS * 4 + "\n"),
     Case("long-training-target-is-counted", lambda w: train_args(w, "long.tsv", "--task", "seq2seq"), 0,
          ("1 pairs longer than --maxlen 24 tokens were cut",),
          files={"long.tsv": f"{CHARS[:4]}\t{CHARS * 2}\n" + "".join(f"{CHARS[:4]}\t{CHARS[:2]}\n" * 7)}),
@@ -152,7 +134,7 @@ CASES = [
                                                   "--data", w / "ner.txt"], 2,
          ("a model trained for --task classify, not ner",)),
     Case("model-directory-of-an-unknown-task", lambda w: ["predict", "--model", w / "future", "-"], 2,
-         ("future",), stdin=b"x\n"),
+         ("future",), stdin="x\n"),
     # --- resuming --------------------------------------------------------------------------------------
     Case("resume-with-another-head",
          lambda w: train_args(w, "ner.txt", "--task", "ner", "--head", "softmax", "--resume", "--out",
@@ -206,8 +188,8 @@ def prepared(workspace):
 
     loop._BestWeights.on_epoch_end = stop_after_the_first_epoch
     try:
-        status = main([str(arg) for arg in train_args(workspace, "ner.txt", "--task", "ner", "--epochs", 2,
-                                                      "--out", workspace / "stopped")])
+        status = kbert_in_process(*train_args(workspace, "ner.txt", "--task", "ner", "--epochs", 2,
+                                              "--out", workspace / "stopped")).returncode
     finally:
         loop._BestWeights.on_epoch_end = original
     assert status == 130 and (workspace / "stopped.partial" / "resume").is_dir()
@@ -221,13 +203,13 @@ def prepared(workspace):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_bad_input(case: Case, prepared, capsys, caplog):
-    caplog.set_level(logging.INFO, logger="kbert")  # what the command line shows (pytest holds the root logger)
+def test_bad_input(case: Case, prepared):
     for name, text in case.files.items():
         (prepared / name).write_text(text, encoding="utf-8")
     shutil.rmtree(prepared / "out", ignore_errors=True)
     kept = [snapshot(path) for path in case.unchanged(prepared)]
-    status, out, printed = run(capsys, caplog, case.argv(prepared), case.stdin)
+    result = kbert_in_process(*case.argv(prepared), stdin=case.stdin)
+    status, out, printed = result.returncode, result.stdout, result.stdout + result.stderr
     assert status == case.status, printed
     for fragment in case.says:
         assert fragment in printed, (fragment, printed)

@@ -1,13 +1,11 @@
 """The NER task: units and WordPiece chunks, targets, training, evaluation and prediction on real MSRA data."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path, write
+from conftest import CONFIGS, kbert_in_process, shared_path, write
 from kbert import DataError, KbertError, Tokenizer
 from kbert.training.data import LabelMap, make_dataset
 from kbert.training.losses import global_pointer_crossentropy
@@ -134,9 +132,7 @@ def test_reader_errors_name_the_file(tmp_path, tokenizer):
         NerTask("lstm")
 
 
-def kbert(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "kbert", *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=600)
+kbert = kbert_in_process
 
 
 @pytest.fixture(scope="module")

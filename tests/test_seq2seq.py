@@ -2,22 +2,20 @@
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path, write
+from conftest import CONFIGS, kbert_in_process, shared_path, write
 from kbert import DataError, Tokenizer
 from kbert.tasks.labelling import read_tagged, spans
 from kbert.tasks.seq2seq import IGNORED, Pair, char_f1, encode_pairs, read_pairs
 
 
 @pytest.mark.parametrize("text, line, message", [
-    ("好\t1\n只有一列\n", 2, "expected 'source<TAB>target' with a non-empty source, found 0 tab(s)"),
-    ("a\tb\tc\n", 1, "expected 'source<TAB>target' with a non-empty source, found 2 tab(s)"),
-    ("\tb\n", 1, "expected 'source<TAB>target' with a non-empty source, found 1 tab(s)"),
+    ("好\t1\n只有一列\n", 2, "expected source<TAB>target (1 tab(s)) as on line 1, found 0"),
+    ("好\t1\na\tb\tc\n", 2, "expected source<TAB>target (1 tab(s)) as on line 1, found 2"),
+    ("\tb\n", 1, "empty source"),
 ])
 def test_bad_lines_name_file_and_line(tmp_path, text, line, message):
     path = write(tmp_path, "pairs.tsv", text + "好\t坏\n")
@@ -29,14 +27,16 @@ def test_bad_lines_name_file_and_line(tmp_path, text, line, message):
 
 def test_json_lines(tmp_path):
     path = write(tmp_path, "pairs.jsonl", '{"source": "北京", "target": "LOC:北京"}\n{"source": "x"}\n')
-    with pytest.raises(DataError, match=f"{path}, line 2: expected an object with string 'source' and 'target'"):
+    with pytest.raises(DataError, match=f"{path}, line 2: no key for target \\(keys: source\\); name it with "
+                                        "--columns target=KEY"):
         read_pairs(path)
     assert read_pairs(path, skip_malformed=True)[0] == [Pair("北京", "LOC:北京", 1)]
 
 
 def test_labels_are_the_next_target_token_only():
     tokenizer = Tokenizer(shared_path("vocab", "chinese_vocab.txt"))
-    (encoded,), (labels,) = encode_pairs(tokenizer, [Pair("张三去北京", "PER:张三", 1)], maxlen=64)
+    (encoded,), (labels,), cut = encode_pairs(tokenizer, [Pair("张三去北京", "PER:张三", 1)], maxlen=64)
+    assert cut == []
     token_ids, segment_ids = encoded
     target = [i for i, s in zip(token_ids, segment_ids) if s == 1]  # target tokens and the last [SEP]
     assert target[-1] == tokenizer.sep_id
@@ -50,9 +50,7 @@ def test_char_f1():
     assert char_f1("", "") == 1.0 and char_f1("abc", "") == 0.0 and char_f1("abc", "abc") == 1.0
 
 
-def kbert(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "kbert", *map(str, args)], input=stdin,
-                          capture_output=True, text=True, timeout=600)
+kbert = kbert_in_process
 
 
 def test_train_evaluate_predict_from_the_command_line(tmp_path):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 # Every kbert layer registers under this package, so `.keras` files load with safe_mode=True.
 _PACKAGE = "kbert"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 from kbert.layers.common import _PACKAGE, clone_initializer
 
