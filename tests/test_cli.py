@@ -159,7 +159,8 @@ def test_evaluate_predict_export(trained_model, tmp_path):
     result = kbert("evaluate", "--model", trained_model, "--data", data / "valid.data")
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
-    assert out[0] == f"{data / 'valid.data'}: 100 examples" and out[1].startswith("accuracy 0.")
+    assert out[0] == f"{data / 'valid.data'}: 100 examples (tab-separated, no header: text, label)"
+    assert out[1].startswith("accuracy 0.")
     assert out[3].split() == ["label", "precision", "recall", "f1", "support"]
     assert out[-4] == "confusion matrix (rows: true label, columns: predicted)"
 
@@ -206,13 +207,14 @@ def test_predict_evaluate_export_in_bf16(trained_model, tmp_path):
 
 def test_train_bad_data_exit_2(tmp_path):
     from conftest import shared_path
-    (tmp_path / "train.csv").write_text("sentence,label\nok,1\n", encoding="utf-8")
+    (tmp_path / "train.csv").write_text("sentence2,label\nok,1\n", encoding="utf-8")
     result = kbert("train", "--config", CONFIGS / "bert_tiny.json", "--vocab",
                    shared_path("vocab", "chinese_vocab.txt"), "--train", tmp_path / "train.csv",
                    "--maxlen", 32, "--out", tmp_path / "model")
     assert result.returncode == 2
-    assert result.stderr == (f"kbert: error: {tmp_path / 'train.csv'}, line 1: the header lacks column(s) "
-                             "text (found: sentence, label)\n")
+    assert result.stderr == (f"kbert: error: {tmp_path / 'train.csv'}, line 1: the header has no column for "
+                             "text (found: sentence2, label); name it with --columns text=COLUMN, or rename "
+                             "the column to one of text, sentence, text_a, sentence1, content, review\n")
     result = kbert("predict", "--model", tmp_path / "nowhere", "-")
     assert result.returncode == 2
     assert "not a kbert model directory (no bert_config.json)" in result.stderr
@@ -282,7 +284,8 @@ def test_ctrl_c_tells_the_truth(tmp_path):
     # TensorFlow's C++ runtime may log while the process shuts down; what kbert says is what is checked.
     assert "Traceback" not in stderr, stderr[-2000:]
     said = [line for line in stderr.splitlines() if line.startswith("kbert:")]
-    assert said == [f"kbert: interrupted before the first epoch completed: nothing was kept, and "
+    assert said == [f"kbert: {tmp_path / 'train.data'}: 3000 examples (tab-separated, no header: text, label)",
+                    f"kbert: interrupted before the first epoch completed: nothing was kept, and "
                     f"{tmp_path / 'model'} was not created"], stderr[-2000:]
     assert sorted(os.listdir(tmp_path)) == ["train.data"]
 

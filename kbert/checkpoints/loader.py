@@ -114,10 +114,15 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     return report
 
 
+# A position table itself (Google's `…/position_embeddings`, HF's `….position_embeddings.weight`), not
+# its optimizer slots (`…/position_embeddings/adam_m`).
+_POSITION_TABLE = re.compile(r"(^|[/.])position_embeddings(\.weight)?$")
+
+
 def _check_no_position_table(model, source: TensorSource, used: set) -> None:
     """A position table the model does not use: the weights of another family (BERT's into NEZHA)."""
     table = next((name for name in source.shapes
-                  if name not in used and "position_embeddings" in re.split(r"[/.]", name)), None)
+                  if name not in used and _POSITION_TABLE.search(name)), None)
     if table is None:
         return
     family = family_of(model)
