@@ -210,7 +210,8 @@ def test_single_label_and_skipped_rows(tmp_path, caplog):
         train(config, vocab, str(data), str(tmp_path / "out"), options=dataclasses.replace(FAST, skip_malformed=True))
     assert str(error.value) == (f"{data}: every example has the label '1'; a classifier needs examples of "
                                 "at least two labels")
-    assert f"{data}: 2 examples, 1 malformed rows skipped (lines 3)" in caplog.text
+    assert f"{data}: 2 examples (tab-separated, no header: text, label), 1 malformed rows skipped (lines 3)" \
+        in caplog.text
     assert not (tmp_path / "out").exists()
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops  # noqa: F401 (the docstring examples use it)
 
 # Every kbert layer registers under this package, so `.keras` files load with safe_mode=True.
 _PACKAGE = "kbert"

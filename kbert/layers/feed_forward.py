@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops  # noqa: F401 (the docstring examples use it)
 
 from kbert.layers.common import _PACKAGE, clone_initializer
 
