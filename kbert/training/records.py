@@ -165,7 +165,7 @@ def read_records(path: str, fields: Fields, columns: Optional[Mapping[str, str]]
     if first.lstrip().startswith("["):
         raise DataError(f"{path}: a JSON array; kbert reads JSON Lines, one object a line: write each "
                         "element on its own line")
-    return _delimited(path, text, first, fields, columns)
+    return _delimited(path, text, lines, first, fields, columns)
 
 
 def _json_lines(lines: Sequence[str], fields: Fields, columns: Mapping[str, str]):
@@ -199,22 +199,25 @@ def _json_lines(lines: Sequence[str], fields: Fields, columns: Mapping[str, str]
     return rows
 
 
-def _delimited(path: str, text: str, first: str, fields: Fields, columns: Mapping[str, str]):
-    comma = "\t" not in first and (path.lower().endswith(".csv") or _is_header(next(csv.reader([first])),
-                                                                              fields, columns))
-    delimiter = "\t" if "\t" in first else "," if comma else None
+def _delimited(path: str, text: str, lines: Sequence[str], first: str, fields: Fields,
+               columns: Mapping[str, str]):
+    if "\t" in first:
+        delimiter = "\t"
+    elif path.lower().endswith(".csv") or _is_header(next(csv.reader([first])), fields, columns):
+        delimiter = ","
+    else:
+        delimiter = None
+    separator = "comma" if delimiter == "," else "tab"  # for messages
     cells = next(csv.reader([first], delimiter=delimiter)) if delimiter else [first]
     if _is_header(cells, fields, columns):
         quoted = delimiter == "," or all(cell.strip().startswith('"') for cell in first.split(delimiter or "\t"))
         table = csv.reader(io.StringIO(text), delimiter=delimiter or "\t",
                            quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
-        rows = [(number, row) for number, row in enumerate(table, 1)]
-        rows = [(number, row) for number, row in rows if any(cell.strip() for cell in row)]
+        rows = [(number, row) for number, row in enumerate(table, 1) if any(cell.strip() for cell in row)]
         header = [cell.strip() for cell in rows[0][1]]
         places, note = _header_places(path, header, fields, columns)
-        kind = {"\t": "tab-separated", ",": "comma-separated"}[delimiter or "\t"]
         return [(number, _by_header(row, header, places)) for number, row in rows[1:]], \
-            f"{kind} with a header: {note}", True
+            f"{separator}-separated with a header: {note}", True
     if columns:
         raise DataError(f"{path}, line 1: the file has no header row (its first line is data: {first[:40]!r}), "
                         "so --columns names nothing; add a header row naming the columns, or drop --columns")
@@ -225,20 +228,18 @@ def _delimited(path: str, text: str, first: str, fields: Fields, columns: Mappin
         rows = [(number, row) for number, row in enumerate(table, 1) if any(cell.strip() for cell in row)]
     else:
         rows = [(number, line.split(delimiter) if delimiter else [line])
-                for number, line in enumerate(_lines(text), 1) if line.strip()]
+                for number, line in enumerate(lines, 1) if line.strip()]
     width = len(rows[0][1])
     if width not in fields.headerless:
-        raise DataError(f"{path}, line 1: {width} {'tab-' if delimiter != ',' else 'comma-'}separated "
-                        f"columns and no header; expected {fields.example()} rows, or a header row naming the "
-                        f"columns ({', '.join(name for name in fields.names)})")
+        raise DataError(f"{path}, line 1: {width} {separator}-separated columns and no header; expected "
+                        f"{fields.example()} rows, or a header row naming the columns ({', '.join(fields.names)})")
     names = fields.headerless[width]
-    kind = ONE_A_LINE if delimiter is None else \
-        f"{'tab' if delimiter == chr(9) else 'comma'}-separated, no header: {', '.join(names)}"
+    kind = ONE_A_LINE if delimiter is None else f"{separator}-separated, no header: {', '.join(names)}"
 
     def record(row):
         if len(row) != width:
-            return ValueError(f"expected {'<TAB>'.join(names)} ({width - 1} {'tab' if delimiter != ',' else 'comma'}"
-                              f"(s)) as on line 1, found {len(row) - 1}")
+            return ValueError(f"expected {'<TAB>'.join(names)} ({width - 1} {separator}(s)) as on line 1, "
+                              f"found {len(row) - 1}")
         return dict(zip(names, row))
 
     return [(number, record(row)) for number, row in rows], kind, False

@@ -52,7 +52,7 @@ class RunDirectory:
         instead, before anything is written.
         """
         saved = _read_json(os.path.join(self.partial, TRAINING_FILE))
-        saved_labels = _read_json(os.path.join(self.partial, LabelMap.FILE_NAME))
+        saved_labels = LabelMap.load(self.partial).names
         saved_config = _read_json(os.path.join(self.partial, CONFIG_FILE))
         differences = [f"{key} {saved.get(key)!r} (now {value!r})" for key, value in state.items()
                        if key not in _NOT_SETTINGS and key != "options" and saved.get(key) != value]
