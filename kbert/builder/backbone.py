@@ -97,9 +97,13 @@ def build_transformer_model(
     family, config = resolve(_one_config(config, config_path), model)
     if keep_tokens is not None:  # as bert4keras: the kept rows are the model's vocabulary
         config = dataclasses.replace(config, vocab_size=len(keep_tokens))
+    if application == "encoder":
+        application = family.default_application
     _check_application(family, application, segment_vocab_size)
     heads = Heads.from_flags(with_pool, with_nsp, with_mlm, with_discriminator)
     _check_heads(family, heads)
+    if not family.takes_segments:
+        segment_vocab_size = 0
     segment_vocab_size = config.type_vocab_size if segment_vocab_size is None else segment_vocab_size
     _check_fits_in_memory(family, config, heads)
     module, graph_class = family.graph.split(":")

@@ -7,29 +7,34 @@ BERT's layer names: the model builders give the names.
 - `embeddings`: `Embedding`, `TokenEmbedding`, `PositionEmbedding`, `MaskedAdd`
 - `attention`: `MultiHeadSelfAttention`
 - `feed_forward`: `FeedForward`
-- `heads`: `TakeToken`, `BiasAdd`
+- `norms`: `RMSNormalization` (T5, RoFormer-v2)
+- `heads`: `TakeToken`, `BiasAdd`, `Scale`
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
 - `masks`: `AttentionMask` (the `lm` and `unilm` applications)
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
-  and its `Sinusoidal` initializer (NEZHA)
+  and its `Sinusoidal` initializer (NEZHA), `T5RelativePositionBias` and `t5_buckets` (T5)
 - `rotary`: `sinusoidal_positions`, `apply_rotary`
-- `common`: `gelu_tanh`, `get_activation`, `clone_initializer`
+- `common`: `gelu_tanh`, `get_activation`, `clone_initializer`, `DepthScaledTruncatedNormal`
+  (RoFormer-v2)
 """
 
 from kbert.layers.attention import MultiHeadSelfAttention
-from kbert.layers.common import clone_initializer, gelu_tanh, get_activation
+from kbert.layers.common import DepthScaledTruncatedNormal, clone_initializer, gelu_tanh, get_activation
 from kbert.layers.crf import ConditionalRandomField, ViterbiDecoder, viterbi_decode
 from kbert.layers.embeddings import Embedding, MaskedAdd, PositionEmbedding, TokenEmbedding, checked_ids
 from kbert.layers.feed_forward import FeedForward
-from kbert.layers.heads import BiasAdd, TakeToken
+from kbert.layers.heads import BiasAdd, Scale, TakeToken
+from kbert.layers.norms import RMSNormalization
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
 from kbert.layers.masks import AttentionMask
-from kbert.layers.positions import RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding
+from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
+                                   T5RelativePositionBias, t5_buckets)
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
 
-__all__ = ["AttentionMask", "BiasAdd", "Embedding", "ConditionalRandomField", "EfficientGlobalPointer", "FeedForward",
-           "GlobalPointer", "MaskedAdd", "MultiHeadSelfAttention", "PositionEmbedding", "RelativePositionEmbedding", "Sinusoidal",
-           "SinusoidalPositionEmbedding", "TakeToken",
-           "TokenEmbedding", "ViterbiDecoder", "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh",
-           "get_activation", "sinusoidal_positions", "viterbi_decode"]
+__all__ = ["AttentionMask", "BiasAdd", "ConditionalRandomField", "DepthScaledTruncatedNormal",
+           "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MultiHeadSelfAttention",
+           "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "Scale", "Sinusoidal",
+           "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakeToken", "TokenEmbedding", "ViterbiDecoder",
+           "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh", "get_activation", "sinusoidal_positions",
+           "t5_buckets", "viterbi_decode"]

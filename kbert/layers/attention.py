@@ -13,15 +13,17 @@ from kbert.layers.rotary import apply_rotary
 
 # How a fourth input, the positions, enters the attention:
 # "relative" (NEZHA): `[q_len, k_len, head_size]` vectors added to the keys and values;
-# "rotary" (RoFormer): `[1, length, head_size]` sinusoids that rotate queries and keys.
-POSITION_ENCODINGS = ("relative", "rotary")
+# "rotary" (RoFormer): `[1, length, head_size]` sinusoids that rotate queries and keys;
+# "t5_relative" (T5): `[q_len, k_len, heads]` biases added to the scores.
+POSITION_ENCODINGS = ("relative", "rotary", "t5_relative")
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product attention with BERT's padding rule.
 
-    Called on `[query, key, value]` (the same hidden states for self-attention),
+    Called on `[query, key, value]` (the same hidden states for self-attention;
+    the decoder's states and the encoder's output for T5's cross-attention),
     then, in this order, the `attention_mask` (`AttentionMask`: boolean
     `[batch or 1, 1, q_len, k_len]`, True where attending is allowed) when
     `use_attention_mask`, and the positions when `position_encoding` is set. Keys whose
@@ -37,9 +39,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         position_encoding: None, or how the fourth input enters: `"relative"`
             (NEZHA: `RelativePositionEmbedding` vectors added to keys and
             values, per query) or `"rotary"` (RoFormer: queries and keys
-            rotated by `SinusoidalPositionEmbedding`).
+            rotated by `SinusoidalPositionEmbedding`) or `"t5_relative"` (T5:
+            `T5RelativePositionBias` scores added per head).
         use_attention_mask: take an attention mask input (the `lm` and `unilm`
             applications).
+        use_bias: biases in the four projections (False: RoFormer-v2, T5).
+        scale: divide the scores by √head_size (False: T5, whose initialization
+            absorbs it).
 
     Example:
     >>> attention = MultiHeadSelfAttention(num_heads=2, head_size=4)
@@ -50,7 +56,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def __init__(self, num_heads: int, head_size: int, dropout: float = 0.0,
                  kernel_initializer="glorot_uniform", position_encoding=None, use_attention_mask=False,
-                 **kwargs):
+                 use_bias: bool = True, scale: bool = True, **kwargs):
         super().__init__(**kwargs)
         if position_encoding not in (None, *POSITION_ENCODINGS):
             raise ValueError(f"position_encoding: expected None or one of {', '.join(POSITION_ENCODINGS)}, "
@@ -60,20 +66,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.num_heads = num_heads
         self.head_size = head_size
         self.dropout = dropout
+        self.use_bias = use_bias
+        self.scale = scale
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
-        width = num_heads * head_size
-        self.query, self.key, self.value, self.output_dense = (
-            keras.layers.Dense(width, kernel_initializer=clone_initializer(self.kernel_initializer),
-                               name=name, dtype=self.dtype_policy)
-            for name in ("query", "key", "value", "output")
-        )
+        self.query, self.key, self.value = (self._dense(num_heads * head_size, name)
+                                            for name in ("query", "key", "value"))
+        self.output_dense = None
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
+    def _dense(self, units: int, name: str):
+        return keras.layers.Dense(units, use_bias=self.use_bias, name=name, dtype=self.dtype_policy,
+                                  kernel_initializer=clone_initializer(self.kernel_initializer))
+
     def build(self, input_shape):
-        query_shape = input_shape[0]
-        for dense in (self.query, self.key, self.value):
-            dense.build(query_shape)
+        query_shape, key_shape, value_shape = input_shape[:3]
+        self.query.build(query_shape)
+        self.key.build(key_shape)
+        self.value.build(value_shape)
+        # The output has the query's width: T5's heads · head_size may differ from H (mT5-small).
+        self.output_dense = self._dense(query_shape[-1], "output")
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.head_size))
 
     def call(self, inputs, mask=None, training=None):
@@ -105,7 +117,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             slots: `[batch, q]` int32, where each new token's key and value go.
             positions: as `call`'s position input, but each example's own:
                 `"rotary"`: `[batch, q, head_size]` sinusoids; `"relative"`:
-                `[batch, q, slots, head_size]` vectors.
+                `[batch, q, slots, head_size]` vectors; `"t5_relative"`:
+                `[batch, q, slots, heads]` biases.
 
         Returns:
             The output `[batch, q, H]` and the updated cache.
@@ -133,7 +146,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
         if relative:
             scores = scores + ops.einsum(f"bqhd,{relative}->bhqk", q, positions)
-        scores = scores / math.sqrt(self.head_size)
+        if self.position_encoding == "t5_relative":
+            # [q, k, heads] for every example, or [b, q, k, heads] (cached decoding).
+            bias = ops.transpose(positions, (2, 0, 1))[None] if len(positions.shape) == 3 \
+                else ops.transpose(positions, (0, 3, 1, 2))
+            scores = scores + ops.cast(bias, scores.dtype)
+        if self.scale:
+            scores = scores / math.sqrt(self.head_size)
         if hidden is not None:
             # A large negative score gives a padded (or masked) key zero probability.
             scores = ops.where(hidden, ops.cast(-1e9 if scores.dtype != "float16" else -6e4,
@@ -155,7 +174,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return mask[0] if mask is not None else None
 
     def compute_output_shape(self, input_shape):
-        return (*input_shape[0][:-1], self.num_heads * self.head_size)
+        return input_shape[0]
 
     def get_config(self):
         return {
@@ -166,4 +185,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "position_encoding": self.position_encoding,
             "use_attention_mask": self.use_attention_mask,
+            "use_bias": self.use_bias,
+            "scale": self.scale,
         }

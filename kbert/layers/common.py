@@ -40,3 +40,34 @@ def clone_initializer(initializer):
     """
     initializer = keras.initializers.get(initializer)
     return initializer.__class__.from_config(initializer.get_config())
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class DepthScaledTruncatedNormal(keras.initializers.TruncatedNormal):
+    """RoFormer-v2's initializer (bert4keras's): truncated normal with a std from the weight's shape and depth.
+
+    std = 1.13684723 / √fan · L^(−1/2), where fan is a kernel's input width, or
+    for an embedding table (more than 10,000 rows, or fewer than 10) its
+    width; 1.13684723 makes the truncated normal's variance 1/fan.
+
+    Args:
+        num_layers: the model's blocks L.
+        seed: as Keras's initializers.
+
+    Example:
+    >>> values = DepthScaledTruncatedNormal(num_layers=4, seed=0)((256, 64))
+    >>> round(float(ops.std(values)), 2)  # 1 / √256 / √4
+    0.03
+    """
+
+    def __init__(self, num_layers: int = 1, seed=None):
+        super().__init__(mean=0.0, stddev=1.0, seed=seed)
+        self.num_layers = num_layers
+
+    def __call__(self, shape, dtype=None):
+        fan = shape[1] if shape[0] > 10000 or shape[0] < 10 else shape[0]
+        stddev = 1.13684723 / fan ** 0.5 / self.num_layers ** 0.5
+        return super().__call__(shape, dtype) * stddev
+
+    def get_config(self):
+        return {"num_layers": self.num_layers, "seed": self.seed}

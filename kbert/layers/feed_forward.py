@@ -1,7 +1,9 @@
-"""BERT's position-wise feed-forward network.
+"""BERT's position-wise feed-forward network, and T5.1.1's gated variant.
 """
 
 from __future__ import annotations
+
+from typing import Sequence, Union
 
 import keras
 from keras import ops  # noqa: F401 (the docstring examples use it)
@@ -13,47 +15,76 @@ from kbert.layers.common import _PACKAGE, clone_initializer
 class FeedForward(keras.layers.Layer):
     """BERT's position-wise feed-forward network: Dense(I, act) then Dense(H).
 
+    Given two activations (T5.1.1's `["gelu", "linear"]`), the inner layer is
+    gated, as bert4keras's `FeedForward` with a list: `Dense(I, act₀)(x) ·
+    Dense(I, act₁)(x)`, then Dense(H) (a gated linear unit, GEGLU for T5.1.1).
+
     Args:
         intermediate_size: width of the inner layer I.
-        activation: activation of the inner layer (a Keras identifier).
-        kernel_initializer: initializer of both kernels.
+        activation: activation of the inner layer (a Keras identifier), or two
+            for the gated form.
+        kernel_initializer: initializer of the kernels.
+        use_bias: biases in the dense layers (False: RoFormer-v2, T5).
 
     Example:
     >>> ffn = FeedForward(intermediate_size=16, activation="gelu")
     >>> ffn(ops.ones((1, 3, 4))).shape
     TensorShape([1, 3, 4])
+    >>> gated = FeedForward(intermediate_size=16, activation=["gelu", "linear"], use_bias=False)
+    >>> _ = gated(ops.ones((1, 3, 4)))
+    >>> [weight.path for weight in gated.weights]
+    ['feed_forward_1/intermediate/kernel', 'feed_forward_1/gate/kernel', 'feed_forward_1/output/kernel']
     """
 
-    def __init__(self, intermediate_size: int, activation="gelu",
-                 kernel_initializer="glorot_uniform", **kwargs):
+    def __init__(self, intermediate_size: int, activation: Union[str, Sequence[str]] = "gelu",
+                 kernel_initializer="glorot_uniform", use_bias: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.intermediate_size = intermediate_size
-        self.activation = keras.activations.get(activation)
+        activations = [activation] if isinstance(activation, str) or callable(activation) else list(activation)
+        if len(activations) not in (1, 2):
+            raise ValueError(f"activation: expected one activation or two (gated), got {activation!r}")
+        self.activations = [keras.activations.get(name) for name in activations]
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.use_bias = use_bias
         self.supports_masking = True
-        self.intermediate = keras.layers.Dense(
-            intermediate_size, activation=self.activation,
-            kernel_initializer=clone_initializer(self.kernel_initializer), name="intermediate",
-            dtype=self.dtype_policy)
+        self.intermediate = self._dense(intermediate_size, self.activations[0], "intermediate")
+        # The gate's weights are T5.1.1's `wi_1` (the intermediate's are `wi_0`).
+        self.gate = self._dense(intermediate_size, self.activations[1], "gate") if len(self.activations) == 2 \
+            else None
         self.output_dense = None
+
+    @property
+    def activation(self):
+        """The inner activation (the first, for the gated form)."""
+        return self.activations[0]
+
+    def _dense(self, units: int, activation, name: str):
+        return keras.layers.Dense(units, activation=activation, use_bias=self.use_bias, name=name,
+                                  kernel_initializer=clone_initializer(self.kernel_initializer),
+                                  dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.intermediate.build(input_shape)
-        self.output_dense = keras.layers.Dense(
-            input_shape[-1], kernel_initializer=clone_initializer(self.kernel_initializer),
-            name="output", dtype=self.dtype_policy)
+        if self.gate is not None:
+            self.gate.build(input_shape)
+        self.output_dense = self._dense(input_shape[-1], None, "output")
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
 
     def call(self, inputs):
-        return self.output_dense(self.intermediate(inputs))
+        x = self.intermediate(inputs)
+        if self.gate is not None:
+            x = x * self.gate(inputs)
+        return self.output_dense(x)
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
+        activations = [keras.activations.serialize(activation) for activation in self.activations]
         return {
             **super().get_config(),
             "intermediate_size": self.intermediate_size,
-            "activation": keras.activations.serialize(self.activation),
+            "activation": activations[0] if len(activations) == 1 else activations,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "use_bias": self.use_bias,
         }

@@ -1,4 +1,4 @@
-"""Small pieces of the heads: taking the [CLS] state, the MLM output bias.
+"""Small pieces of the heads: taking the [CLS] state, the MLM output bias, T5's output scale.
 """
 
 from __future__ import annotations
@@ -61,3 +61,30 @@ class BiasAdd(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class Scale(keras.layers.Layer):
+    """Multiplies its input by a constant (T5's `Decoder-Output-Scale`: H^(−1/2) before the LM head).
+
+    Args:
+        factor: the constant.
+
+    Example:
+    >>> float(Scale(0.5)(ops.ones((1, 2)))[0, 0])
+    0.5
+    """
+
+    def __init__(self, factor: float, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = factor
+        self.supports_masking = True
+
+    def call(self, inputs):
+        return inputs * ops.cast(self.factor, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}

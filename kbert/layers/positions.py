@@ -4,12 +4,16 @@
   RoFormer's rotary attention (`Embedding-Rotary-Position`);
 - `RelativePositionEmbedding`: NEZHA's table of relative distances, clipped,
   read for every (query, key) pair (`Embedding-Relative-Position`);
-- `Sinusoidal`: the initializer of that table (sin/cos of each row index).
+- `Sinusoidal`: the initializer of that table (sin/cos of each row index);
+- `T5RelativePositionBias`: T5's learned bias per head for each bucket of
+  relative distance (`Encoder-Embedding-Relative-Position`), and `t5_buckets`.
 
-All three follow bert4keras 0.11.5, so its models' outputs carry over.
+All follow bert4keras 0.11.5, so its models' outputs carry over.
 """
 
 from __future__ import annotations
+
+import math
 
 import keras
 from keras import ops
@@ -128,3 +132,96 @@ class RelativePositionEmbedding(keras.layers.Layer):
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
         }
 
+
+
+def t5_buckets(distances, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = True):
+    """T5's bucket of each relative distance (key position − query position), as int32.
+
+    Half the buckets (bidirectional: per direction) hold the distances 0, 1, …
+    one each; the rest cover longer distances on a log scale up to
+    `max_distance`, beyond which all share the last bucket. A unidirectional
+    (decoder) table puts every key after the query in bucket 0. Translated
+    from T5's `_relative_position_bucket`, as bert4keras does.
+
+    Example:
+    >>> [int(b) for b in t5_buckets(ops.convert_to_tensor([-3, -1, 0, 1, 3, 20, 200]))]
+    [3, 1, 0, 17, 19, 26, 31]
+    """
+    n = -ops.cast(distances, "int32")
+    bucket = ops.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = ops.cast(ops.less(n, 0), "int32") * num_buckets
+        n = ops.abs(n)
+    else:
+        n = ops.maximum(n, 0)
+    max_exact = num_buckets // 2
+    far = max_exact + ops.cast(
+        ops.log(ops.cast(n, "float32") / max_exact) / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact), "int32")
+    far = ops.minimum(far, num_buckets - 1)
+    return bucket + ops.where(ops.less(n, max_exact), n, far)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class T5RelativePositionBias(keras.layers.Layer):
+    """T5's relative position bias: for each query i and key j, a learned score per head.
+
+    The distance j − i is put in one of `num_buckets` buckets (`t5_buckets`)
+    and looked up in a `[num_buckets, heads]` table. Called on `[queries,
+    keys]` hidden states, it returns `[query_length, key_length, heads]`,
+    which the attention adds to its scores (`position_encoding="t5_relative"`).
+    Each stack (encoder, decoder) has one table, shared by all its blocks.
+
+    Args:
+        num_buckets: rows of the table (32 in every T5 release, and in bert4keras).
+        num_heads: the attention heads (the table's width).
+        max_distance: distances from here on share the last bucket.
+        bidirectional: keys on both sides of the query (encoder); False: the
+            decoder's causal buckets.
+        embeddings_initializer: the table's initializer.
+
+    Example:
+    >>> layer = T5RelativePositionBias(32, num_heads=4, bidirectional=False)
+    >>> layer([ops.zeros((1, 3, 8)), ops.zeros((1, 5, 8))]).shape
+    TensorShape([3, 5, 4])
+    """
+
+    def __init__(self, num_buckets: int, num_heads: int, max_distance: int = 128, bidirectional: bool = True,
+                 embeddings_initializer="zeros", **kwargs):
+        super().__init__(**kwargs)
+        self.num_buckets = num_buckets
+        self.num_heads = num_heads
+        self.max_distance = max_distance
+        self.bidirectional = bidirectional
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(name="embeddings", shape=(self.num_buckets, self.num_heads),
+                                          initializer=self.embeddings_initializer)
+
+    def bias(self, distances):
+        """The `[..., heads]` bias of an array of distances (key position − query position)."""
+        buckets = t5_buckets(distances, self.num_buckets, self.max_distance, self.bidirectional)
+        return ops.cast(ops.take(self.embeddings, buckets, axis=0), self.compute_dtype)
+
+    def call(self, inputs):
+        queries, keys = inputs
+        distances = ops.arange(ops.shape(keys)[1])[None, :] - ops.arange(ops.shape(queries)[1])[:, None]
+        return self.bias(distances)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0][1], input_shape[1][1], self.num_heads)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_buckets": self.num_buckets,
+            "num_heads": self.num_heads,
+            "max_distance": self.max_distance,
+            "bidirectional": self.bidirectional,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }

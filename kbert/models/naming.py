@@ -31,6 +31,14 @@ MLM_BIAS = "MLM-Bias"
 MLM_ACTIVATION = "MLM-Activation"
 DISCRIMINATOR_DENSE = "Discriminator-Dense"  # ELECTRA
 DISCRIMINATOR_PREDICTION = "Discriminator-Prediction"
+# RoFormer-v2's MLM head: the tied embedding, no dense, norm or bias.
+OUTPUT_MAPPING = "Output-Mapping"
+OUTPUT_MLM_DROPOUT = "Output-MLM-Dropout"
+OUTPUT_MLM_ACTIVATION = "Output-MLM-Activation"
+# The GPT families' language-model output (the tied embedding); GPT-2's final norm.
+LM_ACTIVATION = "LM-Activation"
+OUTPUT_NORM = "Output-Norm"
+OUTPUT_DROPOUT = "Output-Dropout"
 
 # The classifier head of the mission's documents (and of many bert4keras
 # tutorials): the [CLS] vector, then a softmax Dense.

@@ -22,6 +22,10 @@ FAMILIES = {
     "nezha": "kbert.models.nezha.family:NezhaFamily",
     "roformer": "kbert.models.roformer.family:RoformerFamily",
     "electra": "kbert.models.electra.family:ElectraFamily",
+    "roformer_v2": "kbert.models.roformer_v2.family:RoformerV2Family",
+    "gpt": "kbert.models.gpt.family:GptFamily",
+    "gpt2": "kbert.models.gpt.family:Gpt2Family",
+    "gpt2_ml": "kbert.models.gpt.family:Gpt2MlFamily",
 }
 
 

@@ -28,6 +28,10 @@ class BertFamily:
         applications: bert4keras's `application=` values the family accepts.
         knows_hf_names: kbert can read and write its Hugging Face safetensors.
         embedding_axis: the config key of the embeddings' width (E or H).
+        default_application: what `application="encoder"` (the builder's
+            default) builds: `"lm"` for the GPT families, language models by
+            construction as in bert4keras.
+        takes_segments: the model reads segment ids (GPT-2, GPT2-ML: no).
     """
 
     name = "bert"
@@ -41,6 +45,8 @@ class BertFamily:
     knows_hf_names = True
     # The config key named when an embedding's width does not fit a checkpoint.
     embedding_axis = H
+    default_application = "encoder"
+    takes_segments = True
 
     # --- structure -----------------------------------------------------------------
     def block_indices(self, config: BertConfig) -> List[Optional[int]]:

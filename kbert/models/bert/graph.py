@@ -44,7 +44,19 @@ class BertGraph(TransformerGraph):
     position_bias = None  # positions for every attention layer, made once from the first block's input
     attention_mask = None  # the lm / unilm mask for every attention layer, made once
 
+    # Biases in the attention, feed-forward and mapping layers (RoFormer-v2 has none).
+    use_bias = True
+
     def apply_embeddings(self, inputs):
+        config = self.config
+        x = self.apply_token_and_segment(inputs)
+        x = self.apply_positions(x)
+        x = self.apply_norm(x, naming.EMBEDDING_NORM)
+        x = self.apply(x, keras.layers.Dropout, naming.EMBEDDING_DROPOUT, rate=config.hidden_dropout_prob)
+        return self.apply_mapping(x)
+
+    def apply_token_and_segment(self, inputs):
+        """`Embedding-Token`, plus `Embedding-Segment` (`Embedding-Token-Segment`) where segments are taken."""
         config = self.config
         width = config.embedding_width
         x = self.apply(inputs[0], TokenEmbedding, naming.EMBEDDING_TOKEN, input_dim=config.vocab_size,
@@ -54,13 +66,18 @@ class BertGraph(TransformerGraph):
                                   input_dim=self.segment_vocab_size, output_dim=width,
                                   size_key="type_vocab_size", embeddings_initializer=self.initializer())
             x = self.apply([x, segments], MaskedAdd, naming.EMBEDDING_TOKEN_SEGMENT)
-        x = self.apply_positions(x)
-        x = self.apply(x, keras.layers.LayerNormalization, naming.EMBEDDING_NORM, epsilon=config.layer_norm_eps)
-        x = self.apply(x, keras.layers.Dropout, naming.EMBEDDING_DROPOUT, rate=config.hidden_dropout_prob)
-        if self.family.has_mapping(config):
-            x = self.apply(x, keras.layers.Dense, naming.EMBEDDING_MAPPING, units=config.hidden_size,
-                           kernel_initializer=self.initializer())
         return x
+
+    def apply_mapping(self, x):
+        """`Embedding-Mapping` (E -> H) where the embeddings are narrower than the blocks."""
+        if not self.family.has_mapping(self.config):
+            return x
+        return self.apply(x, keras.layers.Dense, naming.EMBEDDING_MAPPING, units=self.config.hidden_size,
+                          kernel_initializer=self.initializer(), use_bias=self.use_bias)
+
+    def apply_norm(self, x, name: str):
+        """The family's layer norm (BERT's: LayerNormalization with the config's epsilon)."""
+        return self.apply(x, keras.layers.LayerNormalization, name, epsilon=self.config.layer_norm_eps)
 
     def apply_positions(self, x):
         """Adds learned absolute positions, unless positions enter the attention instead."""
@@ -89,29 +106,32 @@ class BertGraph(TransformerGraph):
         return self.attention_mask
 
     def apply_main_layers(self, x, index: Optional[int]):
-        config = self.config
         attention_name = naming.block(index, naming.ATTENTION)
+        x = self.apply_residual(attention_name, x, self.apply_attention(x, attention_name))
+        ffn_name = naming.block(index, naming.FEED_FORWARD)
+        return self.apply_residual(ffn_name, x, self.apply_feed_forward(x, ffn_name))
+
+    def apply_attention(self, x, name: str):
+        """Self-attention over `x`, with the application's mask and the family's positions."""
+        config = self.config
         extra = [tensor for tensor in (self.apply_attention_mask(), self.apply_position_bias(x))
                  if tensor is not None]
-        attended = self.apply([x, x, x] + extra, MultiHeadSelfAttention,
-                              attention_name, num_heads=config.num_attention_heads,
-                              head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
-                              kernel_initializer=self.initializer(),
-                              position_encoding=self.position_encoding,
-                              use_attention_mask=self.application != "encoder")
-        x = self.apply_residual(attention_name, x, attended)
-        ffn_name = naming.block(index, naming.FEED_FORWARD)
-        transformed = self.apply(x, FeedForward, ffn_name, intermediate_size=config.intermediate_size,
-                                 activation=get_activation(config.activation),
-                                 kernel_initializer=self.initializer())
-        return self.apply_residual(ffn_name, x, transformed)
+        return self.apply([x, x, x] + extra, MultiHeadSelfAttention, name, num_heads=config.num_attention_heads,
+                          head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
+                          kernel_initializer=self.initializer(), position_encoding=self.position_encoding,
+                          use_attention_mask=self.application != "encoder", use_bias=self.use_bias)
+
+    def apply_feed_forward(self, x, name: str):
+        config = self.config
+        return self.apply(x, FeedForward, name, intermediate_size=config.intermediate_size,
+                          activation=get_activation(config.activation), kernel_initializer=self.initializer(),
+                          use_bias=self.use_bias)
 
     def apply_residual(self, prefix: str, shortcut, x):
-        """Post-LN residual: Dropout, Add the shortcut, LayerNorm."""
+        """Post-LN residual: Dropout, Add the shortcut, the family's norm."""
         x = self.apply(x, keras.layers.Dropout, f"{prefix}-Dropout", rate=self.config.hidden_dropout_prob)
         x = self.apply([shortcut, x], keras.layers.Add, f"{prefix}-Add")
-        return self.apply(x, keras.layers.LayerNormalization, f"{prefix}-Norm",
-                          epsilon=self.config.layer_norm_eps)
+        return self.apply_norm(x, f"{prefix}-Norm")
 
     def apply_final_layers(self, x):
         """The pooler/NSP and MLM heads as bert4keras builds them; the sequence output without heads."""
