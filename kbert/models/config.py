@@ -203,11 +203,12 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
             f"{source}: key 'hidden_act': unsupported activation {act!r}; "
             f"expected one of {', '.join(sorted(ACTIVATIONS))}"
         )
-    hidden, heads = values["hidden_size"], values["num_attention_heads"]
-    if hidden % heads:
-        raise ConfigError(
-            f"{source}: key 'num_attention_heads': {heads} does not divide hidden_size {hidden}"
-        )
+    if values.get("attention_head_size") is None:
+        hidden, heads = values["hidden_size"], values["num_attention_heads"]
+        if hidden % heads:
+            raise ConfigError(
+                f"{source}: key 'num_attention_heads': {heads} does not divide hidden_size {hidden}"
+            )
 
 
 def check_even_head_size(values: Mapping[str, Any], source: str, why: str) -> None:

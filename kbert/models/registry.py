@@ -26,6 +26,18 @@ FAMILIES = {
     "gpt": "kbert.models.gpt.family:GptFamily",
     "gpt2": "kbert.models.gpt.family:Gpt2Family",
     "gpt2_ml": "kbert.models.gpt.family:Gpt2MlFamily",
+    "t5": "kbert.models.t5.family:T5Family",
+    "t5.1.0": "kbert.models.t5.family:T5Family",
+    "t5_encoder": "kbert.models.t5.family:T5EncoderFamily",
+    "t5.1.0_encoder": "kbert.models.t5.family:T5EncoderFamily",
+    "t5_decoder": "kbert.models.t5.family:T5DecoderFamily",
+    "t5.1.0_decoder": "kbert.models.t5.family:T5DecoderFamily",
+    "t5.1.1": "kbert.models.t5.family:T511Family",
+    "t5.1.1_encoder": "kbert.models.t5.family:T511EncoderFamily",
+    "t5.1.1_decoder": "kbert.models.t5.family:T511DecoderFamily",
+    "mt5.1.1": "kbert.models.t5.family:Mt5Family",
+    "mt5.1.1_encoder": "kbert.models.t5.family:Mt5EncoderFamily",
+    "mt5.1.1_decoder": "kbert.models.t5.family:Mt5DecoderFamily",
 }
 
 
@@ -83,6 +95,7 @@ def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -
     model_type = values.get("model_type") if isinstance(values, Mapping) else None
     if model_type is None:
         return model or "bert"
+    # One name per model_type: albert_unshared reads ALBERT's configs; "t5" is "t5.1.0"'s alias.
     by_type = {get_family(name).model_type: name for name in FAMILIES if name != "albert_unshared"}
     if model_type not in by_type:
         raise ConfigError(f"{source}: key 'model_type': kbert builds {', '.join(sorted(by_type))}; "

@@ -1,0 +1,216 @@
+"""T5's checkpoint names and parameter formulas: T5.1.0, T5.1.1 and mT5, whole or one stack.
+
+The names are those of Google's T5 checkpoints (bert4keras's
+`T5_Base.variable_mapping`): `shared/embedding`, then per stack
+`{encoder,decoder}/block_00i/layer_00j/…`. T5.1.1 splits the feed-forward's
+`wi` into `wi_0` (activated) and `wi_1` (linear) and has its own LM kernel
+`decoder/logits/kernel`; mT5 names its norms `rms_norm`. The relative
+attention biases are stored `[heads, buckets]`, the transpose of the Keras
+table.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List
+
+from kbert.models import naming
+from kbert.models.bert.family import BertFamily
+from kbert.models.t5.config import T5Config
+from kbert.models.tables import H, I, V, LayerParams, WeightName
+
+ENCODER, DECODER = "Encoder", "Decoder"
+SELF_ATTENTION, CROSS_ATTENTION = "MultiHeadSelfAttention", "MultiHeadCrossAttention"
+_BLOCK = re.compile(r"(Encoder|Decoder)-Transformer-(\d+)-(MultiHeadSelfAttention|MultiHeadCrossAttention|FeedForward)"
+                    r"(-Norm)?")
+INNER = "attention_head_size"  # the config key of the attention's inner width, heads · head size
+
+
+def block(stack: str, index: int, sublayer: str) -> str:
+    """`block("Decoder", 0, "MultiHeadCrossAttention")` is "Decoder-Transformer-0-MultiHeadCrossAttention"."""
+    return f"{stack}-Transformer-{index}-{sublayer}"
+
+
+def relative_position(stack: str) -> str:
+    return f"{stack}-Embedding-Relative-Position"
+
+
+def output_norm(stack: str) -> str:
+    return f"{stack}-Output-Norm"
+
+
+DECODER_OUTPUT_LM = "Decoder-Output-LM"  # T5.1.1's own LM kernel
+DECODER_OUTPUT_LM_ACTIVATION = "Decoder-Output-LM-Activation"  # T5.1.0's tied LM output
+
+
+def _weight(path: str, google: str, axes, transposed: bool = False) -> WeightName:
+    return WeightName(path, google, None, transposed, False, tuple(axes))
+
+
+class T5Family(BertFamily):
+    """T5.1.0 as bert4keras builds it (`model="t5"` or `"t5.1.0"`): the encoder-decoder with the LM head.
+
+    Pre-norm blocks with T5's scale-only RMS norm (ε 1e-6), bias-free
+    attention without the 1/√d scaling, a relative position bias per stack
+    (shared by its blocks; the decoder's also enters its cross-attention, as
+    in bert4keras), and one token embedding shared by both stacks and, for
+    T5.1.0, the LM output (after `Decoder-Output-Scale`, H^(−1/2)).
+
+    Inputs `[encoder token ids, decoder token ids]`; `part` builds one stack
+    (`"encoder"`: `[encoder token ids]` -> states; `"decoder"`: `[context,
+    decoder token ids]` -> probabilities).
+    """
+
+    name = "t5.1.0"
+    model_type = "t5"
+    config_class = T5Config
+    graph = "kbert.models.t5.graph:T5Graph"
+    heads = ()
+    applications = ("encoder",)
+    knows_hf_names = False
+    takes_segments = False
+    version = "t5.1.0"
+    part = "both"  # or "encoder", "decoder"
+
+    @property
+    def stacks(self) -> List[str]:
+        return {"both": [ENCODER, DECODER], "encoder": [ENCODER], "decoder": [DECODER]}[self.part]
+
+    # --- analytic parameter counts ---------------------------------------------------
+    def layer_params(self, config: T5Config, **heads) -> List[LayerParams]:
+        h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+        attention = 4 * h * config.num_attention_heads * config.head_size
+        buckets = config.relative_attention_num_buckets
+        ffn_formula, ffn = ("3·H·I", 3 * h * i) if config.gated else ("2·H·I", 2 * h * i)
+        shared = "shared by the encoder and decoder" + (
+            " and the LM output" if self.version == "t5.1.0" and DECODER in self.stacks else "")
+        rows = [LayerParams(naming.EMBEDDING_TOKEN, "embeddings", "V·H", v * h,
+                            shared if self.part == "both" or self.version == "t5.1.0" else "")]
+        for stack in self.stacks:
+            group = stack.lower()
+            rows.append(LayerParams(relative_position(stack), group, f"{buckets}·A", buckets * config.num_attention_heads,
+                                    "a bias per head for each bucket of relative distance"))
+            for index in range(config.num_hidden_layers):
+                sublayers = [SELF_ATTENTION] + ([CROSS_ATTENTION] if stack == DECODER else [])
+                for sublayer in sublayers:
+                    rows += [LayerParams(block(stack, index, sublayer), group, "4·H·A·K", attention,
+                                         "query, key, value and output projections, no biases"),
+                             LayerParams(f"{block(stack, index, sublayer)}-Norm", group, "H", h, "scale only")]
+                name = block(stack, index, naming.FEED_FORWARD)
+                rows += [LayerParams(name, group, ffn_formula, ffn,
+                                     "gated: two inner projections" if config.gated else "no biases"),
+                         LayerParams(f"{name}-Norm", group, "H", h, "scale only")]
+            rows.append(LayerParams(output_norm(stack), group, "H", h, "scale only"))
+        if DECODER in self.stacks and self.version != "t5.1.0":
+            rows.append(LayerParams(DECODER_OUTPUT_LM, "heads", "H·V", h * v, "not tied to the embedding"))
+        return rows
+
+    # --- checkpoint variable names ---------------------------------------------------
+    def weight_layers(self, num_blocks: int) -> List[str]:
+        layers = [naming.EMBEDDING_TOKEN]
+        for stack in (ENCODER, DECODER):
+            layers += [relative_position(stack), output_norm(stack)]
+            for index in range(num_blocks):
+                sublayers = [SELF_ATTENTION] + ([CROSS_ATTENTION] if stack == DECODER else []) + [naming.FEED_FORWARD]
+                for sublayer in sublayers:
+                    layers += [block(stack, index, sublayer), f"{block(stack, index, sublayer)}-Norm"]
+        return layers + [DECODER_OUTPUT_LM]
+
+    def layer_weights(self, layer: str) -> List[WeightName]:
+        norm = "rms_norm" if self.version == "mt5.1.1" else "layer_norm"
+        final_norm = "rms_norm" if self.version == "mt5.1.1" else "final_layer_norm"
+        if layer == naming.EMBEDDING_TOKEN:
+            return [_weight(f"{layer}/embeddings", "shared/embedding", (V, H))]
+        if layer == DECODER_OUTPUT_LM:
+            return [_weight(f"{layer}/kernel", "decoder/logits/kernel", (H, V))]
+        for stack in (ENCODER, DECODER):
+            scope = stack.lower()
+            if layer == relative_position(stack):
+                return [_weight(f"{layer}/embeddings", f"{scope}/block_000/layer_000/SelfAttention/"
+                                "relative_attention_bias", ("relative_attention_num_buckets", "num_attention_heads"),
+                                transposed=True)]
+            if layer == output_norm(stack):
+                return [_weight(f"{layer}/scale", f"{scope}/{final_norm}/scale", (H,))]
+        match = _BLOCK.fullmatch(layer)
+        if match is None:
+            return []
+        stack, index, sublayer, is_norm = match.groups()
+        sublayer_index = {SELF_ATTENTION: 0, CROSS_ATTENTION: 1,
+                          naming.FEED_FORWARD: 1 if stack == ENCODER else 2}[sublayer]
+        scope = f"{stack.lower()}/block_{int(index):03d}/layer_{sublayer_index:03d}"
+        if is_norm:
+            return [_weight(f"{layer}/scale", f"{scope}/{norm}/scale", (H,))]
+        if sublayer == naming.FEED_FORWARD:
+            inner = [("intermediate", "wi_0"), ("gate", "wi_1")] if self.version != "t5.1.0" \
+                else [("intermediate", "wi")]
+            return ([_weight(f"{layer}/{part}/kernel", f"{scope}/DenseReluDense/{name}/kernel", (H, I))
+                     for part, name in inner]
+                    + [_weight(f"{layer}/output/kernel", f"{scope}/DenseReluDense/wo/kernel", (I, H))])
+        attention = "SelfAttention" if sublayer == SELF_ATTENTION else "EncDecAttention"
+        return [_weight(f"{layer}/{part}/kernel", f"{scope}/{attention}/{name}", axes)
+                for part, name, axes in (("query", "q", (H, INNER)), ("key", "k", (H, INNER)),
+                                         ("value", "v", (H, INNER)), ("output", "o", (INNER, H)))]
+
+
+class T5EncoderFamily(T5Family):
+    """T5.1.0's encoder alone (`model="t5_encoder"` or `"t5.1.0_encoder"`)."""
+
+    name = "t5.1.0_encoder"
+    model_type = "t5_encoder"
+    part = "encoder"
+
+
+class T5DecoderFamily(T5Family):
+    """T5.1.0's decoder alone (`model="t5_decoder"` or `"t5.1.0_decoder"`), on `[context, decoder token ids]`."""
+
+    name = "t5.1.0_decoder"
+    model_type = "t5_decoder"
+    part = "decoder"
+
+
+class T511Family(T5Family):
+    """T5.1.1 (`model="t5.1.1"`): gated feed-forward (`hidden_act: ["gelu", "linear"]`), untied LM output."""
+
+    name = "t5.1.1"
+    model_type = "t5.1.1"
+    version = "t5.1.1"
+
+
+class T511EncoderFamily(T511Family):
+    """T5.1.1's encoder alone (`model="t5.1.1_encoder"`)."""
+
+    name = "t5.1.1_encoder"
+    model_type = "t5.1.1_encoder"
+    part = "encoder"
+
+
+class T511DecoderFamily(T511Family):
+    """T5.1.1's decoder alone (`model="t5.1.1_decoder"`)."""
+
+    name = "t5.1.1_decoder"
+    model_type = "t5.1.1_decoder"
+    part = "decoder"
+
+
+class Mt5Family(T511Family):
+    """mT5 (`model="mt5.1.1"`): T5.1.1 with mT5's checkpoint names (`rms_norm`)."""
+
+    name = "mt5.1.1"
+    model_type = "mt5"
+    version = "mt5.1.1"
+
+
+class Mt5EncoderFamily(Mt5Family):
+    """mT5's encoder alone (`model="mt5.1.1_encoder"`)."""
+
+    name = "mt5.1.1_encoder"
+    model_type = "mt5_encoder"
+    part = "encoder"
+
+
+class Mt5DecoderFamily(Mt5Family):
+    """mT5's decoder alone (`model="mt5.1.1_decoder"`)."""
+
+    name = "mt5.1.1_decoder"
+    model_type = "mt5_decoder"
+    part = "decoder"
