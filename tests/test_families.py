@@ -1,4 +1,8 @@
-"""ALBERT, NEZHA, RoFormer, ELECTRA (and RoBERTa): bert4keras's tables, original checkpoints, analysis."""
+"""Every family but BERT: bert4keras's tables, original checkpoints, analysis.
+
+ALBERT, NEZHA, RoFormer, ELECTRA (and RoBERTa); RoFormer-v2, GPT, GPT-2,
+GPT2-ML, T5.1.0, T5.1.1 and mT5.
+"""
 
 import json
 
@@ -33,6 +37,17 @@ CASES = {
     "nezha_tiny_ckpt": ("nezha_tiny", "nezha", {"with_mlm": True, "with_nsp": True}),
     "roformer_tiny_ckpt": ("roformer_tiny", "roformer", {"with_mlm": True}),
     "electra_tiny_ckpt": ("electra_tiny", "electra", {"with_discriminator": True}),
+    "roformer_v2_base_zh": ("roformer_v2_base_zh", "roformer_v2", {}),
+    "gpt2_chinese_cluecorpussmall": ("gpt2_chinese_base", "gpt2", {}),
+    "t5_pegasus_base_zh": ("t5_pegasus_base_zh", "t5.1.1", {}),
+    "mt5_small": ("mt5_small", "mt5.1.1", {}),
+    "t5_11_encoder_tiny": ("t5_11_tiny", "t5.1.1_encoder", {}),
+    "roformer_v2_tiny_ckpt": ("roformer_v2_tiny", "roformer_v2", {}),
+    "gpt_tiny_ckpt": ("gpt_tiny", "gpt", {}),
+    "gpt2_tiny_ckpt": ("gpt2_tiny", "gpt2", {}),
+    "gpt2_ml_tiny_ckpt": ("gpt2_ml_tiny", "gpt2_ml", {}),
+    "t5_tiny_ckpt": ("t5_tiny", "t5.1.0", {}),
+    "t5_11_tiny_ckpt": ("t5_11_tiny", "t5.1.1", {}),
 }
 CHECKPOINT_CASES = sorted(case for case in CASES if case.endswith("_ckpt"))
 
@@ -42,9 +57,8 @@ def fixture_dir(case):
 
 
 def config_of(case):
-    if case.endswith("_ckpt"):
-        return fixture_dir(case) / "config.json"
-    return CONFIGS / f"{CASES[case][0]}.json"
+    bundled = CONFIGS / f"{CASES[case][0]}.json"
+    return bundled if bundled.exists() else fixture_dir(case) / "config.json"
 
 
 def family_golden(case):
@@ -57,7 +71,11 @@ def build(case, checkpoint=False):
 
 
 def run(model, record):
-    inputs = [np.array(record["inputs"]["token_ids"]), np.array(record["inputs"]["segment_ids"])]
+    """The model on the recorded inputs: token ids, then segment ids or (T5) the decoder's token ids."""
+    by_input = {"Input-Token": record["inputs"]["token_ids"], "Input-Segment": record["inputs"]["segment_ids"],
+                "Encoder-Input-Token": record["inputs"]["token_ids"],
+                "Decoder-Input-Token": record.get("decoder_token_ids")}
+    inputs = [np.array(by_input[tensor.name]) for tensor in model.inputs]
     outputs = model.predict(inputs, verbose=0)
     return outputs if isinstance(outputs, list) else [outputs]
 
@@ -87,6 +105,10 @@ def test_published_totals():
                            "electra_small_zh")}
     assert totals == {"albert_base_zh": 9_957_376, "albert_tiny_zh": 3_982_864, "nezha_base_zh": 101_292_096,
                       "roformer_base_zh": 123_457_536, "electra_small_zh": 12_280_576}
+    totals = {name: analyze(resolve(CONFIGS / f"{name}.json")[1]).total
+              for name in ("roformer_v2_base_zh", "gpt2_chinese_base", "t5_pegasus_base_zh", "mt5_small")}
+    assert totals == {"roformer_v2_base_zh": 94_152_192, "gpt2_chinese_base": 102_068_736,
+                      "t5_pegasus_base_zh": 275_029_248, "mt5_small": 300_176_768}
     albert = resolve(CONFIGS / "albert_base_zh.json")[1]
     assert analyze(albert, with_mlm=True, with_nsp=True).total == 10_669_322
 
@@ -170,8 +192,8 @@ def test_family_from_model_type_and_conflicts(tmp_path):
     assert resolve(values, "albert_unshared")[0].name == "albert_unshared"
     with pytest.raises(ConfigError, match="'model_type' is 'albert' but model='nezha'"):
         resolve(values, "nezha")
-    with pytest.raises(ConfigError, match="key 'model_type': kbert builds .*got 'gpt2'"):
-        resolve({**values, "model_type": "gpt2"})
+    with pytest.raises(ConfigError, match="key 'model_type': kbert builds .*got 'xlnet'"):
+        resolve({**values, "model_type": "xlnet"})
     with pytest.raises(ConfigError, match="model='xlnet': kbert builds bert, roberta, albert"):
         build_transformer_model(CONFIGS / "bert_tiny.json", model="xlnet")
 
@@ -185,7 +207,10 @@ def test_heads_a_family_does_not_have_are_errors(model, flag):
 
 
 def test_registry_lists_every_family():
-    assert list(FAMILIES) == ["bert", "roberta", "albert", "albert_unshared", "nezha", "roformer", "electra"]
+    assert list(FAMILIES) == ["bert", "roberta", "albert", "albert_unshared", "nezha", "roformer", "electra",
+                              "roformer_v2", "gpt", "gpt2", "gpt2_ml", "t5", "t5.1.0", "t5_encoder",
+                              "t5.1.0_encoder", "t5_decoder", "t5.1.0_decoder", "t5.1.1", "t5.1.1_encoder",
+                              "t5.1.1_decoder", "mt5.1.1", "mt5.1.1_encoder", "mt5.1.1_decoder"]
     assert get_family("roberta").layer_weights("Embedding-Token") == get_family("bert").layer_weights("Embedding-Token")
 
 

@@ -90,7 +90,7 @@ def format_table(analysis: ParamAnalysis, checked: Optional[List[CheckedRow]] = 
         lines += ["", verdict]
     # Notes of numbered blocks repeat L times: the table says them once, in its rows' formulas.
     notes = [f"  {layer.name}: {layer.note}" for layer in analysis.layers
-             if layer.note and (naming.parse_block(layer.name) or (None,))[0] is None]
+             if layer.note and not naming.is_numbered_block(layer.name)]
     if notes:
         lines += ["", "Notes:"] + notes
     return "\n".join(lines)

@@ -60,9 +60,9 @@ def load_weights(model, path: "str | os.PathLike[str]", keep_tokens=None,
 def detect_family(source: TensorSource, model: Optional[str] = None):
     """The family whose names a weights file uses: `model` if given, else recognised from the names.
 
-    ELECTRA (`electra/…`) and ALBERT (`…/transformer/group_0/…`) have names of
-    their own; NEZHA and RoFormer use BERT's, so they are read as BERT unless
-    `model` says otherwise.
+    ELECTRA, ALBERT, GPT, GPT-2, GPT2-ML, T5 and RoFormer-v2 checkpoints are
+    recognised (`kbert.checkpoints.names.family_named_by`); NEZHA and RoFormer
+    use BERT's names, so they are read as BERT unless `model` says otherwise.
     """
     return get_family(model or family_named_by(source.shapes))
 

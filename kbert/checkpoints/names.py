@@ -103,20 +103,41 @@ def known_names(fmt: str, num_layers: int, family=None) -> Dict[str, str]:
 
 
 def family_named_by(names) -> str:
-    """The family whose own checkpoint names appear in `names`: ELECTRA's `electra/…`,
-    ALBERT's `…/transformer/group_0/…`, else BERT (NEZHA and RoFormer use BERT's names).
+    """The family whose own checkpoint names appear in `names`, else BERT.
+
+    ELECTRA's `electra/…`; ALBERT's `…/transformer/group_0/…`; GPT's `gpt/…`
+    (GPT-2 with `gpt/output/LayerNorm`); GPT2-ML's `newslm/…`; T5's
+    `shared/embedding` (T5.1.1 with `decoder/logits/kernel`, mT5 with
+    `rms_norm`); RoFormer-v2: BERT's names without biases. NEZHA and RoFormer
+    use BERT's names.
+
+    >>> family_named_by(["shared/embedding", "decoder/logits/kernel", "encoder/rms_norm/scale"])
+    'mt5.1.1'
     """
     names = list(names)
     if any(name.startswith("electra/") for name in names):
         return "electra"
     if any("/transformer/group_0/" in name for name in names):
         return "albert"
+    if any(name.startswith("newslm/") for name in names):
+        return "gpt2_ml"
+    if any(name.startswith("gpt/") for name in names):
+        return "gpt2" if any(name.startswith("gpt/output/LayerNorm") for name in names) else "gpt"
+    if "shared/embedding" in names:
+        if any("rms_norm" in name for name in names):
+            return "mt5.1.1"
+        return "t5.1.1" if "decoder/logits/kernel" in names else "t5.1.0"
+    if "bert/encoder/layer_0/attention/self/query/kernel" in names \
+            and "bert/encoder/layer_0/attention/self/query/bias" not in names:
+        return "roformer_v2"
     return "bert"
 
 
 def block_count(names) -> int:
-    """Number of Transformer blocks a checkpoint's names mention (`layer_3/`, `layer.3.`; ALBERT's shared block: 1)."""
-    blocks = [int(m.group(1)) for name in names for m in [re.search(r"layer[._](\d+)[./]", name)] if m]
+    """Number of Transformer blocks a checkpoint's names mention (`layer_3/`, `layer.3.`, T5's
+    `block_003/`, GPT2-ML's `layer03/`; ALBERT's shared block: 1)."""
+    blocks = [int(m.group(1)) for name in names
+              for m in [re.search(r"(?:layer[._]|block_|newslm/layer)(\d+)[./]", name)] if m]
     if blocks:
         return max(blocks) + 1
     return 1 if any("/transformer/group_0/" in name for name in names) else 0

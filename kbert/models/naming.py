@@ -78,3 +78,12 @@ def parse_block(name: str) -> Optional[Tuple[Optional[int], str, bool]]:
         return None
     index = None if match.group(1) is None else int(match.group(1))
     return index, match.group(2), bool(match.group(3))
+
+
+def is_numbered_block(name: str) -> bool:
+    """Whether a layer belongs to a numbered block (`Transformer-3-…`, T5's `Decoder-Transformer-3-…`).
+
+    >>> is_numbered_block("Encoder-Transformer-3-FeedForward-Norm"), is_numbered_block("Transformer-FeedForward")
+    (True, False)
+    """
+    return re.search(r"(^|-)Transformer-\d+-", name) is not None

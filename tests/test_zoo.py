@@ -1,0 +1,75 @@
+"""The decoder families as models: GPT's causality, T5's stacks apart and together, files, misuse."""
+
+import numpy as np
+import pytest
+
+import keras
+from conftest import shared_path
+from kbert import build_transformer_model
+from kbert.errors import ConfigError
+
+TOKENS = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0]])
+
+
+def fixture(name):
+    return shared_path("fixtures", "bert4keras_families", name)
+
+
+@pytest.mark.parametrize("case, model", [("gpt_tiny", "gpt"), ("gpt2_tiny", "gpt2"), ("gpt2_ml_tiny", "gpt2_ml")])
+def test_gpt_families_look_only_left(case, model):
+    lm = build_transformer_model(fixture(case) / "config.json", fixture(case), model=model)
+    assert lm.build_spec["application"] == "lm"
+    inputs = lambda ids: [ids, np.zeros_like(ids)] if len(lm.inputs) == 2 else [ids]  # noqa: E731
+    full = lm.predict(inputs(TOKENS), verbose=0)
+    for cut in (2, 4):
+        np.testing.assert_allclose(lm.predict(inputs(TOKENS[:, :cut]), verbose=0), full[:, :cut], atol=1e-6)
+    np.testing.assert_allclose(full.sum(-1), 1, atol=1e-5)  # LM-Activation: probabilities
+
+
+def test_t5_encoder_and_decoder_parts_make_the_whole_model():
+    directory = fixture("t5_11_tiny")
+    config = directory / "config.json"
+    whole = build_transformer_model(config, directory, model="t5.1.1")
+    encoder = build_transformer_model(config, directory, model="t5.1.1_encoder")
+    decoder = build_transformer_model(config, directory, model="t5.1.1_decoder")
+    assert [tensor.name for tensor in decoder.inputs] == ["Input-Context", "Decoder-Input-Token"]
+    targets = np.array([[1, 9, 4, 0], [1, 3, 0, 0]])
+    together = whole.predict([TOKENS, targets], verbose=0)
+    for row, length in enumerate((6, 3)):  # each source alone, unpadded: the whole model masks the padding
+        source = TOKENS[row:row + 1, :length]
+        apart = decoder.predict([encoder.predict(source, verbose=0), targets[row:row + 1]], verbose=0)
+        np.testing.assert_allclose(apart[0], together[row], atol=1e-5)
+
+
+def test_t5_keras_file_round_trip(tmp_path):
+    directory = fixture("t5_tiny")
+    model = build_transformer_model(directory / "config.json", directory, model="t5")
+    model.save(tmp_path / "t5.keras")
+    loaded = keras.saving.load_model(tmp_path / "t5.keras", safe_mode=True)
+    assert loaded.family == "t5.1.0"
+    targets = np.array([[1, 9, 4], [1, 3, 0]])
+    np.testing.assert_array_equal(loaded.predict([TOKENS, targets], verbose=0),
+                                  model.predict([TOKENS, targets], verbose=0))
+
+
+@pytest.mark.parametrize("model, kwargs, message", [
+    ("gpt2", {"application": "unilm"}, "application='unilm': model='gpt2' builds 'lm'"),
+    ("gpt", {"with_mlm": True}, "model='gpt' has no with_mlm head"),
+    ("t5.1.1", {"application": "lm"}, "application='lm': model='t5.1.1' builds 'encoder'"),
+    ("roformer_v2", {"with_pool": True}, "model='roformer_v2' has no with_pool head; it builds with_mlm"),
+])
+def test_what_a_family_cannot_build_is_an_error(model, kwargs, message):
+    case = {"gpt2": "gpt2_tiny", "gpt": "gpt_tiny", "t5.1.1": "t5_11_tiny", "roformer_v2": "roformer_v2_tiny"}[model]
+    with pytest.raises(ConfigError, match=message):
+        build_transformer_model(fixture(case) / "config.json", model=model, **kwargs)
+
+
+def test_t5_config_errors_name_the_key():
+    base = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 32}
+    with pytest.raises(ConfigError, match=r"key 'hidden_act': expected an activation or two"):
+        build_transformer_model({**base, "hidden_act": ["gelu", "linear", "relu"]}, model="t5.1.1")
+    with pytest.raises(ConfigError, match="key 'embedding_size': T5 embeds tokens at hidden_size"):
+        build_transformer_model({**base, "embedding_size": 8}, model="t5")
+    model = build_transformer_model({**base, "num_attention_heads": 3, "attention_head_size": 4}, model="t5.1.1")
+    assert model.get_layer("Encoder-Transformer-0-MultiHeadSelfAttention").count_params() == 4 * 16 * 12

@@ -1,0 +1,138 @@
+"""Layer tests for the layers of RoFormer-v2, GPT-2 and T5: T5's relative position bias and its attention,
+the RMS norm, the gated feed-forward, the output scale and RoFormer-v2's initializer (values against
+NumPy written from the papers, masks, get_config, .keras with safe_mode)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import keras
+from kbert.layers import (DepthScaledTruncatedNormal, FeedForward, MultiHeadSelfAttention, RMSNormalization, Scale,
+                          T5RelativePositionBias)
+
+IDS = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 0, 0, 0, 0]])  # id 0 is padding
+
+
+def t5_bucket(distance, bidirectional, num_buckets=32, max_distance=128):
+    """T5's bucket of one distance (key − query), from the T5 paper's description and Mesh TF."""
+    n, bucket = -distance, 0
+    if bidirectional:
+        num_buckets //= 2
+        bucket = num_buckets if n < 0 else 0
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return bucket + n
+    far = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact))
+    return bucket + min(far, num_buckets - 1)
+
+
+def round_trip(model, path):
+    model.save(path)
+    return keras.saving.load_model(path, safe_mode=True)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_relative_position_bias_buckets_and_contract(bidirectional, tmp_path):
+    layer = T5RelativePositionBias(32, num_heads=3, bidirectional=bidirectional, embeddings_initializer="random_normal")
+    queries, keys = keras.ops.zeros((1, 5, 8)), keras.ops.zeros((1, 300, 8))
+    bias = layer([queries, keys]).numpy()
+    assert bias.shape == (5, 300, 3)
+    table = layer.embeddings.numpy()
+    expected = np.array([[table[t5_bucket(k - q, bidirectional)] for k in range(300)] for q in range(5)])
+    np.testing.assert_array_equal(bias, expected)
+    assert layer.compute_mask([queries, keys], [None, None]) is None
+    clone = T5RelativePositionBias.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+
+
+def t5_attention_model():
+    keras.utils.set_random_seed(3)
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    bias = T5RelativePositionBias(32, num_heads=2, embeddings_initializer="random_normal", name="bias")(
+        [hidden, hidden])
+    attention = MultiHeadSelfAttention(2, 4, position_encoding="t5_relative", use_bias=False, scale=False,
+                                       name="attention")
+    return keras.Model(tokens, attention([hidden, hidden, hidden, bias]))
+
+
+def test_t5_attention_adds_the_bias_unscaled_without_biases_and_round_trips(tmp_path):
+    model = t5_attention_model()
+    layer = model.get_layer("attention")
+    assert [weight.path.split("/", 1)[1] for weight in layer.weights] == [
+        "query/kernel", "key/kernel", "value/kernel", "output/kernel"]
+    x = model.layers[1](IDS).numpy()
+    q, k, v = (x @ dense.kernel.numpy() for dense in (layer.query, layer.key, layer.value))
+    q, k, v = (t.reshape(2, 6, 2, 4) for t in (q, k, v))
+    table = model.get_layer("bias").embeddings.numpy()
+    bias = np.array([[table[t5_bucket(j - i, True)] for j in range(6)] for i in range(6)])  # [q, k, h]
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) + bias.transpose(2, 0, 1)[None]
+    scores = np.where((IDS == 0)[:, None, None, :], -1e9, scores)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    expected = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(2, 6, 8) @ layer.output_dense.kernel.numpy()
+    np.testing.assert_allclose(model.predict(IDS, verbose=0), expected, atol=1e-5)
+    loaded = round_trip(model, tmp_path / "t5_attention.keras")
+    np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_rms_normalization_values_mask_and_round_trip(scale, tmp_path):
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    norm = RMSNormalization(epsilon=1e-6, scale=scale, name="norm")
+    normed = norm(hidden)
+    assert normed._keras_mask is not None  # the padding mask passes through
+    model = keras.Model(tokens, normed)
+    if scale:
+        norm.gamma.assign(np.linspace(0.5, 2.0, 8))
+    assert model.count_params() == 50 * 8 + (8 if scale else 0)
+    x = model.layers[1](IDS).numpy()
+    expected = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6) * (np.linspace(0.5, 2.0, 8) if scale else 1)
+    np.testing.assert_allclose(model.predict(IDS, verbose=0), expected, rtol=1e-5)
+    loaded = round_trip(model, tmp_path / "norm.keras")
+    np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
+
+
+def test_gated_feed_forward_is_a_gated_linear_unit_and_round_trips(tmp_path):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((None, 4))
+    ffn = FeedForward(6, activation=["gelu", "linear"], use_bias=False, name="ffn")
+    model = keras.Model(inputs, ffn(inputs))
+    assert ffn.get_config()["activation"] == ["gelu", "linear"] and model.count_params() == 3 * 4 * 6
+    x = np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32")
+    inner = x @ ffn.intermediate.kernel.numpy()
+    gelu = 0.5 * inner * (1 + np.vectorize(math.erf)(inner / math.sqrt(2)))
+    expected = (gelu * (x @ ffn.gate.kernel.numpy())) @ ffn.output_dense.kernel.numpy()
+    np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-5)
+    loaded = round_trip(model, tmp_path / "ffn.keras")
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    with pytest.raises(ValueError, match="one activation or two"):
+        FeedForward(6, activation=["gelu", "linear", "relu"])
+
+
+def test_scale_multiplies_keeps_the_mask_and_round_trips(tmp_path):
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    scaled = Scale(0.25)(hidden)
+    assert scaled._keras_mask is not None
+    model = keras.Model(tokens, scaled)
+    np.testing.assert_allclose(model.predict(IDS, verbose=0), model.layers[1](IDS).numpy() * 0.25)
+    loaded = round_trip(model, tmp_path / "scale.keras")
+    np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
+
+
+@pytest.mark.parametrize("shape, fan", [((512, 128), 512), ((20000, 64), 64), ((2, 64), 64)])
+def test_roformer_v2_initializer_scales_with_fan_in_and_depth(shape, fan):
+    initializer = DepthScaledTruncatedNormal(num_layers=4, seed=1)
+    values = initializer(shape).numpy()
+    # A normal truncated at 2σ has std 0.87962 σ; 1.13684723 undoes it.
+    assert abs(values.std() - 1.13684723 * 0.87962 / math.sqrt(fan) / 2) < 0.1 / math.sqrt(fan) / 2
+    assert np.abs(values).max() <= 2 * 1.13684723 / math.sqrt(fan) / 2 + 1e-6
+    clone = DepthScaledTruncatedNormal.from_config(initializer.get_config())
+    np.testing.assert_array_equal(clone(shape).numpy(), values)
