@@ -10,7 +10,8 @@ import pytest
 from kbert import KbertError, build_transformer_model, generate
 from kbert.generation.generate import CachedEngine, FullEngine
 
-FAMILIES = ["bert", "albert", "nezha", "roformer"]
+FAMILIES = ["bert", "albert", "nezha", "roformer", "roformer_v2"]
+GPT_FAMILIES = ["gpt", "gpt2", "gpt2_ml"]  # language models by construction: "lm" only
 PROMPTS = [[2, 5, 7, 9, 11], [2, 13]]  # different lengths: the batch is padded
 
 
@@ -20,11 +21,12 @@ def small_model(family: str, application: str, with_mlm=True):
               "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}
     if family == "albert":
         config["embedding_size"] = 16
-    return build_transformer_model(config, model=family, application=application, with_mlm=with_mlm)
+    heads = {} if family in GPT_FAMILIES else {"with_mlm": with_mlm}
+    return build_transformer_model(config, model=family, application=application, **heads)
 
 
-@pytest.fixture(scope="module", params=[(f, a) for f in FAMILIES for a in ("lm", "unilm")],
-                ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(scope="module", params=[(f, a) for f in FAMILIES for a in ("lm", "unilm")]
+                + [(f, "lm") for f in GPT_FAMILIES], ids=lambda p: f"{p[0]}-{p[1]}")
 def model(request):
     return small_model(*request.param)
 
@@ -50,7 +52,8 @@ def test_each_generated_token_is_the_models_choice_on_the_whole_sequence(model):
     for step in range(6):
         ids = PROMPTS[0] + tokens[:step]
         segments = [0] * len(PROMPTS[0]) + [int(unilm)] * step
-        probabilities = np.asarray(model([np.array([ids]), np.array([segments])]))
+        inputs = [np.array([ids]), np.array([segments])][:len(model.inputs)]
+        probabilities = np.asarray(model(inputs))
         assert probabilities[0, -1].argmax() == tokens[step]
 
 
@@ -116,7 +119,7 @@ def test_linear_mlm_and_a_saved_model(tmp_path):
 def test_clear_errors():
     encoder = build_transformer_model("configs/bert_tiny.json", with_mlm=True)
     with pytest.raises(KbertError, match=r"generation needs a model from build_transformer_model\(\.\.\., "
-                                         r"application='lm' or 'unilm', with_mlm=True\)"):
+                                         r"application='lm' or 'unilm', with_mlm=True\), or a GPT family's"):
         generate(encoder, PROMPTS, max_new_tokens=4, end_id=3)
     model = small_model("bert", "lm")
     with pytest.raises(KbertError, match="a prompt of 5 tokens and max_new_tokens 61 need 65 positions; the "

@@ -82,7 +82,8 @@ class CachedGraph:
     """Runs a model built with `application="lm"` or `"unilm"` and an MLM head on new tokens only.
 
     Args:
-        model: from `build_transformer_model(..., application="lm"|"unilm", with_mlm=True|"linear")`.
+        model: from `build_transformer_model(..., application="lm"|"unilm", with_mlm=True|"linear")`,
+            or a GPT family's (`model="gpt"`, `"gpt2"`, `"gpt2_ml"`: language models by construction).
 
     `step(token_ids, segment_ids, positions, allowed, last, caches)` returns
     the MLM output at each row's new token `last` (`[batch, vocab]`) and the
@@ -95,10 +96,12 @@ class CachedGraph:
         import tensorflow as tf
 
         spec = getattr(model, "build_spec", None)
-        if spec is None or spec["application"] not in ("lm", "unilm") or not spec["heads"]["mlm"]:
+        family = get_family(getattr(model, "family", "bert"))
+        names = {layer.name for layer in model.layers}
+        if spec is None or spec["application"] not in ("lm", "unilm") or family.lm_output not in names:
             raise KbertError("generation needs a model from build_transformer_model(..., "
-                             "application='lm' or 'unilm', with_mlm=True)")
-        family = get_family(model.family)
+                             "application='lm' or 'unilm', with_mlm=True), or a GPT family's model "
+                             "(model='gpt', 'gpt2' or 'gpt2_ml')")
         module, class_name = family.graph.split(":")
         graph_class = getattr(importlib.import_module(module), class_name)
         cached_class = type(f"Cached{class_name}", (_CachedApply, graph_class), {})

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from kbert.errors import KbertError
-from kbert.models import naming
+from kbert.models.registry import get_family
 
 STRATEGIES = ("greedy", "beam", "sample")
 
@@ -35,7 +35,7 @@ class _Engine:
 
         self.graph = cached_graph(model)  # checks the model; the full engine uses its facts too
         self.model, self.max_new_tokens = model, max_new_tokens
-        activation = model.get_layer(naming.MLM_ACTIVATION).activation.__name__
+        activation = model.get_layer(get_family(model.family).lm_output).activation.__name__
         self.probabilities = activation == "softmax"
         limit = getattr(self.graph.config, "max_position_embeddings", None)
         self.limit = limit if self.graph.graph.position_encoding is None else None
@@ -124,7 +124,7 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
 
     Args:
         model: from `build_transformer_model(..., application="lm" or "unilm",
-            with_mlm=True or "linear")`.
+            with_mlm=True or "linear")`, or a GPT family's (`model="gpt2"`, ...).
         token_ids: the prompts (for `unilm`, the sources, e.g. `[CLS] source [SEP]`),
             as lists or a 0-padded array.
         segment_ids: the prompts' segments (default: 0).
@@ -137,6 +137,7 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
             likely tokens whose probabilities sum to `top_p`.
         temperature: divides the log-probabilities before sampling.
         min_new_tokens: `end_id` is not chosen before this many tokens.
+            Id 0 (padding) is never chosen.
         seed: the sampler's seed (the same seed, the same samples).
         use_cache: reuse keys and values (True) or recompute the whole
             sequence every step (the same tokens, slower).
@@ -204,8 +205,10 @@ class _Search:
         self.end_id, self.max_new_tokens, self.min_new_tokens = end_id, max_new_tokens, min_new_tokens
 
     def _allowed(self, log_probs: np.ndarray, step: int) -> np.ndarray:
+        # Id 0 is padding: the model would mask it as a key, so it is never generated.
+        log_probs = log_probs.copy()
+        log_probs[:, 0] = -np.inf
         if step < self.min_new_tokens and 0 <= self.end_id < log_probs.shape[-1]:
-            log_probs = log_probs.copy()
             log_probs[:, self.end_id] = -np.inf
         return log_probs
 

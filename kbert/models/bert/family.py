@@ -32,6 +32,8 @@ class BertFamily:
             default) builds: `"lm"` for the GPT families, language models by
             construction as in bert4keras.
         takes_segments: the model reads segment ids (GPT-2, GPT2-ML: no).
+        lm_output: the layer whose output is the next-token distribution of an
+            `lm`/`unilm` model (its MLM head's last layer), for generation.
     """
 
     name = "bert"
@@ -47,6 +49,7 @@ class BertFamily:
     embedding_axis = H
     default_application = "encoder"
     takes_segments = True
+    lm_output = naming.MLM_ACTIVATION
 
     # --- structure -----------------------------------------------------------------
     def block_indices(self, config: BertConfig) -> List[Optional[int]]:

@@ -36,6 +36,7 @@ class GptFamily(BertFamily):
     applications = ("lm",)
     default_application = "lm"
     knows_hf_names = False
+    lm_output = naming.LM_ACTIVATION
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
         h = config.hidden_size

@@ -27,6 +27,7 @@ class RoformerV2Family(RoformerFamily):
     model_type = "roformer_v2"
     graph = "kbert.models.roformer_v2.graph:RoformerV2Graph"
     heads = ("with_mlm",)
+    lm_output = naming.OUTPUT_MLM_ACTIVATION
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
         e, width = self._width(config)
