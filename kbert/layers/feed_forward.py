@@ -30,10 +30,10 @@ class FeedForward(keras.layers.Layer):
     >>> ffn = FeedForward(intermediate_size=16, activation="gelu")
     >>> ffn(ops.ones((1, 3, 4))).shape
     TensorShape([1, 3, 4])
-    >>> gated = FeedForward(intermediate_size=16, activation=["gelu", "linear"], use_bias=False)
+    >>> gated = FeedForward(intermediate_size=16, activation=["gelu", "linear"], use_bias=False, name="ffn")
     >>> _ = gated(ops.ones((1, 3, 4)))
     >>> [weight.path for weight in gated.weights]
-    ['feed_forward_1/intermediate/kernel', 'feed_forward_1/gate/kernel', 'feed_forward_1/output/kernel']
+    ['ffn/intermediate/kernel', 'ffn/gate/kernel', 'ffn/output/kernel']
     """
 
     def __init__(self, intermediate_size: int, activation: Union[str, Sequence[str]] = "gelu",

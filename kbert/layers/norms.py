@@ -26,10 +26,10 @@ class RMSNormalization(keras.layers.Layer):
     >>> norm = RMSNormalization(epsilon=0.0, scale=False)
     >>> [round(float(v), 4) for v in norm(ops.convert_to_tensor([[3.0, 4.0]]))[0]]
     [0.8485, 1.1314]
-    >>> norm = RMSNormalization()
+    >>> norm = RMSNormalization(name="norm")
     >>> _ = norm(ops.ones((1, 2, 8)))
     >>> [weight.path for weight in norm.weights]
-    ['rms_normalization/scale']
+    ['norm/scale']
     """
 
     def __init__(self, epsilon: float = 1e-6, scale: bool = True, **kwargs):
