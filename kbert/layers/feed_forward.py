@@ -40,7 +40,8 @@ class FeedForward(keras.layers.Layer):
                  kernel_initializer="glorot_uniform", use_bias: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.intermediate_size = intermediate_size
-        activations = [activation] if isinstance(activation, str) or callable(activation) else list(activation)
+        # A list or tuple is the gated form; anything else (a name, a function, its serialized dict) is one.
+        activations = list(activation) if isinstance(activation, (list, tuple)) else [activation]
         if len(activations) not in (1, 2):
             raise ValueError(f"activation: expected one activation or two (gated), got {activation!r}")
         self.activations = [keras.activations.get(name) for name in activations]
