@@ -1,9 +1,11 @@
 """Generation speed with the key/value cache against full recomputation, in alternating rounds.
 
     python -m benchmarks.generation --config configs/bert_base_chinese.json
+    python -m benchmarks.generation --config configs/gpt2_chinese_base.json --model gpt2
 
-A UniLM model of the config (random weights; speed does not depend on them)
-continues `--batch` sources of `--source` tokens by `--new` greedy tokens,
+A UniLM model of the config (random weights; speed does not depend on them),
+or for a GPT family (`--model gpt`, `gpt2`, `gpt2_ml`) its language model,
+continues `--batch` sources (prompts) of `--source` tokens by `--new` greedy tokens,
 with `generate(use_cache=True)` and `use_cache=False` alternately, and prints
 new tokens per second, the median per-round speed-up with its range, and
 whether both gave the same tokens.
@@ -19,25 +21,33 @@ import numpy as np
 
 from benchmarks.alternating import alternate, describe, median_ratio
 from kbert import build_transformer_model, generate
+from kbert.models.registry import resolve
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/bert_base_chinese.json")
+    parser.add_argument("--model", default=None, help="the family (default: the config's model_type, else bert)")
     parser.add_argument("--source", type=int, default=64, help="source tokens (default: 64)")
     parser.add_argument("--new", type=int, default=64, help="generated tokens (default: 64)")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes (default: 1 8)")
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (default: 7)")
     args = parser.parse_args(argv)
     keras.utils.set_random_seed(0)
-    model = build_transformer_model(args.config, application="unilm", with_mlm=True)
+    family, config = resolve(args.config, args.model)
+    causal = family.default_application == "lm"  # the GPT families: language models by construction
+    model = build_transformer_model(args.config, model=args.model, **({} if causal else
+                                                                      {"application": "unilm", "with_mlm": True}))
     rng = np.random.default_rng(0)
-    print(f"{args.config}, UniLM, {model.count_params():,} parameters; source {args.source} tokens, "
+    kind = f"{family.name} LM" if causal else f"{family.name} UniLM"
+    print(f"{args.config}, {kind}, {model.count_params():,} parameters; source {args.source} tokens, "
           f"{args.new} new tokens (greedy), {args.rounds} alternating rounds, keras {keras.__version__}\n")
     print("| batch | cached tokens/s | recomputed tokens/s | speed-up (median of rounds) | same tokens |")
     print("|---:|---:|---:|---:|:---:|")
     for batch in args.batch:
-        sources = rng.integers(106, 7000, size=(batch, args.source)).tolist()
+        # Ordinary tokens of a Chinese vocabulary (past the special ones), within the model's vocabulary.
+        vocab = config.vocab_size
+        sources = rng.integers(min(106, vocab // 2), min(7000, vocab), size=(batch, args.source)).tolist()
         outputs = {}
 
         def run(use_cache: bool):

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import REPO, shared_path
 
 
 def test_quick_benchmark_writes_every_figure(tmp_path):
@@ -57,3 +57,14 @@ def test_training_bucketing_benchmark_runs(tmp_path):
     # Bucketed batches pad less than batches in shuffled order.
     padding = [float(row.split("|")[-2]) for row in rows]
     assert 1 <= padding[0] < padding[1]
+
+
+def test_generation_benchmark_runs_a_gpt_family(capsys):
+    from benchmarks import generation
+
+    config = shared_path("fixtures", "bert4keras_families", "gpt2_tiny", "config.json")
+    assert generation.main(["--config", str(config), "--model", "gpt2", "--batch", "2", "--source", "4",
+                            "--new", "6", "--rounds", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "gpt2 LM, 6,016 parameters" in table
+    assert table.strip().splitlines()[-1].endswith("| True |")  # cached and recomputed: the same tokens
