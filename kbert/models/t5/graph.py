@@ -36,6 +36,7 @@ class T5Graph(TransformerGraph):
     """Builds `family.part` of T5: `"both"` (inputs `[encoder ids, decoder ids]`), `"encoder"` or `"decoder"`."""
 
     position_bias = None  # this stack's relative position biases, made at its first block
+    attention_mask = None  # the decoder's LM mask, made once: both decoder runs share it
 
     def build(self, name: str):
         part, hidden = self.family.part, self.config.hidden_size
@@ -83,8 +84,6 @@ class T5Graph(TransformerGraph):
         x = self.apply_output(DECODER, x)
         x = self.apply(x, Scale, "Decoder-Output-Scale", factor=self.config.hidden_size ** -0.5)
         return self.apply_lm(x)
-
-    attention_mask = None
 
     def embed(self, token_ids):
         config = self.config
