@@ -53,13 +53,16 @@ def build_transformer_model(
             BERT, Hugging Face safetensors (a `.safetensors` file or its directory).
         model: the family, by bert4keras's name: `"bert"`, `"roberta"` (BERT's
             layout), `"albert"`, `"albert_unshared"`, `"nezha"`, `"roformer"`,
-            `"electra"`. Default: the config's `model_type` (Hugging Face's
-            key), else BERT.
+            `"roformer_v2"`, `"electra"`, `"gpt"`, `"gpt2"`, `"gpt2_ml"`,
+            `"t5"`/`"t5.1.0"`, `"t5.1.1"`, `"mt5.1.1"` (each T5 also as
+            `…_encoder` and `…_decoder`). Default: the config's `model_type`
+            (Hugging Face's key), else BERT.
         application: `"encoder"`; `"lm"` (each token attends to itself and the
             tokens before it: `Attention-LM-Mask`) or `"unilm"` (segment-0 source
             tokens attend to the source, segment-1 target tokens to the source
-            and the target up to themselves: `Attention-UniLM-Mask`), for every
-            family but ELECTRA.
+            and the target up to themselves: `Attention-UniLM-Mask`), for the
+            encoder families but ELECTRA. The GPT families are `"lm"` by
+            construction (the default `"encoder"` builds them so, as in bert4keras).
         return_keras_model: return the `keras.Model`; False returns a
             `Transformer` holding it (bert4keras's `.model`, `.inputs`, ...).
         with_pool: add the pooler (`Pooler`, `Pooler-Dense`, tanh).
