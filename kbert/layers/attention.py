@@ -46,6 +46,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         use_bias: biases in the four projections (False: RoFormer-v2, T5).
         scale: divide the scores by √head_size (False: T5, whose initialization
             absorbs it).
+        output_dim: the output's width (default `num_heads * head_size`; T5's
+            heads · head size may differ from H, as in mT5-small).
 
     Example:
     >>> attention = MultiHeadSelfAttention(num_heads=2, head_size=4)
@@ -56,7 +58,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def __init__(self, num_heads: int, head_size: int, dropout: float = 0.0,
                  kernel_initializer="glorot_uniform", position_encoding=None, use_attention_mask=False,
-                 use_bias: bool = True, scale: bool = True, **kwargs):
+                 use_bias: bool = True, scale: bool = True, output_dim=None, **kwargs):
         super().__init__(**kwargs)
         if position_encoding not in (None, *POSITION_ENCODINGS):
             raise ValueError(f"position_encoding: expected None or one of {', '.join(POSITION_ENCODINGS)}, "
@@ -70,9 +72,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.scale = scale
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
-        self.query, self.key, self.value = (self._dense(num_heads * head_size, name)
-                                            for name in ("query", "key", "value"))
-        self.output_dense = None
+        self.output_dim = output_dim
+        width = num_heads * head_size
+        self.query, self.key, self.value, self.output_dense = (
+            self._dense(units, name) for units, name in ((width, "query"), (width, "key"), (width, "value"),
+                                                         (output_dim or width, "output")))
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def _dense(self, units: int, name: str):
@@ -84,8 +88,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.query.build(query_shape)
         self.key.build(key_shape)
         self.value.build(value_shape)
-        # The output has the query's width: T5's heads · head_size may differ from H (mT5-small).
-        self.output_dense = self._dense(query_shape[-1], "output")
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.head_size))
 
     def call(self, inputs, mask=None, training=None):
@@ -174,7 +176,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return mask[0] if mask is not None else None
 
     def compute_output_shape(self, input_shape):
-        return input_shape[0]
+        return (*input_shape[0][:-1], self.output_dim or self.num_heads * self.head_size)
 
     def get_config(self):
         return {
@@ -187,4 +189,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "use_attention_mask": self.use_attention_mask,
             "use_bias": self.use_bias,
             "scale": self.scale,
+            "output_dim": self.output_dim,
         }

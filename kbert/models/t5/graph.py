@@ -112,7 +112,8 @@ class T5Graph(TransformerGraph):
         return self.apply(inputs, MultiHeadSelfAttention, name, num_heads=config.num_attention_heads,
                           head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
                           kernel_initializer=self.initializer(), position_encoding="t5_relative",
-                          use_attention_mask=use_attention_mask, use_bias=False, scale=False)
+                          use_attention_mask=use_attention_mask, use_bias=False, scale=False,
+                          output_dim=config.hidden_size)
 
     def feed_forward(self, x, name: str):
         config = self.config
