@@ -30,14 +30,12 @@ class RoformerV2Family(RoformerFamily):
     lm_output = naming.OUTPUT_MLM_ACTIVATION
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
-        e, width = self._width(config)
-        rows = [
-            LayerParams(naming.EMBEDDING_TOKEN, "embeddings", f"V·{e}", config.vocab_size * width,
-                        "shared with the MLM output" if with_mlm else ""),
-            LayerParams(naming.EMBEDDING_SEGMENT, "embeddings", f"T·{e}", config.type_vocab_size * width),
-        ]
+        # BERT's token and segment rows; the norm has no weights and the mapping no bias.
+        rows = [row for row in super().embedding_params(config, with_mlm)
+                if row.name not in (naming.EMBEDDING_NORM, naming.EMBEDDING_MAPPING)]
         if self.has_mapping(config):
-            rows.append(LayerParams(naming.EMBEDDING_MAPPING, "embeddings", "E·H", width * config.hidden_size,
+            rows.append(LayerParams(naming.EMBEDDING_MAPPING, "embeddings", "E·H",
+                                    config.embedding_width * config.hidden_size,
                                     "maps the E-wide embeddings to the H-wide blocks; no bias"))
         return rows
 
