@@ -119,7 +119,7 @@ def test_linear_mlm_and_a_saved_model(tmp_path):
 def test_clear_errors():
     encoder = build_transformer_model("configs/bert_tiny.json", with_mlm=True)
     with pytest.raises(KbertError, match=r"generation needs a model from build_transformer_model\(\.\.\., "
-                                         r"application='lm' or 'unilm', with_mlm=True\), or a GPT family's"):
+                                         r"application='lm' or 'unilm', with_mlm=True\), a GPT family's"):
         generate(encoder, PROMPTS, max_new_tokens=4, end_id=3)
     model = small_model("bert", "lm")
     with pytest.raises(KbertError, match="a prompt of 5 tokens and max_new_tokens 61 need 65 positions; the "
@@ -176,3 +176,64 @@ def test_a_model_is_freed_after_generating():
     del model
     gc.collect()
     assert alive() is None
+
+
+# --- T5: the encoder runs once per source; the decoder's self- and cross-attention are cached -------------
+T5_VERSIONS = ["t5.1.0", "t5.1.1", "mt5.1.1"]
+
+
+def small_t5(version: str, part: str = ""):
+    keras.utils.set_random_seed(7)
+    config = {"vocab_size": 120, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "attention_head_size": 8, "intermediate_size": 64, "relative_attention_num_buckets": 8,
+              "hidden_act": "relu" if version == "t5.1.0" else ["gelu", "linear"]}
+    model = build_transformer_model(config, model=version + part)
+    for weight in model.weights:  # T5's position biases start at zero: random ones make the test see them
+        if "Relative-Position" in weight.path:
+            weight.assign(np.random.default_rng(1).normal(size=weight.shape))
+    return model
+
+
+@pytest.fixture(scope="module", params=T5_VERSIONS)
+def t5(request):
+    return small_t5(request.param)
+
+
+@pytest.mark.parametrize("start_id", [1, 0])
+def test_t5_cache_gives_the_full_models_probabilities_and_tokens(t5, start_id):
+    """Start id 0 is T5's padding id: the model hides it from later tokens, and so does the cache."""
+    cached, full = CachedEngine(t5, 32, start_id), FullEngine(t5, 32, start_id)
+    differences = [np.abs(cached.start(PROMPTS, None) - full.start(PROMPTS, None)).max()]
+    for token in range(10, 20):
+        tokens, rows = np.array([token, token + 30]), np.arange(2)
+        differences.append(np.abs(cached.extend(tokens, rows) - full.extend(tokens, rows)).max())
+    assert max(differences) < 1e-5
+    kwargs = dict(max_new_tokens=32, end_id=-1, start_id=start_id)
+    tokens = generate(t5, PROMPTS, **kwargs)
+    assert [len(row) for row in tokens] == [32, 32]
+    assert tokens == generate(t5, PROMPTS, use_cache=False, **kwargs)
+    beam = dict(max_new_tokens=10, end_id=3, strategy="beam", beam_size=3, start_id=start_id)
+    assert generate(t5, PROMPTS, **beam) == generate(t5, PROMPTS, use_cache=False, **beam)
+
+
+def test_t5_tokens_are_the_models_choice_given_the_source():
+    """Independent of both engines: the whole model on [source, start + tokens so far], argmax at the end."""
+    model = small_t5("t5.1.1")
+    (tokens,) = generate(model, PROMPTS[:1], max_new_tokens=6, end_id=-1, start_id=1)
+    for step in range(6):
+        probabilities = np.asarray(model([np.array(PROMPTS[:1]), np.array([[1] + tokens[:step]])]))
+        assert probabilities[0, -1].argmax() == tokens[step]
+    # The source matters: another source, other tokens.
+    assert generate(model, [[2, 40, 41, 42]], max_new_tokens=6, end_id=-1, start_id=1) != [tokens]
+    kwargs = dict(max_new_tokens=8, end_id=-1, strategy="sample", seed=3, start_id=1)
+    assert generate(model, PROMPTS, **kwargs) == generate(model, PROMPTS, use_cache=False, **kwargs)
+
+
+def test_t5_clear_errors():
+    model = small_t5("t5.1.1")
+    with pytest.raises(KbertError, match="start_id: a T5 model's decoder starts from a token"):
+        generate(model, PROMPTS, max_new_tokens=4, end_id=3)
+    with pytest.raises(KbertError, match="not its _encoder or _decoder part"):
+        generate(small_t5("t5.1.1", "_encoder"), PROMPTS, max_new_tokens=4, end_id=3, start_id=1)
+    with pytest.raises(KbertError, match="start_id is for encoder-decoder models"):
+        generate(small_model("gpt2", "lm"), PROMPTS, max_new_tokens=4, end_id=3, start_id=1)

@@ -16,6 +16,16 @@ positions of the new tokens or the earlier tokens' keys and values:
 The cache is a fixed `[batch, slots, heads, head_size]` pair per attention
 call, so one compiled step serves the prompt (many new tokens) and every
 later token (one each).
+
+T5 (`model="t5"`, `"t5.1.1"`, `"mt5.1.1"`) runs its encoder once per source
+(`encode`); each decoder block's cross-attention keys and values of the
+encoder's output are computed then and kept beside the self-attention cache.
+The step runs the decoder alone, where two more layers differ:
+
+- `T5RelativePositionBias`: the bias of each new token's position against
+  every self-attention slot, or every source token (cross-attention);
+- `MultiHeadSelfAttention` with keys from another tensor than its queries
+  (T5's cross-attention): `attend_to` the kept keys and values.
 """
 
 from __future__ import annotations
@@ -28,21 +38,28 @@ from keras import ops
 
 from kbert.errors import KbertError
 from kbert.layers import (AttentionMask, MultiHeadSelfAttention, PositionEmbedding, RelativePositionEmbedding,
-                          SinusoidalPositionEmbedding)
+                          SinusoidalPositionEmbedding, T5RelativePositionBias)
 from kbert.layers.rotary import sinusoids
 from kbert.models.registry import get_family
 
 
 class _Step:
-    """What one run of the graph needs besides the token ids."""
+    """What one run of the graph needs besides the token ids.
 
-    def __init__(self, positions, allowed, caches):
-        self.positions, self.allowed, self.caches = positions, allowed, list(caches)
-        self.calls = 0
+    `state` holds the per-row tensors a step reads: `"self"`, a `(keys,
+    values)` cache per self-attention call; for T5 also `"cross"`, the
+    encoder output's keys and values per cross-attention call, and
+    `"source"`, `[batch, source length]`, True at real source tokens.
+    """
+
+    def __init__(self, positions, allowed, state):
+        self.positions, self.allowed = positions, allowed
+        self.state = {**state, "self": list(state["self"])}
+        self.calls = self.cross_calls = 0
 
 
 class _CachedApply:
-    """Mixed into a family's graph class: `apply` on real tensors, with the five layers above replaced."""
+    """Mixed into a family's graph class: `apply` on real tensors, with the layers above replaced."""
 
     step: _Step
 
@@ -55,41 +72,55 @@ class _CachedApply:
         if isinstance(layer, AttentionMask):
             return self.step.allowed
         if isinstance(layer, RelativePositionEmbedding):
-            slots = ops.arange(ops.shape(self.step.allowed)[-1])
-            distances = slots[None, None, :] - self.step.positions[:, :, None]
             reach = (layer.input_dim - 1) // 2
-            return ops.take(layer.embeddings, ops.clip(distances, -reach, reach) + reach, axis=0)
+            return ops.take(layer.embeddings, ops.clip(self._distances(), -reach, reach) + reach, axis=0)
         if isinstance(layer, SinusoidalPositionEmbedding):
             return sinusoids(self.step.positions, layer.output_dim)
+        if isinstance(layer, T5RelativePositionBias):
+            queries, keys = inputs
+            return layer.bias(self._distances(None if keys is queries else self.step.state["source"]))
+        if isinstance(layer, MultiHeadSelfAttention) and inputs[1] is not inputs[0]:
+            call = self.step.cross_calls
+            self.step.cross_calls += 1
+            source = self.step.state["source"][:, None, :]
+            return layer.attend_to(inputs[0], self.step.state["cross"][call], source, inputs[-1])
         if isinstance(layer, MultiHeadSelfAttention):
             call = self.step.calls
             self.step.calls += 1
             positions = inputs[-1] if layer.position_encoding else None
-            output, self.step.caches[call] = layer.call_cached(
-                inputs[0], self.step.allowed, self.step.caches[call], self.step.positions, positions)
+            output, self.step.state["self"][call] = layer.call_cached(
+                inputs[0], self.step.allowed, self.step.state["self"][call], self.step.positions, positions)
             return output
         return layer(inputs)
+
+    def _distances(self, source=None):
+        """`[batch, q, keys]`: each key's position minus each new token's; keys: the cache slots or the source."""
+        keys = ops.arange(ops.shape(self.step.allowed if source is None else source)[-1])
+        return keys[None, None, :] - self.step.positions[:, :, None]
 
     def run_step(self, inputs, step: _Step):
         self.inputs, self.step = inputs, step
         # Made once per run in the model's graph: made again for every step here.
         self.attention_mask = self.position_bias = None
-        outputs = self.run(inputs)
-        return outputs[-1] if isinstance(outputs, (list, tuple)) else outputs, step.caches
+        # T5: the decoder alone; its cross-attention reads the step's state, not a context tensor.
+        outputs = self.run(inputs) if "source" not in step.state else self.run_decoder(step.state["source"], inputs[0])
+        return outputs[-1] if isinstance(outputs, (list, tuple)) else outputs, step.state
 
 
 class CachedGraph:
-    """Runs a model built with `application="lm"` or `"unilm"` and an MLM head on new tokens only.
+    """Runs a language model, or T5's decoder, on new tokens only.
 
     Args:
         model: from `build_transformer_model(..., application="lm"|"unilm", with_mlm=True|"linear")`,
-            or a GPT family's (`model="gpt"`, `"gpt2"`, `"gpt2_ml"`: language models by construction).
+            a GPT family's (`model="gpt"`, `"gpt2"`, `"gpt2_ml"`: language models by construction),
+            or a whole T5 (`model="t5"`, `"t5.1.1"`, `"mt5.1.1"`).
 
-    `step(token_ids, segment_ids, positions, allowed, last, caches)` returns
-    the MLM output at each row's new token `last` (`[batch, vocab]`) and the
-    updated caches; `forward(token_ids, segment_ids, last)` is the same
-    output from the whole model on whole sequences. Each is a `tf.function`
-    traced once.
+    `step(token_ids, segment_ids, positions, allowed, last, state)` returns
+    the LM output at each row's new token `last` (`[batch, vocab]`) and the
+    updated state (see `_Step`); `forward(inputs, last)` is the same output
+    from the whole model on whole sequences (T5: `[source ids, decoder
+    ids]`). T5's `encode(source_ids)` gives the state's source part. Each is
+    a `tf.function` traced once.
     """
 
     def __init__(self, model):
@@ -97,48 +128,65 @@ class CachedGraph:
 
         spec = getattr(model, "build_spec", None)
         family = get_family(getattr(model, "family", "bert"))
+        self.seq2seq = getattr(family, "part", None) == "both"
         names = {layer.name for layer in model.layers}
-        if spec is None or spec["application"] not in ("lm", "unilm") or family.lm_output not in names:
+        if spec is None or family.lm_output not in names or (
+                spec["application"] not in ("lm", "unilm") and not self.seq2seq):
             raise KbertError("generation needs a model from build_transformer_model(..., "
-                             "application='lm' or 'unilm', with_mlm=True), or a GPT family's model "
-                             "(model='gpt', 'gpt2' or 'gpt2_ml')")
+                             "application='lm' or 'unilm', with_mlm=True), a GPT family's model "
+                             "(model='gpt', 'gpt2' or 'gpt2_ml'), or a whole T5 (model='t5', 't5.1.1' or "
+                             "'mt5.1.1', not its _encoder or _decoder part)")
         module, class_name = family.graph.split(":")
         graph_class = getattr(importlib.import_module(module), class_name)
         cached_class = type(f"Cached{class_name}", (_CachedApply, graph_class), {})
         self.graph = cached_class.from_model(model, family)
+        # T5's encoder runs once per source, as in the model: through the family's own graph.
+        self.encoder_graph = graph_class.from_model(model, family) if self.seq2seq else None
+        self.model = model
         self.config, self.application = self.graph.config, spec["application"]
-        self.has_segments = bool(spec["segment_vocab_size"])
+        self.has_segments = bool(spec["segment_vocab_size"]) and not self.seq2seq
         self.calls = len(family.block_indices(self.config))
         self.cache_shape = (self.config.num_attention_heads, self.config.head_size)
         self.mask_layer = next((layer for layer in model.layers if isinstance(layer, AttentionMask)), None)
         ids = tf.TensorSpec([None, None], tf.int32)
         cache = tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
+        state = {"self": [(cache, cache)] * self.calls}
+        if self.seq2seq:
+            state.update(cross=[(cache, cache)] * self.calls, source=tf.TensorSpec([None, None], tf.bool))
+            self.encode = tf.function(self._encode, input_signature=[ids])
         last = tf.TensorSpec([None], tf.int32)
         self.step = tf.function(self._step, input_signature=[
-            ids, ids, ids, tf.TensorSpec([None, None, None], tf.bool), last, [(cache, cache)] * self.calls])
-        self.model = model
-        self.forward = tf.function(self._forward, input_signature=[ids, ids, last])
+            ids, ids, ids, tf.TensorSpec([None, None, None], tf.bool), last, state])
+        self.forward = tf.function(self._forward, input_signature=[[ids] * len(model.inputs), last])
 
     def empty_caches(self, rows: int, slots: int) -> List[Tuple]:
-        """Zero caches for `rows` sequences of up to `slots` tokens."""
+        """Zero self-attention caches for `rows` sequences of up to `slots` tokens."""
         import tensorflow as tf
 
         zeros = tf.zeros([rows, slots, *self.cache_shape], tf.float32)
         return [(zeros, zeros) for _ in range(self.calls)]
 
-    def _forward(self, token_ids, segment_ids, last):
-        """The whole model on whole sequences: its MLM output at each row's position `last`."""
+    def _encode(self, source_ids):
+        """T5: the encoder's output projected to each decoder block's cross-attention keys and values."""
+        from kbert.models.t5.family import CROSS_ATTENTION, DECODER, block
+
+        encoded = self.encoder_graph.run_encoder(source_ids)
+        cross = [self.model.get_layer(block(DECODER, index, CROSS_ATTENTION)).keys_and_values(encoded)
+                 for index in range(self.calls)]
+        return {"cross": cross, "source": source_ids != 0}
+
+    def _forward(self, inputs, last):
+        """The whole model on whole sequences: its LM output at each row's position `last`."""
         import tensorflow as tf
 
-        inputs = [token_ids, segment_ids] if self.has_segments else [token_ids]
         return tf.gather(self.model(inputs, training=False), last, batch_dims=1)
 
-    def _step(self, token_ids, segment_ids, positions, allowed, last, caches):
+    def _step(self, token_ids, segment_ids, positions, allowed, last, state):
         import tensorflow as tf
 
         inputs = [token_ids, segment_ids] if self.has_segments else [token_ids]
-        outputs, caches = self.graph.run_step(inputs, _Step(positions, allowed, caches))
-        return tf.gather(outputs, last, batch_dims=1), caches
+        outputs, state = self.graph.run_step(inputs, _Step(positions, allowed, state))
+        return tf.gather(outputs, last, batch_dims=1), state
 
 
 _GRAPH_ATTRIBUTE = "_kbert_cached_graph"

@@ -28,17 +28,28 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 class _Engine:
-    """Rows of token sequences and the log-probabilities of their next token."""
+    """Rows of token sequences and the log-probabilities of their next token.
 
-    def __init__(self, model, max_new_tokens: int):
+    For T5 the rows are the decoder's tokens, from `start_id` on, and each
+    row also keeps its source (beam search reorders both together).
+    """
+
+    def __init__(self, model, max_new_tokens: int, start_id: Optional[int] = None):
         from kbert.generation.cache import cached_graph
 
         self.graph = cached_graph(model)  # checks the model; the full engine uses its facts too
-        self.model, self.max_new_tokens = model, max_new_tokens
+        self.model, self.max_new_tokens, self.start_id = model, max_new_tokens, start_id
+        if self.graph.seq2seq and start_id is None:
+            raise KbertError("start_id: a T5 model's decoder starts from a token the model was trained with "
+                             "(bert4keras's mT5 and T5 scripts: 0; T5 PEGASUS and kbert's seq2seq: [CLS]); "
+                             "pass it as generate(..., start_id=...)")
+        if not self.graph.seq2seq and start_id is not None:
+            raise KbertError("start_id is for encoder-decoder models (T5); a language model continues its "
+                             "prompt: leave start_id out")
         activation = model.get_layer(get_family(model.family).lm_output).activation.__name__
         self.probabilities = activation == "softmax"
         limit = getattr(self.graph.config, "max_position_embeddings", None)
-        self.limit = limit if self.graph.graph.position_encoding is None else None
+        self.limit = limit if getattr(self.graph.graph, "position_encoding", None) is None else None
 
     def _log_probs(self, outputs) -> np.ndarray:
         outputs = np.asarray(outputs, dtype=np.float64)
@@ -51,14 +62,28 @@ class _Engine:
             raise KbertError(f"a prompt of {longest} tokens and max_new_tokens {self.max_new_tokens} need "
                              f"{needed} positions; the model has max_position_embeddings {self.limit}")
 
+    def _decoder_prompts(self, prompts: List[List[int]], segments: List[List[int]]):
+        """T5: the sources are kept and every row's decoder starts from `start_id`; otherwise as given."""
+        if not self.graph.seq2seq:
+            return prompts, segments
+        self.sources = [list(p) for p in prompts]
+        return [[self.start_id] for _ in prompts], [[0] for _ in prompts]
+
     def new_segment(self) -> int:
         return 1 if self.graph.application == "unilm" else 0
+
+
+def _padded(rows: List[List[int]]) -> np.ndarray:
+    from kbert.tokenizers.wordpiece import pad_batch
+
+    return pad_batch([(row, []) for row in rows])[0]
 
 
 class FullEngine(_Engine):
     """Recomputes every position every step."""
 
     def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
+        prompts, segments = self._decoder_prompts(prompts, segments)
         self._check_length(max(map(len, prompts)))
         self.tokens, self.segments = [list(p) for p in prompts], [list(s) for s in segments]
         return self._next()
@@ -66,14 +91,18 @@ class FullEngine(_Engine):
     def extend(self, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray:
         self.tokens = [self.tokens[p] + [int(t)] for p, t in zip(parents, tokens)]
         self.segments = [self.segments[p] + [self.new_segment()] for p in parents]
+        if self.graph.seq2seq:
+            self.sources = [self.sources[p] for p in parents]
         return self._next()
 
     def _next(self) -> np.ndarray:
         from kbert.tokenizers.wordpiece import pad_batch
 
         token_ids, segment_ids = pad_batch(list(zip(self.tokens, self.segments)))
+        inputs = [_padded(self.sources), token_ids] if self.graph.seq2seq \
+            else [token_ids, segment_ids][:len(self.model.inputs)]
         last = np.array([len(row) - 1 for row in self.tokens], dtype=np.int32)
-        return self._log_probs(self.graph.forward(token_ids, segment_ids, last))
+        return self._log_probs(self.graph.forward(inputs, last))
 
 
 class CachedEngine(_Engine):
@@ -84,6 +113,8 @@ class CachedEngine(_Engine):
 
         from kbert.tokenizers.wordpiece import pad_batch
 
+        state = self.graph.encode(tf.constant(_padded(prompts))) if self.graph.seq2seq else {}
+        prompts, segments = self._decoder_prompts(prompts, segments)
         longest = max(map(len, prompts))
         self._check_length(longest)
         slots = longest + self.max_new_tokens
@@ -94,9 +125,9 @@ class CachedEngine(_Engine):
         allowed = np.asarray(rule)[:, 0] & real[:, None, :]  # [rows, longest, longest]
         allowed = np.pad(allowed, [(0, 0), (0, 0), (0, slots - longest)])
         positions = np.broadcast_to(np.arange(longest, dtype=np.int32), token_ids.shape)
-        outputs, self.caches = self.graph.step(
+        outputs, self.state = self.graph.step(
             tf.constant(token_ids), tf.constant(segment_ids), tf.constant(positions), tf.constant(allowed),
-            tf.constant(self.lengths - 1), self.graph.empty_caches(len(prompts), slots))
+            tf.constant(self.lengths - 1), {**state, "self": self.graph.empty_caches(len(prompts), slots)})
         self.slots = np.arange(slots)
         return self._log_probs(outputs)
 
@@ -104,14 +135,17 @@ class CachedEngine(_Engine):
         import tensorflow as tf
 
         if not np.array_equal(parents, np.arange(len(parents))):
-            self.caches = [(tf.gather(k, parents), tf.gather(v, parents)) for k, v in self.caches]
+            self.state = tf.nest.map_structure(lambda tensor: tf.gather(tensor, parents), self.state)
             self.lengths = self.lengths[parents]
         positions = self.lengths[:, None]
-        outputs, self.caches = self.graph.step(
+        allowed = self.slots[None, None, :] <= positions[:, :, None]
+        if self.start_id == 0:
+            # T5's start id 0 is its padding id: the model hides it from every later token, as bert4keras's does.
+            allowed[:, :, 0] = False
+        outputs, self.state = self.graph.step(
             tf.constant(np.asarray(tokens, np.int32)[:, None]),
             tf.constant(np.full_like(positions, self.new_segment())), tf.constant(positions),
-            tf.constant(self.slots[None, None, :] <= positions[:, :, None]),
-            tf.zeros([len(tokens)], tf.int32), self.caches)
+            tf.constant(allowed), tf.zeros([len(tokens)], tf.int32), self.state)
         self.lengths = self.lengths + 1
         return self._log_probs(outputs)
 
@@ -119,14 +153,16 @@ class CachedEngine(_Engine):
 def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Sequence[Sequence[int]]] = None, *,
              max_new_tokens: int, end_id: int, strategy: str = "greedy", beam_size: int = 4,
              top_k: Optional[int] = None, top_p: Optional[float] = None, temperature: float = 1.0,
-             min_new_tokens: int = 0, seed: Optional[int] = None, use_cache: bool = True) -> List[List[int]]:
-    """Continues each prompt of a batch: the generated ids of each row, `end_id` left out.
+             min_new_tokens: int = 0, seed: Optional[int] = None, use_cache: bool = True,
+             start_id: Optional[int] = None) -> List[List[int]]:
+    """Continues each prompt of a batch (T5: decodes each source): the generated ids of each row, `end_id` left out.
 
     Args:
         model: from `build_transformer_model(..., application="lm" or "unilm",
-            with_mlm=True or "linear")`, or a GPT family's (`model="gpt2"`, ...).
-        token_ids: the prompts (for `unilm`, the sources, e.g. `[CLS] source [SEP]`),
-            as lists or a 0-padded array.
+            with_mlm=True or "linear")`, a GPT family's (`model="gpt2"`, ...),
+            or a whole T5 (`model="t5.1.1"`, ...).
+        token_ids: the prompts (for `unilm`, the sources, e.g. `[CLS] source [SEP]`;
+            for T5, the encoder's input), as lists or a 0-padded array.
         segment_ids: the prompts' segments (default: 0).
         max_new_tokens: the most tokens to add to a prompt.
         end_id: the token that ends a continuation (e.g. `[SEP]`).
@@ -141,6 +177,8 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
         seed: the sampler's seed (the same seed, the same samples).
         use_cache: reuse keys and values (True) or recompute the whole
             sequence every step (the same tokens, slower).
+        start_id: T5 only: the decoder's first token (the one its training
+            targets started with; the output leaves it out).
 
     Example:
     >>> from kbert import build_transformer_model
@@ -165,7 +203,7 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
         raise KbertError("token_ids: every prompt needs at least one token")
     segments = [list(row[:len(p)]) for row, p in zip(segment_ids, prompts)] if segment_ids is not None \
         else [[0] * len(p) for p in prompts]
-    engine = (CachedEngine if use_cache else FullEngine)(model, max_new_tokens)
+    engine = (CachedEngine if use_cache else FullEngine)(model, max_new_tokens, start_id)
     search = _Search(end_id, max_new_tokens, min_new_tokens)
     if strategy == "beam":
         return search.beam(engine, prompts, segments, beam_size)

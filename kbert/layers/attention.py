@@ -127,17 +127,32 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """
         import tensorflow as tf
 
-        q = self._split_heads(self.query(x))
-        k = self._split_heads(self.key(x))
-        v = self._split_heads(self.value(x))
+        k, v = self.keys_and_values(x)
         if self.position_encoding == "rotary":
-            q, k = apply_rotary(q, positions), apply_rotary(k, positions)
+            k = apply_rotary(k, positions)
         rows = tf.broadcast_to(tf.range(tf.shape(slots)[0])[:, None], tf.shape(slots))
         where = tf.stack([rows, slots], axis=-1)
         keys = tf.tensor_scatter_nd_update(cache[0], where, tf.cast(k, cache[0].dtype))
         values = tf.tensor_scatter_nd_update(cache[1], where, tf.cast(v, cache[1].dtype))
+        return self.attend_to(x, (keys, values), allowed, positions), (keys, values)
+
+    def keys_and_values(self, x):
+        """The heads' keys and values of hidden states `x`, each `[batch, length, heads, head_size]`."""
+        return self._split_heads(self.key(x)), self._split_heads(self.value(x))
+
+    def attend_to(self, x, keys_and_values, allowed, positions=None):
+        """Attention of hidden states `x` over keys and values computed earlier (`keys_and_values`).
+
+        For generation: a cache (`call_cached`), or T5's cross-attention over
+        the encoder's output, projected once per source. `allowed` is
+        `[batch, q or 1, k]`, True where a query may attend; `positions` as in
+        `call_cached`.
+        """
+        q = self._split_heads(self.query(x))
+        if self.position_encoding == "rotary":
+            q = apply_rotary(q, positions)
         hidden = ops.logical_not(ops.cast(allowed, "bool"))[:, None]
-        return self._attend(q, keys, values, hidden, positions, training=False), (keys, values)
+        return self._attend(q, *keys_and_values, hidden, positions, training=False)
 
     def _attend(self, q, k, v, hidden, positions, training):
         """Scaled dot-product attention of heads `q` over `k`, `v`; `hidden` [b, 1 or h, q, k] blocks keys."""

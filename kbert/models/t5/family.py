@@ -73,6 +73,10 @@ class T5Family(BertFamily):
     part = "both"  # or "encoder", "decoder"
 
     @property
+    def lm_output(self) -> str:
+        return DECODER_OUTPUT_LM_ACTIVATION if self.version == "t5.1.0" else DECODER_OUTPUT_LM
+
+    @property
     def stacks(self) -> List[str]:
         return {"both": [ENCODER, DECODER], "encoder": [ENCODER], "decoder": [DECODER]}[self.part]
 
