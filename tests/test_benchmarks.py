@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, shared_path
 
 
@@ -59,12 +61,14 @@ def test_training_bucketing_benchmark_runs(tmp_path):
     assert 1 <= padding[0] < padding[1]
 
 
-def test_generation_benchmark_runs_a_gpt_family(capsys):
+@pytest.mark.parametrize("case, family, kind", [("gpt2_tiny", "gpt2", "gpt2 LM, 6,016 parameters"),
+                                                ("t5_11_tiny", "t5.1.1", "t5.1.1 encoder-decoder")])
+def test_generation_benchmark_runs_gpt2_and_t5(capsys, case, family, kind):
     from benchmarks import generation
 
-    config = shared_path("fixtures", "bert4keras_families", "gpt2_tiny", "config.json")
-    assert generation.main(["--config", str(config), "--model", "gpt2", "--batch", "2", "--source", "4",
+    config = shared_path("fixtures", "bert4keras_families", case, "config.json")
+    assert generation.main(["--config", str(config), "--model", family, "--batch", "2", "--source", "4",
                             "--new", "6", "--rounds", "1"]) == 0
     table = capsys.readouterr().out
-    assert "gpt2 LM, 6,016 parameters" in table
+    assert kind in table
     assert table.strip().splitlines()[-1].endswith("| True |")  # cached and recomputed: the same tokens

@@ -46,6 +46,21 @@ def test_labels_are_the_next_target_token_only():
     assert labels[-1] == IGNORED
 
 
+def test_t5_pairs_feed_the_decoder_the_target_shifted_right():
+    tokenizer = Tokenizer(shared_path("vocab", "chinese_vocab.txt"))
+    pairs = [Pair("张三去北京", "PER:张三", 1), Pair("今天很好", "", 2)]
+    encoded, labels, cut = encode_pairs(tokenizer, pairs, maxlen=64, encoder_decoder=True)
+    assert cut == []
+    (source, decoder), (empty_source, empty_decoder) = encoded
+    target = tokenizer.encode("PER:张三")[0]  # [CLS] target [SEP]
+    assert source == tokenizer.encode("张三去北京")[0]
+    assert decoder == target[:-1] and labels[0] == target[1:]  # [CLS] starts the decoder; [SEP] ends the labels
+    assert empty_decoder == [tokenizer.cls_id] and labels[1] == [tokenizer.sep_id]
+    # Source and decoder are cut to maxlen each, and counted.
+    _, _, cut = encode_pairs(tokenizer, [Pair("北" * 80, "京", 7)], maxlen=16, encoder_decoder=True)
+    assert cut == [7]
+
+
 def test_char_f1():
     assert char_f1("", "") == 1.0 and char_f1("abc", "") == 0.0 and char_f1("abc", "abc") == 1.0
 
@@ -82,6 +97,50 @@ def test_train_evaluate_predict_from_the_command_line(tmp_path):
     result = kbert("predict", "--model", out, "--beam-size", "2", "--json", stdin="\n".join(sources))
     assert result.returncode == 0, result.stderr[-3000:]
     assert [json.loads(line)["text"] for line in result.stdout.splitlines()] == sources
+
+
+def test_t5_trains_evaluates_and_predicts_from_the_command_line(tmp_path):
+    """--model t5.1.1: the encoder-decoder learns the pairs; generation decodes with the cache from [CLS]."""
+    for split, count in (("train", 200), ("dev", 30)):
+        sentences = read_tagged(shared_path("data", "msra_ner", f"msra.{split}.bmes"))[0][:count]
+        lines = [sentence.text + "\t" + "；".join(f"{kind}:{sentence.text[a:b]}" for kind, a, b in
+                                                   spans(sentence.tags)) for sentence in sentences]
+        write(tmp_path, f"{split}.tsv", "\n".join(lines) + "\n")
+    config = write(tmp_path, "t5.json", json.dumps({
+        "vocab_size": 21128, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "attention_head_size": 8, "intermediate_size": 64, "hidden_act": ["gelu", "linear"]}))
+    out = tmp_path / "t5"
+    result = kbert("train", "--task", "seq2seq", "--model", "t5.1.1", "--config", config, "--vocab",
+                   shared_path("vocab", "chinese_vocab.txt"), "--train", tmp_path / "train.tsv", "--valid",
+                   tmp_path / "dev.tsv", "--epochs", "1", "--batch-size", "16", "--maxlen", "48", "--lr", "2e-3",
+                   "--out", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = json.loads((out / "training.json").read_text())
+    assert state["options"]["model"] == "t5.1.1" and state["best_val_target_accuracy"] > 0
+
+    result = kbert("evaluate", "--model", out, "--data", tmp_path / "dev.tsv", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads(result.stdout)
+    assert len(scores["generated"]) == 30 and 0 <= scores["char_f1"] <= 1
+
+    from kbert import generate
+    from kbert.tasks.seq2seq import load_generator
+
+    loaded = load_generator(str(out))
+    sources = [line.split("\t")[0] for line in (tmp_path / "dev.tsv").read_text().splitlines()[:3]]
+    prompts = [ids for ids, _ in loaded.tokenizer.encode_all(sources, maxlen=48)]
+    tokenizer = loaded.tokenizer
+    expected = [tokenizer.decode(ids) for ids in generate(loaded.model, prompts, max_new_tokens=47,
+                                                          end_id=tokenizer.sep_id, start_id=tokenizer.cls_id,
+                                                          use_cache=False)]
+    result = kbert("predict", "--model", out, "--json", stdin="\n".join(sources))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [json.loads(line)["target"] for line in result.stdout.splitlines()] == expected
+    assert scores["generated"][:3] == expected
+    result = kbert("train", "--task", "seq2seq", "--model", "t5.1.1_encoder", "--config", config, "--vocab",
+                   shared_path("vocab", "chinese_vocab.txt"), "--train", tmp_path / "train.tsv",
+                   "--out", tmp_path / "encoder")
+    assert result.returncode == 2 and "--task seq2seq trains a whole T5" in result.stderr
 
 
 def test_the_msra_extraction_example_writes_and_reads_targets(tmp_path):

@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from kbert.cli.arguments import positive_int, precision_option
+from kbert.cli.arguments import family_argument, positive_int, precision_option
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
@@ -56,7 +56,9 @@ def _add_train(train) -> None:
     train.add_argument("--task", choices=TASKS, default=defaults.task,
                        help="classify: a label per text; ner: entities in tagged text (token<TAB>tag a line, "
                             "a blank line between sentences; BIO, BIOES or BMES); seq2seq: a target text per "
-                            "source text (source<TAB>target, or JSONL with source and target), UniLM")
+                            "source text (source<TAB>target, or JSONL with source and target), UniLM or T5 (--model)")
+    family_argument(train, "default: the config's model_type, else bert; t5, t5.1.1 or mt5.1.1 for an "
+                           "encoder-decoder --task seq2seq")
     train.add_argument("--head", choices=TOKEN_HEADS, default=defaults.head,
                        help="the tagger's head (--task ner)")
     train.add_argument("--crf-lr-multiplier", type=float, default=defaults.crf_lr_multiplier,
@@ -134,7 +136,7 @@ def run_train(args) -> int:
         warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
         mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
         shuffle=not args.no_shuffle, bucketing=not args.no_bucketing, seed=args.seed, ema=args.ema,
-        grad_accum=args.grad_accum, task=args.task, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier,
+        grad_accum=args.grad_accum, task=args.task, model=args.model, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier,
         columns=parse_columns(args.columns) or None)
     try:
         state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,

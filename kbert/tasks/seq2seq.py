@@ -1,4 +1,4 @@
-"""Sequence-to-sequence fine-tuning: a UniLM model on source/target pairs, and generation with the cache.
+"""Sequence-to-sequence fine-tuning: UniLM or T5 on source/target pairs, and generation with the cache.
 
 Data: `source<TAB>target` a line, or a table or JSON Lines naming the
 source and target (`read_pairs`; a target may be empty: then the model
@@ -10,7 +10,15 @@ truncates the longer of the two first. The loss is bert4keras's: next-token
 cross-entropy at target positions only (the label at position t is token
 t + 1 when that token is in the target, else 0, `[PAD]`, which the loss
 ignores). The kept epoch has the best validation target-token accuracy
-(teacher forced). `predict` and `evaluate` generate with `kbert.generate`
+(teacher forced).
+
+With `model="t5"`, `"t5.1.1"` or `"mt5.1.1"`, T5's encoder-decoder is
+trained instead: the encoder reads `[CLS] source [SEP]`, the decoder
+`[CLS] target` (the target shifted right, `[CLS]` its start token, as T5
+PEGASUS does), and the label at decoder position t is target token t + 1,
+`[SEP]` last; each is cut to `maxlen` on its own.
+
+`predict` and `evaluate` generate with `kbert.generate`
 (greedy or beam search, key/value cache); `evaluate` reports exact match and
 character F1 against the references.
 """
@@ -26,9 +34,10 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbert.errors import KbertError
+from kbert.models.registry import get_family
 from kbert.training.data import LabelMap, make_dataset
 from kbert.training.records import DataReport, Fields, parse_rows, read_records
-from kbert.errors import KbertError
 from kbert.training.task import Task, TrainingData, read_training_file
 
 IGNORED = 0  # the label of positions without a target token: [PAD]'s id, never a target
@@ -89,9 +98,11 @@ def _pair(row: dict, line: int) -> Pair:
     return Pair(source, target, line)
 
 
-def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int):
-    """Token and segment ids of each pair, each position's label (the next target token, or 0), and the
-    lines of the pairs `maxlen` cut."""
+def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int, encoder_decoder: bool = False):
+    """The model's inputs for each pair (UniLM: token and segment ids; T5: source and decoder ids), each
+    position's label (the next target token, or 0), and the lines of the pairs `maxlen` cut."""
+    if encoder_decoder:
+        return _encode_for_t5(tokenizer, pairs, maxlen)
     encoded, labels, cut = [], [], []
     for pair, (token_ids, segment_ids) in zip(pairs, tokenizer.encode_all(
             [pair.source for pair in pairs], [pair.target for pair in pairs], maxlen=maxlen)):
@@ -100,6 +111,17 @@ def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int):
                       + [IGNORED])
         if len(token_ids) == maxlen and len(tokenizer.encode(pair.source, pair.target)[0]) > maxlen:
             cut.append(pair.line)
+    return encoded, labels, cut
+
+
+def _encode_for_t5(tokenizer, pairs: Sequence[Pair], maxlen: int):
+    sources = tokenizer.encode_all([pair.source for pair in pairs], maxlen=maxlen)
+    targets = tokenizer.encode_all([pair.target for pair in pairs], maxlen=maxlen)
+    encoded = [(source, target[:-1]) for (source, _), (target, _) in zip(sources, targets)]
+    labels = [target[1:] for target, _ in targets]
+    cut = [pair.line for pair, (source, _), (target, _) in zip(pairs, sources, targets)
+           if maxlen in (len(source), len(target))
+           and maxlen < max(len(tokenizer.encode(pair.source)[0]), len(tokenizer.encode(pair.target)[0]))]
     return encoded, labels, cut
 
 
@@ -139,36 +161,51 @@ def target_accuracy():
 
 
 class Seq2SeqTask(Task):
-    """UniLM fine-tuning on pairs; the kept epoch has the best validation target-token accuracy."""
+    """UniLM (or, for `model="t5"`, `"t5.1.1"`, `"mt5.1.1"`, T5) fine-tuning on pairs; the kept epoch has
+    the best validation target-token accuracy."""
 
     name = "seq2seq"
     score_name = "val_target_accuracy"
     score_label = "validation target-token accuracy"
 
+    def __init__(self, model: Optional[str] = None):
+        part = getattr(get_family(model), "part", None) if model else None
+        if part not in (None, "both"):
+            raise KbertError(f"--task seq2seq trains a whole T5 (--model t5, t5.1.1 or mt5.1.1), not {model!r}, "
+                             "one of its stacks")
+        self.encoder_decoder = part == "both"
+
+    @classmethod
+    def from_options(cls, options) -> "Seq2SeqTask":
+        return cls(options.model)
+
     def backbone_args(self) -> dict:
-        return {"application": "unilm", "with_mlm": True}
+        return {} if self.encoder_decoder else {"application": "unilm", "with_mlm": True}
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
         if num_labels is not None:
             raise KbertError("--num-labels has no meaning for --task seq2seq")
         pairs, report = read_training_file(read_pairs, train_path, options)
-        encoded, labels, cut = encode_pairs(tokenizer, pairs, options.maxlen)
+        encoded, labels, cut = encode_pairs(tokenizer, pairs, options.maxlen, self.encoder_decoder)
+        # T5's labels follow the decoder's ids (the second input), UniLM's its tokens.
+        follow = int(self.encoder_decoder)
         train = make_dataset(encoded, labels, options.batch_size, shuffle=options.shuffle, seed=options.seed,
-                             bucketing=options.bucketing)
+                             bucketing=options.bucketing, labels_follow=follow)
         valid, valid_report = None, None
         if valid_path:
             valid_pairs, valid_report = read_training_file(read_pairs, valid_path, options)
-            valid_encoded, valid_labels, valid_cut = encode_pairs(tokenizer, valid_pairs, options.maxlen)
-            valid = make_dataset(valid_encoded, valid_labels, options.batch_size)
+            valid_encoded, valid_labels, valid_cut = encode_pairs(tokenizer, valid_pairs, options.maxlen,
+                                                                  self.encoder_decoder)
+            valid = make_dataset(valid_encoded, valid_labels, options.batch_size, labels_follow=follow)
             valid_report = _with_cuts(valid_report, valid_cut, options.maxlen)
         # What generation keeps free after a long source: a median target, its [SEP] included.
-        median = int(np.median([sum(segment_ids) for _, segment_ids in encoded]))
+        median = int(np.median([sum(1 for label in row if label != IGNORED) for row in labels]))
         return TrainingData(train, valid, LabelMap([]), int(train.cardinality()),
                             _with_cuts(report, cut, options.maxlen), valid_report, {"median_target_tokens": median})
 
     def build(self, bert, num_labels: int, options):
-        return bert  # the UniLM model with its MLM head is the model
+        return bert  # the UniLM model with its MLM head, or the whole T5, is the model
 
     def compile_args(self, model) -> dict:
         import keras
@@ -205,13 +242,17 @@ def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Op
     from kbert.generation import generate
 
     maxlen, tokenizer = loaded.options.maxlen, loaded.tokenizer
-    reserve = max_new_tokens or loaded.state.get("median_target_tokens") or maxlen // 4
-    budget = max(maxlen - reserve, 3)  # [CLS], a token of the source, [SEP]
+    if Seq2SeqTask.from_options(loaded.options).encoder_decoder:
+        # T5: the source and the target each had maxlen tokens in training; the decoder starts at [CLS].
+        reserve, budget, decoder_start = 0, maxlen, {"start_id": tokenizer.cls_id}
+    else:
+        reserve = max_new_tokens or loaded.state.get("median_target_tokens") or maxlen // 4
+        budget, decoder_start = max(maxlen - reserve, 3), {}  # [CLS], a token of the source, [SEP]
     prompts = [ids for ids, _ in tokenizer.encode_all(list(sources), maxlen=budget)]
     _warn_of_cut_sources(tokenizer, sources, prompts, budget, maxlen, reserve)
     # Each source gets the room its own length leaves (or max_new_tokens): batches hold sources of one
     # room, so a target never depends on the other sources.
-    rooms = [max_new_tokens or maxlen - len(prompt) for prompt in prompts]
+    rooms = [max_new_tokens or (maxlen - 1 if decoder_start else maxlen - len(prompt)) for prompt in prompts]
     order = sorted(range(len(prompts)), key=lambda row: (rooms[row], len(prompts[row])))
     targets: List[str] = [""] * len(prompts)
     for room, group in itertools.groupby(order, key=lambda row: rooms[row]):
@@ -220,7 +261,7 @@ def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Op
             rows = group[start:start + batch_size]
             generated = generate(loaded.model, [prompts[row] for row in rows], max_new_tokens=room,
                                  end_id=tokenizer.sep_id, strategy="beam" if beam_size > 1 else "greedy",
-                                 beam_size=beam_size)
+                                 beam_size=beam_size, **decoder_start)
             for row, ids in zip(rows, generated):
                 targets[row] = tokenizer.decode(ids)
     return targets
@@ -231,9 +272,10 @@ def _warn_of_cut_sources(tokenizer, sources: Sequence[str], prompts, budget: int
     cut = [index + 1 for index, prompt in enumerate(prompts)
            if len(prompt) == budget and len(tokenizer.encode(sources[index])[0]) > budget]
     if cut:
+        room = f" less {reserve} kept for the target" if reserve else ""
         logging.getLogger("kbert").warning(
-            "%d of %d sources are longer than %d tokens (the --maxlen %d of training less %d kept for the "
-            "target) and were cut (sources %s)", len(cut), len(sources), budget, maxlen, reserve,
+            "%d of %d sources are longer than %d tokens (the --maxlen %d of training%s) and were cut "
+            "(sources %s)", len(cut), len(sources), budget, maxlen, room,
             ", ".join(map(str, cut[:10])) + (", ..." if len(cut) > 10 else ""))
 
 

@@ -165,38 +165,40 @@ def encode_examples(tokenizer, examples: Sequence[Example], maxlen: int) -> List
 PAD_MULTIPLE = 16
 
 
-def make_dataset(encoded: Sequence[Tuple[List[int], List[int]]], labels, batch_size: int, *,
-                 shuffle: bool = False, seed: int = 0, bucketing: bool = False):
+def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
+                 shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0):
     """A `tf.data.Dataset` of `((token_ids, segment_ids), labels)` batches.
 
-    `labels` is None (features only), an array with one label per example,
-    or a list with a sequence per example: a label per token (padded with 0
-    like the tokens) or rows of numbers such as entity spans (padded with -1
-    to the most rows in the batch).
+    Each example of `encoded` is a tuple of id sequences: usually token and
+    segment ids, of one length; for an encoder-decoder, source and decoder
+    ids, each of its own length. `labels` is None (features only), an array
+    with one label per example, or a list with a sequence per example: a
+    label per token of feature `labels_follow` (padded with 0 like it) or
+    rows of numbers such as entity spans (padded with -1 to the most rows in
+    the batch).
 
-    Each batch is padded to its own longest sequence, rounded up to a multiple
-    of 16 (never past the longest sequence in the data): little padding, and
-    few distinct shapes for XLA, which Keras's `fit` compiles once per shape.
-    With `bucketing`, a batch holds sequences of one such 16-token band only
-    (drawn in shuffled order, so batches still mix the data), which pads
-    far less when lengths vary. The whole pipeline runs in TensorFlow, with no
-    Python per batch.
+    Each batch pads each feature to its own longest sequence, rounded up to a
+    multiple of 16 (never past the longest sequence in the data): little
+    padding, and few distinct shapes for XLA, which Keras's `fit` compiles
+    once per shape. With `bucketing`, a batch holds examples whose first
+    feature is in one such 16-token band only (drawn in shuffled order, so
+    batches still mix the data), which pads far less when lengths vary. The
+    whole pipeline runs in TensorFlow, with no Python per batch.
     """
     import tensorflow as tf
 
-    lengths = np.array([len(ids) for ids, _ in encoded], dtype=np.int64)
-    tokens = tf.RaggedTensor.from_row_lengths(
-        np.concatenate([ids for ids, _ in encoded]).astype(np.int32), lengths)
-    segments = tf.RaggedTensor.from_row_lengths(
-        np.concatenate([segs for _, segs in encoded]).astype(np.int32), lengths)
-    features = tf.data.Dataset.from_tensor_slices((tokens, segments))
+    columns = list(zip(*encoded))
+    lengths = [np.array([len(ids) for ids in column], dtype=np.int64) for column in columns]
+    features = tf.data.Dataset.from_tensor_slices(tuple(
+        tf.RaggedTensor.from_row_lengths(np.concatenate(column).astype(np.int32), column_lengths)
+        for column, column_lengths in zip(columns, lengths)))
     dataset = features if labels is None else tf.data.Dataset.zip(
         features, tf.data.Dataset.from_tensor_slices(_label_tensor(labels)))
     if shuffle:
         dataset = dataset.shuffle(len(encoded), seed=seed, reshuffle_each_iteration=True)
-    pad = _Padder(int(lengths.max()))
+    pad = _Padder([int(column_lengths.max()) for column_lengths in lengths], labels_follow)
     if bucketing:
-        bands = np.bincount((lengths - 1) // PAD_MULTIPLE)
+        bands = np.bincount((lengths[0] - 1) // PAD_MULTIPLE)
         dataset = dataset.group_by_window(_band, lambda _, window: window.ragged_batch(batch_size),
                                           window_size=batch_size)
         # Known size: Keras's progress bar and the schedule's step count stay exact.
@@ -209,7 +211,7 @@ def make_dataset(encoded: Sequence[Tuple[List[int], List[int]]], labels, batch_s
 
 
 def _band(features, labels=None):
-    """The 16-token band of an example's length: the key of `make_dataset`'s buckets."""
+    """The 16-token band of an example's first feature's length: the key of `make_dataset`'s buckets."""
     import tensorflow as tf
 
     tokens = features[0] if isinstance(features, tuple) else features
@@ -229,29 +231,32 @@ def _label_tensor(labels):
 
 
 class _Padder:
-    """Makes ragged batches dense, padded with 0 to a rounded-up length."""
+    """Makes ragged batches dense: each feature padded with 0 to its own rounded-up length."""
 
-    def __init__(self, longest: int):
-        self.longest = longest
+    def __init__(self, longest: List[int], labels_follow: int = 0):
+        self.longest, self.labels_follow = longest, labels_follow
 
-    def features(self, tokens, segments):
+    def features(self, *ragged):
         import tensorflow as tf
 
-        length = tf.cast(tf.reduce_max(tokens.row_lengths()), tf.int32)
-        rounded = tf.minimum((length + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE, self.longest)
-        shape = tf.stack([tf.cast(tokens.nrows(), tf.int32), tf.maximum(rounded, length)])
-        return tokens.to_tensor(shape=shape), segments.to_tensor(shape=shape)
+        dense = []
+        for ids, longest in zip(ragged, self.longest):
+            length = tf.cast(tf.reduce_max(ids.row_lengths()), tf.int32)
+            rounded = tf.minimum((length + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE, longest)
+            shape = tf.stack([tf.cast(ids.nrows(), tf.int32), tf.maximum(rounded, length)])
+            dense.append(ids.to_tensor(shape=shape))
+        return tuple(dense)
 
-    def unlabelled(self, tokens, segments):
+    def unlabelled(self, *ragged):
         # A 1-tuple: Keras reads a pair as (inputs, labels).
-        return (self.features(tokens, segments),)
+        return (self.features(*ragged),)
 
     def labelled(self, features, labels):
         import tensorflow as tf
 
-        tokens, segments = self.features(*features)
+        dense = self.features(*features)
         if isinstance(labels, tf.RaggedTensor):
-            # A label per token is padded as the tokens are; rows (spans) with -1.
-            labels = labels.to_tensor(shape=tf.shape(tokens)) if labels.shape.rank == 2 \
+            # A label per token is padded as its feature is; rows (spans) with -1.
+            labels = labels.to_tensor(shape=tf.shape(dense[self.labels_follow])) if labels.shape.rank == 2 \
                 else labels.to_tensor(default_value=-1)
-        return (tokens, segments), labels
+        return dense, labels

@@ -29,6 +29,7 @@ from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, check_whole_number
 from kbert.io import atomic_copy, atomic_path
 from kbert.models.config import BertConfig
+from kbert.models.registry import resolve
 from kbert.tokenizers import Tokenizer
 from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker_role
 from kbert.training.model_dir import CONFIG_FILE, RESUME_DIR, TRAINING_FILE, VOCAB_FILE, WEIGHTS_FILE
@@ -176,6 +177,9 @@ def train_task(
     _check_options(options)
     if options.task != task_class.name:
         raise KbertError(f"options.task is {options.task!r} but the task is {task_class.name!r}")
+    # The family (the config's model_type, else BERT) is recorded, so the model directory rebuilds it.
+    family, config = resolve(config_path, options.model)
+    options = dataclasses.replace(options, model=options.model or family.name)
     task = task_class.from_options(options)
     if resume and options.strategy == "multiworker":
         raise KbertError("--resume is not supported with --strategy multiworker: the workers keep no "
@@ -189,7 +193,6 @@ def train_task(
     run.check(resume=resume, overwrite=overwrite)
     # Before any dataset exists: tf.data's shuffle order follows the global seed.
     keras.utils.set_random_seed(options.seed)
-    config = BertConfig.from_json_file(config_path)
     if options.maxlen > config.max_position_embeddings:
         raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
@@ -206,7 +209,7 @@ def train_task(
     warn_if_emulated(options.mixed_precision)
     with precision_policy(options.mixed_precision):
         with strategy.scope():
-            bert = build_transformer_model(config, checkpoint_path, **task.backbone_args())
+            bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
             model = task.build(bert, num_labels, options)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trainer = Trainer(model.inputs, model.outputs, name="trainer")

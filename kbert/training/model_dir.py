@@ -80,7 +80,8 @@ def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
     tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE), do_lower_case=state["options"]["do_lower_case"])
     loaded = TrainedModel(None, tokenizer, labels, state)
     task = task_class.from_options(loaded.options)
-    bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE), **task.backbone_args())
+    bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE), model=loaded.options.model,
+                                   **task.backbone_args())
     loaded.model = task.build(bert, state["num_labels"], loaded.options)
     weights = os.path.join(model_dir, WEIGHTS_FILE)
     try:

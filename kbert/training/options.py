@@ -38,7 +38,10 @@ class TrainingOptions:
             from it; so validation, the kept epoch and the saved weights are
             the average's (bert4keras's `extend_with_exponential_moving_average`).
         task: `classify` (a label per text), `ner` (entities in tagged text) or
-            `seq2seq` (a target text per source text, UniLM).
+            `seq2seq` (a target text per source text: UniLM, or T5 with `model`).
+        model: the family, by bert4keras's `model=` names (default: the
+            config's `model_type`, else BERT); `t5`, `t5.1.1` or `mt5.1.1`
+            train T5's encoder-decoder for `seq2seq`.
         head: the tagger's head for `ner`: `crf`, `softmax` or `global_pointer`.
         crf_lr_multiplier: the CRF transitions' learning rate, as a multiple
             of `learning_rate` (bert4keras's `lr_multiplier`): the transitions
@@ -68,6 +71,7 @@ class TrainingOptions:
     ema: bool = False
     grad_accum: int = 1
     task: str = "classify"
+    model: Optional[str] = None
     head: str = DEFAULT_TOKEN_HEAD
     crf_lr_multiplier: float = 100.0
     columns: Optional[Dict[str, str]] = None
