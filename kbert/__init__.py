@@ -45,6 +45,7 @@ _EXPORTS = {
     "generate": "kbert.generation.generate",
     "AutoRegressiveDecoder": "kbert.generation.decoder",
     "Tokenizer": "kbert.tokenizers.wordpiece",
+    "SpTokenizer": "kbert.tokenizers.sentence_piece",
     "load_vocab": "kbert.tokenizers.vocab",
     "save_vocab": "kbert.tokenizers.vocab",
     "sequence_padding": "kbert.training.batches",

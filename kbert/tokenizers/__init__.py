@@ -2,10 +2,13 @@
 
 - `wordpiece`: `Tokenizer`, Google's character rules, then word split and
   WordPiece in the `tokenizers` library; `pad_batch`.
+- `sentence_piece`: `SpTokenizer`, a SentencePiece model (T5, mT5) with
+  bert4keras's interface.
 - `vocab`: `load_vocab` (bert4keras's simplified vocabulary), `save_vocab`.
 """
 
+from kbert.tokenizers.sentence_piece import SpTokenizer
 from kbert.tokenizers.vocab import load_vocab, save_vocab
 from kbert.tokenizers.wordpiece import Tokenizer, pad_batch
 
-__all__ = ["Tokenizer", "load_vocab", "pad_batch", "save_vocab"]
+__all__ = ["SpTokenizer", "Tokenizer", "load_vocab", "pad_batch", "save_vocab"]

@@ -1,0 +1,80 @@
+"""SpTokenizer: a SentencePiece model trained here on the repository's Chinese text (nothing downloaded)."""
+
+import io
+import unicodedata
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import shared_path
+from kbert import KbertError, SpTokenizer, build_transformer_model, generate
+
+
+@pytest.fixture(scope="module")
+def sp_model(tmp_path_factory):
+    """A 4,000-piece unigram model with T5's special ids: padding 0, end 1, unknown 2."""
+    import sentencepiece
+
+    lines = [line.split("\t")[0] for line in
+             shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()]
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines[:3000]), model_writer=model, vocab_size=4000, pad_id=0, eos_id=1, unk_id=2,
+        bos_id=-1, character_coverage=0.9995, minloglevel=2)
+    path = tmp_path_factory.mktemp("sp") / "spiece.model"
+    path.write_bytes(model.getvalue())
+    return path
+
+
+def test_t5_framing_and_special_ids(sp_model):
+    tokenizer = SpTokenizer(sp_model)
+    assert (tokenizer._token_pad_id, tokenizer._token_end_id, tokenizer._token_unk_id) == (0, 1, 2)
+    assert tokenizer._token_start_id is None and tokenizer.vocab_size == tokenizer._vocab_size == 4000
+    text = "这本书写得很好，值得一看"
+    ids, segments = tokenizer.encode(text)
+    pieces = tokenizer.sp_model.encode(text)
+    assert ids == pieces + [1] and segments == [0] * len(ids)
+    assert tokenizer.decode(ids) == unicodedata.normalize("NFKC", text)  # SentencePiece's normalisation: "，" -> ","
+    assert tokenizer.tokenize(text) == tokenizer.sp_model.encode(text, out_type=str) + ["</s>"]
+    assert tokenizer.tokens_to_ids(tokenizer.ids_to_tokens(ids)) == ids
+
+
+def test_pairs_and_truncation_follow_bert4keras(sp_model):
+    tokenizer = SpTokenizer(sp_model, token_start="</s>")  # any piece the model has can open the text
+    first, second = "质量很好", "价格太贵了，不会再买"
+    a, b = tokenizer.sp_model.encode(first), tokenizer.sp_model.encode(second)
+    ids, segments = tokenizer.encode(first, second)
+    assert ids == [1] + a + [1] + b + [1]
+    assert segments == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    # maxlen: the longer text loses pieces from its end; the special tokens stay.
+    cut, _ = tokenizer.encode(first, second, maxlen=len(ids) - 2)
+    assert len(cut) == len(ids) - 2 and cut[-1] == 1
+    assert [row[0] for row in tokenizer.encode_all([first, second], [second, None])] == \
+        [ids, tokenizer.encode(second)[0]]
+
+
+def test_clear_errors(sp_model, tmp_path):
+    with pytest.raises(KbertError, match=r"spiece.model: the SentencePiece model has no piece '\[CLS\]' "
+                                         r"\(token_start\); pass token_start=None"):
+        SpTokenizer(sp_model, token_start="[CLS]")
+    broken = tmp_path / "broken.model"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(KbertError, match="broken.model: cannot read a SentencePiece model"):
+        SpTokenizer(broken)
+
+
+def test_an_mt5_generates_text_its_tokenizer_decodes(sp_model):
+    """mT5's recipe as bert4keras's script: the decoder starts at 0, the pad id, and ends at </s>."""
+    tokenizer = SpTokenizer(sp_model)
+    keras.utils.set_random_seed(3)
+    config = {"vocab_size": tokenizer.vocab_size, "hidden_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "attention_head_size": 8, "intermediate_size": 64,
+              "hidden_act": ["gelu", "linear"]}
+    mt5 = build_transformer_model(config, model="mt5.1.1")
+    sources = [tokenizer.encode(text)[0] for text in ("这家酒店很干净", "服务太差")]
+    (first, second) = generate(mt5, sources, max_new_tokens=8, end_id=tokenizer._token_end_id, start_id=0)
+    assert first == generate(mt5, sources[:1], max_new_tokens=8, end_id=1, start_id=0, use_cache=False)[0]
+    text = tokenizer.decode(first)
+    assert isinstance(text, str) and text == tokenizer.sp_model.decode(first)
+    assert np.all(np.array(first + second) >= 3)  # neither padding nor the end nor unknown was generated
