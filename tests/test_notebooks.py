@@ -20,11 +20,14 @@ SHOWS = {
     "fine_tune_classifier.ipynb": ["best epoch", "validation accuracy 0.", "confusion (rows: truth)"],
     "seq2seq_unilm.ipynb": ["the target's last token sees 13", "validation target-token accuracy 0.",
                             "exact match 0.", "same tokens: True"],
+    "t5_and_gpt2.ipynb": ["distance   -16: encoder bucket 10   decoder bucket 16", "constant along each diagonal: True",
+                          "greedy", "beam", "start_id 0:", "same tokens: True"],
     "ner_crf.ipynb": ["scheme BMES units char", "validation entity F1 0.", "B-PER -> O", "overall  precision 0."],
 }
 
 # Figures (PNG outputs) each notebook draws.
-FIGURES = {"bert_parameters.ipynb": 1, "fine_tune_classifier.ipynb": 1, "ner_crf.ipynb": 1, "seq2seq_unilm.ipynb": 1}
+FIGURES = {"bert_parameters.ipynb": 1, "fine_tune_classifier.ipynb": 1, "ner_crf.ipynb": 1, "seq2seq_unilm.ipynb": 1,
+           "t5_and_gpt2.ipynb": 2}
 # A number the notebook prints, and the least it may be: above what guessing gets.
 SCORES = {
     "fine_tune_classifier.ipynb": (r"best epoch \d+ validation accuracy (0\.\d+)", 0.6),  # two balanced classes
@@ -32,7 +35,9 @@ SCORES = {
     "seq2seq_unilm.ipynb": (r"validation target-token accuracy (0\.\d+)", 0.1),  # 21,128 tokens to pick from
 }
 
-DATA = {"fine_tune_classifier.ipynb": "sentiment", "ner_crf.ipynb": "msra_ner", "seq2seq_unilm.ipynb": "msra_ner"}
+# What each notebook reads from ../shared.
+DATA = {"fine_tune_classifier.ipynb": ("data", "sentiment"), "ner_crf.ipynb": ("data", "msra_ner"),
+        "seq2seq_unilm.ipynb": ("data", "msra_ner"), "t5_and_gpt2.ipynb": ("fixtures", "bert4keras_families")}
 
 
 def figures(notebook) -> int:
@@ -52,7 +57,7 @@ def outputs_text(notebook) -> str:
 @pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
 def test_notebook_runs_and_shows_its_results(name):
     if name in DATA:
-        shared_path("data", DATA[name])  # skips without ../shared
+        shared_path(*DATA[name])  # skips without ../shared
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(notebook, timeout=900, kernel_name="python3",
                    resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
