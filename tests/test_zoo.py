@@ -73,3 +73,38 @@ def test_t5_config_errors_name_the_key():
         build_transformer_model({**base, "embedding_size": 8}, model="t5")
     model = build_transformer_model({**base, "num_attention_heads": 3, "attention_head_size": 4}, model="t5.1.1")
     assert model.get_layer("Encoder-Transformer-0-MultiHeadSelfAttention").count_params() == 4 * 16 * 12
+
+
+# --- bert4keras's builder options ------------------------------------------------------------------
+def test_compound_tokens_extend_every_vocabulary_table_with_means():
+    """basic_make_uncased_model_cased.py's option: new tokens start as the (weighted) mean of old ones."""
+    directory = fixture("bert_lm_tiny")
+    base = build_transformer_model(directory / "config.json", directory, with_mlm=True)
+    compound = [[5, 7], ([1, 2, 3], [1, 0, 3])]
+    model = build_transformer_model(directory / "config.json", directory, with_mlm=True, compound_tokens=compound)
+    for path in ("Embedding-Token/embeddings", "MLM-Bias/bias"):
+        old = next(w for w in base.weights if w.path.startswith(path.split("/")[0])).numpy()
+        new = next(w for w in model.weights if w.path.startswith(path.split("/")[0])).numpy()
+        assert len(new) == len(old) + 2 and np.array_equal(new[:-2], old)
+        np.testing.assert_allclose(new[-2], old[[5, 7]].mean(0), atol=1e-7)
+        np.testing.assert_allclose(new[-1], (old[1] + 3 * old[3]) / 4, atol=1e-7)
+    # After keep_tokens, the compound ids count in the kept vocabulary.
+    kept = build_transformer_model(directory / "config.json", directory, keep_tokens=[0, 1, 2, 40, 41],
+                                   compound_tokens=[[3, 4]])
+    table = kept.get_layer("Embedding-Token").embeddings.numpy()
+    np.testing.assert_allclose(table[-1], base.get_layer("Embedding-Token").embeddings.numpy()[[40, 41]].mean(0),
+                               atol=1e-7)
+
+
+@pytest.mark.parametrize("compound, message", [
+    ([[]], r"compound_tokens\[0\]: expected a non-empty list of token ids"),
+    ([[1], [2.5]], r"compound_tokens\[1\]: expected"),
+    ([([1, 2], [1])], r"a pair \(ids, weights\) of equal lengths"),
+    ([[999]], r"model.ckpt: compound_tokens\[0\] has id\(s\) \[999\] outside the vocabulary of 64"),
+])
+def test_compound_token_errors(compound, message):
+    from kbert import KbertError
+
+    directory = fixture("bert_lm_tiny")
+    with pytest.raises(KbertError, match=message):
+        build_transformer_model(directory / "config.json", directory, compound_tokens=compound)

@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Union
 import keras
 
 from kbert.checkpoints.formats import load_weights
+from kbert.checkpoints.loader import compound_rows
 from kbert.errors import ConfigError
 from kbert.models.config import BertConfig
 from kbert.models.heads import Heads
@@ -36,6 +37,7 @@ def build_transformer_model(
     with_mlm: Union[bool, str] = False,
     with_discriminator: bool = False,
     keep_tokens: Optional[Sequence[int]] = None,
+    compound_tokens: Optional[Sequence] = None,
     segment_vocab_size: Optional[int] = None,
     name: str = "bert",
 ) -> "keras.Model | Transformer":
@@ -74,6 +76,11 @@ def build_transformer_model(
         keep_tokens: ids of the checkpoint's vocabulary rows to keep, e.g.
             from `load_vocab(..., simplified=True)`; the model's vocabulary is
             then these rows (`vocab_size` becomes `len(keep_tokens)`).
+        compound_tokens: new vocabulary rows after those (bert4keras's): each
+            item a list of ids, or `(ids, weights)`, whose rows' (weighted) mean
+            the checkpoint's tables get for the new token; `vocab_size` grows
+            by `len(compound_tokens)`. The ids count in the vocabulary after
+            `keep_tokens`.
         segment_vocab_size: segment ids the model takes (default: the config's
             `type_vocab_size`); 0 builds a model on token ids alone.
         name: the model's name.
@@ -100,6 +107,8 @@ def build_transformer_model(
     family, config = resolve(_one_config(config, config_path), model)
     if keep_tokens is not None:  # as bert4keras: the kept rows are the model's vocabulary
         config = dataclasses.replace(config, vocab_size=len(keep_tokens))
+    if compound_tokens:  # ... and the compound tokens come after them
+        config = dataclasses.replace(config, vocab_size=config.vocab_size + len(compound_rows(compound_tokens)))
     if application == "encoder":
         application = family.default_application
     _check_application(family, application, segment_vocab_size)
@@ -114,7 +123,7 @@ def build_transformer_model(
                                                                   application)
     built = graph.build(name)
     if checkpoint_path is not None:
-        load_weights(built, checkpoint_path, keep_tokens=keep_tokens)
+        load_weights(built, checkpoint_path, keep_tokens=keep_tokens, compound_tokens=compound_tokens)
     return built if return_keras_model else Transformer(built, config)
 
 

@@ -46,15 +46,16 @@ def open_weights(path: "str | os.PathLike[str]") -> TensorSource:
 
 
 def load_weights(model, path: "str | os.PathLike[str]", keep_tokens=None,
-                 ignore_position_table: bool = False) -> LoadReport:
+                 ignore_position_table: bool = False, compound_tokens=None) -> LoadReport:
     """Loads a Google checkpoint or Hugging Face safetensors, detected from `path`.
 
     `keep_tokens` as for `load_google_checkpoint`; `ignore_position_table`
     takes the weights of a family with a position table (BERT) into one
-    without (NEZHA, RoFormer), which is otherwise an error.
+    without (NEZHA, RoFormer), which is otherwise an error; `compound_tokens`
+    (bert4keras's) adds vocabulary rows, each the mean of the rows of its ids.
     """
     return load_into(model, open_weights(path), keep_tokens=keep_tokens,
-                     ignore_position_table=ignore_position_table)
+                     ignore_position_table=ignore_position_table, compound_tokens=compound_tokens)
 
 
 def detect_family(source: TensorSource, model: Optional[str] = None):

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import CheckpointError, first_line
+from kbert.errors import CheckpointError, KbertError, first_line
 from kbert.models import naming
 from kbert.checkpoints.names import (block_count, check_hf_names, config_key_for, family_named_by, family_of,
                                     layer_of, weight_names)
@@ -68,14 +68,18 @@ class LoadReport:
 
 
 def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] = None,
-              ignore_position_table: bool = False) -> LoadReport:
+              ignore_position_table: bool = False, compound_tokens: Optional[Sequence] = None) -> LoadReport:
     """Checks every tensor of `source` against `model`, then assigns them all.
 
     A position table in `source` for a model without one (NEZHA, RoFormer)
     means weights of another family: an error, unless `ignore_position_table`.
+    `compound_tokens` (bert4keras's) appends a row per item to every
+    vocabulary table: the (weighted) mean of the rows of its ids, counted in
+    the vocabulary after `keep_tokens`.
     """
     variables = {variable.path: variable for variable in model.weights}
     keep = None if keep_tokens is None else np.asarray(keep_tokens, dtype=np.int64)
+    compound = compound_rows(compound_tokens)
     plan, missing, mismatched, notes = [], [], [], []
     if source.fmt != GOOGLE:
         check_hf_names(family_of(model), source.path, "Nothing was loaded")
@@ -87,10 +91,13 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
             continue
         stored = tuple(source.shapes[name])
         wanted = tuple(variable.shape)
-        rows, note = _row_selection(row, stored, wanted, keep, source)
+        rows, note = _row_selection(row, stored, wanted, keep, len(compound), source)
         if note:
             notes.append(note)
         selected = stored if rows is None else (len(rows),) + stored[1:]
+        if compound and row.axes[0] == "vocab_size":
+            _check_compound_ids(compound, selected[0], source.path)
+            selected = (selected[0] + len(compound),) + selected[1:]
         if _in_keras_layout(row, source.fmt, selected) != wanted:
             mismatched.append((row, stored, wanted))
             continue
@@ -100,7 +107,8 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     if not ignore_position_table:
         _check_no_position_table(model, source, {row.name(source.fmt) for _, row, _ in plan})
 
-    values = [(variable, _read(source, row, rows, variable)) for variable, row, rows in plan]
+    values = [(variable, _with_compound_rows(_read(source, row, rows, variable), row, compound))
+              for variable, row, rows in plan]
     for variable, value in values:
         variable.assign(value)
 
@@ -133,14 +141,47 @@ def _check_no_position_table(model, source: TensorSource, used: set) -> None:
         f"weights on purpose, call kbert.load_weights(model, path, ignore_position_table=True)")
 
 
-def _row_selection(row: WeightName, stored, wanted, keep, source: TensorSource):
-    """Which source rows feed the variable (None: all), and a note if some are dropped."""
+def compound_rows(compound_tokens: Optional[Sequence]) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """bert4keras's `compound_tokens` as `(ids, weights)` pairs: an item is a list of ids (equal
+    weights) or a pair `(ids, weights)`."""
+    rows = []
+    for index, item in enumerate(compound_tokens or []):
+        ids, weights = (item, [1] * len(item)) if isinstance(item, (list, np.ndarray)) else item
+        ids, weights = np.asarray(ids), np.asarray(weights, dtype=np.float64)
+        if ids.ndim != 1 or not len(ids) or not np.issubdtype(ids.dtype, np.integer) or weights.shape != ids.shape:
+            raise KbertError(f"compound_tokens[{index}]: expected a non-empty list of token ids, or a pair "
+                             f"(ids, weights) of equal lengths, got {item!r}")
+        rows.append((ids.astype(np.int64), weights))
+    return rows
+
+
+def _check_compound_ids(compound, vocab_size: int, path: str) -> None:
+    for index, (ids, _) in enumerate(compound):
+        outside = ids[(ids < 0) | (ids >= vocab_size)]
+        if outside.size:
+            raise CheckpointError(f"{path}: compound_tokens[{index}] has id(s) {outside[:5].tolist()} outside the "
+                                  f"vocabulary of {vocab_size} it averages (after keep_tokens); nothing was loaded")
+
+
+def _with_compound_rows(value: np.ndarray, row: WeightName, compound) -> np.ndarray:
+    if not compound or row.axes[0] != "vocab_size":
+        return value
+    means = [np.average(value[ids], axis=0, weights=weights) for ids, weights in compound]
+    return np.concatenate([value, np.asarray(means, dtype=value.dtype)])
+
+
+def _row_selection(row: WeightName, stored, wanted, keep, compound: int, source: TensorSource):
+    """Which source rows feed the variable (None: all), and a note if some are dropped.
+
+    `compound` rows are made after the selection (`compound_tokens`), so the
+    kept ones are the model's vocabulary less those.
+    """
     if keep is not None and row.axes[0] == "vocab_size":
-        if len(keep) != wanted[0]:
+        if len(keep) + compound != wanted[0]:
             raise CheckpointError(
-                f"{source.path}: keep_tokens has {len(keep)} ids but the model's vocab_size is "
-                f"{wanted[0]}; nothing was loaded. Build the model with vocab_size = "
-                f"len(keep_tokens) ({len(keep)})")
+                f"{source.path}: keep_tokens has {len(keep)} ids (and compound_tokens {compound}) but the "
+                f"model's vocab_size is {wanted[0]}; nothing was loaded. Build the model with vocab_size = "
+                f"len(keep_tokens) + len(compound_tokens) ({len(keep) + compound})")
         out_of_range = keep[(keep < 0) | (keep >= stored[0])]
         if out_of_range.size:
             raise CheckpointError(
