@@ -108,3 +108,55 @@ def test_compound_token_errors(compound, message):
     directory = fixture("bert_lm_tiny")
     with pytest.raises(KbertError, match=message):
         build_transformer_model(directory / "config.json", directory, compound_tokens=compound)
+
+
+def conditional_lm(**options):
+    """task_conditional_language_model.py's model: a class id's embedding conditions every layer norm."""
+    directory = fixture("bert_lm_tiny")
+    classes = keras.Input(shape=(1,), name="Input-Class")
+    condition = keras.layers.Flatten(name="Class-Flatten")(keras.layers.Embedding(2, 8, name="Class-Embedding")(classes))
+    return build_transformer_model(directory / "config.json", directory, application="lm", with_mlm=True,
+                                   layer_norm_cond=condition, additional_input_layers=classes, **options)
+
+
+def test_layer_norm_cond_conditions_every_norm_and_loads_the_checkpoint(tmp_path):
+    from kbert import load_google_checkpoint, save_google_checkpoint
+
+    directory = fixture("bert_lm_tiny")
+    base = build_transformer_model(directory / "config.json", directory, application="lm", with_mlm=True)
+    model = conditional_lm(layer_norm_cond_hidden_size=4, layer_norm_cond_hidden_act="swish")
+    assert [tensor.name for tensor in model.inputs] == ["Input-Token", "Input-Segment", "Input-Class"]
+    norms = [layer for layer in model.layers if type(layer).__name__ == "ConditionalLayerNormalization"]
+    assert [layer.name for layer in norms] == [layer.name for layer in base.layers
+                                              if isinstance(layer, keras.layers.LayerNormalization)]
+    # Per norm: the projection 8·4, W_γ and W_β 4·16 each; and the class table 2·8.
+    assert model.count_params() - base.count_params() == len(norms) * (8 * 4 + 2 * 4 * 16) + 2 * 8
+    ids, segments = TOKENS[:, :4], np.zeros_like(TOKENS[:, :4])
+    expected = base.predict([ids, segments], verbose=0)
+    np.testing.assert_allclose(model.predict([ids, segments, np.array([[0], [1]])], verbose=0), expected, atol=1e-6)
+    # The checkpoint holds the family's variables only (the condition's are in none, as in bert4keras).
+    report = load_google_checkpoint(base, save_google_checkpoint(model, tmp_path / "model.ckpt"))
+    assert report.unused == [] and len(report.loaded) == len(base.weights)
+    model.get_layer("Class-Embedding").embeddings.assign(np.stack([np.ones(8), -np.ones(8)]))
+    for norm in norms:  # once W_γ is learned, the class changes the output
+        for dense in (norm.hidden_dense, norm.gamma_dense):
+            dense.kernel.assign(np.full(dense.kernel.shape, 0.5))
+    first, second = (model.predict([ids, segments, np.full((2, 1), label)], verbose=0) for label in (0, 1))
+    assert np.abs(first - second).max() > 0.1 * first.max()
+
+
+def test_layer_norm_cond_misuse_is_an_error():
+    from kbert import KbertError, generate
+
+    with pytest.raises(KbertError, match="generation re-runs the model's own graph, which cannot take "
+                                         "layer_norm_cond"):
+        generate(conditional_lm(), [[2, 5]], max_new_tokens=2, end_id=-1)
+    directory = fixture("bert_lm_tiny")
+    with pytest.raises(ConfigError, match="layer_norm_cond_hidden_size and layer_norm_cond_hidden_act shape"):
+        build_transformer_model(directory / "config.json", layer_norm_cond_hidden_size=4)
+    with pytest.raises(ConfigError, match=r"layer_norm_cond: expected a Keras tensor \[batch, C\]"):
+        build_transformer_model(directory / "config.json", layer_norm_cond=np.ones((1, 8)))
+    condition = keras.Input(shape=(8,))
+    with pytest.raises(ConfigError, match="model='t5.1.1' has no LayerNorm to condition"):
+        build_transformer_model(fixture("t5_11_tiny") / "config.json", model="t5.1.1", layer_norm_cond=condition,
+                                additional_input_layers=condition)

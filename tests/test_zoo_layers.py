@@ -1,6 +1,7 @@
 """Layer tests for the layers of RoFormer-v2, GPT-2 and T5: T5's relative position bias and its attention,
-the RMS norm, the gated feed-forward, the output scale and RoFormer-v2's initializer (values against
-NumPy written from the papers, masks, get_config, .keras with safe_mode)."""
+the RMS norm, the gated feed-forward, the output scale, RoFormer-v2's initializer, and the conditional
+layer norm of `layer_norm_cond` (values against NumPy written from the papers, masks, get_config, .keras
+with safe_mode)."""
 
 import math
 
@@ -136,3 +137,39 @@ def test_roformer_v2_initializer_scales_with_fan_in_and_depth(shape, fan):
     assert np.abs(values).max() <= 2 * 1.13684723 / math.sqrt(fan) / 2 + 1e-6
     clone = DepthScaledTruncatedNormal.from_config(initializer.get_config())
     np.testing.assert_array_equal(clone(shape).numpy(), values)
+
+
+@pytest.mark.parametrize("hidden_units", [None, 6])
+def test_conditional_layer_normalization_values_mask_and_round_trip(hidden_units, tmp_path):
+    """bert4keras's conditional layer norm: (x − μ)/σ · (γ + c·W_γ) + (β + c·W_β), c optionally projected."""
+    from kbert.layers import ConditionalLayerNormalization
+
+    keras.utils.set_random_seed(0)
+    tokens, classes = keras.Input((None,), dtype="int32"), keras.Input((1,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    condition = keras.layers.Flatten()(keras.layers.Embedding(3, 4)(classes))
+    norm = ConditionalLayerNormalization(epsilon=1e-12, hidden_units=hidden_units, hidden_activation="tanh",
+                                         name="norm")
+    normed = norm([hidden, condition])
+    assert normed._keras_mask is not None  # the padding mask of x passes through
+    model = keras.Model([tokens, classes], normed)
+    width = hidden_units or 4
+    assert norm.count_params() == 16 + (4 * hidden_units if hidden_units else 0) + 2 * width * 8
+    labels = np.array([[0], [2]])
+    x = keras.Model(tokens, hidden).predict(IDS, verbose=0)
+    standardized = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-12)
+    # W_γ and W_β start at zero: a plain layer norm, whatever the condition.
+    np.testing.assert_allclose(model.predict([IDS, labels], verbose=0), standardized, atol=1e-5)
+    rng = np.random.default_rng(1)
+    for weight in norm.weights:
+        weight.assign(rng.normal(size=weight.shape))
+    c = keras.Model(classes, condition).predict(labels, verbose=0)
+    if hidden_units:
+        c = np.tanh(c @ norm.hidden_dense.kernel.numpy())
+    gamma = norm.gamma.numpy() + c @ norm.gamma_dense.kernel.numpy()
+    beta = norm.beta.numpy() + c @ norm.beta_dense.kernel.numpy()
+    expected = standardized * gamma[:, None] + beta[:, None]
+    np.testing.assert_allclose(model.predict([IDS, labels], verbose=0), expected, atol=1e-4)
+    assert norm.get_config()["hidden_units"] == hidden_units
+    loaded = round_trip(model, tmp_path / "conditional.keras")
+    np.testing.assert_array_equal(loaded.predict([IDS, labels], verbose=0), model.predict([IDS, labels], verbose=0))

@@ -21,7 +21,7 @@ from kbert.models.config import BertConfig
 from kbert.models.heads import Heads
 from kbert.models.registry import resolve
 from kbert.models.tables import SYMBOL_KEYS, expand_formula, symbol_values
-from kbert.models.transformer import Transformer
+from kbert.models.transformer import NormCondition, Transformer
 
 
 def build_transformer_model(
@@ -39,6 +39,10 @@ def build_transformer_model(
     keep_tokens: Optional[Sequence[int]] = None,
     compound_tokens: Optional[Sequence] = None,
     segment_vocab_size: Optional[int] = None,
+    layer_norm_cond=None,
+    layer_norm_cond_hidden_size: Optional[int] = None,
+    layer_norm_cond_hidden_act: Optional[str] = None,
+    additional_input_layers=None,
     name: str = "bert",
 ) -> "keras.Model | Transformer":
     """Builds a BERT-family model, optionally loading its original checkpoint.
@@ -83,6 +87,15 @@ def build_transformer_model(
             `keep_tokens`.
         segment_vocab_size: segment ids the model takes (default: the config's
             `type_vocab_size`); 0 builds a model on token ids alone.
+        layer_norm_cond: a Keras tensor `[batch, C]` every layer norm is
+            conditioned on (`ConditionalLayerNormalization`: bert4keras's
+            conditional layer norm, e.g. a class embedding or an image's
+            features); the LayerNorm families only.
+        layer_norm_cond_hidden_size: each norm first projects the condition to
+            this width (default: none).
+        layer_norm_cond_hidden_act: that projection's activation (default: linear).
+        additional_input_layers: the `keras.Input`(s) the condition is computed
+            from; they become the model's inputs after the family's own.
         name: the model's name.
 
     Returns:
@@ -118,13 +131,34 @@ def build_transformer_model(
         segment_vocab_size = 0
     segment_vocab_size = config.type_vocab_size if segment_vocab_size is None else segment_vocab_size
     _check_fits_in_memory(family, config, heads)
+    condition = _norm_condition(family, layer_norm_cond, layer_norm_cond_hidden_size, layer_norm_cond_hidden_act,
+                                additional_input_layers)
     module, graph_class = family.graph.split(":")
     graph = getattr(importlib.import_module(module), graph_class)(family, config, heads, segment_vocab_size,
-                                                                  application)
+                                                                  application, condition)
     built = graph.build(name)
     if checkpoint_path is not None:
         load_weights(built, checkpoint_path, keep_tokens=keep_tokens, compound_tokens=compound_tokens)
     return built if return_keras_model else Transformer(built, config)
+
+
+def _norm_condition(family, tensor, hidden_size, hidden_act, inputs) -> Optional[NormCondition]:
+    """bert4keras's `layer_norm_cond*` and `additional_input_layers`, checked."""
+    if tensor is None:
+        if hidden_size is not None or hidden_act is not None:
+            raise ConfigError("layer_norm_cond_hidden_size and layer_norm_cond_hidden_act shape the condition "
+                              "of layer_norm_cond, which was not given")
+        if inputs is not None:
+            raise ConfigError("additional_input_layers are the inputs of layer_norm_cond, which was not given")
+        return None
+    if not family.conditional_norms:
+        raise ConfigError(f"layer_norm_cond: model={family.name!r} has no LayerNorm to condition (T5's and "
+                          "RoFormer-v2's RMS norms are not conditional in kbert yet)")
+    if not isinstance(tensor, keras.KerasTensor) or len(tensor.shape) not in (2, 3):
+        raise ConfigError(f"layer_norm_cond: expected a Keras tensor [batch, C] (e.g. an Embedding of a class "
+                          f"id, flattened), got {tensor!r}")
+    inputs = () if inputs is None else tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+    return NormCondition(tensor, hidden_size, hidden_act or "linear", inputs)
 
 
 def _one_config(config, config_path):

@@ -24,14 +24,17 @@ def weight_names(model) -> List[WeightName]:
 
     The model's family (`family_of`) gives the table. Variables that the
     family computes from the config (NEZHA's sinusoidal relative positions)
-    are in no checkpoint and have no row. Raises `ValueError` for a variable
+    are in no checkpoint and have no row; nor, in a model built with
+    `layer_norm_cond`, are the condition's layers and the norms' condition
+    projections (as in bert4keras). Raises `ValueError` for another variable
     the table does not know (a layer that kbert's builders do not make).
     """
     family = family_of(model)
     rows = {row.path: row for layer in model.layers for row in family.layer_weights(layer.name)}
+    conditional = bool((getattr(model, "build_spec", None) or {}).get("layer_norm_cond"))
     names = []
     for variable in model.weights:
-        if layer_of(variable.path) in family.derived_layers:
+        if layer_of(variable.path) in family.derived_layers or (conditional and variable.path not in rows):
             continue
         if variable.path not in rows:
             raise ValueError(f"no checkpoint name for the model variable {variable.path!r}")

@@ -130,6 +130,10 @@ class CachedGraph:
         family = get_family(getattr(model, "family", "bert"))
         self.seq2seq = getattr(family, "part", None) == "both"
         names = {layer.name for layer in model.layers}
+        if spec is not None and spec.get("layer_norm_cond"):
+            raise KbertError("generation re-runs the model's own graph, which cannot take layer_norm_cond's "
+                             "condition yet; decode with kbert.AutoRegressiveDecoder around the model, as "
+                             "bert4keras's scripts do")
         if spec is None or family.lm_output not in names or (
                 spec["application"] not in ("lm", "unilm") and not self.seq2seq):
             raise KbertError("generation needs a model from build_transformer_model(..., "

@@ -7,7 +7,7 @@ BERT's layer names: the model builders give the names.
 - `embeddings`: `Embedding`, `TokenEmbedding`, `PositionEmbedding`, `MaskedAdd`
 - `attention`: `MultiHeadSelfAttention`
 - `feed_forward`: `FeedForward`
-- `norms`: `RMSNormalization` (T5, RoFormer-v2)
+- `norms`: `RMSNormalization` (T5, RoFormer-v2), `ConditionalLayerNormalization` (`layer_norm_cond`)
 - `heads`: `TakeToken`, `BiasAdd`, `Scale`
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
@@ -25,14 +25,15 @@ from kbert.layers.crf import ConditionalRandomField, ViterbiDecoder, viterbi_dec
 from kbert.layers.embeddings import Embedding, MaskedAdd, PositionEmbedding, TokenEmbedding, checked_ids
 from kbert.layers.feed_forward import FeedForward
 from kbert.layers.heads import BiasAdd, Scale, TakeToken
-from kbert.layers.norms import RMSNormalization
+from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
 from kbert.layers.masks import AttentionMask
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
                                    T5RelativePositionBias, t5_buckets)
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
 
-__all__ = ["AttentionMask", "BiasAdd", "ConditionalRandomField", "DepthScaledTruncatedNormal",
+__all__ = ["AttentionMask", "BiasAdd", "ConditionalLayerNormalization", "ConditionalRandomField",
+           "DepthScaledTruncatedNormal",
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MultiHeadSelfAttention",
            "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "Scale", "Sinusoidal",
            "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakeToken", "TokenEmbedding", "ViterbiDecoder",

@@ -102,6 +102,24 @@ def initializer_of(model: keras.Model):
     return clone_initializer(model.get_layer(naming.EMBEDDING_TOKEN).embeddings_initializer)
 
 
+@dataclasses.dataclass(frozen=True)
+class NormCondition:
+    """bert4keras's `layer_norm_cond`: a tensor every layer norm of the model is conditioned on.
+
+    Attributes:
+        tensor: the condition, `[batch, C]`, a Keras tensor of the caller's graph.
+        hidden_size: each norm first projects it to this width (None: no projection).
+        hidden_act: that projection's activation.
+        inputs: the caller's inputs the condition comes from (`additional_input_layers`);
+            they become inputs of the model, after the family's own.
+    """
+
+    tensor: Any
+    hidden_size: Optional[int] = None
+    hidden_act: str = "linear"
+    inputs: tuple = ()
+
+
 class TransformerGraph:
     """Builds one family's functional model; subclasses override the hooks.
 
@@ -111,21 +129,24 @@ class TransformerGraph:
         heads: the heads to build.
         segment_vocab_size: segment ids the model takes (0: no segment input).
         application: `"encoder"`, `"lm"` or `"unilm"` (bert4keras's names).
+        condition: conditional layer norms (`NormCondition`), or None.
     """
 
     def __init__(self, family, config: BertConfig, heads: Heads, segment_vocab_size: int,
-                 application: str = "encoder"):
+                 application: str = "encoder", condition: Optional[NormCondition] = None):
         self.family = family
         self.config = config
         self.heads = heads
         self.segment_vocab_size = segment_vocab_size
         self.application = application
+        self.condition = condition
         self.layers: dict = {}
         self.inputs: list = []
 
     def build(self, name: str) -> IdModel:
         inputs = self.inputs = self.get_inputs()
-        return id_model(inputs, self.run(inputs), self.family.name, name, self.spec())
+        extra = list(self.condition.inputs) if self.condition else []
+        return id_model(inputs + extra, self.run(inputs), self.family.name, name, self.spec())
 
     def run(self, inputs):
         """The outputs of the graph on `inputs`: embeddings, every block, the heads."""
@@ -137,7 +158,8 @@ class TransformerGraph:
     def spec(self) -> dict:
         """What `from_model` needs to make this graph again around a built model's layers."""
         return {"config": self.config.to_dict(), "heads": dataclasses.asdict(self.heads),
-                "segment_vocab_size": self.segment_vocab_size, "application": self.application}
+                "segment_vocab_size": self.segment_vocab_size, "application": self.application,
+                "layer_norm_cond": self.condition is not None}
 
     @classmethod
     def from_model(cls, model: IdModel, family) -> "TransformerGraph":

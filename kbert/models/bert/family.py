@@ -34,6 +34,8 @@ class BertFamily:
         takes_segments: the model reads segment ids (GPT-2, GPT2-ML: no).
         lm_output: the layer whose output is the next-token distribution of an
             `lm`/`unilm` model (its MLM head's last layer), for generation.
+        conditional_norms: its layer norms can take bert4keras's `layer_norm_cond`
+            (LayerNorm families; not T5's or RoFormer-v2's RMS norms, yet).
     """
 
     name = "bert"
@@ -50,6 +52,7 @@ class BertFamily:
     default_application = "encoder"
     takes_segments = True
     lm_output = naming.MLM_ACTIVATION
+    conditional_norms = True
 
     # --- structure -----------------------------------------------------------------
     def block_indices(self, config: BertConfig) -> List[Optional[int]]:

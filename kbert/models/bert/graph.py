@@ -18,6 +18,7 @@ from kbert.models import naming
 from kbert.layers import (
     AttentionMask,
     BiasAdd,
+    ConditionalLayerNormalization,
     Embedding,
     FeedForward,
     MaskedAdd,
@@ -77,7 +78,15 @@ class BertGraph(TransformerGraph):
 
     def apply_norm(self, x, name: str):
         """The family's layer norm (BERT's: LayerNormalization with the config's epsilon)."""
-        return self.apply(x, keras.layers.LayerNormalization, name, epsilon=self.config.layer_norm_eps)
+        return self.layer_norm(x, name, self.config.layer_norm_eps)
+
+    def layer_norm(self, x, name: str, epsilon: float):
+        """A LayerNormalization, or with `layer_norm_cond` a `ConditionalLayerNormalization` on the condition."""
+        if self.condition is None:
+            return self.apply(x, keras.layers.LayerNormalization, name, epsilon=epsilon)
+        return self.apply([x, self.condition.tensor], ConditionalLayerNormalization, name, epsilon=epsilon,
+                          hidden_units=self.condition.hidden_size, hidden_activation=self.condition.hidden_act,
+                          hidden_initializer=self.initializer())
 
     def apply_positions(self, x):
         """Adds learned absolute positions, unless positions enter the attention instead."""
@@ -157,7 +166,7 @@ class BertGraph(TransformerGraph):
         config = self.config
         x = self.apply(x, keras.layers.Dense, naming.MLM_DENSE, units=config.embedding_width,
                        activation=get_activation(config.activation), kernel_initializer=self.initializer())
-        x = self.apply(x, keras.layers.LayerNormalization, naming.MLM_NORM, epsilon=config.layer_norm_eps)
+        x = self.layer_norm(x, naming.MLM_NORM, config.layer_norm_eps)
         x = self.layers[naming.EMBEDDING_TOKEN](x, reverse=True)
         x = self.apply(x, BiasAdd, naming.MLM_BIAS)
         return self.apply(x, keras.layers.Activation, naming.MLM_ACTIVATION, activation=self.heads.mlm)

@@ -17,8 +17,7 @@ class GptGraph(BertGraph):
     norm_epsilon: Optional[float] = None
 
     def apply_norm(self, x, name: str):
-        epsilon = self.norm_epsilon or self.config.layer_norm_eps
-        return self.apply(x, keras.layers.LayerNormalization, name, epsilon=epsilon)
+        return self.layer_norm(x, name, self.norm_epsilon or self.config.layer_norm_eps)
 
     def apply_embeddings(self, inputs):
         x = self.apply_positions(self.apply_token_and_segment(inputs))

@@ -28,6 +28,7 @@ class RoformerV2Family(RoformerFamily):
     graph = "kbert.models.roformer_v2.graph:RoformerV2Graph"
     heads = ("with_mlm",)
     lm_output = naming.OUTPUT_MLM_ACTIVATION
+    conditional_norms = False
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
         # BERT's token and segment rows; the norm has no weights and the mapping no bias.

@@ -69,6 +69,7 @@ class T5Family(BertFamily):
     applications = ("encoder",)
     knows_hf_names = False
     takes_segments = False
+    conditional_norms = False
     version = "t5.1.0"
     part = "both"  # or "encoder", "decoder"
 
