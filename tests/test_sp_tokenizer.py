@@ -78,3 +78,43 @@ def test_an_mt5_generates_text_its_tokenizer_decodes(sp_model):
     text = tokenizer.decode(first)
     assert isinstance(text, str) and text == tokenizer.sp_model.decode(first)
     assert np.all(np.array(first + second) >= 3)  # neither padding nor the end nor unknown was generated
+
+
+def test_mt5_seq2seq_from_the_command_line_on_a_sentencepiece_vocabulary(sp_model, tmp_path):
+    """--vocab spiece.model: T5's framing (source </s>; the decoder starts at 0), kept in the model directory."""
+    import json
+
+    from conftest import kbert_in_process as kbert, write
+    from kbert.tasks.seq2seq import Pair, encode_pairs, load_generator
+
+    tokenizer = SpTokenizer(sp_model)
+    (source, decoder), = encode_pairs(tokenizer, [Pair("质量很好", "好评", 1)], maxlen=32, encoder_decoder=True)[0]
+    labels = encode_pairs(tokenizer, [Pair("质量很好", "好评", 1)], maxlen=32, encoder_decoder=True)[1][0]
+    assert source == tokenizer.encode("质量很好")[0] and labels == tokenizer.encode("好评")[0]
+    assert decoder == [0] + labels[:-1]
+
+    lines = [line.split("\t") for line in
+             shared_path("data", "sentiment", "sentiment.valid.data").read_text(encoding="utf-8").splitlines()[:120]]
+    write(tmp_path, "train.tsv", "".join(f"{text}\t{'好评' if label == '1' else '差评'}\n" for text, label in lines))
+    config = write(tmp_path, "mt5.json", json.dumps({
+        "vocab_size": tokenizer.vocab_size, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "attention_head_size": 8, "intermediate_size": 64, "hidden_act": ["gelu", "linear"]}))
+    out = tmp_path / "mt5"
+    result = kbert("train", "--task", "seq2seq", "--model", "mt5.1.1", "--config", config, "--vocab", sp_model,
+                   "--train", tmp_path / "train.tsv", "--epochs", "1", "--batch-size", "16", "--maxlen", "32",
+                   "--out", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "spiece.model").read_bytes() == sp_model.read_bytes() and not (out / "vocab.txt").exists()
+    loaded = load_generator(str(out))
+    assert isinstance(loaded.tokenizer, SpTokenizer)
+    sources = [text for text, _ in lines[:3]]
+    prompts = [ids for ids, _ in tokenizer.encode_all(sources, maxlen=32)]
+    expected = [tokenizer.decode(ids) for ids in generate(loaded.model, prompts, max_new_tokens=31, end_id=1,
+                                                          start_id=0, use_cache=False)]
+    result = kbert("predict", "--model", out, "--json", stdin="\n".join(sources))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [json.loads(line)["target"] for line in result.stdout.splitlines()] == expected
+    # Other tasks need WordPiece.
+    result = kbert("train", "--config", "configs/bert_tiny.json", "--vocab", sp_model, "--train",
+                   tmp_path / "train.tsv", "--maxlen", "32", "--out", tmp_path / "classifier")
+    assert result.returncode == 2 and "a SentencePiece vocabulary is read for --task seq2seq with a T5" in result.stderr

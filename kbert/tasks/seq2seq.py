@@ -16,7 +16,10 @@ With `model="t5"`, `"t5.1.1"` or `"mt5.1.1"`, T5's encoder-decoder is
 trained instead: the encoder reads `[CLS] source [SEP]`, the decoder
 `[CLS] target` (the target shifted right, `[CLS]` its start token, as T5
 PEGASUS does), and the label at decoder position t is target token t + 1,
-`[SEP]` last; each is cut to `maxlen` on its own.
+`[SEP]` last; each is cut to `maxlen` on its own. With a SentencePiece
+vocabulary (`SpTokenizer`, a `.model` file) the framing is Google's T5's:
+`source </s>` in, the decoder starting at 0 (the padding id) and learning
+`target </s>`.
 
 `predict` and `evaluate` generate with `kbert.generate`
 (greedy or beam search, key/value cache); `evaluate` reports exact match and
@@ -114,11 +117,19 @@ def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int, encoder_decoder:
     return encoded, labels, cut
 
 
+def decoder_start_id(tokenizer) -> int:
+    """The id T5's decoder starts from: WordPiece's `[CLS]` (T5 PEGASUS), which opens every encoded text;
+    SentencePiece's padding id 0 (Google's T5 and mT5, and bert4keras's scripts)."""
+    return tokenizer.cls_id if tokenizer.cls_id is not None else tokenizer.pad_id
+
+
 def _encode_for_t5(tokenizer, pairs: Sequence[Pair], maxlen: int):
+    start = decoder_start_id(tokenizer)
     sources = tokenizer.encode_all([pair.source for pair in pairs], maxlen=maxlen)
     targets = tokenizer.encode_all([pair.target for pair in pairs], maxlen=maxlen)
-    encoded = [(source, target[:-1]) for (source, _), (target, _) in zip(sources, targets)]
-    labels = [target[1:] for target, _ in targets]
+    # The labels are the target and its end token; the decoder reads them shifted right, after the start.
+    labels = [target[1:] if target[:1] == [start] else target for target, _ in targets]
+    encoded = [(source, [start] + label[:-1]) for (source, _), label in zip(sources, labels)]
     cut = [pair.line for pair, (source, _), (target, _) in zip(pairs, sources, targets)
            if maxlen in (len(source), len(target))
            and maxlen < max(len(tokenizer.encode(pair.source)[0]), len(tokenizer.encode(pair.target)[0]))]
@@ -174,6 +185,7 @@ class Seq2SeqTask(Task):
             raise KbertError(f"--task seq2seq trains a whole T5 (--model t5, t5.1.1 or mt5.1.1), not {model!r}, "
                              "one of its stacks")
         self.encoder_decoder = part == "both"
+        self.reads_sentencepiece = self.encoder_decoder
 
     @classmethod
     def from_options(cls, options) -> "Seq2SeqTask":
@@ -243,8 +255,8 @@ def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Op
 
     maxlen, tokenizer = loaded.options.maxlen, loaded.tokenizer
     if Seq2SeqTask.from_options(loaded.options).encoder_decoder:
-        # T5: the source and the target each had maxlen tokens in training; the decoder starts at [CLS].
-        reserve, budget, decoder_start = 0, maxlen, {"start_id": tokenizer.cls_id}
+        # T5: the source and the target each had maxlen tokens in training; the decoder starts as in training.
+        reserve, budget, decoder_start = 0, maxlen, {"start_id": decoder_start_id(tokenizer)}
     else:
         reserve = max_new_tokens or loaded.state.get("median_target_tokens") or maxlen // 4
         budget, decoder_start = max(maxlen - reserve, 3), {}  # [CLS], a token of the source, [SEP]

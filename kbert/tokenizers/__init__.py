@@ -11,4 +11,16 @@ from kbert.tokenizers.sentence_piece import SpTokenizer
 from kbert.tokenizers.vocab import load_vocab, save_vocab
 from kbert.tokenizers.wordpiece import Tokenizer, pad_batch
 
-__all__ = ["SpTokenizer", "Tokenizer", "load_vocab", "pad_batch", "save_vocab"]
+
+
+def load_tokenizer(path, do_lower_case: bool = True):
+    """The tokenizer of a vocabulary file: `SpTokenizer` for a SentencePiece model (a `.model` file,
+    T5's framing), else the WordPiece `Tokenizer` of a `vocab.txt`."""
+    import os
+
+    if os.fspath(path).endswith(".model"):
+        return SpTokenizer(path)
+    return Tokenizer(path, do_lower_case=do_lower_case)
+
+
+__all__ = ["SpTokenizer", "Tokenizer", "load_tokenizer", "load_vocab", "pad_batch", "save_vocab"]

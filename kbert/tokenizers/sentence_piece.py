@@ -9,7 +9,7 @@ truncating the longer text first, as the WordPiece `Tokenizer` does.
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from kbert.errors import KbertError
 from kbert.tokenizers.wordpiece import _truncate_longest_first
@@ -81,6 +81,21 @@ class SpTokenizer:
     @property
     def pad_id(self) -> int:
         return self._token_pad_id
+
+    @property
+    def cls_id(self) -> Optional[int]:
+        """The start piece's id (None without one); the WordPiece `Tokenizer`'s name for it."""
+        return self._token_start_id
+
+    @property
+    def sep_id(self) -> Optional[int]:
+        """The end piece's id (T5's `</s>`)."""
+        return self._token_end_id
+
+    @property
+    def vocab(self) -> Dict[str, int]:
+        """Every piece and its id."""
+        return {self.sp_model.id_to_piece(index): index for index in range(self._vocab_size)}
 
     def tokenize(self, text: str, maxlen: Optional[int] = None) -> List[str]:
         """The pieces of `text`, framed by the start and end tokens; `maxlen` drops pieces from the end."""

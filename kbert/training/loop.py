@@ -30,9 +30,10 @@ from kbert.errors import KbertError, check_whole_number
 from kbert.io import atomic_copy, atomic_path
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
-from kbert.tokenizers import Tokenizer
+from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer
 from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker_role
-from kbert.training.model_dir import CONFIG_FILE, RESUME_DIR, TRAINING_FILE, VOCAB_FILE, WEIGHTS_FILE
+from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
+                                      WEIGHTS_FILE)
 from kbert.training.options import TrainingOptions
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.training.run_directory import RunDirectory, write_json
@@ -196,7 +197,11 @@ def train_task(
     if options.maxlen > config.max_position_embeddings:
         raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
-    tokenizer = Tokenizer(vocab_path, do_lower_case=options.do_lower_case)
+    tokenizer = load_tokenizer(vocab_path, do_lower_case=options.do_lower_case)
+    sentencepiece = isinstance(tokenizer, SpTokenizer)
+    if sentencepiece and not task.reads_sentencepiece:
+        raise KbertError(f"{vocab_path}: a SentencePiece vocabulary is read for --task seq2seq with a T5 "
+                         "(--model t5, t5.1.1 or mt5.1.1) only; this task needs a WordPiece vocab.txt")
     _check_vocab_fits(tokenizer, vocab_path, config, config_path)
     data = task.read(tokenizer, train_path, valid_path, num_labels, options)
     num_labels = num_labels or len(data.labels)
@@ -227,7 +232,7 @@ def train_task(
         try:
             if not resume:
                 config.to_json_file(os.path.join(run.partial, CONFIG_FILE))
-                atomic_copy(vocab_path, os.path.join(run.partial, VOCAB_FILE))
+                atomic_copy(vocab_path, os.path.join(run.partial, SENTENCEPIECE_FILE if sentencepiece else VOCAB_FILE))
                 data.labels.save(run.partial)
             with interrupt:
                 trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
@@ -255,7 +260,7 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.opti
     return optimizer
 
 
-def _check_vocab_fits(tokenizer: Tokenizer, vocab_path: str, config: BertConfig, config_path: str) -> None:
+def _check_vocab_fits(tokenizer: "Tokenizer | SpTokenizer", vocab_path: str, config: BertConfig, config_path: str) -> None:
     largest = max(tokenizer.vocab.values())
     if largest >= config.vocab_size:
         raise KbertError(

@@ -1,7 +1,7 @@
 """A model directory: what `kbert train` writes, and reading it back.
 
     bert_config.json   the backbone's config
-    vocab.txt          the tokenizer's vocabulary
+    vocab.txt          the tokenizer's vocabulary (spiece.model: a SentencePiece model, for T5)
     labels.json        class id -> label name (a tagger's tags or entity types)
     model.weights.h5   the model's weights (the best epoch on validation)
     training.json      the task, maxlen, lower-casing, options, per-epoch history
@@ -21,18 +21,26 @@ import keras
 
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, first_line
-from kbert.tokenizers import Tokenizer
+from kbert.tokenizers import Tokenizer, load_tokenizer
 from kbert.training.data import LabelMap
 from kbert.training.options import TrainingOptions
 from kbert.training.task import Task
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, RESUME_DIR = (
     "bert_config.json", "vocab.txt", "model.weights.h5", "training.json", "resume")
+SENTENCEPIECE_FILE = "spiece.model"  # instead of vocab.txt, for a T5 trained on a SentencePiece vocabulary
+
+
+def vocab_file(model_dir: str) -> str:
+    """The model directory's vocabulary: its SentencePiece model if it has one, else vocab.txt."""
+    sentencepiece = os.path.join(model_dir, SENTENCEPIECE_FILE)
+    return sentencepiece if os.path.exists(sentencepiece) else os.path.join(model_dir, VOCAB_FILE)
 
 
 def check_model_dir(model_dir: str) -> None:
     """Raises `KbertError` unless `model_dir` holds every file `train_task` writes."""
-    for name in (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, LabelMap.FILE_NAME):
+    for name in (CONFIG_FILE, os.path.basename(vocab_file(model_dir)), WEIGHTS_FILE, TRAINING_FILE,
+                 LabelMap.FILE_NAME):
         if not os.path.exists(os.path.join(model_dir, name)):
             raise KbertError(f"{model_dir}: not a kbert model directory (no {name})")
 
@@ -77,7 +85,7 @@ def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
     if task_class.name != state["task"]:
         raise KbertError(f"{model_dir}: a model trained for --task {state['task']}, not {task_class.name}")
     labels = LabelMap.load(model_dir)
-    tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE), do_lower_case=state["options"]["do_lower_case"])
+    tokenizer = load_tokenizer(vocab_file(model_dir), do_lower_case=state["options"]["do_lower_case"])
     loaded = TrainedModel(None, tokenizer, labels, state)
     task = task_class.from_options(loaded.options)
     bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE), model=loaded.options.model,

@@ -60,6 +60,7 @@ class Task(abc.ABC):
     name = ""
     score_name = ""
     score_label = ""
+    reads_sentencepiece = False  # a SentencePiece vocabulary (`SpTokenizer`) serves it
 
     @classmethod
     def from_options(cls, options) -> "Task":
