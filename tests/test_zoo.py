@@ -160,3 +160,32 @@ def test_layer_norm_cond_misuse_is_an_error():
     with pytest.raises(ConfigError, match="model='t5.1.1' has no LayerNorm to condition"):
         build_transformer_model(fixture("t5_11_tiny") / "config.json", model="t5.1.1", layer_norm_cond=condition,
                                 additional_input_layers=condition)
+
+
+@pytest.mark.parametrize("model, case", [("bert", "bert_lm_tiny"), ("albert", "albert_tiny"), ("nezha", "nezha_tiny"),
+                                         ("roformer", "roformer_tiny")])
+def test_residual_attention_scores_keep_the_layers_and_change_only_later_blocks(model, case):
+    directory = fixture(case)
+    base = build_transformer_model(directory / "config.json", directory, model=model)
+    realformer = build_transformer_model(directory / "config.json", directory, model=model,
+                                         residual_attention_scores=True)
+    assert [layer.name for layer in realformer.layers] == [layer.name for layer in base.layers]
+    assert realformer.count_params() == base.count_params()
+    inputs = [TOKENS[:, :4], np.zeros_like(TOKENS[:, :4])]
+    first = "Transformer-MultiHeadSelfAttention" if model == "albert" else "Transformer-0-MultiHeadSelfAttention"
+
+    def first_attention(network):  # the first call: no earlier scores to add
+        node = network.get_layer(first)._inbound_nodes[0]
+        return keras.Model(network.inputs, node.output_tensors[0]).predict(inputs, verbose=0)
+
+    np.testing.assert_allclose(first_attention(realformer), first_attention(base), atol=1e-6)
+    assert np.abs(realformer.predict(inputs, verbose=0) - base.predict(inputs, verbose=0)).max() > 1e-3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"application": "lm"}, "residual_attention_scores: built for the encoder families' application='encoder'"),
+    ({"model": "gpt2"}, r"not model='gpt2', application='lm'"),
+])
+def test_residual_attention_scores_misuse(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        build_transformer_model(fixture("bert_lm_tiny") / "config.json", residual_attention_scores=True, **kwargs)

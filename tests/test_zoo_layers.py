@@ -173,3 +173,37 @@ def test_conditional_layer_normalization_values_mask_and_round_trip(hidden_units
     assert norm.get_config()["hidden_units"] == hidden_units
     loaded = round_trip(model, tmp_path / "conditional.keras")
     np.testing.assert_array_equal(loaded.predict([IDS, labels], verbose=0), model.predict([IDS, labels], verbose=0))
+
+
+def test_attention_returns_its_scores_and_adds_the_previous_layers(tmp_path):
+    """RealFormer (bert4keras's residual_attention_scores): softmax(own scaled scores + previous scores)."""
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    first = MultiHeadSelfAttention(num_heads=2, head_size=4, return_attention_scores=True, name="first")
+    second = MultiHeadSelfAttention(num_heads=2, head_size=4, return_attention_scores=True, name="second")
+    output, scores = first([hidden, hidden, hidden])
+    assert output._keras_mask is not None and tuple(scores.shape) == (None, 2, None, None)
+    final, final_scores = second([output, output, output, scores])
+    model = keras.Model(tokens, [final, scores, final_scores])
+    x = keras.Model(tokens, output).predict(IDS, verbose=0)
+    _, previous, own = model.predict(IDS, verbose=0)
+
+    def heads(kernel, bias):
+        return (x @ kernel + bias).reshape(*x.shape[:2], 2, 4)
+
+    q = heads(second.query.kernel.numpy(), second.query.bias.numpy())
+    k = heads(second.key.kernel.numpy(), second.key.bias.numpy())
+    v = heads(second.value.kernel.numpy(), second.value.bias.numpy())
+    expected_scores = np.einsum("bqhd,bkhd->bhqk", q, k) / 2.0  # √head_size
+    np.testing.assert_allclose(own, expected_scores, rtol=1e-4, atol=1e-5)  # its own, before the residual
+    logits = np.where((IDS != 0)[:, None, None, :], expected_scores + previous, -1e9)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    context = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(*x.shape[:2], 8)
+    expected = context @ second.output_dense.kernel.numpy() + second.output_dense.bias.numpy()
+    np.testing.assert_allclose(model.predict(IDS, verbose=0)[0], expected, rtol=1e-4, atol=1e-5)
+    assert second.get_config()["return_attention_scores"] is True
+    loaded = round_trip(model, tmp_path / "realformer.keras")
+    for a, b in zip(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0)):
+        np.testing.assert_array_equal(a, b)

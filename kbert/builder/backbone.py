@@ -43,6 +43,7 @@ def build_transformer_model(
     layer_norm_cond_hidden_size: Optional[int] = None,
     layer_norm_cond_hidden_act: Optional[str] = None,
     additional_input_layers=None,
+    residual_attention_scores: bool = False,
     name: str = "bert",
 ) -> "keras.Model | Transformer":
     """Builds a BERT-family model, optionally loading its original checkpoint.
@@ -96,6 +97,10 @@ def build_transformer_model(
         layer_norm_cond_hidden_act: that projection's activation (default: linear).
         additional_input_layers: the `keras.Input`(s) the condition is computed
             from; they become the model's inputs after the family's own.
+        residual_attention_scores: each attention layer adds the previous
+            one's scores (scaled, before the mask) to its own before the
+            softmax: RealFormer, as bert4keras's option of that name; the
+            encoder application of the encoder families.
         name: the model's name.
 
     Returns:
@@ -133,9 +138,13 @@ def build_transformer_model(
     _check_fits_in_memory(family, config, heads)
     condition = _norm_condition(family, layer_norm_cond, layer_norm_cond_hidden_size, layer_norm_cond_hidden_act,
                                 additional_input_layers)
+    if residual_attention_scores and (application != "encoder" or not family.residual_scores):
+        raise ConfigError(f"residual_attention_scores: built for the encoder families' application='encoder' "
+                          f"(not model={family.name!r}, application={application!r}); bert4keras adds the scores "
+                          "to a boolean lm/unilm mask, which fails there too")
     module, graph_class = family.graph.split(":")
     graph = getattr(importlib.import_module(module), graph_class)(family, config, heads, segment_vocab_size,
-                                                                  application, condition)
+                                                                  application, condition, residual_attention_scores)
     built = graph.build(name)
     if checkpoint_path is not None:
         load_weights(built, checkpoint_path, keep_tokens=keep_tokens, compound_tokens=compound_tokens)

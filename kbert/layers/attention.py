@@ -26,7 +26,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     the decoder's states and the encoder's output for T5's cross-attention),
     then, in this order, the `attention_mask` (`AttentionMask`: boolean
     `[batch or 1, 1, q_len, k_len]`, True where attending is allowed) when
-    `use_attention_mask`, and the positions when `position_encoding` is set. Keys whose
+    `use_attention_mask`, the previous layer's scores when it has them
+    (`return_attention_scores`: RealFormer's residual scores, added to this
+    layer's before the softmax), and the positions when `position_encoding` is set. Keys whose
     mask is False (padding) get no attention; padded query rows are still
     computed, attending to the real tokens, exactly as in Google's BERT and
     bert4keras.
@@ -48,6 +50,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             absorbs it).
         output_dim: the output's width (default `num_heads * head_size`; T5's
             heads · head size may differ from H, as in mT5-small).
+        return_attention_scores: also return the scores `[batch, heads, q_len,
+            k_len]` (scaled, with the position bias, before the previous
+            layer's scores, the mask and the softmax), for the next layer
+            (bert4keras's `residual_attention_scores`).
 
     Example:
     >>> attention = MultiHeadSelfAttention(num_heads=2, head_size=4)
@@ -58,7 +64,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def __init__(self, num_heads: int, head_size: int, dropout: float = 0.0,
                  kernel_initializer="glorot_uniform", position_encoding=None, use_attention_mask=False,
-                 use_bias: bool = True, scale: bool = True, output_dim=None, **kwargs):
+                 use_bias: bool = True, scale: bool = True, output_dim=None, return_attention_scores: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
         if position_encoding not in (None, *POSITION_ENCODINGS):
             raise ValueError(f"position_encoding: expected None or one of {', '.join(POSITION_ENCODINGS)}, "
@@ -73,6 +80,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
         self.output_dim = output_dim
+        self.return_attention_scores = return_attention_scores
         width = num_heads * head_size
         self.query, self.key, self.value, self.output_dense = (
             self._dense(units, name) for units, name in ((width, "query"), (width, "key"), (width, "value"),
@@ -94,6 +102,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query, key, value = inputs[:3]
         attention_mask = inputs[3] if self.use_attention_mask else None
         positions = inputs[-1] if self.position_encoding else None
+        # The previous layer's scores: an input beyond the mask and the positions (none in a first layer).
+        fixed = 3 + int(self.use_attention_mask) + int(bool(self.position_encoding))
+        previous_scores = inputs[fixed - int(bool(self.position_encoding))] if len(inputs) > fixed else None
         q = self._split_heads(self.query(query))
         k = self._split_heads(self.key(key))
         v = self._split_heads(self.value(value))
@@ -104,7 +115,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if attention_mask is not None:
             blocked = ops.logical_not(ops.cast(attention_mask, "bool"))
             hidden = blocked if hidden is None else ops.logical_or(hidden, blocked)
-        return self._attend(q, k, v, hidden, positions, training)
+        output, scores = self._attend(q, k, v, hidden, positions, training, previous_scores)
+        return [output, scores] if self.return_attention_scores else output
 
     def call_cached(self, x, allowed, cache, slots, positions=None):
         """Attention of new tokens over a key/value cache, for generation (`kbert.generation`).
@@ -152,10 +164,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.position_encoding == "rotary":
             q = apply_rotary(q, positions)
         hidden = ops.logical_not(ops.cast(allowed, "bool"))[:, None]
-        return self._attend(q, *keys_and_values, hidden, positions, training=False)
+        return self._attend(q, *keys_and_values, hidden, positions, training=False)[0]
 
-    def _attend(self, q, k, v, hidden, positions, training):
-        """Scaled dot-product attention of heads `q` over `k`, `v`; `hidden` [b, 1 or h, q, k] blocks keys."""
+    def _attend(self, q, k, v, hidden, positions, training, previous_scores=None):
+        """Scaled dot-product attention of heads `q` over `k`, `v`; `hidden` [b, 1 or h, q, k] blocks keys.
+
+        Returns the output and the scores before `previous_scores`, the mask and the softmax.
+        """
         # NEZHA's relative vectors: [q, k, d] for every example, or [b, q, k, d] (cached decoding).
         relative = None
         if self.position_encoding == "relative":
@@ -170,6 +185,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             scores = scores + ops.cast(bias, scores.dtype)
         if self.scale:
             scores = scores / math.sqrt(self.head_size)
+        own_scores = scores
+        if previous_scores is not None:
+            scores = scores + ops.cast(previous_scores, scores.dtype)
         if hidden is not None:
             # A large negative score gives a padded (or masked) key zero probability.
             scores = ops.where(hidden, ops.cast(-1e9 if scores.dtype != "float16" else -6e4,
@@ -181,17 +199,21 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context = context + ops.einsum(f"bhqk,{relative}->bqhd", probs, positions)
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
-        return self.output_dense(context)
+        return self.output_dense(context), own_scores
 
     def _split_heads(self, x):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_size))
 
     def compute_mask(self, inputs, mask=None):
-        return mask[0] if mask is not None else None
+        output_mask = mask[0] if mask is not None else None
+        return [output_mask, None] if self.return_attention_scores else output_mask
 
     def compute_output_shape(self, input_shape):
-        return (*input_shape[0][:-1], self.output_dim or self.num_heads * self.head_size)
+        output = (*input_shape[0][:-1], self.output_dim or self.num_heads * self.head_size)
+        if not self.return_attention_scores:
+            return output
+        return [output, (input_shape[0][0], self.num_heads, input_shape[0][1], input_shape[1][1])]
 
     def get_config(self):
         return {
@@ -205,4 +227,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "use_bias": self.use_bias,
             "scale": self.scale,
             "output_dim": self.output_dim,
+            "return_attention_scores": self.return_attention_scores,
         }

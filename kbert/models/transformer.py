@@ -130,16 +130,20 @@ class TransformerGraph:
         segment_vocab_size: segment ids the model takes (0: no segment input).
         application: `"encoder"`, `"lm"` or `"unilm"` (bert4keras's names).
         condition: conditional layer norms (`NormCondition`), or None.
+        residual_attention_scores: each attention layer adds the previous one's
+            scores to its own (RealFormer; bert4keras's option of that name).
     """
 
     def __init__(self, family, config: BertConfig, heads: Heads, segment_vocab_size: int,
-                 application: str = "encoder", condition: Optional[NormCondition] = None):
+                 application: str = "encoder", condition: Optional[NormCondition] = None,
+                 residual_attention_scores: bool = False):
         self.family = family
         self.config = config
         self.heads = heads
         self.segment_vocab_size = segment_vocab_size
         self.application = application
         self.condition = condition
+        self.residual_attention_scores = residual_attention_scores
         self.layers: dict = {}
         self.inputs: list = []
 

@@ -36,6 +36,8 @@ class BertFamily:
             `lm`/`unilm` model (its MLM head's last layer), for generation.
         conditional_norms: its layer norms can take bert4keras's `layer_norm_cond`
             (LayerNorm families; not T5's or RoFormer-v2's RMS norms, yet).
+        residual_scores: it can be built with `residual_attention_scores`
+            (the encoder families; not the GPT families or T5).
     """
 
     name = "bert"
@@ -53,6 +55,7 @@ class BertFamily:
     takes_segments = True
     lm_output = naming.MLM_ACTIVATION
     conditional_norms = True
+    residual_scores = True
 
     # --- structure -----------------------------------------------------------------
     def block_indices(self, config: BertConfig) -> List[Optional[int]]:

@@ -44,6 +44,7 @@ class BertGraph(TransformerGraph):
     position_encoding: Optional[str] = None
     position_bias = None  # positions for every attention layer, made once from the first block's input
     attention_mask = None  # the lm / unilm mask for every attention layer, made once
+    attention_scores = None  # with residual_attention_scores: the last attention layer's scores
 
     # Biases in the attention, feed-forward and mapping layers (RoFormer-v2 has none).
     use_bias = True
@@ -121,14 +122,20 @@ class BertGraph(TransformerGraph):
         return self.apply_residual(ffn_name, x, self.apply_feed_forward(x, ffn_name))
 
     def apply_attention(self, x, name: str):
-        """Self-attention over `x`, with the application's mask and the family's positions."""
+        """Self-attention over `x`, with the application's mask, the previous layer's scores
+        (`residual_attention_scores`) and the family's positions."""
         config = self.config
-        extra = [tensor for tensor in (self.apply_attention_mask(), self.apply_position_bias(x))
+        extra = [tensor for tensor in (self.apply_attention_mask(), self.attention_scores, self.apply_position_bias(x))
                  if tensor is not None]
-        return self.apply([x, x, x] + extra, MultiHeadSelfAttention, name, num_heads=config.num_attention_heads,
-                          head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
-                          kernel_initializer=self.initializer(), position_encoding=self.position_encoding,
-                          use_attention_mask=self.application != "encoder", use_bias=self.use_bias)
+        output = self.apply([x, x, x] + extra, MultiHeadSelfAttention, name, num_heads=config.num_attention_heads,
+                            head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
+                            kernel_initializer=self.initializer(), position_encoding=self.position_encoding,
+                            use_attention_mask=self.application != "encoder", use_bias=self.use_bias,
+                            return_attention_scores=self.residual_attention_scores)
+        if not self.residual_attention_scores:
+            return output
+        output, self.attention_scores = output  # RealFormer: the next layer adds these scores to its own
+        return output
 
     def apply_feed_forward(self, x, name: str):
         config = self.config

@@ -70,6 +70,7 @@ class T5Family(BertFamily):
     knows_hf_names = False
     takes_segments = False
     conditional_norms = False
+    residual_scores = False
     version = "t5.1.0"
     part = "both"  # or "encoder", "decoder"
 
