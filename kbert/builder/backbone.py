@@ -140,8 +140,8 @@ def build_transformer_model(
                                 additional_input_layers)
     if residual_attention_scores and (application != "encoder" or not family.residual_scores):
         raise ConfigError(f"residual_attention_scores: built for the encoder families' application='encoder' "
-                          f"(not model={family.name!r}, application={application!r}); bert4keras adds the scores "
-                          "to a boolean lm/unilm mask, which fails there too")
+                          f"(not model={family.name!r}, application={application!r}); with an lm/unilm mask, "
+                          "bert4keras 0.11.5's code would Add the scores to its boolean mask")
     module, graph_class = family.graph.split(":")
     graph = getattr(importlib.import_module(module), graph_class)(family, config, heads, segment_vocab_size,
                                                                   application, condition, residual_attention_scores)
