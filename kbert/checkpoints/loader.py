@@ -178,10 +178,11 @@ def _row_selection(row: WeightName, stored, wanted, keep, compound: int, source:
     """
     if keep is not None and row.axes[0] == "vocab_size":
         if len(keep) + compound != wanted[0]:
+            extra = (f" and compound_tokens {compound}", " + len(compound_tokens)") if compound else ("", "")
             raise CheckpointError(
-                f"{source.path}: keep_tokens has {len(keep)} ids (and compound_tokens {compound}) but the "
-                f"model's vocab_size is {wanted[0]}; nothing was loaded. Build the model with vocab_size = "
-                f"len(keep_tokens) + len(compound_tokens) ({len(keep) + compound})")
+                f"{source.path}: keep_tokens has {len(keep)} ids{extra[0]} but the model's vocab_size is "
+                f"{wanted[0]}; nothing was loaded. Build the model with vocab_size = len(keep_tokens){extra[1]} "
+                f"({len(keep) + compound})")
         out_of_range = keep[(keep < 0) | (keep >= stored[0])]
         if out_of_range.size:
             raise CheckpointError(
