@@ -68,13 +68,18 @@ def test_char_f1():
 kbert = kbert_in_process
 
 
-def test_train_evaluate_predict_from_the_command_line(tmp_path):
-    """MSRA as generative extraction: the target lists the sentence's entities as TYPE:text."""
-    for split, count in (("train", 400), ("dev", 60)):
+def write_msra_pairs(directory, train: int, dev: int) -> None:
+    """train.tsv and dev.tsv: the first MSRA sentences of each split, each with its entities as TYPE:text."""
+    for split, count in (("train", train), ("dev", dev)):
         sentences = read_tagged(shared_path("data", "msra_ner", f"msra.{split}.bmes"))[0][:count]
         lines = [sentence.text + "\t" + "；".join(f"{kind}:{sentence.text[a:b]}" for kind, a, b in
                                                    spans(sentence.tags)) for sentence in sentences]
-        write(tmp_path, f"{split}.tsv", "\n".join(lines) + "\n")
+        write(directory, f"{split}.tsv", "\n".join(lines) + "\n")
+
+
+def test_train_evaluate_predict_from_the_command_line(tmp_path):
+    """MSRA as generative extraction: the target lists the sentence's entities as TYPE:text."""
+    write_msra_pairs(tmp_path, train=400, dev=60)
     out = tmp_path / "generator"
     result = kbert("train", "--task", "seq2seq", "--config", CONFIGS / "bert_tiny.json", "--vocab",
                    shared_path("vocab", "chinese_vocab.txt"), "--train", tmp_path / "train.tsv", "--valid",
@@ -101,11 +106,7 @@ def test_train_evaluate_predict_from_the_command_line(tmp_path):
 
 def test_t5_trains_evaluates_and_predicts_from_the_command_line(tmp_path):
     """--model t5.1.1: the encoder-decoder learns the pairs; generation decodes with the cache from [CLS]."""
-    for split, count in (("train", 200), ("dev", 30)):
-        sentences = read_tagged(shared_path("data", "msra_ner", f"msra.{split}.bmes"))[0][:count]
-        lines = [sentence.text + "\t" + "；".join(f"{kind}:{sentence.text[a:b]}" for kind, a, b in
-                                                   spans(sentence.tags)) for sentence in sentences]
-        write(tmp_path, f"{split}.tsv", "\n".join(lines) + "\n")
+    write_msra_pairs(tmp_path, train=200, dev=30)
     config = write(tmp_path, "t5.json", json.dumps({
         "vocab_size": 21128, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
         "attention_head_size": 8, "intermediate_size": 64, "hidden_act": ["gelu", "linear"]}))
