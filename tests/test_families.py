@@ -260,13 +260,18 @@ def test_bad_applications_are_errors(kwargs, message):
         build_transformer_model(config, **kwargs)
 
 
-def test_hugging_face_layout_is_refused_for_families_without_one(tmp_path):
+@pytest.mark.parametrize("case, model, reason", [
+    ("gpt2_ml_tiny_ckpt", "gpt2_ml", "Hugging Face's transformers has no GPT2-ML class"),
+    ("roformer_v2_tiny_ckpt", "roformer_v2", "Hugging Face's transformers has no RoFormer-v2 class"),
+])
+def test_hugging_face_layout_is_refused_for_families_without_one(tmp_path, case, model, reason):
     from kbert.checkpoints.hf import load_hf_weights, save_hf_weights
 
     bert_file = save_hf_weights(build_transformer_model(CONFIGS / "bert_tiny.json"), tmp_path)
-    albert = build("albert_tiny_ckpt")
-    with pytest.raises(CheckpointError, match="for model='albert' use its original TF checkpoint. Nothing was loaded"):
-        load_hf_weights(albert, bert_file)
+    built = build(case)
+    with pytest.raises(CheckpointError, match=f"{reason}.*for model='{model}' use its original TF checkpoint. "
+                                              "Nothing was loaded"):
+        load_hf_weights(built, bert_file)
     with pytest.raises(CheckpointError, match="Nothing was written"):
-        save_hf_weights(albert, tmp_path / "albert")
-    assert not (tmp_path / "albert").exists()
+        save_hf_weights(built, tmp_path / model)
+    assert not (tmp_path / model).exists()

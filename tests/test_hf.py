@@ -10,6 +10,7 @@ import pytest
 
 from conftest import CONFIGS, minilm_dir
 from kbert import CheckpointError, Tokenizer, build_transformer_model, load_hf_weights, save_hf_weights
+from kbert.errors import KbertError
 
 SENTENCES = [
     "A man is playing a guitar.",
@@ -155,3 +156,23 @@ def test_hugging_face_roberta_layout_is_refused_with_the_reason(tmp_path, layout
     assert "Nothing was loaded" in str(error.value)
     for old, variable in zip(before, target.weights):
         np.testing.assert_array_equal(old, variable.numpy())
+
+
+def test_tokenizer_reads_a_hugging_face_directory_and_its_tokenizer_json(tmp_path):
+    directory = minilm_dir()
+    from_text = Tokenizer(directory / "vocab.txt")
+    from_json = Tokenizer(directory / "tokenizer.json")
+    assert from_json.vocab == from_text.vocab and len(from_json.vocab) == 30522
+    assert Tokenizer(directory).encode_batch(SENTENCES)[0].tolist() == from_text.encode_batch(SENTENCES)[0].tolist()
+    only_json = tmp_path / "model"
+    only_json.mkdir()
+    shutil.copy(directory / "tokenizer.json", only_json)
+    assert Tokenizer(only_json).encode(SENTENCES[0]) == from_text.encode(SENTENCES[0])
+    bpe = tmp_path / "tokenizer.json"
+    bpe.write_text(json.dumps({"model": {"type": "BPE", "vocab": {}, "merges": []}}))
+    with pytest.raises(KbertError, match=f"{bpe}: a BPE tokenizer; kbert's Tokenizer reads WordPiece"):
+        Tokenizer(bpe)
+    with pytest.raises(KbertError, match=f"{tmp_path / 'empty'}: no vocab.txt, tokenizer.json, "
+                                                          "spiece.model in this directory"):
+        (tmp_path / "empty").mkdir()
+        Tokenizer(tmp_path / "empty")

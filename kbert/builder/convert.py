@@ -7,7 +7,6 @@ and writes the other format with its config and vocabulary beside it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -20,9 +19,8 @@ from kbert.checkpoints.hf import save_hf_weights
 from kbert.checkpoints.loader import TensorSource, load_into
 from kbert.checkpoints.names import check_hf_names
 from kbert.errors import CheckpointError
-from kbert.io import atomic_copy, atomic_write_text, is_occupied, replace_directory
+from kbert.io import atomic_copy, is_occupied, replace_directory
 from kbert.models.config import BertConfig
-from kbert.models.heads import Heads
 from kbert.models.registry import resolve
 from kbert.models.tables import GOOGLE
 
@@ -57,7 +55,7 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
     try:
-        weights, written_config = _write_converted(built, source, config, heads, staging)
+        weights, written_config = _write_converted(built, source, config, staging)
         vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)
         if os.path.exists(vocab):
             atomic_copy(vocab, os.path.join(staging, VOCAB))
@@ -77,16 +75,10 @@ def _is_within(path: str, directory: str) -> bool:
     return os.path.commonpath([path, directory]) == directory
 
 
-def _write_converted(model, source: TensorSource, config: BertConfig, heads: Heads, out: str):
+def _write_converted(model, source: TensorSource, config: BertConfig, out: str):
     """Writes the model in the format that `source` is not; returns (weights, config) paths."""
     if source.fmt == GOOGLE:
-        weights = save_hf_weights(model, out)
-        architecture = "BertForPreTraining" if heads.mlm or heads.nsp else "BertModel"
-        written_config = os.path.join(out, HF_CONFIG)
-        atomic_write_text(written_config, json.dumps(
-            {**config.to_dict(), "model_type": "bert", "architectures": [architecture]},
-            indent=2, sort_keys=True) + "\n")
-        return weights, written_config
+        return save_hf_weights(model, out), os.path.join(out, HF_CONFIG)
     weights = save_google_checkpoint(model, os.path.join(out, GOOGLE_PREFIX))
     written_config = os.path.join(out, GOOGLE_CONFIG)
     config.to_json_file(written_config)

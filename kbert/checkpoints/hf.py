@@ -1,11 +1,12 @@
 """Hugging Face `model.safetensors`: import into kbert, export from kbert.
 
 Reads and writes with the `safetensors` library (NumPy; no PyTorch needed).
-Accepts the tensors of a `BertModel` (`embeddings.word_embeddings.weight`,
-...) and of a `BertForPreTraining` (`bert.` prefix, `cls.*` heads), and the
-`gamma`/`beta` LayerNorm names of older conversions. Linear weights are
-stored transposed (`[out, in]`); the weight table in `kbert.models.tables` says
-which.
+Accepts the tensors of a bare model (`BertModel`: `embeddings.word_embeddings.weight`,
+...) and of a task model (`BertForPreTraining`: the `bert.` prefix, `cls.*`
+heads), of each family that `kbert.checkpoints.names.hf_families` lists, and
+the `gamma`/`beta` LayerNorm names of older conversions. Linear weights are
+stored transposed (`[out, in]`); each family's weight table
+(`kbert.models.<family>.family`) gives its names and says which.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from kbert.errors import CheckpointError, first_line
-from kbert.io import atomic_path
+from kbert.io import atomic_copy, atomic_path, atomic_write_text
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
-from kbert.checkpoints.names import values_for
+from kbert.checkpoints.names import family_of, hf_prefixes, values_for
+from kbert.models import naming
+from kbert.models.heads import Heads
 from kbert.models.tables import HF
 
-WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME = "model.safetensors", "config.json", "vocab.txt"
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
            "I64": "int64", "I32": "int32", "U8": "uint8", "BOOL": "bool"}
 
@@ -99,9 +102,12 @@ def _refuse_roberta_layout(path: str, names) -> None:
 def load_hf_weights(
     model, path: "str | os.PathLike[str]", keep_tokens: Optional[Sequence[int]] = None
 ) -> LoadReport:
-    """Loads Hugging Face BERT weights (`model.safetensors`) into a kbert model.
+    """Loads Hugging Face weights (`model.safetensors`) into a kbert model.
 
-    Checks every tensor before assigning any, as `load_google_checkpoint` does.
+    BERT, RoBERTa (as BERT checkpoints), ALBERT, ELECTRA, RoFormer and NEZHA
+    (transformers 4.x's layout), as the bare model (`BertModel`) or a task
+    model (`BertForPreTraining`, `AlbertForMaskedLM`, ...). Checks every tensor
+    before assigning any, as `load_google_checkpoint` does.
 
     Args:
         model: a model from `build_transformer_model`.
@@ -122,33 +128,64 @@ def load_hf_weights(
     return load_into(model, open_safetensors(path), keep_tokens=keep_tokens)
 
 
-def save_hf_weights(model, path: "str | os.PathLike[str]") -> str:
-    """Writes the model's weights as `model.safetensors` (atomically).
+def save_hf_weights(model, path: "str | os.PathLike[str]",
+                    vocab: "Optional[str | os.PathLike[str]]" = None) -> str:
+    """Writes the model as Hugging Face's `model.safetensors` (atomically); returns its path.
 
-    `path` is a file, or a directory that receives `model.safetensors`. A model
-    with MLM/NSP heads is written as a `BertForPreTraining` (`bert.` prefix);
-    a backbone as a `BertModel`.
+    `path` is a `.safetensors` file, or a directory. A directory also receives
+    `config.json` (Hugging Face's keys, `model_type`, and the class in
+    `architectures`) and, given `vocab`, a copy of it as `vocab.txt`: a
+    directory that `transformers`' `from_pretrained` loads. A model with heads
+    is written as the family's task model (`BertForPreTraining`,
+    `AlbertForMaskedLM`, `ElectraForPreTraining`, ...), its backbone under the
+    family's prefix (`bert.`, `albert.`, ...); a backbone as the bare model.
     """
     from safetensors.numpy import save_file
 
     path = os.fspath(path)
+    directory = None
     if os.path.isdir(path) or not path.endswith(".safetensors"):
-        path = os.path.join(path, WEIGHTS_NAME)
-    values = values_for(model, HF)
-    pretraining = any(row.hf.startswith("cls.") for row, _ in values)
+        directory, path = path, os.path.join(path, WEIGHTS_NAME)
+    family = family_of(model)
+    values = [(row.hf, value) for row, value in values_for(model, HF)]
+    config = _config_of(model, family)
+    if config is not None:
+        values += list(family.hf_computed_tensors(config).items())
+    with_heads = any(name.startswith(family.hf_head_scopes) for name, _ in values)
+    unprefixed = family.hf_head_scopes + ("classifier.",)
     tensors: Dict[str, np.ndarray] = {}
-    for row, value in values:
-        name = row.hf if row.hf.startswith(("cls.", "classifier.")) or not pretraining else f"bert.{row.hf}"
+    for name, value in values:
+        name = name if name.startswith(unprefixed) or not with_heads else f"{family.hf_prefix}.{name}"
         tensors[name] = np.ascontiguousarray(value)
     with atomic_path(path) as temporary:
         save_file(tensors, temporary, metadata={"format": "pt"})
+    if directory is not None and config is not None:
+        _write_hf_config(model, family, config, directory)
+        if vocab is not None:
+            atomic_copy(vocab, os.path.join(directory, VOCAB_NAME))
     return path
 
 
+def _config_of(model, family):
+    """The config a model from kbert's builders was built with; None for a model built by hand."""
+    spec = getattr(model, "build_spec", None)
+    return family.config_class.from_dict(spec["config"]) if spec else None
+
+
+def _write_hf_config(model, family, config, directory: str) -> None:
+    layers = {layer.name for layer in model.layers}
+    heads = Heads.from_flags(with_pool=naming.POOLER_DENSE in layers, with_nsp=naming.NSP_PROBA in layers,
+                             with_mlm=naming.MLM_DENSE in layers,
+                             with_discriminator=naming.DISCRIMINATOR_DENSE in layers)
+    atomic_write_text(os.path.join(directory, CONFIG_NAME),
+                      json.dumps(family.hf_config(config, heads), indent=2, sort_keys=True) + "\n")
+
+
 def _canonical_name(name: str) -> str:
-    """`bert.` prefix dropped; old `gamma`/`beta` LayerNorm names made `weight`/`bias`."""
-    if name.startswith("bert."):
-        name = name[len("bert."):]
+    """The backbone's prefix (`bert.`, `albert.`, ...) dropped; old `gamma`/`beta` LayerNorm names
+    made `weight`/`bias`."""
+    prefix = next((prefix for prefix in hf_prefixes() if name.startswith(prefix)), "")
+    name = name[len(prefix):]
     if ".LayerNorm." in name or name.startswith("LayerNorm."):
         name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
     return name

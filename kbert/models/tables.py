@@ -49,12 +49,21 @@ class WeightName:
     def name(self, fmt: str) -> Optional[str]:
         return self.google if fmt == GOOGLE else self.hf
 
-    def renamed(self, google: str) -> "WeightName":
-        """The same variable under another family's checkpoint name (no Hugging Face name)."""
-        return dataclasses.replace(self, google=google, hf=None)
+    def renamed(self, google: str, hf: Optional[str] = None) -> "WeightName":
+        """The same variable under another family's checkpoint names (`hf` None: no Hugging Face name)."""
+        return dataclasses.replace(self, google=google, hf=hf)
 
     def transposed(self, fmt: str) -> bool:
         return self.google_transposed if fmt == GOOGLE else self.hf_transposed
+
+
+# A Keras variable's last name -> the PyTorch parameter it is in Hugging Face's modules.
+_HF_SUFFIXES = {"kernel": "weight", "gamma": "weight", "embeddings": "weight", "bias": "bias", "beta": "bias"}
+
+
+def hf_suffix(row: WeightName) -> str:
+    """`weight` or `bias`: the Hugging Face parameter of a row's Keras variable."""
+    return _HF_SUFFIXES[row.path.rsplit("/", 1)[1]]
 
 
 H, V, I, E = "hidden_size", "vocab_size", "intermediate_size", "embedding_size"

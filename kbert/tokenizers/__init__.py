@@ -9,18 +9,23 @@
 
 from kbert.tokenizers.sentence_piece import SpTokenizer
 from kbert.tokenizers.vocab import load_vocab, save_vocab
-from kbert.tokenizers.wordpiece import Tokenizer, pad_batch
+from kbert.tokenizers.wordpiece import SENTENCEPIECE_NAME, Tokenizer, pad_batch, vocab_in_directory
 
 
 
 def load_tokenizer(path, do_lower_case: bool = True):
-    """The tokenizer of a vocabulary file: `SpTokenizer` for a SentencePiece model (a `.model` file,
-    T5's framing), else the WordPiece `Tokenizer` of a `vocab.txt`."""
+    """The tokenizer of a vocabulary: `SpTokenizer` for a SentencePiece model (a `.model` file; T5's
+    framing), else the WordPiece `Tokenizer` of a `vocab.txt` or `tokenizer.json`; for a model
+    directory, of its vocabulary (`vocab_in_directory`)."""
     import os
 
-    if os.fspath(path).endswith(".model"):
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = vocab_in_directory(path)
+    if path.endswith(".model"):
         return SpTokenizer(path)
     return Tokenizer(path, do_lower_case=do_lower_case)
 
 
-__all__ = ["SpTokenizer", "Tokenizer", "load_tokenizer", "load_vocab", "pad_batch", "save_vocab"]
+__all__ = ["SENTENCEPIECE_NAME", "SpTokenizer", "Tokenizer", "load_tokenizer", "load_vocab", "pad_batch", "save_vocab",
+           "vocab_in_directory"]

@@ -24,6 +24,7 @@ to `maxlen` tokens in all.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import sys
@@ -32,7 +33,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import KbertError
+from kbert.errors import KbertError, first_line
 
 CLS, SEP, PAD, UNK, MASK = "[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"
 
@@ -142,8 +143,9 @@ class Tokenizer:
 
     Args:
         vocab: the vocabulary: the path of a `vocab.txt` (one token a line; a
-            token's id is its line number, from 0), or a `{token: id}` dict as
-            bert4keras's `load_vocab` returns.
+            token's id is its line number, from 0), of a Hugging Face
+            `tokenizer.json` (WordPiece), or of a model directory holding
+            either; or a `{token: id}` dict as bert4keras's `load_vocab` returns.
         do_lower_case: lower-case and strip accents first (True for uncased
             and Chinese models, False for cased ones).
 
@@ -426,6 +428,13 @@ _JOINING_PUNCTUATION = (
 
 
 def _read_vocab(path: str) -> Dict[str, int]:
+    """A `vocab.txt`, a Hugging Face `tokenizer.json` (WordPiece), or a model directory holding either."""
+    if os.path.isdir(path):
+        path = vocab_in_directory(path)
+    if path.endswith(".json"):
+        return _read_tokenizer_json(path)
+    if path.endswith(".model"):
+        raise KbertError(f"{path}: a SentencePiece model; read it with kbert.SpTokenizer (T5, mT5)")
     try:
         with open(path, encoding="utf-8") as handle:
             tokens = [line.rstrip("\r\n") for line in handle]
@@ -437,6 +446,44 @@ def _read_vocab(path: str) -> Dict[str, int]:
         tokens.pop()
     # As Google's load_vocab: tokens stripped, a repeated token keeps its last id.
     return _check_vocab({token.strip(): index for index, token in enumerate(tokens)}, path)
+
+
+# A model directory's vocabulary, by preference: BERT's, then Hugging Face's, then the SentencePiece
+# model of Google's T5 releases and Hugging Face's T5 directories.
+SENTENCEPIECE_NAME = "spiece.model"
+VOCABULARY_NAMES = ("vocab.txt", "tokenizer.json", SENTENCEPIECE_NAME)
+
+
+def vocab_in_directory(directory: str) -> str:
+    """The vocabulary file of a model directory (kbert's, Google's or Hugging Face's).
+
+    >>> import tempfile, os
+    >>> directory = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(directory, "spiece.model"), "wb").write(b"")
+    >>> os.path.basename(vocab_in_directory(directory))
+    'spiece.model'
+    """
+    for name in VOCABULARY_NAMES:
+        candidate = os.path.join(directory, name)
+        if os.path.exists(candidate):
+            return candidate
+    raise KbertError(f"{directory}: no {', '.join(VOCABULARY_NAMES)} in this directory; pass the vocabulary "
+                     "file itself")
+
+
+def _read_tokenizer_json(path: str) -> Dict[str, int]:
+    """The WordPiece vocabulary of a Hugging Face `tokenizer.json`."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            model = json.load(handle).get("model") or {}
+    except FileNotFoundError:
+        raise KbertError(f"{path}: vocabulary file not found") from None
+    except (ValueError, AttributeError) as error:
+        raise KbertError(f"{path}: not a Hugging Face tokenizer.json ({first_line(error)})") from None
+    if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise KbertError(f"{path}: a {model.get('type') or 'non-WordPiece'} tokenizer; kbert's Tokenizer reads "
+                         "WordPiece vocabularies (BERT's), and SpTokenizer SentencePiece .model files")
+    return _check_vocab(dict(model["vocab"]), path)
 
 
 def _check_vocab(vocab: Dict[str, int], source: str) -> Dict[str, int]:

@@ -30,7 +30,7 @@ from kbert.errors import KbertError, check_whole_number
 from kbert.io import atomic_copy, atomic_path
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
-from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer
+from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
 from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker_role
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
                                       WEIGHTS_FILE)
@@ -198,8 +198,7 @@ def train_task(
         raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
     tokenizer = load_tokenizer(vocab_path, do_lower_case=options.do_lower_case)
-    sentencepiece = isinstance(tokenizer, SpTokenizer)
-    if sentencepiece and not task.reads_sentencepiece:
+    if isinstance(tokenizer, SpTokenizer) and not task.reads_sentencepiece:
         raise KbertError(f"{vocab_path}: a SentencePiece vocabulary is read for --task seq2seq with a T5 "
                          "(--model t5, t5.1.1 or mt5.1.1) only; this task needs a WordPiece vocab.txt")
     _check_vocab_fits(tokenizer, vocab_path, config, config_path)
@@ -232,7 +231,7 @@ def train_task(
         try:
             if not resume:
                 config.to_json_file(os.path.join(run.partial, CONFIG_FILE))
-                atomic_copy(vocab_path, os.path.join(run.partial, SENTENCEPIECE_FILE if sentencepiece else VOCAB_FILE))
+                _keep_vocabulary(tokenizer, vocab_path, run.partial)
                 data.labels.save(run.partial)
             with interrupt:
                 trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
@@ -258,6 +257,18 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.opti
         gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
     optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias", "trans"])
     return optimizer
+
+
+def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer", vocab_path: str, directory: str) -> None:
+    """The vocabulary, into the model directory: the file itself (`vocab.txt`, `spiece.model`), or a
+    `vocab.txt` written from a Hugging Face `tokenizer.json`."""
+    source = vocab_in_directory(vocab_path) if os.path.isdir(vocab_path) else vocab_path
+    if isinstance(tokenizer, SpTokenizer):
+        atomic_copy(source, os.path.join(directory, SENTENCEPIECE_FILE))
+    elif source.endswith(".json"):
+        save_vocab(os.path.join(directory, VOCAB_FILE), tokenizer.vocab)
+    else:
+        atomic_copy(source, os.path.join(directory, VOCAB_FILE))
 
 
 def _check_vocab_fits(tokenizer: "Tokenizer | SpTokenizer", vocab_path: str, config: BertConfig, config_path: str) -> None:

@@ -21,14 +21,14 @@ import keras
 
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, first_line
-from kbert.tokenizers import Tokenizer, load_tokenizer
+from kbert.tokenizers import SENTENCEPIECE_NAME, Tokenizer, load_tokenizer
 from kbert.training.data import LabelMap
 from kbert.training.options import TrainingOptions
 from kbert.training.task import Task
 
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, RESUME_DIR = (
     "bert_config.json", "vocab.txt", "model.weights.h5", "training.json", "resume")
-SENTENCEPIECE_FILE = "spiece.model"  # instead of vocab.txt, for a T5 trained on a SentencePiece vocabulary
+SENTENCEPIECE_FILE = SENTENCEPIECE_NAME  # instead of vocab.txt, for a T5 trained on a SentencePiece vocabulary
 
 
 def vocab_file(model_dir: str) -> str:

@@ -6,10 +6,13 @@ Keras graph is in `graph.py`.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
+
+import numpy as np
 
 from kbert.models import naming
 from kbert.models.config import BertConfig
+from kbert.models.heads import Heads
 from kbert.models.tables import H, I, V, LayerParams, WeightName, dense, embedding, norm, output_weights
 
 
@@ -27,6 +30,13 @@ class BertFamily:
         heads: the builder's head flags the family accepts.
         applications: bert4keras's `application=` values the family accepts.
         knows_hf_names: kbert can read and write its Hugging Face safetensors.
+        hf_absent: why the family has no Hugging Face layout, where that is
+            the reason kbert knows none (None: not yet written).
+        hf_model_type: the `model_type` written into a Hugging Face config.json.
+        hf_class: the stem of Hugging Face's class names (`Bert` in `BertModel`).
+        hf_prefix: the backbone's scope in Hugging Face's task models
+            (`bert.` in `BertForMaskedLM`); a bare `BertModel` has none.
+        hf_head_scopes: the heads' scopes there (beside the backbone's, not in it).
         embedding_axis: the config key of the embeddings' width (E or H).
         default_application: what `application="encoder"` (the builder's
             default) builds: `"lm"` for the GPT families, language models by
@@ -49,6 +59,11 @@ class BertFamily:
     heads = ("with_pool", "with_nsp", "with_mlm")
     applications = ("encoder", "lm", "unilm")
     knows_hf_names = True
+    hf_absent: Optional[str] = None
+    hf_model_type = "bert"
+    hf_class = "Bert"
+    hf_prefix = "bert"
+    hf_head_scopes = ("cls.",)
     # The config key named when an embedding's width does not fit a checkpoint.
     embedding_axis = H
     default_application = "encoder"
@@ -135,6 +150,26 @@ class BertFamily:
         """The embeddings' symbol and width: E where it differs from H."""
         return ("E", config.embedding_width) if self.has_mapping(config) else ("H", config.hidden_size)
 
+    # --- Hugging Face's classes and config ------------------------------------------------
+    def hf_architecture(self, heads: Heads) -> str:
+        """The Hugging Face class that holds a model with `heads` (config.json's `architectures`)."""
+        if heads.mlm and heads.nsp:
+            return f"{self.hf_class}ForPreTraining"
+        if heads.mlm:
+            return f"{self.hf_class}ForMaskedLM"
+        if heads.nsp:
+            return f"{self.hf_class}ForNextSentencePrediction"
+        return f"{self.hf_class}Model"
+
+    def hf_computed_tensors(self, config: BertConfig) -> Dict[str, np.ndarray]:
+        """Tensors Hugging Face stores that kbert computes (RoFormer's sinusoids), by backbone name."""
+        return {}
+
+    def hf_config(self, config: BertConfig, heads: Heads) -> dict:
+        """A Hugging Face config.json for `config` and `heads`: Google's keys are Hugging Face's too."""
+        return {**config.to_dict(), "model_type": self.hf_model_type,
+                "architectures": [self.hf_architecture(heads)]}
+
     # --- checkpoint variable names ---------------------------------------------------
     def weight_layers(self, num_blocks: int) -> List[str]:
         """Every layer that can hold stored weights, for a checkpoint of `num_blocks` blocks."""
@@ -199,7 +234,8 @@ class BertFamily:
 class RobertaFamily(BertFamily):
     """RoBERTa as bert4keras builds it (`model="roberta"`): BERT's layout and checkpoint names.
 
-    Chinese RoBERTa releases (e.g. `chinese_roberta_wwm_ext`) are BERT checkpoints.
+    Chinese RoBERTa releases (e.g. `chinese_roberta_wwm_ext`) are BERT checkpoints,
+    and are written as such for Hugging Face (`model_type` "bert").
     """
 
     name = "roberta"

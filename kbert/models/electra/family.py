@@ -6,6 +6,7 @@ from typing import List
 
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
+from kbert.models.heads import Heads
 from kbert.models.tables import E, H, LayerParams, WeightName, dense
 
 
@@ -22,8 +23,18 @@ class ElectraFamily(BertFamily):
     graph = "kbert.models.electra.graph:ElectraGraph"
     heads = ("with_discriminator",)
     applications = ("encoder",)
-    knows_hf_names = False
     embedding_axis = E
+    hf_model_type = "electra"
+    hf_class = "Electra"
+    hf_prefix = "electra"
+    hf_head_scopes = ("discriminator_predictions.",)
+
+    def hf_architecture(self, heads: Heads) -> str:
+        return "ElectraForPreTraining" if heads.discriminator else "ElectraModel"
+
+    def hf_config(self, config, heads: Heads) -> dict:
+        """BERT's keys, E always written (Hugging Face's default is 128)."""
+        return {**super().hf_config(config, heads), "embedding_size": config.embedding_width}
 
     def head_params(self, config, *, with_pool, with_nsp, with_mlm, with_discriminator) -> List[LayerParams]:
         h = config.hidden_size
@@ -37,11 +48,13 @@ class ElectraFamily(BertFamily):
 
     def layer_weights(self, layer: str) -> List[WeightName]:
         if layer == naming.EMBEDDING_MAPPING:
-            return dense(layer, "electra/embeddings_project", None, (E, H))
+            return dense(layer, "electra/embeddings_project", "embeddings_project", (E, H))
         if layer == naming.DISCRIMINATOR_DENSE:
-            return dense(layer, "discriminator_predictions/dense", None, (H, H))
+            return dense(layer, "discriminator_predictions/dense", "discriminator_predictions.dense", (H, H))
         if layer == naming.DISCRIMINATOR_PREDICTION:
-            return dense(layer, "discriminator_predictions/dense_1", None, (H, "1"))
-        # Everything else is BERT's table under the `electra/` scope, as in bert4keras.
-        return [row.renamed(row.google.replace("bert/", "electra/", 1))
+            return dense(layer, "discriminator_predictions/dense_1",
+                         "discriminator_predictions.dense_prediction", (H, "1"))
+        # Everything else is BERT's table under the `electra/` scope, as in bert4keras (Hugging
+        # Face's names are BERT's).
+        return [row.renamed(row.google.replace("bert/", "electra/", 1), row.hf)
                 for row in super().layer_weights(layer)]

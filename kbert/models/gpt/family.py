@@ -108,6 +108,7 @@ class Gpt2MlFamily(GptFamily):
     model_type = "gpt2_ml"
     graph = "kbert.models.gpt.graph:Gpt2MlGraph"
     takes_segments = False
+    hf_absent = "Hugging Face's transformers has no GPT2-ML class; its weights are released in this TF layout only"
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
         return super().embedding_params(config, with_mlm) + [

@@ -70,7 +70,11 @@ class NezhaFamily(BertFamily):
     config_class = NezhaConfig
     graph = "kbert.models.nezha.graph:NezhaGraph"
     derived_layers = frozenset({naming.EMBEDDING_RELATIVE_POSITION})
-    knows_hf_names = False
+    # Hugging Face's NEZHA (transformers 4.x; removed in 5.0): BERT's names under `nezha.`,
+    # the layout that `sijunhe/nezha-cn-base` ships.
+    hf_model_type = "nezha"
+    hf_class = "Nezha"
+    hf_prefix = "nezha"
 
     def position_params(self, config: NezhaConfig) -> List[LayerParams]:
         rows = 2 * TABLE_DISTANCE + 1

@@ -29,6 +29,9 @@ class RoformerV2Family(RoformerFamily):
     heads = ("with_mlm",)
     lm_output = naming.OUTPUT_MLM_ACTIVATION
     conditional_norms = False
+    knows_hf_names = False
+    hf_absent = ("Hugging Face's transformers has no RoFormer-v2 class (its RoFormer is v1, with biases and "
+                 "LayerNorm weights)")
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
         # BERT's token and segment rows; the norm has no weights and the mapping no bias.

@@ -1,0 +1,241 @@
+"""Hugging Face safetensors of ALBERT, ELECTRA, RoFormer and NEZHA, both ways.
+
+Two kinds of test:
+
+- Without `transformers`: each family's Hugging Face layout is written here by
+  hand (the names and shapes `transformers` 5.23 saves, NEZHA's from 4.x,
+  where it was removed in 5.0), every tensor filled by the formula
+  `0.05 * sin(0.7 * k + i)` (k: the element's index in the flattened tensor,
+  i: the tensor's index in the list), loaded into kbert and written back:
+  the same names and the same bytes come out.
+- With `transformers` and `torch` (`pip install -e '.[hf]'`): a tiny random
+  model of each family made by `transformers` itself (fixed seed), saved,
+  loaded into kbert from its own `config.json`, gives `transformers`' outputs
+  on a padded batch; kbert's `save_hf_weights` loads back into `transformers`
+  with no missing or unexpected tensor and the same outputs.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from conftest import shared_path
+from kbert import CheckpointError, build_transformer_model, load_hf_weights, save_hf_weights
+from kbert.builder.convert import convert
+
+V, H, E, I, P, T = 50, 16, 8, 32, 40, 2
+CONFIG = {"vocab_size": V, "hidden_size": H, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "intermediate_size": I, "max_position_embeddings": P, "type_vocab_size": T,
+          "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def linear(name, rows, columns):
+    return {f"{name}.weight": (rows, columns), f"{name}.bias": (rows,)}
+
+
+def layer_norm(name, width=H):
+    return {f"{name}.weight": (width,), f"{name}.bias": (width,)}
+
+
+def embeddings(width, positions=True):
+    names = {"embeddings.word_embeddings.weight": (V, width), "embeddings.token_type_embeddings.weight": (T, width)}
+    if positions:
+        names["embeddings.position_embeddings.weight"] = (P, width)
+    return {**names, **layer_norm("embeddings.LayerNorm", width)}
+
+
+def bert_blocks(layers=2):
+    names = {}
+    for index in range(layers):
+        scope = f"encoder.layer.{index}"
+        for part in ("query", "key", "value"):
+            names.update(linear(f"{scope}.attention.self.{part}", H, H))
+        names.update({**linear(f"{scope}.attention.output.dense", H, H),
+                      **layer_norm(f"{scope}.attention.output.LayerNorm"),
+                      **linear(f"{scope}.intermediate.dense", I, H), **linear(f"{scope}.output.dense", H, I),
+                      **layer_norm(f"{scope}.output.LayerNorm")})
+    return names
+
+
+def bert_mlm_head(width=H):
+    return {"cls.predictions.bias": (V,), **linear("cls.predictions.transform.dense", width, H),
+            **layer_norm("cls.predictions.transform.LayerNorm", width)}
+
+
+def prefixed(prefix, names):
+    return {f"{prefix}.{name}": shape for name, shape in names.items()}
+
+
+ALBERT_BLOCK = "encoder.albert_layer_groups.0.albert_layers.0"
+ALBERT_BACKBONE = {
+    **embeddings(E), **linear("encoder.embedding_hidden_mapping_in", H, E),
+    **{f"{ALBERT_BLOCK}.{name}": shape for name, shape in {
+        **layer_norm("full_layer_layer_norm"), **linear("attention.query", H, H), **linear("attention.key", H, H),
+        **linear("attention.value", H, H), **linear("attention.dense", H, H), **layer_norm("attention.LayerNorm"),
+        **linear("ffn", I, H), **linear("ffn_output", H, I)}.items()},
+}
+
+# family -> (config.json keys beyond CONFIG, builder flags, the Hugging Face tensors, the class).
+LAYOUTS = {
+    "albert": ({"model_type": "albert", "embedding_size": E, "hidden_act": "gelu_new"}, {"with_mlm": True},
+               {**prefixed("albert", ALBERT_BACKBONE), "predictions.bias": (V,),
+                **linear("predictions.dense", E, H), **layer_norm("predictions.LayerNorm", E)},
+               "AlbertForMaskedLM"),
+    "albert_pooler": ({"model_type": "albert", "embedding_size": E}, {"with_pool": True},
+                      {**ALBERT_BACKBONE, **linear("pooler", H, H)}, "AlbertModel"),
+    "electra": ({"model_type": "electra", "embedding_size": E}, {"with_discriminator": True},
+                {**prefixed("electra", {**embeddings(E), **linear("embeddings_project", H, E), **bert_blocks()}),
+                 **linear("discriminator_predictions.dense", H, H),
+                 **linear("discriminator_predictions.dense_prediction", 1, H)},
+                "ElectraForPreTraining"),
+    "roformer": ({"model_type": "roformer"}, {"with_mlm": True},
+                 {**prefixed("roformer", {**embeddings(H, positions=False), **bert_blocks()}), **bert_mlm_head()},
+                 "RoFormerForMaskedLM"),
+    "roformer_projected": ({"model_type": "roformer", "embedding_size": E}, {},
+                           {**embeddings(E, positions=False), **linear("embeddings_project", H, E),
+                            **bert_blocks()}, "RoFormerModel"),
+    "nezha": ({"model_type": "nezha", "max_relative_position": 64}, {"with_mlm": True, "with_nsp": True},
+              {**prefixed("nezha", {**embeddings(H, positions=False), **bert_blocks(), **linear("pooler.dense", H, H)}),
+               **bert_mlm_head(), **linear("cls.seq_relationship", 2, H)},
+              "NezhaForPreTraining"),
+}
+
+
+def formula_tensors(names):
+    """Every tensor by the module docstring's formula."""
+    return {name: (0.05 * np.sin(0.7 * np.arange(int(np.prod(shape))) + index)).reshape(shape).astype(np.float32)
+            for index, (name, shape) in enumerate(names.items())}
+
+
+def write_layout(directory, layout):
+    extra, _, names, architecture = LAYOUTS[layout]
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({**CONFIG, **extra, "architectures": [architecture]}))
+    tensors = formula_tensors(names)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    return tensors
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
+    tensors = write_layout(tmp_path / "hf", layout)
+    _, flags, _, architecture = LAYOUTS[layout]
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
+    # Linear weights are [out, in] in PyTorch's layout, [in, out] in Keras's.
+    query = next(name for name in tensors if name.endswith(("attention.self.query.weight", "attention.query.weight")))
+    attention = "Transformer-MultiHeadSelfAttention" if "albert" in layout else "Transformer-0-MultiHeadSelfAttention"
+    variables = {variable.path: variable for variable in model.weights}
+    np.testing.assert_array_equal(variables[f"{attention}/query/kernel"].numpy(), tensors[query].T)
+    save_hf_weights(model, tmp_path / "out")
+    written = load_file(str(tmp_path / "out" / "model.safetensors"))
+    computed = {name for name in written if name.endswith("embed_positions.weight")}  # RoFormer's sinusoids
+    assert set(written) - computed == set(tensors)
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(written[name], value, err_msg=name)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["architectures"] == [architecture]
+    assert config["model_type"] == LAYOUTS[layout][0]["model_type"]
+
+
+def test_roformer_sinusoids_are_hugging_faces(tmp_path):
+    """Written for `transformers` (which would otherwise call the table newly initialised): position p,
+    pair i of a head's K = 8 features: sin(p / 10000^(2i/K)) in the row's first half, cos in its second."""
+    write_layout(tmp_path / "hf", "roformer_projected")
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf")
+    save_hf_weights(model, tmp_path / "out")
+    table = load_file(str(tmp_path / "out" / "model.safetensors"))["encoder.embed_positions.weight"]
+    assert table.shape == (P, H // 2)
+    np.testing.assert_allclose(table[3, [0, 1, 4, 5]], [np.sin(3), np.sin(3 / 10), np.cos(3), np.cos(3 / 10)],
+                               rtol=1e-6)
+
+
+def test_missing_tensor_is_named_and_nothing_is_loaded(tmp_path):
+    tensors = write_layout(tmp_path / "hf", "albert")
+    del tensors["albert.encoder.albert_layer_groups.0.albert_layers.0.ffn.weight"]
+    save_file(tensors, str(tmp_path / "hf" / "model.safetensors"))
+    model = build_transformer_model(tmp_path / "hf" / "config.json", with_mlm=True)
+    before = [variable.numpy().copy() for variable in model.weights]
+    with pytest.raises(CheckpointError, match=r"nothing was loaded.\nMissing 1 variable\(s\) the model needs:\n"
+                                              r"  encoder.albert_layer_groups.0.albert_layers.0.ffn.weight "
+                                              r"\(for Transformer-FeedForward/intermediate/kernel\)"):
+        load_hf_weights(model, tmp_path / "hf")
+    for old, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(old, variable.numpy())
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("inner_group_num", 2, "key 'inner_group_num': kbert, as bert4keras, builds ALBERT with one group"),
+    ("rotary_value", True, "key 'rotary_value': kbert's RoFormer, as bert4keras's and the released RoFormer "
+                           "models, rotates queries and keys only"),
+])
+def test_hugging_face_keys_kbert_cannot_build_are_errors(tmp_path, key, value, message):
+    from kbert import ConfigError
+
+    write_layout(tmp_path / "hf", "albert" if key == "inner_group_num" else "roformer")
+    path = tmp_path / "hf" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    with pytest.raises(ConfigError, match=f"{path}: {message}"):
+        build_transformer_model(path)
+
+
+@pytest.mark.parametrize("fixture, model", [("albert_tiny", "albert"), ("electra_tiny", "electra"),
+                                            ("roformer_tiny", "roformer"), ("nezha_tiny", "nezha")])
+def test_google_to_hugging_face_and_back_is_bit_identical(tmp_path, fixture, model):
+    import tensorflow as tf
+
+    source = shared_path("fixtures", "bert4keras_families", fixture)
+    to_hf = convert(source / "model.ckpt", tmp_path / "hf", config_path=str(source / "config.json"), model=model)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == model
+    back = convert(tmp_path / "hf", tmp_path / "google")
+    assert to_hf["variables"] == back["variables"]
+    original, again = tf.train.load_checkpoint(str(source / "model.ckpt")), tf.train.load_checkpoint(back["weights"])
+    names = [name for name in again.get_variable_to_shape_map() if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    assert len(names) == to_hf["variables"]
+    for name in names:
+        np.testing.assert_array_equal(again.get_tensor(name), original.get_tensor(name), err_msg=name)
+
+
+# --- against transformers itself ------------------------------------------------------------------
+
+TOKENS = np.array([[2, 5, 7, 9, 11, 3], [2, 8, 6, 3, 0, 0]])
+SEGMENTS = np.array([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0]])
+REAL = TOKENS > 0
+
+
+def transformers_outputs(model, torch):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(TOKENS), token_type_ids=torch.tensor(SEGMENTS),
+                     attention_mask=torch.tensor(REAL.astype(np.int64)))
+
+
+@pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"nezha"}))
+def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
+    torch = pytest.importorskip("torch", reason="the [hf] extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the [hf] extra is not installed")
+    extra, flags, _, architecture = LAYOUTS[layout]
+    config_class = transformers.AutoConfig.for_model(extra["model_type"], **CONFIG,
+                                                     **{k: v for k, v in extra.items() if k != "model_type"})
+    torch.manual_seed(0)
+    reference = getattr(transformers, architecture)(config_class).eval()
+    reference.save_pretrained(tmp_path / "hf")
+    expected = transformers_outputs(reference, torch)
+
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
+    ours = model.predict([TOKENS, SEGMENTS], verbose=0)
+    if flags.get("with_pool"):
+        np.testing.assert_allclose(ours, expected.pooler_output.numpy(), atol=1e-4)
+    else:
+        logits = expected[0]
+        if flags.get("with_mlm"):
+            logits = torch.softmax(logits, -1)
+        elif flags.get("with_discriminator"):
+            logits = torch.sigmoid(logits)[..., None]
+        np.testing.assert_allclose(ours[REAL], logits.numpy()[REAL], atol=1e-4)
+
+    save_hf_weights(model, tmp_path / "kbert")
+    again, info = getattr(transformers, architecture).from_pretrained(tmp_path / "kbert", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    np.testing.assert_allclose(transformers_outputs(again.eval(), torch)[0].numpy()[REAL],
+                               expected[0].numpy()[REAL], atol=1e-6)
