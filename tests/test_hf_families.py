@@ -1,4 +1,4 @@
-"""Hugging Face safetensors of ALBERT, ELECTRA, RoFormer and NEZHA, both ways.
+"""Hugging Face safetensors of ALBERT, ELECTRA, RoFormer, NEZHA and GPT-2, both ways.
 
 Two kinds of test:
 
@@ -77,26 +77,36 @@ ALBERT_BACKBONE = {
         **linear("ffn", I, H), **linear("ffn_output", H, I)}.items()},
 }
 
-# family -> (config.json keys beyond CONFIG, builder flags, the Hugging Face tensors, the class).
+GPT2_CONFIG = {"model_type": "gpt2", "vocab_size": V, "n_embd": H, "n_layer": 2, "n_head": 2, "n_inner": I,
+               "n_positions": P, "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+               "attn_pdrop": 0.0}
+GPT2_BLOCKS = {f"h.{index}.{name}": shape for index in range(2) for name, shape in {
+    **layer_norm("ln_1"), "attn.c_attn.weight": (H, 3 * H), "attn.c_attn.bias": (3 * H,),  # Conv1D: [in, out]
+    "attn.c_proj.weight": (H, H), "attn.c_proj.bias": (H,), **layer_norm("ln_2"),
+    "mlp.c_fc.weight": (H, I), "mlp.c_fc.bias": (I,), "mlp.c_proj.weight": (I, H), "mlp.c_proj.bias": (H,)}.items()}
+
+# layout -> (config.json, builder flags, the Hugging Face tensors, the class).
 LAYOUTS = {
-    "albert": ({"model_type": "albert", "embedding_size": E, "hidden_act": "gelu_new"}, {"with_mlm": True},
+    "albert": ({**CONFIG, "model_type": "albert", "embedding_size": E, "hidden_act": "gelu_new"}, {"with_mlm": True},
                {**prefixed("albert", ALBERT_BACKBONE), "predictions.bias": (V,),
                 **linear("predictions.dense", E, H), **layer_norm("predictions.LayerNorm", E)},
                "AlbertForMaskedLM"),
-    "albert_pooler": ({"model_type": "albert", "embedding_size": E}, {"with_pool": True},
+    "albert_pooler": ({**CONFIG, "model_type": "albert", "embedding_size": E}, {"with_pool": True},
                       {**ALBERT_BACKBONE, **linear("pooler", H, H)}, "AlbertModel"),
-    "electra": ({"model_type": "electra", "embedding_size": E}, {"with_discriminator": True},
+    "electra": ({**CONFIG, "model_type": "electra", "embedding_size": E}, {"with_discriminator": True},
                 {**prefixed("electra", {**embeddings(E), **linear("embeddings_project", H, E), **bert_blocks()}),
                  **linear("discriminator_predictions.dense", H, H),
                  **linear("discriminator_predictions.dense_prediction", 1, H)},
                 "ElectraForPreTraining"),
-    "roformer": ({"model_type": "roformer"}, {"with_mlm": True},
+    "roformer": ({**CONFIG, "model_type": "roformer"}, {"with_mlm": True},
                  {**prefixed("roformer", {**embeddings(H, positions=False), **bert_blocks()}), **bert_mlm_head()},
                  "RoFormerForMaskedLM"),
-    "roformer_projected": ({"model_type": "roformer", "embedding_size": E}, {},
+    "roformer_projected": ({**CONFIG, "model_type": "roformer", "embedding_size": E}, {},
                            {**embeddings(E, positions=False), **linear("embeddings_project", H, E),
                             **bert_blocks()}, "RoFormerModel"),
-    "nezha": ({"model_type": "nezha", "max_relative_position": 64}, {"with_mlm": True, "with_nsp": True},
+    "gpt2": (GPT2_CONFIG, {}, prefixed("transformer", {"wte.weight": (V, H), "wpe.weight": (P, H), **GPT2_BLOCKS,
+                                                        **layer_norm("ln_f")}), "GPT2LMHeadModel"),
+    "nezha": ({**CONFIG, "model_type": "nezha", "max_relative_position": 64}, {"with_mlm": True, "with_nsp": True},
               {**prefixed("nezha", {**embeddings(H, positions=False), **bert_blocks(), **linear("pooler.dense", H, H)}),
                **bert_mlm_head(), **linear("cls.seq_relationship", 2, H)},
               "NezhaForPreTraining"),
@@ -110,9 +120,9 @@ def formula_tensors(names):
 
 
 def write_layout(directory, layout):
-    extra, _, names, architecture = LAYOUTS[layout]
+    config, _, names, architecture = LAYOUTS[layout]
     directory.mkdir()
-    (directory / "config.json").write_text(json.dumps({**CONFIG, **extra, "architectures": [architecture]}))
+    (directory / "config.json").write_text(json.dumps({**config, "architectures": [architecture]}))
     tensors = formula_tensors(names)
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     return tensors
@@ -123,11 +133,15 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     tensors = write_layout(tmp_path / "hf", layout)
     _, flags, _, architecture = LAYOUTS[layout]
     model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
-    # Linear weights are [out, in] in PyTorch's layout, [in, out] in Keras's.
-    query = next(name for name in tensors if name.endswith(("attention.self.query.weight", "attention.query.weight")))
+    # Linear weights are [out, in] in PyTorch's layout, [in, out] in Keras's; GPT-2's Conv1D is [in, out],
+    # its query the first third of c_attn.
     attention = "Transformer-MultiHeadSelfAttention" if "albert" in layout else "Transformer-0-MultiHeadSelfAttention"
-    variables = {variable.path: variable for variable in model.weights}
-    np.testing.assert_array_equal(variables[f"{attention}/query/kernel"].numpy(), tensors[query].T)
+    query = {variable.path: variable for variable in model.weights}[f"{attention}/query/kernel"].numpy()
+    if layout == "gpt2":
+        np.testing.assert_array_equal(query, tensors["transformer.h.0.attn.c_attn.weight"][:, :H])
+    else:
+        name = next(name for name in tensors if name.endswith(("self.query.weight", "attention.query.weight")))
+        np.testing.assert_array_equal(query, tensors[name].T)
     save_hf_weights(model, tmp_path / "out")
     written = load_file(str(tmp_path / "out" / "model.safetensors"))
     computed = {name for name in written if name.endswith("embed_positions.weight")}  # RoFormer's sinusoids
@@ -137,6 +151,9 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architectures"] == [architecture]
     assert config["model_type"] == LAYOUTS[layout][0]["model_type"]
+    again = build_transformer_model(tmp_path / "out" / "config.json", tmp_path / "out", **flags)
+    for a, b in zip(model.weights, again.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_roformer_sinusoids_are_hugging_faces(tmp_path):
@@ -169,11 +186,12 @@ def test_missing_tensor_is_named_and_nothing_is_loaded(tmp_path):
     ("inner_group_num", 2, "key 'inner_group_num': kbert, as bert4keras, builds ALBERT with one group"),
     ("rotary_value", True, "key 'rotary_value': kbert's RoFormer, as bert4keras's and the released RoFormer "
                            "models, rotates queries and keys only"),
+    ("layer_norm_epsilon", 1e-6, "key 'layer_norm_epsilon': bert4keras's GPT-2 normalises with ε 1e-05"),
 ])
 def test_hugging_face_keys_kbert_cannot_build_are_errors(tmp_path, key, value, message):
     from kbert import ConfigError
 
-    write_layout(tmp_path / "hf", "albert" if key == "inner_group_num" else "roformer")
+    write_layout(tmp_path / "hf", {"inner_group_num": "albert", "rotary_value": "roformer"}.get(key, "gpt2"))
     path = tmp_path / "hf" / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
     with pytest.raises(ConfigError, match=f"{path}: {message}"):
@@ -181,7 +199,8 @@ def test_hugging_face_keys_kbert_cannot_build_are_errors(tmp_path, key, value, m
 
 
 @pytest.mark.parametrize("fixture, model", [("albert_tiny", "albert"), ("electra_tiny", "electra"),
-                                            ("roformer_tiny", "roformer"), ("nezha_tiny", "nezha")])
+                                            ("roformer_tiny", "roformer"), ("nezha_tiny", "nezha"),
+                                            ("gpt2_tiny", "gpt2")])
 def test_google_to_hugging_face_and_back_is_bit_identical(tmp_path, fixture, model):
     import tensorflow as tf
 
@@ -189,7 +208,6 @@ def test_google_to_hugging_face_and_back_is_bit_identical(tmp_path, fixture, mod
     to_hf = convert(source / "model.ckpt", tmp_path / "hf", config_path=str(source / "config.json"), model=model)
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == model
     back = convert(tmp_path / "hf", tmp_path / "google")
-    assert to_hf["variables"] == back["variables"]
     original, again = tf.train.load_checkpoint(str(source / "model.ckpt")), tf.train.load_checkpoint(back["weights"])
     names = [name for name in again.get_variable_to_shape_map() if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
     assert len(names) == to_hf["variables"]
@@ -205,30 +223,28 @@ REAL = TOKENS > 0
 
 
 def transformers_outputs(model, torch):
+    segments = {} if model.config.model_type == "gpt2" else {"token_type_ids": torch.tensor(SEGMENTS)}
     with torch.no_grad():
-        return model(input_ids=torch.tensor(TOKENS), token_type_ids=torch.tensor(SEGMENTS),
-                     attention_mask=torch.tensor(REAL.astype(np.int64)))
+        return model(input_ids=torch.tensor(TOKENS), attention_mask=torch.tensor(REAL.astype(np.int64)), **segments)
 
 
 @pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"nezha"}))
 def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
     torch = pytest.importorskip("torch", reason="the [hf] extra (transformers, torch) is not installed")
     transformers = pytest.importorskip("transformers", reason="the [hf] extra is not installed")
-    extra, flags, _, architecture = LAYOUTS[layout]
-    config_class = transformers.AutoConfig.for_model(extra["model_type"], **CONFIG,
-                                                     **{k: v for k, v in extra.items() if k != "model_type"})
+    config, flags, _, architecture = LAYOUTS[layout]
     torch.manual_seed(0)
-    reference = getattr(transformers, architecture)(config_class).eval()
+    reference = getattr(transformers, architecture)(transformers.AutoConfig.for_model(**config)).eval()
     reference.save_pretrained(tmp_path / "hf")
     expected = transformers_outputs(reference, torch)
 
     model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
-    ours = model.predict([TOKENS, SEGMENTS], verbose=0)
+    ours = model.predict(TOKENS if layout == "gpt2" else [TOKENS, SEGMENTS], verbose=0)
     if flags.get("with_pool"):
         np.testing.assert_allclose(ours, expected.pooler_output.numpy(), atol=1e-4)
     else:
         logits = expected[0]
-        if flags.get("with_mlm"):
+        if flags.get("with_mlm") or layout == "gpt2":
             logits = torch.softmax(logits, -1)
         elif flags.get("with_discriminator"):
             logits = torch.sigmoid(logits)[..., None]

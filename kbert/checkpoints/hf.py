@@ -147,11 +147,11 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
     if os.path.isdir(path) or not path.endswith(".safetensors"):
         directory, path = path, os.path.join(path, WEIGHTS_NAME)
     family = family_of(model)
-    values = [(row.hf, value) for row, value in values_for(model, HF)]
+    values = _whole_tensors(values_for(model, HF))
     config = _config_of(model, family)
     if config is not None:
         values += list(family.hf_computed_tensors(config).items())
-    with_heads = any(name.startswith(family.hf_head_scopes) for name, _ in values)
+    with_heads = family.hf_with_heads([name for name, _ in values])
     unprefixed = family.hf_head_scopes + ("classifier.",)
     tensors: Dict[str, np.ndarray] = {}
     for name, value in values:
@@ -164,6 +164,18 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
         if vocab is not None:
             atomic_copy(vocab, os.path.join(directory, VOCAB_NAME))
     return path
+
+
+def _whole_tensors(values) -> list:
+    """(name, tensor) pairs, the slices of a fused tensor (GPT-2's `c_attn`) joined in order."""
+    whole, slices = [], {}
+    for row, value in values:
+        index, parts = row.hf_part
+        if parts == 1:
+            whole.append((row.hf, value))
+        else:
+            slices.setdefault(row.hf, [None] * parts)[index] = value
+    return whole + [(name, np.concatenate(pieces, axis=-1)) for name, pieces in slices.items()]
 
 
 def _config_of(model, family):

@@ -89,7 +89,7 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
         if name not in source.shapes:
             missing.append(row)
             continue
-        stored = tuple(source.shapes[name])
+        stored = _part_shape(row, source.fmt, tuple(source.shapes[name]))
         wanted = tuple(variable.shape)
         rows, note = _row_selection(row, stored, wanted, keep, len(compound), source)
         if note:
@@ -112,7 +112,7 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     for variable, value in values:
         variable.assign(value)
 
-    loaded = [row.name(source.fmt) for _, row, _ in plan]
+    loaded = list(dict.fromkeys(row.name(source.fmt) for _, row, _ in plan))  # GPT-2's c_attn feeds three
     used = set(loaded)
     report = LoadReport(source.path, loaded, sorted(n for n in source.shapes if n not in used), notes)
     for note in notes:
@@ -197,6 +197,14 @@ def _row_selection(row: WeightName, stored, wanted, keep, compound: int, source:
     return None, None
 
 
+def _part_shape(row: WeightName, fmt: str, stored: tuple) -> tuple:
+    """The shape of the row's slice of a stored tensor (the whole shape when it does not divide)."""
+    _, parts = row.part(fmt)
+    if parts == 1 or stored[-1] % parts:
+        return stored
+    return stored[:-1] + (stored[-1] // parts,)
+
+
 def _in_keras_layout(row: WeightName, fmt: str, shape: tuple) -> tuple:
     """A shape as stored in `fmt`, seen in the Keras layout (and back: the flip is its own inverse)."""
     return shape[::-1] if row.transposed(fmt) else shape
@@ -212,6 +220,10 @@ def _read(source: TensorSource, row: WeightName, rows, variable) -> np.ndarray:
         raise CheckpointError(f"{source.path}: cannot read {name}: {first_line(error)}") from None
     if rows is not None:
         value = value[rows]
+    index, parts = row.part(source.fmt)
+    if parts > 1:
+        width = value.shape[-1] // parts
+        value = value[..., index * width:(index + 1) * width]
     if row.transposed(source.fmt):
         value = value.T
     return np.asarray(value, dtype=variable.dtype)

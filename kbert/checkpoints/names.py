@@ -78,15 +78,15 @@ def weight_names_in(model, fmt: str) -> List[WeightName]:
     rows = weight_names(model)
     if fmt == HF:
         check_hf_names(family, f"model={family.name!r}", "Nothing was written")
-    seen: Dict[str, str] = {}
+    seen: Dict[Tuple[str, Tuple[int, int]], str] = {}
     for row in rows:
         name = row.name(fmt)
-        if name in seen:
+        if (name, row.part(fmt)) in seen:
             raise CheckpointError(
-                f"model={family.name!r}: {seen[name]} and {row.path} would both be {name}: the "
+                f"model={family.name!r}: {seen[name, row.part(fmt)]} and {row.path} would both be {name}: the "
                 f"checkpoint layout holds one block, this model one per layer; nothing was written. "
                 "Save it with model.save_weights or as a .keras file instead")
-        seen[name] = row.path
+        seen[name, row.part(fmt)] = row.path
     return rows
 
 
@@ -118,8 +118,15 @@ def known_names(fmt: str, num_layers: int, family=None) -> Dict[str, str]:
     """
     if family is None:
         family = get_family("bert")
-    return {row.name(fmt): row.path for layer in family.weight_layers(num_layers)
-            for row in family.layer_weights(layer) if row.name(fmt)}
+    paths: Dict[str, str] = {}
+    for layer in family.weight_layers(num_layers):
+        for row in family.layer_weights(layer):
+            name = row.name(fmt)
+            if name and row.part(fmt)[0] > 0:  # a slice of a tensor (GPT-2's c_attn): it names them all
+                paths[name] = f"{paths[name]} + {row.path}"
+            elif name:
+                paths[name] = row.path
+    return paths
 
 
 def family_named_by(names) -> str:
@@ -132,7 +139,7 @@ def family_named_by(names) -> str:
     use BERT's names. In Hugging Face's layout (names without the backbone's
     prefix): ALBERT's `albert_layer_groups`, RoFormer's `embed_positions`,
     ELECTRA's `embeddings_project` or `discriminator_predictions`, NEZHA's
-    `relative_positions_encoding`.
+    `relative_positions_encoding`, GPT-2's `wte`.
 
     >>> family_named_by(["shared/embedding", "decoder/logits/kernel", "encoder/rms_norm/scale"])
     'mt5.1.1'
@@ -160,6 +167,8 @@ def family_named_by(names) -> str:
 
 
 def _hf_family_named_by(names: List[str]) -> Optional[str]:
+    if "wte.weight" in names:
+        return "gpt2"
     if any(name.startswith("encoder.albert_layer_groups.") for name in names):
         return "albert"
     if "encoder.embed_positions.weight" in names:  # before ELECTRA's: RoFormer may project E to H too

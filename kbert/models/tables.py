@@ -37,6 +37,9 @@ class WeightName:
         google_transposed: Google stores the transpose of the Keras kernel.
         hf_transposed: Hugging Face stores the transpose (every Linear weight).
         axes: for each Keras axis, the config key that sets its size.
+        hf_part: `(i, n)`: the variable is the i-th of n equal slices of the
+            Hugging Face tensor's last axis (GPT-2's fused query/key/value
+            `c_attn`); `(0, 1)`: the whole tensor.
     """
 
     path: str
@@ -45,6 +48,7 @@ class WeightName:
     google_transposed: bool
     hf_transposed: bool
     axes: Tuple[str, ...]
+    hf_part: Tuple[int, int] = (0, 1)
 
     def name(self, fmt: str) -> Optional[str]:
         return self.google if fmt == GOOGLE else self.hf
@@ -55,6 +59,10 @@ class WeightName:
 
     def transposed(self, fmt: str) -> bool:
         return self.google_transposed if fmt == GOOGLE else self.hf_transposed
+
+    def part(self, fmt: str) -> Tuple[int, int]:
+        """`(i, n)`: which of n slices of the stored tensor's last axis the variable is."""
+        return (0, 1) if fmt == GOOGLE else self.hf_part
 
 
 # A Keras variable's last name -> the PyTorch parameter it is in Hugging Face's modules.

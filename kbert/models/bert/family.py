@@ -161,6 +161,10 @@ class BertFamily:
             return f"{self.hf_class}ForNextSentencePrediction"
         return f"{self.hf_class}Model"
 
+    def hf_with_heads(self, names: List[str]) -> bool:
+        """Whether tensors `names` are written as the task model (the backbone under `hf_prefix`)."""
+        return any(name.startswith(self.hf_head_scopes) for name in names)
+
     def hf_computed_tensors(self, config: BertConfig) -> Dict[str, np.ndarray]:
         """Tensors Hugging Face stores that kbert computes (RoFormer's sinusoids), by backbone name."""
         return {}

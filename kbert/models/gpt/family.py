@@ -13,13 +13,16 @@ as bert4keras builds them; they differ in where the norms are:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import List, Optional
 
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
 from kbert.models.config import BertConfig
-from kbert.models.tables import H, I, V, LayerParams, WeightName, dense, embedding, norm
+from kbert.models.gpt.config import GPT2_NORM_EPSILON, Gpt2Config
+from kbert.models.heads import Heads
+from kbert.models.tables import H, I, V, LayerParams, WeightName, dense, embedding, hf_suffix, norm
 
 
 class GptFamily(BertFamily):
@@ -36,6 +39,8 @@ class GptFamily(BertFamily):
     applications = ("lm",)
     default_application = "lm"
     knows_hf_names = False
+    hf_absent = ("Hugging Face's OpenAI GPT class adds segments through the token table, where bert4keras's GPT "
+                 "has a segment table of its own")
     lm_output = naming.LM_ACTIVATION
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
@@ -73,9 +78,31 @@ class Gpt2Family(GptFamily):
     """
 
     name = "gpt2"
-    model_type = "gpt2"
+    model_type = hf_model_type = "gpt2"
+    config_class = Gpt2Config
     graph = "kbert.models.gpt.graph:Gpt2Graph"
     takes_segments = False
+    knows_hf_names = True
+    hf_absent = None
+    hf_class = "GPT2"
+    hf_prefix = "transformer"
+    hf_head_scopes = ("lm_head.",)
+
+    def hf_architecture(self, heads: Heads) -> str:
+        return "GPT2LMHeadModel"  # the LM output is the token table's transpose: written under transformer.
+
+    def hf_with_heads(self, names) -> bool:
+        return True
+
+    def hf_config(self, config: BertConfig, heads: Heads) -> dict:
+        """Hugging Face's GPT-2 keys (`n_embd`, `n_layer`, ...; ε 1e-5 as bert4keras's GPT-2)."""
+        return {"model_type": "gpt2", "architectures": [self.hf_architecture(heads)],
+                "vocab_size": config.vocab_size, "n_embd": config.hidden_size, "n_layer": config.num_hidden_layers,
+                "n_head": config.num_attention_heads, "n_inner": config.intermediate_size,
+                "n_positions": config.max_position_embeddings, "activation_function": config.hidden_act,
+                "layer_norm_epsilon": GPT2_NORM_EPSILON, "resid_pdrop": config.hidden_dropout_prob,
+                "embd_pdrop": config.hidden_dropout_prob, "attn_pdrop": config.attention_probs_dropout_prob,
+                "initializer_range": config.initializer_range, "tie_word_embeddings": True}
 
     def block_params(self, config: BertConfig) -> List[LayerParams]:
         return super().block_params(config) + [
@@ -86,10 +113,38 @@ class Gpt2Family(GptFamily):
 
     def layer_weights(self, layer: str) -> List[WeightName]:
         if layer == naming.OUTPUT_NORM:
-            return [row.renamed(row.google) for row in norm(layer, "gpt/output/LayerNorm", "")]
-        # The norms come before their sub-layer: bert4keras names them input/LayerNorm.
-        return [row.renamed(row.google.replace("output/LayerNorm", "input/LayerNorm"))
-                for row in super().layer_weights(layer)]
+            rows = norm(layer, "gpt/output/LayerNorm", "")
+        else:
+            # The norms come before their sub-layer: bert4keras names them input/LayerNorm.
+            rows = [row.renamed(row.google.replace("output/LayerNorm", "input/LayerNorm"))
+                    for row in super().layer_weights(layer)]
+        return [_with_hf_gpt2_name(row) for row in rows]
+
+
+# Hugging Face's GPT-2 (`GPT2Model`): kbert layer -> its module. Conv1D stores Keras's [in, out];
+# the block's query, key and value are one fused `c_attn`, in that order.
+_HF_GPT2 = re.compile(r"Transformer-(\d+)-(MultiHeadSelfAttention|FeedForward)(-Norm)?/(\w+)/")
+_HF_GPT2_FIXED = {naming.EMBEDDING_TOKEN: "wte", naming.EMBEDDING_POSITION: "wpe", naming.OUTPUT_NORM: "ln_f"}
+_HF_GPT2_BLOCK = {("MultiHeadSelfAttention", "-Norm"): "ln_1", ("FeedForward", "-Norm"): "ln_2",
+                  ("MultiHeadSelfAttention", "output"): "attn.c_proj", ("FeedForward", "intermediate"): "mlp.c_fc",
+                  ("FeedForward", "output"): "mlp.c_proj"}
+_FUSED = ("query", "key", "value")
+
+
+def _with_hf_gpt2_name(row: WeightName) -> WeightName:
+    """A GPT-2 row with Hugging Face's name, layout (not transposed) and slice of `c_attn`."""
+    layer, suffix = row.path.split("/", 1)[0], hf_suffix(row)
+    if layer in _HF_GPT2_FIXED:
+        return dataclasses.replace(row, hf=f"{_HF_GPT2_FIXED[layer]}.{suffix}", hf_transposed=False)
+    match = _HF_GPT2.match(row.path + "/")
+    if match is None:  # a layer GPT-2 does not build (BERT's segment table)
+        return row.renamed(row.google)
+    index, sublayer, is_norm, part = match.groups()
+    if part in _FUSED:
+        return dataclasses.replace(row, hf=f"h.{index}.attn.c_attn.{suffix}", hf_transposed=False,
+                                   hf_part=(_FUSED.index(part), len(_FUSED)))
+    module = _HF_GPT2_BLOCK[sublayer, is_norm or part]
+    return dataclasses.replace(row, hf=f"h.{index}.{module}.{suffix}", hf_transposed=False)
 
 
 # GPT2-ML's block variables, by kbert layer suffix.

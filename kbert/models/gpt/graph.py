@@ -8,6 +8,7 @@ import keras
 
 from kbert.models import naming
 from kbert.models.bert.graph import BertGraph
+from kbert.models.gpt.config import GPT2_NORM_EPSILON
 
 
 class GptGraph(BertGraph):
@@ -33,7 +34,7 @@ class GptGraph(BertGraph):
 class Gpt2Graph(GptGraph):
     """GPT-2: token + position embeddings; pre-norm blocks; `Output-Norm` and `Output-Dropout` before the LM."""
 
-    norm_epsilon = 1e-5
+    norm_epsilon = GPT2_NORM_EPSILON
 
     def apply_embeddings(self, inputs):
         return self.apply_mapping(self.apply_positions(self.apply_token_and_segment(inputs)))
