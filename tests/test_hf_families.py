@@ -1,4 +1,4 @@
-"""Hugging Face safetensors of ALBERT, ELECTRA, RoFormer, NEZHA and GPT-2, both ways.
+"""Hugging Face safetensors of ALBERT, ELECTRA, RoFormer, NEZHA, GPT-2, T5 and mT5, both ways.
 
 Two kinds of test:
 
@@ -85,6 +85,27 @@ GPT2_BLOCKS = {f"h.{index}.{name}": shape for index in range(2) for name, shape 
     "attn.c_proj.weight": (H, H), "attn.c_proj.bias": (H,), **layer_norm("ln_2"),
     "mlp.c_fc.weight": (H, I), "mlp.c_fc.bias": (I,), "mlp.c_proj.weight": (I, H), "mlp.c_proj.bias": (H,)}.items()}
 
+MT5_CONFIG = {"model_type": "mt5", "vocab_size": V, "d_model": H, "d_kv": 4, "d_ff": I, "num_layers": 2,
+              "num_heads": 2, "feed_forward_proj": "gated-gelu", "dropout_rate": 0.0, "tie_word_embeddings": False,
+              "decoder_start_token_id": 0}
+INNER = 2 * 4  # heads · d_kv
+
+
+def t5_stack(stack, layers=2):
+    names = {f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight": (32, 2),
+             f"{stack}.final_layer_norm.weight": (H,)}
+    for index in range(layers):
+        scope = f"{stack}.block.{index}.layer"
+        attentions = ["SelfAttention"] + (["EncDecAttention"] if stack == "decoder" else [])
+        for number, attention in enumerate(attentions):
+            names.update({f"{scope}.{number}.{attention}.{part}.weight": (INNER, H) for part in "qkv"})
+            names.update({f"{scope}.{number}.{attention}.o.weight": (H, INNER), f"{scope}.{number}.layer_norm.weight": (H,)})
+        last = len(attentions)
+        names.update({f"{scope}.{last}.DenseReluDense.wi_0.weight": (I, H), f"{scope}.{last}.DenseReluDense.wi_1.weight": (I, H),
+                      f"{scope}.{last}.DenseReluDense.wo.weight": (H, I), f"{scope}.{last}.layer_norm.weight": (H,)})
+    return names
+
+
 # layout -> (config.json, builder flags, the Hugging Face tensors, the class).
 LAYOUTS = {
     "albert": ({**CONFIG, "model_type": "albert", "embedding_size": E, "hidden_act": "gelu_new"}, {"with_mlm": True},
@@ -106,6 +127,8 @@ LAYOUTS = {
                             **bert_blocks()}, "RoFormerModel"),
     "gpt2": (GPT2_CONFIG, {}, prefixed("transformer", {"wte.weight": (V, H), "wpe.weight": (P, H), **GPT2_BLOCKS,
                                                         **layer_norm("ln_f")}), "GPT2LMHeadModel"),
+    "mt5": (MT5_CONFIG, {}, {"shared.weight": (V, H), **t5_stack("encoder"), **t5_stack("decoder"),
+                             "lm_head.weight": (V, H)}, "MT5ForConditionalGeneration"),
     "nezha": ({**CONFIG, "model_type": "nezha", "max_relative_position": 64}, {"with_mlm": True, "with_nsp": True},
               {**prefixed("nezha", {**embeddings(H, positions=False), **bert_blocks(), **linear("pooler.dense", H, H)}),
                **bert_mlm_head(), **linear("cls.seq_relationship", 2, H)},
@@ -135,10 +158,14 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
     # Linear weights are [out, in] in PyTorch's layout, [in, out] in Keras's; GPT-2's Conv1D is [in, out],
     # its query the first third of c_attn.
-    attention = "Transformer-MultiHeadSelfAttention" if "albert" in layout else "Transformer-0-MultiHeadSelfAttention"
+    attention = {"albert": "Transformer-MultiHeadSelfAttention",
+                 "mt5": "Encoder-Transformer-0-MultiHeadSelfAttention"}.get(layout.split("_")[0],
+                                                                             "Transformer-0-MultiHeadSelfAttention")
     query = {variable.path: variable for variable in model.weights}[f"{attention}/query/kernel"].numpy()
     if layout == "gpt2":
         np.testing.assert_array_equal(query, tensors["transformer.h.0.attn.c_attn.weight"][:, :H])
+    elif layout == "mt5":
+        np.testing.assert_array_equal(query, tensors["encoder.block.0.layer.0.SelfAttention.q.weight"].T)
     else:
         name = next(name for name in tensors if name.endswith(("self.query.weight", "attention.query.weight")))
         np.testing.assert_array_equal(query, tensors[name].T)
@@ -187,11 +214,14 @@ def test_missing_tensor_is_named_and_nothing_is_loaded(tmp_path):
     ("rotary_value", True, "key 'rotary_value': kbert's RoFormer, as bert4keras's and the released RoFormer "
                            "models, rotates queries and keys only"),
     ("layer_norm_epsilon", 1e-6, "key 'layer_norm_epsilon': bert4keras's GPT-2 normalises with ε 1e-05"),
+    ("num_decoder_layers", 3, "key 'num_decoder_layers': kbert, as bert4keras, builds T5's decoder with as many "
+                              "blocks as its encoder \\(2\\), got 3"),
 ])
 def test_hugging_face_keys_kbert_cannot_build_are_errors(tmp_path, key, value, message):
     from kbert import ConfigError
 
-    write_layout(tmp_path / "hf", {"inner_group_num": "albert", "rotary_value": "roformer"}.get(key, "gpt2"))
+    write_layout(tmp_path / "hf", {"inner_group_num": "albert", "rotary_value": "roformer",
+                                   "num_decoder_layers": "mt5"}.get(key, "gpt2"))
     path = tmp_path / "hf" / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
     with pytest.raises(ConfigError, match=f"{path}: {message}"):
@@ -200,13 +230,13 @@ def test_hugging_face_keys_kbert_cannot_build_are_errors(tmp_path, key, value, m
 
 @pytest.mark.parametrize("fixture, model", [("albert_tiny", "albert"), ("electra_tiny", "electra"),
                                             ("roformer_tiny", "roformer"), ("nezha_tiny", "nezha"),
-                                            ("gpt2_tiny", "gpt2")])
+                                            ("gpt2_tiny", "gpt2"), ("t5_tiny", "t5.1.0"), ("t5_11_tiny", "t5.1.1")])
 def test_google_to_hugging_face_and_back_is_bit_identical(tmp_path, fixture, model):
     import tensorflow as tf
 
     source = shared_path("fixtures", "bert4keras_families", fixture)
     to_hf = convert(source / "model.ckpt", tmp_path / "hf", config_path=str(source / "config.json"), model=model)
-    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == model
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == model.split(".")[0]
     back = convert(tmp_path / "hf", tmp_path / "google")
     original, again = tf.train.load_checkpoint(str(source / "model.ckpt")), tf.train.load_checkpoint(back["weights"])
     names = [name for name in again.get_variable_to_shape_map() if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
@@ -228,7 +258,7 @@ def transformers_outputs(model, torch):
         return model(input_ids=torch.tensor(TOKENS), attention_mask=torch.tensor(REAL.astype(np.int64)), **segments)
 
 
-@pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"nezha"}))
+@pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"nezha", "mt5"}))
 def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
     torch = pytest.importorskip("torch", reason="the [hf] extra (transformers, torch) is not installed")
     transformers = pytest.importorskip("transformers", reason="the [hf] extra is not installed")
@@ -255,3 +285,45 @@ def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     np.testing.assert_allclose(transformers_outputs(again.eval(), torch)[0].numpy()[REAL],
                                expected[0].numpy()[REAL], atol=1e-6)
+
+
+@pytest.mark.parametrize("version", ["t5.1.0", "t5.1.1", "mt5"])
+def test_t5_outputs_and_greedy_decoding_are_transformers_both_ways(tmp_path, version):
+    """The decoder starts at id 0, as Hugging Face's T5 does; T5.1.1 and mT5 with their own LM head."""
+    torch = pytest.importorskip("torch", reason="the [hf] extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the [hf] extra is not installed")
+    from kbert import generate
+
+    options = {key: value for key, value in MT5_CONFIG.items() if key != "model_type"}
+    if version == "t5.1.0":
+        options.update(feed_forward_proj="relu", tie_word_embeddings=True)
+    config = transformers.AutoConfig.for_model("mt5" if version == "mt5" else "t5", **options)
+    torch.manual_seed(0)
+    reference = (transformers.MT5ForConditionalGeneration if version == "mt5"
+                 else transformers.T5ForConditionalGeneration)(config).eval()
+    if version != "t5.1.0":  # untied, as the released T5.1.1 and mT5 are
+        reference.lm_head.weight = torch.nn.Parameter(torch.randn(V, H) * 0.5)
+    reference.save_pretrained(tmp_path / "hf")
+    source, decoder = np.array([[5, 7, 9, 11, 1], [8, 6, 1, 0, 0]]), np.array([[0, 4, 12, 13], [0, 9, 3, 0]])
+    real = np.array([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=bool)
+
+    def reference_outputs(model):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor(source), attention_mask=torch.tensor(source > 0),
+                           decoder_input_ids=torch.tensor(decoder)).logits
+        return torch.softmax(logits, -1).numpy()
+
+    expected = reference_outputs(reference)
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf")
+    assert model.family == ("mt5.1.1" if version == "mt5" else version)
+    np.testing.assert_allclose(model.predict([source, decoder], verbose=0)[real], expected[real], atol=1e-4)
+    with torch.no_grad():
+        greedy = reference.generate(torch.tensor(source[:1]), max_new_tokens=6, do_sample=False, num_beams=1)
+    for use_cache in (True, False):
+        ours = generate(model, [source[0].tolist()], max_new_tokens=6, end_id=1, start_id=0, use_cache=use_cache)
+        assert [0] + ours[0] == greedy[0].tolist()[:len(ours[0]) + 1]
+
+    save_hf_weights(model, tmp_path / "kbert")
+    again, info = type(reference).from_pretrained(tmp_path / "kbert", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    np.testing.assert_allclose(reference_outputs(again.eval())[real], expected[real], atol=1e-6)

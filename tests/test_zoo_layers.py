@@ -1,7 +1,7 @@
 """Layer tests for the layers of RoFormer-v2, GPT-2 and T5: T5's relative position bias and its attention,
 the RMS norm, the gated feed-forward, the output scale, RoFormer-v2's initializer, and the conditional
-layer norm of `layer_norm_cond` (values against NumPy written from the papers, masks, get_config, .keras
-with safe_mode)."""
+layer norm of `layer_norm_cond`, and the Dropout that ends the padding mask in a Hugging Face T5 decoder
+(values against NumPy written from the papers, masks, get_config, .keras with safe_mode)."""
 
 import math
 
@@ -10,7 +10,7 @@ import pytest
 
 import keras
 from kbert.layers import (DepthScaledTruncatedNormal, FeedForward, MultiHeadSelfAttention, RMSNormalization, Scale,
-                          T5RelativePositionBias)
+                          T5RelativePositionBias, UnmaskingDropout)
 
 IDS = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 0, 0, 0, 0]])  # id 0 is padding
 
@@ -126,6 +126,26 @@ def test_scale_multiplies_keeps_the_mask_and_round_trips(tmp_path):
     np.testing.assert_allclose(model.predict(IDS, verbose=0), model.layers[1](IDS).numpy() * 0.25)
     loaded = round_trip(model, tmp_path / "scale.keras")
     np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
+
+
+def test_unmasking_dropout_ends_the_mask_and_round_trips(tmp_path):
+    """Every key is attended to after it (id 0 included); Keras's Dropout would pass the mask on."""
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    attention = MultiHeadSelfAttention(num_heads=2, head_size=4, output_dim=8, name="attention")
+    unmasked = UnmaskingDropout(0.5, name="unmasking")(hidden)
+    model = keras.Model(tokens, [attention([unmasked] * 3), attention([keras.layers.Dropout(0.5)(hidden)] * 3)])
+    assert model.get_layer("unmasking").get_config()["rate"] == 0.5
+    open_keys, masked_keys = model.predict(IDS, verbose=0)
+    assert open_keys.shape == masked_keys.shape == (2, 6, 8)
+    # The rows differ only where a padded key was hidden from them: every row of the second sequence.
+    assert not np.allclose(open_keys[1], masked_keys[1])
+    np.testing.assert_allclose(model.predict(IDS[:, :4] + 1, verbose=0)[0], model.predict(IDS[:, :4] + 1, verbose=0)[1],
+                               atol=1e-6)
+    loaded = round_trip(model, tmp_path / "unmasking.keras")
+    assert isinstance(loaded.get_layer("unmasking"), UnmaskingDropout)
+    for a, b in zip(loaded.predict(IDS, verbose=0), (open_keys, masked_keys)):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("shape, fan", [((512, 128), 512), ((20000, 64), 64), ((2, 64), 64)])

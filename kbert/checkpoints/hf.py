@@ -12,6 +12,7 @@ stored transposed (`[out, in]`); each family's weight table
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Dict, Optional, Sequence
 
@@ -25,6 +26,7 @@ from kbert.models import naming
 from kbert.models.heads import Heads
 from kbert.models.tables import HF
 
+logger = logging.getLogger("kbert")
 WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME = "model.safetensors", "config.json", "vocab.txt"
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
            "I64": "int64", "I32": "int32", "U8": "uint8", "BOOL": "bool"}
@@ -88,10 +90,10 @@ def _refuse_roberta_layout(path: str, names) -> None:
                 model_type = json.load(handle).get("model_type")
         except (OSError, ValueError, AttributeError):
             model_type = None  # the config is checked, with its own errors, where it is read
-    prefixed = any(name.startswith(("roberta.", "lm_head.")) for name in names)
+    prefixed = any(name.startswith(("roberta.", "lm_head.dense.")) for name in names)  # not T5's lm_head.weight
     if model_type in _ROBERTA_TYPES or prefixed:
         found = f"model_type {model_type!r} in {config_path}" if model_type in _ROBERTA_TYPES \
-            else "tensors named roberta.* / lm_head.*"
+            else "tensors named roberta.* / lm_head.dense.*"
         raise CheckpointError(
             f"{path}: Hugging Face's RoBERTa layout ({found}): its positions start at 2 and its <s> is token 0, "
             "which kbert, as bert4keras, masks as padding, so the outputs would be wrong. Nothing was loaded. "
@@ -161,6 +163,8 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
         save_file(tensors, temporary, metadata={"format": "pt"})
     if directory is not None and config is not None:
         _write_hf_config(model, family, config, directory)
+    for difference in family.hf_differences(config) if config is not None else []:
+        logger.warning("%s: transformers will compute otherwise than this kbert model: %s", path, difference)
         if vocab is not None:
             atomic_copy(vocab, os.path.join(directory, VOCAB_NAME))
     return path

@@ -45,15 +45,16 @@ def weight_names(model) -> List[WeightName]:
 def hf_families() -> List[str]:
     """The families whose Hugging Face safetensors kbert reads and writes.
 
-    >>> hf_families()
-    ['bert', 'roberta', 'albert', 'albert_unshared', 'nezha', 'roformer', 'electra']
+    >>> [name for name in ("albert", "gpt2", "gpt2_ml", "mt5.1.1", "mt5.1.1_decoder") if name in hf_families()]
+    ['albert', 'gpt2', 'mt5.1.1']
     """
     return [name for name in FAMILIES if get_family(name).knows_hf_names]
 
 
 def hf_prefixes() -> Tuple[str, ...]:
     """The backbones' scopes in Hugging Face's task models (`bert.`, `albert.`, ...)."""
-    return tuple(dict.fromkeys(f"{get_family(name).hf_prefix}." for name in hf_families()))
+    return tuple(dict.fromkeys(f"{get_family(name).hf_prefix}." for name in hf_families()
+                               if get_family(name).hf_prefix))
 
 
 def check_hf_names(family, context: str, outcome: str) -> None:
@@ -169,6 +170,9 @@ def family_named_by(names) -> str:
 def _hf_family_named_by(names: List[str]) -> Optional[str]:
     if "wte.weight" in names:
         return "gpt2"
+    if "shared.weight" in names and any(name.startswith("encoder.block.") for name in names):
+        wi_0 = any(".DenseReluDense.wi_0." in name for name in names)
+        return "t5.1.1" if wi_0 else "t5.1.0"
     if any(name.startswith("encoder.albert_layer_groups.") for name in names):
         return "albert"
     if "encoder.embed_positions.weight" in names:  # before ELECTRA's: RoFormer may project E to H too

@@ -83,7 +83,8 @@ class _CachedApply:
             call = self.step.cross_calls
             self.step.cross_calls += 1
             source = self.step.state["source"][:, None, :]
-            return layer.attend_to(inputs[0], self.step.state["cross"][call], source, inputs[-1])
+            bias = inputs[-1] if layer.position_encoding else None  # bert4keras's cross_position_bias
+            return layer.attend_to(inputs[0], self.step.state["cross"][call], source, bias)
         if isinstance(layer, MultiHeadSelfAttention):
             call = self.step.calls
             self.step.calls += 1

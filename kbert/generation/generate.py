@@ -139,8 +139,9 @@ class CachedEngine(_Engine):
             self.lengths = self.lengths[parents]
         positions = self.lengths[:, None]
         allowed = self.slots[None, None, :] <= positions[:, :, None]
-        if self.start_id == 0:
-            # T5's start id 0 is its padding id: the model hides it from every later token, as bert4keras's does.
+        if self.start_id == 0 and self.graph.config.decoder_mask_zero:
+            # T5's start id 0 is its padding id: the model hides it from every later token, as bert4keras's does
+            # (Hugging Face's does not: `decoder_mask_zero` false).
             allowed[:, :, 0] = False
         outputs, self.state = self.graph.step(
             tf.constant(np.asarray(tokens, np.int32)[:, None]),

@@ -11,7 +11,8 @@ BERT's layer names: the model builders give the names.
 - `heads`: `TakeToken`, `BiasAdd`, `Scale`
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
-- `masks`: `AttentionMask` (the `lm` and `unilm` applications)
+- `masks`: `AttentionMask` (the `lm` and `unilm` applications), `UnmaskingDropout`
+  (Hugging Face's T5 decoder)
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
   and its `Sinusoidal` initializer (NEZHA), `T5RelativePositionBias` and `t5_buckets` (T5)
 - `rotary`: `sinusoidal_positions`, `apply_rotary`
@@ -27,7 +28,7 @@ from kbert.layers.feed_forward import FeedForward
 from kbert.layers.heads import BiasAdd, Scale, TakeToken
 from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
-from kbert.layers.masks import AttentionMask
+from kbert.layers.masks import AttentionMask, UnmaskingDropout
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
                                    T5RelativePositionBias, t5_buckets)
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
@@ -36,6 +37,6 @@ __all__ = ["AttentionMask", "BiasAdd", "ConditionalLayerNormalization", "Conditi
            "DepthScaledTruncatedNormal",
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MultiHeadSelfAttention",
            "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "Scale", "Sinusoidal",
-           "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakeToken", "TokenEmbedding", "ViterbiDecoder",
+           "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakeToken", "TokenEmbedding", "UnmaskingDropout", "ViterbiDecoder",
            "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh", "get_activation", "sinusoidal_positions",
            "t5_buckets", "viterbi_decode"]

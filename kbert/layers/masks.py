@@ -58,3 +58,29 @@ class AttentionMask(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "kind": self.kind}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class UnmaskingDropout(keras.layers.Dropout):
+    """Keras's `Dropout`, ending the padding mask it receives: later layers see every position.
+
+    For a Hugging Face T5 decoder (`decoder_mask_zero=False`): its start token
+    is id 0, which the shared token embedding masks as padding, and Hugging
+    Face's decoder hides no token.
+
+    Args:
+        rate: as for `keras.layers.Dropout`.
+        **kwargs: as for `keras.layers.Dropout`.
+
+    Example:
+    >>> x, mask = ops.ones((1, 3, 2)), ops.convert_to_tensor([[True, True, False]])
+    >>> keras.layers.Dropout(0.1).compute_mask(x, mask) is mask, UnmaskingDropout(0.1).compute_mask(x, mask)
+    (True, None)
+    """
+
+    def call(self, inputs, training=False):
+        # Out of training Dropout returns its input itself, which carries the mask along: a copy does not.
+        return ops.copy(super().call(inputs, training=training))
+
+    def compute_mask(self, inputs, mask=None):
+        return None

@@ -22,6 +22,7 @@ from kbert.io import atomic_write_text
 # "gelu" in Google's and Hugging Face's code is the exact (erf) form.
 ACTIVATIONS = {
     "gelu": "gelu",
+    "gelu_python": "gelu",
     "gelu_new": "gelu_tanh",
     "gelu_tanh": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",

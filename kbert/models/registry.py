@@ -95,6 +95,8 @@ def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -
     model_type = values.get("model_type") if isinstance(values, Mapping) else None
     if model_type is None:
         return model or "bert"
+    if model_type == "t5" and str(values.get("feed_forward_proj", "")).startswith("gated"):
+        model_type = "t5.1.1"  # Hugging Face's T5.1.1: model_type "t5" with the gated feed-forward
     # One name per model_type: albert_unshared reads ALBERT's configs; "t5" is "t5.1.0"'s alias.
     by_type = {get_family(name).model_type: name for name in FAMILIES if name != "albert_unshared"}
     if model_type not in by_type:
@@ -102,7 +104,7 @@ def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -
                           f"got {model_type!r}")
     if model is None:
         return by_type[model_type]
-    if get_family(model).model_type != model_type:
+    if get_family(model).model_type.split("_")[0] != model_type:  # a stack alone reads its model's config
         raise ConfigError(f"{source}: key 'model_type' is {model_type!r} but model={model!r} was asked "
                           f"for; pass model={by_type[model_type]!r}, or remove 'model_type' from the config")
     return model

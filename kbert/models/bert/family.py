@@ -165,6 +165,10 @@ class BertFamily:
         """Whether tensors `names` are written as the task model (the backbone under `hf_prefix`)."""
         return any(name.startswith(self.hf_head_scopes) for name in names)
 
+    def hf_differences(self, config: BertConfig) -> List[str]:
+        """How `transformers` would compute otherwise than this model, for a warning (T5's)."""
+        return []
+
     def hf_computed_tensors(self, config: BertConfig) -> Dict[str, np.ndarray]:
         """Tensors Hugging Face stores that kbert computes (RoFormer's sinusoids), by backbone name."""
         return {}

@@ -16,7 +16,8 @@ from typing import List
 
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
-from kbert.models.t5.config import T5Config
+from kbert.models.heads import Heads
+from kbert.models.t5.config import NORM_EPSILON, T5Config, hf_feed_forward
 from kbert.models.tables import H, I, V, LayerParams, WeightName
 
 ENCODER, DECODER = "Encoder", "Decoder"
@@ -43,8 +44,14 @@ DECODER_OUTPUT_LM = "Decoder-Output-LM"  # T5.1.1's own LM kernel
 DECODER_OUTPUT_LM_ACTIVATION = "Decoder-Output-LM-Activation"  # T5.1.0's tied LM output
 
 
-def _weight(path: str, google: str, axes, transposed: bool = False) -> WeightName:
-    return WeightName(path, google, None, transposed, False, tuple(axes))
+def _weight(path: str, google: str, hf: str, axes, google_transposed: bool = False,
+            hf_transposed: bool = False) -> WeightName:
+    return WeightName(path, google, hf, google_transposed, hf_transposed, tuple(axes))
+
+
+def _kernel(path: str, google: str, hf: str, axes) -> WeightName:
+    """A projection's kernel: Google's T5 stores Keras's [in, out], Hugging Face PyTorch's [out, in]."""
+    return _weight(f"{path}/kernel", google, f"{hf}.weight", axes, hf_transposed=True)
 
 
 class T5Family(BertFamily):
@@ -67,7 +74,7 @@ class T5Family(BertFamily):
     graph = "kbert.models.t5.graph:T5Graph"
     heads = ()
     applications = ("encoder",)
-    knows_hf_names = False
+    hf_prefix = None
     takes_segments = False
     conditional_norms = False
     residual_scores = False
@@ -123,20 +130,23 @@ class T5Family(BertFamily):
         return layers + [DECODER_OUTPUT_LM]
 
     def layer_weights(self, layer: str) -> List[WeightName]:
+        """Google's names (`encoder/block_000/layer_000/…`) and Hugging Face's (`encoder.block.0.layer.0.…`)."""
         norm = "rms_norm" if self.version == "mt5.1.1" else "layer_norm"
         final_norm = "rms_norm" if self.version == "mt5.1.1" else "final_layer_norm"
         if layer == naming.EMBEDDING_TOKEN:
-            return [_weight(f"{layer}/embeddings", "shared/embedding", (V, H))]
+            return [_weight(f"{layer}/embeddings", "shared/embedding", "shared.weight", (V, H))]
         if layer == DECODER_OUTPUT_LM:
-            return [_weight(f"{layer}/kernel", "decoder/logits/kernel", (H, V))]
+            return [_kernel(layer, "decoder/logits/kernel", "lm_head", (H, V))]
         for stack in (ENCODER, DECODER):
             scope = stack.lower()
             if layer == relative_position(stack):
                 return [_weight(f"{layer}/embeddings", f"{scope}/block_000/layer_000/SelfAttention/"
-                                "relative_attention_bias", ("relative_attention_num_buckets", "num_attention_heads"),
-                                transposed=True)]
+                                "relative_attention_bias", f"{scope}.block.0.layer.0.SelfAttention."
+                                "relative_attention_bias.weight",
+                                ("relative_attention_num_buckets", "num_attention_heads"), google_transposed=True)]
             if layer == output_norm(stack):
-                return [_weight(f"{layer}/scale", f"{scope}/{final_norm}/scale", (H,))]
+                return [_weight(f"{layer}/scale", f"{scope}/{final_norm}/scale", f"{scope}.final_layer_norm.weight",
+                                (H,))]
         match = _BLOCK.fullmatch(layer)
         if match is None:
             return []
@@ -144,18 +154,59 @@ class T5Family(BertFamily):
         sublayer_index = {SELF_ATTENTION: 0, CROSS_ATTENTION: 1,
                           naming.FEED_FORWARD: 1 if stack == ENCODER else 2}[sublayer]
         scope = f"{stack.lower()}/block_{int(index):03d}/layer_{sublayer_index:03d}"
+        hf = f"{stack.lower()}.block.{int(index)}.layer.{sublayer_index}"
         if is_norm:
-            return [_weight(f"{layer}/scale", f"{scope}/{norm}/scale", (H,))]
+            return [_weight(f"{layer}/scale", f"{scope}/{norm}/scale", f"{hf}.layer_norm.weight", (H,))]
         if sublayer == naming.FEED_FORWARD:
             inner = [("intermediate", "wi_0"), ("gate", "wi_1")] if self.version != "t5.1.0" \
                 else [("intermediate", "wi")]
-            return ([_weight(f"{layer}/{part}/kernel", f"{scope}/DenseReluDense/{name}/kernel", (H, I))
-                     for part, name in inner]
-                    + [_weight(f"{layer}/output/kernel", f"{scope}/DenseReluDense/wo/kernel", (I, H))])
+            return ([_kernel(f"{layer}/{part}", f"{scope}/DenseReluDense/{name}/kernel", f"{hf}.DenseReluDense.{name}",
+                             (H, I)) for part, name in inner]
+                    + [_kernel(f"{layer}/output", f"{scope}/DenseReluDense/wo/kernel", f"{hf}.DenseReluDense.wo",
+                               (I, H))])
         attention = "SelfAttention" if sublayer == SELF_ATTENTION else "EncDecAttention"
-        return [_weight(f"{layer}/{part}/kernel", f"{scope}/{attention}/{name}", axes)
+        return [_kernel(f"{layer}/{part}", f"{scope}/{attention}/{name}", f"{hf}.{attention}.{name}", axes)
                 for part, name, axes in (("query", "q", (H, INNER)), ("key", "k", (H, INNER)),
                                          ("value", "v", (H, INNER)), ("output", "o", (INNER, H)))]
+
+    # --- Hugging Face's classes and config ------------------------------------------------
+    def hf_architecture(self, heads: Heads) -> str:
+        stem = "MT5" if self.version == "mt5.1.1" else "T5"
+        return f"{stem}EncoderModel" if self.part == "encoder" else f"{stem}ForConditionalGeneration"
+
+    def hf_with_heads(self, names: List[str]) -> bool:
+        return False  # T5's names have no backbone prefix: `shared`, `encoder.…`, `decoder.…`, `lm_head`
+
+    def hf_config(self, config: T5Config, heads: Heads) -> dict:
+        """Hugging Face's T5 keys. What they cannot say (bert4keras's position bias in the
+        cross-attention, its hidden start token) is kept in kbert's own keys beside them, and
+        `save_hf_weights` warns that `transformers` computes otherwise."""
+        return {"model_type": "mt5" if self.version == "mt5.1.1" else "t5",
+                "architectures": [self.hf_architecture(heads)], "vocab_size": config.vocab_size,
+                "d_model": config.hidden_size, "d_kv": config.head_size, "d_ff": config.intermediate_size,
+                "num_layers": config.num_hidden_layers, "num_decoder_layers": config.num_hidden_layers,
+                "num_heads": config.num_attention_heads,
+                "relative_attention_num_buckets": config.relative_attention_num_buckets,
+                "relative_attention_max_distance": 128, "dropout_rate": config.hidden_dropout_prob,
+                "layer_norm_epsilon": NORM_EPSILON, "feed_forward_proj": hf_feed_forward(config),
+                "tie_word_embeddings": self.version == "t5.1.0",
+                "scale_decoder_outputs": config.scale_decoder_outputs,
+                "cross_position_bias": config.cross_position_bias, "decoder_mask_zero": config.decoder_mask_zero,
+                "is_encoder_decoder": True, "pad_token_id": 0, "decoder_start_token_id": 0, "eos_token_id": 1}
+
+    def hf_differences(self, config: T5Config) -> List[str]:
+        """How `transformers` would compute otherwise than this model."""
+        differences = []
+        if config.cross_position_bias and self.part != "encoder":
+            differences.append("its cross-attention has no relative position bias (bert4keras's has)")
+        if config.decoder_mask_zero and self.part != "encoder":
+            differences.append("its decoder does not hide tokens of id 0, T5's start token (bert4keras's does)")
+        if config.scale_decoder_outputs and self.version == "mt5.1.1" and self.part != "encoder":
+            differences.append("its mT5 does not scale the decoder's output by H^(-1/2) (bert4keras's does)")
+        elif config.scale_decoder_outputs and self.version == "t5.1.1" and self.part != "encoder":
+            differences.append("before 5.0 it does not scale an untied decoder's output by H^(-1/2) "
+                               "(bert4keras's does)")
+        return differences
 
 
 class T5EncoderFamily(T5Family):
@@ -172,6 +223,8 @@ class T5DecoderFamily(T5Family):
     name = "t5.1.0_decoder"
     model_type = "t5_decoder"
     part = "decoder"
+    knows_hf_names = False
+    hf_absent = "Hugging Face's transformers has no class for T5's decoder alone on a context input"
 
 
 class T511Family(T5Family):
@@ -196,6 +249,8 @@ class T511DecoderFamily(T511Family):
     name = "t5.1.1_decoder"
     model_type = "t5.1.1_decoder"
     part = "decoder"
+    knows_hf_names = False
+    hf_absent = T5DecoderFamily.hf_absent
 
 
 class Mt5Family(T511Family):
@@ -220,3 +275,5 @@ class Mt5DecoderFamily(Mt5Family):
     name = "mt5.1.1_decoder"
     model_type = "mt5_decoder"
     part = "decoder"
+    knows_hf_names = False
+    hf_absent = T5DecoderFamily.hf_absent

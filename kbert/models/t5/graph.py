@@ -20,8 +20,9 @@ from __future__ import annotations
 import keras
 
 from kbert.layers import (AttentionMask, FeedForward, MultiHeadSelfAttention, RMSNormalization, Scale,
-                          T5RelativePositionBias, TokenEmbedding, get_activation)
+                          T5RelativePositionBias, TokenEmbedding, UnmaskingDropout, get_activation)
 from kbert.models import naming
+from kbert.models.t5.config import NORM_EPSILON
 from kbert.models.t5.family import (CROSS_ATTENTION, DECODER, DECODER_OUTPUT_LM, DECODER_OUTPUT_LM_ACTIVATION,
                                     ENCODER, SELF_ATTENTION, block, output_norm, relative_position)
 from kbert.models.transformer import TransformerGraph, id_model
@@ -29,7 +30,6 @@ from kbert.models.transformer import TransformerGraph, id_model
 ENCODER_INPUT = "Encoder-Input-Token"
 DECODER_INPUT = "Decoder-Input-Token"
 CONTEXT_INPUT = "Input-Context"
-NORM_EPSILON = 1e-6  # T5's, and bert4keras's for T5
 
 
 class T5Graph(TransformerGraph):
@@ -75,14 +75,17 @@ class T5Graph(TransformerGraph):
 
     def run_decoder(self, context, token_ids):
         self.position_bias = None
-        x = self.apply(self.embed(token_ids), keras.layers.Dropout, "Decoder-Embedding-Dropout",
+        # Hugging Face's decoder hides no token: its Dropout ends the embedding's padding mask there.
+        dropout = keras.layers.Dropout if self.config.decoder_mask_zero else UnmaskingDropout
+        x = self.apply(self.embed(token_ids), dropout, "Decoder-Embedding-Dropout",
                        rate=self.config.hidden_dropout_prob)
         if self.attention_mask is None:  # made once from the decoder ids, as bert4keras's LM mask
             self.attention_mask = self.apply(token_ids, AttentionMask, naming.ATTENTION_LM_MASK, kind="lm")
         for index in range(self.config.num_hidden_layers):
             x = self.apply_block(DECODER, index, x, context)
         x = self.apply_output(DECODER, x)
-        x = self.apply(x, Scale, "Decoder-Output-Scale", factor=self.config.hidden_size ** -0.5)
+        scale = self.config.hidden_size ** -0.5 if self.config.scale_decoder_outputs else 1.0
+        x = self.apply(x, Scale, "Decoder-Output-Scale", factor=scale)
         return self.apply_lm(x)
 
     def embed(self, token_ids):
@@ -97,8 +100,10 @@ class T5Graph(TransformerGraph):
         x = self.apply_sublayer(block(stack, index, SELF_ATTENTION), x,
                                 lambda y, name: self.attend([y, y, y] + mask + [self_bias], name, bool(mask)))
         if stack == DECODER:
+            biases = [cross_bias] if self.config.cross_position_bias else []
             x = self.apply_sublayer(block(stack, index, CROSS_ATTENTION), x,
-                                    lambda y, name: self.attend([y, context, context, cross_bias], name, False))
+                                    lambda y, name: self.attend([y, context, context] + biases, name, False,
+                                                                bool(biases)))
         return self.apply_sublayer(block(stack, index, naming.FEED_FORWARD), x, self.feed_forward)
 
     def apply_sublayer(self, name: str, x, sublayer):
@@ -107,11 +112,12 @@ class T5Graph(TransformerGraph):
         y = self.apply(y, keras.layers.Dropout, f"{name}-Dropout", rate=self.config.hidden_dropout_prob)
         return self.apply([x, y], keras.layers.Add, f"{name}-Add")
 
-    def attend(self, inputs, name: str, use_attention_mask: bool):
+    def attend(self, inputs, name: str, use_attention_mask: bool, position_bias: bool = True):
         config = self.config
         return self.apply(inputs, MultiHeadSelfAttention, name, num_heads=config.num_attention_heads,
                           head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
-                          kernel_initializer=self.initializer(), position_encoding="t5_relative",
+                          kernel_initializer=self.initializer(),
+                          position_encoding="t5_relative" if position_bias else None,
                           use_attention_mask=use_attention_mask, use_bias=False, scale=False,
                           output_dim=config.hidden_size)
 
@@ -129,7 +135,7 @@ class T5Graph(TransformerGraph):
                            num_heads=self.config.num_attention_heads, bidirectional=stack == ENCODER,
                            embeddings_initializer=self.initializer())
             self_bias = self.apply([x, x], T5RelativePositionBias, relative_position(stack), **options)
-            cross_bias = None if context is None else \
+            cross_bias = None if context is None or not self.config.cross_position_bias else \
                 self.apply([x, context], T5RelativePositionBias, relative_position(stack), **options)
             self.position_bias = (self_bias, cross_bias)
         return self.position_bias
