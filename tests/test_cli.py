@@ -205,6 +205,24 @@ def test_predict_evaluate_export_in_bf16(trained_model, tmp_path):
     assert result.returncode == 0 and result.stdout.split() == ["bfloat16", "float32"], result.stderr[-2000:]
 
 
+def test_train_reads_a_hugging_face_directory_as_its_vocabulary(tmp_path):
+    """`--vocab` a model directory with only Hugging Face's tokenizer.json: the model keeps a vocab.txt."""
+    tokens = shared_path("vocab", "chinese_vocab.txt").read_text(encoding="utf-8").rstrip("\n").split("\n")
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "tokenizer.json").write_text(json.dumps(
+        {"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {token: index for index, token in enumerate(tokens)}}}),
+        encoding="utf-8")
+    lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.data").write_text("\n".join(lines[:64]) + "\n", encoding="utf-8")
+    result = kbert("train", "--config", CONFIGS / "bert_tiny.json", "--vocab", tmp_path / "hub", "--train",
+                   tmp_path / "train.data", "--epochs", 1, "--maxlen", 16, "--out", tmp_path / "model")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "model" / "vocab.txt").read_text(encoding="utf-8").rstrip("\n").split("\n") == tokens
+    (tmp_path / "review.txt").write_text("房间很干净\n", encoding="utf-8")
+    result = kbert("predict", "--model", tmp_path / "model", tmp_path / "review.txt")
+    assert result.returncode == 0, result.stderr
+
+
 def test_train_bad_data_exit_2(tmp_path):
     from conftest import shared_path
     (tmp_path / "train.csv").write_text("sentence2,label\nok,1\n", encoding="utf-8")

@@ -44,7 +44,7 @@ def test_round_trip(tmp_path):
     ({"vocab_size": "21128"}, "key 'vocab_size': expected a positive integer, got '21128'"),
     ({"num_attention_heads": 7}, "key 'num_attention_heads': 7 does not divide hidden_size 768"),
     ({"hidden_act": "mish"}, "key 'hidden_act': unsupported activation 'mish'; expected one of "
-     "gelu, gelu_new, gelu_pytorch_tanh, gelu_tanh, relu, silu, swish, tanh"),
+     "gelu, gelu_new, gelu_python, gelu_pytorch_tanh, gelu_tanh, relu, silu, swish, tanh"),
     ({"hidden_dropout_prob": 1.0}, "key 'hidden_dropout_prob': expected a number in [0, 1), got 1.0"),
     ({"embedding_size": 0}, "key 'embedding_size': expected a positive integer, got 0"),
 ])

@@ -169,7 +169,9 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     else:
         name = next(name for name in tensors if name.endswith(("self.query.weight", "attention.query.weight")))
         np.testing.assert_array_equal(query, tensors[name].T)
-    save_hf_weights(model, tmp_path / "out")
+    vocab = shared_path("vocab", "chinese_vocab.txt")
+    save_hf_weights(model, tmp_path / "out", vocab=vocab)
+    assert (tmp_path / "out" / "vocab.txt").read_bytes() == vocab.read_bytes()
     written = load_file(str(tmp_path / "out" / "model.safetensors"))
     computed = {name for name in written if name.endswith("embed_positions.weight")}  # RoFormer's sinusoids
     assert set(written) - computed == set(tensors)

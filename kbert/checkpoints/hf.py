@@ -27,7 +27,8 @@ from kbert.models.heads import Heads
 from kbert.models.tables import HF
 
 logger = logging.getLogger("kbert")
-WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME = "model.safetensors", "config.json", "vocab.txt"
+WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, SENTENCEPIECE_NAME = (
+    "model.safetensors", "config.json", "vocab.txt", "spiece.model")
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
            "I64": "int64", "I32": "int32", "U8": "uint8", "BOOL": "bool"}
 
@@ -136,8 +137,9 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
 
     `path` is a `.safetensors` file, or a directory. A directory also receives
     `config.json` (Hugging Face's keys, `model_type`, and the class in
-    `architectures`) and, given `vocab`, a copy of it as `vocab.txt`: a
-    directory that `transformers`' `from_pretrained` loads. A model with heads
+    `architectures`) and, given `vocab`, a copy of it as `vocab.txt` (a
+    SentencePiece `.model`: as `spiece.model`): a directory that
+    `transformers`' `from_pretrained` loads. A model with heads
     is written as the family's task model (`BertForPreTraining`,
     `AlbertForMaskedLM`, `ElectraForPreTraining`, ...), its backbone under the
     family's prefix (`bert.`, `albert.`, ...); a backbone as the bare model.
@@ -163,10 +165,11 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
         save_file(tensors, temporary, metadata={"format": "pt"})
     if directory is not None and config is not None:
         _write_hf_config(model, family, config, directory)
+    if directory is not None and vocab is not None:  # under the name Hugging Face's tokenizers look for
+        name = SENTENCEPIECE_NAME if os.fspath(vocab).endswith(".model") else VOCAB_NAME
+        atomic_copy(vocab, os.path.join(directory, name))
     for difference in family.hf_differences(config) if config is not None else []:
         logger.warning("%s: transformers will compute otherwise than this kbert model: %s", path, difference)
-        if vocab is not None:
-            atomic_copy(vocab, os.path.join(directory, VOCAB_NAME))
     return path
 
 

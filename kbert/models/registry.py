@@ -104,7 +104,16 @@ def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -
                           f"got {model_type!r}")
     if model is None:
         return by_type[model_type]
-    if get_family(model).model_type.split("_")[0] != model_type:  # a stack alone reads its model's config
+    if _whole_model_type(get_family(model).model_type) != model_type:
         raise ConfigError(f"{source}: key 'model_type' is {model_type!r} but model={model!r} was asked "
                           f"for; pass model={by_type[model_type]!r}, or remove 'model_type' from the config")
     return model
+
+
+def _whole_model_type(model_type: str) -> str:
+    """The model_type of the whole model a stack alone belongs to (`t5.1.1_encoder` -> `t5.1.1`): a
+    stack reads its model's config."""
+    for suffix in ("_encoder", "_decoder"):
+        if model_type.endswith(suffix):
+            return model_type[:-len(suffix)]
+    return model_type

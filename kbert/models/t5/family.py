@@ -61,7 +61,9 @@ class T5Family(BertFamily):
     attention without the 1/√d scaling, a relative position bias per stack
     (shared by its blocks; the decoder's also enters its cross-attention, as
     in bert4keras), and one token embedding shared by both stacks and, for
-    T5.1.0, the LM output (after `Decoder-Output-Scale`, H^(−1/2)).
+    T5.1.0, the LM output (after `Decoder-Output-Scale`, H^(−1/2)). A
+    Hugging Face config computes as Hugging Face does instead (`T5Config`'s
+    `cross_position_bias`, `scale_decoder_outputs`, `decoder_mask_zero`).
 
     Inputs `[encoder token ids, decoder token ids]`; `part` builds one stack
     (`"encoder"`: `[encoder token ids]` -> states; `"decoder"`: `[context,
