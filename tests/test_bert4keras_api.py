@@ -108,12 +108,34 @@ def test_data_generator_contract(sentiment, tokenizers):
     assert ends == [False] * 69 + [True]
     shuffled = [text for _, (text, _) in generator.sample(random=True)]
     assert sorted(shuffled) == sorted(text for text, _ in sentiment[:70]) and shuffled != [t for t, _ in sentiment[:70]]
-    endless = generator.forfit()
+    endless = iter(generator.forfit())
     assert sum(len(next(endless)[1]) for _ in range(6)) == 140  # two passes
-    inputs = next(generator.fortest())
+    inputs = next(iter(generator.fortest()))
     assert len(inputs) == 2 and inputs[0].shape == inputs[1].shape
     (tokens, segments), labels = next(iter(generator.to_dataset()))
     assert tokens.dtype == "int64" and labels.shape[1] == 1
+
+
+def test_forfit_batches_keep_their_sequence_axis_open_and_drop_a_none_target():
+    """Keras 3 would fix the length of a generator's batches from its first two (both 3 long here);
+    the third is 9 long. A seq2seq script's batches are `[inputs], None`, its loss added by the model."""
+    class Batches(DataGenerator):
+        def __iter__(self, random=False):
+            for length in (3, 3, 9):
+                yield [np.ones((2, length), "int32"), np.zeros((2, length), "int32")], None
+
+    class SquareLoss(keras.layers.Layer):  # as bert4keras's Loss layers: the layer adds the loss
+        def call(self, x):
+            self.add_loss(keras.ops.mean(x ** 2))
+            return x
+
+    tokens, segments = keras.Input((None,), dtype="int32"), keras.Input((None,), dtype="int32")
+    model = keras.Model([tokens, segments], SquareLoss()(keras.layers.Embedding(4, 2)(tokens)))
+    model.compile("sgd")
+    history = model.fit(Batches([0] * 6, batch_size=2).forfit(), steps_per_epoch=3, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    (first,) = next(iter(Batches([0] * 6, batch_size=2).forfit()))
+    assert [tuple(x.shape) for x in first] == [(2, 3), (2, 3)]
 
 
 def test_classifier_trains_through_forfit(sentiment, tokenizers):
@@ -206,3 +228,25 @@ def test_offsets_where_rematch_is_off(tokenizers):
     assert [text[start:end] for start, end in spans][-1] == "好"
     assert "".join(text[start:end] for start, end in spans[:-1]) == "İstanbul"
     assert tokenizer.rematch(text, tokens)[-1] == [10]  # bert4keras: one past "好" (index 9)
+
+
+def test_tokenizer_has_bert4keras_private_names(tokenizers):
+    """Scripts read `_token_<name>_id` (13 of bert4keras's examples `_token_start_id`) and `_vocab_size`."""
+    tokenizer = tokenizers[True]
+    vocab = load_vocab(shared_path("vocab", "chinese_vocab.txt"))
+    for name, token in (("pad", "[PAD]"), ("unk", "[UNK]"), ("mask", "[MASK]"), ("start", "[CLS]"), ("end", "[SEP]")):
+        assert getattr(tokenizer, f"_token_{name}") == token
+        assert getattr(tokenizer, f"_token_{name}_id") == vocab[token]
+    assert tokenizer._vocab_size == len(vocab) == 21128
+    bare = Tokenizer({"[UNK]": 0, "[CLS]": 1, "[SEP]": 2})  # no [PAD] or [MASK]: no ids for them
+    assert (bare._token_start_id, hasattr(bare, "_token_mask_id"), bare._vocab_size) == (1, False, 3)
+
+
+@pytest.mark.parametrize("application", ["lm", "unilm"])
+def test_lm_and_unilm_build_the_mlm_head_by_default(application):
+    """bert4keras builds it for lm/unilm whatever with_mlm says; kbert unless with_mlm=False."""
+    names = {layer.name for layer in build_transformer_model(CONFIGS / "bert_tiny.json", application=application).layers}
+    assert {"MLM-Dense", "MLM-Norm", "MLM-Bias", "MLM-Activation"} <= names
+    bare = build_transformer_model(CONFIGS / "bert_tiny.json", application=application, with_mlm=False)
+    assert not any(layer.name.startswith("MLM-") for layer in bare.layers)
+    assert not any(layer.name.startswith("MLM-") for layer in build_transformer_model(CONFIGS / "bert_tiny.json").layers)

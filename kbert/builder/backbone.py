@@ -34,7 +34,7 @@ def build_transformer_model(
     config_path=None,
     with_pool: bool = False,
     with_nsp: bool = False,
-    with_mlm: Union[bool, str] = False,
+    with_mlm: Union[bool, str, None] = None,
     with_discriminator: bool = False,
     keep_tokens: Optional[Sequence[int]] = None,
     compound_tokens: Optional[Sequence] = None,
@@ -75,7 +75,11 @@ def build_transformer_model(
         with_pool: add the pooler (`Pooler`, `Pooler-Dense`, tanh).
         with_nsp: add the next-sentence head `NSP-Proba` (implies the pooler).
         with_mlm: add the masked-LM head, tied to `Embedding-Token`: True (or
-            `"softmax"`) for probabilities, `"linear"` for logits.
+            `"softmax"`) for probabilities, `"linear"` for logits. Left out
+            (None), as bert4keras: True for `application="lm"` or `"unilm"`
+            (their output is the next token), else False; `with_mlm=False`
+            builds an `lm`/`unilm` encoder without it (bert4keras builds the
+            head whatever is passed).
         with_discriminator: ELECTRA's replaced-token head (`Discriminator-Dense`,
             `Discriminator-Prediction`, sigmoid).
         keep_tokens: ids of the checkpoint's vocabulary rows to keep, e.g.
@@ -130,6 +134,8 @@ def build_transformer_model(
     if application == "encoder":
         application = family.default_application
     _check_application(family, application, segment_vocab_size)
+    if with_mlm is None:
+        with_mlm = application in ("lm", "unilm") and "with_mlm" in family.heads
     heads = Heads.from_flags(with_pool, with_nsp, with_mlm, with_discriminator)
     _check_heads(family, heads)
     if not family.takes_segments:

@@ -158,6 +158,8 @@ class Tokenizer:
     ['[CLS]', '语', '言', '?', '[SEP]']
     >>> tokenizer.encode("语言?")[0]  # ...and has [UNK]'s id
     [2, 4, 5, 1, 3]
+    >>> tokenizer._token_start_id, tokenizer._token_end_id, tokenizer._vocab_size  # bert4keras's names
+    (2, 3, 7)
     """
 
     def __init__(self, vocab: "str | os.PathLike[str] | Mapping[str, int]", do_lower_case: bool = True):
@@ -174,6 +176,15 @@ class Tokenizer:
         self._backend = backend
         self.cls_id, self.sep_id, self.pad_id = (self.vocab[CLS], self.vocab[SEP],
                                                  self.vocab.get(PAD, 0))
+        # bert4keras's names, which scripts written for it read: `_token_<name>` for each special
+        # token, `_token_<name>_id` for those the vocabulary has, and `_vocab_size`.
+        self._token_pad, self._token_unk, self._token_mask, self._token_start, self._token_end = \
+            PAD, UNK, MASK, CLS, SEP
+        for name in ("pad", "unk", "mask", "start", "end"):
+            token = getattr(self, f"_token_{name}")
+            if token in self.vocab:
+                setattr(self, f"_token_{name}_id", self.vocab[token])
+        self._vocab_size = self.vocab_size
 
     @property
     def vocab_size(self) -> int:

@@ -1,7 +1,7 @@
 """Batching helpers with bert4keras's contracts: `sequence_padding` and `DataGenerator`.
 
 Scripts written for bert4keras build their batches with these two names; they
-work unchanged with kbert. `DataGenerator.to_dataset` hands the batches to
+work unchanged with kbert. `DataGenerator.forfit` hands the batches to
 `tf.data`, which prefetches them while the model trains.
 """
 
@@ -61,10 +61,11 @@ class DataGenerator:
     `self.sample(random)` (pairs `(is_end, item)`) and yields a batch
     whenever it holds `batch_size` items or `is_end` is true. Then:
 
-    - `forfit(random=True)`: the batches forever, reshuffled every pass, for
-      `model.fit(generator.forfit(), steps_per_epoch=len(generator))`;
-    - `fortest(random=False)`: the inputs of each batch forever;
-    - `to_dataset()`: the same batches as a prefetching `tf.data.Dataset`.
+    - `forfit(random=True)`: the batches forever, reshuffled every pass, as a
+      prefetching `tf.data.Dataset`, for `model.fit(generator.forfit(),
+      steps_per_epoch=len(generator))`;
+    - `fortest(random=False)`: the inputs of each batch forever, the same way;
+    - `to_dataset()`: `forfit`'s dataset.
 
     Args:
         data: the examples: a sequence, or any iterable (then shuffling draws
@@ -128,40 +129,51 @@ class DataGenerator:
         while buffer:
             yield buffer.pop(np.random.randint(len(buffer)))
 
-    def forfit(self, random: bool = True) -> Iterator:
-        """The batches, pass after pass, without end (Keras's `fit` counts `steps_per_epoch`).
+    def forfit(self, random: bool = True):
+        """The batches, pass after pass, without end, as a prefetching `tf.data.Dataset` for
+        `model.fit(generator.forfit(), steps_per_epoch=len(generator))`.
 
-        Lists in a batch (`[token_ids, segment_ids], labels`) come out as
-        tuples: Keras 3 reads a generator's structure from tuples and rejects
-        lists.
+        A dataset, not a Python generator: Keras 3 fixes every axis of a
+        generator's batches that happens to be equal in its first two, so a
+        later, longer batch would fail; here only the rank, the dtype and
+        axes of size 1 (`[batch, 1]` labels) are fixed.
+        Lists in a batch (`[token_ids, segment_ids], labels`) become tuples, and
+        a `None` target (a loss the model adds itself) is left out.
         """
-        while True:
-            for batch in self.__iter__(random):
-                yield _as_tuples(batch)
+        return self._dataset(lambda: (_as_tuples(batch) for batch in self._passes(random)))
 
-    def fortest(self, random: bool = False) -> Iterator:
-        """The inputs of each batch (its first element), pass after pass, lists as tuples."""
-        while True:
-            for batch in self.__iter__(random):
-                yield _as_tuples(batch[0])
+    def fortest(self, random: bool = False):
+        """The inputs of each batch (its first element), pass after pass, as `forfit`'s dataset."""
+        return self._dataset(lambda: (_as_tuples(batch[0]) for batch in self._passes(random)))
 
     def to_dataset(self, random: bool = True):
-        """The batches of `forfit` as an endless, prefetching `tf.data.Dataset`.
+        """`forfit`'s dataset (kbert's name for it)."""
+        return self.forfit(random)
 
-        The structure, dtypes and shapes (the batch and sequence axes left
-        open) come from the first batch.
-        """
+    def _passes(self, random: bool) -> Iterator:
+        while True:
+            yield from self.__iter__(random)
+
+    def _dataset(self, batches):
+        """An endless dataset of `batches()`, its structure and dtypes from the first batch, every axis
+        open but those of size 1 after the batch axis (bert4keras's `[batch, 1]` labels, which Keras's
+        sparse losses squeeze only when they know the 1)."""
         import tensorflow as tf
 
-        first = _as_tuples(next(iter(self.__iter__(False))))
-        signature = tf.nest.map_structure(
-            lambda x: tf.TensorSpec((None,) * np.ndim(x), tf.as_dtype(np.asarray(x).dtype)), first)
-        dataset = tf.data.Dataset.from_generator(lambda: self.forfit(random), output_signature=signature)
-        return dataset.prefetch(tf.data.AUTOTUNE)
+        def spec(x):
+            shape = np.shape(x)
+            return tf.TensorSpec((None,) + tuple(1 if n == 1 else None for n in shape[1:]),
+                                 tf.as_dtype(np.asarray(x).dtype))
+
+        first = next(iter(batches()))
+        signature = tf.nest.map_structure(spec, first)
+        return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
 
 
 def _as_tuples(batch):
-    """Lists (bert4keras batches use them for several inputs) as tuples, which tf.data takes as structure."""
+    """Lists (bert4keras batches use them for several inputs) as tuples, which tf.data takes as
+    structure; a batch's `None` target (bert4keras's seq2seq scripts yield `[inputs], None`) left out."""
     if isinstance(batch, (list, tuple)):
-        return tuple(_as_tuples(part) for part in batch)
+        parts = batch[:-1] if len(batch) == 2 and batch[-1] is None else batch
+        return tuple(_as_tuples(part) for part in parts)
     return batch
