@@ -289,9 +289,10 @@ def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
                                expected[0].numpy()[REAL], atol=1e-6)
 
 
-@pytest.mark.parametrize("version", ["t5.1.0", "t5.1.1", "mt5"])
-def test_t5_outputs_and_greedy_decoding_are_transformers_both_ways(tmp_path, version):
-    """The decoder starts at id 0, as Hugging Face's T5 does; T5.1.1 and mT5 with their own LM head."""
+@pytest.mark.parametrize("version, untied", [("t5.1.0", False), ("t5.1.1", True), ("mt5", True), ("mt5", False)])
+def test_t5_outputs_and_greedy_decoding_are_transformers_both_ways(tmp_path, version, untied):
+    """The decoder starts at id 0, as Hugging Face's T5 does; T5.1.1 and mT5 with their own LM head, as
+    released, or (a new model of transformers 5) tied to `shared` and saved without `lm_head`."""
     torch = pytest.importorskip("torch", reason="the [hf] extra (transformers, torch) is not installed")
     transformers = pytest.importorskip("transformers", reason="the [hf] extra is not installed")
     from kbert import generate
@@ -303,9 +304,10 @@ def test_t5_outputs_and_greedy_decoding_are_transformers_both_ways(tmp_path, ver
     torch.manual_seed(0)
     reference = (transformers.MT5ForConditionalGeneration if version == "mt5"
                  else transformers.T5ForConditionalGeneration)(config).eval()
-    if version != "t5.1.0":  # untied, as the released T5.1.1 and mT5 are
+    if untied:
         reference.lm_head.weight = torch.nn.Parameter(torch.randn(V, H) * 0.5)
     reference.save_pretrained(tmp_path / "hf")
+    assert ("lm_head.weight" in load_file(str(tmp_path / "hf" / "model.safetensors"))) == untied
     source, decoder = np.array([[5, 7, 9, 11, 1], [8, 6, 1, 0, 0]]), np.array([[0, 4, 12, 13], [0, 9, 3, 0]])
     real = np.array([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=bool)
 

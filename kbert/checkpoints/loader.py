@@ -85,6 +85,7 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
         check_hf_names(family_of(model), source.path, "Nothing was loaded")
     for row in weight_names(model):
         variable = variables[row.path]
+        row = _tied_if_absent(row, source, notes)
         name = row.name(source.fmt)
         if name not in source.shapes:
             missing.append(row)
@@ -197,6 +198,14 @@ def _row_selection(row: WeightName, stored, wanted, keep, compound: int, source:
     return None, None
 
 
+def _tied_if_absent(row: WeightName, source: TensorSource, notes: List[str]) -> WeightName:
+    """The row, reading the tensor its Hugging Face one is tied to when the file leaves it out."""
+    if source.fmt != HF or row.hf in source.shapes or row.hf_tied not in source.shapes:
+        return row
+    notes.append(f"{source.path}: no {row.hf}; {row.path} reads {row.hf_tied}, which it is tied to")
+    return dataclasses.replace(row, hf=row.hf_tied)
+
+
 def _part_shape(row: WeightName, fmt: str, stored: tuple) -> tuple:
     """The shape of the row's slice of a stored tensor (the whole shape when it does not divide)."""
     _, parts = row.part(fmt)
@@ -254,7 +263,9 @@ def _mismatch_message(source: TensorSource, missing: List[WeightName], mismatche
 
 def _missing_hint(source: TensorSource, missing: List[WeightName], family) -> Optional[str]:
     named_by = family_named_by(source.shapes)
-    if named_by != "bert" and not family.name.startswith(named_by):
+    # Hugging Face's names cannot tell mT5 from T5.1.1.
+    same_layout = family.name.startswith(named_by) or (named_by == "t5.1.1" and family.name.startswith("mt5.1.1"))
+    if named_by != "bert" and not same_layout:
         return f"the checkpoint's names are {named_by}'s: build the model with model={named_by!r}"
     layers = sorted({layer_of(row.path) for row in missing})
     names = [row.name(source.fmt) for row in missing]

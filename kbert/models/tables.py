@@ -40,6 +40,8 @@ class WeightName:
         hf_part: `(i, n)`: the variable is the i-th of n equal slices of the
             Hugging Face tensor's last axis (GPT-2's fused query/key/value
             `c_attn`); `(0, 1)`: the whole tensor.
+        hf_tied: the Hugging Face tensor this one is tied to, read in its
+            place when a file leaves it out (T5's `lm_head` and `shared`).
     """
 
     path: str
@@ -49,6 +51,7 @@ class WeightName:
     hf_transposed: bool
     axes: Tuple[str, ...]
     hf_part: Tuple[int, int] = (0, 1)
+    hf_tied: Optional[str] = None
 
     def name(self, fmt: str) -> Optional[str]:
         return self.google if fmt == GOOGLE else self.hf

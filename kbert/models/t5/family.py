@@ -11,6 +11,7 @@ table.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import List
 
@@ -137,8 +138,9 @@ class T5Family(BertFamily):
         final_norm = "rms_norm" if self.version == "mt5.1.1" else "final_layer_norm"
         if layer == naming.EMBEDDING_TOKEN:
             return [_weight(f"{layer}/embeddings", "shared/embedding", "shared.weight", (V, H))]
-        if layer == DECODER_OUTPUT_LM:
-            return [_kernel(layer, "decoder/logits/kernel", "lm_head", (H, V))]
+        if layer == DECODER_OUTPUT_LM:  # transformers 5 ties a new model's lm_head to shared, and saves one
+            return [dataclasses.replace(_kernel(layer, "decoder/logits/kernel", "lm_head", (H, V)),
+                                        hf_tied="shared.weight")]
         for stack in (ENCODER, DECODER):
             scope = stack.lower()
             if layer == relative_position(stack):
