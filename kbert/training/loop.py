@@ -259,9 +259,10 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.opti
     return optimizer
 
 
-def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer", vocab_path: str, directory: str) -> None:
+def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer", vocab_path: "str | os.PathLike[str]", directory: str) -> None:
     """The vocabulary, into the model directory: the file itself (`vocab.txt`, `spiece.model`), or a
     `vocab.txt` written from a Hugging Face `tokenizer.json`."""
+    vocab_path = os.fspath(vocab_path)
     source = vocab_in_directory(vocab_path) if os.path.isdir(vocab_path) else vocab_path
     if isinstance(tokenizer, SpTokenizer):
         atomic_copy(source, os.path.join(directory, SENTENCEPIECE_FILE))
