@@ -107,9 +107,10 @@ def load_hf_weights(
 ) -> LoadReport:
     """Loads Hugging Face weights (`model.safetensors`) into a kbert model.
 
-    BERT, RoBERTa (as BERT checkpoints), ALBERT, ELECTRA, RoFormer and NEZHA
-    (transformers 4.x's layout), as the bare model (`BertModel`) or a task
-    model (`BertForPreTraining`, `AlbertForMaskedLM`, ...). Checks every tensor
+    BERT, RoBERTa (as BERT checkpoints), ALBERT, ELECTRA, RoFormer, NEZHA
+    (transformers 4.x's layout), GPT-2, T5 and mT5, as the bare model
+    (`BertModel`) or a task model (`BertForPreTraining`, `AlbertForMaskedLM`,
+    `GPT2LMHeadModel`, `T5ForConditionalGeneration`, ...). Checks every tensor
     before assigning any, as `load_google_checkpoint` does.
 
     Args:
