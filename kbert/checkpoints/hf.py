@@ -22,7 +22,6 @@ from kbert.errors import CheckpointError, first_line
 from kbert.io import atomic_copy, atomic_path, atomic_write_text
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
 from kbert.checkpoints.names import family_of, hf_prefixes, values_for
-from kbert.models import naming
 from kbert.models.heads import Heads
 from kbert.models.tables import HF
 
@@ -193,10 +192,7 @@ def _config_of(model, family):
 
 
 def _write_hf_config(model, family, config, directory: str) -> None:
-    layers = {layer.name for layer in model.layers}
-    heads = Heads.from_flags(with_pool=naming.POOLER_DENSE in layers, with_nsp=naming.NSP_PROBA in layers,
-                             with_mlm=naming.MLM_DENSE in layers,
-                             with_discriminator=naming.DISCRIMINATOR_DENSE in layers)
+    heads = Heads(**model.build_spec["heads"])  # recorded by the builder, as the config is
     atomic_write_text(os.path.join(directory, CONFIG_NAME),
                       json.dumps(family.hf_config(config, heads), indent=2, sort_keys=True) + "\n")
 
