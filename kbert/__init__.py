@@ -6,7 +6,8 @@ built.
 
 The package is laid out in wings, each importing only the wings before it:
 `errors`, `io`, `tokenizers` <- `layers` <- `models` <- `checkpoints` <-
-`builder` <- `analysis`, `generation` <- `training` <- `tasks` <- `cli`
+`builder` <- `analysis`, `generation` <- `training` <- `tasks` <- `compat` (bert4keras's
+module layout) <- `cli`
 (`tests/test_layout.py` keeps it so).
 
 Example:
@@ -55,6 +56,8 @@ _EXPORTS = {
     "extend_with_piecewise_linear_lr": "kbert.training.schedules",
     "TrainingOptions": "kbert.training.options",
     "train": "kbert.tasks",
+    "adversarial_training": "kbert.training.adversarial",
+    "gradient_penalty": "kbert.training.adversarial",
     "KbertError": "kbert.errors",
     "ConfigError": "kbert.errors",
     "CheckpointError": "kbert.errors",

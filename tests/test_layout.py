@@ -18,7 +18,8 @@ from conftest import REPO
 
 PACKAGE = REPO / "kbert"
 # Wing -> rank: a module may import its own wing and wings of lower rank. Wings of one rank
-# (analysis, generation) are side by side: neither imports the other.
+# (analysis, generation) are side by side: neither imports the other. `compat` is bert4keras's
+# module layout on all of kbert; the command line's `kbert migrate` uses it.
 WINGS = {
     "errors": 0,
     "io": 1,
@@ -29,7 +30,8 @@ WINGS = {
     "analysis": 6, "generation": 6,
     "training": 7,
     "tasks": 8,
-    "cli": 9,
+    "compat": 9,
+    "cli": 10,
 }
 ENTRY_POINTS = {"kbert", "kbert.__main__"}
 _REGISTRY_STRING = re.compile(r"kbert(?:\.\w+)+(?::\w+)?")

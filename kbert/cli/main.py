@@ -15,14 +15,14 @@ import sys
 from typing import List, Optional
 
 from kbert import __version__
-from kbert.cli import models, tasks
+from kbert.cli import migrate, models, tasks
 from kbert.cli.arguments import HelpWithDefaults
 from kbert.errors import KbertError
 
 # The commands that run a trained model: they build it under --mixed-precision.
 INFERENCE_COMMANDS = ("evaluate", "predict", "export")
 # The commands that never import TensorFlow.
-PURE_PYTHON_COMMANDS = ("params",)
+PURE_PYTHON_COMMANDS = ("params", "migrate")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     models.add_commands(command)
     tasks.add_commands(command)
+    migrate.add_commands(command)
     return parser
 
 

@@ -1,0 +1,304 @@
+"""`kbert migrate`: rewrites a bert4keras script for kbert and Keras 3, and says what it changed and what it could not.
+
+The script is parsed with Python's `ast`; every change replaces the exact
+source span of a node, so comments and layout stay as they were. Migrating
+a migrated script changes nothing.
+
+What it changes:
+- `bert4keras.X` imports (and references) → `kbert.compat.X`; Keras 2's
+  backend (`import keras.backend as K`, `from keras import backend as K`) →
+  `kbert.compat.keras2`;
+- weights file names Keras 3 rejects: a string ending in `.weights` gets
+  `.h5`, a name given to `save_weights`/`load_weights` without `.weights.h5`
+  gets it, and a name given to `save`/`load_model` without `.keras`/`.h5`
+  becomes `.keras`; each everywhere the same string appears, so the
+  matching load reads what the save wrote;
+- Keras 2 methods Keras 3 removed: `fit_generator`/`predict_generator`/
+  `evaluate_generator` → `fit`/`predict`/`evaluate`,
+  `layer.get_output_at(i)` → `get_output_at(layer, i)` (imported from
+  `kbert.compat.backend`), an optimizer's `lr=` → `learning_rate=`;
+- bert4keras's graph-mode `adversarial_training(model, embedding_name,
+  epsilon)` function (`K.gradients`, `model._make_train_function`) → an
+  import of `kbert.compat.adversarial.adversarial_training`, a Keras 3 train step.
+
+What it reports as a manual change (with the code to use instead): other
+graph-mode gradient code (`K.gradients`, `K.function`, `model.total_loss`,
+`_make_train_function`), `multi_gpu_model`.
+
+Example:
+>>> result = migrate_source("from bert4keras.backend import keras, K\\n"
+...                         "model.save_weights('best_model.weights')\\n")
+>>> print(result.source, end="")
+from kbert.compat.backend import keras, K
+model.save_weights('best_model.weights.h5')
+>>> migrate_source(result.source).findings
+[]
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import re
+from typing import Dict, List, Optional, Tuple
+
+from kbert.errors import KbertError
+from kbert.io import atomic_write_text
+
+NEW_PACKAGE = "kbert.compat"
+KERAS2_BACKENDS = ("keras.backend", "tensorflow.keras.backend", "tensorflow.python.keras.backend")
+RENAMED_METHODS = {"fit_generator": "fit", "predict_generator": "predict", "evaluate_generator": "evaluate"}
+KERAS_OPTIMIZERS = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl", "Lion",
+                    "Adafactor", "AdaFactor"}
+GRAPH_MODE = {
+    "gradients": "K.gradients has no Keras 3 form: take gradients in a train step with tf.GradientTape; "
+                 "for FGM adversarial training call kbert.compat.adversarial.adversarial_training(model, "
+                 "'Embedding-Token', epsilon), for a gradient penalty gradient_penalty(model, "
+                 "'Embedding-Token', epsilon) after compile, with the plain loss in compile",
+    "function": "K.function has no Keras 3 form: call the model (model.predict, or model(inputs)), or build "
+                "a keras.Model whose outputs are the tensors you need",
+    "_make_train_function": "Keras 3 makes the train function in fit(); override train_step, or use "
+                            "kbert.compat.adversarial",
+    "total_loss": "Keras 3 models have no total_loss tensor: compute the loss in a train step "
+                  "(model.compute_loss) under tf.GradientTape",
+    "_feed_inputs": "Keras 3 models have no feed inputs: use model.inputs",
+    "multi_gpu_model": "Keras 3 has no multi_gpu_model: build and compile the model under "
+                       "tf.distribute.MirroredStrategy().scope()",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One change made (`fixed`), or one place that needs a person, with what to write instead."""
+
+    line: int
+    fixed: bool
+    message: str
+
+    def format(self, filename: str) -> str:
+        return f"{filename}:{self.line}: {'changed' if self.fixed else 'manual'}: {self.message}"
+
+
+@dataclasses.dataclass
+class Migration:
+    """The migrated source and the findings, in line order."""
+
+    source: str
+    findings: List[Finding]
+
+    @property
+    def manual(self) -> List[Finding]:
+        return [finding for finding in self.findings if not finding.fixed]
+
+
+class _Rewriter(ast.NodeVisitor):
+    """Collects byte-span replacements and findings over one module's tree."""
+
+    def __init__(self, source: str):
+        self.data = source.encode("utf-8")
+        self.line_starts = [0]
+        for line in self.data.splitlines(keepends=True):
+            self.line_starts.append(self.line_starts[-1] + len(line))
+        self.edits: List[Tuple[int, int, str]] = []
+        self.findings: List[Finding] = []
+        self.needed_backend_names: set = set()
+        self.optimizer_names = set(KERAS_OPTIMIZERS)
+        self.replaced_functions: List[ast.AST] = []
+
+    # -- positions (ast columns count UTF-8 bytes) --
+    def span(self, node) -> Tuple[int, int]:
+        return (self.line_starts[node.lineno - 1] + node.col_offset,
+                self.line_starts[node.end_lineno - 1] + node.end_col_offset)
+
+    def text(self, node) -> str:
+        start, end = self.span(node)
+        return self.data[start:end].decode("utf-8")
+
+    def replace(self, node, new_text: str, message: str) -> None:
+        start, end = self.span(node)
+        self.edits.append((start, end, new_text))
+        self.findings.append(Finding(node.lineno, True, message))
+
+    def manual(self, node, message: str) -> None:
+        self.findings.append(Finding(node.lineno, False, message))
+
+    def inside_replaced_function(self, node) -> bool:
+        return any(function.lineno <= node.lineno <= function.end_lineno for function in self.replaced_functions)
+
+    # -- imports --
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        old = self.text(node)
+        if module == "bert4keras" or module.startswith("bert4keras."):
+            new = re.sub(r"^from(\s+)bert4keras", rf"from\g<1>{NEW_PACKAGE}", old)
+            self.replace(node, new, f"{old.splitlines()[0]} → {new.splitlines()[0]}")
+        elif module in ("keras", "tensorflow.keras") and any(alias.name == "backend" for alias in node.names):
+            if len(node.names) == 1:
+                alias = node.names[0]
+                new = f"from {NEW_PACKAGE} import keras2 as {alias.asname or 'backend'}"
+                self.replace(node, new, f"{old} → {new} (Keras 2's backend functions on Keras 3)")
+            else:
+                self.manual(node, f"{old}: import Keras 2's backend on its own line as "
+                                  f"`from {NEW_PACKAGE} import keras2 as K`")
+        elif module in KERAS2_BACKENDS:
+            new = re.sub(r"^from(\s+)[\w.]+", rf"from\g<1>{NEW_PACKAGE}.keras2", old)
+            self.replace(node, new, f"{old} → {new}")
+        if module.endswith("optimizers") or module.endswith("optimizers.optimizers"):
+            self.optimizer_names.update(alias.asname or alias.name for alias in node.names)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        names = []
+        for alias in node.names:
+            name = alias.name
+            if name == "bert4keras" or name.startswith("bert4keras."):
+                name = NEW_PACKAGE + name[len("bert4keras"):]
+            elif name in KERAS2_BACKENDS and alias.asname:
+                name = f"{NEW_PACKAGE}.keras2"
+            names.append(name + (f" as {alias.asname}" if alias.asname else ""))
+        new = "import " + ", ".join(names)
+        old = self.text(node)
+        if [alias.name for alias in node.names] != [name.split(" as ")[0] for name in names]:
+            self.replace(node, new, f"{old} → {new}")
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "bert4keras":  # `import bert4keras.snippets` and then `bert4keras.snippets.x`
+            self.replace(node, NEW_PACKAGE, f"bert4keras → {NEW_PACKAGE}")
+
+    # -- Keras 2 → 3 --
+    def visit_Assign(self, node: ast.Assign) -> None:
+        call = node.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("extend_with"):
+            self.optimizer_names.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        uses = {child.attr for child in ast.walk(node) if isinstance(child, ast.Attribute)}
+        if node.name == "adversarial_training" and {"gradients", "_make_train_function"} & uses:
+            start = self.line_starts[node.lineno - 1]
+            start_of_decorators = min([start] + [self.line_starts[d.lineno - 1] for d in node.decorator_list])
+            end = self.line_starts[node.end_lineno]
+            indent = " " * node.col_offset
+            new = (f"{indent}# bert4keras's Keras 2 adversarial_training, as a Keras 3 train step (kbert migrate)\n"
+                   f"{indent}from {NEW_PACKAGE}.adversarial import adversarial_training\n")
+            self.edits.append((start_of_decorators, end, new))
+            self.findings.append(Finding(node.lineno, True, "the graph-mode adversarial_training function → "
+                                         f"from {NEW_PACKAGE}.adversarial import adversarial_training "
+                                         "(FGM as a Keras 3 train step)"))
+            self.replaced_functions.append(node)
+            return
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in RENAMED_METHODS:
+            new = f"{self.text(node.value)}.{RENAMED_METHODS[node.attr]}"
+            self.replace(node, new, f".{node.attr} → .{RENAMED_METHODS[node.attr]} (Keras 3 fits generators "
+                                    "and datasets in fit)")
+        elif node.attr in GRAPH_MODE and not self.inside_replaced_function(node):
+            self.manual(node, f"{self.text(node)}: {GRAPH_MODE[node.attr]}")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        function = node.func
+        if isinstance(function, ast.Attribute) and function.attr in ("get_output_at", "get_input_at") \
+                and len(node.args) == 1 and not node.keywords:
+            new = f"{function.attr}({self.text(function.value)}, {self.text(node.args[0])})"
+            self.needed_backend_names.add(function.attr)
+            self.replace(node, new, f"{self.text(node)} → {new} (Keras 3 layers have no {function.attr})")
+            return
+        name = function.id if isinstance(function, ast.Name) else function.attr \
+            if isinstance(function, ast.Attribute) else None
+        if name in self.optimizer_names:
+            for keyword in node.keywords:
+                if keyword.arg == "lr":
+                    self.edits.append((*self._keyword_name_span(keyword), "learning_rate"))
+                    self.findings.append(Finding(keyword.lineno, True, f"{name}(lr=...) → "
+                                                 f"{name}(learning_rate=...)"))
+        self.generic_visit(node)
+
+    def _keyword_name_span(self, keyword: ast.keyword) -> Tuple[int, int]:
+        start = self.line_starts[keyword.lineno - 1] + keyword.col_offset
+        return start, start + len("lr")
+
+
+def _weights_file_names(tree: ast.AST) -> Dict[str, str]:
+    """Each file-name string to rename, and its new name (see the module's docstring)."""
+    renames = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(".weights"):
+            renames[node.value] = node.value + ".h5"
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        path = node.args[0].value
+        if name in ("save_weights", "load_weights") and not path.endswith(".weights.h5") and path not in renames:
+            renames[path] = (path[:-len(".h5")] if path.endswith(".h5") else path) + ".weights.h5"
+        elif name in ("save", "load_model") and not path.endswith((".keras", ".h5")) and path not in renames:
+            renames[path] = os.path.splitext(path)[0] + ".keras"
+    return renames
+
+
+def migrate_source(source: str, filename: str = "<script>") -> Migration:
+    """The migrated `source` and what was changed or needs a manual change."""
+    try:
+        tree = ast.parse(source, filename)
+    except SyntaxError as error:
+        raise KbertError(f"{filename}:{error.lineno}: not Python 3 ({error.msg}); a Python 2 script needs "
+                         "2to3 first") from None
+    rewriter = _Rewriter(source)
+    rewriter.visit(tree)
+    renames = _weights_file_names(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in renames and isinstance(node.value, str) \
+                and not rewriter.inside_replaced_function(node):
+            old, new = rewriter.text(node), renames[node.value]
+            literal = old.replace(node.value, new) if old.count(node.value) == 1 else repr(new)
+            rewriter.replace(node, literal, f"{node.value!r} → {new!r} (Keras 3's file names)")
+    if rewriter.needed_backend_names:
+        _add_import(tree, rewriter, f"from {NEW_PACKAGE}.backend import "
+                                    f"{', '.join(sorted(rewriter.needed_backend_names))}")
+    return Migration(_apply(rewriter.data, rewriter.edits), sorted(rewriter.findings, key=lambda f: f.line))
+
+
+def _add_import(tree: ast.Module, rewriter: _Rewriter, statement: str) -> None:
+    """Adds `statement` after the module's last top-level import (or at its top)."""
+    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    line = imports[-1].end_lineno if imports else 0
+    offset = rewriter.line_starts[line]
+    rewriter.edits.append((offset, offset, statement + "\n"))
+    rewriter.findings.append(Finding(line + 1, True, f"added {statement}"))
+
+
+def _apply(data: bytes, edits: List[Tuple[int, int, str]]) -> str:
+    """Applies the replacements, last first; a replacement inside one already made is dropped."""
+    result, covered_from = data, len(data) + 1
+    for start, end, new in sorted(edits, key=lambda edit: (edit[0], edit[1]), reverse=True):
+        if end > covered_from:
+            continue
+        result = result[:start] + new.encode("utf-8") + result[end:]
+        covered_from = start
+    return result.decode("utf-8")
+
+
+def migrate_file(script: str, output: Optional[str] = None, in_place: bool = False,
+                 overwrite: bool = False) -> Migration:
+    """Migrates `script`, writing `output` (or the script itself with `in_place`), atomically.
+
+    An existing `output` is replaced only with `overwrite`; neither writes nothing.
+    """
+    if output is not None and in_place:
+        raise KbertError("migrate: give either an output file or --in-place, not both")
+    try:
+        with open(script, encoding="utf-8") as handle:
+            source = handle.read()
+    except UnicodeDecodeError as error:
+        raise KbertError(f"{script}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    migration = migrate_source(source, script)
+    target = script if in_place else output
+    if target is not None and not in_place and os.path.exists(target) and not overwrite:
+        raise KbertError(f"{target} exists; pass --overwrite to replace it, or choose another output")
+    if target is not None:
+        atomic_write_text(target, migration.source)
+    return migration

@@ -1,0 +1,58 @@
+"""`bert4keras.models` on kbert: `build_transformer_model` and `Transformer`.
+
+kbert's builder takes bert4keras's arguments already; this one also honours
+`kbert.compat.backend.set_gelu`, as bert4keras's did.
+
+Example:
+>>> from kbert.compat.backend import set_gelu
+>>> from kbert.compat.models import build_transformer_model
+>>> set_gelu("tanh")
+>>> model = build_transformer_model("configs/bert_tiny.json")
+>>> model.get_layer("Transformer-0-FeedForward").activation.__name__
+'gelu_tanh'
+>>> set_gelu("erf")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kbert.builder import Transformer as _Transformer
+from kbert.builder import build_transformer_model as _build
+from kbert.checkpoints.formats import load_weights
+from kbert.checkpoints.google import save_google_checkpoint
+from kbert.compat.backend import gelu_version
+from kbert.models.config import ACTIVATIONS
+from kbert.models.registry import resolve
+
+__all__ = ["Transformer", "build_transformer_model"]
+
+
+class Transformer(_Transformer):
+    """kbert's `Transformer` (`.model`, `.inputs`, `.outputs`, `.initializer`) with bert4keras's checkpoint methods."""
+
+    def load_weights_from_checkpoint(self, checkpoint: str, mapping=None) -> None:
+        """Loads the family's original checkpoint (all or nothing), e.g. after building a model around the
+        backbone (bert4keras's multi-GPU examples load last)."""
+        if mapping is not None:
+            raise ValueError("load_weights_from_checkpoint(mapping=...): kbert reads each family's own names; "
+                             "leave mapping out")
+        load_weights(self.model, checkpoint)
+
+    def save_weights_as_checkpoint(self, filename: str, mapping=None, dtype=None) -> None:
+        """Writes the weights in the family's original checkpoint layout."""
+        if mapping is not None or dtype is not None:
+            raise ValueError("save_weights_as_checkpoint: kbert writes each family's own names and dtypes; "
+                             "leave mapping and dtype out")
+        save_google_checkpoint(self.model, filename)
+
+
+def build_transformer_model(config_path=None, checkpoint_path=None, model=None, application="encoder",
+                            return_keras_model=True, **kwargs):
+    """`kbert.build_transformer_model`, with the GELU of `set_gelu` for a config's `"gelu"`."""
+    config = kwargs.pop("config", None) if config_path is None else config_path
+    _, config = resolve(config, model)
+    if gelu_version() == "tanh" and ACTIVATIONS.get(config.hidden_act) == "gelu":
+        config = dataclasses.replace(config, hidden_act="gelu_tanh")
+    built = _build(config, checkpoint_path, model, application, return_keras_model, **kwargs)
+    return built if return_keras_model else Transformer(built.model, built.config)

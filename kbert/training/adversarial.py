@@ -1,0 +1,109 @@
+"""Adversarial training on the token embeddings: FGM and the gradient penalty, as Keras 3 train steps.
+
+bert4keras's recipes (`task_iflytek_adversarial_training.py`,
+`task_iflytek_gradient_penalty.py`) built these from Keras 2's graph-mode
+`K.gradients` and `model._make_train_function`, which Keras 3 no longer has.
+Here each replaces the compiled model's `train_step` with one that computes
+the same thing under `tf.GradientTape`:
+
+- `adversarial_training` (FGM, Miyato et al.): each step first takes the
+  loss's gradient g with respect to the embedding table, adds
+  ε·g/‖g‖ to the table, takes the ordinary training step on the perturbed
+  table, and removes the perturbation again.
+- `gradient_penalty`: each step minimises loss + ½·ε·‖∂loss/∂E‖², the
+  gradient's squared norm over the embedding table (a second-order gradient).
+
+Call either after `model.compile(...)`, before `fit`.
+
+Example:
+>>> import numpy as np, keras
+>>> tokens = keras.Input((3,), dtype="int32")
+>>> pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(10, 4, name="Embedding-Token")(tokens))
+>>> model = keras.Model(tokens, keras.layers.Dense(2)(pooled))
+>>> model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+>>> adversarial_training(model, "Embedding-Token", epsilon=0.5)
+>>> history = model.fit(np.array([[1, 2, 3], [4, 5, 6]]), np.array([0, 1]), epochs=2, verbose=0)
+>>> len(history.history["loss"])
+2
+"""
+
+from __future__ import annotations
+
+import types
+
+import keras
+import tensorflow as tf
+
+from kbert.errors import ConfigError
+
+
+def embedding_table(model: keras.Model, embedding_name: str = "Embedding-Token"):
+    """The weight matrix of the layer `embedding_name` in `model` (or in a model nested in it)."""
+    for layer in model._flatten_layers(include_self=False):
+        if layer.name == embedding_name and hasattr(layer, "embeddings"):
+            return layer.embeddings
+    raise ConfigError(f"adversarial training: the model has no embedding layer named {embedding_name!r} "
+                      f"(kbert's and bert4keras's token embedding is 'Embedding-Token')")
+
+
+def _loss_gradient(model, x, y, sample_weight, variable):
+    with tf.GradientTape() as tape:
+        y_pred = model(x, training=True)
+        loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+    return tf.convert_to_tensor(tape.gradient(loss, variable))  # an embedding's gradient is sparse
+
+
+def _replace_train_step(model: keras.Model, train_step) -> None:
+    if model.optimizer is None:
+        raise ConfigError("adversarial training changes the compiled model's training step: "
+                          "call model.compile(...) first")
+    model.train_step = types.MethodType(train_step, model)
+    model.train_function = None  # made again from the new step by the next fit
+
+
+def adversarial_training(model: keras.Model, embedding_name: str = "Embedding-Token", epsilon: float = 1.0) -> None:
+    """Makes `model.fit` train with FGM perturbations of the embedding table (bert4keras's `adversarial_training`).
+
+    Args:
+        model: a compiled Keras model.
+        embedding_name: the embedding layer to perturb.
+        epsilon: the perturbation's norm (bert4keras's examples: 0.5 to 1).
+    """
+    table = embedding_table(model, embedding_name)
+    ordinary_step = model.train_step
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        gradient = _loss_gradient(self, x, y, sample_weight, table)
+        delta = epsilon * gradient / (tf.norm(gradient) + 1e-8)
+        table.assign_add(delta)
+        logs = ordinary_step(data)
+        table.assign_sub(delta)
+        return logs
+
+    _replace_train_step(model, train_step)
+
+
+def gradient_penalty(model: keras.Model, embedding_name: str = "Embedding-Token", epsilon: float = 1.0) -> None:
+    """Makes `model.fit` minimise loss + ½·epsilon·‖∂loss/∂embeddings‖² (bert4keras's `loss_with_gradient_penalty`).
+
+    The reported `loss` includes the penalty, as in bert4keras.
+    """
+    table = embedding_table(model, embedding_name)
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            with tf.GradientTape() as inner:
+                y_pred = self(x, training=True)
+                loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+            gradient = tf.convert_to_tensor(inner.gradient(loss, table))
+            loss = loss + 0.5 * epsilon * tf.reduce_sum(tf.square(gradient))
+        variables = self.trainable_variables
+        self.optimizer.apply(tape.gradient(loss, variables), variables)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+        return self.compute_metrics(x, y, y_pred, sample_weight)
+
+    _replace_train_step(model, train_step)

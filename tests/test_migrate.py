@@ -1,0 +1,93 @@
+"""`kbert migrate`: the codemod on bert4keras's own 32 examples and on small scripts."""
+
+import ast
+
+import pytest
+
+from conftest import kbert_in_process, shared_path
+from kbert.compat.migrate import migrate_source
+from kbert.errors import KbertError
+
+
+def examples():
+    return sorted(shared_path("bert4keras_examples").glob("*.py"))
+
+
+def test_every_example_migrates_idempotently_to_python_without_bert4keras():
+    scripts = examples()
+    assert len(scripts) == 32
+    for script in scripts:
+        migration = migrate_source(script.read_text(encoding="utf-8"), str(script))
+        tree = ast.parse(migration.source)
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not any(module.startswith("bert4keras") for module in imported if module), script.name
+        again = migrate_source(migration.source, str(script))
+        assert again.source == migration.source, script.name
+        assert all(not finding.fixed for finding in again.findings), script.name
+
+
+def test_only_the_graph_mode_examples_need_a_manual_change():
+    manual = {script.name for script in examples()
+              if migrate_source(script.read_text(encoding="utf-8")).manual}
+    assert manual == {"task_iflytek_gradient_penalty.py", "task_sentiment_integrated_gradients.py",
+                      "task_sentiment_virtual_adversarial_training.py"}
+
+
+SCRIPT = '''import keras.backend as K
+from bert4keras.optimizers import Adam, extend_with_exponential_moving_average
+import bert4keras.snippets
+AdamEMA = extend_with_exponential_moving_average(Adam, name='AdamEMA')
+optimizer = AdamEMA(lr=1e-5)  # 学习率
+output = model.layers[-2].get_output_at(-1)
+model.fit_generator(generator.forfit(), steps_per_epoch=10)
+model.save_weights('best.weights')
+model.load_weights('best.weights')
+model.save("test.model")
+other.save_weights(u"final.h5")
+grads = K.gradients(loss, [embeddings])
+x = bert4keras.snippets.to_array([1])
+'''
+
+
+def test_each_rewrite_and_each_manual_report():
+    migration = migrate_source(SCRIPT)
+    assert migration.source == '''import kbert.compat.keras2 as K
+from kbert.compat.optimizers import Adam, extend_with_exponential_moving_average
+import kbert.compat.snippets
+from kbert.compat.backend import get_output_at
+AdamEMA = extend_with_exponential_moving_average(Adam, name='AdamEMA')
+optimizer = AdamEMA(learning_rate=1e-5)  # 学习率
+output = get_output_at(model.layers[-2], -1)
+model.fit(generator.forfit(), steps_per_epoch=10)
+model.save_weights('best.weights.h5')
+model.load_weights('best.weights.h5')
+model.save("test.keras")
+other.save_weights(u"final.weights.h5")
+grads = K.gradients(loss, [embeddings])
+x = kbert.compat.snippets.to_array([1])
+'''
+    [manual] = migration.manual
+    assert manual.line == 12 and "tf.GradientTape" in manual.message
+    assert migrate_source(migration.source).source == migration.source
+
+
+def test_a_python2_script_is_a_clear_error():
+    with pytest.raises(KbertError, match=r"old.py:1: not Python 3 .*2to3"):
+        migrate_source("print 'hello'\n", "old.py")
+
+
+def test_cli_shows_a_diff_by_default_and_never_overwrites(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("from bert4keras.snippets import open\nmodel.save_weights('a.weights')\n", encoding="utf-8")
+    shown = kbert_in_process("migrate", script)
+    assert shown.returncode == 0
+    assert "+from kbert.compat.snippets import open" in shown.stdout
+    assert "2 changes, 0 places need a manual change (nothing written" in shown.stderr
+    output = tmp_path / "train_kbert.py"
+    assert kbert_in_process("migrate", script, "-o", output).returncode == 0
+    assert "a.weights.h5" in output.read_text(encoding="utf-8")
+    refused = kbert_in_process("migrate", script, "-o", output)
+    assert refused.returncode == 2 and "exists; pass --overwrite" in refused.stderr
+    assert kbert_in_process("migrate", script, "--in-place").returncode == 0
+    assert script.read_text(encoding="utf-8") == output.read_text(encoding="utf-8")
+    assert set(tmp_path.iterdir()) == {script, output}  # no temporary file left behind
