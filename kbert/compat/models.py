@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional, Sequence
 
 from kbert.builder import Transformer as _Transformer
 from kbert.builder import build_transformer_model as _build
@@ -28,8 +29,16 @@ from kbert.models.registry import resolve
 __all__ = ["Transformer", "build_transformer_model"]
 
 
+@dataclasses.dataclass
 class Transformer(_Transformer):
-    """kbert's `Transformer` (`.model`, `.inputs`, `.outputs`, `.initializer`) with bert4keras's checkpoint methods."""
+    """kbert's `Transformer` (`.model`, `.inputs`, `.outputs`, `.initializer`) with bert4keras's checkpoint methods.
+
+    It remembers the build's `keep_tokens` and `compound_tokens`, which a later
+    `load_weights_from_checkpoint` applies, as bert4keras's did.
+    """
+
+    keep_tokens: Optional[Sequence[int]] = None
+    compound_tokens: Optional[Sequence] = None
 
     def load_weights_from_checkpoint(self, checkpoint: str, mapping=None) -> None:
         """Loads the family's original checkpoint (all or nothing), e.g. after building a model around the
@@ -37,7 +46,7 @@ class Transformer(_Transformer):
         if mapping is not None:
             raise ValueError("load_weights_from_checkpoint(mapping=...): kbert reads each family's own names; "
                              "leave mapping out")
-        load_weights(self.model, checkpoint)
+        load_weights(self.model, checkpoint, keep_tokens=self.keep_tokens, compound_tokens=self.compound_tokens)
 
     def save_weights_as_checkpoint(self, filename: str, mapping=None, dtype=None) -> None:
         """Writes the weights in the family's original checkpoint layout."""
@@ -55,4 +64,6 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model=None, 
     if gelu_version() == "tanh" and ACTIVATIONS.get(config.hidden_act) == "gelu":
         config = dataclasses.replace(config, hidden_act="gelu_tanh")
     built = _build(config, checkpoint_path, model, application, return_keras_model, **kwargs)
-    return built if return_keras_model else Transformer(built.model, built.config)
+    if return_keras_model:
+        return built
+    return Transformer(built.model, built.config, kwargs.get("keep_tokens"), kwargs.get("compound_tokens"))

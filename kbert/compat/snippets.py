@@ -23,7 +23,8 @@ import numpy as np
 
 from kbert.generation.decoder import AutoRegressiveDecoder
 from kbert.layers.crf import ViterbiDecoder
-from kbert.training.batches import DataGenerator, sequence_padding
+from kbert.training import batches
+from kbert.training.batches import sequence_padding
 
 __all__ = ["AutoRegressiveDecoder", "DataGenerator", "ViterbiDecoder", "is_string", "longest_common_subsequence",
            "longest_common_substring", "open", "parallel_apply", "parallel_apply_generator", "sequence_padding",
@@ -168,6 +169,55 @@ def longest_common_subsequence(source: Sequence, target: Sequence) -> Tuple[int,
         else:
             i -= 1
     return int(table[-1, -1]), mapping[::-1]
+
+
+class DataGenerator(batches.DataGenerator):
+    """kbert's `DataGenerator`, whose `to_dataset` also takes bert4keras's arguments.
+
+    bert4keras's `to_dataset(types, shapes, names=None, padded_batch=False)`
+    reads a generator whose `__iter__` yields single examples and batches
+    them in `tf.data`; with `names`, each example becomes dicts keyed by the
+    model's input and output names. Called without `types` it is kbert's
+    (`forfit`'s dataset).
+    """
+
+    def to_dataset(self, types=None, shapes=None, names=None, padded_batch: bool = False, random: bool = True):
+        if types is None:
+            return super().to_dataset(random)
+        import tensorflow as tf
+
+        def examples():
+            for example in self._passes(random):
+                yield _named(names, batches._as_tuples(example))
+
+        signature = _named(names, _specs(types, shapes))
+        dataset = tf.data.Dataset.from_generator(examples, output_signature=signature)
+        dataset = dataset.padded_batch(self.batch_size) if padded_batch else dataset.batch(self.batch_size)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _specs(types, shapes):
+    """bert4keras's parallel `types` and `shapes` structures as `tf.TensorSpec`s (a shape is a list, a leaf)."""
+    import tensorflow as tf
+    if isinstance(types, str):
+        return tf.TensorSpec(shapes, types)
+    return tuple(_specs(one_type, one_shape) for one_type, one_shape in zip(types, shapes))
+
+
+def _named(names, values):
+    """bert4keras's wrapping of an example by `names`: one name, a tuple of names, or one tuple per part.
+
+    A target part of one name stays bare: Keras 3 takes a single-output
+    model's targets as they are, not as a dict keyed by its output's name.
+    """
+    if names is None:
+        return values
+    if isinstance(names, str):
+        return {names: values}
+    if isinstance(names[0], str):
+        return dict(zip(names, values))
+    return tuple(part[0] if index > 0 and len(part_names) == 1 else dict(zip(part_names, part))
+                 for index, (part_names, part) in enumerate(zip(names, values)))
 
 
 _worker_function: Callable = None  # the function the pool's workers apply (inherited through fork)

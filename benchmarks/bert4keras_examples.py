@@ -1,0 +1,307 @@
+"""Runs bert4keras's own 32 example scripts on kbert and prints which run: the migration test bed.
+
+Each example is read from `../shared/bert4keras_examples/` (never copied into
+the project) and gets only the edits every user must make:
+- its config/checkpoint/vocabulary paths → tiny checkpoints written here, with
+  the real 21,128-token Chinese vocabulary (`../shared/vocab/chinese_vocab.txt`);
+- its data paths → small files in the script's own format, made from
+  `../shared/data` (sentiment reviews, MSRA NER);
+- its sizes → small (`maxlen`, `batch_size`, `epochs`, `steps_per_epoch`,
+  and `fit(epochs=..., steps_per_epoch=...)`).
+Then the migration under test: `--mode migrate` (default) runs `kbert
+migrate`'s rewrite; `--mode prefix` only changes `bert4keras.` to
+`kbert.compat.`. Each script runs in its own directory and process, with a
+time limit, and the table says whether it ran to completion, and if not, why.
+
+Usage:
+    python benchmarks/bert4keras_examples.py [--mode migrate|prefix] [--only NAME ...] [--timeout S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+EXAMPLES = SHARED / "bert4keras_examples"
+VOCAB = SHARED / "vocab" / "chinese_vocab.txt"
+
+# The module-level sizes every example gets (a user shrinking a run for a smoke test).
+SIZES = {"maxlen": 64, "batch_size": 4, "epochs": 1, "steps_per_epoch": 2, "max_p_len": 48, "max_q_len": 16,
+         "max_a_len": 8, "max_qa_len": 24, "max_c_len": 48, "max_t_len": 16, "bert_layers": 2, "steps": 20,
+         "converged_steps": 10}
+LINES = 24  # examples per data split
+
+
+@dataclasses.dataclass
+class Example:
+    """What one example needs: its checkpoint kind, its data (original path string → maker), or why it
+    cannot run here."""
+
+    checkpoint: str = "bert"
+    data: Dict[str, Callable] = dataclasses.field(default_factory=dict)
+    needs: Optional[str] = None
+
+
+def _sentiment(split: str) -> List[tuple]:
+    rows = []
+    with open(SHARED / "data" / "sentiment" / f"sentiment.{split}.data", encoding="utf-8") as handle:
+        for line in handle:
+            text, label = line.rstrip("\n").rsplit("\t", 1)
+            rows.append((text[:60], int(label)))
+            if len(rows) == LINES:
+                return rows
+    return rows
+
+
+def _msra(split: str) -> List[List[tuple]]:
+    sentences, current = [], []
+    with open(SHARED / "data" / "msra_ner" / f"msra.{split}.bmes", encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                if current:
+                    sentences.append(current[:60])
+                    current = []
+                if len(sentences) == LINES:
+                    break
+                continue
+            char, tag = line.split()
+            current.append((char, tag))
+    return sentences
+
+
+def sentiment_tsv(split):
+    return lambda path: path.write_text("".join(f"{t}\t{label}\n" for t, label in _sentiment(split)), "utf-8")
+
+
+def sentence_pairs(split):
+    rows = _sentiment(split)
+    return lambda path: path.write_text("".join(f"{a}\t{b}\t{int(x == y)}\n" for (a, x), (b, y)
+                                                in zip(rows, rows[1:] + rows[:1])), "utf-8")
+
+
+def iflytek_json(split):
+    return lambda path: path.write_text("".join(json.dumps({"label": str(label), "label_des": "", "sentence": t},
+                                                           ensure_ascii=False) + "\n"
+                                                for t, label in _sentiment(split)), "utf-8")
+
+
+def titled_tsv(split):
+    return lambda path: path.write_text("".join(f"{t[:12]}\t{t}\n" for t, _ in _sentiment(split)), "utf-8")
+
+
+def text_files(encoding: str = "utf-8"):
+    """`DIR/*/*.txt` files (THUCNews; the novels, in GBK): a title line, then the text."""
+    def make(path: pathlib.Path) -> None:
+        folder = path.parent.parent / "category"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, (text, _) in enumerate(_sentiment("train")):
+            (folder / f"{i}.txt").write_text(f"{text[:12]}\n{text}\n", encoding, errors="ignore")
+    return make
+
+
+def people_daily(split):
+    """MSRA's BMES tags as the People's Daily corpus's `char TAG` lines (B-/I-)."""
+    def make(path):
+        blocks = ["\n".join(f"{char} {'I' + tag[1:] if tag[0] in 'ME' else 'B' + tag[1:] if tag[0] == 'S' else tag}"
+                            for char, tag in sentence) for sentence in _msra(split)]
+        path.write_text("\n\n".join(blocks), "utf-8")  # as the corpus: no newline after the last block
+    return make
+
+
+SENTIMENT = {f"datasets/sentiment/sentiment.{s}.data": sentiment_tsv(s) for s in ("train", "valid", "test")}
+IFLYTEK = {"/root/CLUE-master/baselines/CLUEdataset/iflytek/train.json": iflytek_json("train"),
+           "/root/CLUE-master/baselines/CLUEdataset/iflytek/dev.json": iflytek_json("valid")}
+THUCNEWS = {"/root/thuctc/THUCNews/*/*.txt": text_files()}
+CSL = {f"/root/csl/{name}.tsv": titled_tsv(split) for name, split in
+       (("train", "train"), ("val", "valid"), ("test", "test"))}
+
+CASES = {
+    "basic_extract_features": Example(),
+    "basic_gibbs_sampling_via_mlm": Example(),
+    "basic_language_model_cpm_lm": Example(needs="a GPT-2 checkpoint with CPM's SentencePiece model "
+                                                 "(not in ../shared)"),
+    "basic_language_model_gpt2_ml": Example(needs="a GPT2-ML checkpoint with the real vocabulary "
+                                                  "(the harness writes BERT and ALBERT ones only)"),
+    "basic_language_model_nezha_gen_gpt": Example(needs="a NEZHA checkpoint with the real vocabulary "
+                                                        "(the harness writes BERT and ALBERT ones only)"),
+    "basic_make_uncased_model_cased": Example(),
+    "basic_masked_language_model": Example(),
+    "basic_simple_web_serving_simbert": Example(needs="a web server (bottle) and SimBERT's weights"),
+    "task_conditional_language_model": Example(data=SENTIMENT),
+    "task_iflytek_adversarial_training": Example(data=IFLYTEK),
+    "task_iflytek_bert_of_theseus": Example(data=IFLYTEK),
+    "task_iflytek_gradient_penalty": Example(data=IFLYTEK),
+    "task_iflytek_multigpu": Example(data=IFLYTEK),
+    "task_image_caption": Example(needs="COCO images and captions (not in ../shared)"),
+    "task_language_model": Example(data={"/root/金庸/*/*.txt": text_files("gbk")}),
+    "task_language_model_chinese_chess": Example(needs="chess game records (not in ../shared)"),
+    "task_question_answer_generation_by_seq2seq": Example(needs="WebQA/SogouQA (not in ../shared)"),
+    "task_reading_comprehension_by_mlm": Example(needs="WebQA/SogouQA (not in ../shared)"),
+    "task_reading_comprehension_by_seq2seq": Example(needs="WebQA/SogouQA (not in ../shared)"),
+    "task_relation_extraction": Example(needs="DuIE relation triples (not in ../shared)"),
+    "task_relation_extraction_gplinker": Example(needs="DuIE relation triples (not in ../shared)"),
+    "task_sentence_similarity_lcqmc": Example(data={f"datasets/lcqmc/lcqmc.{s}.data": sentence_pairs(s)
+                                                    for s in ("train", "valid", "test")}),
+    "task_sentiment_albert": Example(checkpoint="albert", data=SENTIMENT),
+    "task_sentiment_integrated_gradients": Example(needs="the weights task_sentiment_albert saved "
+                                                         "(run it first)"),
+    "task_sentiment_virtual_adversarial_training": Example(data=SENTIMENT),
+    "task_seq2seq_ape210k_math_word_problem": Example(needs="Ape210K (not in ../shared)"),
+    "task_seq2seq_autotitle": Example(data=THUCNEWS),
+    "task_seq2seq_autotitle_csl": Example(data=CSL),
+    "task_seq2seq_autotitle_csl_mt5": Example(needs="an mT5 checkpoint and its SentencePiece model "
+                                                    "(not in ../shared)"),
+    "task_seq2seq_autotitle_multigpu": Example(data=THUCNEWS),
+    "task_sequence_labeling_cws_crf": Example(needs="the PKU segmentation corpus (not in ../shared)"),
+    "task_sequence_labeling_ner_crf": Example(data={
+        f"/root/ner/china-people-daily-ner-corpus/example.{name}": people_daily(split)
+        for name, split in (("train", "train"), ("dev", "dev"), ("test", "test"))}),
+}
+
+
+def write_checkpoints(directory: pathlib.Path) -> Dict[str, pathlib.Path]:
+    """Tiny BERT and ALBERT checkpoints (every head's variables) on the real Chinese vocabulary."""
+    from kbert import build_transformer_model, save_google_checkpoint
+
+    made = {}
+    vocab_size = sum(1 for _ in open(VOCAB, encoding="utf-8"))
+    base = {"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "intermediate_size": 64, "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu"}
+    for kind, extra in (("bert", {}), ("albert", {"embedding_size": 16})):
+        folder = directory / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        config = {**base, **extra}
+        (folder / "bert_config.json").write_text(json.dumps(config, indent=1), "utf-8")
+        model = build_transformer_model(config, model=kind, with_pool=True, with_nsp=True, with_mlm=True)
+        save_google_checkpoint(model, folder / "bert_model.ckpt")
+        made[kind] = folder
+    return made
+
+
+class _UserEdits(ast.NodeVisitor):
+    """The spans a user edits: paths, data files and sizes (module-level names and `fit(...)` keywords)."""
+
+    def __init__(self, source: str, checkpoint: pathlib.Path, data: Dict[str, pathlib.Path]):
+        self.data_bytes = source.encode("utf-8")
+        self.line_starts = [0]
+        for line in self.data_bytes.splitlines(keepends=True):
+            self.line_starts.append(self.line_starts[-1] + len(line))
+        self.paths = {"config_path": checkpoint / "bert_config.json", "checkpoint_path": checkpoint / "bert_model.ckpt",
+                      "dict_path": VOCAB}
+        self.data = data
+        self.edits = []
+
+    def span(self, node):
+        return (self.line_starts[node.lineno - 1] + node.col_offset,
+                self.line_starts[node.end_lineno - 1] + node.end_col_offset)
+
+    def visit_Module(self, node):
+        for statement in node.body:
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                    and isinstance(statement.targets[0], ast.Name):
+                name = statement.targets[0].id
+                if name in self.paths:
+                    self.edits.append((*self.span(statement.value), repr(str(self.paths[name]))))
+                elif name in SIZES and isinstance(statement.value, ast.Constant):
+                    self.edits.append((*self.span(statement.value), repr(SIZES[name])))
+        self.generic_visit(node)
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and node.value in self.data:
+            self.edits.append((*self.span(node), repr(str(self.data[node.value]))))
+
+    def visit_Call(self, node):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("fit", "fit_generator"):
+            for keyword in node.keywords:
+                if keyword.arg in ("epochs", "steps_per_epoch") and isinstance(keyword.value, ast.Constant):
+                    self.edits.append((*self.span(keyword.value), repr(SIZES[keyword.arg])))
+        self.generic_visit(node)
+
+    def apply(self) -> str:
+        result = self.data_bytes
+        for start, end, new in sorted(self.edits, reverse=True):
+            result = result[:start] + new.encode("utf-8") + result[end:]
+        return result.decode("utf-8")
+
+
+def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[str, pathlib.Path],
+            mode: str) -> pathlib.Path:
+    """The example with the user's edits and the migration, written into its own directory."""
+    from kbert.compat.migrate import migrate_source
+
+    folder = workdir / name
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {}
+    for original, make in case.data.items():
+        target = folder / "data" / original.lstrip("/").replace("*", "all")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        make(target)
+        data[original] = folder / "data" / original.lstrip("/") if "*" in original else target
+    source = (EXAMPLES / f"{name}.py").read_text(encoding="utf-8")
+    edits = _UserEdits(source, checkpoints[case.checkpoint], data)
+    edits.visit(ast.parse(source))
+    source = edits.apply()
+    source = migrate_source(source).source if mode == "migrate" else source.replace("bert4keras.", "kbert.compat.")
+    script = folder / f"{name}.py"
+    script.write_text(source, encoding="utf-8")
+    return script
+
+
+def run(script: pathlib.Path, timeout: int) -> tuple:
+    """(status, seconds, last error line) of running the script in its directory."""
+    start = time.perf_counter()
+    try:
+        result = subprocess.run([sys.executable, script.name], cwd=script.parent, capture_output=True, text=True,
+                                timeout=timeout, env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+                                                      "PYTHONPATH": str(REPO)})
+    except subprocess.TimeoutExpired:
+        return "timed out", time.perf_counter() - start, f"still running after {timeout} s"
+    seconds = time.perf_counter() - start
+    if result.returncode == 0:
+        return "runs", seconds, ""
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    return "fails", seconds, lines[-1][:160] if lines else f"exit status {result.returncode}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=["migrate", "prefix"], default="migrate")
+    parser.add_argument("--only", nargs="*", help="example names (default: all 32)")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per example")
+    parser.add_argument("--keep", help="work in this directory and keep it (default: a temporary one)")
+    args = parser.parse_args(argv)
+    if not EXAMPLES.is_dir():
+        print(f"{EXAMPLES} is absent: the shared fixtures folder ../shared is not beside the checkout")
+        return 1
+    names = args.only or sorted(CASES)
+    with tempfile.TemporaryDirectory() as temporary:
+        workdir = pathlib.Path(args.keep or temporary)
+        checkpoints = write_checkpoints(workdir / "checkpoints")
+        rows = []
+        for name in names:
+            case = CASES[name]
+            if case.needs:
+                rows.append((name, "not run", 0.0, f"needs {case.needs}"))
+            else:
+                rows.append((name, *run(prepare(name, case, workdir, checkpoints, args.mode), args.timeout)))
+            print(f"{rows[-1][0]:45s} {rows[-1][1]:10s} {rows[-1][2]:6.1f} s  {rows[-1][3]}", flush=True)
+    ran = sum(row[1] == "runs" for row in rows)
+    print(f"\n| example | {args.mode} | seconds | note |\n|---|---|---:|---|")
+    for name, status, seconds, note in rows:
+        print(f"| {name} | {status} | {seconds:.0f} | {note.replace('|', '/')} |")
+    print(f"\n{ran} of {len(rows)} examples ran to completion ({args.mode}).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
