@@ -118,10 +118,72 @@ def people_daily(split):
     return make
 
 
+def _entities(sentence) -> List[str]:
+    """The entity strings of an MSRA sentence (BMES tags)."""
+    entities, current = [], ""
+    for char, tag in sentence:
+        if tag[0] in "BS":
+            current = char
+        elif tag[0] in "ME":
+            current += char
+        if tag[0] in "SE":
+            entities.append(current)
+    return entities
+
+
+def qa_json(path: pathlib.Path) -> None:
+    """WebQA/SogouQA's layout: questions, each with passages and the answer found in them (an MSRA entity)."""
+    records = []
+    for sentence in _msra("train"):
+        text, entities = "".join(char for char, _ in sentence), _entities(sentence)
+        if entities:
+            records.append({"question": f"{text[:8]}是什么", "passages": [
+                {"passage": text, "answer": entities[0]}, {"passage": text[::-1], "answer": ""}]})
+    path.write_text(json.dumps(records, ensure_ascii=False), "utf-8")
+
+
+def triples_json(split):
+    """DuIE's layout: a text and its (subject, predicate, object) triples, from the MSRA entities of a sentence.
+
+    Texts are cut to 16 characters: an untrained GlobalPointer scores about half of all spans above 0,
+    and GPLinker's decoding pairs every subject span with every object span.
+    """
+    def make(path):
+        lines = []
+        for sentence in (sentence[:16] for sentence in _msra(split)):
+            text, entities = "".join(char for char, _ in sentence), _entities(sentence)
+            spo = [{"subject": a, "predicate": "相关", "object": b, "subject_type": "实体", "object_type": "实体"}
+                   for a, b in zip(entities, entities[1:])]
+            lines.append(json.dumps({"text": text, "spo_list": spo}, ensure_ascii=False))
+        path.write_text("\n".join(lines) + "\n", "utf-8")
+    return make
+
+
+def schemas(path: pathlib.Path) -> None:
+    path.write_text(json.dumps({"predicate": "相关", "subject_type": "实体", "object_type": "实体"},
+                               ensure_ascii=False) + "\n", "utf-8")
+
+
+def segmented_lines(path: pathlib.Path) -> None:
+    """The PKU corpus's layout: words separated by spaces (an MSRA entity is a word, other characters alone)."""
+    lines = []
+    for sentence in _msra("train"):
+        words, current = [], ""
+        for char, tag in sentence:
+            current += char
+            if tag[0] in "OSE":
+                words.append(current)
+                current = ""
+        lines.append(" ".join(words + [current] if current else words))
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+
+
 SENTIMENT = {f"datasets/sentiment/sentiment.{s}.data": sentiment_tsv(s) for s in ("train", "valid", "test")}
 IFLYTEK = {"/root/CLUE-master/baselines/CLUEdataset/iflytek/train.json": iflytek_json("train"),
            "/root/CLUE-master/baselines/CLUEdataset/iflytek/dev.json": iflytek_json("valid")}
 THUCNEWS = {"/root/thuctc/THUCNews/*/*.txt": text_files()}
+DUIE = {"/root/kg/datasets/train_data.json": triples_json("train"), "/root/kg/datasets/dev_data.json":
+        triples_json("dev"), "/root/kg/datasets/all_50_schemas": schemas}
 CSL = {f"/root/csl/{name}.tsv": titled_tsv(split) for name, split in
        (("train", "train"), ("val", "valid"), ("test", "test"))}
 
@@ -130,26 +192,25 @@ CASES = {
     "basic_gibbs_sampling_via_mlm": Example(),
     "basic_language_model_cpm_lm": Example(needs="a GPT-2 checkpoint with CPM's SentencePiece model "
                                                  "(not in ../shared)"),
-    "basic_language_model_gpt2_ml": Example(needs="a GPT2-ML checkpoint with the real vocabulary "
-                                                  "(the harness writes BERT and ALBERT ones only)"),
-    "basic_language_model_nezha_gen_gpt": Example(needs="a NEZHA checkpoint with the real vocabulary "
-                                                        "(the harness writes BERT and ALBERT ones only)"),
+    "basic_language_model_gpt2_ml": Example(checkpoint="gpt2_ml"),
+    "basic_language_model_nezha_gen_gpt": Example(),
     "basic_make_uncased_model_cased": Example(),
     "basic_masked_language_model": Example(),
     "basic_simple_web_serving_simbert": Example(needs="a web server (bottle) and SimBERT's weights"),
     "task_conditional_language_model": Example(data=SENTIMENT),
     "task_iflytek_adversarial_training": Example(data=IFLYTEK),
-    "task_iflytek_bert_of_theseus": Example(data=IFLYTEK),
+    "task_iflytek_bert_of_theseus": Example(needs="bert4keras's Transformer internals: prefix=, and "
+                                                  "apply_embeddings/apply_main_layers re-applied to new inputs"),
     "task_iflytek_gradient_penalty": Example(data=IFLYTEK),
     "task_iflytek_multigpu": Example(data=IFLYTEK),
     "task_image_caption": Example(needs="COCO images and captions (not in ../shared)"),
     "task_language_model": Example(data={"/root/金庸/*/*.txt": text_files("gbk")}),
     "task_language_model_chinese_chess": Example(needs="chess game records (not in ../shared)"),
-    "task_question_answer_generation_by_seq2seq": Example(needs="WebQA/SogouQA (not in ../shared)"),
-    "task_reading_comprehension_by_mlm": Example(needs="WebQA/SogouQA (not in ../shared)"),
-    "task_reading_comprehension_by_seq2seq": Example(needs="WebQA/SogouQA (not in ../shared)"),
-    "task_relation_extraction": Example(needs="DuIE relation triples (not in ../shared)"),
-    "task_relation_extraction_gplinker": Example(needs="DuIE relation triples (not in ../shared)"),
+    "task_question_answer_generation_by_seq2seq": Example(data={"/root/qa_datasets/WebQA.json": qa_json, "/root/qa_datasets/SogouQA.json": qa_json}),
+    "task_reading_comprehension_by_mlm": Example(data={"/root/qa_datasets/WebQA.json": qa_json, "/root/qa_datasets/SogouQA.json": qa_json}),
+    "task_reading_comprehension_by_seq2seq": Example(data={"/root/qa_datasets/WebQA.json": qa_json, "/root/qa_datasets/SogouQA.json": qa_json}),
+    "task_relation_extraction": Example(data=DUIE),
+    "task_relation_extraction_gplinker": Example(data=DUIE),
     "task_sentence_similarity_lcqmc": Example(data={f"datasets/lcqmc/lcqmc.{s}.data": sentence_pairs(s)
                                                     for s in ("train", "valid", "test")}),
     "task_sentiment_albert": Example(checkpoint="albert", data=SENTIMENT),
@@ -162,7 +223,7 @@ CASES = {
     "task_seq2seq_autotitle_csl_mt5": Example(needs="an mT5 checkpoint and its SentencePiece model "
                                                     "(not in ../shared)"),
     "task_seq2seq_autotitle_multigpu": Example(data=THUCNEWS),
-    "task_sequence_labeling_cws_crf": Example(needs="the PKU segmentation corpus (not in ../shared)"),
+    "task_sequence_labeling_cws_crf": Example(data={"/root/icwb2-data/training/pku_training.utf8": segmented_lines}),
     "task_sequence_labeling_ner_crf": Example(data={
         f"/root/ner/china-people-daily-ner-corpus/example.{name}": people_daily(split)
         for name, split in (("train", "train"), ("dev", "dev"), ("test", "test"))}),
@@ -170,19 +231,20 @@ CASES = {
 
 
 def write_checkpoints(directory: pathlib.Path) -> Dict[str, pathlib.Path]:
-    """Tiny BERT and ALBERT checkpoints (every head's variables) on the real Chinese vocabulary."""
+    """Tiny BERT, ALBERT (every head's variables) and GPT2-ML checkpoints on the real Chinese vocabulary."""
     from kbert import build_transformer_model, save_google_checkpoint
 
     made = {}
     vocab_size = sum(1 for _ in open(VOCAB, encoding="utf-8"))
     base = {"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
             "intermediate_size": 64, "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu"}
-    for kind, extra in (("bert", {}), ("albert", {"embedding_size": 16})):
+    for kind, extra in (("bert", {}), ("albert", {"embedding_size": 16}), ("gpt2_ml", {})):
         folder = directory / kind
         folder.mkdir(parents=True, exist_ok=True)
         config = {**base, **extra}
         (folder / "bert_config.json").write_text(json.dumps(config, indent=1), "utf-8")
-        model = build_transformer_model(config, model=kind, with_pool=True, with_nsp=True, with_mlm=True)
+        heads = {} if kind.startswith("gpt") else {"with_pool": True, "with_nsp": True, "with_mlm": True}
+        model = build_transformer_model(config, model=kind, **heads)
         save_google_checkpoint(model, folder / "bert_model.ckpt")
         made[kind] = folder
     return made
@@ -239,8 +301,8 @@ def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[s
     """The example with the user's edits and the migration, written into its own directory."""
     from kbert.compat.migrate import migrate_source
 
-    folder = workdir / name
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = workdir / name  # the script runs in folder/script: its '../random_order.json' is its own
+    (folder / "script").mkdir(parents=True, exist_ok=True)
     data = {}
     for original, make in case.data.items():
         target = folder / "data" / original.lstrip("/").replace("*", "all")
@@ -252,7 +314,7 @@ def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[s
     edits.visit(ast.parse(source))
     source = edits.apply()
     source = migrate_source(source).source if mode == "migrate" else source.replace("bert4keras.", "kbert.compat.")
-    script = folder / f"{name}.py"
+    script = folder / "script" / f"{name}.py"
     script.write_text(source, encoding="utf-8")
     return script
 

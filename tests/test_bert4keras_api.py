@@ -138,6 +138,20 @@ def test_forfit_batches_keep_their_sequence_axis_open_and_drop_a_none_target():
     assert [tuple(x.shape) for x in first] == [(2, 3), (2, 3)]
 
 
+def test_a_size_1_axis_of_the_first_batch_stays_open_when_it_is_not_a_label_column():
+    """GPLinker's labels are [batch, 2, n, 2], n the most spans of an example: 1 in a first batch, 5 later."""
+    class Batches(DataGenerator):
+        def __iter__(self, random=False):
+            for spans in (1, 5):
+                yield np.zeros((2, 4), "int32"), [np.zeros((2, 2, spans, 2)), np.zeros((2, 1))]
+
+    dataset = Batches([0] * 4, batch_size=2).forfit()
+    tokens_spec, (spans_spec, column_spec) = dataset.element_spec
+    assert spans_spec.shape.as_list() == [None, None, None, None] and column_spec.shape.as_list() == [None, 1]
+    batches = iter(dataset)
+    assert [tuple(next(batches)[1][0].shape) for _ in range(2)] == [(2, 2, 1, 2), (2, 2, 5, 2)]
+
+
 def test_classifier_trains_through_forfit(sentiment, tokenizers):
     keras.utils.set_random_seed(0)
     model = build_classifier(build_transformer_model(CONFIGS / "bert_tiny.json"), 2)

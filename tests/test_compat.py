@@ -336,3 +336,31 @@ def test_load_weights_from_checkpoint_after_building_around_the_backbone(tiny_ch
     bert.load_weights_from_checkpoint(str(tiny_checkpoint_dir / "bert_model.ckpt"))
     for mine, theirs in zip(bert.model.weights, loaded.weights):
         np.testing.assert_array_equal(K.eval(mine), K.eval(theirs))
+
+
+def test_to_dataset_with_bert4keras_types_shapes_and_names():
+    """task_iflytek_multigpu: single examples, batched (and padded) by tf.data, keyed by the layers' names."""
+    class Examples(snippets.DataGenerator):
+        def __iter__(self, random=False):
+            for length, label in ((3, 0), (5, 1), (2, 1)):
+                yield [[7] * length, [0] * length], [[label]]
+
+    dataset = Examples([0] * 3, batch_size=2).to_dataset(
+        types=[("float32", "float32"), ("float32",)], shapes=[([None], [None]), ([1],)],
+        names=[("Input-Token", "Input-Segment"), ("Probas",)], padded_batch=True)
+    inputs, labels = next(iter(dataset))
+    assert sorted(inputs) == ["Input-Segment", "Input-Token"]
+    assert inputs["Input-Token"].numpy().tolist() == [[7, 7, 7, 0, 0], [7, 7, 7, 7, 7]]
+    assert labels.numpy().tolist() == [[0.0], [1.0]]  # a single output's targets stay bare for Keras 3
+
+
+def test_tokenizer_has_bert4keras_defaults_and_framing():
+    from kbert.compat.tokenizers import Tokenizer
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "a": 4, "b": 5}
+    assert Tokenizer(vocab).encode("A")[0] == [2, 1, 3]  # bert4keras: no lower-casing unless asked
+    assert Tokenizer(vocab, do_lower_case=True).encode("A")[0] == [2, 4, 3]
+    gpt = Tokenizer(vocab, do_lower_case=True, token_start=None)
+    assert gpt.encode("a", "b") == ([4, 3, 5, 3], [0, 0, 1, 1])
+    assert gpt.encode("a a a", maxlen=3) == ([4, 4, 3], [0, 0, 0])
+    with pytest.raises(KbertError, match="pre_tokenize"):
+        Tokenizer(vocab, pre_tokenize=str.split)

@@ -136,7 +136,7 @@ class DataGenerator:
         A dataset, not a Python generator: Keras 3 fixes every axis of a
         generator's batches that happens to be equal in its first two, so a
         later, longer batch would fail; here only the rank, the dtype and
-        axes of size 1 (`[batch, 1]` labels) are fixed.
+        the 1 of `[batch, 1]` labels are fixed.
         Lists in a batch (`[token_ids, segment_ids], labels`) become tuples, and
         a `None` target (a loss the model adds itself) is left out.
         """
@@ -156,13 +156,15 @@ class DataGenerator:
 
     def _dataset(self, batches):
         """An endless dataset of `batches()`, its structure and dtypes from the first batch, every axis
-        open but those of size 1 after the batch axis (bert4keras's `[batch, 1]` labels, which Keras's
-        sparse losses squeeze only when they know the 1)."""
+        open but the 1 of a `[batch, 1]` array (bert4keras's labels, which Keras's sparse losses squeeze
+        only when they know the 1). A size-1 axis of a larger array stays open: GPLinker's
+        `[batch, 2, n, 2]` labels have n = 1 in some batches only."""
         import tensorflow as tf
 
         def spec(x):
             shape = np.shape(x)
-            return tf.TensorSpec((None,) + tuple(1 if n == 1 else None for n in shape[1:]),
+            labels_column = len(shape) == 2 and shape[1] == 1  # [batch, 1]; any other axis may vary
+            return tf.TensorSpec((None, 1) if labels_column else (None,) * len(shape),
                                  tf.as_dtype(np.asarray(x).dtype))
 
         first = next(iter(batches()))
