@@ -52,13 +52,13 @@ class Example:
     needs: Optional[str] = None
 
 
-def _sentiment(split: str) -> List[tuple]:
+def _sentiment(split: str, limit: Optional[int] = LINES) -> List[tuple]:
     rows = []
     with open(SHARED / "data" / "sentiment" / f"sentiment.{split}.data", encoding="utf-8") as handle:
         for line in handle:
             text, label = line.rstrip("\n").rsplit("\t", 1)
             rows.append((text[:60], int(label)))
-            if len(rows) == LINES:
+            if len(rows) == limit:
                 return rows
     return rows
 
@@ -178,6 +178,21 @@ def segmented_lines(path: pathlib.Path) -> None:
     path.write_text("\n".join(lines) + "\n", "utf-8")
 
 
+def arithmetic_json(seed: int):
+    """Ape210K's layout (../shared has no maths problems, so these are generated): a question, its equation
+    and answer."""
+    def make(path):
+        import random
+        generator = random.Random(seed)
+        lines = []
+        for _ in range(LINES):
+            a, b = generator.randint(2, 50), generator.randint(2, 50)
+            lines.append(json.dumps({"original_text": f"小明有{a}个苹果，又买了{b}个，一共有多少个苹果？",
+                                     "equation": f"x={a}+{b}", "ans": str(a + b)}, ensure_ascii=False))
+        path.write_text("\n".join(lines) + "\n", "utf-8")
+    return make
+
+
 SENTIMENT = {f"datasets/sentiment/sentiment.{s}.data": sentiment_tsv(s) for s in ("train", "valid", "test")}
 IFLYTEK = {"/root/CLUE-master/baselines/CLUEdataset/iflytek/train.json": iflytek_json("train"),
            "/root/CLUE-master/baselines/CLUEdataset/iflytek/dev.json": iflytek_json("valid")}
@@ -217,11 +232,12 @@ CASES = {
     "task_sentiment_integrated_gradients": Example(needs="the weights task_sentiment_albert saved "
                                                          "(run it first)"),
     "task_sentiment_virtual_adversarial_training": Example(data=SENTIMENT),
-    "task_seq2seq_ape210k_math_word_problem": Example(needs="Ape210K (not in ../shared)"),
+    "task_seq2seq_ape210k_math_word_problem": Example(data={
+        f"/root/ape210k/{split}.ape.json": arithmetic_json(seed) for seed, split in enumerate(("train", "valid",
+                                                                                                 "test"))}),
     "task_seq2seq_autotitle": Example(data=THUCNEWS),
     "task_seq2seq_autotitle_csl": Example(data=CSL),
-    "task_seq2seq_autotitle_csl_mt5": Example(needs="an mT5 checkpoint and its SentencePiece model "
-                                                    "(not in ../shared)"),
+    "task_seq2seq_autotitle_csl_mt5": Example(checkpoint="mt5.1.1", data=CSL),
     "task_seq2seq_autotitle_multigpu": Example(data=THUCNEWS),
     "task_sequence_labeling_cws_crf": Example(data={"/root/icwb2-data/training/pku_training.utf8": segmented_lines}),
     "task_sequence_labeling_ner_crf": Example(data={
@@ -230,20 +246,41 @@ CASES = {
 }
 
 
+def train_sentencepiece(directory: pathlib.Path) -> pathlib.Path:
+    """A small SentencePiece model on the sentiment reviews, with T5's ids (pad 0, </s> 1, unk 2)."""
+    import sentencepiece
+
+    corpus = directory / "corpus.txt"
+    corpus.write_text("".join(f"{text}\n" for text, _ in _sentiment("train", limit=None)), "utf-8")
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(directory / "spm"), vocab_size=4000, character_coverage=0.9995,
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+    return directory / "spm.model"
+
+
 def write_checkpoints(directory: pathlib.Path) -> Dict[str, pathlib.Path]:
-    """Tiny BERT, ALBERT (every head's variables) and GPT2-ML checkpoints on the real Chinese vocabulary."""
+    """Tiny checkpoints in each family's original layout: BERT and ALBERT (every head's variables) and
+    GPT2-ML on the real Chinese vocabulary; mT5 on a SentencePiece model trained here."""
     from kbert import build_transformer_model, save_google_checkpoint
 
     made = {}
     vocab_size = sum(1 for _ in open(VOCAB, encoding="utf-8"))
     base = {"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
             "intermediate_size": 64, "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu"}
-    for kind, extra in (("bert", {}), ("albert", {"embedding_size": 16}), ("gpt2_ml", {})):
+    for kind, extra in (("bert", {}), ("albert", {"embedding_size": 16}), ("gpt2_ml", {}), ("mt5.1.1", {})):
         folder = directory / kind
         folder.mkdir(parents=True, exist_ok=True)
         config = {**base, **extra}
+        if kind.startswith("mt5"):
+            spm_model = train_sentencepiece(folder)
+            import sentencepiece
+            pieces = sentencepiece.SentencePieceProcessor(model_file=str(spm_model)).get_piece_size()
+            config = {"vocab_size": pieces, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                      "attention_head_size": 16, "intermediate_size": 64, "hidden_act": ["gelu", "linear"],
+                      "dropout_rate": 0.1}
+            (folder / "keep_tokens.json").write_text(json.dumps(list(range(pieces))), "utf-8")
         (folder / "bert_config.json").write_text(json.dumps(config, indent=1), "utf-8")
-        heads = {} if kind.startswith("gpt") else {"with_pool": True, "with_nsp": True, "with_mlm": True}
+        heads = {"with_pool": True, "with_nsp": True, "with_mlm": True} if kind in ("bert", "albert") else {}
         model = build_transformer_model(config, model=kind, **heads)
         save_google_checkpoint(model, folder / "bert_model.ckpt")
         made[kind] = folder
@@ -259,7 +296,8 @@ class _UserEdits(ast.NodeVisitor):
         for line in self.data_bytes.splitlines(keepends=True):
             self.line_starts.append(self.line_starts[-1] + len(line))
         self.paths = {"config_path": checkpoint / "bert_config.json", "checkpoint_path": checkpoint / "bert_model.ckpt",
-                      "dict_path": VOCAB}
+                      "dict_path": VOCAB, "spm_path": checkpoint / "spm.model",
+                      "keep_tokens_path": checkpoint / "keep_tokens.json"}
         self.data = data
         self.edits = []
 

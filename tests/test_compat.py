@@ -10,6 +10,7 @@ from keras import ops
 from kbert.compat import backend, optimizers, snippets
 from kbert.compat.backend import K
 from kbert.compat.layers import LayerNormalization, Loss
+from conftest import REPO, shared_path
 from kbert.errors import KbertError
 from kbert.training.adversarial import adversarial_training, gradient_penalty
 from kbert.training.losses import multilabel_categorical_crossentropy
@@ -364,3 +365,16 @@ def test_tokenizer_has_bert4keras_defaults_and_framing():
     assert gpt.encode("a a a", maxlen=3) == ([4, 4, 3], [0, 0, 0])
     with pytest.raises(KbertError, match="pre_tokenize"):
         Tokenizer(vocab, pre_tokenize=str.split)
+
+
+def test_t5_encoder_and_decoder_share_the_whole_models_layers():
+    from kbert.compat.models import build_transformer_model
+    config = shared_path("fixtures", "bert4keras_families", "t5_11_tiny", "config.json")
+    t5 = build_transformer_model(str(config), model="t5.1.1", return_keras_model=False)
+    source, target = np.array([[5, 6, 7, 1]]), np.array([[0, 9, 10]])
+    encoded = t5.encoder.predict(source, verbose=0)
+    np.testing.assert_array_equal(t5.decoder.predict([encoded, target], verbose=0),
+                                  t5.model.predict([source, target], verbose=0))
+    assert [tensor.name for tensor in t5.decoder.inputs] == ["Input-Context", "Decoder-Input-Token"]
+    with pytest.raises(KbertError, match="not a whole T5"):
+        build_transformer_model(str(REPO / "configs" / "bert_tiny.json"), return_keras_model=False).encoder

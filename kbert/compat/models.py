@@ -18,15 +18,22 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
+import keras
+
 from kbert.builder import Transformer as _Transformer
 from kbert.builder import build_transformer_model as _build
 from kbert.checkpoints.formats import load_weights
 from kbert.checkpoints.google import save_google_checkpoint
 from kbert.compat.backend import gelu_version
+from kbert.errors import KbertError
 from kbert.models.config import ACTIVATIONS
+from kbert.models.t5.family import CROSS_ATTENTION, DECODER
+from kbert.models.t5.graph import CONTEXT_INPUT
 from kbert.models.registry import resolve
 
 __all__ = ["Transformer", "build_transformer_model"]
+
+ENCODER_OUTPUT = "Encoder-Output-Dropout"
 
 
 @dataclasses.dataclass
@@ -47,6 +54,28 @@ class Transformer(_Transformer):
             raise ValueError("load_weights_from_checkpoint(mapping=...): kbert reads each family's own names; "
                              "leave mapping out")
         load_weights(self.model, checkpoint, keep_tokens=self.keep_tokens, compound_tokens=self.compound_tokens)
+
+    @property
+    def encoder(self) -> keras.Model:
+        """T5's encoder alone, `[encoder ids] → encoded`, sharing the model's layers (bert4keras's `t5.encoder`)."""
+        return keras.Model(self.model.inputs[0], self._t5_layer(ENCODER_OUTPUT).output, name="Encoder")
+
+    @property
+    def decoder(self) -> keras.Model:
+        """T5's decoder alone, `[context, decoder ids] → probabilities`, sharing the model's layers
+        (bert4keras's `t5.decoder`): the decoder's first call, on `Input-Context`."""
+        cross_attention = self._t5_layer(f"{DECODER}-Transformer-0-{CROSS_ATTENTION}")
+        context = next(tensor for tensor in cross_attention._inbound_nodes[0].input_tensors
+                       if tensor._keras_history.operation.name == CONTEXT_INPUT)
+        on_context = self.model.layers[-1]._inbound_nodes[0].output_tensors[0]
+        return keras.Model([context, self.model.inputs[1]], on_context, name="Decoder")
+
+    def _t5_layer(self, name: str):
+        try:
+            return self.model.get_layer(name)
+        except ValueError:
+            raise KbertError(f"encoder/decoder: bert4keras's T5 parts; this {self.config.model_type or 'model'} "
+                             "is not a whole T5") from None
 
     def save_weights_as_checkpoint(self, filename: str, mapping=None, dtype=None) -> None:
         """Writes the weights in the family's original checkpoint layout."""
