@@ -205,8 +205,7 @@ CSL = {f"/root/csl/{name}.tsv": titled_tsv(split) for name, split in
 CASES = {
     "basic_extract_features": Example(),
     "basic_gibbs_sampling_via_mlm": Example(),
-    "basic_language_model_cpm_lm": Example(needs="a GPT-2 checkpoint with CPM's SentencePiece model "
-                                                 "(not in ../shared)"),
+    "basic_language_model_cpm_lm": Example(checkpoint="gpt2"),
     "basic_language_model_gpt2_ml": Example(checkpoint="gpt2_ml"),
     "basic_language_model_nezha_gen_gpt": Example(),
     "basic_make_uncased_model_cased": Example(),
@@ -247,42 +246,46 @@ CASES = {
 
 
 def train_sentencepiece(directory: pathlib.Path) -> pathlib.Path:
-    """A small SentencePiece model on the sentiment reviews, with T5's ids (pad 0, </s> 1, unk 2)."""
+    """A small SentencePiece model on the sentiment reviews, with T5's ids (pad 0, </s> 1, unk 2) and
+    CPM-LM's `<cls>` piece (its newline)."""
     import sentencepiece
 
     corpus = directory / "corpus.txt"
     corpus.write_text("".join(f"{text}\n" for text, _ in _sentiment("train", limit=None)), "utf-8")
     sentencepiece.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(directory / "spm"), vocab_size=4000, character_coverage=0.9995,
-        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, user_defined_symbols=["<cls>"], minloglevel=2)
     return directory / "spm.model"
 
 
 def write_checkpoints(directory: pathlib.Path) -> Dict[str, pathlib.Path]:
     """Tiny checkpoints in each family's original layout: BERT and ALBERT (every head's variables) and
-    GPT2-ML on the real Chinese vocabulary; mT5 on a SentencePiece model trained here."""
+    GPT2-ML on the real Chinese vocabulary; GPT-2 (CPM-LM's layout) and mT5 on a SentencePiece model
+    trained here."""
+    import shutil
+
+    import sentencepiece
     from kbert import build_transformer_model, save_google_checkpoint
 
-    made = {}
+    directory.mkdir(parents=True, exist_ok=True)
+    spm_model = train_sentencepiece(directory)
+    pieces = sentencepiece.SentencePieceProcessor(model_file=str(spm_model)).get_piece_size()
     vocab_size = sum(1 for _ in open(VOCAB, encoding="utf-8"))
     base = {"vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
             "intermediate_size": 64, "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu"}
-    for kind, extra in (("bert", {}), ("albert", {"embedding_size": 16}), ("gpt2_ml", {}), ("mt5.1.1", {})):
+    t5 = {"vocab_size": pieces, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "attention_head_size": 16, "intermediate_size": 64, "hidden_act": ["gelu", "linear"], "dropout_rate": 0.1}
+    configs = {"bert": base, "albert": {**base, "embedding_size": 16}, "gpt2_ml": base,
+               "gpt2": {**base, "vocab_size": pieces}, "mt5.1.1": t5}
+    made = {}
+    for kind, config in configs.items():
         folder = directory / kind
-        folder.mkdir(parents=True, exist_ok=True)
-        config = {**base, **extra}
-        if kind.startswith("mt5"):
-            spm_model = train_sentencepiece(folder)
-            import sentencepiece
-            pieces = sentencepiece.SentencePieceProcessor(model_file=str(spm_model)).get_piece_size()
-            config = {"vocab_size": pieces, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                      "attention_head_size": 16, "intermediate_size": 64, "hidden_act": ["gelu", "linear"],
-                      "dropout_rate": 0.1}
-            (folder / "keep_tokens.json").write_text(json.dumps(list(range(pieces))), "utf-8")
+        folder.mkdir(exist_ok=True)
+        shutil.copyfile(spm_model, folder / "spm.model")
+        (folder / "keep_tokens.json").write_text(json.dumps(list(range(pieces))), "utf-8")
         (folder / "bert_config.json").write_text(json.dumps(config, indent=1), "utf-8")
         heads = {"with_pool": True, "with_nsp": True, "with_mlm": True} if kind in ("bert", "albert") else {}
-        model = build_transformer_model(config, model=kind, **heads)
-        save_google_checkpoint(model, folder / "bert_model.ckpt")
+        save_google_checkpoint(build_transformer_model(config, model=kind, **heads), folder / "bert_model.ckpt")
         made[kind] = folder
     return made
 
@@ -384,6 +387,9 @@ def main(argv=None) -> int:
         print(f"{EXAMPLES} is absent: the shared fixtures folder ../shared is not beside the checkout")
         return 1
     names = args.only or sorted(CASES)
+    unknown = sorted(set(names) - set(CASES))
+    if unknown:
+        parser.error(f"unknown examples {', '.join(unknown)}; the 32 are the .py files in {EXAMPLES}")
     with tempfile.TemporaryDirectory() as temporary:
         workdir = pathlib.Path(args.keep or temporary)
         checkpoints = write_checkpoints(workdir / "checkpoints")

@@ -72,3 +72,16 @@ def test_generation_benchmark_runs_gpt2_and_t5(capsys, case, family, kind):
     table = capsys.readouterr().out
     assert kind in table
     assert table.strip().splitlines()[-1].endswith("| True |")  # cached and recomputed: the same tokens
+
+
+def test_bert4keras_examples_run_after_migrate_and_after_a_prefix_change():
+    """Two of bert4keras's own examples through `kbert migrate` (FGM adversarial training; UniLM seq2seq with
+    the Loss layer and AutoRegressiveDecoder), and one with only `bert4keras.` → `kbert.compat.`."""
+    shared_path("bert4keras_examples")
+    harness = [sys.executable, "benchmarks/bert4keras_examples.py", "--timeout", "400", "--only"]
+    migrated = subprocess.run(harness + ["task_iflytek_adversarial_training", "task_seq2seq_autotitle"],
+                              capture_output=True, text=True, cwd=REPO, timeout=1200)
+    assert "2 of 2 examples ran to completion (migrate)." in migrated.stdout, migrated.stdout[-3000:]
+    prefixed = subprocess.run(harness + ["basic_masked_language_model", "--mode", "prefix"],
+                              capture_output=True, text=True, cwd=REPO, timeout=1200)
+    assert "1 of 1 examples ran to completion (prefix)." in prefixed.stdout, prefixed.stdout[-3000:]

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import keras
-from conftest import CONFIGS, REPO, minilm_dir, shared_path
+from conftest import CONFIGS, REPO, kbert_in_process, minilm_dir, shared_path
 from kbert import KbertError
 from kbert.training.data import encode_examples, read_examples
 from kbert import TrainingOptions, WarmupLinearDecay, train
@@ -351,6 +351,24 @@ def test_ema_and_gradient_accumulation(tiny_run, sentiment_slice, tmp_path, monk
     losses = [epoch["loss"] for epoch in state["history"]]
     plain_losses = [epoch["loss"] for epoch in plain_state["history"]]
     assert all(np.isfinite(losses)) and losses != plain_losses, (losses, plain_losses)
+
+
+def test_adversarial_training_from_the_command_line(tiny_run, tmp_path):
+    config, vocab, train_path = tiny_run
+    one_epoch = ["--epochs", "1", "--batch-size", "64", "--lr", "1e-3", "--maxlen", "32"]
+    runs = {}
+    for name, extra in (("plain", []), ("fgm", ["--adversarial", "fgm"]), ("gp", ["--adversarial", "gp"])):
+        result = kbert_in_process("train", "--config", config, "--vocab", vocab, "--train", train_path,
+                                  "--out", tmp_path / name, *one_epoch, *extra)
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs[name] = json.loads((tmp_path / name / "training.json").read_text(encoding="utf-8"))
+    losses = {name: state["history"][0]["loss"] for name, state in runs.items()}
+    assert runs["fgm"]["options"]["adversarial"] == "fgm"
+    # the same seed and batches: each method's steps differ from the plain ones
+    assert losses["fgm"] != losses["plain"] and losses["gp"] != losses["plain"], losses
+    bad = kbert_in_process("train", "--config", config, "--vocab", vocab, "--train", train_path, "--out",
+                           tmp_path / "bad", "--adversarial", "fgm", "--adversarial-epsilon", "0")
+    assert bad.returncode == 2 and "adversarial epsilon must be a finite positive number" in bad.stderr
 
 
 def test_predictions_with_length_bucketing_come_back_in_input_order(trained, sentiment_slice):

@@ -14,7 +14,7 @@ from kbert.cli.arguments import family_argument, positive_int, precision_option
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
-from kbert.training.options import TrainingOptions
+from kbert.training.options import ADVERSARIAL, TrainingOptions
 from kbert.training.records import ONE_A_LINE, parse_columns
 
 
@@ -104,6 +104,11 @@ def _add_train(train) -> None:
                             "validated and saved each epoch")
     train.add_argument("--grad-accum", type=positive_int, default=defaults.grad_accum, metavar="N",
                        help="accumulate the gradients of N batches per update (effective batch N x --batch-size)")
+    train.add_argument("--adversarial", choices=ADVERSARIAL,
+                       help="train against perturbations of the token embeddings: fgm (bert4keras's "
+                            "adversarial_training) or gp (gradient penalty)")
+    train.add_argument("--adversarial-epsilon", type=float, default=defaults.adversarial_epsilon, metavar="E",
+                       help="the perturbation's norm (fgm) or the penalty's weight (gp)")
     train.add_argument("--resume", action="store_true",
                        help="continue the interrupted run in OUT.partial from its last completed epoch")
     train.set_defaults(run=run_train)
@@ -136,7 +141,8 @@ def run_train(args) -> int:
         warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
         mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
         shuffle=not args.no_shuffle, bucketing=not args.no_bucketing, seed=args.seed, ema=args.ema,
-        grad_accum=args.grad_accum, task=args.task, model=args.model, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier,
+        grad_accum=args.grad_accum, adversarial=args.adversarial, adversarial_epsilon=args.adversarial_epsilon,
+        task=args.task, model=args.model, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier,
         columns=parse_columns(args.columns) or None)
     try:
         state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,

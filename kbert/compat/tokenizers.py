@@ -21,7 +21,7 @@ from typing import List, Optional, Tuple
 from kbert.compat.snippets import truncate_sequences
 from kbert.errors import KbertError
 from kbert.tokenizers import wordpiece
-from kbert.tokenizers.sentence_piece import SpTokenizer
+from kbert.tokenizers import sentence_piece
 from kbert.tokenizers.vocab import load_vocab, save_vocab
 
 __all__ = ["SpTokenizer", "Tokenizer", "load_vocab", "save_vocab"]
@@ -67,3 +67,38 @@ class Tokenizer(wordpiece.Tokenizer):
             truncate_sequences(maxlen, -2, first_tokens, second_tokens)
         token_ids = self.tokens_to_ids(first_tokens) + self.tokens_to_ids(second_tokens)
         return token_ids, [0] * len(first_tokens) + [1] * len(second_tokens)
+
+
+class SpTokenizer(sentence_piece.SpTokenizer):
+    """kbert's `SpTokenizer` with bert4keras's `pre_tokenize` and `token_translate`.
+
+    Args:
+        sp_model_path, token_start, token_end: as `kbert.SpTokenizer`.
+        pre_tokenize: a function from a text to its words (CPM-LM's: jieba);
+            the words, joined by spaces, are what SentencePiece cuts.
+        token_translate: `{piece: piece}` replacements after cutting (CPM-LM:
+            its newline piece to `<cls>`); `decode` undoes them.
+    """
+
+    def __init__(self, sp_model_path, token_start: Optional[str] = None, token_end: Optional[str] = "</s>",
+                 pre_tokenize=None, token_translate=None):
+        super().__init__(sp_model_path, token_start, token_end)
+        self.pre_tokenize = pre_tokenize
+        self.token_translate = dict(token_translate or {})
+        self.token_translate_inverse = {new: old for old, new in self.token_translate.items()}
+
+    def _pieces(self, text: str) -> List[str]:
+        if self.pre_tokenize is not None:
+            text = " ".join(self.pre_tokenize(text))
+        return [self.token_translate.get(piece, piece) for piece in self.sp_model.encode_as_pieces(text)]
+
+    def encode(self, first: str, second: Optional[str] = None,
+               maxlen: Optional[int] = None) -> Tuple[List[int], List[int]]:
+        texts = [first] if second is None else [first, second]
+        return self._assemble([self.tokens_to_ids(self._pieces(text)) for text in texts], maxlen)
+
+    def decode(self, ids) -> str:
+        pieces = [self.token_translate_inverse.get(piece, piece) for piece in
+                  self.ids_to_tokens([i for i in ids if 0 <= int(i) < self._vocab_size
+                                      and not self.sp_model.is_control(int(i))])]
+        return self.sp_model.decode_pieces(pieces)

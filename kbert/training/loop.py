@@ -34,7 +34,8 @@ from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab,
 from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker_role
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
                                       WEIGHTS_FILE)
-from kbert.training.options import TrainingOptions
+from kbert.training.adversarial import adversarial_training, gradient_penalty
+from kbert.training.options import ADVERSARIAL, TrainingOptions
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.training.run_directory import RunDirectory, write_json
 from kbert.training.schedules import WarmupLinearDecay
@@ -218,6 +219,7 @@ def train_task(
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trainer = Trainer(model.inputs, model.outputs, name="trainer")
             trainer.compile(make_optimizer(options, data.steps_per_epoch), **task.compile_args(model))
+            _add_adversarial_training(trainer, options, strategy)
         # Everything is checked: from here on the run writes, into OUT.partial/.
         state = run.begin(resume, fresh_state)
         interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
@@ -297,8 +299,25 @@ def _check_options(options: TrainingOptions) -> None:
     if not (_is_number(options.crf_lr_multiplier) and 0 < options.crf_lr_multiplier < math.inf):
         raise KbertError(f"CRF learning-rate multiplier must be a finite positive number, "
                          f"got {options.crf_lr_multiplier!r}")
+    if options.adversarial not in (None, *ADVERSARIAL):
+        raise KbertError(f"unknown adversarial training {options.adversarial!r}; expected one of "
+                         f"{', '.join(ADVERSARIAL)}")
+    if not (_is_number(options.adversarial_epsilon) and 0 < options.adversarial_epsilon < math.inf):
+        raise KbertError(f"adversarial epsilon must be a finite positive number, got {options.adversarial_epsilon!r}")
     if not (_is_number(options.weight_decay) and 0 <= options.weight_decay < math.inf):
         raise KbertError(f"weight decay must be a finite number of 0 or more, got {options.weight_decay!r}")
+
+
+def _add_adversarial_training(trainer, options: TrainingOptions, strategy) -> None:
+    """FGM or the gradient penalty on `Embedding-Token`, as `--adversarial` asks."""
+    if options.adversarial is None:
+        return
+    if strategy.num_replicas_in_sync > 1:
+        raise KbertError(f"--adversarial {options.adversarial} changes the embedding table inside each step, "
+                         f"which runs on one device only; this run has {strategy.num_replicas_in_sync} "
+                         "(use --strategy with one device, or leave --adversarial out)")
+    method = adversarial_training if options.adversarial == "fgm" else gradient_penalty
+    method(trainer, "Embedding-Token", options.adversarial_epsilon)
 
 
 def _is_number(value) -> bool:

@@ -11,6 +11,8 @@ from typing import Dict, Optional
 
 from kbert.models.heads import DEFAULT_TOKEN_HEAD
 
+ADVERSARIAL = ("fgm", "gp")  # --adversarial methods (kbert.training.adversarial)
+
 
 @dataclasses.dataclass
 class TrainingOptions:
@@ -50,6 +52,12 @@ class TrainingOptions:
             (Keras's `gradient_accumulation_steps`; bert4keras's
             `extend_with_gradient_accumulation`): an effective batch of
             `batch_size * grad_accum`.
+        adversarial: train against perturbations of the token embeddings:
+            `"fgm"` (bert4keras's `adversarial_training`: each step on the
+            table moved by epsilon along its gradient) or `"gp"` (the
+            gradient penalty: loss + ½·epsilon·‖∂loss/∂embeddings‖²); None: off.
+        adversarial_epsilon: the perturbation's norm (FGM) or the penalty's
+            weight (gp); bert4keras's examples use 0.5 and 1.
         columns: `{field: column}` for data files whose columns (or JSON keys)
             have other names, e.g. `{"text": "review", "label": "sentiment"}`
             (`kbert.training.records`).
@@ -74,4 +82,6 @@ class TrainingOptions:
     model: Optional[str] = None
     head: str = DEFAULT_TOKEN_HEAD
     crf_lr_multiplier: float = 100.0
+    adversarial: Optional[str] = None
+    adversarial_epsilon: float = 0.5
     columns: Optional[Dict[str, str]] = None
