@@ -228,8 +228,8 @@ CASES = {
     "task_sentence_similarity_lcqmc": Example(data={f"datasets/lcqmc/lcqmc.{s}.data": sentence_pairs(s)
                                                     for s in ("train", "valid", "test")}),
     "task_sentiment_albert": Example(checkpoint="albert", data=SENTIMENT),
-    "task_sentiment_integrated_gradients": Example(needs="the weights task_sentiment_albert saved "
-                                                         "(run it first)"),
+    "task_sentiment_integrated_gradients": Example(needs="the weights task_sentiment_albert saves, and a "
+                                                         "manual change: K.gradients (kbert migrate reports it)"),
     "task_sentiment_virtual_adversarial_training": Example(data=SENTIMENT),
     "task_seq2seq_ape210k_math_word_problem": Example(data={
         f"/root/ape210k/{split}.ape.json": arithmetic_json(seed) for seed, split in enumerate(("train", "valid",
@@ -338,8 +338,9 @@ class _UserEdits(ast.NodeVisitor):
 
 
 def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[str, pathlib.Path],
-            mode: str) -> pathlib.Path:
-    """The example with the user's edits and the migration, written into its own directory."""
+            mode: str) -> tuple:
+    """The example with the user's edits and the migration, written into its own directory, and the
+    places `kbert migrate` says need a manual change."""
     from kbert.compat.migrate import migrate_source
 
     folder = workdir / name  # the script runs in folder/script: its '../random_order.json' is its own
@@ -354,10 +355,11 @@ def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[s
     edits = _UserEdits(source, checkpoints[case.checkpoint], data)
     edits.visit(ast.parse(source))
     source = edits.apply()
-    source = migrate_source(source).source if mode == "migrate" else source.replace("bert4keras.", "kbert.compat.")
+    migration = migrate_source(source)
+    source = migration.source if mode == "migrate" else source.replace("bert4keras.", "kbert.compat.")
     script = folder / "script" / f"{name}.py"
     script.write_text(source, encoding="utf-8")
-    return script
+    return script, migration.manual
 
 
 def run(script: pathlib.Path, timeout: int) -> tuple:
@@ -399,7 +401,12 @@ def main(argv=None) -> int:
             if case.needs:
                 rows.append((name, "not run", 0.0, f"needs {case.needs}"))
             else:
-                rows.append((name, *run(prepare(name, case, workdir, checkpoints, args.mode), args.timeout)))
+                script, manual = prepare(name, case, workdir, checkpoints, args.mode)
+                status, seconds, note = run(script, args.timeout)
+                if status != "runs" and manual:
+                    status, note = "manual", f"line {manual[0].line}: {manual[0].message.split(':')[0]} " \
+                                             f"(kbert migrate reports {len(manual)} place(s))"
+                rows.append((name, status, seconds, note))
             print(f"{rows[-1][0]:45s} {rows[-1][1]:10s} {rows[-1][2]:6.1f} s  {rows[-1][3]}", flush=True)
     ran = sum(row[1] == "runs" for row in rows)
     print(f"\n| example | {args.mode} | seconds | note |\n|---|---|---:|---|")
