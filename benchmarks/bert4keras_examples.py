@@ -276,7 +276,8 @@ def write_checkpoints(directory: pathlib.Path) -> Dict[str, pathlib.Path]:
     t5 = {"vocab_size": pieces, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
           "attention_head_size": 16, "intermediate_size": 64, "hidden_act": ["gelu", "linear"], "dropout_rate": 0.1}
     configs = {"bert": base, "albert": {**base, "embedding_size": 16}, "gpt2_ml": base,
-               "gpt2": {**base, "vocab_size": pieces}, "mt5.1.1": t5}
+               "gpt2": {**base, "vocab_size": pieces, "max_position_embeddings": 1024},  # CPM-LM's length
+               "mt5.1.1": t5}
     made = {}
     for kind, config in configs.items():
         folder = directory / kind

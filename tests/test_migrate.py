@@ -44,6 +44,7 @@ model.save_weights('best.weights')
 model.load_weights('best.weights')
 model.save("test.model")
 other.save_weights(u"final.h5")
+np.save("counts.npy", counts)
 grads = K.gradients(loss, [embeddings])
 x = bert4keras.snippets.to_array([1])
 '''
@@ -63,11 +64,12 @@ model.save_weights('best.weights.h5')
 model.load_weights('best.weights.h5')
 model.save("test.keras")
 other.save_weights(u"final.weights.h5")
+np.save("counts.npy", counts)
 grads = K.gradients(loss, [embeddings])
 x = kbert.compat.snippets.to_array([1])
 '''
     [manual] = migration.manual
-    assert manual.line == 12 and "tf.GradientTape" in manual.message
+    assert manual.line == 13 and "tf.GradientTape" in manual.message
     assert migrate_source(migration.source).source == migration.source
 
 

@@ -33,6 +33,7 @@ def run_migrate(args) -> int:
         print(finding.format(args.script), file=sys.stderr if written is None else sys.stdout)
     changed = len(migration.findings) - len(migration.manual)
     where = f"; wrote {written}" if written else " (nothing written: pass -o OUT or --in-place)"
-    print(f"kbert migrate: {changed} changes, {len(migration.manual)} places need a manual change{where}",
-          file=sys.stderr)
+    manual = len(migration.manual)
+    print(f"kbert migrate: {changed} change{'s' * (changed != 1)}, {manual} "
+          f"{'place needs' if manual == 1 else 'places need'} a manual change{where}", file=sys.stderr)
     return 0

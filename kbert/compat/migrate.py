@@ -10,8 +10,8 @@ What it changes:
   `kbert.compat.keras2`;
 - weights file names Keras 3 rejects: a string ending in `.weights` gets
   `.h5`, a name given to `save_weights`/`load_weights` without `.weights.h5`
-  gets it, and a name given to `save`/`load_model` without `.keras`/`.h5`
-  becomes `.keras`; each everywhere the same string appears, so the
+  gets it, and a model file name given to `save`/`load_model` with no
+  suffix, `.model` or `.hdf5` becomes `.keras` (not `np.save`'s); each everywhere the same string appears, so the
   matching load reads what the save wrote;
 - Keras 2 methods Keras 3 removed: `fit_generator`/`predict_generator`/
   `evaluate_generator` → `fit`/`predict`/`evaluate`,
@@ -48,6 +48,9 @@ from kbert.io import atomic_write_text
 
 NEW_PACKAGE = "kbert.compat"
 KERAS2_BACKENDS = ("keras.backend", "tensorflow.keras.backend", "tensorflow.python.keras.backend")
+# Model file names Keras 2 saved and Keras 3 rejects (it takes `.keras`, or the legacy `.h5`).
+KERAS2_MODEL_SUFFIXES = ("", ".model", ".hdf5")
+NOT_KERAS = {"np", "numpy", "torch", "joblib", "pickle", "tf"}  # their save() is not a Keras model's
 RENAMED_METHODS = {"fit_generator": "fit", "predict_generator": "predict", "evaluate_generator": "evaluate"}
 KERAS_OPTIMIZERS = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl", "Lion",
                     "Adafactor", "AdaFactor"}
@@ -144,7 +147,7 @@ class _Rewriter(ast.NodeVisitor):
         elif module in KERAS2_BACKENDS:
             new = re.sub(r"^from(\s+)[\w.]+", rf"from\g<1>{NEW_PACKAGE}.keras2", old)
             self.replace(node, new, f"{old} → {new}")
-        if module.endswith("optimizers") or module.endswith("optimizers.optimizers"):
+        if module.endswith("optimizers"):
             self.optimizer_names.update(alias.asname or alias.name for alias in node.names)
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -233,11 +236,20 @@ def _weights_file_names(tree: ast.AST) -> Dict[str, str]:
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
         path = node.args[0].value
-        if name in ("save_weights", "load_weights") and not path.endswith(".weights.h5") and path not in renames:
+        if path in renames:
+            continue
+        if name in ("save_weights", "load_weights") and not path.endswith(".weights.h5"):
             renames[path] = (path[:-len(".h5")] if path.endswith(".h5") else path) + ".weights.h5"
-        elif name in ("save", "load_model") and not path.endswith((".keras", ".h5")) and path not in renames:
+        elif name in ("save", "load_model") and os.path.splitext(path)[1] in KERAS2_MODEL_SUFFIXES \
+                and _receiver(node.func) not in NOT_KERAS:
             renames[path] = os.path.splitext(path)[0] + ".keras"
     return renames
+
+
+def _receiver(function) -> Optional[str]:
+    """The name a method is called on (`np` in `np.save`), if it is a plain name."""
+    value = getattr(function, "value", None)
+    return value.id if isinstance(value, ast.Name) else None
 
 
 def migrate_source(source: str, filename: str = "<script>") -> Migration:
