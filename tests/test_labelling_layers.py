@@ -7,7 +7,8 @@ import tensorflow as tf
 import keras
 from conftest import golden
 from kbert import ViterbiDecoder
-from kbert.layers import ConditionalRandomField, EfficientGlobalPointer, GlobalPointer, viterbi_decode
+from kbert.layers import (ConditionalRandomField, EfficientGlobalPointer, GlobalPointer, MaximumEntropyMarkovModel,
+                          viterbi_decode)
 from kbert.training.losses import global_pointer_crossentropy, multilabel_categorical_crossentropy
 
 
@@ -87,7 +88,8 @@ def test_global_pointers_match_bert4keras(heads, layer_class):
 
 
 @pytest.mark.parametrize("layer", [ConditionalRandomField(lr_multiplier=2), GlobalPointer(3, 4, name="gp"),
-                                   EfficientGlobalPointer(3, 4, RoPE=False, tril_mask=False)])
+                                   EfficientGlobalPointer(3, 4, RoPE=False, tril_mask=False),
+                                   MaximumEntropyMarkovModel(lr_multiplier=2, hidden_dim=3)])
 def test_layer_contract(layer, tmp_path):
     """Shapes, masks, get_config round trip, .keras save/load with safe_mode=True."""
     tokens = keras.Input((None,), dtype="int32")
@@ -95,9 +97,10 @@ def test_layer_contract(layer, tmp_path):
     model = keras.Model(tokens, layer(hidden))
     ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]])
     output = model.predict(ids, verbose=0)
-    expected_shape = (2, 4, 8) if isinstance(layer, ConditionalRandomField) else (2, 3, 4, 4)
+    per_token = isinstance(layer, (ConditionalRandomField, MaximumEntropyMarkovModel))
+    expected_shape = (2, 4, 8) if per_token else (2, 3, 4, 4)
     assert output.shape == expected_shape and output.dtype == np.float32
-    if isinstance(layer, ConditionalRandomField):
+    if per_token:
         assert (output[1, 2:] == -1e12).all() and (output[0, :3] > -1e6).all()
     else:
         assert (output[1, :, 2:, :] == -1e12).all() and (output[1, :, :, 2:] == -1e12).all()
@@ -106,6 +109,39 @@ def test_layer_contract(layer, tmp_path):
     model.save(tmp_path / "model.keras")
     restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
     np.testing.assert_array_equal(restored.predict(ids, verbose=0), output)
+
+
+def _memm_reference(labels, scores, trans):
+    """bert4keras's MEMM loss and accuracy in NumPy: each direction over each sequence's real positions."""
+    losses, hits, count = [], [], 0
+    for direction, matrix in ((1, trans), (-1, trans.T)):
+        total, right, n = 0.0, 0.0, 0
+        for row_labels, row_scores in zip(labels, scores):
+            length = int((row_scores > -1e6).all(axis=1).sum())
+            y, s = row_labels[:length][::direction], row_scores[:length][::direction]
+            for t in range(length):
+                averaged = (s[t] + (s[t] if t == 0 else matrix[y[t - 1]])) / 2
+                log_probabilities = averaged - np.log(np.exp(averaged - averaged.max()).sum()) - averaged.max()
+                total -= log_probabilities[y[t]]
+                right += float(np.argmax(averaged) == y[t])
+                n += 1
+        losses.append(total / n)
+        hits.append(right / n)
+    return np.mean(losses), np.mean(hits)
+
+
+@pytest.mark.parametrize("hidden_dim", [None, 2])
+def test_memm_loss_and_accuracy_follow_bert4keras_formula(hidden_dim):
+    rng = np.random.default_rng(0)
+    memm = MaximumEntropyMarkovModel(lr_multiplier=3, hidden_dim=hidden_dim)
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+    scores = memm(rng.normal(size=(2, 5, 4)).astype("float32"), mask=mask).numpy()
+    labels = rng.integers(0, 4, size=(2, 5))
+    loss, accuracy = _memm_reference(labels, scores, np.asarray(memm.trans))
+    assert float(memm.sparse_loss(labels, scores)) == pytest.approx(loss, rel=1e-5)
+    assert float(memm.sparse_accuracy(labels, scores)) == pytest.approx(accuracy, rel=1e-6)
+    one_hot = np.eye(4)[labels]
+    assert float(memm.dense_loss(one_hot, scores)) == pytest.approx(loss, rel=1e-5)
 
 
 def test_crf_tagger_trains_saves_and_decodes_the_same(tmp_path):

@@ -26,10 +26,12 @@ from keras import ops
 from keras.layers import *  # noqa: F401,F403 (bert4keras's layers module re-exports Keras's layers)
 
 from kbert.layers import (ConditionalLayerNormalization, ConditionalRandomField, EfficientGlobalPointer, Embedding,
-                          FeedForward, GlobalPointer, PositionEmbedding, SinusoidalPositionEmbedding)
+                          FeedForward, GlobalPointer, MaximumEntropyMarkovModel, PositionEmbedding,
+                          SinusoidalPositionEmbedding)
 
 __all__ = ["ConditionalRandomField", "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer",
-           "LayerNormalization", "Loss", "PositionEmbedding", "SinusoidalPositionEmbedding"]
+           "LayerNormalization", "Loss", "MaximumEntropyMarkovModel", "PositionEmbedding",
+           "SinusoidalPositionEmbedding"]
 
 
 @keras.saving.register_keras_serializable(package="kbert.compat")

@@ -10,6 +10,7 @@ BERT's layer names: the model builders give the names.
 - `norms`: `RMSNormalization` (T5, RoFormer-v2), `ConditionalLayerNormalization` (`layer_norm_cond`)
 - `heads`: `TakeToken`, `BiasAdd`, `Scale`
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
+- `memm`: `MaximumEntropyMarkovModel` (bert4keras's bidirectional MEMM)
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
 - `masks`: `AttentionMask` (the `lm` and `unilm` applications), `UnmaskingDropout`
   (Hugging Face's T5 decoder)
@@ -27,6 +28,7 @@ from kbert.layers.embeddings import Embedding, MaskedAdd, PositionEmbedding, Tok
 from kbert.layers.feed_forward import FeedForward
 from kbert.layers.heads import BiasAdd, Scale, TakeToken
 from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
+from kbert.layers.memm import MaximumEntropyMarkovModel
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
 from kbert.layers.masks import AttentionMask, UnmaskingDropout
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
@@ -35,7 +37,8 @@ from kbert.layers.rotary import apply_rotary, sinusoidal_positions
 
 __all__ = ["AttentionMask", "BiasAdd", "ConditionalLayerNormalization", "ConditionalRandomField",
            "DepthScaledTruncatedNormal",
-           "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MultiHeadSelfAttention",
+           "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
+           "MultiHeadSelfAttention",
            "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "Scale", "Sinusoidal",
            "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakeToken", "TokenEmbedding", "UnmaskingDropout", "ViterbiDecoder",
            "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh", "get_activation", "sinusoidal_positions",
