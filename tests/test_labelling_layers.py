@@ -113,7 +113,7 @@ def test_layer_contract(layer, tmp_path):
 
 def _memm_reference(labels, scores, trans):
     """bert4keras's MEMM loss and accuracy in NumPy: each direction over each sequence's real positions."""
-    losses, hits, count = [], [], 0
+    losses, hits = [], []
     for direction, matrix in ((1, trans), (-1, trans.T)):
         total, right, n = 0.0, 0.0, 0
         for row_labels, row_scores in zip(labels, scores):
