@@ -22,6 +22,20 @@ from kbert.layers.common import _PACKAGE
 MASKED = -1e12  # the score of a masked position (bert4keras's K.infinity())
 
 
+def mark_padding(scores, mask):
+    """Label scores `[batch, length, T]` with every masked position's scores set to `MASKED`, so that the
+    losses after them know the padding without a Keras mask (the CRF's and the MEMM's `call`)."""
+    if mask is None:
+        return scores
+    keep = ops.expand_dims(ops.cast(mask, "bool"), -1)
+    return ops.where(keep, scores, ops.cast(MASKED, scores.dtype))
+
+
+def real_positions(scores, keepdims: bool = False):
+    """Where `mark_padding` left the scores, as a boolean `[batch, length]` (`[..., 1]` with `keepdims`)."""
+    return ops.all(scores > MASKED / 1e6, axis=2, keepdims=keepdims)
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class ConditionalRandomField(keras.layers.Layer):
     """CRF over label scores `[batch, length, T]`, trained with `sparse_loss` or `dense_loss`.
@@ -58,10 +72,7 @@ class ConditionalRandomField(keras.layers.Layer):
         return self.lr_multiplier * self._trans
 
     def call(self, inputs, mask=None):
-        if mask is None:
-            return inputs
-        keep = ops.expand_dims(ops.cast(mask, "bool"), -1)
-        return ops.where(keep, inputs, ops.cast(MASKED, inputs.dtype))
+        return mark_padding(inputs, mask)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -76,7 +87,7 @@ class ConditionalRandomField(keras.layers.Layer):
         import tensorflow as tf
 
         y_pred = ops.cast(y_pred, "float32")
-        mask = ops.cast(ops.all(y_pred > MASKED / 1e6, axis=2, keepdims=True), "float32")
+        mask = ops.cast(real_positions(y_pred, keepdims=True), "float32")
         y_true, y_pred = ops.cast(y_true, "float32") * mask, y_pred * mask
         path_score = (ops.einsum("bni,bni->b", y_true, y_pred)
                       + ops.einsum("bni,ij,bnj->b", y_true[:, :-1], self.trans, y_true[:, 1:]))
@@ -92,7 +103,7 @@ class ConditionalRandomField(keras.layers.Layer):
 
     def sparse_accuracy(self, y_true, y_pred):
         """Share of unmasked positions whose highest-scoring label is the true one (bert4keras's metric)."""
-        mask = ops.cast(ops.all(y_pred > MASKED / 1e6, axis=2), "float32")
+        mask = ops.cast(real_positions(y_pred), "float32")
         labels = ops.cast(ops.reshape(y_true, ops.shape(y_pred)[:-1]), "int32")
         hits = ops.cast(ops.equal(labels, ops.cast(ops.argmax(y_pred, 2), "int32")), "float32")
         return ops.sum(hits * mask) / ops.sum(mask)
@@ -160,7 +171,7 @@ def viterbi_decode(emissions, trans, mask=None, starts: Optional[Sequence[int]] 
     trans = tf.cast(trans, tf.float32)
     num_labels = tf.shape(trans)[0]
     if mask is None:
-        mask = tf.reduce_all(emissions > MASKED / 1e6, axis=2)
+        mask = real_positions(emissions)
     mask = tf.cast(mask, tf.bool)
     emissions = tf.where(mask[:, :, None], emissions, 0.0)
     if starts is not None:

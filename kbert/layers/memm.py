@@ -14,7 +14,7 @@ import keras
 from keras import ops
 
 from kbert.layers.common import _PACKAGE
-from kbert.layers.crf import MASKED
+from kbert.layers.crf import MASKED, mark_padding, real_positions  # noqa: F401 (MASKED: the example reads it)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -68,10 +68,7 @@ class MaximumEntropyMarkovModel(keras.layers.Layer):
         return ops.matmul(self._factor("l_trans"), ops.transpose(self._factor("r_trans")))
 
     def call(self, inputs, mask=None):
-        if mask is None:
-            return inputs
-        keep = ops.expand_dims(ops.cast(mask, "bool"), -1)
-        return ops.where(keep, inputs, ops.cast(MASKED, inputs.dtype))
+        return mark_padding(inputs, mask)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -81,7 +78,7 @@ class MaximumEntropyMarkovModel(keras.layers.Layer):
         import tensorflow as tf  # tf.reverse_sequence reverses each row within its own length
 
         y_pred = ops.cast(y_pred, "float32")
-        mask = ops.all(y_pred > MASKED / 1e6, axis=2)
+        mask = real_positions(y_pred)
         labels = ops.cast(ops.reshape(y_true, ops.shape(y_pred)[:-1]), "int32")
         trans = self.trans
         if backwards:
