@@ -23,12 +23,15 @@ import argparse
 import ast
 import dataclasses
 import json
+import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Callable, Dict, List, Optional
+
+from kbert.compat.migrate import SourceEdits, migrate_source
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -291,23 +294,15 @@ def write_checkpoints(directory: pathlib.Path) -> Dict[str, pathlib.Path]:
     return made
 
 
-class _UserEdits(ast.NodeVisitor):
+class _UserEdits(SourceEdits, ast.NodeVisitor):
     """The spans a user edits: paths, data files and sizes (module-level names and `fit(...)` keywords)."""
 
-    def __init__(self, source: str, checkpoint: pathlib.Path, data: Dict[str, pathlib.Path]):
-        self.data_bytes = source.encode("utf-8")
-        self.line_starts = [0]
-        for line in self.data_bytes.splitlines(keepends=True):
-            self.line_starts.append(self.line_starts[-1] + len(line))
+    def __init__(self, source: str, checkpoint: pathlib.Path, data_files: Dict[str, pathlib.Path]):
+        super().__init__(source)
         self.paths = {"config_path": checkpoint / "bert_config.json", "checkpoint_path": checkpoint / "bert_model.ckpt",
                       "dict_path": VOCAB, "spm_path": checkpoint / "spm.model",
                       "keep_tokens_path": checkpoint / "keep_tokens.json"}
-        self.data = data
-        self.edits = []
-
-    def span(self, node):
-        return (self.line_starts[node.lineno - 1] + node.col_offset,
-                self.line_starts[node.end_lineno - 1] + node.end_col_offset)
+        self.data_files = data_files
 
     def visit_Module(self, node):
         for statement in node.body:
@@ -321,8 +316,8 @@ class _UserEdits(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Constant(self, node):
-        if isinstance(node.value, str) and node.value in self.data:
-            self.edits.append((*self.span(node), repr(str(self.data[node.value]))))
+        if isinstance(node.value, str) and node.value in self.data_files:
+            self.edits.append((*self.span(node), repr(str(self.data_files[node.value]))))
 
     def visit_Call(self, node):
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("fit", "fit_generator"):
@@ -331,18 +326,11 @@ class _UserEdits(ast.NodeVisitor):
                     self.edits.append((*self.span(keyword.value), repr(SIZES[keyword.arg])))
         self.generic_visit(node)
 
-    def apply(self) -> str:
-        result = self.data_bytes
-        for start, end, new in sorted(self.edits, reverse=True):
-            result = result[:start] + new.encode("utf-8") + result[end:]
-        return result.decode("utf-8")
-
 
 def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[str, pathlib.Path],
             mode: str) -> tuple:
     """The example with the user's edits and the migration, written into its own directory, and the
     places `kbert migrate` says need a manual change."""
-    from kbert.compat.migrate import migrate_source
 
     folder = workdir / name  # the script runs in folder/script: its '../random_order.json' is its own
     (folder / "script").mkdir(parents=True, exist_ok=True)
@@ -355,7 +343,7 @@ def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[s
     source = (EXAMPLES / f"{name}.py").read_text(encoding="utf-8")
     edits = _UserEdits(source, checkpoints[case.checkpoint], data)
     edits.visit(ast.parse(source))
-    source = edits.apply()
+    source = edits.result()
     migration = migrate_source(source)
     source = migration.source if mode == "migrate" else source.replace("bert4keras.", "kbert.compat.")
     script = folder / "script" / f"{name}.py"
@@ -368,8 +356,8 @@ def run(script: pathlib.Path, timeout: int) -> tuple:
     start = time.perf_counter()
     try:
         result = subprocess.run([sys.executable, script.name], cwd=script.parent, capture_output=True, text=True,
-                                timeout=timeout, env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-                                                      "PYTHONPATH": str(REPO)})
+                                timeout=timeout,
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)})
     except subprocess.TimeoutExpired:
         return "timed out", time.perf_counter() - start, f"still running after {timeout} s"
     seconds = time.perf_counter() - start

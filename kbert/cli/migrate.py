@@ -24,9 +24,7 @@ def run_migrate(args) -> int:
     migration = migrate_file(args.script, args.output, args.in_place, args.overwrite)
     written = args.script if args.in_place else args.output
     if written is None:
-        with open(args.script, encoding="utf-8") as handle:
-            original = handle.read()
-        sys.stdout.writelines(difflib.unified_diff(original.splitlines(keepends=True),
+        sys.stdout.writelines(difflib.unified_diff(migration.original.splitlines(keepends=True),
                                                    migration.source.splitlines(keepends=True),
                                                    args.script, f"{args.script} (migrated)"))
     for finding in migration.findings:

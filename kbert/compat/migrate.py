@@ -85,8 +85,9 @@ class Finding:
 
 @dataclasses.dataclass
 class Migration:
-    """The migrated source and the findings, in line order."""
+    """The original source, the migrated one and the findings, in line order."""
 
+    original: str
     source: str
     findings: List[Finding]
 
@@ -95,8 +96,12 @@ class Migration:
         return [finding for finding in self.findings if not finding.fixed]
 
 
-class _Rewriter(ast.NodeVisitor):
-    """Collects byte-span replacements and findings over one module's tree."""
+class SourceEdits:
+    """Replacements of exact spans of a Python source, found through its `ast` nodes.
+
+    `ast` columns count UTF-8 bytes, so the spans are byte offsets into the
+    encoded source (a Chinese comment before a node shifts nothing).
+    """
 
     def __init__(self, source: str):
         self.data = source.encode("utf-8")
@@ -104,12 +109,7 @@ class _Rewriter(ast.NodeVisitor):
         for line in self.data.splitlines(keepends=True):
             self.line_starts.append(self.line_starts[-1] + len(line))
         self.edits: List[Tuple[int, int, str]] = []
-        self.findings: List[Finding] = []
-        self.needed_backend_names: set = set()
-        self.optimizer_names = set(KERAS_OPTIMIZERS)
-        self.replaced_functions: List[ast.AST] = []
 
-    # -- positions (ast columns count UTF-8 bytes) --
     def span(self, node) -> Tuple[int, int]:
         return (self.line_starts[node.lineno - 1] + node.col_offset,
                 self.line_starts[node.end_lineno - 1] + node.end_col_offset)
@@ -117,6 +117,27 @@ class _Rewriter(ast.NodeVisitor):
     def text(self, node) -> str:
         start, end = self.span(node)
         return self.data[start:end].decode("utf-8")
+
+    def result(self) -> str:
+        """The source with the replacements made, last first; one inside a replacement already made is dropped."""
+        result, covered_from = self.data, len(self.data) + 1
+        for start, end, new in sorted(self.edits, key=lambda edit: (edit[0], edit[1]), reverse=True):
+            if end > covered_from:
+                continue
+            result = result[:start] + new.encode("utf-8") + result[end:]
+            covered_from = start
+        return result.decode("utf-8")
+
+
+class _Rewriter(SourceEdits, ast.NodeVisitor):
+    """Collects the migration's replacements and findings over one module's tree."""
+
+    def __init__(self, source: str):
+        super().__init__(source)
+        self.findings: List[Finding] = []
+        self.needed_backend_names: set = set()
+        self.optimizer_names = set(KERAS_OPTIMIZERS)
+        self.replaced_functions: List[ast.AST] = []
 
     def replace(self, node, new_text: str, message: str) -> None:
         start, end = self.span(node)
@@ -271,7 +292,7 @@ def migrate_source(source: str, filename: str = "<script>") -> Migration:
     if rewriter.needed_backend_names:
         _add_import(tree, rewriter, f"from {NEW_PACKAGE}.backend import "
                                     f"{', '.join(sorted(rewriter.needed_backend_names))}")
-    return Migration(_apply(rewriter.data, rewriter.edits), sorted(rewriter.findings, key=lambda f: f.line))
+    return Migration(source, rewriter.result(), sorted(rewriter.findings, key=lambda f: f.line))
 
 
 def _add_import(tree: ast.Module, rewriter: _Rewriter, statement: str) -> None:
@@ -281,17 +302,6 @@ def _add_import(tree: ast.Module, rewriter: _Rewriter, statement: str) -> None:
     offset = rewriter.line_starts[line]
     rewriter.edits.append((offset, offset, statement + "\n"))
     rewriter.findings.append(Finding(line + 1, True, f"added {statement}"))
-
-
-def _apply(data: bytes, edits: List[Tuple[int, int, str]]) -> str:
-    """Applies the replacements, last first; a replacement inside one already made is dropped."""
-    result, covered_from = data, len(data) + 1
-    for start, end, new in sorted(edits, key=lambda edit: (edit[0], edit[1]), reverse=True):
-        if end > covered_from:
-            continue
-        result = result[:start] + new.encode("utf-8") + result[end:]
-        covered_from = start
-    return result.decode("utf-8")
 
 
 def migrate_file(script: str, output: Optional[str] = None, in_place: bool = False,

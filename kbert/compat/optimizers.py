@@ -99,16 +99,16 @@ def _matches(variable, patterns: Sequence[str]) -> bool:
     return any(re.search(pattern, variable.path) for pattern in patterns)
 
 
-def _adjusting_step(base, name, suffix, init, after_step):
+def _adjusting_step(base, name, suffix, init, after_step, build):
     """A subclass of `base` whose `after_step(self, gradient, variable, before, learning_rate)` adjusts each
-    variable after `base`'s own step, knowing its value `before` it."""
+    variable after `base`'s own step, knowing its value `before` it; `build` makes its per-variable state."""
 
     def update_step(self, gradient, variable, learning_rate):
         before = ops.copy(variable)  # a read of the value (convert_to_tensor would give the variable itself)
         base.update_step(self, gradient, variable, learning_rate)
         after_step(self, gradient, variable, before, learning_rate)
 
-    return _extend(base, name, suffix, {"__init__": init, "update_step": update_step})
+    return _extend(base, name, suffix, {"__init__": init, "build": build, "update_step": update_step})
 
 
 def _flag_matching(variables, patterns: Sequence[str]) -> list:
@@ -154,9 +154,7 @@ def extend_with_layer_adaptation(base, name: Optional[str] = None):
         ratio = ops.where((weight_norm > 0) & (step_norm > keras.config.epsilon()), weight_norm / step_norm, 1.0)
         variable.assign(before + step * ratio)
 
-    new = _adjusting_step(base, name, "LA", __init__, after_step)
-    new.build = build
-    return new
+    return _adjusting_step(base, name, "LA", __init__, after_step, build)
 
 
 def extend_with_lazy_optimization(base, name: Optional[str] = None):
@@ -178,9 +176,7 @@ def extend_with_lazy_optimization(base, name: Optional[str] = None):
         touched = ops.any(ops.not_equal(gradient, 0), axis=tuple(range(1, len(variable.shape))), keepdims=True)
         variable.assign(ops.where(touched, variable, before))
 
-    new = _adjusting_step(base, name, "Lazy", __init__, after_step)
-    new.build = build
-    return new
+    return _adjusting_step(base, name, "Lazy", __init__, after_step, build)
 
 
 def extend_with_lookahead(base, name: Optional[str] = None):
@@ -204,9 +200,7 @@ def extend_with_lookahead(base, name: Optional[str] = None):
         slow.assign(ops.where(synchronise, moved, start))
         variable.assign(ops.where(synchronise, moved, variable))
 
-    new = _adjusting_step(base, name, "Lookahead", __init__, after_step)
-    new.build = build
-    return new
+    return _adjusting_step(base, name, "Lookahead", __init__, after_step, build)
 
 
 def extend_with_parameter_wise_lr(base, name: Optional[str] = None):

@@ -98,7 +98,5 @@ class SpTokenizer(sentence_piece.SpTokenizer):
         return self._assemble([self.tokens_to_ids(self._pieces(text)) for text in texts], maxlen)
 
     def decode(self, ids) -> str:
-        pieces = [self.token_translate_inverse.get(piece, piece) for piece in
-                  self.ids_to_tokens([i for i in ids if 0 <= int(i) < self._vocab_size
-                                      and not self.sp_model.is_control(int(i))])]
+        pieces = [self.token_translate_inverse.get(piece, piece) for piece in self.ids_to_tokens(self._text_ids(ids))]
         return self.sp_model.decode_pieces(pieces)

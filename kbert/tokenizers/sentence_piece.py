@@ -126,8 +126,11 @@ class SpTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of `ids`; control pieces (padding, start, end) and ids past the vocabulary are left out."""
-        return self.sp_model.decode([int(i) for i in ids if 0 <= int(i) < self._vocab_size
-                                     and not self.sp_model.is_control(int(i))])
+        return self.sp_model.decode(self._text_ids(ids))
+
+    def _text_ids(self, ids: Sequence[int]) -> List[int]:
+        """`ids` without control pieces and ids past the vocabulary: what `decode` turns into text."""
+        return [int(i) for i in ids if 0 <= int(i) < self._vocab_size and not self.sp_model.is_control(int(i))]
 
     def token_to_id(self, token: str) -> int:
         return self.sp_model.piece_to_id(token)

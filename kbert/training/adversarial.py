@@ -35,15 +35,16 @@ import keras
 import tensorflow as tf
 
 from kbert.errors import ConfigError
+from kbert.models.naming import EMBEDDING_TOKEN
 
 
-def embedding_table(model: keras.Model, embedding_name: str = "Embedding-Token"):
+def embedding_table(model: keras.Model, embedding_name: str = EMBEDDING_TOKEN):
     """The weight matrix of the layer `embedding_name` in `model` (or in a model nested in it)."""
     for layer in model._flatten_layers(include_self=False):
         if layer.name == embedding_name and hasattr(layer, "embeddings"):
             return layer.embeddings
     raise ConfigError(f"adversarial training: the model has no embedding layer named {embedding_name!r} "
-                      f"(kbert's and bert4keras's token embedding is 'Embedding-Token')")
+                      f"(kbert's and bert4keras's token embedding is {EMBEDDING_TOKEN!r})")
 
 
 def _loss_gradient(model, x, y, sample_weight, variable):
@@ -61,7 +62,7 @@ def _replace_train_step(model: keras.Model, train_step) -> None:
     model.train_function = None  # made again from the new step by the next fit
 
 
-def adversarial_training(model: keras.Model, embedding_name: str = "Embedding-Token", epsilon: float = 1.0) -> None:
+def adversarial_training(model: keras.Model, embedding_name: str = EMBEDDING_TOKEN, epsilon: float = 1.0) -> None:
     """Makes `model.fit` train with FGM perturbations of the embedding table (bert4keras's `adversarial_training`).
 
     Args:
@@ -84,7 +85,7 @@ def adversarial_training(model: keras.Model, embedding_name: str = "Embedding-To
     _replace_train_step(model, train_step)
 
 
-def gradient_penalty(model: keras.Model, embedding_name: str = "Embedding-Token", epsilon: float = 1.0) -> None:
+def gradient_penalty(model: keras.Model, embedding_name: str = EMBEDDING_TOKEN, epsilon: float = 1.0) -> None:
     """Makes `model.fit` minimise loss + ½·epsilon·‖∂loss/∂embeddings‖² (bert4keras's `loss_with_gradient_penalty`).
 
     The reported `loss` includes the penalty, as in bert4keras.

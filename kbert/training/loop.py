@@ -317,7 +317,7 @@ def _add_adversarial_training(trainer, options: TrainingOptions, strategy) -> No
                          f"which runs on one device only; this run has {strategy.num_replicas_in_sync} "
                          "(use --strategy with one device, or leave --adversarial out)")
     method = adversarial_training if options.adversarial == "fgm" else gradient_penalty
-    method(trainer, "Embedding-Token", options.adversarial_epsilon)
+    method(trainer, epsilon=options.adversarial_epsilon)  # on the token embedding
 
 
 def _is_number(value) -> bool:
