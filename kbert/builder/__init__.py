@@ -2,12 +2,12 @@
 
 - `backbone`: `build_transformer_model` (bert4keras's signature), which builds
   a family's graph and loads its checkpoint.
-- `heads`: `build_classifier`, `build_token_classifier`.
+- `heads`: `build_classifier`, `build_token_classifier`, `build_masked_lm` (pre-training).
 - `convert`: a weights file in the other format (builds the model it holds).
 """
 
 from kbert.builder.backbone import build_transformer_model
-from kbert.builder.heads import build_classifier, build_token_classifier
+from kbert.builder.heads import build_classifier, build_masked_lm, build_token_classifier
 from kbert.models.transformer import IdModel, Transformer
 
-__all__ = ["IdModel", "Transformer", "build_classifier", "build_token_classifier", "build_transformer_model"]
+__all__ = ["IdModel", "Transformer", "build_classifier", "build_masked_lm", "build_token_classifier", "build_transformer_model"]

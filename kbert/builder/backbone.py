@@ -8,7 +8,6 @@ heads and memory, lets the family's graph build the backbone
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from typing import Optional, Sequence, Union
 
@@ -19,7 +18,7 @@ from kbert.checkpoints.loader import compound_rows
 from kbert.errors import ConfigError
 from kbert.models.config import BertConfig
 from kbert.models.heads import Heads
-from kbert.models.registry import resolve
+from kbert.models.registry import graph_class, resolve
 from kbert.models.tables import SYMBOL_KEYS, expand_formula, symbol_values
 from kbert.models.transformer import NormCondition, Transformer
 
@@ -148,9 +147,8 @@ def build_transformer_model(
         raise ConfigError(f"residual_attention_scores: built for the encoder families' application='encoder' "
                           f"(not model={family.name!r}, application={application!r}); with an lm/unilm mask, "
                           "bert4keras 0.11.5's code would Add the scores to its boolean mask")
-    module, graph_class = family.graph.split(":")
-    graph = getattr(importlib.import_module(module), graph_class)(family, config, heads, segment_vocab_size,
-                                                                  application, condition, residual_attention_scores)
+    graph = graph_class(family)(family, config, heads, segment_vocab_size, application, condition,
+                                residual_attention_scores)
     built = graph.build(name)
     if checkpoint_path is not None:
         load_weights(built, checkpoint_path, keep_tokens=keep_tokens, compound_tokens=compound_tokens)

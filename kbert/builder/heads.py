@@ -10,9 +10,10 @@ from __future__ import annotations
 import keras
 
 from kbert.errors import check_whole_number
-from kbert.layers import ConditionalRandomField, GlobalPointer, TakeToken
+from kbert.layers import ConditionalRandomField, GlobalPointer, TakePositions, TakeToken
 from kbert.models import naming
 from kbert.models.heads import DEFAULT_TOKEN_HEAD, TOKEN_HEADS
+from kbert.models.registry import get_family, graph_class
 from kbert.models.transformer import id_model, initializer_of
 
 
@@ -45,6 +46,46 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
         num_labels, activation="softmax", kernel_initializer=initializer_of(bert),
         name=naming.CLASSIFIER_DENSE, dtype="float32")(features)
     return id_model(bert.inputs, probabilities, getattr(bert, "family", "bert"), name)
+
+
+def build_masked_lm(bert: keras.Model, max_predictions: int, *, name: str = "masked_lm") -> keras.Model:
+    """The backbone's MLM head on given positions only: the pre-training model.
+
+    The model takes a third input, `Input-Masked-Positions` (`[batch,
+    max_predictions]`), and gives the MLM output there: `[batch,
+    max_predictions, vocab]`. It is the backbone's own graph run again on
+    its own layers (shared weights), with `MLM-Positions` (`TakePositions`)
+    between the last block and the head, so the vocabulary-wide projection
+    is computed for the masked tokens only (Google's `gather_indexes`).
+    Saving `bert` saves what was trained, MLM head included.
+
+    Args:
+        bert: a model from `build_transformer_model(..., with_mlm=...)` of an
+            encoder family with an MLM head.
+        max_predictions: positions per row.
+        name: the model's name.
+
+    Example:
+    >>> from kbert import build_transformer_model
+    >>> bert = build_transformer_model("configs/bert_tiny.json", with_mlm="linear")
+    >>> model = build_masked_lm(bert, max_predictions=3)
+    >>> model.output.shape, model.count_params() == bert.count_params()
+    ((None, 3, 21128), True)
+    """
+    check_whole_number(max_predictions, "max_predictions", error=ValueError)
+    spec = getattr(bert, "build_spec", None)
+    if spec is None or not spec["heads"]["mlm"] or spec["heads"]["pool"] or spec["application"] != "encoder":
+        raise ValueError("build_masked_lm needs an encoder from build_transformer_model(..., with_mlm=True or "
+                         "'linear') with no other head")
+    family = get_family(bert.family)
+    graph = graph_class(family).from_model(bert, family)
+    graph.inputs = graph.get_inputs()
+    positions = keras.Input((max_predictions,), dtype="int32", name=naming.INPUT_MASKED_POSITIONS)
+    x = graph.apply_embeddings(graph.inputs)
+    for index in family.block_indices(graph.config):
+        x = graph.apply_main_layers(x, index)
+    x = TakePositions(name=naming.MLM_POSITIONS)([x, positions])
+    return id_model([*graph.inputs, positions], graph.apply_final_layers(x), family.name, name)
 
 
 def build_token_classifier(bert: keras.Model, num_labels: int, *, head: str = DEFAULT_TOKEN_HEAD, head_size: int = 64,

@@ -1,4 +1,4 @@
-"""The commands of the tasks: `train`, `evaluate`, `predict`, `export`.
+"""The commands of the tasks: `train`, `pretrain`, `evaluate`, `predict`, `export`.
 
 `evaluate` and `predict` read the model directory's task and hand over to
 that task's module (`kbert.tasks.classification`, `.ner`, `.seq2seq`).
@@ -14,7 +14,7 @@ from kbert.cli.arguments import family_argument, positive_int, precision_option
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
-from kbert.training.options import ADVERSARIAL, TrainingOptions
+from kbert.training.options import ADVERSARIAL, OPTIMIZERS, WHOLE_WORDS, TrainingOptions
 from kbert.training.records import ONE_A_LINE, parse_columns
 
 
@@ -22,6 +22,8 @@ def add_commands(command) -> None:
     """Adds the commands through `command(name, help)`, which returns a sub-parser."""
     _add_train(command("train", "fine-tune a classifier, an entity tagger (--task ner) or a seq2seq "
                                 "generator (--task seq2seq) on a data file"))
+    _add_pretrain(command("pretrain", "pre-train an encoder's masked language model on plain text (whole-word "
+                                     "masking, jieba for Chinese); the output is a checkpoint kbert train reads"))
 
     evaluate = command("evaluate", "accuracy, per-class P/R/F1, confusion matrix; a tagger's entity P/R/F1; "
                                    "a generator's exact match and character F1")
@@ -51,9 +53,9 @@ def add_commands(command) -> None:
 
 def _add_train(train) -> None:
     defaults = TrainingOptions()
-    train.add_argument("--config", required=True, help="the backbone's bert_config.json / config.json")
-    train.add_argument("--vocab", required=True, help="its vocab.txt")
-    train.add_argument("--task", choices=TASKS, default=defaults.task,
+    _run_arguments(train, defaults, data="training data (text<TAB>label, CSV/TSV, JSONL; a tagged file for "
+                                         "--task ner)", valid="validation data")
+    train.add_argument("--task", choices=[task for task in TASKS if task != "mlm"], default=defaults.task,
                        help="classify: a label per text; ner: entities in tagged text (token<TAB>tag a line, "
                             "a blank line between sentences; BIO, BIOES or BMES); seq2seq: a target text per "
                             "source text (source<TAB>target, or JSONL with source and target), UniLM or T5 (--model)")
@@ -63,55 +65,84 @@ def _add_train(train) -> None:
                        help="the tagger's head (--task ner)")
     train.add_argument("--crf-lr-multiplier", type=float, default=defaults.crf_lr_multiplier,
                        help="the CRF transitions' learning rate as a multiple of --lr (--head crf)")
-    train.add_argument("--train", required=True,
-                       help="training data (text<TAB>label, CSV/TSV, JSONL; a tagged file for --task ner)")
     train.add_argument("--columns", metavar="FIELD=COLUMN,...",
                        help="the columns (or JSON keys) of --train and --valid when their names are not known, "
                             "e.g. text=review,label=sentiment (fields: text, text_b, label; seq2seq: source, "
                             "target)")
-    train.add_argument("--valid", help="validation data; the best epoch on it is kept "
-                                       "(default: none, every epoch is kept in turn)")
-    train.add_argument("--out", required=True,
-                       help="model directory to write (written as OUT.partial, moved to OUT at the end)")
-    train.add_argument("--overwrite", action="store_true",
-                       help="replace an existing --out when the run completes")
-    train.add_argument("--checkpoint", help="pre-trained weights, Google checkpoint or safetensors "
-                                            "(default: none, random weights)")
+    train.add_argument("--checkpoint", help="pre-trained weights, Google checkpoint or safetensors, or the "
+                                            "directory of kbert pretrain (default: none, random weights)")
     train.add_argument("--num-labels", type=positive_int,
                        help="number of classes (default: the labels in --train)")
-    train.add_argument("--epochs", type=positive_int, default=defaults.epochs, help="passes over --train")
-    train.add_argument("--batch-size", type=positive_int, default=defaults.batch_size,
-                       help="examples per step, over all devices")
-    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak learning rate")
-    train.add_argument("--warmup", type=float, default=defaults.warmup_ratio,
-                       help="share of the steps spent warming up, in [0, 1)")
-    train.add_argument("--maxlen", type=positive_int, default=defaults.maxlen,
-                       help="longest sequence in tokens, [CLS] and [SEP] included")
-    train.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
-    train.add_argument("--strategy", choices=["auto", "mirrored", "multiworker"], default=defaults.strategy,
-                       help="tf.distribute strategy (multiworker reads TF_CONFIG)")
-    precision_option(train)
     train.add_argument("--skip-malformed", action="store_true",
                        help="skip malformed rows (counted, with their lines) instead of stopping")
-    train.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
     train.add_argument("--no-bucketing", action="store_true",
                        help="batch training examples in (shuffled) order instead of with others of similar "
                             "length (more padding; kbert 0.1's batching)")
-    train.add_argument("--seed", type=int, default=defaults.seed,
-                       help="seed of initialisation, shuffling and dropout")
-    train.add_argument("--ema", action="store_true",
-                       help="train on an exponential moving average of the weights (Keras's use_ema), "
-                            "validated and saved each epoch")
-    train.add_argument("--grad-accum", type=positive_int, default=defaults.grad_accum, metavar="N",
-                       help="accumulate the gradients of N batches per update (effective batch N x --batch-size)")
     train.add_argument("--adversarial", choices=ADVERSARIAL,
                        help="train against perturbations of the token embeddings: fgm (bert4keras's "
                             "adversarial_training) or gp (gradient penalty)")
     train.add_argument("--adversarial-epsilon", type=float, default=defaults.adversarial_epsilon, metavar="E",
                        help="the perturbation's norm (fgm) or the penalty's weight (gp)")
-    train.add_argument("--resume", action="store_true",
-                       help="continue the interrupted run in OUT.partial from its last completed epoch")
     train.set_defaults(run=run_train)
+
+
+def _add_pretrain(pretrain) -> None:
+    """`kbert pretrain`: the run options of `train`, the masking and the optimizer."""
+    defaults = TrainingOptions(task="mlm", **PRETRAINING_DEFAULTS)
+    _run_arguments(pretrain, defaults, data="plain text, a document or sentence a line: a file, or a directory "
+                                            "of files", valid="held-out text (scored by masked-token accuracy)")
+    family_argument(pretrain, "default: the config's model_type, else bert; an encoder family with an MLM head")
+    pretrain.add_argument("--checkpoint", help="continue pre-training from these weights, MLM head included "
+                                               "(default: none, random weights)")
+    pretrain.add_argument("--whole-word", choices=WHOLE_WORDS, default=defaults.whole_word,
+                          help="mask whole words: jieba's (Chinese), wordpiece's (a word and its ## pieces) or "
+                               "none (each token alone)")
+    pretrain.add_argument("--mask-rate", type=float, default=defaults.mask_rate,
+                          help="share of the tokens predicted (80 %% [MASK], 10 %% random, 10 %% kept)")
+    pretrain.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer,
+                          help="adamw, or lamb for large batches")
+    pretrain.set_defaults(run=run_pretrain)
+
+
+# Where pre-training's defaults differ from fine-tuning's: learning from scratch.
+PRETRAINING_DEFAULTS = {"epochs": 2, "batch_size": 64, "learning_rate": 5e-4, "warmup_ratio": 0.05}
+
+
+def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> None:
+    """What `train` and `pretrain` share: the model's files, the data, the output and the run's options."""
+    parser.add_argument("--config", required=True, help="the backbone's bert_config.json / config.json")
+    parser.add_argument("--vocab", required=True, help="its vocab.txt")
+    parser.add_argument("--train", required=True, help=data)
+    parser.add_argument("--valid", help=f"{valid}; the best epoch on it is kept "
+                                        "(default: none, every epoch is kept in turn)")
+    parser.add_argument("--out", required=True,
+                        help="model directory to write (written as OUT.partial, moved to OUT at the end)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --out when the run completes")
+    parser.add_argument("--epochs", type=positive_int, default=defaults.epochs, help="passes over --train")
+    parser.add_argument("--batch-size", type=positive_int, default=defaults.batch_size,
+                        help="examples per step, over all devices")
+    parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak learning rate")
+    parser.add_argument("--warmup", type=float, default=defaults.warmup_ratio,
+                        help="share of the steps spent warming up, in [0, 1)")
+    parser.add_argument("--weight-decay", type=float, default=defaults.weight_decay,
+                        help="decoupled weight decay (not on LayerNorms and biases)")
+    parser.add_argument("--maxlen", type=positive_int, default=defaults.maxlen,
+                        help="longest sequence in tokens, [CLS] and [SEP] included")
+    parser.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
+    parser.add_argument("--strategy", choices=["auto", "mirrored", "multiworker"], default=defaults.strategy,
+                        help="tf.distribute strategy (multiworker reads TF_CONFIG)")
+    precision_option(parser)
+    parser.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help="seed of initialisation, shuffling, dropout (and masking)")
+    parser.add_argument("--ema", action="store_true",
+                        help="train on an exponential moving average of the weights (Keras's use_ema), "
+                             "validated and saved each epoch")
+    parser.add_argument("--grad-accum", type=positive_int, default=defaults.grad_accum, metavar="N",
+                        help="accumulate the gradients of N batches per update (effective batch N x --batch-size)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the interrupted run in OUT.partial from its last completed epoch")
 
 
 def _inference_arguments(parser, task_help: str) -> None:
@@ -132,22 +163,42 @@ def _inference_arguments(parser, task_help: str) -> None:
     precision_option(parser)
 
 
+def _run_options(args, **task_options) -> TrainingOptions:
+    """`TrainingOptions` from the arguments `_run_arguments` adds, and the task's own."""
+    return TrainingOptions(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
+        warmup_ratio=args.warmup, weight_decay=args.weight_decay, do_lower_case=not args.cased,
+        strategy=args.strategy, mixed_precision=args.mixed_precision, shuffle=not args.no_shuffle, seed=args.seed,
+        ema=args.ema, grad_accum=args.grad_accum, model=args.model, **task_options)
+
+
 def run_train(args) -> int:
-    from kbert.tasks import get_task, train
+    from kbert.tasks import train
+
+    options = _run_options(
+        args, skip_malformed=args.skip_malformed, bucketing=not args.no_bucketing, adversarial=args.adversarial,
+        adversarial_epsilon=args.adversarial_epsilon, task=args.task, head=args.head,
+        crf_lr_multiplier=args.crf_lr_multiplier, columns=parse_columns(args.columns) or None)
+    return _run(args, options, train, num_labels=args.num_labels)
+
+
+def run_pretrain(args) -> int:
+    from kbert.tasks import pretrain
+
+    options = _run_options(args, task="mlm", whole_word=args.whole_word, mask_rate=args.mask_rate,
+                           optimizer=args.optimizer)
+    return _run(args, options, pretrain)
+
+
+def _run(args, options: TrainingOptions, run: Callable, **extra) -> int:
+    """Runs `train` or `pretrain`; Ctrl-C says what was kept; the end says what was saved."""
+    from kbert.tasks import get_task
     from kbert.training.loop import TrainingInterrupted
 
-    options = TrainingOptions(
-        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
-        warmup_ratio=args.warmup, do_lower_case=not args.cased, strategy=args.strategy,
-        mixed_precision=args.mixed_precision, skip_malformed=args.skip_malformed,
-        shuffle=not args.no_shuffle, bucketing=not args.no_bucketing, seed=args.seed, ema=args.ema,
-        grad_accum=args.grad_accum, adversarial=args.adversarial, adversarial_epsilon=args.adversarial_epsilon,
-        task=args.task, model=args.model, head=args.head, crf_lr_multiplier=args.crf_lr_multiplier,
-        columns=parse_columns(args.columns) or None)
     try:
-        state = train(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
-                      checkpoint_path=args.checkpoint, num_labels=args.num_labels,
-                      options=options, resume=args.resume, overwrite=args.overwrite)
+        state = run(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
+                    checkpoint_path=args.checkpoint, options=options, resume=args.resume,
+                    overwrite=args.overwrite, **extra)
     except TrainingInterrupted as interruption:
         print(f"\nkbert: {interruption}", file=sys.stderr)
         return 130
@@ -168,6 +219,10 @@ def _model_task(args) -> str:
     from kbert.training.model_dir import read_training_state
 
     task = read_training_state(args.model)["task"]
+    if task == "mlm":
+        raise KbertError(f"{args.model}: a pre-trained model (kbert pretrain), which has no task to "
+                         f"{args.command}: fine-tune it with kbert train --checkpoint {args.model} --config "
+                         f"{args.model}/bert_config.json --vocab {args.model}/vocab.txt")
     if args.task is not None and args.task != task:
         raise KbertError(f"{args.model}: a model trained for --task {task}, not {args.task}")
     return task

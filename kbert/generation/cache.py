@@ -30,7 +30,6 @@ The step runs the decoder alone, where two more layers differ:
 
 from __future__ import annotations
 
-import importlib
 from typing import List, Tuple
 
 import keras
@@ -40,7 +39,7 @@ from kbert.errors import KbertError
 from kbert.layers import (AttentionMask, MultiHeadSelfAttention, PositionEmbedding, RelativePositionEmbedding,
                           SinusoidalPositionEmbedding, T5RelativePositionBias)
 from kbert.layers.rotary import sinusoids
-from kbert.models.registry import get_family
+from kbert.models.registry import get_family, graph_class
 
 
 class _Step:
@@ -141,12 +140,11 @@ class CachedGraph:
                              "application='lm' or 'unilm', with_mlm=True), a GPT family's model "
                              "(model='gpt', 'gpt2' or 'gpt2_ml'), or a whole T5 (model='t5', 't5.1.1' or "
                              "'mt5.1.1', not its _encoder or _decoder part)")
-        module, class_name = family.graph.split(":")
-        graph_class = getattr(importlib.import_module(module), class_name)
-        cached_class = type(f"Cached{class_name}", (_CachedApply, graph_class), {})
+        family_graph = graph_class(family)
+        cached_class = type(f"Cached{family_graph.__name__}", (_CachedApply, family_graph), {})
         self.graph = cached_class.from_model(model, family)
         # T5's encoder runs once per source, as in the model: through the family's own graph.
-        self.encoder_graph = graph_class.from_model(model, family) if self.seq2seq else None
+        self.encoder_graph = family_graph.from_model(model, family) if self.seq2seq else None
         self.model = model
         self.config, self.application = self.graph.config, spec["application"]
         self.has_segments = bool(spec["segment_vocab_size"]) and not self.seq2seq

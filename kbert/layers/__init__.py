@@ -8,7 +8,7 @@ BERT's layer names: the model builders give the names.
 - `attention`: `MultiHeadSelfAttention`
 - `feed_forward`: `FeedForward`
 - `norms`: `RMSNormalization` (T5, RoFormer-v2), `ConditionalLayerNormalization` (`layer_norm_cond`)
-- `heads`: `TakeToken`, `BiasAdd`, `Scale`
+- `heads`: `TakeToken`, `TakePositions`, `BiasAdd`, `Scale`
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
 - `memm`: `MaximumEntropyMarkovModel` (bert4keras's bidirectional MEMM)
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
@@ -26,7 +26,7 @@ from kbert.layers.common import DepthScaledTruncatedNormal, clone_initializer, g
 from kbert.layers.crf import ConditionalRandomField, ViterbiDecoder, viterbi_decode
 from kbert.layers.embeddings import Embedding, MaskedAdd, PositionEmbedding, TokenEmbedding, checked_ids
 from kbert.layers.feed_forward import FeedForward
-from kbert.layers.heads import BiasAdd, Scale, TakeToken
+from kbert.layers.heads import BiasAdd, Scale, TakePositions, TakeToken
 from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
 from kbert.layers.memm import MaximumEntropyMarkovModel
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
@@ -40,6 +40,6 @@ __all__ = ["AttentionMask", "BiasAdd", "ConditionalLayerNormalization", "Conditi
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
            "MultiHeadSelfAttention",
            "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "Scale", "Sinusoidal",
-           "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakeToken", "TokenEmbedding", "UnmaskingDropout", "ViterbiDecoder",
+           "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakePositions", "TakeToken", "TokenEmbedding", "UnmaskingDropout", "ViterbiDecoder",
            "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh", "get_activation", "sinusoidal_positions",
            "t5_buckets", "viterbi_decode"]

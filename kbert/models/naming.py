@@ -10,6 +10,7 @@ from typing import Optional, Tuple
 
 INPUT_TOKEN = "Input-Token"
 INPUT_SEGMENT = "Input-Segment"
+INPUT_MASKED_POSITIONS = "Input-Masked-Positions"  # pre-training: where the MLM head predicts
 EMBEDDING_TOKEN = "Embedding-Token"
 EMBEDDING_SEGMENT = "Embedding-Segment"
 EMBEDDING_TOKEN_SEGMENT = "Embedding-Token-Segment"
@@ -29,6 +30,7 @@ MLM_DENSE = "MLM-Dense"
 MLM_NORM = "MLM-Norm"
 MLM_BIAS = "MLM-Bias"
 MLM_ACTIVATION = "MLM-Activation"
+MLM_POSITIONS = "MLM-Positions"  # pre-training: the hidden states at the masked positions
 DISCRIMINATOR_DENSE = "Discriminator-Dense"  # ELECTRA
 DISCRIMINATOR_PREDICTION = "Discriminator-Prediction"
 # RoFormer-v2's MLM head: the tied embedding, no dense, norm or bias.

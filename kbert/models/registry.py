@@ -54,6 +54,12 @@ def get_family(name: str):
     return getattr(importlib.import_module(module), attribute)()
 
 
+
+def graph_class(family) -> type:
+    """The `TransformerGraph` subclass that builds `family`'s Keras graph (imported when asked for)."""
+    module, attribute = family.graph.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
 def resolve(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]", str],
             model: Optional[str] = None) -> Tuple[Any, BertConfig]:
     """The family and its config object for a config (object, dict or JSON path) and `model=`.

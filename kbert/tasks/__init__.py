@@ -4,6 +4,7 @@
 - `labelling`: tagged files, tag schemes, spans, entity scores.
 - `ner`: the tagger: units and WordPiece chunks, CRF/softmax/GlobalPointer heads, decoding.
 - `seq2seq`: UniLM fine-tuning on source/target pairs; generation, exact match and character F1.
+- `pretraining`: masked-language-model pre-training on plain text, whole-word masking (`pretrain`).
 
 Each task is a `kbert.training.task.Task`; the training run
 (`kbert.training.loop.train_task`) receives it and never imports a task.
@@ -22,6 +23,7 @@ TASK_CLASSES = {
     "classify": "kbert.tasks.classification:ClassificationTask",
     "ner": "kbert.tasks.ner:NerTask",
     "seq2seq": "kbert.tasks.seq2seq:Seq2SeqTask",
+    "mlm": "kbert.tasks.pretraining:MaskedLanguageModelTask",
 }
 TASKS = tuple(TASK_CLASSES)
 
@@ -52,3 +54,31 @@ def train(config_path: str, vocab_path: str, train_path: str, out_dir: str, *,
     options = options or TrainingOptions()
     return train_task(get_task_class(options.task), config_path, vocab_path, train_path, out_dir,
                       options=options, **kwargs)
+
+
+def pretrain(config_path: str, vocab_path: str, text_path: str, out_dir: str, *,
+             options: Optional[TrainingOptions] = None, **kwargs) -> dict:
+    """Pre-trains an encoder's MLM on plain text (`kbert.tasks.pretraining`) and writes a model directory.
+
+    The directory holds `bert_config.json`, `vocab.txt` and `bert_model.ckpt`
+    (the backbone and its MLM head, under the family's checkpoint names),
+    which `build_transformer_model` and `kbert train --checkpoint` read.
+
+    Args:
+        config_path, vocab_path: the encoder's config and vocabulary.
+        text_path: a text file (a document or sentence a line) or a directory of them.
+        out_dir: the model directory to write.
+        options: `TrainingOptions`; `task` is set to `mlm`. `whole_word`,
+            `mask_rate` and `optimizer` choose the masking and the optimizer.
+        **kwargs: `kbert.training.loop.train_task`'s: `valid_path` (held-out
+            text: its masked-token accuracy picks the kept epoch),
+            `checkpoint_path` (continue pre-training from it), `resume`,
+            `overwrite`, `verbose`.
+
+    Returns:
+        training.json's content.
+    """
+    import dataclasses
+
+    options = dataclasses.replace(options or TrainingOptions(), task="mlm")
+    return train(config_path, vocab_path, text_path, out_dir, options=options, **kwargs)

@@ -286,16 +286,26 @@ class Tokenizer:
         >>> tokenizer.offsets(["Café 语", "语\\u200b语"])
         [[(0, 4), (5, 6)], [(0, 1), (2, 3)]]
         """
+        return [spans for _, spans in self.ids_and_offsets(texts)]
+
+    def ids_and_offsets(self, texts: Sequence[str]) -> List[Tuple[List[int], List[Tuple[int, int]]]]:
+        """For each text, its token ids (no `[CLS]`/`[SEP]`) and their spans, as `offsets` gives them.
+
+        Example:
+        >>> Tokenizer({"[CLS]": 0, "[SEP]": 1, "[UNK]": 2, "cafe": 3, "语": 4}).ids_and_offsets(["Café 语"])
+        [([3, 4], [(0, 4), (5, 6)])]
+        """
         normalized = [normalize(text, self.do_lower_case) for text in texts]
         encoded = self._backend.encode_batch(normalized, add_special_tokens=False)
-        spans = []
+        result = []
         for text, encoding in zip(texts, encoded):
             if self._keeps_positions(text):
-                spans.append(list(encoding.offsets))
+                result.append((encoding.ids, list(encoding.offsets)))
                 continue
             positions = self._positions(text)
-            spans.append([(positions[start], positions[end - 1] + 1) for start, end in encoding.offsets])
-        return spans
+            result.append((encoding.ids, [(positions[start], positions[end - 1] + 1)
+                                          for start, end in encoding.offsets]))
+        return result
 
     def _keeps_positions(self, text: str) -> bool:
         """Whether `normalize` turns every character of `text` into exactly one character.

@@ -35,7 +35,7 @@ from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
                                       WEIGHTS_FILE)
 from kbert.training.adversarial import adversarial_training, gradient_penalty
-from kbert.training.options import ADVERSARIAL, TrainingOptions
+from kbert.training.options import ADVERSARIAL, OPTIMIZERS, WHOLE_WORDS, TrainingOptions
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.training.run_directory import RunDirectory, write_json
 from kbert.training.schedules import WarmupLinearDecay
@@ -228,6 +228,7 @@ def train_task(
             keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
             # Each epoch ends on the average, so what is validated is what is saved.
             *([AverageAtEpochEnd(data.steps_per_epoch)] if options.ema else []),
+            *task.callbacks(data, run.partial),  # before _BestWeights: what they log is kept in the history
             _BestWeights(model, run.partial, state, task.score_name, task.validation_score(model, data)),
         ]
         try:
@@ -244,6 +245,7 @@ def train_task(
             run.stopped(state, options.epochs)
             raise
     if role is None or role.is_chief:
+        task.finish(model, run.partial)
         run.publish()
     else:
         shutil.rmtree(os.path.dirname(run.out), ignore_errors=True)
@@ -251,9 +253,11 @@ def train_task(
 
 
 def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.optimizers.Optimizer:
-    """AdamW with warm-up and linear decay; no decay on LayerNorms and biases; EMA and accumulation as asked."""
+    """AdamW (or LAMB) with warm-up and linear decay; no decay on LayerNorms and biases; EMA and accumulation
+    as asked."""
     steps = options.epochs * steps_per_epoch
-    optimizer = keras.optimizers.AdamW(
+    optimizer_class = keras.optimizers.Lamb if options.optimizer == "lamb" else keras.optimizers.AdamW
+    optimizer = optimizer_class(
         WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
         weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
         gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
@@ -306,6 +310,13 @@ def _check_options(options: TrainingOptions) -> None:
         raise KbertError(f"adversarial epsilon must be a finite positive number, got {options.adversarial_epsilon!r}")
     if not (_is_number(options.weight_decay) and 0 <= options.weight_decay < math.inf):
         raise KbertError(f"weight decay must be a finite number of 0 or more, got {options.weight_decay!r}")
+    if options.optimizer not in OPTIMIZERS:
+        raise KbertError(f"unknown optimizer {options.optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
+    if options.whole_word not in WHOLE_WORDS:
+        raise KbertError(f"unknown whole-word masking {options.whole_word!r}; expected one of "
+                         f"{', '.join(WHOLE_WORDS)}")
+    if not (_is_number(options.mask_rate) and 0 < options.mask_rate < 1):
+        raise KbertError(f"mask rate must be in (0, 1), got {options.mask_rate!r}")
 
 
 def _add_adversarial_training(trainer, options: TrainingOptions, strategy) -> None:

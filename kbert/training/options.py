@@ -12,6 +12,8 @@ from typing import Dict, Optional
 from kbert.models.heads import DEFAULT_TOKEN_HEAD
 
 ADVERSARIAL = ("fgm", "gp")  # --adversarial methods (kbert.training.adversarial)
+OPTIMIZERS = ("adamw", "lamb")
+WHOLE_WORDS = ("jieba", "wordpiece", "none")  # pre-training's word boundaries (kbert.tasks.pretraining)
 
 
 @dataclasses.dataclass
@@ -39,8 +41,9 @@ class TrainingOptions:
             `use_ema`, momentum 0.99) and, at the end of every epoch, continue
             from it; so validation, the kept epoch and the saved weights are
             the average's (bert4keras's `extend_with_exponential_moving_average`).
-        task: `classify` (a label per text), `ner` (entities in tagged text) or
-            `seq2seq` (a target text per source text: UniLM, or T5 with `model`).
+        task: `classify` (a label per text), `ner` (entities in tagged text),
+            `seq2seq` (a target text per source text: UniLM, or T5 with `model`)
+            or `mlm` (masked-language-model pre-training on plain text: `kbert.pretrain`).
         model: the family, by bert4keras's `model=` names (default: the
             config's `model_type`, else BERT); `t5`, `t5.1.1` or `mt5.1.1`
             train T5's encoder-decoder for `seq2seq`.
@@ -58,6 +61,13 @@ class TrainingOptions:
             gradient penalty: loss + ½·epsilon·‖∂loss/∂embeddings‖²); None: off.
         adversarial_epsilon: the perturbation's norm (FGM) or the penalty's
             weight (gp); bert4keras's examples use 0.5 and 1.
+        optimizer: `adamw`, or `lamb` (Keras's `Lamb`: AdamW's step scaled per
+            weight by its norm; for large pre-training batches).
+        whole_word: pre-training (`task="mlm"`) masks whole words: `jieba`'s
+            (Chinese words, as bert4keras's `pretraining/`; other text splits at
+            spaces and punctuation), `wordpiece`'s (a word and its `##` pieces),
+            or `none` (each token alone).
+        mask_rate: pre-training predicts this share of the tokens.
         columns: `{field: column}` for data files whose columns (or JSON keys)
             have other names, e.g. `{"text": "review", "label": "sentiment"}`
             (`kbert.training.records`).
@@ -84,4 +94,7 @@ class TrainingOptions:
     crf_lr_multiplier: float = 100.0
     adversarial: Optional[str] = None
     adversarial_epsilon: float = 0.5
+    optimizer: str = "adamw"
+    whole_word: str = "jieba"
+    mask_rate: float = 0.15
     columns: Optional[Dict[str, str]] = None

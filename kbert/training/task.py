@@ -84,6 +84,13 @@ class Task(abc.ABC):
     def compile_args(self, model) -> dict:
         """`loss` and `metrics` for `model.compile`."""
 
+    def callbacks(self, data: TrainingData, directory: str) -> list:
+        """Keras callbacks of the task's own (e.g. a figure for the progress bar); `directory` is the run's."""
+        return []
+
+    def finish(self, model, directory: str) -> None:
+        """Writes what the task adds to a completed run's model directory (before it is published)."""
+
     def validation_score(self, model, data: TrainingData) -> Callable[[dict], Optional[float]]:
         """A function of an epoch's Keras logs giving `score_name` (None without validation data).
 

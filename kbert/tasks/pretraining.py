@@ -1,0 +1,257 @@
+"""Masked-language-model pre-training on plain text, with whole-word masking (`kbert pretrain`).
+
+The text is one document or sentence a line, in a file or a directory of
+files (read in name order; blank lines are skipped). Each line is tokenised
+once and its words numbered (`whole_word`):
+
+- `jieba`: jieba's words, as bert4keras's `pretraining/` masks Chinese; a
+  word's characters are masked together. jieba also splits other text at
+  spaces and punctuation, so an English word and its `##` pieces are one word.
+- `wordpiece`: a word and its `##` pieces (English whole-word masking).
+- `none`: every token on its own (BERT's original masking).
+
+The lines are packed into full `maxlen` sequences and masked afresh every
+epoch (`kbert.training.masking`); the validation text's masks are drawn once.
+The model is the backbone's MLM head on the masked positions
+(`kbert.builder.build_masked_lm`), trained with cross-entropy on them; its
+masked-token accuracy is the validation score.
+
+The model directory is one `build_transformer_model` and `kbert train
+--checkpoint` read: besides kbert's files it holds `bert_model.ckpt`, the
+backbone and its MLM head under the family's original checkpoint names, so it
+can be fine-tuned or pre-trained further.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import keras
+import numpy as np
+
+from kbert.errors import DataError, KbertError
+from kbert.models import naming
+from kbert.models.registry import get_family
+from kbert.training.data import LabelMap
+from kbert.training.masking import mask_whole_words, max_predictions, pack_sequences
+from kbert.training.model_dir import WEIGHTS_FILE
+from kbert.training.task import Task, TrainingData
+
+CHECKPOINT_FILE = "bert_model.ckpt"  # the pre-trained weights' prefix in the model directory
+STEPS_FILE = "steps.tsv"  # the training curve
+_TOKENIZE_LINES = 2000  # lines tokenised per batch
+
+
+def read_text(path: "str | os.PathLike[str]") -> Tuple[List[str], str]:
+    """The non-blank lines of a text file, or of every file of a directory (in name order).
+
+    Returns the lines and a report (files, lines, characters). A line that
+    is not UTF-8 raises `DataError` naming its file and line.
+    """
+    path = os.fspath(path)
+    files = _text_files(path)
+    if not files:
+        raise DataError(f"{path}: no text files to pre-train on")
+    lines: List[str] = []
+    for name in files:
+        with open(name, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                try:
+                    line = raw.decode("utf-8").strip()
+                except UnicodeDecodeError as error:
+                    raise DataError(f"{name}, line {number}: not UTF-8 text ({error.reason} at byte "
+                                    f"{error.start}); convert the file to UTF-8") from None
+                if line:
+                    lines.append(line)
+    if not lines:
+        raise DataError(f"{path}: every line is blank; pre-training needs text")
+    characters = sum(len(line) for line in lines)
+    where = f"{len(files)} files in {path}" if os.path.isdir(path) else path
+    return lines, f"{where}: {len(lines)} lines, {characters} characters"
+
+
+def _text_files(path: str) -> List[str]:
+    if not os.path.isdir(path):
+        if not os.path.exists(path):
+            raise DataError(f"{path}: no such file or directory")
+        return [path]
+    found = []
+    for root, directories, names in os.walk(path):
+        directories[:] = sorted(d for d in directories if not d.startswith("."))
+        found += [os.path.join(root, name) for name in sorted(names) if not name.startswith(".")]
+    return found
+
+
+def tokenize_words(tokenizer, lines: Sequence[str], whole_word: str) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+    """Each line's token ids and each token's word number (0, 1, ...; a word's tokens share it).
+
+    Example:
+    >>> from kbert.tokenizers import Tokenizer
+    >>> tokenizer = Tokenizer({"[CLS]": 0, "[SEP]": 1, "[UNK]": 2, "un": 3, "##able": 4, "to": 5})
+    >>> [(ids.tolist(), words.tolist()) for ids, words in tokenize_words(tokenizer, ["unable to"], "wordpiece")]
+    [([3, 4, 5], [0, 0, 1])]
+    """
+    split = _jieba_words() if whole_word == "jieba" else None
+    for start in range(0, len(lines), _TOKENIZE_LINES):
+        batch = lines[start:start + _TOKENIZE_LINES]
+        for line, (ids, spans) in zip(batch, tokenizer.ids_and_offsets(batch)):
+            ids = np.asarray(ids, dtype=np.int32)
+            if whole_word == "none":
+                words = np.arange(len(ids))
+            elif whole_word == "wordpiece":
+                continues = np.array([tokenizer.id_to_token(i).startswith("##") for i in ids], dtype=bool)
+                words = np.cumsum(~continues) - 1
+            else:
+                starts = np.array([span[0] for span in spans], dtype=np.int64)
+                word_starts = np.array([word_start for _, word_start, _ in split(line)], dtype=np.int64)
+                # The word whose span holds the token's first character; numbered 0, 1, ... over the words
+                # that have tokens (jieba also returns the spaces between words).
+                words = np.unique(np.searchsorted(word_starts, starts, side="right") - 1, return_inverse=True)[1]
+            yield ids, words.astype(np.int32)
+
+
+def _jieba_words():
+    try:
+        import jieba
+    except ImportError:
+        raise KbertError("whole-word masking with jieba needs the jieba package: pip install jieba "
+                         "(or pass --whole-word wordpiece or none)") from None
+    jieba.setLogLevel(logging.WARNING)
+    return jieba.tokenize
+
+
+class TrainingCurve(keras.callbacks.Callback):
+    """Shows the tokens trained on per second in the progress bar, and writes the curve of the run.
+
+    Every `every` steps, a row of `steps.tsv` in the run's directory: epoch,
+    step, the epoch's running loss and masked-token accuracy, tokens a second
+    (padding excluded). Rows are appended, so a resumed run continues the file.
+
+    Args:
+        path: the file to append to.
+        tokens_per_batch: the average real tokens of a training batch.
+        every: steps between rows.
+    """
+
+    COLUMNS = ("epoch", "step", "loss", "accuracy", "tokens_per_second")
+
+    def __init__(self, path: str, tokens_per_batch: float, every: int = 20):
+        super().__init__()
+        self.path, self.tokens_per_batch, self.every = path, tokens_per_batch, every
+        self.step = 0
+
+    def on_train_begin(self, logs=None):
+        if not os.path.exists(self.path):
+            with open(self.path, "w", encoding="utf-8") as handle:
+                handle.write("\t".join(self.COLUMNS) + "\n")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch, self.start, self.batches = epoch + 1, time.perf_counter(), 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+        self.step += 1
+        if logs is None:
+            return
+        logs["tokens_per_second"] = self.rate()
+        if self.step % self.every == 0:
+            row = (self.epoch, self.step, logs.get("loss"), logs.get("accuracy"), logs["tokens_per_second"])
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write("\t".join(str(float(value)) if i > 1 else str(value) for i, value in enumerate(row))
+                             + "\n")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["tokens_per_second"] = self.rate()
+
+    def rate(self) -> float:
+        return self.tokens_per_batch * self.batches / max(time.perf_counter() - self.start, 1e-9)
+
+
+class MaskedLanguageModelTask(Task):
+    """Pre-training: predict masked (whole) words of plain text; the backbone with its MLM head is saved."""
+
+    name = "mlm"
+    score_name = "val_accuracy"
+    score_label = "validation masked-token accuracy"
+
+    def __init__(self, family: str = "bert", whole_word: str = "jieba", mask_rate: float = 0.15):
+        self.family, self.whole_word, self.mask_rate = get_family(family), whole_word, mask_rate
+        if "with_mlm" not in self.family.heads or "encoder" not in self.family.applications:
+            raise KbertError(f"pre-training trains an MLM head, which model={self.family.name!r} does not have; "
+                             "kbert pretrain trains the encoder families (bert, roberta, albert, "
+                             "albert_unshared, nezha, roformer, roformer_v2)")
+        self.backbone = None
+
+    @classmethod
+    def from_options(cls, options) -> "MaskedLanguageModelTask":
+        return cls(options.model or "bert", options.whole_word, options.mask_rate)
+
+    def backbone_args(self) -> dict:
+        return {"with_mlm": "linear"}  # logits: the loss takes the softmax itself, stably
+
+    def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
+             options) -> TrainingData:
+        if num_labels:
+            raise KbertError("num_labels: pre-training predicts tokens of the vocabulary, not classes")
+        dataset = functools.partial(self._dataset, tokenizer, options)
+        train, train_report, steps, tokens = dataset(train_path, training=True)
+        valid, valid_report = dataset(valid_path, training=False)[:2] if valid_path else (None, None)
+        self.tokens_per_batch = tokens / steps
+        return TrainingData(train, valid, LabelMap([]), steps, train_report, valid_report,
+                            state={"whole_word": self.whole_word, "mask_rate": self.mask_rate})
+
+    def _dataset(self, tokenizer, options, path: str, training: bool):
+        """The masked batches of a text file, its report, batches per epoch and real tokens."""
+        import tensorflow as tf
+
+        lines, report = read_text(path)
+        token_ids, word_ids = pack_sequences(tokenize_words(tokenizer, lines, self.whole_word), options.maxlen,
+                                             tokenizer.cls_id, tokenizer.sep_id)
+        tokens = int(np.count_nonzero(token_ids))
+        report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding)"
+        logging.getLogger("kbert").info("%s", report)
+        mask = functools.partial(mask_whole_words, rate=self.mask_rate, mask_id=tokenizer.token_to_id("[MASK]"),
+                                 vocab_size=tokenizer.vocab_size)
+        segments = self.family.takes_segments
+
+        def masked(tokens, words):
+            masked_ids, positions, labels, weights = mask(tokens, words)
+            inputs = {naming.INPUT_TOKEN: masked_ids, naming.INPUT_MASKED_POSITIONS: positions}
+            if segments:
+                inputs[naming.INPUT_SEGMENT] = tf.zeros_like(masked_ids)
+            return inputs, labels, weights
+
+        data = tf.data.Dataset.from_tensor_slices((token_ids, word_ids))
+        if training and options.shuffle:
+            data = data.shuffle(len(token_ids), seed=options.seed, reshuffle_each_iteration=True)
+        data = data.map(masked, num_parallel_calls=tf.data.AUTOTUNE)
+        if not training:
+            data = data.cache()  # the validation masks are drawn once, so epochs compare
+        steps = -(-len(token_ids) // options.batch_size)
+        return data.batch(options.batch_size).prefetch(tf.data.AUTOTUNE), report, steps, tokens
+
+    def build(self, bert, num_labels: int, options):
+        from kbert.builder import build_masked_lm
+
+        self.backbone = bert
+        return build_masked_lm(bert, max_predictions(options.maxlen, self.mask_rate))
+
+    def compile_args(self, model) -> dict:
+        # Averaged over the masked positions (the weights), not over all max_predictions slots.
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight")
+        return {"loss": loss, "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+
+    def callbacks(self, data: TrainingData, directory: str) -> list:
+        return [TrainingCurve(os.path.join(directory, STEPS_FILE), self.tokens_per_batch)]
+
+    def finish(self, model, directory: str) -> None:
+        """The kept epoch's backbone and MLM head as an original-format checkpoint, `bert_model.ckpt`."""
+        from kbert.checkpoints.google import save_google_checkpoint
+
+        model.load_weights(os.path.join(directory, WEIGHTS_FILE))
+        save_google_checkpoint(self.backbone, os.path.join(directory, CHECKPOINT_FILE))
