@@ -7,7 +7,6 @@
 #   EPOCHS, MAXLEN
 import os
 
-import numpy as np
 import keras
 from keras.layers import Dense, Lambda
 from keras.optimizers import Adam

@@ -44,9 +44,9 @@ def pack_sequences(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, 
     >>> lines = [(np.array([7, 8, 9]), np.array([0, 0, 1])), (np.array([5, 6]), np.array([0, 1]))]
     >>> tokens, words = pack_sequences(lines, maxlen=6, cls_id=1, sep_id=2)
     >>> tokens.tolist()
-    [[1, 7, 8, 9, 2, 5], [1, 6, 2, 0, 0, 0]]
+    [[1, 7, 8, 9, 2, 0], [1, 5, 6, 2, 0, 0]]
     >>> words.tolist()
-    [[-1, 0, 0, 1, -1, 2], [-1, 0, -1, -1, -1, -1]]
+    [[-1, 0, 0, 1, -1, -1], [-1, 0, 1, -1, -1, -1]]
     """
     if maxlen < 3:
         raise ValueError(f"maxlen must leave room for [CLS], a token and [SEP], got {maxlen}")
