@@ -22,12 +22,14 @@ SHOWS = {
                             "exact match 0.", "same tokens: True"],
     "t5_and_gpt2.ipynb": ["distance   -16: encoder bucket 10   decoder bucket 16", "constant along each diagonal: True",
                           "greedy", "beam", "start_id 0:", "same tokens: True"],
+    "pretraining.ipynb": ["words: 很 / 安静 / , / 隔音 / 设施", "| to predict: ", "loss fell from",
+                          "'bert_model.ckpt.index'", "chance is 1/21128"],
     "ner_crf.ipynb": ["scheme BMES units char", "validation entity F1 0.", "B-PER -> O", "overall  precision 0."],
 }
 
 # Figures (PNG outputs) each notebook draws.
 FIGURES = {"bert_parameters.ipynb": 1, "fine_tune_classifier.ipynb": 1, "ner_crf.ipynb": 1, "seq2seq_unilm.ipynb": 1,
-           "t5_and_gpt2.ipynb": 2}
+           "t5_and_gpt2.ipynb": 2, "pretraining.ipynb": 2}
 # A number the notebook prints, and the least it may be: above what guessing gets.
 SCORES = {
     "fine_tune_classifier.ipynb": (r"best epoch \d+ validation accuracy (0\.\d+)", 0.6),  # two balanced classes
@@ -37,7 +39,8 @@ SCORES = {
 
 # What each notebook reads from ../shared.
 DATA = {"fine_tune_classifier.ipynb": ("data", "sentiment"), "ner_crf.ipynb": ("data", "msra_ner"),
-        "seq2seq_unilm.ipynb": ("data", "msra_ner"), "t5_and_gpt2.ipynb": ("fixtures", "bert4keras_families")}
+        "seq2seq_unilm.ipynb": ("data", "msra_ner"), "t5_and_gpt2.ipynb": ("fixtures", "bert4keras_families"),
+        "pretraining.ipynb": ("data", "sentiment")}
 
 
 def figures(notebook) -> int:

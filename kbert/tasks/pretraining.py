@@ -212,6 +212,9 @@ class MaskedLanguageModelTask(Task):
         lines, report = read_text(path)
         token_ids, word_ids = pack_sequences(tokenize_words(tokenizer, lines, self.whole_word), options.maxlen,
                                              tokenizer.cls_id, tokenizer.sep_id)
+        if not len(token_ids):
+            raise DataError(f"{path}: no line has a token of the vocabulary ({tokenizer.vocab_size} tokens); "
+                            "is it the vocabulary of this text?")
         tokens = int(np.count_nonzero(token_ids))
         report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding)"
         logging.getLogger("kbert").info("%s", report)
