@@ -88,7 +88,7 @@ def _add_train(train) -> None:
 
 def _add_pretrain(pretrain) -> None:
     """`kbert pretrain`: the run options of `train`, the masking and the optimizer."""
-    defaults = TrainingOptions(task="mlm", **PRETRAINING_DEFAULTS)
+    defaults = TrainingOptions.for_pretraining()
     _run_arguments(pretrain, defaults, data="plain text, a document or sentence a line: a file, or a directory "
                                             "of files", valid="held-out text (scored by masked-token accuracy)")
     family_argument(pretrain, "default: the config's model_type, else bert; an encoder family with an MLM head")
@@ -102,10 +102,6 @@ def _add_pretrain(pretrain) -> None:
     pretrain.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer,
                           help="adamw, or lamb for large batches")
     pretrain.set_defaults(run=run_pretrain)
-
-
-# Where pre-training's defaults differ from fine-tuning's: learning from scratch.
-PRETRAINING_DEFAULTS = {"epochs": 2, "batch_size": 64, "learning_rate": 5e-4, "warmup_ratio": 0.05}
 
 
 def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> None:

@@ -68,8 +68,9 @@ def pretrain(config_path: str, vocab_path: str, text_path: str, out_dir: str, *,
         config_path, vocab_path: the encoder's config and vocabulary.
         text_path: a text file (a document or sentence a line) or a directory of them.
         out_dir: the model directory to write.
-        options: `TrainingOptions`; `task` is set to `mlm`. `whole_word`,
-            `mask_rate` and `optimizer` choose the masking and the optimizer.
+        options: `TrainingOptions` (default: `TrainingOptions.for_pretraining()`);
+            `task` is set to `mlm`. `whole_word`, `mask_rate` and `optimizer`
+            choose the masking and the optimizer.
         **kwargs: `kbert.training.loop.train_task`'s: `valid_path` (held-out
             text: its masked-token accuracy picks the kept epoch),
             `checkpoint_path` (continue pre-training from it), `resume`,
@@ -80,5 +81,5 @@ def pretrain(config_path: str, vocab_path: str, text_path: str, out_dir: str, *,
     """
     import dataclasses
 
-    options = dataclasses.replace(options or TrainingOptions(), task="mlm")
+    options = dataclasses.replace(options or TrainingOptions.for_pretraining(), task="mlm")
     return train(config_path, vocab_path, text_path, out_dir, options=options, **kwargs)

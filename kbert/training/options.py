@@ -98,3 +98,15 @@ class TrainingOptions:
     whole_word: str = "jieba"
     mask_rate: float = 0.15
     columns: Optional[Dict[str, str]] = None
+
+    @classmethod
+    def for_pretraining(cls, **changes) -> "TrainingOptions":
+        """Options of `task="mlm"` with pre-training's defaults (learning from scratch: a larger learning
+        rate and batch, a shorter warm-up), then `changes`.
+
+        >>> options = TrainingOptions.for_pretraining(epochs=1)
+        >>> options.task, options.learning_rate, options.epochs
+        ('mlm', 0.0005, 1)
+        """
+        return cls(**{"task": "mlm", "epochs": 2, "batch_size": 64, "learning_rate": 5e-4, "warmup_ratio": 0.05,
+                      **changes})
