@@ -187,10 +187,14 @@ def test_fine_tuning_and_further_pretraining_read_the_directory(pretrained, revi
     start = build_transformer_model(config, pretrained, with_mlm=True)
     assert not np.allclose(trained.get_layer("MLM-Dense").kernel.numpy(), start.get_layer("MLM-Dense").kernel.numpy())
     labelled = write(tmp_path, "labelled.tsv", "很好\t1\n很差\t0\n" * 8)
-    assert main(["train", "--config", str(config), "--vocab", str(vocab), "--checkpoint", str(pretrained),
-                 "--train", str(labelled), "--out", str(tmp_path / "classifier"), "--epochs", "1",
-                 "--maxlen", "16"]) == 0
-    capsys.readouterr()
+    # The directory's config and vocabulary are the defaults of --config and --vocab.
+    assert main(["train", "--checkpoint", str(pretrained), "--train", str(labelled),
+                 "--out", str(tmp_path / "classifier"), "--epochs", "1", "--maxlen", "16"]) == 0
+    assert "saved" in capsys.readouterr().out
+    assert main(["train", "--checkpoint", str(pretrained / "bert_model.ckpt"), "--train", str(labelled),
+                 "--out", str(tmp_path / "no-config")]) == 2
+    assert "--config is required, unless --checkpoint is a model directory" in capsys.readouterr().err
+    assert not (tmp_path / "no-config.partial").exists()
     assert main(["evaluate", "--model", str(pretrained), "--data", str(labelled)]) == 2
     assert "a pre-trained model (kbert pretrain)" in capsys.readouterr().err
 

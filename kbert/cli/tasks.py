@@ -7,6 +7,7 @@ that task's module (`kbert.tasks.classification`, `.ner`, `.seq2seq`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Callable, List, Optional, Tuple
 
@@ -106,8 +107,9 @@ def _add_pretrain(pretrain) -> None:
 
 def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> None:
     """What `train` and `pretrain` share: the model's files, the data, the output and the run's options."""
-    parser.add_argument("--config", required=True, help="the backbone's bert_config.json / config.json")
-    parser.add_argument("--vocab", required=True, help="its vocab.txt")
+    parser.add_argument("--config", help="the backbone's bert_config.json / config.json (default: the one in "
+                                         "--checkpoint, when that is a model directory of kbert pretrain)")
+    parser.add_argument("--vocab", help="its vocab.txt (default: the one in --checkpoint's model directory)")
     parser.add_argument("--train", required=True, help=data)
     parser.add_argument("--valid", help=f"{valid}; the best epoch on it is kept "
                                         "(default: none, every epoch is kept in turn)")
@@ -191,8 +193,9 @@ def _run(args, options: TrainingOptions, run: Callable, **extra) -> int:
     from kbert.tasks import get_task
     from kbert.training.loop import TrainingInterrupted
 
+    config, vocab = _model_files(args)
     try:
-        state = run(args.config, args.vocab, args.train, args.out, valid_path=args.valid,
+        state = run(config, vocab, args.train, args.out, valid_path=args.valid,
                     checkpoint_path=args.checkpoint, options=options, resume=args.resume,
                     overwrite=args.overwrite, **extra)
     except TrainingInterrupted as interruption:
@@ -210,6 +213,22 @@ def _run(args, options: TrainingOptions, run: Callable, **extra) -> int:
     return 0
 
 
+def _model_files(args) -> Tuple[str, str]:
+    """--config and --vocab, by default those of a --checkpoint that is a model directory (kbert pretrain's)."""
+    from kbert.training.model_dir import CONFIG_FILE, vocab_file
+
+    directory = args.checkpoint if args.checkpoint and os.path.isdir(args.checkpoint) else None
+    defaults = {"config": os.path.join(directory, CONFIG_FILE), "vocab": vocab_file(directory)} if directory else {}
+    files = []
+    for option in ("config", "vocab"):
+        path = getattr(args, option) or defaults.get(option)
+        if path is None or (getattr(args, option) is None and not os.path.exists(path)):
+            raise KbertError(f"--{option} is required, unless --checkpoint is a model directory that holds "
+                             f"one (kbert pretrain writes bert_config.json and vocab.txt beside its weights)")
+        files.append(path)
+    return files[0], files[1]
+
+
 def _model_task(args) -> str:
     """The model directory's task; a --task that differs is an error."""
     from kbert.training.model_dir import read_training_state
@@ -217,8 +236,8 @@ def _model_task(args) -> str:
     task = read_training_state(args.model)["task"]
     if task == "mlm":
         raise KbertError(f"{args.model}: a pre-trained model (kbert pretrain), which has no task to "
-                         f"{args.command}: fine-tune it with kbert train --checkpoint {args.model} --config "
-                         f"{args.model}/bert_config.json --vocab {args.model}/vocab.txt")
+                         f"{args.command}: fine-tune it with kbert train --checkpoint {args.model} (its "
+                         "config and vocabulary are read from there)")
     if args.task is not None and args.task != task:
         raise KbertError(f"{args.model}: a model trained for --task {task}, not {args.task}")
     return task
