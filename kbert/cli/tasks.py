@@ -218,15 +218,13 @@ def _model_files(args) -> Tuple[str, str]:
     from kbert.training.model_dir import CONFIG_FILE, vocab_file
 
     directory = args.checkpoint if args.checkpoint and os.path.isdir(args.checkpoint) else None
-    defaults = {"config": os.path.join(directory, CONFIG_FILE), "vocab": vocab_file(directory)} if directory else {}
-    files = []
-    for option in ("config", "vocab"):
-        path = getattr(args, option) or defaults.get(option)
-        if path is None or (getattr(args, option) is None and not os.path.exists(path)):
+    config = args.config or (directory and os.path.join(directory, CONFIG_FILE))
+    vocab = args.vocab or (directory and vocab_file(directory))
+    for option, path in (("config", config), ("vocab", vocab)):
+        if not (path and os.path.exists(path)) and getattr(args, option) is None:
             raise KbertError(f"--{option} is required, unless --checkpoint is a model directory that holds "
                              f"one (kbert pretrain writes bert_config.json and vocab.txt beside its weights)")
-        files.append(path)
-    return files[0], files[1]
+    return config, vocab
 
 
 def _model_task(args) -> str:
