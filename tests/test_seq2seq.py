@@ -77,7 +77,19 @@ def write_msra_pairs(directory, train: int, dev: int) -> None:
         write(directory, f"{split}.tsv", "\n".join(lines) + "\n")
 
 
-def test_train_evaluate_predict_from_the_command_line(tmp_path):
+def msra_example():
+    """docs/examples/msra_generative_ie.py, imported."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("msra_ie", REPO / "docs" / "examples" / "msra_generative_ie.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def test_train_evaluate_predict_from_the_command_line(tmp_path, capsys):
     """MSRA as generative extraction: the target lists the sentence's entities as TYPE:text."""
     write_msra_pairs(tmp_path, train=400, dev=60)
     out = tmp_path / "generator"
@@ -97,6 +109,13 @@ def test_train_evaluate_predict_from_the_command_line(tmp_path):
     generated = ["".join(text.split()) for text in scores["generated"]]
     assert scores["exact_match"] == pytest.approx(np.mean([g == r for g, r in zip(generated, references)]))
     assert scores["char_f1"] == pytest.approx(np.mean([char_f1(g, r) for g, r in zip(generated, references)]))
+    # The example's scorer decodes once: `kbert evaluate`'s figures, and every reference entity as support.
+    example = msra_example()
+    example.score(str(out), str(tmp_path / "dev.tsv"), 1)
+    printed = capsys.readouterr().out
+    assert f"exact match {scores['exact_match']:.4f}, character F1 {scores['char_f1']:.4f}" in printed
+    overall = next(line for line in printed.splitlines() if line.startswith("overall")).split()
+    assert int(overall[-1]) == sum(len(example.entities_of(reference)) for reference in references)
 
     sources = [line.split("\t")[0] for line in (tmp_path / "dev.tsv").read_text().splitlines()[:3]]
     result = kbert("predict", "--model", out, "--beam-size", "2", "--json", stdin="\n".join(sources))
@@ -146,13 +165,7 @@ def test_t5_trains_evaluates_and_predicts_from_the_command_line(tmp_path):
 
 def test_the_msra_extraction_example_writes_and_reads_targets(tmp_path):
     """docs/examples/msra_generative_ie.py: targets name every entity, and parse back to them."""
-    import importlib.util
-
-    from conftest import REPO
-
-    spec = importlib.util.spec_from_file_location("msra_ie", REPO / "docs" / "examples" / "msra_generative_ie.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = msra_example()
     example.write_pairs(str(shared_path("data", "msra_ner")), str(tmp_path / "pairs"))
     pairs, _ = read_pairs(tmp_path / "pairs" / "dev.tsv")
     sentences = read_tagged(shared_path("data", "msra_ner", "msra.dev.bmes"))[0]

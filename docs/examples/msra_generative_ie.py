@@ -1,14 +1,15 @@
-"""MSRA NER as generative information extraction with a UniLM model (`kbert train --task seq2seq`).
+"""MSRA NER as generative information extraction (`kbert train --task seq2seq`, UniLM or T5).
 
     python docs/examples/msra_generative_ie.py pairs ../shared/data/msra_ner runs/msra-ie-data
-    kbert train --task seq2seq --config configs/bert_small_chinese.json \\
+    kbert train --task seq2seq --config configs/roformer_small_chinese.json \\
         --vocab ../shared/vocab/chinese_vocab.txt --train runs/msra-ie-data/train.tsv \\
-        --valid runs/msra-ie-data/dev.tsv --epochs 2 --lr 1e-3 --maxlen 160 --out runs/msra-ie
+        --valid runs/msra-ie-data/dev.tsv --epochs 2 --batch-size 32 --lr 1e-3 --maxlen 256 --out runs/msra-ie
     python docs/examples/msra_generative_ie.py score runs/msra-ie runs/msra-ie-data/test.tsv
 
 `pairs` writes `sentence<TAB>target` files, the target being the sentence's
 entities in order of appearance as `TYPE:text` joined by `；` (empty when
-there are none). `score` generates a target for every test sentence and
+there are none). `score` generates a target for every test sentence (with
+a T5 model too), prints `kbert evaluate`'s exact match and character F1, and
 scores the entities it names against the reference: an entity counts when
 its type and text both match (as many times as it occurs), so the figures
 compare with a tagger's exact-span entity F1 except that a generated entity
@@ -54,10 +55,12 @@ def write_pairs(msra_dir: str, out_dir: str) -> None:
 
 
 def score(model_dir: str, data_path: str, beam_size: int) -> None:
-    from kbert.tasks.seq2seq import predict, read_pairs
+    from kbert.tasks.seq2seq import evaluate, read_pairs
 
     pairs, _ = read_pairs(data_path)
-    generated = predict(model_dir, [pair.source for pair in pairs], beam_size=beam_size)
+    # One decoding pass gives `kbert evaluate`'s exact match and character F1, and the entities.
+    report = evaluate(model_dir, data_path, beam_size=beam_size)
+    generated = report["generated"]
     counts = collections.defaultdict(lambda: [0, 0, 0])  # type -> hits, predicted, true
     for pair, output in zip(pairs, generated):
         truth = collections.Counter(entities_of(pair.target))
@@ -68,7 +71,8 @@ def score(model_dir: str, data_path: str, beam_size: int) -> None:
             counts[kind][2] += number
         for (kind, _), number in (truth & found).items():
             counts[kind][0] += number
-    print(f"{data_path}: {len(pairs)} sentences, beam {beam_size}")
+    print(f"{data_path}: {len(pairs)} sentences, beam {beam_size}: exact match {report['exact_match']:.4f}, "
+          f"character F1 {report['char_f1']:.4f}")
     print(f"{'type':8}  precision  recall     f1  support")
     kinds = sorted(kind for kind in counts if counts[kind][2])  # types that the references have
     for kind, (hits, predicted, true) in [(k, counts[k]) for k in kinds] + [
