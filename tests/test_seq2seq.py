@@ -37,13 +37,36 @@ def test_labels_are_the_next_target_token_only():
     tokenizer = Tokenizer(shared_path("vocab", "chinese_vocab.txt"))
     (encoded,), (labels,), cut = encode_pairs(tokenizer, [Pair("张三去北京", "PER:张三", 1)], maxlen=64)
     assert cut == []
-    token_ids, segment_ids = encoded
+    token_ids, segment_ids, positions = encoded
     target = [i for i, s in zip(token_ids, segment_ids) if s == 1]  # target tokens and the last [SEP]
     assert target[-1] == tokenizer.sep_id
-    assert [label for label in labels if label != IGNORED] == target
     first_target = segment_ids.index(1)
-    assert labels[first_target - 1] == token_ids[first_target]  # the source's [SEP] predicts the target's start
-    assert labels[-1] == IGNORED
+    # The source's [SEP] predicts the target's start; the last [SEP] predicts nothing.
+    assert positions == list(range(first_target - 1, len(token_ids) - 1))
+    assert labels == target == [token_ids[position + 1] for position in positions]
+
+
+def test_unilm_trains_its_head_on_the_target_positions_only():
+    """The training graph's outputs are the whole UniLM's at the target positions; padding slots too."""
+    from kbert import build_transformer_model
+    from kbert.tasks.seq2seq import Seq2SeqTask
+    from kbert.training.data import make_dataset
+
+    tokenizer = Tokenizer(shared_path("vocab", "chinese_vocab.txt"))
+    task = Seq2SeqTask()
+    bert = build_transformer_model(CONFIGS / "roformer_small_chinese.json", **task.backbone_args())
+    trained = task.training_model(task.build(bert, 0, None))
+    assert trained.count_params() == bert.count_params()
+    pairs = [Pair("张三去北京", "PER:张三；LOC:北京", 1), Pair("今天天气很好", "", 2)]
+    encoded, labels, _ = encode_pairs(tokenizer, pairs, maxlen=64)
+    (tokens, segments, positions), padded_labels = next(iter(make_dataset(encoded, labels, 2, labels_follow=2)))
+    assert positions.shape == padded_labels.shape
+    on_targets, everywhere = trained([tokens, segments, positions]), bert([tokens, segments])
+    for row, (_, _, row_positions) in enumerate(encoded):
+        np.testing.assert_allclose(np.asarray(on_targets[row, :len(row_positions)]),
+                                   np.asarray(everywhere[row])[row_positions], atol=1e-6)
+        assert list(np.asarray(padded_labels[row, len(row_positions):])) == \
+            [IGNORED] * (positions.shape[1] - len(row_positions))
 
 
 def test_t5_pairs_feed_the_decoder_the_target_shifted_right():

@@ -7,6 +7,8 @@ GlobalPointer.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import keras
 
 from kbert.errors import check_whole_number
@@ -48,21 +50,24 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
     return id_model(bert.inputs, probabilities, getattr(bert, "family", "bert"), name)
 
 
-def build_masked_lm(bert: keras.Model, max_predictions: int, *, name: str = "masked_lm") -> keras.Model:
-    """The backbone's MLM head on given positions only: the pre-training model.
+def build_masked_lm(bert: keras.Model, max_predictions: Optional[int] = None, *,
+                    name: str = "masked_lm") -> keras.Model:
+    """The backbone's MLM (or LM) head on given positions only: the model pre-training and seq2seq train.
 
-    The model takes a third input, `Input-Masked-Positions` (`[batch,
-    max_predictions]`), and gives the MLM output there: `[batch,
+    The model takes one more input, `Input-Masked-Positions` (`[batch,
+    max_predictions]`), and gives the head's output there: `[batch,
     max_predictions, vocab]`. It is the backbone's own graph run again on
     its own layers (shared weights), with `MLM-Positions` (`TakePositions`)
     between the last block and the head, so the vocabulary-wide projection
-    is computed for the masked tokens only (Google's `gather_indexes`).
-    Saving `bert` saves what was trained, MLM head included.
+    is computed for the positions that have a label only (Google's
+    `gather_indexes`): the masked tokens of pre-training, the target
+    tokens of a UniLM or LM. Saving `bert` saves what was trained, head
+    included; `bert` itself still gives the head at every position.
 
     Args:
-        bert: a model from `build_transformer_model(..., with_mlm=...)` of an
-            encoder family with an MLM head.
-        max_predictions: positions per row.
+        bert: a model from `build_transformer_model(..., with_mlm=...)` with no
+            other head; `application` `"encoder"`, `"lm"` or `"unilm"`.
+        max_predictions: positions per row (None: any number, batch by batch).
         name: the model's name.
 
     Example:
@@ -72,10 +77,11 @@ def build_masked_lm(bert: keras.Model, max_predictions: int, *, name: str = "mas
     >>> model.output.shape, model.count_params() == bert.count_params()
     ((None, 3, 21128), True)
     """
-    check_whole_number(max_predictions, "max_predictions", error=ValueError)
+    if max_predictions is not None:
+        check_whole_number(max_predictions, "max_predictions", error=ValueError)
     spec = getattr(bert, "build_spec", None)
-    if spec is None or not spec["heads"]["mlm"] or spec["heads"]["pool"] or spec["application"] != "encoder":
-        raise ValueError("build_masked_lm needs an encoder from build_transformer_model(..., with_mlm=True or "
+    if spec is None or not spec["heads"]["mlm"] or spec["heads"]["pool"] or spec.get("layer_norm_cond"):
+        raise ValueError("build_masked_lm needs a model from build_transformer_model(..., with_mlm=True or "
                          "'linear') with no other head")
     family = get_family(bert.family)
     graph = graph_class(family).from_model(bert, family)

@@ -185,7 +185,6 @@ class MaskedLanguageModelTask(Task):
             raise KbertError(f"pre-training trains an MLM head, which model={self.family.name!r} does not have; "
                              "kbert pretrain trains the encoder families (bert, roberta, albert, "
                              "albert_unshared, nezha, roformer, roformer_v2)")
-        self.backbone = None
 
     @classmethod
     def from_options(cls, options) -> "MaskedLanguageModelTask":
@@ -239,10 +238,13 @@ class MaskedLanguageModelTask(Task):
         return data.batch(options.batch_size).prefetch(tf.data.AUTOTUNE), report, steps, tokens
 
     def build(self, bert, num_labels: int, options):
+        self.max_predictions = max_predictions(options.maxlen, self.mask_rate)
+        return bert  # the backbone and its MLM head: what is saved
+
+    def training_model(self, model):
         from kbert.builder import build_masked_lm
 
-        self.backbone = bert
-        return build_masked_lm(bert, max_predictions(options.maxlen, self.mask_rate))
+        return build_masked_lm(model, self.max_predictions)
 
     def compile_args(self, model) -> dict:
         # Averaged over the masked positions (the weights), not over all max_predictions slots.
@@ -257,4 +259,4 @@ class MaskedLanguageModelTask(Task):
         from kbert.checkpoints.google import save_google_checkpoint
 
         model.load_weights(os.path.join(directory, WEIGHTS_FILE))
-        save_google_checkpoint(self.backbone, os.path.join(directory, CHECKPOINT_FILE))
+        save_google_checkpoint(model, os.path.join(directory, CHECKPOINT_FILE))

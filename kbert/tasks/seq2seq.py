@@ -43,7 +43,7 @@ from kbert.training.data import LabelMap, make_dataset
 from kbert.training.records import DataReport, Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file
 
-IGNORED = 0  # the label of positions without a target token: [PAD]'s id, never a target
+IGNORED = 0  # the label of padding (T5: of decoder positions past the target): [PAD]'s id, never a target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,16 +102,21 @@ def _pair(row: dict, line: int) -> Pair:
 
 
 def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int, encoder_decoder: bool = False):
-    """The model's inputs for each pair (UniLM: token and segment ids; T5: source and decoder ids), each
-    position's label (the next target token, or 0), and the lines of the pairs `maxlen` cut."""
+    """The model's inputs for each pair, its labels, and the lines of the pairs `maxlen` cut.
+
+    UniLM: token ids, segment ids and the positions whose next token is in the
+    target (the source's last `[SEP]` and every target token but the last);
+    the labels are those next tokens, one per position. T5: source and decoder
+    ids; a label per decoder position.
+    """
     if encoder_decoder:
         return _encode_for_t5(tokenizer, pairs, maxlen)
     encoded, labels, cut = [], [], []
     for pair, (token_ids, segment_ids) in zip(pairs, tokenizer.encode_all(
             [pair.source for pair in pairs], [pair.target for pair in pairs], maxlen=maxlen)):
-        encoded.append((token_ids, segment_ids))
-        labels.append([token if segment else IGNORED for token, segment in zip(token_ids[1:], segment_ids[1:])]
-                      + [IGNORED])
+        positions = [index for index, segment in enumerate(segment_ids[1:]) if segment]
+        encoded.append((token_ids, segment_ids, positions))
+        labels.append([token_ids[index + 1] for index in positions])
         if len(token_ids) == maxlen and len(tokenizer.encode(pair.source, pair.target)[0]) > maxlen:
             cut.append(pair.line)
     return encoded, labels, cut
@@ -191,6 +196,11 @@ class Seq2SeqTask(Task):
     def from_options(cls, options) -> "Seq2SeqTask":
         return cls(options.model)
 
+    def model_config(self, config):
+        """T5's decoder hides no token, as Google's: a start id of 0 (SentencePiece) is read and its
+        prediction trained; right padding is out of every real position's view (the causal mask)."""
+        return dataclasses.replace(config, decoder_mask_zero=False) if self.encoder_decoder else config
+
     def backbone_args(self) -> dict:
         return {} if self.encoder_decoder else {"application": "unilm", "with_mlm": True}
 
@@ -200,8 +210,8 @@ class Seq2SeqTask(Task):
             raise KbertError("--num-labels has no meaning for --task seq2seq")
         pairs, report = read_training_file(read_pairs, train_path, options)
         encoded, labels, cut = encode_pairs(tokenizer, pairs, options.maxlen, self.encoder_decoder)
-        # T5's labels follow the decoder's ids (the second input), UniLM's its tokens.
-        follow = int(self.encoder_decoder)
+        # T5's labels follow the decoder's ids (the second input), UniLM's its target positions (the third).
+        follow = 1 if self.encoder_decoder else 2
         train = make_dataset(encoded, labels, options.batch_size, shuffle=options.shuffle, seed=options.seed,
                              bucketing=options.bucketing, labels_follow=follow)
         valid, valid_report = None, None
@@ -212,12 +222,19 @@ class Seq2SeqTask(Task):
             valid = make_dataset(valid_encoded, valid_labels, options.batch_size, labels_follow=follow)
             valid_report = _with_cuts(valid_report, valid_cut, options.maxlen)
         # What generation keeps free after a long source: a median target, its [SEP] included.
-        median = int(np.median([sum(1 for label in row if label != IGNORED) for row in labels]))
+        median = int(np.median([len(row) for row in labels]))
         return TrainingData(train, valid, LabelMap([]), int(train.cardinality()),
                             _with_cuts(report, cut, options.maxlen), valid_report, {"median_target_tokens": median})
 
     def build(self, bert, num_labels: int, options):
         return bert  # the UniLM model with its MLM head, or the whole T5, is the model
+
+    def training_model(self, model):
+        """UniLM trains its MLM head on the target positions only (`build_masked_lm`): the
+        vocabulary-wide softmax of every source and padding position is never computed."""
+        from kbert.builder import build_masked_lm
+
+        return model if self.encoder_decoder else build_masked_lm(model, name="unilm_on_targets")
 
     def compile_args(self, model) -> dict:
         import keras

@@ -28,6 +28,7 @@ import keras
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, check_whole_number
 from kbert.io import atomic_copy, atomic_path
+from kbert.layers import ConditionalLayerNormalization, RMSNormalization
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
@@ -183,6 +184,8 @@ def train_task(
     family, config = resolve(config_path, options.model)
     options = dataclasses.replace(options, model=options.model or family.name)
     task = task_class.from_options(options)
+    # What kbert changes in a model it trains (T5: no output scale before an untied head it initialises).
+    config = task.model_config(family.config_to_train(config, initialised=checkpoint_path is None))
     if resume and options.strategy == "multiworker":
         raise KbertError("--resume is not supported with --strategy multiworker: the workers keep no "
                          "common backup; start the run again")
@@ -217,8 +220,9 @@ def train_task(
             bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
             model = task.build(bert, num_labels, options)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
-            trainer = Trainer(model.inputs, model.outputs, name="trainer")
-            trainer.compile(make_optimizer(options, data.steps_per_epoch), **task.compile_args(model))
+            trained = task.training_model(model)
+            trainer = Trainer(trained.inputs, trained.outputs, name="trainer")
+            trainer.compile(make_optimizer(options, data.steps_per_epoch, model), **task.compile_args(model))
             _add_adversarial_training(trainer, options, strategy)
         # Everything is checked: from here on the run writes, into OUT.partial/.
         state = run.begin(resume, fresh_state)
@@ -252,17 +256,30 @@ def train_task(
     return state
 
 
-def make_optimizer(options: TrainingOptions, steps_per_epoch: int) -> keras.optimizers.Optimizer:
-    """AdamW (or LAMB) with warm-up and linear decay; no decay on LayerNorms and biases; EMA and accumulation
-    as asked."""
+def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
+                   model: Optional[keras.Model] = None) -> keras.optimizers.Optimizer:
+    """AdamW (or LAMB) with warm-up and linear decay; EMA and accumulation as asked.
+
+    No decay on biases, nor on any weight of `model`'s normalisation layers, whatever its name
+    (LayerNorm's `gamma`/`beta`, the RMS norms' `scale`, the conditional norms' dense maps).
+    """
     steps = options.epochs * steps_per_epoch
     optimizer_class = keras.optimizers.Lamb if options.optimizer == "lamb" else keras.optimizers.AdamW
     optimizer = optimizer_class(
         WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
         weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
         gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
-    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias", "trans"])
+    optimizer.exclude_from_weight_decay(var_list=normalization_weights(model) if model is not None else None,
+                                        var_names=["gamma", "beta", "bias", "trans"])
     return optimizer
+
+
+def normalization_weights(model: keras.Model) -> list:
+    """The weights of every normalisation layer of `model` (nested models included)."""
+    norms = (keras.layers.LayerNormalization, keras.layers.BatchNormalization, RMSNormalization,
+             ConditionalLayerNormalization)
+    return [weight for layer in model._flatten_layers(include_self=False) if isinstance(layer, norms)
+            for weight in layer.weights]
 
 
 def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer", vocab_path: "str | os.PathLike[str]", directory: str) -> None:

@@ -67,6 +67,10 @@ class Task(abc.ABC):
         """The task for `TrainingOptions` (a tagger reads its head from them)."""
         return cls()
 
+    def model_config(self, config):
+        """The backbone's config for this task (by default the one given)."""
+        return config
+
     def backbone_args(self) -> dict:
         """Keywords for `build_transformer_model` beyond the config and checkpoint (e.g. an application)."""
         return {}
@@ -79,6 +83,11 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def build(self, bert, num_labels: int, options):
         """The model trained and saved, on top of the backbone `bert`."""
+
+    def training_model(self, model):
+        """The graph `fit` trains on `model`'s layers (by default `model`; a head on labelled positions
+        only, for the language models). `model` is what is saved and loaded."""
+        return model
 
     @abc.abstractmethod
     def compile_args(self, model) -> dict:

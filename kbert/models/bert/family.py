@@ -73,6 +73,14 @@ class BertFamily:
     residual_scores = True
 
     # --- structure -----------------------------------------------------------------
+    def config_to_train(self, config: BertConfig, initialised: bool) -> BertConfig:
+        """The config of a model kbert trains; `initialised`: kbert draws its weights (no checkpoint).
+
+        The same config here; a family whose bert4keras graph is kept for its checkpoints but
+        trains badly from random weights changes it (T5.1.1).
+        """
+        return config
+
     def block_indices(self, config: BertConfig) -> List[Optional[int]]:
         """The index in each block's layer names, one per application (None: the shared block)."""
         if self.shared_blocks:
