@@ -331,3 +331,30 @@ def test_t5_outputs_and_greedy_decoding_are_transformers_both_ways(tmp_path, ver
     again, info = type(reference).from_pretrained(tmp_path / "kbert", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     np.testing.assert_allclose(reference_outputs(again.eval())[real], expected[real], atol=1e-6)
+
+
+def test_gpt2_reads_id_0_as_a_token_as_transformers_does(tmp_path):
+    """Hugging Face's GPT-2 has no padding id (its id 0 is `!`): id 0 at real positions is a token like any."""
+    from kbert import generate
+
+    config = {key: value for key, value in GPT2_CONFIG.items() if key != "model_type"}
+    torch = pytest.importorskip("torch", reason="the [hf] extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the [hf] extra is not installed")
+    torch.manual_seed(0)
+    reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config)).eval()
+    reference.save_pretrained(tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text()).get("pad_token_id") is None
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf")
+    assert model.build_spec["config"]["pad_token_id"] is None
+    tokens = np.array([[2, 0, 7, 0, 0, 3], [0, 8, 6, 3, 9, 0]])
+    with torch.no_grad():
+        expected = torch.softmax(reference(input_ids=torch.tensor(tokens)).logits, -1).numpy()
+    np.testing.assert_allclose(model.predict(tokens, verbose=0), expected, atol=1e-4)
+    # A prompt may end in id 0, and id 0 may be generated: the greedy path is transformers' argmax.
+    prompt = [5, 0, 0]
+    ours = generate(model, [prompt], max_new_tokens=4, end_id=-1)[0]
+    ids = list(prompt)
+    for _ in range(4):
+        with torch.no_grad():
+            ids.append(int(reference(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    assert ours == ids[len(prompt):]

@@ -199,3 +199,28 @@ def test_the_msra_extraction_example_writes_and_reads_targets(tmp_path):
     assert example.entities_of("per: 张 三 ；loc:北京；bad") == [("PER", "张三"), ("LOC", "北京")]
     with pytest.raises(FileExistsError):  # an earlier run's data is never overwritten
         example.write_pairs(str(shared_path("data", "msra_ner")), str(tmp_path / "pairs"))
+
+
+def test_t5_trained_from_start_id_0_sees_and_trains_its_first_target_token():
+    """SentencePiece framing: the decoder starts at id 0 (the padding id). The model kbert trains reads it:
+    position 0 attends to itself only, and its prediction (the first target token) is in the loss."""
+    import keras
+
+    from kbert import build_transformer_model
+    from kbert.models.registry import resolve
+    from kbert.tasks.seq2seq import Seq2SeqTask
+
+    task = Seq2SeqTask("mt5.1.1")
+    family, config = resolve({"vocab_size": 32, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                              "intermediate_size": 32, "hidden_act": ["gelu", "linear"], "dropout_rate": 0.0},
+                             "mt5.1.1")
+    config = task.model_config(family.config_to_train(config, initialised=True))
+    assert (config.decoder_mask_zero, config.scale_decoder_outputs) == (False, False)
+    t5 = build_transformer_model(config, model="mt5.1.1")
+    source = np.array([[5, 6, 7, 1]])
+    first = t5.predict([source, np.array([[0, 9, 4]])], verbose=0)[:, 0]
+    other = t5.predict([source, np.array([[0, 12, 20]])], verbose=0)[:, 0]
+    np.testing.assert_allclose(first, other, atol=1e-6)  # the future is out of position 0's view
+    t5.compile(loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=IGNORED))
+    loss = t5.evaluate([source, np.array([[0, 0, 0]])], np.array([[9, 0, 0]]), verbose=0)
+    assert loss == pytest.approx(-np.log(first[0, 9]), rel=1e-5)  # the first target token's loss, alone

@@ -176,7 +176,8 @@ class CachedGraph:
         encoded = self.encoder_graph.run_encoder(source_ids)
         cross = [self.model.get_layer(block(DECODER, index, CROSS_ATTENTION)).keys_and_values(encoded)
                  for index in range(self.calls)]
-        return {"cross": cross, "source": source_ids != 0}
+        pad = self.config.pad_token_id
+        return {"cross": cross, "source": source_ids != pad if pad is not None else source_ids == source_ids}
 
     def _forward(self, inputs, last):
         """The whole model on whole sequences: its LM output at each row's position `last`."""

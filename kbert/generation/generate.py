@@ -139,9 +139,9 @@ class CachedEngine(_Engine):
             self.lengths = self.lengths[parents]
         positions = self.lengths[:, None]
         allowed = self.slots[None, None, :] <= positions[:, :, None]
-        if self.start_id == 0 and self.graph.config.decoder_mask_zero:
+        if self.graph.seq2seq and self.graph.config.decoder_mask_zero and self.start_id == self.graph.config.pad_token_id:
             # T5's start id 0 is its padding id: the model hides it from every later token, as bert4keras's does
-            # (Hugging Face's does not: `decoder_mask_zero` false).
+            # (Hugging Face's and kbert-trained T5 do not: `decoder_mask_zero` false).
             allowed[:, :, 0] = False
         outputs, self.state = self.graph.step(
             tf.constant(np.asarray(tokens, np.int32)[:, None]),
@@ -163,7 +163,8 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
             with_mlm=True or "linear")`, a GPT family's (`model="gpt2"`, ...),
             or a whole T5 (`model="t5.1.1"`, ...).
         token_ids: the prompts (for `unilm`, the sources, e.g. `[CLS] source [SEP]`;
-            for T5, the encoder's input), as lists or a 0-padded array.
+            for T5, the encoder's input), as lists, or an array padded at the
+            end with the model's `pad_token_id`.
         segment_ids: the prompts' segments (default: 0).
         max_new_tokens: the most tokens to add to a prompt.
         end_id: the token that ends a continuation (e.g. `[SEP]`).
@@ -174,7 +175,8 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
             likely tokens whose probabilities sum to `top_p`.
         temperature: divides the log-probabilities before sampling.
         min_new_tokens: `end_id` is not chosen before this many tokens.
-            Id 0 (padding) is never chosen.
+            The model's `pad_token_id` (0 for bert4keras's vocabularies) is
+            never chosen.
         seed: the sampler's seed (the same seed, the same samples).
         use_cache: reuse keys and values (True) or recompute the whole
             sequence every step (the same tokens, slower).
@@ -199,22 +201,24 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
         raise KbertError(f"top_k must be a whole number of at least 1 (or None: every token), got {top_k!r}")
     if top_p is not None and not 0 < top_p <= 1:
         raise KbertError(f"top_p must be in (0, 1] (or None: every token), got {top_p!r}")
-    prompts = [_unpadded(row) for row in token_ids]
+    engine = (CachedEngine if use_cache else FullEngine)(model, max_new_tokens, start_id)
+    pad = engine.graph.config.pad_token_id
+    prompts = [_unpadded(row, pad) for row in token_ids]
     if not prompts or not all(prompts):
         raise KbertError("token_ids: every prompt needs at least one token")
     segments = [list(row[:len(p)]) for row, p in zip(segment_ids, prompts)] if segment_ids is not None \
         else [[0] * len(p) for p in prompts]
-    engine = (CachedEngine if use_cache else FullEngine)(model, max_new_tokens, start_id)
-    search = _Search(end_id, max_new_tokens, min_new_tokens)
+    search = _Search(end_id, max_new_tokens, min_new_tokens, pad)
     if strategy == "beam":
         return search.beam(engine, prompts, segments, beam_size)
     sampler = None if strategy == "greedy" else _Sampler(top_k, top_p, temperature, seed)
     return search.one_path(engine, prompts, segments, sampler)
 
 
-def _unpadded(row) -> List[int]:
+def _unpadded(row, pad: Optional[int]) -> List[int]:
+    """The row without the padding ids at its end (None: no id is padding)."""
     row = [int(token) for token in row]
-    while row and row[-1] == 0:
+    while row and pad is not None and row[-1] == pad:
         row.pop()
     return row
 
@@ -240,13 +244,15 @@ class _Sampler:
 
 
 class _Search:
-    def __init__(self, end_id: int, max_new_tokens: int, min_new_tokens: int):
+    def __init__(self, end_id: int, max_new_tokens: int, min_new_tokens: int, pad: Optional[int]):
         self.end_id, self.max_new_tokens, self.min_new_tokens = end_id, max_new_tokens, min_new_tokens
+        self.pad = pad
 
     def _allowed(self, log_probs: np.ndarray, step: int) -> np.ndarray:
-        # Id 0 is padding: the model would mask it as a key, so it is never generated.
+        # The padding id: the model would mask it as a key, so it is never generated.
         log_probs = log_probs.copy()
-        log_probs[:, 0] = -np.inf
+        if self.pad is not None:
+            log_probs[:, self.pad] = -np.inf
         if step < self.min_new_tokens and 0 <= self.end_id < log_probs.shape[-1]:
             log_probs[:, self.end_id] = -np.inf
         return log_probs

@@ -86,6 +86,8 @@ class TokenEmbedding(Embedding):
     Args:
         input_dim: vocabulary size V.
         output_dim: embedding width H.
+        pad_id: the padding id the mask hides, when it is not 0 (`mask_zero=True`
+            for 0; neither: no mask).
         **kwargs: as for `Embedding` (e.g. `mask_zero=True`); ids are
             checked against `vocab_size`.
 
@@ -94,10 +96,15 @@ class TokenEmbedding(Embedding):
     >>> hidden = embed(ops.convert_to_tensor([[5, 7, 0]]))
     >>> embed(hidden, reverse=True).shape
     TensorShape([1, 3, 100])
+    >>> TokenEmbedding(100, 8, pad_id=1).compute_mask(ops.convert_to_tensor([[5, 1, 0]])).numpy().tolist()
+    [[True, False, True]]
     """
 
-    def __init__(self, input_dim: int, output_dim: int, size_key: str = "vocab_size", **kwargs):
+    def __init__(self, input_dim: int, output_dim: int, size_key: str = "vocab_size", pad_id=None, **kwargs):
         super().__init__(input_dim, output_dim, size_key=size_key, **kwargs)
+        if pad_id is not None and self.mask_zero:
+            raise ValueError("TokenEmbedding: give mask_zero=True (padding id 0) or pad_id, not both")
+        self.pad_id = pad_id
 
     def call(self, inputs, reverse=False):
         if reverse:
@@ -109,7 +116,12 @@ class TokenEmbedding(Embedding):
         # Hidden states (the reverse call) keep the mask they came with.
         if mask is not None or len(inputs.shape) == 3:
             return mask
+        if self.pad_id is not None:
+            return ops.not_equal(inputs, self.pad_id)
         return super().compute_mask(inputs)
+
+    def get_config(self):
+        return {**super().get_config(), **({} if self.pad_id is None else {"pad_id": self.pad_id})}
 
     def compute_output_spec(self, inputs, reverse=False):
         if reverse:

@@ -71,6 +71,11 @@ class BertConfig:
             H. None (the default) means E = H.
         model_type: the family, as Hugging Face's configs name it (`"albert"`,
             ...); None: the family is given when building (default BERT).
+        pad_token_id: the id of padding, which the model hides as a key
+            (bert4keras's and Google's vocabularies: 0, `[PAD]`), generation
+            never emits and strips from the end of a prompt. None: no id is
+            padding (Hugging Face's GPT-2, whose id 0 is `!`; right padding
+            needs no mask in a causal LM).
 
     Example:
     >>> config = BertConfig.from_json_file("configs/bert_base_chinese.json")
@@ -95,6 +100,7 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     embedding_size: Optional[int] = None
     model_type: Optional[str] = None
+    pad_token_id: Optional[int] = 0
 
     def __post_init__(self) -> None:
         self.check(dataclasses.asdict(self), source="config")
@@ -149,7 +155,9 @@ class BertConfig:
 
     def to_dict(self) -> dict:
         """The config as a `bert_config.json` dict (optional keys that are not set left out)."""
-        return {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+        # pad_token_id is written as null when no id is padding (its default is 0).
+        return {key: value for key, value in dataclasses.asdict(self).items()
+                if value is not None or key == "pad_token_id"}
 
     def to_json_file(self, path: PathLike) -> None:
         """Writes the config as `bert_config.json` (atomically)."""
@@ -210,6 +218,10 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
             f"{source}: key 'hidden_act': unsupported activation {act!r}; "
             f"expected one of {', '.join(sorted(ACTIVATIONS))}"
         )
+    pad = values.get("pad_token_id")
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < values["vocab_size"]):
+        raise ConfigError(f"{source}: key 'pad_token_id': expected an id in [0, vocab_size {values['vocab_size']}) "
+                          f"or null (no id is padding), got {pad!r}")
     if values.get("attention_head_size") is None:
         hidden, heads = values["hidden_size"], values["num_attention_heads"]
         if hidden % heads:

@@ -184,6 +184,11 @@ class TransformerGraph:
         """A new truncated-normal initializer: every weight gets its own (see `clone_initializer`)."""
         return keras.initializers.TruncatedNormal(stddev=self.config.initializer_range)
 
+    def token_padding(self) -> dict:
+        """`TokenEmbedding`'s padding keywords for the config's `pad_token_id` (0: Keras's `mask_zero`)."""
+        pad = self.config.pad_token_id
+        return {"mask_zero": True} if pad == 0 else {} if pad is None else {"pad_id": pad}
+
     def get_inputs(self) -> list:
         inputs = [keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_TOKEN)]
         if self.segment_vocab_size:

@@ -38,7 +38,8 @@ class Gpt2Config(BertConfig):
             translated = {_HF_KEYS.get(key, key): value for key, value in values.items() if value is not None}
             if values.get("n_inner") is None and isinstance(values["n_embd"], int):
                 translated["intermediate_size"] = 4 * values["n_embd"]  # Hugging Face's default
-            values = translated
+            # Hugging Face's GPT-2 has no padding id (its id 0 is "!") unless the config names one.
+            values = {**translated, "pad_token_id": values.get("pad_token_id")}
         return super().from_dict(values, source)
 
     @classmethod

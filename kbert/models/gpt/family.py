@@ -102,7 +102,8 @@ class Gpt2Family(GptFamily):
                 "n_positions": config.max_position_embeddings, "activation_function": config.hidden_act,
                 "layer_norm_epsilon": GPT2_NORM_EPSILON, "resid_pdrop": config.hidden_dropout_prob,
                 "embd_pdrop": config.hidden_dropout_prob, "attn_pdrop": config.attention_probs_dropout_prob,
-                "initializer_range": config.initializer_range, "tie_word_embeddings": True}
+                "initializer_range": config.initializer_range, "tie_word_embeddings": True,
+                **({} if config.pad_token_id is None else {"pad_token_id": config.pad_token_id})}
 
     def block_params(self, config: BertConfig) -> List[LayerParams]:
         return super().block_params(config) + [

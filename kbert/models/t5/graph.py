@@ -91,7 +91,8 @@ class T5Graph(TransformerGraph):
     def embed(self, token_ids):
         config = self.config
         return self.apply(token_ids, TokenEmbedding, naming.EMBEDDING_TOKEN, input_dim=config.vocab_size,
-                          output_dim=config.hidden_size, mask_zero=True, embeddings_initializer=self.initializer())
+                          output_dim=config.hidden_size, embeddings_initializer=self.initializer(),
+                          **self.token_padding())
 
     def apply_block(self, stack: str, index: int, x, context=None):
         """Pre-norm sub-layers: self-attention, the decoder's cross-attention, the feed-forward."""
