@@ -2,6 +2,7 @@
 positions (equal to the whole model's output there), `TakePositions`' layer contract, and a tiny
 pre-training end to end whose checkpoint loads and predicts masked characters better than chance."""
 
+import dataclasses
 import json
 
 import jieba
@@ -14,10 +15,11 @@ import kbert
 from kbert.builder import build_masked_lm, build_transformer_model
 from kbert.cli import main
 from kbert.layers import TakePositions
+from kbert.models import naming
 from kbert.tasks.pretraining import read_text, tokenize_words
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.wordpiece import pad_batch
-from kbert.training.masking import NOT_A_WORD, mask_whole_words, max_predictions, pack_sequences
+from kbert.training.masking import NOT_A_WORD, mask_key, mask_whole_words, max_predictions, pack_sequences
 
 from conftest import CONFIGS, shared_path, write
 
@@ -83,8 +85,8 @@ def test_words_are_jiebas_and_masks_take_whole_words(tokenizer):
     replaced = kept = masked_count = 0
     for seed in range(200):
         masked, positions, labels, weights = (t.numpy() for t in mask_whole_words(
-            tf.constant(tokens[0]), tf.constant(word_ids[0]), rate=0.15, mask_id=mask_id, vocab_size=21128,
-            seed=seed))
+            tf.constant(tokens[0]), tf.constant(word_ids[0]), mask_key(0, 0, seed), rate=0.15, mask_id=mask_id,
+            vocab_size=21128))
         count = int(weights.sum())
         chosen = positions[:count]
         assert 1 <= count <= budget and weights[count:].sum() == 0
@@ -215,3 +217,35 @@ def test_bad_pretraining_options_stop_before_anything_is_written(reviews, tmp_pa
         code = exit.code
     assert code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_masks_are_redrawn_every_epoch_and_reproducible_from_the_seed(tokenizer, tmp_path):
+    """Stateless draws keyed on seed, epoch and example: no shuffling, yet each epoch masks anew; the same
+    seed masks the same in another dataset (another iterator, the parallel map in any order)."""
+    from kbert.tasks.pretraining import MaskEpoch, MaskedLanguageModelTask
+    from kbert.training.options import TrainingOptions
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(["我们在北京大学学习自然语言处理，感觉非常好。"] * 12) + "\n", encoding="utf-8")
+    options = TrainingOptions.for_pretraining(maxlen=32, batch_size=4, shuffle=False)
+
+    def epochs(seed, count=2):
+        task = MaskedLanguageModelTask()
+        data = task.read(tokenizer, str(text), str(text), None, dataclasses.replace(options, seed=seed))
+        setter = MaskEpoch(task.epoch)
+        drawn = []
+        for epoch in range(count):
+            setter.on_epoch_begin(epoch)
+            drawn.append(np.concatenate([inputs[naming.INPUT_TOKEN].numpy() for inputs, _, _ in data.train]))
+        valid = [np.concatenate([inputs[naming.INPUT_TOKEN].numpy() for inputs, _, _ in data.valid])
+                 for _ in range(2)]
+        return drawn, valid
+
+    (first, second), valid = epochs(seed=3)
+    assert not np.array_equal(first, second)  # a new draw each epoch, with the same order of examples
+    np.testing.assert_array_equal(valid[0], valid[1])  # validation's masks stay
+    (again_first, again_second), _ = epochs(seed=3)
+    np.testing.assert_array_equal(first, again_first)
+    np.testing.assert_array_equal(second, again_second)
+    (other_first, _), _ = epochs(seed=4)
+    assert not np.array_equal(first, other_first)

@@ -37,7 +37,7 @@ from kbert.errors import DataError, KbertError
 from kbert.models import naming
 from kbert.models.registry import get_family
 from kbert.training.data import LabelMap
-from kbert.training.masking import mask_whole_words, max_predictions, pack_sequences
+from kbert.training.masking import mask_key, mask_whole_words, max_predictions, pack_sequences
 from kbert.training.model_dir import WEIGHTS_FILE
 from kbert.training.task import Task, TrainingData
 
@@ -172,6 +172,22 @@ class TrainingCurve(keras.callbacks.Callback):
         return self.tokens_per_batch * self.batches / max(time.perf_counter() - self.start, 1e-9)
 
 
+class MaskEpoch(keras.callbacks.Callback):
+    """Sets the epoch that keys the training masks (`mask_key`) before each epoch's batches are drawn.
+
+    Keras makes each epoch's data iterator after `on_epoch_begin`, so no batch
+    of an epoch is masked with the previous epoch's key; a resumed run's
+    epochs keep their own masks.
+    """
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch.assign(epoch)
+
+
 class MaskedLanguageModelTask(Task):
     """Pre-training: predict masked (whole) words of plain text; the backbone with its MLM head is saved."""
 
@@ -197,6 +213,9 @@ class MaskedLanguageModelTask(Task):
              options) -> TrainingData:
         if num_labels:
             raise KbertError("num_labels: pre-training predicts tokens of the vocabulary, not classes")
+        import tensorflow as tf
+
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="mask_epoch")  # MaskEpoch sets it
         dataset = functools.partial(self._dataset, tokenizer, options)
         train, train_report, steps, tokens = dataset(train_path, training=True)
         valid, valid_report = dataset(valid_path, training=False)[:2] if valid_path else (None, None)
@@ -220,20 +239,23 @@ class MaskedLanguageModelTask(Task):
         mask = functools.partial(mask_whole_words, rate=self.mask_rate, mask_id=tokenizer.token_to_id("[MASK]"),
                                  vocab_size=tokenizer.vocab_size)
         segments = self.family.takes_segments
+        # Keyed on the seed, the epoch (training: the one under way, set by MaskEpoch; validation: one set
+        # of masks, -1) and the example's number.
+        epoch = self.epoch if training else tf.constant(-1, tf.int64)
 
-        def masked(tokens, words):
-            masked_ids, positions, labels, weights = mask(tokens, words)
+        def masked(tokens, words, example):
+            masked_ids, positions, labels, weights = mask(tokens, words, mask_key(options.seed, epoch, example))
             inputs = {naming.INPUT_TOKEN: masked_ids, naming.INPUT_MASKED_POSITIONS: positions}
             if segments:
                 inputs[naming.INPUT_SEGMENT] = tf.zeros_like(masked_ids)
             return inputs, labels, weights
 
-        data = tf.data.Dataset.from_tensor_slices((token_ids, word_ids))
+        data = tf.data.Dataset.from_tensor_slices((token_ids, word_ids, np.arange(len(token_ids))))
         if training and options.shuffle:
             data = data.shuffle(len(token_ids), seed=options.seed, reshuffle_each_iteration=True)
         data = data.map(masked, num_parallel_calls=tf.data.AUTOTUNE)
         if not training:
-            data = data.cache()  # the validation masks are drawn once, so epochs compare
+            data = data.cache()  # the validation masks are the same every epoch, so epochs compare: drawn once
         steps = -(-len(token_ids) // options.batch_size)
         return data.batch(options.batch_size).prefetch(tf.data.AUTOTUNE), report, steps, tokens
 
@@ -252,7 +274,7 @@ class MaskedLanguageModelTask(Task):
         return {"loss": loss, "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
 
     def callbacks(self, data: TrainingData, directory: str) -> list:
-        return [TrainingCurve(os.path.join(directory, STEPS_FILE), self.tokens_per_batch)]
+        return [MaskEpoch(self.epoch), TrainingCurve(os.path.join(directory, STEPS_FILE), self.tokens_per_batch)]
 
     def finish(self, model, directory: str) -> None:
         """The kept epoch's backbone and MLM head as an original-format checkpoint, `bert_model.ckpt`."""

@@ -10,7 +10,10 @@ to padding; a line longer than a sequence continues in the next.
 as Google's whole-word masking does: words in a random order are taken while
 their tokens fit within `rate` (15 %) of the sequence's real tokens; of the
 picked tokens 80 % become `[MASK]`, 10 % a random token and 10 % stay. It is a
-`tf.data` map, so every epoch draws new masks (dynamic masking, as RoBERTa).
+`tf.data` map whose random draws are stateless, keyed on the run's seed, the
+epoch and the example (`mask_key`): every epoch draws new masks (dynamic
+masking, as RoBERTa), and the same seed draws the same masks, whatever the
+order in which parallel map calls run.
 The model reads the picked positions (`masked_positions`) and predicts the
 original tokens there (`kbert.layers.TakePositions`).
 """
@@ -81,16 +84,30 @@ def max_predictions(maxlen: int, rate: float) -> int:
     return max(1, math.ceil(maxlen * rate))
 
 
-def mask_whole_words(token_ids, word_ids, *, rate: float, mask_id: int, vocab_size: int, seed=None):
+def mask_key(seed, epoch, example):
+    """The stateless random key of one example's masks in one epoch: `[2]` int64.
+
+    Example:
+    >>> a, b = mask_key(0, 1, 5), mask_key(0, 2, 5)
+    >>> bool((a.numpy() == mask_key(0, 1, 5).numpy()).all()), bool((a.numpy() == b.numpy()).all())
+    (True, False)
+    """
+    import tensorflow as tf
+
+    key = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    return tf.random.experimental.stateless_fold_in(key, tf.cast(example, tf.int64), alg="philox")
+
+
+def mask_whole_words(token_ids, word_ids, key, *, rate: float, mask_id: int, vocab_size: int):
     """One sequence's masked input, masked positions, their original ids and weights (a `tf.data` map).
 
     Args:
         token_ids: `[maxlen]` int32 ids (`pack_sequences`).
         word_ids: `[maxlen]` int32 word numbers, `NOT_A_WORD` where nothing may be masked.
+        key: the stateless random key of these masks (`mask_key`): the same key, the same masks.
         rate: the share of real tokens to predict (about; whole words only).
         mask_id: `[MASK]`'s id.
         vocab_size: random replacements are drawn from `[0, vocab_size)`.
-        seed: an op seed, for tests; None follows the global seed.
 
     Returns:
         `(masked token ids, positions, original ids at the positions, weights)`:
@@ -98,6 +115,7 @@ def mask_whole_words(token_ids, word_ids, *, rate: float, mask_id: int, vocab_si
     """
     import tensorflow as tf
 
+    order_key, draw_key, replacement_key = tf.unstack(tf.random.experimental.stateless_split(key, 3))
     length = tf.shape(token_ids)[0]
     budget = max_predictions(int(token_ids.shape[0]), rate)
     real = word_ids >= 0
@@ -107,7 +125,7 @@ def mask_whole_words(token_ids, word_ids, *, rate: float, mask_id: int, vocab_si
     wanted = tf.round(tf.cast(tf.reduce_sum(tf.cast(real, tf.int32)), tf.float32) * rate)
     wanted = tf.clip_by_value(tf.cast(wanted, tf.int32), 1, budget)
     # Words in a random order, taken while their tokens fit within the wanted count.
-    order = tf.argsort(tf.random.uniform([num_words], seed=seed))
+    order = tf.argsort(tf.random.stateless_uniform([num_words], seed=order_key))
     taken_in_order = tf.cumsum(tf.gather(word_lengths, order)) <= wanted
     taken = tf.scatter_nd(order[:, None], taken_in_order, [num_words])
     masked = real & tf.gather(taken, word_of_token)
@@ -119,7 +137,7 @@ def mask_whole_words(token_ids, word_ids, *, rate: float, mask_id: int, vocab_si
     weights = tf.pad(tf.ones([count], tf.float32), padding)
     positions = tf.pad(positions, padding)
 
-    draw = tf.random.uniform([length], seed=seed)
-    random_ids = tf.random.uniform([length], maxval=vocab_size, dtype=tf.int32, seed=seed)
+    draw = tf.random.stateless_uniform([length], seed=draw_key)
+    random_ids = tf.random.stateless_uniform([length], seed=replacement_key, maxval=vocab_size, dtype=tf.int32)
     replaced = tf.where(draw < 0.8, mask_id, tf.where(draw < 0.9, random_ids, token_ids))
     return tf.where(masked, replaced, token_ids), positions, labels, weights
