@@ -369,6 +369,11 @@ def test_adversarial_training_from_the_command_line(tiny_run, tmp_path):
     bad = kbert_in_process("train", "--config", config, "--vocab", vocab, "--train", train_path, "--out",
                            tmp_path / "bad", "--adversarial", "fgm", "--adversarial-epsilon", "0")
     assert bad.returncode == 2 and "adversarial epsilon must be a finite positive number" in bad.stderr
+    # The gradient penalty under fp16's loss scaling is refused before anything is written (bf16 has none).
+    scaled = kbert_in_process("train", "--config", config, "--vocab", vocab, "--train", train_path, "--out",
+                              tmp_path / "scaled", "--adversarial", "gp", "--mixed-precision", "fp16")
+    assert scaled.returncode == 2 and "gradient penalty's own gradients are not loss-scaled" in scaled.stderr
+    assert not (tmp_path / "scaled").exists() and not (tmp_path / "scaled.partial").exists()
 
 
 def test_predictions_with_length_bucketing_come_back_in_input_order(trained, sentiment_slice):

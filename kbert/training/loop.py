@@ -323,6 +323,10 @@ def _check_options(options: TrainingOptions) -> None:
     if options.adversarial not in (None, *ADVERSARIAL):
         raise KbertError(f"unknown adversarial training {options.adversarial!r}; expected one of "
                          f"{', '.join(ADVERSARIAL)}")
+    if options.adversarial == "gp" and options.mixed_precision == "fp16":
+        raise KbertError("--adversarial gp with --mixed-precision fp16: the gradient penalty's own gradients are "
+                         "not loss-scaled, so Keras's loss-scale optimizer would divide every update by the "
+                         "scale (about 32,768); use --mixed-precision bf16, or fgm, or leave one out")
     if not (_is_number(options.adversarial_epsilon) and 0 < options.adversarial_epsilon < math.inf):
         raise KbertError(f"adversarial epsilon must be a finite positive number, got {options.adversarial_epsilon!r}")
     if not (_is_number(options.weight_decay) and 0 <= options.weight_decay < math.inf):
