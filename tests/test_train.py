@@ -253,6 +253,18 @@ def test_bad_data_stops_before_training(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+
+@pytest.mark.parametrize("config, bounded", [("bert_tiny", True), ("gpt2_chinese_base", True),
+                                             ("roformer_small_chinese", False), ("t5_small_chinese", False),
+                                             ("nezha_base_zh", False), ("roformer_v2_base_zh", False)])
+def test_only_a_position_table_bounds_maxlen(config, bounded):
+    """`--maxlen` past max_position_embeddings is refused only where positions are rows of a table."""
+    from kbert.models.registry import resolve
+
+    family, values = resolve(str(CONFIGS / f"{config}.json"), None)
+    assert family.has_position_table(values) is bounded
+
+
 def test_minilm_fine_tunes_on_a_generated_task(tmp_path):
     directory = minilm_dir()
     rng = random.Random(0)

@@ -198,7 +198,7 @@ def train_task(
     run.check(resume=resume, overwrite=overwrite)
     # Before any dataset exists: tf.data's shuffle order follows the global seed.
     keras.utils.set_random_seed(options.seed)
-    if options.maxlen > config.max_position_embeddings:
+    if options.maxlen > config.max_position_embeddings and family.has_position_table(config):
         raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
     tokenizer = load_tokenizer(vocab_path, do_lower_case=options.do_lower_case)

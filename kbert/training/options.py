@@ -51,7 +51,7 @@ class TrainingOptions:
         crf_lr_multiplier: the CRF transitions' learning rate, as a multiple
             of `learning_rate` (bert4keras's `lr_multiplier`): the transitions
             start from nothing even when the backbone is pre-trained.
-        grad_accum: apply the summed gradients of this many batches at once
+        grad_accum: apply the averaged gradients of this many batches at once
             (Keras's `gradient_accumulation_steps`; bert4keras's
             `extend_with_gradient_accumulation`): an effective batch of
             `batch_size * grad_accum`.

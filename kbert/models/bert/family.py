@@ -87,6 +87,13 @@ class BertFamily:
             return [None] * config.num_hidden_layers
         return list(range(config.num_hidden_layers))
 
+    def has_position_table(self, config: BertConfig) -> bool:
+        """Whether positions are rows of a learned table (`Embedding-Position`), which bounds the length.
+
+        RoFormer's rotations, NEZHA's and T5's relative positions take any length.
+        """
+        return any(row.name == naming.EMBEDDING_POSITION for row in self.layer_params(config))
+
     def has_mapping(self, config: BertConfig) -> bool:
         """Whether `Embedding-Mapping` (E -> H) exists: when `embedding_size` differs from H."""
         return config.embedding_width != config.hidden_size
