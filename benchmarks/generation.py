@@ -62,7 +62,7 @@ class EncodeOnceEngine(CachedEngine):
 def encode_once(model, sources, new_tokens: int, start_id: int):
     """Greedy tokens from `EncodeOnceEngine`."""
     engine = EncodeOnceEngine(model, new_tokens, start_id)
-    return _Search(-1, new_tokens, 0).one_path(engine, sources, [[0] * len(row) for row in sources], None)
+    return _Search(-1, new_tokens, 0, engine.graph.config.pad_token_id).one_path(engine, sources, [[0] * len(row) for row in sources], None)
 
 
 def main(argv=None) -> int:
