@@ -90,8 +90,8 @@ class T5Family(BertFamily):
         bert4keras scales the decoder's output by H^(−1/2) for every version. In front
         of T5.1.1's own `Decoder-Output-LM`, drawn with std 0.02, that makes the first
         logits √H times too small, and the head must grow √H-fold before predictions
-        sharpen (a 2-layer H 64 T5.1.1 on a toy extraction: validation accuracy 0.27
-        after 300 steps with the scale, 0.76 without). Google's and Hugging Face's T5
+        sharpen (a 2-layer H 64 T5.1.1, vocabulary 40, on a toy extraction: validation
+        accuracy 0.695 after 300 steps with the scale, 0.783 without). Google's and Hugging Face's T5
         scale only before the tied head. A checkpoint keeps the graph it was trained with.
         """
         if initialised and self.version != "t5.1.0" and config.scale_decoder_outputs:
