@@ -23,6 +23,14 @@ class DataError(KbertError, ValueError):
     """A data file is malformed (names the file and line)."""
 
 
+class InputError(KbertError, ValueError):
+    """A model was called on bad ids (out of a table's range, fractional, too long).
+
+    Raised on the JAX and PyTorch backends; TensorFlow raises its own
+    `InvalidArgumentError` from inside the graph, with the same message.
+    """
+
+
 def first_line(error: BaseException) -> str:
     """The first line of a library's error message (TensorFlow's run long)."""
     text = str(error).strip().splitlines()

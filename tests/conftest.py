@@ -40,6 +40,31 @@ def write(directory: pathlib.Path, name: str, text: str) -> pathlib.Path:
     return path
 
 
+def compiled(function):
+    """`function` compiled as the backend compiles a model's step: `tf.function`, `jax.jit`, or as is on torch."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+        return tf.function(function)
+    if backend == "jax":
+        import jax
+        return jax.jit(function)
+    return function
+
+
+def bad_input_errors() -> tuple:
+    """The errors a model raises on bad ids: kbert's `InputError`, and TensorFlow's from inside a graph."""
+    import keras
+    from kbert.errors import InputError
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+        return (InputError, tf.errors.InvalidArgumentError)
+    return (InputError,)
+
+
 def golden(name: str) -> dict:
     """A bert4keras golden file from ../shared/golden/bert4keras/."""
     with open(shared_path("golden", "bert4keras", name), encoding="utf-8") as handle:

@@ -2,10 +2,9 @@ import re
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras
-from conftest import CONFIGS, golden
+from conftest import CONFIGS, bad_input_errors, golden
 from golden_cases import CASES, config_path
 from keras_graph import layer_table
 from kbert import build_classifier, build_transformer_model
@@ -60,7 +59,7 @@ def test_mlm_output_is_tied_to_token_embedding(tiny):
     # The MLM probabilities must be softmax(MLM-Norm output · Eᵀ + bias) with E the token
     # embedding table itself: give E new values and recompute by hand.
     embedding = tiny.get_layer("Embedding-Token").embeddings
-    original = embedding.numpy()
+    original = keras.ops.convert_to_numpy(embedding)
     table = np.random.default_rng(0).normal(size=original.shape).astype("float32")
     tokens = np.array([[101, 6427, 6241, 102]])
     normed = keras.Model(tiny.inputs, tiny.get_layer("MLM-Norm").output)
@@ -70,7 +69,7 @@ def test_mlm_output_is_tied_to_token_embedding(tiny):
         hidden = normed.predict([tokens, tokens * 0], verbose=0)
     finally:
         embedding.assign(original)
-    logits = hidden @ table.T + tiny.get_layer("MLM-Bias").bias.numpy()
+    logits = hidden @ table.T + keras.ops.convert_to_numpy(tiny.get_layer("MLM-Bias").bias)
     expected = np.exp(logits - logits.max(-1, keepdims=True))
     # float32 matmuls in TensorFlow and NumPy sum in different orders: relative 1e-5.
     np.testing.assert_allclose(mlm, expected / expected.sum(-1, keepdims=True), rtol=1e-5, atol=1e-9)
@@ -83,15 +82,16 @@ def test_every_random_weight_starts_different(heads, labels, count):
     # biases) must differ from every other one, also inside a layer (Q, K, V, output).
     model = build_transformer_model(CONFIGS / "bert_tiny.json", **heads)
     model = build_classifier(model, labels) if labels else model
-    random_weights = [(w.path, w.numpy()) for w in model.weights if w.numpy().ndim == 2]
+    random_weights = [(w.path, keras.ops.convert_to_numpy(w)) for w in model.weights if keras.ops.convert_to_numpy(w).ndim == 2]
     assert len(random_weights) == count
     seen = {}
     for path, value in random_weights:
         key = value.tobytes()
         assert key not in seen, f"{path} starts out equal to {seen[key]}"
         seen[key] = path
-        # Truncated normal of initializer_range 0.02: within two standard deviations.
-        assert 0 < np.abs(value).max() <= 0.04 and np.std(value) > 0.01, path
+        # Truncated normal of initializer_range 0.02: within two standard deviations (Keras on
+        # torch redraws a value 4 times at most, so a few in a million may lie beyond).
+        assert np.mean(np.abs(value) > 0.04) <= 1e-5 and np.std(value) > 0.01, path
 
 
 def test_keras_file_round_trip_with_safe_mode(tmp_path):
@@ -135,9 +135,9 @@ def test_bad_num_labels():
 ])
 def test_bad_ids_are_errors_that_name_the_config_key(tiny, tokens, segments, message):
     inputs = [np.array(tokens), np.array(segments)]
-    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+    with pytest.raises(bad_input_errors(), match=re.escape(message)):
         tiny.predict(inputs, verbose=0)  # graph mode, as fit/predict run
-    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+    with pytest.raises(bad_input_errors(), match=re.escape(message)):
         tiny(inputs)  # eager
 
 

@@ -5,6 +5,7 @@ import logging
 import os
 import shutil
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,12 +22,12 @@ def golden_inputs(record):
 
 
 def weights_of(model):
-    return [variable.numpy().copy() for variable in model.weights]
+    return [keras.ops.convert_to_numpy(variable).copy() for variable in model.weights]
 
 
 def assert_same_weights(before, model):
     for old, variable in zip(before, model.weights):
-        np.testing.assert_array_equal(old, variable.numpy(), err_msg=variable.path)
+        np.testing.assert_array_equal(old, keras.ops.convert_to_numpy(variable), err_msg=variable.path)
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_every_path_form_loads_the_same(tiny_checkpoint_dir, form):
     bert = build_transformer_model(tiny_checkpoint_dir / "bert_config.json")
     report = load_google_checkpoint(bert, str(tiny_checkpoint_dir / form) if form else tiny_checkpoint_dir)
     reader = tf.train.load_checkpoint(str(tiny_checkpoint_dir / PREFIX))
-    np.testing.assert_array_equal(bert.get_layer("Embedding-Token").embeddings.numpy(),
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bert.get_layer("Embedding-Token").embeddings),
                                   reader.get_tensor("bert/embeddings/word_embeddings"))
     assert len(report.loaded) == 37
 
@@ -210,7 +211,7 @@ def test_fewer_positions_take_the_first_rows(tiny_checkpoint_dir, tiny_config, c
         report = load_google_checkpoint(model, tiny_checkpoint_dir)
     table = tf.train.load_checkpoint(str(tiny_checkpoint_dir / PREFIX)).get_tensor(
         "bert/embeddings/position_embeddings")
-    np.testing.assert_array_equal(model.get_layer("Embedding-Position").embeddings.numpy(), table[:8])
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.get_layer("Embedding-Position").embeddings), table[:8])
     assert report.notes == [f"{tiny_checkpoint_dir / PREFIX}: the model has 8 positions, the checkpoint "
                             "16: using the first 8 rows of bert/embeddings/position_embeddings"]
     assert report.notes[0] in caplog.text
@@ -221,18 +222,18 @@ def test_keep_tokens(tiny_checkpoint_dir, tiny_config):
     model = build_transformer_model({**tiny_config, "vocab_size": len(keep)}, with_mlm=True,
                                     checkpoint_path=tiny_checkpoint_dir, keep_tokens=keep)
     reader = tf.train.load_checkpoint(str(tiny_checkpoint_dir / PREFIX))
-    np.testing.assert_array_equal(model.get_layer("Embedding-Token").embeddings.numpy(),
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.get_layer("Embedding-Token").embeddings),
                                   reader.get_tensor("bert/embeddings/word_embeddings")[keep])
-    np.testing.assert_array_equal(model.get_layer("MLM-Bias").bias.numpy(),
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.get_layer("MLM-Bias").bias),
                                   reader.get_tensor("cls/predictions/output_bias")[keep])
     with pytest.raises(CheckpointError, match=r"keep_tokens has id\(s\) \[15\] outside the "
                                               r"checkpoint's vocabulary of 15"):
         load_google_checkpoint(model, tiny_checkpoint_dir, keep_tokens=[0, 1, 2, 3, 15, 11])
-    before = [w.numpy() for w in model.weights]
+    before = [keras.ops.convert_to_numpy(w) for w in model.weights]
     with pytest.raises(CheckpointError, match=r"keep_tokens has 5 ids but the model's vocab_size is 6; "
                                               r"nothing was loaded"):
         load_google_checkpoint(model, tiny_checkpoint_dir, keep_tokens=[0, 1, 2, 3, 13])
-    assert all(np.array_equal(a, w.numpy()) for a, w in zip(before, model.weights))
+    assert all(np.array_equal(a, keras.ops.convert_to_numpy(w)) for a, w in zip(before, model.weights))
 
 
 @pytest.mark.parametrize("family", ["nezha", "roformer"])
@@ -245,9 +246,9 @@ def test_weights_of_another_family_are_refused_unless_asked_for(family, tmp_path
     assert f"but model='{family}' has none" in str(error.value)
     assert "Nothing was loaded" in str(error.value)
     model = build_transformer_model(config, model=family)
-    before = [weight.numpy().copy() for weight in model.weights]
+    before = [keras.ops.convert_to_numpy(weight).copy() for weight in model.weights]
     with pytest.raises(CheckpointError):
         load_weights(model, checkpoint)
-    assert all(np.array_equal(a, b.numpy()) for a, b in zip(before, model.weights))  # nothing half-loaded
+    assert all(np.array_equal(a, keras.ops.convert_to_numpy(b)) for a, b in zip(before, model.weights))  # nothing half-loaded
     report = load_weights(model, checkpoint, ignore_position_table=True)
     assert "bert/embeddings/position_embeddings" in report.unused

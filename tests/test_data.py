@@ -1,6 +1,7 @@
 import csv
 import json
 
+import keras
 import numpy as np
 import pytest
 
@@ -84,10 +85,10 @@ def test_batches_are_padded_to_their_own_longest_row():
         # Rounded up to a multiple of 16, never past the longest sequence of the data.
         assert tokens.shape == (3, min(-(-max(lengths) // 16) * 16, longest))
         assert segments.shape == tokens.shape
-        assert labels.numpy().tolist() == [start, start + 1, start + 2]
+        assert keras.ops.convert_to_numpy(labels).tolist() == [start, start + 1, start + 2]
         for row, length in enumerate(lengths):
-            assert tokens[row, :length].numpy().tolist() == encoded[start + row][0]
-            assert not tokens[row, length:].numpy().any()
+            assert keras.ops.convert_to_numpy(tokens[row, :length]).tolist() == encoded[start + row][0]
+            assert not keras.ops.convert_to_numpy(tokens[row, length:]).any()
 
 
 def test_prediction_input_is_one_whole_line_a_text(tmp_path):

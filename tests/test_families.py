@@ -142,7 +142,7 @@ def test_save_load_round_trip_is_bit_identical(case, tmp_path):
     reloaded = build_transformer_model(config_of(case), prefix, model=CASES[case][1], **CASES[case][2])
     for before, after in zip(original.weights, reloaded.weights, strict=True):
         assert before.path == after.path
-        np.testing.assert_array_equal(before.numpy(), after.numpy())
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(before), keras.ops.convert_to_numpy(after))
     record = family_golden(case)
     for before, after in zip(run(original, record), run(reloaded, record), strict=True):
         np.testing.assert_array_equal(before, after)
@@ -179,11 +179,11 @@ def test_wrong_family_checkpoint_names_the_missing_variables():
     """A BERT model cannot load an ALBERT checkpoint; the error lists what is missing and loads nothing."""
     config = fixture_dir("albert_tiny_ckpt") / "config.json"
     model = build_transformer_model(config, model="bert")
-    before = [weight.numpy().copy() for weight in model.weights]
+    before = [keras.ops.convert_to_numpy(weight).copy() for weight in model.weights]
     with pytest.raises(CheckpointError, match="nothing was loaded") as error:
         build_transformer_model(config, fixture_dir("albert_tiny_ckpt"), model="bert")
     assert "bert/encoder/layer_0/attention/self/query/kernel" in str(error.value)
-    assert all(np.array_equal(a, w.numpy()) for a, w in zip(before, model.weights))
+    assert all(np.array_equal(a, keras.ops.convert_to_numpy(w)) for a, w in zip(before, model.weights))
 
 
 def test_family_from_model_type_and_conflicts(tmp_path):
@@ -229,9 +229,9 @@ def test_keep_tokens_selects_albert_vocabulary_rows():
     model = build_transformer_model(directory / "config.json", directory, model="albert", with_mlm=True,
                                     keep_tokens=keep)
     reader = tf.train.load_checkpoint(str(directory / "model.ckpt"))
-    np.testing.assert_array_equal(model.get_layer("Embedding-Token").embeddings.numpy(),
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.get_layer("Embedding-Token").embeddings),
                                   reader.get_tensor("bert/embeddings/word_embeddings")[keep])
-    np.testing.assert_array_equal(model.get_layer("MLM-Bias").bias.numpy(),
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.get_layer("MLM-Bias").bias),
                                   reader.get_tensor("cls/predictions/output_bias")[keep])
 
 

@@ -17,6 +17,7 @@ Two kinds of test:
 
 import json
 
+import keras
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
@@ -161,7 +162,7 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     attention = {"albert": "Transformer-MultiHeadSelfAttention",
                  "mt5": "Encoder-Transformer-0-MultiHeadSelfAttention"}.get(layout.split("_")[0],
                                                                              "Transformer-0-MultiHeadSelfAttention")
-    query = {variable.path: variable for variable in model.weights}[f"{attention}/query/kernel"].numpy()
+    query = keras.ops.convert_to_numpy({variable.path: variable for variable in model.weights}[f"{attention}/query/kernel"])
     if layout == "gpt2":
         np.testing.assert_array_equal(query, tensors["transformer.h.0.attn.c_attn.weight"][:, :H])
     elif layout == "mt5":
@@ -182,7 +183,7 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     assert config["model_type"] == LAYOUTS[layout][0]["model_type"]
     again = build_transformer_model(tmp_path / "out" / "config.json", tmp_path / "out", **flags)
     for a, b in zip(model.weights, again.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
 
 
 def test_roformer_sinusoids_are_hugging_faces(tmp_path):
@@ -202,13 +203,13 @@ def test_missing_tensor_is_named_and_nothing_is_loaded(tmp_path):
     del tensors["albert.encoder.albert_layer_groups.0.albert_layers.0.ffn.weight"]
     save_file(tensors, str(tmp_path / "hf" / "model.safetensors"))
     model = build_transformer_model(tmp_path / "hf" / "config.json", with_mlm=True)
-    before = [variable.numpy().copy() for variable in model.weights]
+    before = [keras.ops.convert_to_numpy(variable).copy() for variable in model.weights]
     with pytest.raises(CheckpointError, match=r"nothing was loaded.\nMissing 1 variable\(s\) the model needs:\n"
                                               r"  encoder.albert_layer_groups.0.albert_layers.0.ffn.weight "
                                               r"\(for Transformer-FeedForward/intermediate/kernel\)"):
         load_hf_weights(model, tmp_path / "hf")
     for old, variable in zip(before, model.weights):
-        np.testing.assert_array_equal(old, variable.numpy())
+        np.testing.assert_array_equal(old, keras.ops.convert_to_numpy(variable))
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -273,20 +274,20 @@ def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
     model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
     ours = model.predict(TOKENS if layout == "gpt2" else [TOKENS, SEGMENTS], verbose=0)
     if flags.get("with_pool"):
-        np.testing.assert_allclose(ours, expected.pooler_output.numpy(), atol=1e-4)
+        np.testing.assert_allclose(ours, keras.ops.convert_to_numpy(expected.pooler_output), atol=1e-4)
     else:
         logits = expected[0]
         if flags.get("with_mlm") or layout == "gpt2":
             logits = torch.softmax(logits, -1)
         elif flags.get("with_discriminator"):
             logits = torch.sigmoid(logits)[..., None]
-        np.testing.assert_allclose(ours[REAL], logits.numpy()[REAL], atol=1e-4)
+        np.testing.assert_allclose(ours[REAL], keras.ops.convert_to_numpy(logits)[REAL], atol=1e-4)
 
     save_hf_weights(model, tmp_path / "kbert")
     again, info = getattr(transformers, architecture).from_pretrained(tmp_path / "kbert", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
-    np.testing.assert_allclose(transformers_outputs(again.eval(), torch)[0].numpy()[REAL],
-                               expected[0].numpy()[REAL], atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(transformers_outputs(again.eval(), torch)[0])[REAL],
+                               keras.ops.convert_to_numpy(expected[0])[REAL], atol=1e-6)
 
 
 @pytest.mark.parametrize("version, untied", [("t5.1.0", False), ("t5.1.1", True), ("mt5", True), ("mt5", False)])
@@ -315,7 +316,7 @@ def test_t5_outputs_and_greedy_decoding_are_transformers_both_ways(tmp_path, ver
         with torch.no_grad():
             logits = model(input_ids=torch.tensor(source), attention_mask=torch.tensor(source > 0),
                            decoder_input_ids=torch.tensor(decoder)).logits
-        return torch.softmax(logits, -1).numpy()
+        return keras.ops.convert_to_numpy(torch.softmax(logits, -1))
 
     expected = reference_outputs(reference)
     model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf")
@@ -348,7 +349,7 @@ def test_gpt2_reads_id_0_as_a_token_as_transformers_does(tmp_path):
     assert model.build_spec["config"]["pad_token_id"] is None
     tokens = np.array([[2, 0, 7, 0, 0, 3], [0, 8, 6, 3, 9, 0]])
     with torch.no_grad():
-        expected = torch.softmax(reference(input_ids=torch.tensor(tokens)).logits, -1).numpy()
+        expected = keras.ops.convert_to_numpy(torch.softmax(reference(input_ids=torch.tensor(tokens)).logits, -1))
     np.testing.assert_allclose(model.predict(tokens, verbose=0), expected, atol=1e-4)
     # A prompt may end in id 0, and id 0 may be generated: the greedy path is transformers' argmax.
     prompt = [5, 0, 0]

@@ -108,12 +108,12 @@ def test_crf_token_classifier_fits_padded_batches_and_round_trips(msra_batch, tm
     tagger.compile(keras.optimizers.Adam(2e-3), loss=crf.sparse_loss, metrics=[crf.sparse_accuracy])
     history = tagger.fit([tokens, np.zeros_like(tokens)], tags, batch_size=16, epochs=4, verbose=0).history
     assert history["loss"][-1] < history["loss"][0]
-    paths = viterbi_decode(tagger.predict([tokens, np.zeros_like(tokens)], verbose=0), crf.trans).numpy()
+    paths = keras.ops.convert_to_numpy(viterbi_decode(tagger.predict([tokens, np.zeros_like(tokens)], verbose=0), crf.trans))
     assert not paths[tokens == 0].any()  # 0 at padding
     tagger.save(tmp_path / "tagger.keras")
     restored = keras.models.load_model(tmp_path / "tagger.keras", safe_mode=True, compile=False)
-    again = viterbi_decode(restored.predict([tokens, np.zeros_like(tokens)], verbose=0),
-                           restored.get_layer("CRF").trans).numpy()
+    again = keras.ops.convert_to_numpy(viterbi_decode(restored.predict([tokens, np.zeros_like(tokens)], verbose=0),
+                           restored.get_layer("CRF").trans))
     np.testing.assert_array_equal(again, paths)
 
 

@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras
-from conftest import golden
+from conftest import compiled, golden
 from kbert import ViterbiDecoder
 from kbert.layers import (ConditionalRandomField, EfficientGlobalPointer, GlobalPointer, MaximumEntropyMarkovModel,
                           viterbi_decode)
@@ -28,23 +27,23 @@ def golden_crf(record):
 def test_crf_loss_and_accuracy_match_bert4keras(heads):
     record = heads["crf"]
     crf, scores, labels, _ = golden_crf(record)
-    np.testing.assert_allclose(crf.sparse_loss(labels, scores).numpy(), record["sparse_loss"], atol=1e-4)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(crf.sparse_loss(labels, scores)), record["sparse_loss"], atol=1e-4)
     assert float(crf.sparse_accuracy(labels, scores)) == pytest.approx(record["sparse_accuracy"], abs=1e-7)
-    one_hot = tf.one_hot(labels.astype("int32"), 5)
-    np.testing.assert_allclose(crf.dense_loss(one_hot, scores).numpy(), record["sparse_loss"], atol=1e-4)
+    one_hot = keras.ops.one_hot(labels.astype("int32"), 5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(crf.dense_loss(one_hot, scores)), record["sparse_loss"], atol=1e-4)
 
 
 @pytest.mark.parametrize("constrained", [False, True])
 def test_viterbi_paths_match_bert4keras(heads, constrained):
     record = heads["crf"]
     crf, scores, _, lengths = golden_crf(record)
-    trans = crf.trans.numpy()
+    trans = keras.ops.convert_to_numpy(crf.trans)
     limits = {"starts": record["viterbi_starts"], "ends": record["viterbi_ends"]} if constrained else {}
     expected = record["viterbi_paths_constrained" if constrained else "viterbi_paths"]
     emissions = np.array(record["emissions"], "float32")
     decoder = ViterbiDecoder(trans, **limits)
     assert [decoder.decode(emissions[i, :n]).tolist() for i, n in enumerate(lengths)] == expected
-    batched = tf.function(lambda s: viterbi_decode(s, trans, **limits))(scores).numpy()
+    batched = keras.ops.convert_to_numpy(compiled(lambda s: viterbi_decode(s, trans, **limits))(scores))
     assert [batched[i, :n].tolist() for i, n in enumerate(lengths)] == expected
     assert all(not batched[i, n:].any() for i, n in enumerate(lengths))  # 0 at padding
 
@@ -56,7 +55,7 @@ def test_batched_viterbi_equals_numpy_on_random_batches():
         emissions = rng.normal(size=(5, length, 6)).astype("float32")
         lengths = rng.integers(1, length + 1, size=5)
         mask = np.arange(length)[None] < lengths[:, None]
-        batched = viterbi_decode(emissions, trans, mask=mask).numpy()
+        batched = keras.ops.convert_to_numpy(viterbi_decode(emissions, trans, mask=mask))
         for i, n in enumerate(lengths):
             assert batched[i, :n].tolist() == ViterbiDecoder(trans).decode(emissions[i, :n]).tolist()
 
@@ -73,7 +72,7 @@ def test_global_pointers_match_bert4keras(heads, layer_class):
         dense.kernel.assign(np.array(values[2 * index], "float32"))
         dense.bias.assign(np.array(values[2 * index + 1], "float32"))
     assert layer.count_params() == record["params"]
-    logits = layer(hidden, mask=mask).numpy()
+    logits = keras.ops.convert_to_numpy(layer(hidden, mask=mask))
     expected = np.array([[[[np.nan if value is None else value for value in row] for row in head] for head in example]
                          for example in record["logits"]], dtype="float64")
     known = ~np.isnan(expected)
@@ -81,7 +80,7 @@ def test_global_pointers_match_bert4keras(heads, layer_class):
     assert (logits[~known] == -1e12).all()  # padding and the lower triangle
     flat = np.where(known, expected, -1e12).astype("float32").reshape(-1, 81)
     target = np.array(record["target"], "float32")
-    np.testing.assert_allclose(multilabel_categorical_crossentropy(target.reshape(-1, 81), flat).numpy(),
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(multilabel_categorical_crossentropy(target.reshape(-1, 81), flat)),
                                record["multilabel_categorical_crossentropy"], atol=1e-4)
     assert float(global_pointer_crossentropy(target, flat.reshape(target.shape))) == pytest.approx(
         np.mean(record["multilabel_categorical_crossentropy"]), abs=1e-4)
@@ -135,9 +134,9 @@ def test_memm_loss_and_accuracy_follow_bert4keras_formula(hidden_dim):
     rng = np.random.default_rng(0)
     memm = MaximumEntropyMarkovModel(lr_multiplier=3, hidden_dim=hidden_dim)
     mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
-    scores = memm(rng.normal(size=(2, 5, 4)).astype("float32"), mask=mask).numpy()
+    scores = keras.ops.convert_to_numpy(memm(rng.normal(size=(2, 5, 4)).astype("float32"), mask=mask))
     labels = rng.integers(0, 4, size=(2, 5))
-    loss, accuracy = _memm_reference(labels, scores, np.asarray(memm.trans))
+    loss, accuracy = _memm_reference(labels, scores, keras.ops.convert_to_numpy(memm.trans))
     assert float(memm.sparse_loss(labels, scores)) == pytest.approx(loss, rel=1e-5)
     assert float(memm.sparse_accuracy(labels, scores)) == pytest.approx(accuracy, rel=1e-6)
     one_hot = np.eye(4)[labels]
@@ -161,11 +160,11 @@ def test_crf_tagger_trains_saves_and_decodes_the_same(tmp_path):
     history = model.fit(tokens, tags, batch_size=32, epochs=8, verbose=0).history
     assert history["loss"][-1] < 0.2 * history["loss"][0]
     assert history["sparse_accuracy"][-1] > 0.95
-    paths = viterbi_decode(model.predict(tokens, verbose=0), crf.trans).numpy()
+    paths = keras.ops.convert_to_numpy(viterbi_decode(model.predict(tokens, verbose=0), crf.trans))
     mask = tokens > 0
     assert (paths[mask] == tags[mask]).mean() > 0.95
     model.save(tmp_path / "tagger.keras")
     restored = keras.models.load_model(tmp_path / "tagger.keras", safe_mode=True, compile=False)
     restored_crf = restored.layers[-1]
     np.testing.assert_array_equal(
-        viterbi_decode(restored.predict(tokens, verbose=0), restored_crf.trans).numpy(), paths)
+        keras.ops.convert_to_numpy(viterbi_decode(restored.predict(tokens, verbose=0), restored_crf.trans)), paths)

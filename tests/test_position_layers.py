@@ -30,12 +30,12 @@ def attention_model(position_encoding):
 
 def numpy_attention(model, ids, position_encoding):
     """The same attention in NumPy, written from the NEZHA and RoFormer papers."""
-    x = model.layers[1](ids).numpy()
+    x = keras.ops.convert_to_numpy(model.layers[1](ids))
     layer = model.get_layer("attention")
-    q, k, v = (dense(x).numpy().reshape(*x.shape[:2], 2, 4) for dense in (layer.query, layer.key, layer.value))
+    q, k, v = (keras.ops.convert_to_numpy(dense(x)).reshape(*x.shape[:2], 2, 4) for dense in (layer.query, layer.key, layer.value))
     n = ids.shape[1]
     if position_encoding == "relative":
-        table = model.get_layer("relative").embeddings.numpy()
+        table = keras.ops.convert_to_numpy(model.get_layer("relative").embeddings)
         rel = table[np.clip(np.arange(n)[None] - np.arange(n)[:, None], -2, 2) + 2]  # [q, k, d]
         scores = np.einsum("bqhd,bkhd->bhqk", q, k) + np.einsum("bqhd,qkd->bhqk", q, rel)
     else:
@@ -54,7 +54,7 @@ def numpy_attention(model, ids, position_encoding):
     context = np.einsum("bhqk,bkhd->bqhd", probs, v)
     if position_encoding == "relative":
         context = context + np.einsum("bhqk,qkd->bqhd", probs, rel)
-    return layer.output_dense(context.reshape(*x.shape[:2], 8).astype("float32")).numpy()
+    return keras.ops.convert_to_numpy(layer.output_dense(context.reshape(*x.shape[:2], 8).astype("float32")))
 
 
 @pytest.mark.parametrize("position_encoding", ["relative", "rotary"])
@@ -76,9 +76,9 @@ def test_attention_with_positions_matches_numpy_and_round_trips(position_encodin
 def test_relative_position_table_is_sinusoidal_clipped_and_untrained():
     layer = RelativePositionEmbedding(2 * 3 + 1, 4)
     x = keras.ops.zeros((1, 5, 8))
-    table = layer([x, x]).numpy()
+    table = keras.ops.convert_to_numpy(layer([x, x]))
     assert table.shape == (5, 5, 4) and layer.trainable_weights == [] and layer.count_params() == 28
-    rows = Sinusoidal()((7, 4)).numpy()
+    rows = keras.ops.convert_to_numpy(Sinusoidal()((7, 4)))
     np.testing.assert_allclose(rows[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)], atol=1e-6)
     np.testing.assert_array_equal(table[0, 4], rows[6])  # distance +4 clipped to +3 (row 3 + 3)
     np.testing.assert_array_equal(table[4, 0], rows[0])  # distance −4 clipped to −3
@@ -91,7 +91,7 @@ def test_relative_position_table_is_sinusoidal_clipped_and_untrained():
 def test_sinusoidal_position_embedding_contract():
     layer = SinusoidalPositionEmbedding(6)
     x = keras.ops.zeros((3, 5, 8))
-    output = layer(x).numpy()
+    output = keras.ops.convert_to_numpy(layer(x))
     assert output.shape == (1, 5, 6) and layer.count_params() == 0
     np.testing.assert_allclose(output[0, 2, :2], [np.sin(2), np.cos(2)], atol=1e-6)
     assert layer.compute_mask(x, keras.ops.ones((3, 5), "bool")) is None

@@ -84,7 +84,7 @@ def test_words_are_jiebas_and_masks_take_whole_words(tokenizer):
     mask_id = tokenizer.token_to_id("[MASK]")
     replaced = kept = masked_count = 0
     for seed in range(200):
-        masked, positions, labels, weights = (t.numpy() for t in mask_whole_words(
+        masked, positions, labels, weights = (keras.ops.convert_to_numpy(t) for t in mask_whole_words(
             tf.constant(tokens[0]), tf.constant(word_ids[0]), mask_key(0, 0, seed), rate=0.15, mask_id=mask_id,
             vocab_size=21128))
         count = int(weights.sum())
@@ -187,7 +187,7 @@ def test_fine_tuning_and_further_pretraining_read_the_directory(pretrained, revi
                  "--maxlen", "64", "--whole-word", "wordpiece", "--optimizer", "lamb"]) == 0
     trained = build_transformer_model(config, tmp_path / "further", with_mlm=True)
     start = build_transformer_model(config, pretrained, with_mlm=True)
-    assert not np.allclose(trained.get_layer("MLM-Dense").kernel.numpy(), start.get_layer("MLM-Dense").kernel.numpy())
+    assert not np.allclose(keras.ops.convert_to_numpy(trained.get_layer("MLM-Dense").kernel), keras.ops.convert_to_numpy(start.get_layer("MLM-Dense").kernel))
     labelled = write(tmp_path, "labelled.tsv", "很好\t1\n很差\t0\n" * 8)
     # The directory's config and vocabulary are the defaults of --config and --vocab.
     assert main(["train", "--checkpoint", str(pretrained), "--train", str(labelled),
@@ -236,8 +236,8 @@ def test_masks_are_redrawn_every_epoch_and_reproducible_from_the_seed(tokenizer,
         drawn = []
         for epoch in range(count):
             setter.on_epoch_begin(epoch)
-            drawn.append(np.concatenate([inputs[naming.INPUT_TOKEN].numpy() for inputs, _, _ in data.train]))
-        valid = [np.concatenate([inputs[naming.INPUT_TOKEN].numpy() for inputs, _, _ in data.valid])
+            drawn.append(np.concatenate([keras.ops.convert_to_numpy(inputs[naming.INPUT_TOKEN]) for inputs, _, _ in data.train]))
+        valid = [np.concatenate([keras.ops.convert_to_numpy(inputs[naming.INPUT_TOKEN]) for inputs, _, _ in data.valid])
                  for _ in range(2)]
         return drawn, valid
 

@@ -75,7 +75,7 @@ def test_predict_and_export(trained, tmp_path):
     saved = export(str(out), str(tmp_path / "serving"))
     serving = tf.saved_model.load(saved).signatures["serving_default"]
     served = serving(token_ids=tf.constant(tokens), segment_ids=tf.constant(segments))["probabilities"]
-    np.testing.assert_allclose(served.numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(served), expected, atol=1e-6)
 
     keras_file = export(str(out), str(tmp_path / "classifier.keras"))
     restored = keras.models.load_model(keras_file, safe_mode=True)

@@ -83,16 +83,16 @@ def test_compound_tokens_extend_every_vocabulary_table_with_means():
     compound = [[5, 7], ([1, 2, 3], [1, 0, 3])]
     model = build_transformer_model(directory / "config.json", directory, with_mlm=True, compound_tokens=compound)
     for path in ("Embedding-Token/embeddings", "MLM-Bias/bias"):
-        old = next(w for w in base.weights if w.path.startswith(path.split("/")[0])).numpy()
-        new = next(w for w in model.weights if w.path.startswith(path.split("/")[0])).numpy()
+        old = keras.ops.convert_to_numpy(next(w for w in base.weights if w.path.startswith(path.split("/")[0])))
+        new = keras.ops.convert_to_numpy(next(w for w in model.weights if w.path.startswith(path.split("/")[0])))
         assert len(new) == len(old) + 2 and np.array_equal(new[:-2], old)
         np.testing.assert_allclose(new[-2], old[[5, 7]].mean(0), atol=1e-7)
         np.testing.assert_allclose(new[-1], (old[1] + 3 * old[3]) / 4, atol=1e-7)
     # After keep_tokens, the compound ids count in the kept vocabulary.
     kept = build_transformer_model(directory / "config.json", directory, keep_tokens=[0, 1, 2, 40, 41],
                                    compound_tokens=[[3, 4]])
-    table = kept.get_layer("Embedding-Token").embeddings.numpy()
-    np.testing.assert_allclose(table[-1], base.get_layer("Embedding-Token").embeddings.numpy()[[40, 41]].mean(0),
+    table = keras.ops.convert_to_numpy(kept.get_layer("Embedding-Token").embeddings)
+    np.testing.assert_allclose(table[-1], keras.ops.convert_to_numpy(base.get_layer("Embedding-Token").embeddings)[[40, 41]].mean(0),
                                atol=1e-7)
 
 

@@ -40,9 +40,9 @@ def round_trip(model, path):
 def test_t5_relative_position_bias_buckets_and_contract(bidirectional, tmp_path):
     layer = T5RelativePositionBias(32, num_heads=3, bidirectional=bidirectional, embeddings_initializer="random_normal")
     queries, keys = keras.ops.zeros((1, 5, 8)), keras.ops.zeros((1, 300, 8))
-    bias = layer([queries, keys]).numpy()
+    bias = keras.ops.convert_to_numpy(layer([queries, keys]))
     assert bias.shape == (5, 300, 3)
-    table = layer.embeddings.numpy()
+    table = keras.ops.convert_to_numpy(layer.embeddings)
     expected = np.array([[table[t5_bucket(k - q, bidirectional)] for k in range(300)] for q in range(5)])
     np.testing.assert_array_equal(bias, expected)
     assert layer.compute_mask([queries, keys], [None, None]) is None
@@ -66,16 +66,16 @@ def test_t5_attention_adds_the_bias_unscaled_without_biases_and_round_trips(tmp_
     layer = model.get_layer("attention")
     assert [weight.path.split("/", 1)[1] for weight in layer.weights] == [
         "query/kernel", "key/kernel", "value/kernel", "output/kernel"]
-    x = model.layers[1](IDS).numpy()
-    q, k, v = (x @ dense.kernel.numpy() for dense in (layer.query, layer.key, layer.value))
+    x = keras.ops.convert_to_numpy(model.layers[1](IDS))
+    q, k, v = (x @ keras.ops.convert_to_numpy(dense.kernel) for dense in (layer.query, layer.key, layer.value))
     q, k, v = (t.reshape(2, 6, 2, 4) for t in (q, k, v))
-    table = model.get_layer("bias").embeddings.numpy()
+    table = keras.ops.convert_to_numpy(model.get_layer("bias").embeddings)
     bias = np.array([[table[t5_bucket(j - i, True)] for j in range(6)] for i in range(6)])  # [q, k, h]
     scores = np.einsum("bqhd,bkhd->bhqk", q, k) + bias.transpose(2, 0, 1)[None]
     scores = np.where((IDS == 0)[:, None, None, :], -1e9, scores)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    expected = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(2, 6, 8) @ layer.output_dense.kernel.numpy()
+    expected = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(2, 6, 8) @ keras.ops.convert_to_numpy(layer.output_dense.kernel)
     np.testing.assert_allclose(model.predict(IDS, verbose=0), expected, atol=1e-5)
     loaded = round_trip(model, tmp_path / "t5_attention.keras")
     np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
@@ -93,7 +93,7 @@ def test_rms_normalization_values_mask_and_round_trip(scale, tmp_path):
     if scale:
         norm.gamma.assign(np.linspace(0.5, 2.0, 8))
     assert model.count_params() == 50 * 8 + (8 if scale else 0)
-    x = model.layers[1](IDS).numpy()
+    x = keras.ops.convert_to_numpy(model.layers[1](IDS))
     expected = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6) * (np.linspace(0.5, 2.0, 8) if scale else 1)
     np.testing.assert_allclose(model.predict(IDS, verbose=0), expected, rtol=1e-5)
     loaded = round_trip(model, tmp_path / "norm.keras")
@@ -107,9 +107,9 @@ def test_gated_feed_forward_is_a_gated_linear_unit_and_round_trips(tmp_path):
     model = keras.Model(inputs, ffn(inputs))
     assert ffn.get_config()["activation"] == ["gelu", "linear"] and model.count_params() == 3 * 4 * 6
     x = np.random.default_rng(0).normal(size=(2, 3, 4)).astype("float32")
-    inner = x @ ffn.intermediate.kernel.numpy()
+    inner = x @ keras.ops.convert_to_numpy(ffn.intermediate.kernel)
     gelu = 0.5 * inner * (1 + np.vectorize(math.erf)(inner / math.sqrt(2)))
-    expected = (gelu * (x @ ffn.gate.kernel.numpy())) @ ffn.output_dense.kernel.numpy()
+    expected = (gelu * (x @ keras.ops.convert_to_numpy(ffn.gate.kernel))) @ keras.ops.convert_to_numpy(ffn.output_dense.kernel)
     np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-5)
     loaded = round_trip(model, tmp_path / "ffn.keras")
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
@@ -123,7 +123,7 @@ def test_scale_multiplies_keeps_the_mask_and_round_trips(tmp_path):
     scaled = Scale(0.25)(hidden)
     assert scaled._keras_mask is not None
     model = keras.Model(tokens, scaled)
-    np.testing.assert_allclose(model.predict(IDS, verbose=0), model.layers[1](IDS).numpy() * 0.25)
+    np.testing.assert_allclose(model.predict(IDS, verbose=0), keras.ops.convert_to_numpy(model.layers[1](IDS)) * 0.25)
     loaded = round_trip(model, tmp_path / "scale.keras")
     np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
 
@@ -151,12 +151,13 @@ def test_unmasking_dropout_ends_the_mask_and_round_trips(tmp_path):
 @pytest.mark.parametrize("shape, fan", [((512, 128), 512), ((20000, 64), 64), ((2, 64), 64)])
 def test_roformer_v2_initializer_scales_with_fan_in_and_depth(shape, fan):
     initializer = DepthScaledTruncatedNormal(num_layers=4, seed=1)
-    values = initializer(shape).numpy()
+    values = keras.ops.convert_to_numpy(initializer(shape))
     # A normal truncated at 2σ has std 0.87962 σ; 1.13684723 undoes it.
     assert abs(values.std() - 1.13684723 * 0.87962 / math.sqrt(fan) / 2) < 0.1 / math.sqrt(fan) / 2
-    assert np.abs(values).max() <= 2 * 1.13684723 / math.sqrt(fan) / 2 + 1e-6
+    # Keras on torch redraws a value 4 times at most: a few in a million may lie beyond 2σ.
+    assert np.mean(np.abs(values) > 2 * 1.13684723 / math.sqrt(fan) / 2 + 1e-6) <= 1e-5
     clone = DepthScaledTruncatedNormal.from_config(initializer.get_config())
-    np.testing.assert_array_equal(clone(shape).numpy(), values)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(clone(shape)), values)
 
 
 @pytest.mark.parametrize("hidden_units", [None, 6])
@@ -185,9 +186,9 @@ def test_conditional_layer_normalization_values_mask_and_round_trip(hidden_units
         weight.assign(rng.normal(size=weight.shape))
     c = keras.Model(classes, condition).predict(labels, verbose=0)
     if hidden_units:
-        c = np.tanh(c @ norm.hidden_dense.kernel.numpy())
-    gamma = norm.gamma.numpy() + c @ norm.gamma_dense.kernel.numpy()
-    beta = norm.beta.numpy() + c @ norm.beta_dense.kernel.numpy()
+        c = np.tanh(c @ keras.ops.convert_to_numpy(norm.hidden_dense.kernel))
+    gamma = keras.ops.convert_to_numpy(norm.gamma) + c @ keras.ops.convert_to_numpy(norm.gamma_dense.kernel)
+    beta = keras.ops.convert_to_numpy(norm.beta) + c @ keras.ops.convert_to_numpy(norm.beta_dense.kernel)
     expected = standardized * gamma[:, None] + beta[:, None]
     np.testing.assert_allclose(model.predict([IDS, labels], verbose=0), expected, atol=1e-4)
     assert norm.get_config()["hidden_units"] == hidden_units
@@ -212,16 +213,16 @@ def test_attention_returns_its_scores_and_adds_the_previous_layers(tmp_path):
     def heads(kernel, bias):
         return (x @ kernel + bias).reshape(*x.shape[:2], 2, 4)
 
-    q = heads(second.query.kernel.numpy(), second.query.bias.numpy())
-    k = heads(second.key.kernel.numpy(), second.key.bias.numpy())
-    v = heads(second.value.kernel.numpy(), second.value.bias.numpy())
+    q = heads(keras.ops.convert_to_numpy(second.query.kernel), keras.ops.convert_to_numpy(second.query.bias))
+    k = heads(keras.ops.convert_to_numpy(second.key.kernel), keras.ops.convert_to_numpy(second.key.bias))
+    v = heads(keras.ops.convert_to_numpy(second.value.kernel), keras.ops.convert_to_numpy(second.value.bias))
     expected_scores = np.einsum("bqhd,bkhd->bhqk", q, k) / 2.0  # √head_size
     np.testing.assert_allclose(own, expected_scores, rtol=1e-4, atol=1e-5)  # its own, before the residual
     logits = np.where((IDS != 0)[:, None, None, :], expected_scores + previous, -1e9)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     context = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(*x.shape[:2], 8)
-    expected = context @ second.output_dense.kernel.numpy() + second.output_dense.bias.numpy()
+    expected = context @ keras.ops.convert_to_numpy(second.output_dense.kernel) + keras.ops.convert_to_numpy(second.output_dense.bias)
     np.testing.assert_allclose(model.predict(IDS, verbose=0)[0], expected, rtol=1e-4, atol=1e-5)
     assert second.get_config()["return_attention_scores"] is True
     loaded = round_trip(model, tmp_path / "realformer.keras")

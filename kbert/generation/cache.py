@@ -120,12 +120,10 @@ class CachedGraph:
     updated state (see `_Step`); `forward(inputs, last)` is the same output
     from the whole model on whole sequences (T5: `[source ids, decoder
     ids]`). T5's `encode(source_ids)` gives the state's source part. Each is
-    a `tf.function` traced once.
+    a `tf.function` traced once on TensorFlow.
     """
 
     def __init__(self, model):
-        import tensorflow as tf
-
         spec = getattr(model, "build_spec", None)
         family = get_family(getattr(model, "family", "bert"))
         self.seq2seq = getattr(family, "part", None) == "both"
@@ -151,22 +149,31 @@ class CachedGraph:
         self.calls = len(family.block_indices(self.config))
         self.cache_shape = (self.config.num_attention_heads, self.config.head_size)
         self.mask_layer = next((layer for layer in model.layers if isinstance(layer, AttentionMask)), None)
+        self.encode, self.step, self.forward = self._compiled(model)
+
+    def _compiled(self, model):
+        """`_encode`, `_step` and `_forward`, each traced once as a `tf.function` on TensorFlow.
+
+        The other backends run them eagerly.
+        """
+        if keras.backend.backend() != "tensorflow":
+            return self._encode, self._step, self._forward
+        import tensorflow as tf
+
         ids = tf.TensorSpec([None, None], tf.int32)
         cache = tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
         state = {"self": [(cache, cache)] * self.calls}
         if self.seq2seq:
             state.update(cross=[(cache, cache)] * self.calls, source=tf.TensorSpec([None, None], tf.bool))
-            self.encode = tf.function(self._encode, input_signature=[ids])
         last = tf.TensorSpec([None], tf.int32)
-        self.step = tf.function(self._step, input_signature=[
-            ids, ids, ids, tf.TensorSpec([None, None, None], tf.bool), last, state])
-        self.forward = tf.function(self._forward, input_signature=[[ids] * len(model.inputs), last])
+        return (tf.function(self._encode, input_signature=[ids]),
+                tf.function(self._step, input_signature=[ids, ids, ids, tf.TensorSpec([None, None, None], tf.bool),
+                                                         last, state]),
+                tf.function(self._forward, input_signature=[[ids] * len(model.inputs), last]))
 
     def empty_caches(self, rows: int, slots: int) -> List[Tuple]:
         """Zero self-attention caches for `rows` sequences of up to `slots` tokens."""
-        import tensorflow as tf
-
-        zeros = tf.zeros([rows, slots, *self.cache_shape], tf.float32)
+        zeros = ops.zeros([rows, slots, *self.cache_shape], "float32")
         return [(zeros, zeros) for _ in range(self.calls)]
 
     def _encode(self, source_ids):
@@ -181,16 +188,17 @@ class CachedGraph:
 
     def _forward(self, inputs, last):
         """The whole model on whole sequences: its LM output at each row's position `last`."""
-        import tensorflow as tf
-
-        return tf.gather(self.model(inputs, training=False), last, batch_dims=1)
+        return _at(self.model(inputs, training=False), last)
 
     def _step(self, token_ids, segment_ids, positions, allowed, last, state):
-        import tensorflow as tf
-
         inputs = [token_ids, segment_ids] if self.has_segments else [token_ids]
         outputs, state = self.graph.run_step(inputs, _Step(positions, allowed, state))
-        return tf.gather(outputs, last, batch_dims=1), state
+        return _at(outputs, last), state
+
+
+def _at(outputs, last):
+    """Each row's output `[batch, length, V]` at its position `last` `[batch]`: `[batch, V]`."""
+    return ops.take_along_axis(outputs, ops.cast(last, "int32")[:, None, None], axis=1)[:, 0]
 
 
 _GRAPH_ATTRIBUTE = "_kbert_cached_graph"

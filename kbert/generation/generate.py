@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+import keras
 import numpy as np
+from keras import ops
 
 from kbert.errors import KbertError
 from kbert.models.registry import get_family
@@ -52,7 +54,7 @@ class _Engine:
         self.limit = limit if getattr(self.graph.graph, "position_encoding", None) is None else None
 
     def _log_probs(self, outputs) -> np.ndarray:
-        outputs = np.asarray(outputs, dtype=np.float64)
+        outputs = ops.convert_to_numpy(outputs).astype(np.float64)
         return np.log(np.maximum(outputs, 1e-38)) if self.probabilities else _log_softmax(outputs)
 
     def _check_length(self, longest: int) -> None:
@@ -102,18 +104,16 @@ class FullEngine(_Engine):
         inputs = [_padded(self.sources), token_ids] if self.graph.seq2seq \
             else [token_ids, segment_ids][:len(self.model.inputs)]
         last = np.array([len(row) - 1 for row in self.tokens], dtype=np.int32)
-        return self._log_probs(self.graph.forward(inputs, last))
+        return self._log_probs(self.graph.forward([_tensor(array) for array in inputs], _tensor(last)))
 
 
 class CachedEngine(_Engine):
     """Feeds each new token alone; keys and values of earlier tokens come from the cache."""
 
     def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
-        import tensorflow as tf
-
         from kbert.tokenizers.wordpiece import pad_batch
 
-        state = self.graph.encode(tf.constant(_padded(prompts))) if self.graph.seq2seq else {}
+        state = self.graph.encode(_tensor(_padded(prompts))) if self.graph.seq2seq else {}
         prompts, segments = self._decoder_prompts(prompts, segments)
         longest = max(map(len, prompts))
         self._check_length(longest)
@@ -122,20 +122,19 @@ class CachedEngine(_Engine):
         self.lengths = np.array([len(p) for p in prompts], dtype=np.int32)
         real = np.arange(longest)[None, :] < self.lengths[:, None]
         rule = self.graph.mask_layer(segment_ids if self.graph.application == "unilm" else token_ids)
-        allowed = np.asarray(rule)[:, 0] & real[:, None, :]  # [rows, longest, longest]
+        allowed = ops.convert_to_numpy(rule)[:, 0] & real[:, None, :]  # [rows, longest, longest]
         allowed = np.pad(allowed, [(0, 0), (0, 0), (0, slots - longest)])
         positions = np.broadcast_to(np.arange(longest, dtype=np.int32), token_ids.shape)
         outputs, self.state = self.graph.step(
-            tf.constant(token_ids), tf.constant(segment_ids), tf.constant(positions), tf.constant(allowed),
-            tf.constant(self.lengths - 1), {**state, "self": self.graph.empty_caches(len(prompts), slots)})
+            _tensor(token_ids), _tensor(segment_ids), _tensor(positions), _tensor(allowed),
+            _tensor(self.lengths - 1), {**state, "self": self.graph.empty_caches(len(prompts), slots)})
         self.slots = np.arange(slots)
         return self._log_probs(outputs)
 
     def extend(self, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray:
-        import tensorflow as tf
-
         if not np.array_equal(parents, np.arange(len(parents))):
-            self.state = tf.nest.map_structure(lambda tensor: tf.gather(tensor, parents), self.state)
+            rows = _tensor(np.asarray(parents, np.int32))
+            self.state = keras.tree.map_structure(lambda tensor: ops.take(tensor, rows, axis=0), self.state)
             self.lengths = self.lengths[parents]
         positions = self.lengths[:, None]
         allowed = self.slots[None, None, :] <= positions[:, :, None]
@@ -144,11 +143,17 @@ class CachedEngine(_Engine):
             # (Hugging Face's and kbert-trained T5 do not: `decoder_mask_zero` false).
             allowed[:, :, 0] = False
         outputs, self.state = self.graph.step(
-            tf.constant(np.asarray(tokens, np.int32)[:, None]),
-            tf.constant(np.full_like(positions, self.new_segment())), tf.constant(positions),
-            tf.constant(allowed), tf.zeros([len(tokens)], tf.int32), self.state)
+            _tensor(np.asarray(tokens, np.int32)[:, None]),
+            _tensor(np.full_like(positions, self.new_segment())), _tensor(positions),
+            _tensor(allowed), _tensor(np.zeros([len(tokens)], np.int32)), self.state)
         self.lengths = self.lengths + 1
         return self._log_probs(outputs)
+
+
+def _tensor(array):
+    """A NumPy array as a tensor of the backend (int64 ids made int32, as the step's signature expects)."""
+    array = np.asarray(array)
+    return ops.convert_to_tensor(array.astype(np.int32) if array.dtype.kind in "iu" else array)
 
 
 def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Sequence[Sequence[int]]] = None, *,

@@ -137,15 +137,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         Returns:
             The output `[batch, q, H]` and the updated cache.
         """
-        import tensorflow as tf
-
         k, v = self.keys_and_values(x)
         if self.position_encoding == "rotary":
             k = apply_rotary(k, positions)
-        rows = tf.broadcast_to(tf.range(tf.shape(slots)[0])[:, None], tf.shape(slots))
-        where = tf.stack([rows, slots], axis=-1)
-        keys = tf.tensor_scatter_nd_update(cache[0], where, tf.cast(k, cache[0].dtype))
-        values = tf.tensor_scatter_nd_update(cache[1], where, tf.cast(v, cache[1].dtype))
+        slots = ops.cast(slots, "int32")
+        rows = ops.broadcast_to(ops.arange(ops.shape(slots)[0], dtype="int32")[:, None], ops.shape(slots))
+        where = ops.reshape(ops.stack([rows, slots], axis=-1), (-1, 2))
+
+        def written(table, new):
+            new = ops.reshape(ops.cast(new, table.dtype), (-1, self.num_heads, self.head_size))
+            return ops.scatter_update(table, where, new)
+
+        keys, values = written(cache[0], k), written(cache[1], v)
         return self.attend_to(x, (keys, values), allowed, positions), (keys, values)
 
     def keys_and_values(self, x):

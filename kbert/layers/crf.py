@@ -5,7 +5,7 @@ its input (per-position label scores, the "emissions") through, marking
 masked positions with -1e12 so that its losses and metrics know the padding
 without a mask. `ViterbiDecoder.decode` finds the best path of one sequence in
 NumPy, as bert4keras's does; `viterbi_decode` does the same for a padded batch
-inside TensorFlow (for `predict` and serving). The CRF's math runs in float32
+inside the model, on any backend (for `predict` and serving). The CRF's math runs in float32
 under any mixed-precision policy.
 """
 
@@ -84,8 +84,6 @@ class ConditionalRandomField(keras.layers.Layer):
 
     def dense_loss(self, y_true, y_pred):
         """Negative log-likelihood per sequence for one-hot labels `[batch, length, T]`."""
-        import tensorflow as tf
-
         y_pred = ops.cast(y_pred, "float32")
         mask = ops.cast(real_positions(y_pred, keepdims=True), "float32")
         y_true, y_pred = ops.cast(y_true, "float32") * mask, y_pred * mask
@@ -93,12 +91,12 @@ class ConditionalRandomField(keras.layers.Layer):
                       + ops.einsum("bni,ij,bnj->b", y_true[:, :-1], self.trans, y_true[:, 1:]))
 
         def forward(states, step):
-            emissions, step_mask = step
+            emissions, step_mask = step[:, :-1], step[:, -1:]
             scores = ops.logsumexp(states[:, :, None] + self.trans[None], axis=1) + emissions
-            return step_mask * scores + (1 - step_mask) * states
+            states = step_mask * scores + (1 - step_mask) * states
+            return states, states  # (Keras's TensorFlow scan stacks outputs shaped as the carry)
 
-        time_major = (ops.transpose(y_pred[:, 1:], (1, 0, 2)), ops.transpose(mask[:, 1:], (1, 0, 2)))
-        final = tf.foldl(forward, time_major, initializer=y_pred[:, 0])
+        final, _ = ops.scan(forward, y_pred[:, 0], _time_major(y_pred, mask))
         return ops.logsumexp(final, axis=1) - path_score
 
     def sparse_accuracy(self, y_true, y_pred):
@@ -153,10 +151,11 @@ class ViterbiDecoder:
 
 def viterbi_decode(emissions, trans, mask=None, starts: Optional[Sequence[int]] = None,
                    ends: Optional[Sequence[int]] = None):
-    """Best label paths of a padded batch, in TensorFlow: `[batch, length]` int32, 0 at padding.
+    """Best label paths of a padded batch, on any backend: `[batch, length]` int32, 0 at padding.
 
     The same paths as `ViterbiDecoder.decode` on each unpadded sequence. Runs
-    inside `tf.function` and SavedModels (no Python per position).
+    inside compiled functions and SavedModels (`keras.ops.scan`, no Python per
+    position).
 
     Args:
         emissions: label scores `[batch, length, T]` (a CRF layer's output).
@@ -165,44 +164,54 @@ def viterbi_decode(emissions, trans, mask=None, starts: Optional[Sequence[int]] 
             positions a CRF layer did not mark as masked.
         starts, ends: allowed first and last labels, as for `ViterbiDecoder`.
     """
-    import tensorflow as tf
-
-    emissions = tf.cast(emissions, tf.float32)
-    trans = tf.cast(trans, tf.float32)
-    num_labels = tf.shape(trans)[0]
+    emissions = ops.cast(emissions, "float32")
+    trans = ops.cast(trans, "float32")
+    num_labels = trans.shape[0]
     if mask is None:
         mask = real_positions(emissions)
-    mask = tf.cast(mask, tf.bool)
-    emissions = tf.where(mask[:, :, None], emissions, 0.0)
+    mask = ops.cast(mask, "bool")
+    emissions = ops.where(mask[:, :, None], emissions, 0.0)
+    positions = ops.arange(ops.shape(emissions)[1])[None, :, None]
     if starts is not None:
-        emissions += tf.one_hot(0, tf.shape(emissions)[1])[None, :, None] * _forbidden(starts, num_labels)
+        emissions += ops.where(positions == 0, _forbidden(starts, num_labels), 0.0)
     if ends is not None:
-        last = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1) - 1
-        emissions += tf.one_hot(last, tf.shape(emissions)[1])[:, :, None] * _forbidden(ends, num_labels)
+        last = ops.sum(ops.cast(mask, "int32"), axis=1) - 1
+        emissions += ops.where(positions == last[:, None, None], _forbidden(ends, num_labels), 0.0)
+    stay = ops.arange(num_labels, dtype="int32")[None]  # padding: keep the label
 
     def step(carry, inputs):
-        scores, _ = carry
-        step_emissions, step_mask = inputs
+        scores = carry[0]
+        step_emissions, step_mask = inputs[:, :-1], ops.cast(inputs[:, -1], "bool")
         candidates = scores[:, :, None] + trans[None]
-        best = tf.argmax(candidates, axis=1, output_type=tf.int32)
-        advanced = tf.reduce_max(candidates, axis=1) + step_emissions
-        stay = tf.broadcast_to(tf.range(num_labels)[None], tf.shape(best))  # padding: keep the label
-        return (tf.where(step_mask[:, None], advanced, scores), tf.where(step_mask[:, None], best, stay))
+        best = ops.cast(ops.argmax(candidates, axis=1), "int32")
+        advanced = ops.max(candidates, axis=1) + step_emissions
+        carry = (ops.where(step_mask[:, None], advanced, scores), ops.where(step_mask[:, None], best, stay))
+        return carry, carry  # (Keras's TensorFlow scan stacks outputs shaped as the carry)
 
-    start = (emissions[:, 0], tf.zeros_like(emissions[:, 0], dtype=tf.int32))
-    time_major = (tf.transpose(emissions[:, 1:], (1, 0, 2)), tf.transpose(mask[:, 1:]))
-    scores, backpointers = tf.scan(step, time_major, initializer=start)
-    scores = tf.concat([start[0][None], scores], axis=0)  # also right for one-position batches
-    last_label = tf.argmax(scores[-1], axis=1, output_type=tf.int32)
-    earlier = tf.scan(lambda label, pointers: tf.gather(pointers, label, batch_dims=1),
-                      backpointers, initializer=last_label, reverse=True)
-    paths = tf.concat([tf.transpose(earlier), last_label[:, None]], axis=1)
-    return tf.where(mask, paths, 0)
+    if emissions.shape[1] == 1:  # no step to scan (Keras's torch scan needs one)
+        return ops.where(mask, ops.cast(ops.argmax(emissions, axis=2), "int32"), 0)
+    start = (emissions[:, 0], ops.zeros_like(emissions[:, 0], dtype="int32"))
+    time_major = _time_major(emissions, ops.cast(mask, "float32")[:, :, None])
+    (last_scores, _), (_, backpointers) = ops.scan(step, start, time_major)
+    last_label = ops.cast(ops.argmax(last_scores, axis=1), "int32")
+
+    def back(label, pointers):
+        earlier = ops.take_along_axis(pointers, label[:, None], axis=1)[:, 0]
+        return earlier, earlier
+
+    _, earlier = ops.scan(back, last_label, backpointers, reverse=True)
+    paths = ops.concatenate([ops.reshape(ops.transpose(earlier), (ops.shape(last_label)[0], -1)),
+                             last_label[:, None]], axis=1)
+    return ops.where(mask, paths, 0)
 
 
-def _forbidden(allowed: Sequence[int], num_labels):
+def _time_major(scores, mask):
+    """Positions 1 on of `scores` `[batch, length, T]` and `mask` `[batch, length, 1]`, as one
+    `[length - 1, batch, T + 1]` tensor to scan (Keras's TensorFlow scan fails on several inputs of
+    unknown length)."""
+    return ops.transpose(ops.concatenate([scores[:, 1:], mask[:, 1:]], axis=-1), (1, 0, 2))
+
+
+def _forbidden(allowed: Sequence[int], num_labels: int) -> np.ndarray:
     """-1e12 for each label not in `allowed`, 0 for the others: `[T]`."""
-    import tensorflow as tf
-
-    allowed_mask = tf.reduce_any(tf.one_hot(list(allowed), num_labels) > 0, axis=0)
-    return tf.where(allowed_mask, 0.0, MASKED)
+    return np.where(np.isin(np.arange(num_labels), list(allowed)), 0.0, MASKED).astype("float32")

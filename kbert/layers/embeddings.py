@@ -8,8 +8,11 @@ Ids outside a table are errors that name the config key (`checked_ids`).
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
+from kbert.errors import InputError
+from kbert.layers.checks import checked
 from kbert.layers.common import _PACKAGE, clone_initializer
 
 
@@ -18,20 +21,18 @@ def checked_ids(ids, limit: int, description: str):
 
     Keras would otherwise take a negative id as counting from the end of the
     table (a silently wrong row) and raise an error that names no config key
-    for one past the end. The checks are TensorFlow assertions, run in eager and
-    graph mode; XLA (`jit_compile=True`) compiles them away, as it does every
-    assertion.
+    for one past the end. The checks run on every backend where values can be
+    read (`kbert.layers.checks`).
     """
-    import tensorflow as tf
+    negative, too_large = _range_errors(limit, description)
+    ids = checked(ids, ops.all(ids >= 0), negative)
+    return checked(ids, ops.all(ids < limit), too_large)
 
+
+def _range_errors(limit: int, description: str) -> tuple:
+    """The messages of an id below 0 and of one at least `limit`."""
     expected = f"{description}: ids must be in [0, {limit})"
-    checks = [
-        tf.debugging.assert_non_negative(ids, message=f"{expected}; found a negative id", summarize=8),
-        tf.debugging.assert_less(ids, ops.cast(limit, ids.dtype),
-                                 message=f"{expected}; found one of {limit} or more", summarize=8),
-    ]
-    with tf.control_dependencies(checks):
-        return tf.identity(ids)
+    return f"{expected}; found a negative id", f"{expected}; found one of {limit} or more"
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -68,7 +69,19 @@ class Embedding(keras.layers.Embedding):
 
     def call(self, inputs):
         ids = ops.cast(inputs, "int32") if inputs.dtype not in ("int32", "int64") else inputs
-        return super().call(checked_ids(ids, self.input_dim, f"{self.name} ({self.size_key})"))
+        return super().call(checked_ids(ids, self.input_dim, self._description))
+
+    def check_ids(self, ids: np.ndarray) -> None:
+        """`call`'s checks on an array of ids, for a model to run before a compiled step (`IdModel`)."""
+        negative, too_large = _range_errors(self.input_dim, self._description)
+        if ids.size and ids.min() < 0:
+            raise InputError(negative)
+        if ids.size and ids.max() >= self.input_dim:
+            raise InputError(too_large)
+
+    @property
+    def _description(self) -> str:
+        return f"{self.name} ({self.size_key})"
 
     def get_config(self):
         return {**super().get_config(), "size_key": self.size_key}
@@ -188,15 +201,26 @@ class PositionEmbedding(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        import tensorflow as tf
-
         length = ops.shape(inputs)[1]
-        check = tf.debugging.assert_less_equal(
-            length, self.max_length, message=f"{self.name}: the sequence is longer than "
-                                             f"max_position_embeddings ({self.max_length})")
-        with tf.control_dependencies([check]):
-            positions = ops.cast(self.embeddings[:length], self.compute_dtype)
-        return inputs + positions[None]
+        if isinstance(length, int):  # a static length (JAX, torch, a fixed-length Input): checked here
+            self.check_length(length)
+            table = self.embeddings.value
+        else:
+            table = checked(self.embeddings.value, ops.less_equal(length, self.max_length), self._too_long)
+        positions = ops.slice(table, (0, 0), (length, ops.shape(table)[1]))
+        return inputs + ops.cast(positions, self.compute_dtype)[None]
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def check_length(self, length: int) -> None:
+        """Raises `InputError` for a sequence longer than the table (for `IdModel` to run before a compiled step)."""
+        if length > self.max_length:
+            raise InputError(self._too_long)
+
+    @property
+    def _too_long(self) -> str:
+        return f"{self.name}: the sequence is longer than max_position_embeddings ({self.max_length})"
 
     def get_config(self):
         return {

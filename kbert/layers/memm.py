@@ -75,16 +75,13 @@ class MaximumEntropyMarkovModel(keras.layers.Layer):
 
     def _scores(self, y_true, y_pred, backwards: bool):
         """(labels, each position's averaged scores, mask), read forwards or backwards."""
-        import tensorflow as tf  # tf.reverse_sequence reverses each row within its own length
-
         y_pred = ops.cast(y_pred, "float32")
         mask = real_positions(y_pred)
         labels = ops.cast(ops.reshape(y_true, ops.shape(y_pred)[:-1]), "int32")
         trans = self.trans
         if backwards:
             lengths = ops.sum(ops.cast(mask, "int32"), axis=1)
-            labels = tf.reverse_sequence(labels, lengths, seq_axis=1)
-            y_pred = tf.reverse_sequence(y_pred, lengths, seq_axis=1)
+            labels, y_pred = _reversed_rows(labels, lengths), _reversed_rows(y_pred, lengths)
             trans = ops.transpose(trans)
         history = ops.take(trans, labels, axis=0)  # scores following each position's true label
         history = ops.concatenate([y_pred[:, :1], history[:, :-1]], axis=1)
@@ -119,3 +116,12 @@ class MaximumEntropyMarkovModel(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "lr_multiplier": self.lr_multiplier, "hidden_dim": self.hidden_dim}
+
+
+def _reversed_rows(values, lengths):
+    """`values` `[batch, length, ...]` with each row's first `lengths[row]` positions reversed, the rest kept."""
+    positions = ops.arange(ops.shape(values)[1])[None]
+    lengths = lengths[:, None]
+    order = ops.where(positions < lengths, lengths - 1 - positions, positions)
+    order = ops.reshape(order, (*ops.shape(order), *[1] * (len(values.shape) - 2)))
+    return ops.take_along_axis(values, ops.cast(order, "int32"), axis=1)

@@ -14,7 +14,11 @@ import dataclasses
 from typing import Any, Optional
 
 import keras
+import numpy as np
+from keras import ops
 
+from kbert.errors import InputError
+from kbert.layers.checks import checked
 from kbert.models import naming
 from kbert.models.config import BertConfig
 from kbert.models.heads import Heads
@@ -41,15 +45,58 @@ class IdModel(keras.Model):
     build_spec: Optional[dict] = None
 
     def call(self, inputs, training=None, mask=None):
-        import tensorflow as tf
+        flat = keras.tree.flatten(inputs)
+        for index, (tensor, reference) in enumerate(zip(flat, self.inputs)):
+            tensor = ops.convert_to_tensor(tensor)
+            if "float" in str(tensor.dtype) and "int" in str(reference.dtype):  # not T5's Input-Context
+                flat[index] = checked(tensor, ops.all(ops.equal(tensor, ops.round(tensor))),
+                                      f"{reference.name}: ids must be whole numbers")
+        return super().call(keras.tree.pack_sequence_as(inputs, flat), training=training, mask=mask)
 
-        for tensor, reference in zip(tf.nest.flatten(inputs), self.inputs):
-            tensor = tf.convert_to_tensor(tensor)
-            if tensor.dtype.is_floating and "int" in str(reference.dtype):  # not T5's Input-Context
-                tf.debugging.assert_equal(
-                    tensor, tf.round(tensor), summarize=8,
-                    message=f"{reference.name}: ids must be whole numbers")
-        return super().call(inputs, training=training, mask=mask)
+    def predict(self, x, *args, **kwargs):
+        self._check_arrays(x)
+        return super().predict(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._check_arrays(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        self._check_arrays(x)
+        return super().fit(x, *args, **kwargs)
+
+    def _check_arrays(self, x) -> None:
+        """The graph's checks on arrays given to `predict`, `evaluate` or `fit`, before a compiled backend runs them.
+
+        JAX compiles those loops, and a compiled function cannot raise: the
+        checks `call` and the embeddings make would be traced away (and an
+        error while tracing leaves Keras's JAX trainer with the model's
+        variables released). Datasets and generators are not read ahead;
+        TensorFlow raises from its graph.
+        """
+        if keras.backend.backend() == "tensorflow" or x is None:
+            return
+        if isinstance(x, dict):
+            x = [x.get(reference.name) for reference in self.inputs]
+        arrays = [x] if hasattr(x, "shape") else list(x) if isinstance(x, (list, tuple)) else []
+        if len(arrays) != len(self.inputs) or not all(hasattr(a, "shape") or isinstance(a, list) for a in arrays):
+            return
+        for array, reference in zip(arrays, self.inputs):
+            array = np.asarray(ops.convert_to_numpy(array))
+            if "int" not in str(reference.dtype):
+                continue
+            if array.dtype.kind == "f" and not np.array_equal(array, np.round(array)):
+                raise InputError(f"{reference.name}: ids must be whole numbers")
+            for layer in self._layers_reading(reference):
+                layer.check_ids(array)
+        for layer in self.layers:
+            if hasattr(layer, "check_length") and arrays[0] is not None:
+                layer.check_length(np.shape(arrays[0])[-1])
+
+    def _layers_reading(self, reference):
+        """The layers of the graph with a `check_ids` that take the input `reference` as it is."""
+        return [layer for layer in self.layers if hasattr(layer, "check_ids")
+                and any(tensor is reference for node in layer._inbound_nodes for tensor in node.input_tensors)]
 
     def get_config(self):
         return {**super().get_config(), "family": self.family, "build_spec": self.build_spec}

@@ -1,0 +1,57 @@
+"""Run-time checks on a layer's inputs that name what is wrong, on every Keras backend.
+
+TensorFlow raises from inside a graph: a check there is an assertion the
+graph runs (`tf.debugging.Assert`), in eager and `tf.function` alike, and
+XLA (`jit_compile=True`) compiles it away as it does every assertion. JAX
+and PyTorch run a check only on concrete values (eager calls, the torch
+trainer); while JAX traces a function (`jit`, as Keras's `fit` and
+`predict` do) or torch builds a symbolic graph the check is skipped, and
+`IdModel` checks the arrays before they go in (`kbert.models.transformer`).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from kbert.errors import InputError
+
+
+def is_concrete(tensor) -> bool:
+    """Whether `tensor` holds values a check can read now (not a JAX tracer or a symbolic tensor).
+
+    >>> is_concrete(ops.convert_to_tensor([1, 2]))
+    True
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return not isinstance(tensor, jax.core.Tracer)
+    if backend == "torch":
+        import torch
+
+        return not torch.compiler.is_compiling() and getattr(tensor, "device", None) is not None \
+            and tensor.device.type != "meta"
+    return not isinstance(tensor, keras.KerasTensor)
+
+
+def checked(value, condition, message: str):
+    """`value`, once the boolean tensor `condition` holds; an error with `message` otherwise.
+
+    On TensorFlow the error is `InvalidArgumentError` (raised by the graph);
+    on the other backends it is `kbert.errors.InputError`.
+
+    Example:
+    >>> ids = ops.convert_to_tensor([3, 4])
+    >>> checked(ids, ops.all(ids < 5), "ids must be below 5").shape
+    TensorShape([2])
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with tf.control_dependencies([tf.debugging.Assert(condition, [message])]):
+            return tf.identity(value)
+    if is_concrete(condition) and not bool(ops.convert_to_numpy(condition)):
+        raise InputError(message)
+    return value
