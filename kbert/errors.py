@@ -58,3 +58,18 @@ def check_whole_number(value, what: str, minimum: int = 1, error: type = KbertEr
         expected = {0: "a non-negative integer", 1: "a positive integer"}.get(
             minimum, f"a whole number of at least {minimum}")
         raise error(f"{what}: expected {expected}, got {value!r}")
+
+
+def require_tensorflow(feature: str, instead: str = ""):
+    """TensorFlow, imported for `feature`; where it is not installed, a `KbertError` that says how to get it.
+
+    TensorFlow is a dependency of the package, but kbert builds, loads
+    safetensors and generates on JAX or PyTorch without it; only the features
+    that are TensorFlow's own need it.
+    """
+    try:
+        import tensorflow
+    except ImportError:
+        raise KbertError(f"{feature} needs TensorFlow, which this environment lacks: pip install tensorflow"
+                         + (f", or {instead}" if instead else "")) from None
+    return tensorflow

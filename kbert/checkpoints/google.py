@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from typing import Optional, Sequence
 
-from kbert.errors import CheckpointError, first_line
+from kbert.errors import CheckpointError, first_line, require_tensorflow
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
 from kbert.io import replace_files
 from kbert.checkpoints.names import values_for
@@ -45,10 +45,14 @@ def resolve_checkpoint_prefix(path: "str | os.PathLike[str]") -> str:
     return path
 
 
+_READING = "reading a Google (TF) checkpoint"
+_CONVERT = "convert it to safetensors with `kbert convert` where TensorFlow is installed and load that"
+
+
 def _prefix_in_directory(directory: str) -> str:
     state = os.path.join(directory, "checkpoint")
     if os.path.exists(state):
-        import tensorflow as tf
+        tf = require_tensorflow(_READING, _CONVERT)
 
         latest = tf.train.latest_checkpoint(directory)
         if latest and os.path.exists(latest + ".index"):
@@ -65,7 +69,7 @@ def _prefix_in_directory(directory: str) -> str:
 
 def open_google_checkpoint(path: "str | os.PathLike[str]") -> TensorSource:
     """The variables of a Google checkpoint, read lazily with TensorFlow's reader."""
-    import tensorflow as tf
+    tf = require_tensorflow(_READING, _CONVERT)
 
     prefix = resolve_checkpoint_prefix(path)
     try:
@@ -123,7 +127,7 @@ def save_google_checkpoint(model, path: "str | os.PathLike[str]") -> str:
 
     Returns the prefix written.
     """
-    import tensorflow as tf
+    tf = require_tensorflow("writing a Google (TF) checkpoint", "save Hugging Face safetensors (save_hf_weights)")
 
     prefix = os.path.abspath(os.fspath(path))
     directory = os.path.dirname(prefix)

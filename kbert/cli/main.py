@@ -9,6 +9,7 @@ TensorFlow is imported only by the sub-commands that build a model, so
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -23,13 +24,20 @@ from kbert.errors import KbertError
 INFERENCE_COMMANDS = ("evaluate", "predict", "export")
 # The commands that never import TensorFlow.
 PURE_PYTHON_COMMANDS = ("params", "migrate")
+# The commands that say which Keras backend runs them.
+BACKEND_COMMANDS = ("summary", "train", "pretrain")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="kbert: %(message)s")
-    if args.command not in PURE_PYTHON_COMMANDS:
+    if args.command not in PURE_PYTHON_COMMANDS and keras_backend_name() == "tensorflow":
         _import_tensorflow_quietly()
+    if args.command in BACKEND_COMMANDS:
+        import keras
+
+        logging.getLogger("kbert").info("Keras backend: %s (KERAS_BACKEND picks tensorflow, jax or torch)",
+                                        keras.backend.backend())
     try:
         if args.command in INFERENCE_COMMANDS:
             return _run_in_precision(args)
@@ -62,6 +70,18 @@ def _run_in_precision(args) -> int:
     warn_if_emulated(args.mixed_precision)
     with precision_policy(args.mixed_precision):
         return args.run(args)
+
+
+def keras_backend_name() -> str:
+    """The backend Keras will load, read as Keras reads it (`KERAS_BACKEND`, then keras.json), without loading it."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))
+    try:
+        with open(os.path.join(home, "keras.json"), encoding="utf-8") as handle:
+            return json.load(handle).get("backend", "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
 
 
 def _import_tensorflow_quietly() -> None:

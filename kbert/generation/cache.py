@@ -38,6 +38,7 @@ from keras import ops
 from kbert.errors import KbertError
 from kbert.layers import (AttentionMask, MultiHeadSelfAttention, PositionEmbedding, RelativePositionEmbedding,
                           SinusoidalPositionEmbedding, T5RelativePositionBias)
+from kbert.layers.checks import traced_once
 from kbert.layers.rotary import sinusoids
 from kbert.models.registry import get_family, graph_class
 
@@ -152,24 +153,26 @@ class CachedGraph:
         self.encode, self.step, self.forward = self._compiled(model)
 
     def _compiled(self, model):
-        """`_encode`, `_step` and `_forward`, each traced once as a `tf.function` on TensorFlow.
+        """`_encode`, `_step` and `_forward`, each traced once as a `tf.function` on TensorFlow (`traced_once`)."""
+        def cache(tf):
+            return tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
 
-        The other backends run them eagerly.
-        """
-        if keras.backend.backend() != "tensorflow":
-            return self._encode, self._step, self._forward
-        import tensorflow as tf
+        def state(tf):
+            caches = [(cache(tf), cache(tf))] * self.calls
+            if not self.seq2seq:
+                return {"self": caches}
+            return {"self": caches, "cross": caches, "source": tf.TensorSpec([None, None], tf.bool)}
 
-        ids = tf.TensorSpec([None, None], tf.int32)
-        cache = tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
-        state = {"self": [(cache, cache)] * self.calls}
-        if self.seq2seq:
-            state.update(cross=[(cache, cache)] * self.calls, source=tf.TensorSpec([None, None], tf.bool))
-        last = tf.TensorSpec([None], tf.int32)
-        return (tf.function(self._encode, input_signature=[ids]),
-                tf.function(self._step, input_signature=[ids, ids, ids, tf.TensorSpec([None, None, None], tf.bool),
-                                                         last, state]),
-                tf.function(self._forward, input_signature=[[ids] * len(model.inputs), last]))
+        def ids(tf):
+            return tf.TensorSpec([None, None], tf.int32)
+
+        def last(tf):
+            return tf.TensorSpec([None], tf.int32)
+
+        return (traced_once(self._encode, lambda tf: [ids(tf)]),
+                traced_once(self._step, lambda tf: [ids(tf), ids(tf), ids(tf),
+                                                    tf.TensorSpec([None, None, None], tf.bool), last(tf), state(tf)]),
+                traced_once(self._forward, lambda tf: [[ids(tf)] * len(model.inputs), last(tf)]))
 
     def empty_caches(self, rows: int, slots: int) -> List[Tuple]:
         """Zero self-attention caches for `rows` sequences of up to `slots` tokens."""

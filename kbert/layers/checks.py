@@ -55,3 +55,20 @@ def checked(value, condition, message: str):
     if is_concrete(condition) and not bool(ops.convert_to_numpy(condition)):
         raise InputError(message)
     return value
+
+
+def traced_once(function, signature=None):
+    """`function` as a `tf.function` on TensorFlow (`signature(tf)` gives its input signature); as is elsewhere.
+
+    Decoding loops (generation's step, a tagger's decoder) are traced once on
+    TensorFlow, for every batch shape; JAX and PyTorch run them eagerly, op by
+    op, as Keras runs a model called outside `fit`.
+
+    >>> traced_once(lambda x: x + 1)(ops.convert_to_tensor(1)).numpy()
+    2
+    """
+    if keras.backend.backend() != "tensorflow":
+        return function
+    import tensorflow as tf
+
+    return tf.function(function, input_signature=None if signature is None else signature(tf))

@@ -31,9 +31,11 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from keras import ops
 
 from kbert.training.data import LabelMap, make_dataset
 from kbert.errors import DataError, KbertError
+from kbert.layers.checks import traced_once
 from kbert.models import naming
 from kbert.models.heads import DEFAULT_TOKEN_HEAD, TOKEN_HEADS
 from kbert.training.task import Task, TrainingData, read_training_file
@@ -302,16 +304,15 @@ class SpanCrossEntropy:
         return self.call(y_true, y_pred)
 
     def call(self, y_true, y_pred):
-        import tensorflow as tf
-
         from kbert.training.losses import global_pointer_crossentropy
 
-        y_true = tf.reshape(tf.cast(y_true, tf.int32), [tf.shape(y_pred)[0], -1, 3])
-        rows = tf.where(y_true[:, :, 0] >= 0)  # [m, 2]: (example, entity)
-        entities = tf.gather_nd(y_true, rows)  # [m, 3]
-        indices = tf.concat([tf.cast(rows[:, :1], tf.int32), entities], axis=1)
-        dense = tf.scatter_nd(indices, tf.ones([tf.shape(indices)[0]], y_pred.dtype), tf.shape(y_pred))
-        return tf.reduce_mean(global_pointer_crossentropy(tf.minimum(dense, 1), y_pred))
+        types, length = y_pred.shape[1], ops.shape(y_pred)[2]
+        y_true = ops.reshape(ops.cast(y_true, "int32"), (ops.shape(y_pred)[0], -1, 3))
+        real = ops.cast(y_true[:, :, :1] >= 0, y_pred.dtype)  # -1 rows pad the entities
+        kinds, firsts, lasts = (ops.one_hot(y_true[:, :, column], size, dtype=y_pred.dtype)
+                                for column, size in enumerate((types, length, length)))
+        dense = ops.einsum("bkt,bki,bkj->btij", kinds * real, firsts, lasts)
+        return ops.mean(global_pointer_crossentropy(ops.minimum(dense, 1), y_pred))
 
 
 class Tagger:
@@ -325,12 +326,11 @@ class Tagger:
     """
 
     def __init__(self, model, encoder: UnitEncoder, labels: LabelMap, state: dict):
-        import tensorflow as tf
-
         self.model, self.encoder, self.labels = model, encoder, labels
         self.head, self.unit = state["head"], state["unit"]
-        ids = tf.TensorSpec([None, None], tf.int32)  # one trace for every batch shape
-        self._decode = tf.function(getattr(self, f"_decode_{self.head}"), input_signature=[ids, ids])
+        # One trace for every batch shape.
+        self._decode = traced_once(getattr(self, f"_decode_{self.head}"),
+                                   lambda tf: [tf.TensorSpec([None, None], tf.int32)] * 2)
 
     def entities(self, sentences: Sequence[Sequence[str]], batch_size: int = 64,
                  bucketing: bool = True) -> List[List[Span]]:
@@ -347,8 +347,8 @@ class Tagger:
         found: List[List[Span]] = [[] for _ in sentences]
         position = 0
         for (features,) in batches:
-            decoded = self._decode(*features)
-            for row in decoded.to_list() if self.head == "global_pointer" else decoded.numpy():
+            decoded = ops.convert_to_numpy(self._decode(*(ops.convert_to_tensor(np.asarray(f)) for f in features)))
+            for row in _entity_rows(decoded) if self.head == "global_pointer" else decoded:
                 chunk_index = order[position]
                 found[owners[chunk_index]] += self._spans(chunks[chunk_index], row)
                 position += 1
@@ -371,16 +371,16 @@ class Tagger:
         return viterbi_decode(emissions, self.model.get_layer(naming.CRF).trans, starts=outside, ends=outside)
 
     def _decode_softmax(self, token_ids, segment_ids):
-        import tensorflow as tf
-
-        return tf.argmax(self.model([token_ids, segment_ids], training=False), axis=-1)
+        return ops.argmax(self.model([token_ids, segment_ids], training=False), axis=-1)
 
     def _decode_global_pointer(self, token_ids, segment_ids):
-        import tensorflow as tf
+        return self.model([token_ids, segment_ids], training=False) > 0
 
-        logits = self.model([token_ids, segment_ids], training=False)
-        hits = tf.cast(tf.where(logits > 0), tf.int32)  # [m, 4]: example, type, first, last
-        return tf.RaggedTensor.from_value_rowids(hits[:, 1:], hits[:, 0], nrows=tf.shape(logits)[0])
+
+def _entity_rows(hits: np.ndarray) -> List[np.ndarray]:
+    """Each example's `(type, first, last)` rows of a GlobalPointer's positive scores `[batch, types, n, n]`."""
+    found = np.argwhere(hits)  # [m, 4]: example, type, first, last
+    return [found[found[:, 0] == example, 1:] for example in range(len(hits))]
 
 
 def load_tagger(model_dir: str) -> Tagger:

@@ -24,7 +24,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import DataError
+from kbert.errors import require_tensorflow, DataError
 from kbert.io import atomic_write_text
 from kbert.training.records import DataReport, Fields, parse_rows, read_records
 
@@ -183,9 +183,10 @@ def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: i
     once per shape. With `bucketing`, a batch holds examples whose first
     feature is in one such 16-token band only (drawn in shuffled order, so
     batches still mix the data), which pads far less when lengths vary. The
-    whole pipeline runs in TensorFlow, with no Python per batch.
+    whole pipeline runs in TensorFlow (`tf.data`), with no Python per batch,
+    whatever the Keras backend.
     """
-    import tensorflow as tf
+    tf = require_tensorflow("kbert's training and prediction input pipeline (tf.data)")
 
     columns = list(zip(*encoded))
     lengths = [np.array([len(ids) for ids in column], dtype=np.int64) for column in columns]

@@ -1,6 +1,10 @@
 """Training on several devices or machines: `--strategy` and the model `fit` runs on.
 
-`make_strategy` picks the `tf.distribute` strategy. `Trainer` is the model
+`make_strategy` picks the `tf.distribute` strategy on TensorFlow. On JAX and
+PyTorch there is no `tf.distribute`: `auto` trains on one device there, except
+that JAX with several devices trains data-parallel
+(`keras.distribution.DataParallel`); `mirrored` and `multiworker` are refused
+with the reason. `Trainer` is the model
 `kbert.train` compiles and fits: a plain functional `keras.Model` except under
 `MultiWorkerMirroredStrategy`, where Keras 3's `fit` fails before the first
 step (keras-team/keras#20585) in two places, both fixed here:
@@ -20,21 +24,44 @@ import json
 import os
 from typing import Optional
 
+import contextlib
+
 import keras
-import tensorflow as tf
 
 from kbert.errors import KbertError
 
 STRATEGIES = ("auto", "mirrored", "multiworker")
 
 
-def make_strategy(name: str) -> tf.distribute.Strategy:
-    """The `tf.distribute` strategy for `--strategy`.
+class LocalStrategy:
+    """What `fit` needs of a strategy on JAX and PyTorch, where Keras distributes without `tf.distribute`."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
+def make_strategy(name: str):
+    """The `tf.distribute` strategy for `--strategy` (on JAX and PyTorch, a `LocalStrategy`).
 
     `auto` mirrors over the local GPUs when there are several and is the
     default (no) strategy otherwise; `multiworker` reads the cluster and this
     process's task from the `TF_CONFIG` environment variable.
     """
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        if name == "auto":
+            if backend == "jax" and len(keras.distribution.list_devices()) > 1:
+                keras.distribution.set_distribution(keras.distribution.DataParallel())
+            return LocalStrategy()
+        if name in STRATEGIES:
+            raise KbertError(f"--strategy {name} is TensorFlow's tf.distribute, and Keras runs on {backend}: "
+                             "set KERAS_BACKEND=tensorflow, or use --strategy auto (on JAX, data-parallel "
+                             "over all local devices)")
+        raise KbertError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
+    import tensorflow as tf
+
     if name == "auto":
         gpus = tf.config.list_logical_devices("GPU")
         return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
@@ -85,7 +112,7 @@ class WorkerRole:
     is_chief: bool
 
 
-def worker_role(strategy: tf.distribute.Strategy) -> Optional[WorkerRole]:
+def worker_role(strategy) -> Optional[WorkerRole]:
     """The role of this process under `MultiWorkerMirroredStrategy`; None otherwise."""
     if not is_multi_worker(strategy):
         return None
@@ -98,7 +125,11 @@ def worker_role(strategy: tf.distribute.Strategy) -> Optional[WorkerRole]:
                       len(jobs.get("chief", [])) + len(jobs.get("worker", [])), chief)
 
 
-def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+def is_multi_worker(strategy) -> bool:
+    if isinstance(strategy, LocalStrategy):
+        return False
+    import tensorflow as tf
+
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
@@ -119,23 +150,24 @@ class Trainer(keras.Model):
     ['loss']
     """
 
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        strategy = self.distribute_strategy
-        if iterator is not None and is_multi_worker(strategy):
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda value: strategy.experimental_local_results(value)[0], next(batches))
-                break
-            iterator = None
-        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+    if keras.backend.backend() == "tensorflow":  # the multi-worker fixes; other backends' steps differ
+        def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+            strategy = self.distribute_strategy
+            if iterator is not None and is_multi_worker(strategy):
+                for _, _, batches in iterator:
+                    data_batch = keras.tree.map_structure(
+                        lambda value: strategy.experimental_local_results(value)[0], next(batches))
+                    break
+                iterator = None
+            super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
-    def train_step(self, data):
-        return self._reducible(super().train_step(data))
+        def train_step(self, data):
+            return self._reducible(super().train_step(data))
 
-    def test_step(self, data):
-        return self._reducible(super().test_step(data))
+        def test_step(self, data):
+            return self._reducible(super().test_step(data))
 
-    def _reducible(self, logs: dict) -> dict:
-        if not is_multi_worker(self.distribute_strategy):
-            return logs
-        return {name: tf.reshape(value, [1]) for name, value in logs.items()}
+        def _reducible(self, logs: dict) -> dict:
+            if not is_multi_worker(self.distribute_strategy):
+                return logs
+            return {name: keras.ops.reshape(value, [1]) for name, value in logs.items()}

@@ -1,0 +1,96 @@
+"""kbert on JAX and PyTorch, in a process where TensorFlow cannot be imported.
+
+Each case runs a fresh Python with `KERAS_BACKEND` set and `tensorflow`
+blocked in `sys.modules`, so an import of TensorFlow anywhere on the path
+fails the test. The rest of the suite runs on any backend too:
+`KERAS_BACKEND=jax pytest tests/test_zoo_layers.py ...` (see docs/backends.md).
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CONFIGS, REPO, shared_path
+
+BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(name) is None,
+                                                        reason=f"{name} is not installed (pip install "
+                                                               f"'{'jax[cpu]' if name == 'jax' else name}')"))
+            for name in ("jax", "torch")]
+WITHOUT_TENSORFLOW = "import sys; sys.modules['tensorflow'] = None\n"
+
+
+def run_without_tensorflow(backend: str, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW + code], capture_output=True, text=True,
+                          env=env, cwd=str(REPO), timeout=600)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_build_predict_and_summary_without_tensorflow(backend):
+    result = run_without_tensorflow(backend, f"""
+import json, numpy as np, keras, kbert
+from kbert.cli.main import main
+bert = kbert.build_transformer_model({str(CONFIGS / 'bert_tiny.json')!r}, with_mlm=True)
+tokens = np.array([[101, 872, 1962, 102, 0]])
+probabilities = keras.ops.convert_to_numpy(bert.predict([tokens, tokens * 0], verbose=0))
+print(json.dumps({{"backend": keras.backend.backend(), "shape": list(probabilities.shape),
+                  "sums": probabilities.sum(-1).round(4).tolist()}}))
+assert main(["summary"]) == 0
+""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = json.loads(result.stdout.splitlines()[0])
+    assert first == {"backend": backend, "shape": [1, 5, 21128], "sums": [[1.0] * 5]}
+    assert "Total params: 101,678,594" in result.stdout
+    assert f"Keras backend: {backend}" in result.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_google_checkpoint_without_tensorflow_is_one_clear_error(backend):
+    checkpoint = shared_path("fixtures", "google_tiny")
+    result = run_without_tensorflow(backend, f"""
+from kbert.cli.main import main
+raise SystemExit(main(["summary", {str(checkpoint / "bert_config.json")!r},
+                       "--checkpoint", {str(checkpoint)!r}]))
+""")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert ("kbert: error: reading a Google (TF) checkpoint needs TensorFlow, which this environment lacks: "
+            "pip install tensorflow, or convert it to safetensors with `kbert convert`") in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_ids_are_clear_errors_before_a_compiled_step(backend):
+    # JAX compiles predict: the model checks the arrays first, and stays usable after.
+    result = run_without_tensorflow(backend, f"""
+import numpy as np, kbert
+from kbert.errors import InputError
+bert = kbert.build_transformer_model({str(CONFIGS / 'bert_tiny.json')!r})
+for tokens in (np.array([[101, 21128, 102]]), np.array([[1] * 65])):
+    try:
+        bert.predict([tokens, tokens * 0], verbose=0)
+    except InputError as error:
+        print(error)
+tokens = np.array([[101, 5, 102]])
+print(bert.predict([tokens, tokens * 0], verbose=0).shape)
+""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "Embedding-Token (vocab_size): ids must be in [0, 21128); found one of 21128 or more",
+        "Embedding-Position: the sequence is longer than max_position_embeddings (64)",
+        "(1, 3, 32)"]
+
+
+def test_the_backend_is_read_as_keras_reads_it(tmp_path, monkeypatch):
+    from kbert.cli.main import keras_backend_name
+
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    assert keras_backend_name() == "tensorflow"
+    (tmp_path / "keras.json").write_text(json.dumps({"backend": "jax"}))
+    assert keras_backend_name() == "jax"
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    assert keras_backend_name() == "torch"
