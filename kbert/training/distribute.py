@@ -34,7 +34,14 @@ STRATEGIES = ("auto", "mirrored", "multiworker")
 
 
 class LocalStrategy:
-    """What `fit` needs of a strategy on JAX and PyTorch, where Keras distributes without `tf.distribute`."""
+    """What `fit` needs of a strategy on JAX and PyTorch, where Keras distributes without `tf.distribute`.
+
+    Example:
+    >>> strategy = LocalStrategy()
+    >>> with strategy.scope():
+    ...     strategy.num_replicas_in_sync
+    1
+    """
 
     num_replicas_in_sync = 1
 
