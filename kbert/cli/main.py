@@ -33,7 +33,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="kbert: %(message)s")
     if args.command not in PURE_PYTHON_COMMANDS and keras_backend_name() == "tensorflow":
         _import_tensorflow_quietly()
-    if args.command in BACKEND_COMMANDS:
+    if args.command in BACKEND_COMMANDS and keras_backend_name() != "tensorflow":  # the default goes unsaid
         import keras
 
         logging.getLogger("kbert").info("Keras backend: %s (KERAS_BACKEND picks tensorflow, jax or torch)",
