@@ -28,7 +28,7 @@ from kbert.builder import build_masked_lm, build_transformer_model
 from kbert.tasks.labelling import read_tagged, spans
 from kbert.tasks.seq2seq import IGNORED, Pair, Seq2SeqTask, encode_pairs
 from kbert.tokenizers.wordpiece import Tokenizer
-from kbert.training.loop import make_optimizer
+from kbert.training.optimizers import make_optimizer
 from kbert.training.options import TrainingOptions
 
 

@@ -37,7 +37,7 @@ from kbert.training.data import read_examples
 from kbert.training.options import TrainingOptions
 from kbert.tasks import get_task
 from kbert.tokenizers.wordpiece import Tokenizer
-from kbert.training.loop import make_optimizer
+from kbert.training.optimizers import make_optimizer
 
 
 class Engine(NamedTuple):

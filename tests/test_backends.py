@@ -94,3 +94,32 @@ def test_the_backend_is_read_as_keras_reads_it(tmp_path, monkeypatch):
     assert keras_backend_name() == "jax"
     monkeypatch.setenv("KERAS_BACKEND", "torch")
     assert keras_backend_name() == "torch"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_train_and_predict_every_task_without_tensorflow(backend, tmp_path):
+    """Classification, NER with a CRF and UniLM seq2seq, from the CLI, on the PyDataset pipeline."""
+    reviews = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:48]
+    (tmp_path / "reviews.tsv").write_text("\n".join(reviews) + "\n", encoding="utf-8")
+    (tmp_path / "pairs.tsv").write_text("".join(f"{line.split(chr(9))[0][:20]}\t{'好坏'[line.endswith('0')]}\n"
+                                                for line in reviews), encoding="utf-8")
+    sentences = shared_path("data", "msra_ner", "msra.dev.bmes").read_text(encoding="utf-8").split("\n\n")[:48]
+    (tmp_path / "tagged.bmes").write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+    (tmp_path / "texts.txt").write_text("张三去北京\n这本书很好看\n", encoding="utf-8")
+    common = ["--config", str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+              "--epochs", "1", "--batch-size", "16", "--maxlen", "32"]
+    result = run_without_tensorflow(backend, f"""
+import os
+from kbert.cli.main import main
+os.chdir({str(tmp_path)!r})
+for task, data in (("classify", "reviews.tsv"), ("ner", "tagged.bmes"), ("seq2seq", "pairs.tsv")):
+    extra = ["--head", "crf"] if task == "ner" else []
+    assert main(["train", "--task", task, "--train", data, "--out", task, *{common!r}, *extra]) == 0, task
+    assert main(["predict", "--json", "--model", task, "texts.txt"]) == 0, task
+""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    predictions = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [sorted(row) for row in predictions] == [["label", "probability", "text"]] * 2 + \
+        [["entities", "text"]] * 2 + [["target", "text"]] * 2
+    assert {row["label"] for row in predictions[:2]} <= {"0", "1"}
+    assert "Traceback" not in result.stderr

@@ -1,14 +1,11 @@
 import csv
 import json
 
-import keras
-import numpy as np
 import pytest
 
 from conftest import shared_path, write
 from kbert import DataError
-from kbert.training.data import LabelMap, encode_examples, make_dataset, read_examples
-from kbert.tokenizers.wordpiece import Tokenizer
+from kbert.training.data import LabelMap, read_examples
 
 
 def test_real_sentiment_file():
@@ -71,24 +68,6 @@ def test_unknown_label_in_validation(tmp_path):
         labels.ids(valid, str(valid_path))
     labels.save(str(tmp_path))
     assert LabelMap.load(str(tmp_path)).names == ["neg", "pos"]
-
-
-def test_batches_are_padded_to_their_own_longest_row():
-    tokenizer = Tokenizer(shared_path("vocab", "chinese_vocab.txt"))
-    examples, _ = read_examples(shared_path("data", "sentiment", "sentiment.valid.data"))
-    examples = examples[:6]
-    encoded = encode_examples(tokenizer, examples, maxlen=64)
-    batches = list(make_dataset(encoded, np.arange(6, dtype=np.int32), batch_size=3))
-    longest = max(len(ids) for ids, _ in encoded)
-    for start, ((tokens, segments), labels) in zip((0, 3), batches):
-        lengths = [len(ids) for ids, _ in encoded[start:start + 3]]
-        # Rounded up to a multiple of 16, never past the longest sequence of the data.
-        assert tokens.shape == (3, min(-(-max(lengths) // 16) * 16, longest))
-        assert segments.shape == tokens.shape
-        assert keras.ops.convert_to_numpy(labels).tolist() == [start, start + 1, start + 2]
-        for row, length in enumerate(lengths):
-            assert keras.ops.convert_to_numpy(tokens[row, :length]).tolist() == encoded[start + row][0]
-            assert not keras.ops.convert_to_numpy(tokens[row, length:]).any()
 
 
 def test_prediction_input_is_one_whole_line_a_text(tmp_path):

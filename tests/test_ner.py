@@ -8,7 +8,7 @@ import pytest
 
 from conftest import CONFIGS, kbert_in_process, shared_path, write
 from kbert import DataError, KbertError, Tokenizer
-from kbert.training.data import LabelMap, make_dataset
+from kbert.training.data import LabelMap
 from kbert.training.losses import global_pointer_crossentropy
 from kbert.training.options import TrainingOptions
 from kbert.tasks.labelling import read_tagged, spans
@@ -85,20 +85,6 @@ def test_targets_decode_back_to_the_gold_entities(tokenizer, msra_dev, head, max
         assert sorted(set(found)) == sorted(set(expected)), sentence.line
         clipped += len(expected) - len(gold)
     assert (clipped == 0) == (maxlen == 128)
-
-
-def test_bucketed_batches_hold_one_length_band_and_every_example():
-    lengths = np.random.default_rng(0).integers(3, 90, size=300)
-    encoded = [([7] * n, [0] * n) for n in lengths]
-    dataset = make_dataset(encoded, np.arange(300), 16, shuffle=True, seed=1, bucketing=True)
-    seen = []
-    for (tokens, _), labels in dataset:
-        real = (keras.ops.convert_to_numpy(tokens) != 0).sum(1)
-        assert len(set((real - 1) // 16)) == 1  # one band per batch
-        assert tokens.shape[1] - real.max() < 16
-        seen += keras.ops.convert_to_numpy(labels).tolist()
-    assert sorted(seen) == list(range(300))
-    assert int(dataset.cardinality()) == len(list(dataset))
 
 
 def test_span_loss_equals_the_dense_global_pointer_loss():

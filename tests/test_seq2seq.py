@@ -50,7 +50,7 @@ def test_unilm_trains_its_head_on_the_target_positions_only():
     """The training graph's outputs are the whole UniLM's at the target positions; padding slots too."""
     from kbert import build_transformer_model
     from kbert.tasks.seq2seq import Seq2SeqTask
-    from kbert.training.data import make_dataset
+    from kbert.training.pipeline import make_dataset
 
     tokenizer = Tokenizer(shared_path("vocab", "chinese_vocab.txt"))
     task = Seq2SeqTask()

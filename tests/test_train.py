@@ -38,7 +38,8 @@ def trained(sentiment_slice, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "model"
     state = train(str(CONFIGS / "bert_tiny.json"), str(shared_path("vocab", "chinese_vocab.txt")),
                   str(sentiment_slice / "train.data"), str(out), valid_path=str(sentiment_slice / "valid.data"),
-                  options=TrainingOptions(epochs=2, batch_size=32, learning_rate=1e-3, maxlen=48), verbose=0)
+                  # Three epochs: two reach about 0.7 and the bar below is not reliably passed on every backend.
+                  options=TrainingOptions(epochs=3, batch_size=32, learning_rate=1e-3, maxlen=48), verbose=0)
     return out, state
 
 
@@ -47,7 +48,7 @@ def test_model_directory_is_complete(trained):
     assert sorted(os.listdir(out)) == ["bert_config.json", "labels.json", "model.weights.h5",
                                        "training.json", "vocab.txt"]
     losses = [epoch["loss"] for epoch in state["history"]]
-    assert len(losses) == 2 and losses[-1] < losses[0]
+    assert len(losses) == 3 and losses[-1] < losses[0]
     assert state["best_val_accuracy"] == max(epoch["val_accuracy"] for epoch in state["history"])
 
 
@@ -336,11 +337,12 @@ def test_mixed_precision_bf16(sentiment_slice, tmp_path):
 
 def test_ema_and_gradient_accumulation(tiny_run, sentiment_slice, tmp_path, monkeypatch):
     from kbert.training import loop
+    from kbert.training.optimizers import make_optimizer
 
     options = dataclasses.replace(FAST, ema=True, grad_accum=2)
-    config = loop.make_optimizer(options, steps_per_epoch=16).get_config()
+    config = make_optimizer(options, steps_per_epoch=16).get_config()
     assert (config["use_ema"], config["gradient_accumulation_steps"]) == (True, 2)
-    plain = loop.make_optimizer(FAST, steps_per_epoch=16).get_config()
+    plain = make_optimizer(FAST, steps_per_epoch=16).get_config()
     assert (plain["use_ema"], plain["gradient_accumulation_steps"]) == (False, None)
     # Every epoch's validation sees the average: Keras's own overwrite, counted in updates, would land
     # every grad_accum epochs.

@@ -31,6 +31,8 @@ BACKEND_COMMANDS = ("summary", "train", "pretrain")
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="kbert: %(message)s")
+    # JAX logs its probe for a TPU ("Unable to initialize backend 'tpu'") on every machine without one.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
     if args.command not in PURE_PYTHON_COMMANDS and keras_backend_name() == "tensorflow":
         _import_tensorflow_quietly()
     if args.command in BACKEND_COMMANDS and keras_backend_name() != "tensorflow":  # the default goes unsaid

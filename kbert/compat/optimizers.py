@@ -34,6 +34,7 @@ import numpy as np
 from keras import ops
 
 from kbert.errors import KbertError
+from kbert.training.optimizers import SummedSparseGradients
 from kbert.training.schedules import PiecewiseLinear
 
 __all__ = ["AdaFactor", "Adam", "extend_with_exponential_moving_average", "extend_with_gradient_accumulation",
@@ -41,8 +42,9 @@ __all__ = ["AdaFactor", "Adam", "extend_with_exponential_moving_average", "exten
            "extend_with_parameter_wise_lr", "extend_with_piecewise_linear_lr", "extend_with_weight_decay"]
 
 
-class Adam(keras.optimizers.Adam):
-    """Keras's Adam with bert4keras's defaults: `epsilon=1e-6`, and `bias_correction`.
+class Adam(SummedSparseGradients, keras.optimizers.Adam):
+    """Keras's Adam with bert4keras's defaults: `epsilon=1e-6`, and `bias_correction`; a token repeated in a
+    batch takes Adam's step on TensorFlow too, as in bert4keras (`kbert.training.optimizers`).
 
     Args:
         bias_correction: divide the moments by (1 − β^t) as Adam does (True),

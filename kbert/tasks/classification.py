@@ -20,7 +20,8 @@ from kbert.builder import build_classifier
 from kbert.errors import DataError, KbertError
 from kbert.io import atomic_path
 from kbert.tokenizers import Tokenizer
-from kbert.training.data import Example, LabelMap, encode_examples, make_dataset, read_examples
+from kbert.training.data import Example, LabelMap, encode_examples, read_examples
+from kbert.training.pipeline import make_dataset
 from kbert.training.metrics import precision_recall_f1
 from kbert.training.model_dir import load_model
 from kbert.training.task import Task, TrainingData, read_training_file
@@ -52,7 +53,7 @@ class ClassificationTask(Task):
             valid_examples, valid_report = read_training_file(read_examples, valid_path, options)
             valid = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
                                  labels.ids(valid_examples, valid_path), options.batch_size)
-        return TrainingData(train, valid, labels, int(train.cardinality()), str(report),
+        return TrainingData(train, valid, labels, len(train), str(report),
                             str(valid_report) if valid_report else None)
 
     def build(self, bert, num_labels: int, options):

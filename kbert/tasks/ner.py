@@ -33,7 +33,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from keras import ops
 
-from kbert.training.data import LabelMap, make_dataset
+from kbert.training.data import LabelMap
+from kbert.training.pipeline import make_dataset
 from kbert.errors import DataError, KbertError
 from kbert.layers.checks import traced_once
 from kbert.models import naming
@@ -207,7 +208,7 @@ class NerTask(Task):
             valid = examples.dataset(valid_sentences, options.batch_size).batches
         state = {"scheme": scheme, "unit": detect_unit(sentences, train_path), "types": types,
                  "head": self.head, "examples": len(sentences), "chunks": train.chunks}
-        return TrainingData(train.batches, valid, labels, int(train.batches.cardinality()), str(report),
+        return TrainingData(train.batches, valid, labels, len(train.batches), str(report),
                             str(valid_report) if valid_report else None, state, valid_sentences)
 
     def build(self, bert, num_labels: int, options):

@@ -39,7 +39,8 @@ import numpy as np
 
 from kbert.errors import KbertError
 from kbert.models.registry import get_family
-from kbert.training.data import LabelMap, make_dataset
+from kbert.training.data import LabelMap
+from kbert.training.pipeline import make_dataset
 from kbert.training.records import DataReport, Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file
 
@@ -223,7 +224,7 @@ class Seq2SeqTask(Task):
             valid_report = _with_cuts(valid_report, valid_cut, options.maxlen)
         # What generation keeps free after a long source: a median target, its [SEP] included.
         median = int(np.median([len(row) for row in labels]))
-        return TrainingData(train, valid, LabelMap([]), int(train.cardinality()),
+        return TrainingData(train, valid, LabelMap([]), len(train),
                             _with_cuts(report, cut, options.maxlen), valid_report, {"median_target_tokens": median})
 
     def build(self, bert, num_labels: int, options):

@@ -6,8 +6,10 @@
 - `run_directory`: `OUT.partial/`, `--resume`, `--overwrite`.
 - `model_dir`: the model directory a run writes, and `load_model`.
 - `options`: `TrainingOptions` (no TensorFlow, for `--help`).
-- `data`: data files, label maps, `tf.data` pipelines with length bucketing.
+- `data`: data files and label maps.
+- `pipeline`: padded batches with length bucketing (`tf.data` on TensorFlow, a `PyDataset` elsewhere).
 - `batches`: bert4keras's `sequence_padding` and `DataGenerator`.
+- `optimizers`: `make_optimizer` (AdamW or LAMB, with sparse gradients summed first on TensorFlow).
 - `schedules`: learning-rate schedules.
 - `distribute`: `--strategy` and the multi-worker `Trainer`.
 - `precision`: `--mixed-precision`.

@@ -13,7 +13,10 @@ the same thing under `tf.GradientTape`:
 - `gradient_penalty`: each step minimises loss + ½·ε·‖∂loss/∂E‖², the
   gradient's squared norm over the embedding table (a second-order gradient).
 
-Call either after `model.compile(...)`, before `fit`.
+Call either after `model.compile(...)`, before `fit`. Both are TensorFlow
+train steps: on JAX and PyTorch they raise `KbertError` saying so (a JAX step
+is stateless and a PyTorch one takes its gradients from `torch.autograd`;
+neither is written yet).
 
 Example:
 >>> import numpy as np, keras
@@ -32,9 +35,8 @@ from __future__ import annotations
 import types
 
 import keras
-import tensorflow as tf
 
-from kbert.errors import ConfigError
+from kbert.errors import ConfigError, KbertError
 from kbert.models.naming import EMBEDDING_TOKEN
 
 
@@ -48,6 +50,8 @@ def embedding_table(model: keras.Model, embedding_name: str = EMBEDDING_TOKEN):
 
 
 def _loss_gradient(model, x, y, sample_weight, variable):
+    import tensorflow as tf
+
     with tf.GradientTape() as tape:
         y_pred = model(x, training=True)
         loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
@@ -55,6 +59,10 @@ def _loss_gradient(model, x, y, sample_weight, variable):
 
 
 def _replace_train_step(model: keras.Model, train_step) -> None:
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise KbertError(f"adversarial training (FGM, gradient penalty) is a TensorFlow train step, and Keras "
+                         f"runs on {backend}: set KERAS_BACKEND=tensorflow, or train without --adversarial")
     if model.optimizer is None:
         raise ConfigError("adversarial training changes the compiled model's training step: "
                           "call model.compile(...) first")
@@ -74,6 +82,8 @@ def adversarial_training(model: keras.Model, embedding_name: str = EMBEDDING_TOK
     ordinary_step = model.train_step
 
     def train_step(self, data):
+        import tensorflow as tf
+
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         gradient = _loss_gradient(self, x, y, sample_weight, table)
         delta = epsilon * gradient / (tf.norm(gradient) + 1e-8)
@@ -93,6 +103,8 @@ def gradient_penalty(model: keras.Model, embedding_name: str = EMBEDDING_TOKEN, 
     table = embedding_table(model, embedding_name)
 
     def train_step(self, data):
+        import tensorflow as tf
+
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             with tf.GradientTape() as inner:

@@ -1,4 +1,4 @@
-"""Classification data: reading files, label maps, and `tf.data` pipelines.
+"""Classification data: reading files and label maps (`kbert.training.pipeline` batches them).
 
 A file is read by `kbert.training.records`, which looks at its content:
 JSON Lines, or tab-/comma-separated rows with or without a header. The
@@ -24,7 +24,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import require_tensorflow, DataError
+from kbert.errors import DataError
 from kbert.io import atomic_write_text
 from kbert.training.records import DataReport, Fields, parse_rows, read_records
 
@@ -160,104 +160,3 @@ class LabelMap:
 def encode_examples(tokenizer, examples: Sequence[Example], maxlen: int) -> List[Tuple[List[int], List[int]]]:
     """Token and segment ids of each example, truncated to `maxlen`."""
     return tokenizer.encode_all([e.text for e in examples], [e.text_b for e in examples], maxlen=maxlen)
-
-
-PAD_MULTIPLE = 16
-
-
-def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
-                 shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0):
-    """A `tf.data.Dataset` of `((token_ids, segment_ids), labels)` batches.
-
-    Each example of `encoded` is a tuple of id sequences: usually token and
-    segment ids, of one length; for an encoder-decoder, source and decoder
-    ids, each of its own length. `labels` is None (features only), an array
-    with one label per example, or a list with a sequence per example: a
-    label per token of feature `labels_follow` (padded with 0 like it) or
-    rows of numbers such as entity spans (padded with -1 to the most rows in
-    the batch).
-
-    Each batch pads each feature to its own longest sequence, rounded up to a
-    multiple of 16 (never past the longest sequence in the data): little
-    padding, and few distinct shapes for XLA, which Keras's `fit` compiles
-    once per shape. With `bucketing`, a batch holds examples whose first
-    feature is in one such 16-token band only (drawn in shuffled order, so
-    batches still mix the data), which pads far less when lengths vary. The
-    whole pipeline runs in TensorFlow (`tf.data`), with no Python per batch,
-    whatever the Keras backend.
-    """
-    tf = require_tensorflow("kbert's training and prediction input pipeline (tf.data)")
-
-    columns = list(zip(*encoded))
-    lengths = [np.array([len(ids) for ids in column], dtype=np.int64) for column in columns]
-    features = tf.data.Dataset.from_tensor_slices(tuple(
-        tf.RaggedTensor.from_row_lengths(np.concatenate(column).astype(np.int32), column_lengths)
-        for column, column_lengths in zip(columns, lengths)))
-    dataset = features if labels is None else tf.data.Dataset.zip(
-        features, tf.data.Dataset.from_tensor_slices(_label_tensor(labels)))
-    if shuffle:
-        dataset = dataset.shuffle(len(encoded), seed=seed, reshuffle_each_iteration=True)
-    pad = _Padder([int(column_lengths.max()) for column_lengths in lengths], labels_follow)
-    if bucketing:
-        bands = np.bincount((lengths[0] - 1) // PAD_MULTIPLE)
-        dataset = dataset.group_by_window(_band, lambda _, window: window.ragged_batch(batch_size),
-                                          window_size=batch_size)
-        # Known size: Keras's progress bar and the schedule's step count stay exact.
-        batches = int(sum(-(-count // batch_size) for count in bands))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
-    else:
-        dataset = dataset.ragged_batch(batch_size)
-    return dataset.map(pad.unlabelled if labels is None else pad.labelled,
-                       num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-
-
-def _band(features, labels=None):
-    """The 16-token band of an example's first feature's length: the key of `make_dataset`'s buckets."""
-    import tensorflow as tf
-
-    tokens = features[0] if isinstance(features, tuple) else features
-    return tf.cast((tf.shape(tokens)[0] - 1) // PAD_MULTIPLE, tf.int64)
-
-
-def _label_tensor(labels):
-    """An array of labels as it is; a list of sequences as a ragged tensor."""
-    import tensorflow as tf
-
-    if isinstance(labels, np.ndarray):
-        return labels
-    rows = [np.asarray(row, dtype=np.int32) for row in labels]
-    width = next((row.shape[1:] for row in rows if row.ndim > 1), ())  # rows of (0, 3) say it too
-    flat = np.concatenate([row.reshape(-1, *width) for row in rows])
-    return tf.RaggedTensor.from_row_lengths(flat, [len(row) for row in rows])
-
-
-class _Padder:
-    """Makes ragged batches dense: each feature padded with 0 to its own rounded-up length."""
-
-    def __init__(self, longest: List[int], labels_follow: int = 0):
-        self.longest, self.labels_follow = longest, labels_follow
-
-    def features(self, *ragged):
-        import tensorflow as tf
-
-        dense = []
-        for ids, longest in zip(ragged, self.longest):
-            length = tf.cast(tf.reduce_max(ids.row_lengths()), tf.int32)
-            rounded = tf.minimum((length + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE, longest)
-            shape = tf.stack([tf.cast(ids.nrows(), tf.int32), tf.maximum(rounded, length)])
-            dense.append(ids.to_tensor(shape=shape))
-        return tuple(dense)
-
-    def unlabelled(self, *ragged):
-        # A 1-tuple: Keras reads a pair as (inputs, labels).
-        return (self.features(*ragged),)
-
-    def labelled(self, features, labels):
-        import tensorflow as tf
-
-        dense = self.features(*features)
-        if isinstance(labels, tf.RaggedTensor):
-            # A label per token is padded as its feature is; rows (spans) with -1.
-            labels = labels.to_tensor(shape=tf.shape(dense[self.labels_follow])) if labels.shape.rank == 2 \
-                else labels.to_tensor(default_value=-1)
-        return dense, labels

@@ -28,7 +28,6 @@ import keras
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, check_whole_number
 from kbert.io import atomic_copy, atomic_path
-from kbert.layers import ConditionalLayerNormalization, RMSNormalization
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
@@ -36,10 +35,10 @@ from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
                                       WEIGHTS_FILE)
 from kbert.training.adversarial import adversarial_training, gradient_penalty
+from kbert.training.optimizers import make_optimizer
 from kbert.training.options import ADVERSARIAL, OPTIMIZERS, WHOLE_WORDS, TrainingOptions
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.training.run_directory import RunDirectory, write_json
-from kbert.training.schedules import WarmupLinearDecay
 from kbert.training.task import Task
 
 
@@ -254,32 +253,6 @@ def train_task(
     else:
         shutil.rmtree(os.path.dirname(run.out), ignore_errors=True)
     return state
-
-
-def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
-                   model: Optional[keras.Model] = None) -> keras.optimizers.Optimizer:
-    """AdamW (or LAMB) with warm-up and linear decay; EMA and accumulation as asked.
-
-    No decay on biases, nor on any weight of `model`'s normalisation layers, whatever its name
-    (LayerNorm's `gamma`/`beta`, the RMS norms' `scale`, the conditional norms' dense maps).
-    """
-    steps = options.epochs * steps_per_epoch
-    optimizer_class = keras.optimizers.Lamb if options.optimizer == "lamb" else keras.optimizers.AdamW
-    optimizer = optimizer_class(
-        WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
-        weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
-        gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
-    optimizer.exclude_from_weight_decay(var_list=normalization_weights(model) if model is not None else None,
-                                        var_names=["gamma", "beta", "bias", "trans"])
-    return optimizer
-
-
-def normalization_weights(model: keras.Model) -> list:
-    """The weights of every normalisation layer of `model` (nested models included)."""
-    norms = (keras.layers.LayerNormalization, keras.layers.BatchNormalization, RMSNormalization,
-             ConditionalLayerNormalization)
-    return [weight for layer in model._flatten_layers(include_self=False) if isinstance(layer, norms)
-            for weight in layer.weights]
 
 
 def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer", vocab_path: "str | os.PathLike[str]", directory: str) -> None:

@@ -65,8 +65,22 @@ def cpu_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> List[str]:
 
 def warn_if_emulated(mixed_precision: Optional[str]) -> None:
     """Logs a warning when bf16 is asked for on a machine with neither bf16 CPU units nor a GPU."""
-    import tensorflow as tf
-
-    if mixed_precision == "bf16" and not cpu_bf16_units() and not tf.config.list_logical_devices("GPU"):
+    if mixed_precision == "bf16" and not cpu_bf16_units() and not has_gpu():
         logger.warning("bf16: this CPU has no bf16 units (%s) and there is no GPU, so bfloat16 is "
                        "emulated and slower than float32", " / ".join(BF16_CPU_FLAGS))
+
+
+def has_gpu() -> bool:
+    """Whether the Keras backend sees a GPU."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return any(device.platform == "gpu" for device in jax.devices())
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.is_available()
+    import tensorflow as tf
+
+    return bool(tf.config.list_logical_devices("GPU"))

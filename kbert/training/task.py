@@ -31,7 +31,7 @@ class TrainingData:
     """The training and validation batches, the label map, and what reading the files found.
 
     Args:
-        train: the training `tf.data.Dataset` of `(features, labels)` batches.
+        train: the training batches of `(features, labels)` (`kbert.training.pipeline.make_dataset`).
         valid: the validation dataset, or None.
         labels: class or tag names, saved with the model as labels.json.
         steps_per_epoch: batches in one pass over `train`.

@@ -1,0 +1,211 @@
+"""Batches for `fit`, `evaluate` and `predict`: padded per batch, optionally bucketed by length.
+
+`make_dataset` gives the same batches on every Keras backend from one of two
+pipelines: on TensorFlow a `tf.data.Dataset` (it runs in TensorFlow's threads,
+with no Python per batch, and `tf.distribute` splits it across devices); on
+JAX and PyTorch `PaddedBatches`, a `keras.utils.PyDataset` of NumPy arrays,
+so training needs no TensorFlow there. Both pad each feature to the batch's
+longest row rounded up to a multiple of `PAD_MULTIPLE` (few distinct shapes,
+so few compilations), never past the longest row of the data, and both
+bucket the same way; only the shuffled order differs.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import keras
+import numpy as np
+
+PAD_MULTIPLE = 16
+SPAN_PADDING = -1  # a padding row of entity spans: no entity type is -1
+
+
+def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
+                 shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0):
+    """Batches of `(features, labels)`, or of `(features,)` without labels, for Keras's `fit`/`predict`.
+
+    Each example of `encoded` is a tuple of id sequences: usually token and
+    segment ids, of one length; for an encoder-decoder, source and decoder
+    ids, each of its own length. `labels` is None (features only), an array
+    with one label per example, or a list with a sequence per example: a
+    label per token of feature `labels_follow` (padded with 0 like it) or
+    rows of numbers such as entity spans (padded with -1 to the most rows in
+    the batch).
+
+    With `bucketing`, a batch holds examples whose first feature is in one
+    16-token band only (drawn in shuffled order, so batches still mix the
+    data), which pads far less when lengths vary. `len()` of the result is
+    the number of batches in one pass.
+
+    Returns:
+        a `tf.data.Dataset` on the TensorFlow backend, else `PaddedBatches`.
+
+    Example:
+    >>> batches = make_dataset([([2, 5, 3], [0, 0, 0]), ([2, 3], [0, 0])], np.array([1, 0]), batch_size=2)
+    >>> (tokens, segments), labels = next(iter(batches))
+    >>> keras.ops.convert_to_numpy(tokens).tolist(), len(batches)
+    ([[2, 5, 3], [2, 3, 0]], 1)
+    """
+    build = _tf_dataset if keras.backend.backend() == "tensorflow" else PaddedBatches
+    return build(encoded, labels, batch_size, shuffle=shuffle, seed=seed, bucketing=bucketing,
+                 labels_follow=labels_follow)
+
+
+class PaddedBatches(keras.utils.PyDataset):
+    """`make_dataset`'s batches as NumPy arrays, a `keras.utils.PyDataset` (no TensorFlow needed).
+
+    Shuffled again at the end of every epoch, from `seed` and the epoch's
+    number, so a run is reproducible from its seed.
+
+    Args:
+        encoded: the examples, each a tuple of id sequences.
+        labels: None, an array of labels, or a sequence of label rows per
+            example (see `make_dataset`).
+        batch_size: examples per batch.
+        shuffle: draw the order of the examples anew each epoch.
+        seed: the seed of that order.
+        bucketing: one 16-token length band of the first feature per batch.
+        labels_follow: the feature whose padding per-token labels follow.
+
+    Example:
+    >>> batches = PaddedBatches([([2, 5, 3], [0, 0, 0])] * 3 + [([2, 3], [0, 0])], None, batch_size=2)
+    >>> [features[0].shape for (features,) in batches]
+    [(2, 3), (2, 3)]
+    """
+
+    def __init__(self, encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
+                 shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0):
+        super().__init__()
+        self.columns = [[np.asarray(ids, dtype=np.int32) for ids in column] for column in zip(*encoded)]
+        self.longest = [max(len(ids) for ids in column) for column in self.columns]
+        self.labels, self.labels_follow = _label_rows(labels), labels_follow
+        self.batch_size, self.shuffle, self.seed, self.bucketing = batch_size, shuffle, seed, bucketing
+        self.epoch = 0
+        self._batches = self._plan()
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __getitem__(self, index: int):
+        rows = self._batches[index]  # an IndexError past the end also ends plain iteration
+        features = tuple(_pad([column[row] for row in rows], _padded_length(column, rows, longest))
+                         for column, longest in zip(self.columns, self.longest))
+        if self.labels is None:
+            return (features,)  # a 1-tuple: Keras reads a pair as (inputs, labels)
+        if isinstance(self.labels, np.ndarray):
+            return features, self.labels[rows]
+        rows_of_labels = [self.labels[row] for row in rows]
+        if rows_of_labels[0].ndim == 1:  # a label per token, padded as its feature is
+            return features, _pad(rows_of_labels, features[self.labels_follow].shape[1])
+        return features, _pad(rows_of_labels, max(len(row) for row in rows_of_labels), SPAN_PADDING)
+
+    def on_epoch_end(self) -> None:
+        self.epoch += 1
+        self._batches = self._plan()
+
+    def _plan(self) -> List[np.ndarray]:
+        """The example numbers of each batch of the coming epoch."""
+        count = len(self.columns[0])
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(count) if self.shuffle \
+            else np.arange(count)
+        if not self.bucketing:
+            return [order[start:start + self.batch_size] for start in range(0, count, self.batch_size)]
+        # As tf.data's group_by_window: each band fills its own batch, which leaves when full.
+        batches, windows = [], {}
+        for example in order:
+            window = windows.setdefault(_band(len(self.columns[0][example])), [])
+            window.append(example)
+            if len(window) == self.batch_size:
+                batches.append(np.array(window))
+                window.clear()
+        return batches + [np.array(window) for _, window in sorted(windows.items()) if window]
+
+
+def _band(length):
+    """The 16-token band of a length: the key of the buckets."""
+    return (length - 1) // PAD_MULTIPLE
+
+
+def _padded_length(column: Sequence[np.ndarray], rows: np.ndarray, longest: int) -> int:
+    length = max(len(column[row]) for row in rows)
+    return max(min(-(-length // PAD_MULTIPLE) * PAD_MULTIPLE, longest), length)
+
+
+def _pad(rows: Sequence[np.ndarray], length: int, value: int = 0) -> np.ndarray:
+    out = np.full((len(rows), length, *rows[0].shape[1:]), value, dtype=rows[0].dtype)
+    for index, row in enumerate(rows):
+        out[index, :len(row)] = row
+    return out
+
+
+def _label_rows(labels) -> "Optional[np.ndarray | List[np.ndarray]]":
+    """An array of labels as it is; a list of sequences as arrays, empty span rows shaped like the others."""
+    if labels is None or isinstance(labels, np.ndarray):
+        return labels
+    rows = [np.asarray(row, dtype=np.int32) for row in labels]
+    width = next((row.shape[1:] for row in rows if row.ndim > 1), ())  # rows of (0, 3) say it too
+    return [row.reshape(-1, *width) for row in rows]
+
+
+def _tf_dataset(encoded, labels, batch_size: int, *, shuffle: bool, seed: int, bucketing: bool,
+                labels_follow: int):
+    """`make_dataset` in `tf.data`: ragged batches made dense in the graph."""
+    import tensorflow as tf
+
+    columns = list(zip(*encoded))
+    lengths = [np.array([len(ids) for ids in column], dtype=np.int64) for column in columns]
+    features = tf.data.Dataset.from_tensor_slices(tuple(
+        tf.RaggedTensor.from_row_lengths(np.concatenate(column).astype(np.int32), column_lengths)
+        for column, column_lengths in zip(columns, lengths)))
+    rows = _label_rows(labels)
+    if rows is not None and not isinstance(rows, np.ndarray):
+        rows = tf.RaggedTensor.from_row_lengths(np.concatenate(rows), [len(row) for row in rows])
+    dataset = features if rows is None else tf.data.Dataset.zip(features, tf.data.Dataset.from_tensor_slices(rows))
+    if shuffle:
+        dataset = dataset.shuffle(len(encoded), seed=seed, reshuffle_each_iteration=True)
+    pad = _TfPadder([int(column_lengths.max()) for column_lengths in lengths], labels_follow)
+    if bucketing:
+        def band(features, labels=None):
+            tokens = features[0] if isinstance(features, tuple) else features
+            return tf.cast(_band(tf.shape(tokens)[0]), tf.int64)
+
+        dataset = dataset.group_by_window(band, lambda _, window: window.ragged_batch(batch_size),
+                                          window_size=batch_size)
+        # Known size: Keras's progress bar and the schedule's step count stay exact.
+        batches = int(sum(-(-count // batch_size) for count in np.bincount(_band(lengths[0]))))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    else:
+        dataset = dataset.ragged_batch(batch_size)
+    return dataset.map(pad.unlabelled if labels is None else pad.labelled,
+                       num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+class _TfPadder:
+    """Makes ragged batches dense in `tf.data`, by `_padded_length`'s rule."""
+
+    def __init__(self, longest: List[int], labels_follow: int = 0):
+        self.longest, self.labels_follow = longest, labels_follow
+
+    def features(self, *ragged):
+        import tensorflow as tf
+
+        dense = []
+        for ids, longest in zip(ragged, self.longest):
+            length = tf.cast(tf.reduce_max(ids.row_lengths()), tf.int32)
+            rounded = tf.minimum((length + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE, longest)
+            shape = tf.stack([tf.cast(ids.nrows(), tf.int32), tf.maximum(rounded, length)])
+            dense.append(ids.to_tensor(shape=shape))
+        return tuple(dense)
+
+    def unlabelled(self, *ragged):
+        return (self.features(*ragged),)
+
+    def labelled(self, features, labels):
+        import tensorflow as tf
+
+        dense = self.features(*features)
+        if isinstance(labels, tf.RaggedTensor):
+            labels = labels.to_tensor(shape=tf.shape(dense[self.labels_follow])) if labels.shape.rank == 2 \
+                else labels.to_tensor(default_value=SPAN_PADDING)
+        return dense, labels

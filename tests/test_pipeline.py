@@ -1,0 +1,92 @@
+"""`make_dataset`'s batches: padding, bucketing and labels, from both pipelines (tf.data and PyDataset)."""
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import shared_path
+from kbert.tokenizers.wordpiece import Tokenizer
+from kbert.training.data import encode_examples, read_examples
+from kbert.training.pipeline import PaddedBatches, _tf_dataset, make_dataset
+
+
+def tf_dataset(*args, **kwargs):
+    pytest.importorskip("tensorflow", reason="the tf.data pipeline needs TensorFlow")
+    defaults = {"shuffle": False, "seed": 0, "bucketing": False, "labels_follow": 0}
+    return _tf_dataset(*args, **{**defaults, **kwargs})
+
+
+PIPELINES = pytest.mark.parametrize("pipeline", [tf_dataset, PaddedBatches], ids=["tf.data", "PyDataset"])
+
+
+def numpy_batches(batches) -> list:
+    return [keras.tree.map_structure(keras.ops.convert_to_numpy, batch) for batch in batches]
+
+
+def test_the_backend_picks_the_pipeline():
+    batches = make_dataset([([2, 3], [0, 0])], None, 1)
+    assert isinstance(batches, PaddedBatches) == (keras.backend.backend() != "tensorflow")
+
+
+@PIPELINES
+def test_batches_are_padded_to_their_own_longest_row(pipeline):
+    tokenizer = Tokenizer(shared_path("vocab", "chinese_vocab.txt"))
+    examples, _ = read_examples(shared_path("data", "sentiment", "sentiment.valid.data"))
+    encoded = encode_examples(tokenizer, examples[:6], maxlen=64)
+    batches = numpy_batches(pipeline(encoded, np.arange(6, dtype=np.int32), 3))
+    longest = max(len(ids) for ids, _ in encoded)
+    assert len(batches) == 2
+    for start, ((tokens, segments), labels) in zip((0, 3), batches):
+        lengths = [len(ids) for ids, _ in encoded[start:start + 3]]
+        # Rounded up to a multiple of 16, never past the longest sequence of the data.
+        assert tokens.shape == (3, min(-(-max(lengths) // 16) * 16, longest))
+        assert segments.shape == tokens.shape
+        assert labels.tolist() == [start, start + 1, start + 2]
+        for row, length in enumerate(lengths):
+            assert tokens[row, :length].tolist() == encoded[start + row][0]
+            assert not tokens[row, length:].any()
+
+
+@PIPELINES
+def test_bucketed_batches_hold_one_length_band_and_every_example(pipeline):
+    lengths = np.random.default_rng(0).integers(3, 90, size=300)
+    encoded = [([7] * n, [0] * n) for n in lengths]
+    dataset = pipeline(encoded, np.arange(300), 16, shuffle=True, seed=1, bucketing=True)
+    seen = []
+    for (tokens, _), labels in numpy_batches(dataset):
+        real = (tokens != 0).sum(1)
+        assert len(set((real - 1) // 16)) == 1  # one band per batch
+        assert tokens.shape[1] - real.max() < 16
+        seen += labels.tolist()
+    assert sorted(seen) == list(range(300))
+    assert len(dataset) == len(numpy_batches(dataset))
+
+
+def test_pydataset_reshuffles_each_epoch_from_its_seed():
+    encoded = [([n + 1], [0]) for n in range(64)]
+
+    def epochs(seed):
+        batches = PaddedBatches(encoded, None, 8, shuffle=True, seed=seed)
+        orders = []
+        for _ in range(2):
+            orders.append([int(row[0]) for (tokens, _), in batches for row in tokens])
+            batches.on_epoch_end()
+        return orders
+
+    first, second = epochs(3)
+    assert sorted(first) == sorted(second) == list(range(1, 65)) and first != second
+    assert epochs(3) == [first, second] and epochs(4)[0] != first
+
+
+@PIPELINES
+@pytest.mark.parametrize("labels, expected", [
+    # A label per token follows the padding of the feature it belongs to (here the second).
+    ([[5, 6], [7]], [[5, 6, 0], [7, 0, 0]]),
+    # Rows of entity spans are padded with -1 rows to the most rows in the batch.
+    ([[[1, 0, 2], [2, 1, 1]], np.zeros((0, 3))], [[[1, 0, 2], [2, 1, 1]], [[-1, -1, -1], [-1, -1, -1]]]),
+])
+def test_label_rows_are_padded_as_tf_data_pads_them(pipeline, labels, expected):
+    encoded = [([2, 5, 3], [1, 1, 1]), ([2, 3], [1])]
+    (_, second), padded = numpy_batches(pipeline(encoded, labels, 2, labels_follow=1))[0]
+    assert second.shape == (2, 3)
+    assert padded.tolist() == expected
