@@ -139,6 +139,11 @@ def test_clear_errors():
         generate(model, PROMPTS, max_new_tokens=4, end_id=3, strategy="top")
     with pytest.raises(KbertError, match="every prompt needs at least one token"):
         generate(model, [[2], [0, 0]], max_new_tokens=4, end_id=3)
+    # Checked before any step: a compiled step (JAX) could not say which id is wrong.
+    for row, found in (([2, 120], 120), ([-1, 2], -1)):
+        with pytest.raises(KbertError, match=rf"token_ids, row 1: ids must be in \[0, 120\) \(the model's "
+                                             rf"vocab_size\), found {found}"):
+            generate(model, [[2], row], max_new_tokens=4, end_id=3)
 
 
 def test_a_bert4keras_decoder_ports_unchanged():

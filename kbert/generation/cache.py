@@ -121,7 +121,7 @@ class CachedGraph:
     updated state (see `_Step`); `forward(inputs, last)` is the same output
     from the whole model on whole sequences (T5: `[source ids, decoder
     ids]`). T5's `encode(source_ids)` gives the state's source part. Each is
-    a `tf.function` traced once on TensorFlow.
+    compiled once on TensorFlow and JAX (`kbert.layers.checks.traced_once`).
     """
 
     def __init__(self, model):
@@ -153,7 +153,7 @@ class CachedGraph:
         self.encode, self.step, self.forward = self._compiled(model)
 
     def _compiled(self, model):
-        """`_encode`, `_step` and `_forward`, each traced once as a `tf.function` on TensorFlow (`traced_once`)."""
+        """`_encode`, `_step` and `_forward`, each compiled once on TensorFlow and JAX (`traced_once`)."""
         def cache(tf):
             return tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
 
@@ -169,10 +169,12 @@ class CachedGraph:
         def last(tf):
             return tf.TensorSpec([None], tf.int32)
 
-        return (traced_once(self._encode, lambda tf: [ids(tf)]),
+        weights = model.weights
+        return (traced_once(self._encode, lambda tf: [ids(tf)], weights),
                 traced_once(self._step, lambda tf: [ids(tf), ids(tf), ids(tf),
-                                                    tf.TensorSpec([None, None, None], tf.bool), last(tf), state(tf)]),
-                traced_once(self._forward, lambda tf: [[ids(tf)] * len(model.inputs), last(tf)]))
+                                                    tf.TensorSpec([None, None, None], tf.bool), last(tf), state(tf)],
+                            weights),
+                traced_once(self._forward, lambda tf: [[ids(tf)] * len(model.inputs), last(tf)], weights))
 
     def empty_caches(self, rows: int, slots: int) -> List[Tuple]:
         """Zero self-attention caches for `rows` sequences of up to `slots` tokens."""

@@ -115,10 +115,13 @@ class CachedEngine(_Engine):
 
         state = self.graph.encode(_tensor(_padded(prompts))) if self.graph.seq2seq else {}
         prompts, segments = self._decoder_prompts(prompts, segments)
-        longest = max(map(len, prompts))
-        self._check_length(longest)
-        slots = longest + self.max_new_tokens
-        token_ids, segment_ids = pad_batch(list(zip(prompts, segments)))
+        self._check_length(max(map(len, prompts)))
+        # Shapes in steps of 16 (prompt) and 64 (cache), so that a compiled step (JAX compiles one per
+        # shape) serves many prompts; the extra positions are padding, hidden as a short row's are.
+        longest = _rounded_up(max(map(len, prompts)), 16, self.limit)
+        slots = _rounded_up(max(map(len, prompts)) + self.max_new_tokens, 64, None)
+        token_ids, segment_ids = (np.pad(ids, [(0, 0), (0, longest - ids.shape[1])])
+                                  for ids in pad_batch(list(zip(prompts, segments))))
         self.lengths = np.array([len(p) for p in prompts], dtype=np.int32)
         real = np.arange(longest)[None, :] < self.lengths[:, None]
         rule = self.graph.mask_layer(segment_ids if self.graph.application == "unilm" else token_ids)
@@ -148,6 +151,12 @@ class CachedEngine(_Engine):
             _tensor(allowed), _tensor(np.zeros([len(tokens)], np.int32)), self.state)
         self.lengths = self.lengths + 1
         return self._log_probs(outputs)
+
+
+def _rounded_up(length: int, step: int, limit: Optional[int]) -> int:
+    """`length` rounded up to a multiple of `step`, but not past `limit` (nor below `length`)."""
+    rounded = -(-length // step) * step
+    return max(length, min(rounded, limit)) if limit is not None else rounded
 
 
 def _tensor(array):
@@ -211,6 +220,7 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
     prompts = [_unpadded(row, pad) for row in token_ids]
     if not prompts or not all(prompts):
         raise KbertError("token_ids: every prompt needs at least one token")
+    _check_ids(prompts, engine.graph.config.vocab_size)
     segments = [list(row[:len(p)]) for row, p in zip(segment_ids, prompts)] if segment_ids is not None \
         else [[0] * len(p) for p in prompts]
     search = _Search(end_id, max_new_tokens, min_new_tokens, pad)
@@ -218,6 +228,15 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
         return search.beam(engine, prompts, segments, beam_size)
     sampler = None if strategy == "greedy" else _Sampler(top_k, top_p, temperature, seed)
     return search.one_path(engine, prompts, segments, sampler)
+
+
+def _check_ids(prompts: List[List[int]], vocab_size: int) -> None:
+    """Every id within the vocabulary, before a step runs: a compiled step could not say which is not."""
+    for row, prompt in enumerate(prompts):
+        wrong = [token for token in prompt if not 0 <= token < vocab_size]
+        if wrong:
+            raise KbertError(f"token_ids, row {row}: ids must be in [0, {vocab_size}) (the model's vocab_size), "
+                             f"found {wrong[0]}")
 
 
 def _unpadded(row, pad: Optional[int]) -> List[int]:

@@ -57,18 +57,35 @@ def checked(value, condition, message: str):
     return value
 
 
-def traced_once(function, signature=None):
-    """`function` as a `tf.function` on TensorFlow (`signature(tf)` gives its input signature); as is elsewhere.
+def traced_once(function, signature=None, variables=None):
+    """`function` compiled once where its backend compiles: a `tf.function` on TensorFlow (`signature(tf)`
+    gives its input signature), `jax.jit` on JAX (retraced per input shape); as is on PyTorch.
 
-    Decoding loops (generation's step, a tagger's decoder) are traced once on
-    TensorFlow, for every batch shape; JAX and PyTorch run them eagerly, op by
-    op, as Keras runs a model called outside `fit`.
+    Decoding loops (generation's step, a tagger's decoder) call it once per
+    token. On JAX the layers' weights are arguments of the compiled function,
+    not constants baked into it: `variables` lists them (the model's
+    `weights`), and they are read in a `keras.StatelessScope`. Without
+    `variables`, JAX runs it eagerly, op by op.
 
     >>> int(traced_once(lambda x: x + 1)(ops.convert_to_tensor(1)))
     2
     """
-    if keras.backend.backend() != "tensorflow":
-        return function
-    import tensorflow as tf
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
 
-    return tf.function(function, input_signature=None if signature is None else signature(tf))
+        return tf.function(function, input_signature=None if signature is None else signature(tf))
+    if backend == "jax" and variables is not None:
+        return _jax_compiled(function, list(variables))
+    return function
+
+
+def _jax_compiled(function, variables: list):
+    import jax
+
+    def stateless(values, args):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return function(*args)
+
+    compiled = jax.jit(stateless)
+    return lambda *args: compiled([variable.value for variable in variables], args)

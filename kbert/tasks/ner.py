@@ -331,7 +331,7 @@ class Tagger:
         self.head, self.unit = state["head"], state["unit"]
         # One trace for every batch shape.
         self._decode = traced_once(getattr(self, f"_decode_{self.head}"),
-                                   lambda tf: [tf.TensorSpec([None, None], tf.int32)] * 2)
+                                   lambda tf: [tf.TensorSpec([None, None], tf.int32)] * 2, model.weights)
 
     def entities(self, sentences: Sequence[Sequence[str]], batch_size: int = 64,
                  bucketing: bool = True) -> List[List[Span]]:
