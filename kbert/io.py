@@ -1,4 +1,4 @@
-"""Atomic file writing: a failed write never leaves a half-written file."""
+"""Writing files safely: atomically (a failed write never leaves a half-written file), and never over an input."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import contextlib
 import os
 import shutil
 import tempfile
-from typing import Iterator
+from typing import Iterator, Mapping, Optional
+
+from kbert.errors import KbertError
 
 
 @contextlib.contextmanager
@@ -73,6 +75,37 @@ def replace_files(staging: str, directory: str) -> None:
         raise
     finally:
         shutil.rmtree(backup, ignore_errors=True)
+
+
+def is_within(path: "str | os.PathLike[str]", directory: "str | os.PathLike[str]") -> bool:
+    """Whether `path` is `directory` or lies inside it (links resolved)."""
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([path, directory]) == directory
+
+
+def refuse_overlap(outputs: "list[str]", inputs: Mapping[str, Optional[str]]) -> None:
+    """Refuses outputs that are, hold or lie inside an input of the run (`{option: path}`), `--overwrite` or not.
+
+    A run replaces its output directory whole, so an input inside it would be
+    lost, and an output inside an input directory mixes the two.
+
+    >>> refuse_overlap(["data/model"], {"--train": "data/train.tsv", "--valid": None})
+    >>> refuse_overlap(["data"], {"--train": "data/train.tsv"})
+    Traceback (most recent call last):
+    ...
+    kbert.errors.KbertError: data holds --train (data/train.tsv): the run replaces data whole, so the input would be lost; choose an output apart from the run's inputs
+    """
+    for output in outputs:
+        for option, path in inputs.items():
+            if path is None:
+                continue
+            if is_within(path, output):
+                raise KbertError(f"{output} {'is' if is_within(output, path) else 'holds'} {option} ({path}): the "
+                                 f"run replaces {output} whole, so the input would be lost; choose an output "
+                                 "apart from the run's inputs")
+            if is_within(output, path):
+                raise KbertError(f"{output} lies inside {option} ({path}): the run's files would mix with its "
+                                 "input; choose an output apart from the run's inputs")
 
 
 def is_occupied(path: "str | os.PathLike[str]") -> bool:

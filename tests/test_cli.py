@@ -176,6 +176,19 @@ def test_evaluate_predict_export(trained_model, tmp_path):
     assert result.returncode == 0 and (tmp_path / "serving" / "saved_model.pb").exists()
 
 
+def test_predict_into_a_closed_pipe_stops_quietly(trained_model, tmp_path):
+    """`kbert predict ... | head -1`: the reader leaves early; no error line, no traceback."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("".join(f"很好的书，第{n}本\n" for n in range(5000)), encoding="utf-8")
+    process = subprocess.Popen([sys.executable, "-m", "kbert", "predict", "--model", str(trained_model), str(texts)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()
+    process.stdout.close()  # as head does after its line
+    error = process.stderr.read()
+    assert process.wait(timeout=600) == 1
+    assert first.count("\t") == 1 and "Broken pipe" not in error and "Traceback" not in error, error
+
+
 def test_predict_evaluate_export_in_bf16(trained_model, tmp_path):
     data = trained_model.parent / "valid.data"
     probabilities, labels = {}, {}

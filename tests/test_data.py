@@ -5,7 +5,7 @@ import pytest
 
 from conftest import shared_path, write
 from kbert import DataError
-from kbert.training.data import LabelMap, read_examples
+from kbert.training.data import Example, LabelMap, read_examples
 
 
 def test_real_sentiment_file():
@@ -178,3 +178,24 @@ def test_a_first_row_labelled_like_a_column_name_is_data(tmp_path):
     examples, report = read_examples(write(tmp_path, "d.data", "好\tclass\n坏\tlabel\n"))
     assert [(e.text, e.label) for e in examples] == [("好", "class"), ("坏", "label")]
     assert report.layout == "tab-separated, no header: text, label"
+
+
+@pytest.mark.parametrize("labels, message", [
+    # The case: 1 and 1.0 (and pos/neg beside them) would become separate classes.
+    (["1", "1.0", "pos", "neg", "1"], r"'1' \(2 rows\) and '1.0' \(1 row\) look like one label"),
+    # Neighbours: case, and a number with a leading zero.
+    (["Pos", "pos", "neg"], r"'Pos' \(1 row\) and 'pos' \(1 row\)"),
+    (["01", "1", "0"], r"'01' \(1 row\) and '1' \(1 row\)"),
+])
+def test_spellings_of_one_label_are_refused(tmp_path, labels, message):
+    path = write(tmp_path, "train.tsv", "".join(f"text {n}\t{label}\n" for n, label in enumerate(labels)))
+    examples, _ = read_examples(path)
+    with pytest.raises(DataError, match=rf"{path}: labels {message}.*write each label one way"):
+        LabelMap.from_examples(examples, path)
+    # Labels that only look alike stay distinct classes.
+    assert LabelMap.from_examples([e for e in examples if e.label in ("neg", "0", "1")], path).names
+
+
+def test_distinct_labels_stay_classes():
+    examples = [Example("a", None, label, n) for n, label in enumerate(["1", "10", "-1", "neg", "negative"])]
+    assert LabelMap.from_examples(examples).names == ["-1", "1", "10", "neg", "negative"]

@@ -234,6 +234,29 @@ def test_a_damaged_weights_file_is_named(trained, tmp_path):
         load_classifier(str(copy))
 
 
+@pytest.mark.parametrize("names", [["neg", "pos", "neutral"], ["pos"]])
+def test_a_label_map_of_another_model_is_named(trained, tmp_path, names):
+    out, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "labels.json").write_text(json.dumps(names))
+    with pytest.raises(KbertError, match=f"{re.escape(str(copy / 'labels.json'))}: {len(names)} labels, but the "
+                                         "model was trained with 2 \\(training.json\\)"):
+        load_classifier(str(copy))
+    result = kbert_in_process("predict", "--model", str(copy), stdin="很好\n")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_a_missing_vocabulary_names_both_kinds(trained, tmp_path):
+    out, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "vocab.txt").unlink()
+    with pytest.raises(KbertError, match=f"{re.escape(str(copy))}: the vocabulary is missing: a model directory "
+                                         "holds vocab.txt \\(WordPiece\\) or spiece.model"):
+        load_classifier(str(copy))
+
+
 def test_warmup_linear_decay():
     schedule = WarmupLinearDecay(2e-5, warmup_steps=100, total_steps=1000)
     values = [float(schedule(step)) for step in (0, 50, 100, 550, 1000, 1200)]
@@ -403,3 +426,43 @@ def test_predictions_with_length_bucketing_come_back_in_input_order(trained, sen
     assert (bucketed.argmax(-1) == plain.argmax(-1)).all()
     texts = [example.text for example in examples[:40]]
     assert [row["text"] for row in predict(str(out), texts)] == texts
+
+
+@pytest.mark.parametrize("layout, message", [
+    # The case: --out the directory that holds the training file, with --overwrite.
+    ({"train": "proj/train.tsv", "out": "proj"}, r"proj holds --train \(.*proj/train.tsv\)"),
+    # Neighbours: the input itself, the valid file, and an output inside an input directory.
+    ({"train": "data/x.tsv", "out": "data/x.tsv"}, r"x.tsv is --train"),
+    ({"train": "train.tsv", "valid": "proj/valid.tsv", "out": "proj"}, r"proj holds --valid"),
+    ({"train": "train.tsv", "vocab": "vocabdir", "out": "vocabdir/model"}, r"model lies inside --vocab"),
+])
+def test_an_output_never_replaces_an_input(tmp_path, sentiment_slice, layout, message):
+    paths = {}
+    for role in ("train", "valid"):
+        if role in layout:
+            paths[role] = tmp_path / layout[role]
+            paths[role].parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(sentiment_slice / f"{role}.data", paths[role])
+    vocab = shared_path("vocab", "chinese_vocab.txt")
+    if "vocab" in layout:
+        (tmp_path / layout["vocab"]).mkdir()
+        shutil.copy(vocab, tmp_path / layout["vocab"] / "vocab.txt")
+        vocab = tmp_path / layout["vocab"]
+    (tmp_path / "proj" / "notes.txt").parent.mkdir(exist_ok=True)
+    (tmp_path / "proj" / "notes.txt").write_text("mine")
+    before = sorted(str(path) for path in tmp_path.rglob("*"))
+    with pytest.raises(KbertError, match=message):
+        train(str(CONFIGS / "bert_tiny.json"), str(vocab), str(paths["train"]), str(tmp_path / layout["out"]),
+              valid_path=str(paths["valid"]) if "valid" in paths else None, options=FAST, overwrite=True)
+    assert sorted(str(path) for path in tmp_path.rglob("*")) == before  # nothing written, nothing lost
+
+
+def test_pretraining_never_replaces_its_corpus(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("今天天气很好。\n", encoding="utf-8")
+    result = kbert_in_process("pretrain", "--config", str(CONFIGS / "bert_tiny.json"), "--vocab",
+                              str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(corpus),
+                              "--out", str(corpus), "--overwrite")
+    assert result.returncode == 2 and f"{corpus} is --train ({corpus})" in result.stderr
+    assert [path.name for path in corpus.iterdir()] == ["a.txt"]

@@ -19,7 +19,7 @@ from kbert.checkpoints.hf import save_hf_weights
 from kbert.checkpoints.loader import TensorSource, load_into
 from kbert.checkpoints.names import check_hf_names
 from kbert.errors import CheckpointError
-from kbert.io import atomic_copy, is_occupied, replace_directory
+from kbert.io import atomic_copy, is_occupied, is_within, replace_directory
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
 from kbert.models.tables import GOOGLE
@@ -38,7 +38,7 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     """
     out = os.path.normpath(os.fspath(out))
     for given, name in ((src, "the source"), (config_path, "the config")):
-        if given is not None and _is_within(os.fspath(given), out):
+        if given is not None and is_within(os.fspath(given), out):
             raise CheckpointError(f"{out}: holds {name} ({os.fspath(given)}); converting into it would replace "
                                   f"{name} with its own conversion. Choose another output directory")
     if is_occupied(out) and not overwrite:
@@ -67,12 +67,6 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     return {"source": source.path, "weights": weights, "config": written_config,
             "variables": len(report.loaded), "params": built.count_params(),
             "heads": {flag: bool(value) for flag, value in heads.flags().items()}, "unused": report.describe_unused()}
-
-
-def _is_within(path: str, directory: str) -> bool:
-    """Whether `path` is `directory` or lies inside it (links resolved)."""
-    path, directory = os.path.realpath(path), os.path.realpath(directory)
-    return os.path.commonpath([path, directory]) == directory
 
 
 def _write_converted(model, source: TensorSource, config: BertConfig, out: str):

@@ -44,6 +44,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command in INFERENCE_COMMANDS:
             return _run_in_precision(args)
         return args.run(args)
+    except BrokenPipeError:
+        # The reader of our output went away (`kbert predict ... | head`): stop quietly, as Unix tools do.
+        # Python would report the failed flush of stdout at exit: point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (KbertError, OSError) as error:  # OSError names its path: permission, disk full
         print(f"kbert: error: {error}", file=sys.stderr)
         return 2

@@ -37,7 +37,7 @@ class ClassificationTask(Task):
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
         examples, report = read_training_file(read_examples, train_path, options)
-        labels = LabelMap.from_examples(examples)
+        labels = LabelMap.from_examples(examples, train_path)
         if len(labels) < 2:
             raise DataError(f"{train_path}: every example has the label {labels.names[0]!r}; "
                             "a classifier needs examples of at least two labels")

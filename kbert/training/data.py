@@ -124,8 +124,10 @@ class LabelMap:
         self._ids = {name: index for index, name in enumerate(self.names)}
 
     @classmethod
-    def from_examples(cls, examples: Sequence[Example]) -> "LabelMap":
+    def from_examples(cls, examples: Sequence[Example], path: str = "the training data") -> "LabelMap":
+        """The labels of `examples`; spellings of one label (`1`/`1.0`, `Pos`/`pos`) are a `DataError`."""
         names = {example.label for example in examples}
+        _check_one_spelling_each(names, examples, path)
         numeric = all(is_integer(name) for name in names)
         return cls(sorted(names, key=int) if numeric else sorted(names))
 
@@ -155,6 +157,30 @@ class LabelMap:
         except (OSError, json.JSONDecodeError) as error:
             raise DataError(f"{path}: cannot read the label map ({error})") from None
         return cls(names)
+
+
+def _check_one_spelling_each(names, examples: Sequence[Example], path: str) -> None:
+    """Two labels that differ only in case or number format would silently become two classes."""
+    spellings = {}
+    for name in names:
+        spellings.setdefault(_label_key(name), []).append(name)
+    clashes = [sorted(group) for group in spellings.values() if len(group) > 1]
+    if clashes:
+        counts = {name: 0 for group in clashes for name in group}
+        for example in examples:
+            if example.label in counts:
+                counts[example.label] += 1
+        described = "; ".join(" and ".join(f"{name!r} ({counts[name]} row{'s' * (counts[name] != 1)})" for name in group) for group in clashes)
+        raise DataError(f"{path}: labels {described} look like one label written in different ways, which would "
+                        "make separate classes; write each label one way")
+
+
+def _label_key(name: str) -> str:
+    """A label's meaning: numbers by value (`1`, `1.0`, `01`), words without case."""
+    try:
+        return repr(float(name))
+    except ValueError:
+        return name.casefold()
 
 
 def encode_examples(tokenizer, examples: Sequence[Example], maxlen: int) -> List[Tuple[List[int], List[int]]]:

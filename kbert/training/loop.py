@@ -27,7 +27,7 @@ import keras
 
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, check_whole_number
-from kbert.io import atomic_copy, atomic_path
+from kbert.io import atomic_copy, atomic_path, refuse_overlap
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
@@ -194,6 +194,8 @@ def train_task(
         # Every worker runs the same steps, but only the chief writes OUT.
         out_dir = os.path.join(tempfile.mkdtemp(prefix=f"kbert-{role.task_type}{role.task_id}-"), "run")
     run = RunDirectory(out_dir)
+    refuse_overlap([run.out, run.partial], {"--train": train_path, "--valid": valid_path, "--config": config_path,
+                                            "--vocab": vocab_path, "--checkpoint": checkpoint_path})
     run.check(resume=resume, overwrite=overwrite)
     # Before any dataset exists: tf.data's shuffle order follows the global seed.
     keras.utils.set_random_seed(options.seed)

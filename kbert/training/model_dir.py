@@ -39,10 +39,13 @@ def vocab_file(model_dir: str) -> str:
 
 def check_model_dir(model_dir: str) -> None:
     """Raises `KbertError` unless `model_dir` holds every file `train_task` writes."""
-    for name in (CONFIG_FILE, os.path.basename(vocab_file(model_dir)), WEIGHTS_FILE, TRAINING_FILE,
-                 LabelMap.FILE_NAME):
+    for name in (CONFIG_FILE, WEIGHTS_FILE, TRAINING_FILE, LabelMap.FILE_NAME):
         if not os.path.exists(os.path.join(model_dir, name)):
             raise KbertError(f"{model_dir}: not a kbert model directory (no {name})")
+    if not os.path.exists(vocab_file(model_dir)):
+        raise KbertError(f"{model_dir}: the vocabulary is missing: a model directory holds {VOCAB_FILE} "
+                         f"(WordPiece) or {SENTENCEPIECE_FILE} (a T5 trained on SentencePiece); copy back the "
+                         "one the model was trained with")
 
 
 @dataclasses.dataclass
@@ -85,6 +88,10 @@ def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
     if task_class.name != state["task"]:
         raise KbertError(f"{model_dir}: a model trained for --task {state['task']}, not {task_class.name}")
     labels = LabelMap.load(model_dir)
+    if len(labels) != (state.get("num_labels") or 0):
+        raise KbertError(f"{os.path.join(model_dir, LabelMap.FILE_NAME)}: {len(labels)} labels, but the model was "
+                         f"trained with {state.get('num_labels') or 0} ({TRAINING_FILE}); the label map belongs to "
+                         "another model: put back the one its training wrote")
     tokenizer = load_tokenizer(vocab_file(model_dir), do_lower_case=state["options"]["do_lower_case"])
     loaded = TrainedModel(None, tokenizer, labels, state)
     task = task_class.from_options(loaded.options)
