@@ -12,8 +12,9 @@ from kbert.errors import KbertError
 
 
 @contextlib.contextmanager
-def atomic_path(path: "str | os.PathLike[str]") -> Iterator[str]:
-    """Yields a temporary path beside `path`; renames it onto `path` on success.
+def atomic_path(path: "str | os.PathLike[str]", mode: Optional[int] = None) -> Iterator[str]:
+    """Yields a temporary path beside `path`; renames it onto `path` on success, with permissions `mode`
+    (default: a new file's, from the umask).
 
     On an exception the temporary file is removed and `path` is untouched.
     """
@@ -24,7 +25,7 @@ def atomic_path(path: "str | os.PathLike[str]") -> Iterator[str]:
     os.close(handle)
     try:
         yield temporary
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes files private (0600)
+        os.chmod(temporary, 0o666 & ~_umask() if mode is None else mode)  # mkstemp makes files private (0600)
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):

@@ -93,3 +93,51 @@ def test_cli_shows_a_diff_by_default_and_never_overwrites(tmp_path):
     assert kbert_in_process("migrate", script, "--in-place").returncode == 0
     assert script.read_text(encoding="utf-8") == output.read_text(encoding="utf-8")
     assert set(tmp_path.iterdir()) == {script, output}  # no temporary file left behind
+
+
+SMALL_SCRIPT = "from bert4keras.models import build_transformer_model\r\nmodel = build_transformer_model('c.json')\r\n"
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "byte-order mark"])
+@pytest.mark.parametrize("newline", ["\r\n", "\n"], ids=["CRLF", "LF"])
+def test_in_place_keeps_the_files_bytes_but_the_code(tmp_path, bom, newline):
+    script = tmp_path / "task.py"
+    script.write_bytes(bom + SMALL_SCRIPT.replace("\r\n", newline).encode("utf-8"))
+    script.chmod(0o755)
+    assert kbert_in_process("migrate", "--in-place", str(script)).returncode == 0
+    written = script.read_bytes()
+    assert written.startswith(bom) and not written[len(bom):].startswith(b"\xef\xbb\xbf")
+    assert written.count(newline.encode()) == 2 and (newline == "\r\n" or b"\r" not in written)
+    assert b"from kbert.compat.models import build_transformer_model" in written
+    assert script.stat().st_mode & 0o777 == 0o755
+
+
+def test_in_place_on_a_link_rewrites_its_target_and_keeps_the_link(tmp_path):
+    target = tmp_path / "real" / "task.py"
+    target.parent.mkdir()
+    target.write_text(SMALL_SCRIPT.replace("\r\n", "\n"), encoding="utf-8")
+    link = tmp_path / "task.py"
+    link.symlink_to(target)
+    assert kbert_in_process("migrate", "--in-place", str(link)).returncode == 0
+    assert link.is_symlink() and link.resolve() == target
+    assert "kbert.compat.models" in target.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("line, migrated", [
+    # The case: K.set_value on the optimizer's lr.
+    ("K.set_value(model.optimizer.lr, 1e-5)", "K.set_value(model.optimizer.learning_rate, 1e-5)"),
+    # Neighbours: K.get_value, a plain read, an optimizer held in a variable; and an lr that is not one.
+    ("rate = K.get_value(self.model.optimizer.lr)", "rate = K.get_value(self.model.optimizer.learning_rate)"),
+    ("print(optimizer.lr)", "print(optimizer.learning_rate)"),
+    ("print(config.lr)", "print(config.lr)"),
+])
+def test_the_optimizers_learning_rate_attribute(line, migrated):
+    migration = migrate_source(f"from keras import backend as K\n{line}\n")
+    assert migration.source.splitlines()[-1] == migrated
+    assert not migration.manual
+
+
+def test_tf_function_is_not_keras_function():
+    migration = migrate_source("import tensorflow as tf\nfrom keras import backend as K\n\n@tf.function\n"
+                               "def step(x):\n    return x\n\nf = K.function([a], [b])\n")
+    assert [finding.line for finding in migration.manual] == [8]  # K.function only

@@ -38,13 +38,15 @@ model.save_weights('best_model.weights.h5')
 from __future__ import annotations
 
 import ast
+import codecs
 import dataclasses
 import os
+import stat
 import re
 from typing import Dict, List, Optional, Tuple
 
 from kbert.errors import KbertError
-from kbert.io import atomic_write_text
+from kbert.io import atomic_path
 
 NEW_PACKAGE = "kbert.compat"
 KERAS2_BACKENDS = ("keras.backend", "tensorflow.keras.backend", "tensorflow.python.keras.backend")
@@ -218,7 +220,12 @@ class _Rewriter(SourceEdits, ast.NodeVisitor):
             new = f"{self.text(node.value)}.{RENAMED_METHODS[node.attr]}"
             self.replace(node, new, f".{node.attr} → .{RENAMED_METHODS[node.attr]} (Keras 3 fits generators "
                                     "and datasets in fit)")
-        elif node.attr in GRAPH_MODE and not self.inside_replaced_function(node):
+        elif node.attr == "lr" and re.search(r"(^|\.)opt\w*$", self.text(node.value)):
+            # `model.optimizer.lr`, `K.set_value(opt.lr, 1e-5)`: Keras 3 optimizers call it learning_rate.
+            new = f"{self.text(node.value)}.learning_rate"
+            self.replace(node, new, f"{self.text(node)} → {new} (Keras 3's name)")
+        elif node.attr in GRAPH_MODE and not self.inside_replaced_function(node) \
+                and _receiver(node) not in NOT_KERAS | {"tensorflow"}:  # `@tf.function` is no K.function
             self.manual(node, f"{self.text(node)}: {GRAPH_MODE[node.attr]}")
         self.generic_visit(node)
 
@@ -312,15 +319,21 @@ def migrate_file(script: str, output: Optional[str] = None, in_place: bool = Fal
     """
     if output is not None and in_place:
         raise KbertError("migrate: give either an output file or --in-place, not both")
+    with open(script, "rb") as handle:
+        raw = handle.read()
     try:
-        with open(script, encoding="utf-8") as handle:
-            source = handle.read()
+        source = raw.decode("utf-8-sig")  # a byte-order mark is no part of the code
     except UnicodeDecodeError as error:
         raise KbertError(f"{script}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    migration = migrate_source(source, script)
-    target = script if in_place else output
+    windows = source.count("\r\n") == source.count("\n") > 0  # kept as the file had them
+    migration = migrate_source(source.replace("\r\n", "\n"), script)
+    # In place: the file a link points to is rewritten (the link stays), with its permissions.
+    target = os.path.realpath(script) if in_place else output
     if target is not None and not in_place and os.path.exists(target) and not overwrite:
         raise KbertError(f"{target} exists; pass --overwrite to replace it, or choose another output")
     if target is not None:
-        atomic_write_text(target, migration.source)
+        text = migration.source.replace("\n", "\r\n") if windows else migration.source
+        with atomic_path(target, stat.S_IMODE(os.stat(target).st_mode) if in_place else None) as temporary:
+            with open(temporary, "wb") as handle:
+                handle.write((codecs.BOM_UTF8 if raw.startswith(codecs.BOM_UTF8) else b"") + text.encode("utf-8"))
     return migration
