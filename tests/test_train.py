@@ -129,6 +129,18 @@ def test_interrupted_training_resumes_from_the_last_epoch(tiny_run, tmp_path, mo
     with pytest.raises(KbertError, match=r"model.partial: --resume continues a run with the same settings, but the "
                                          r"interrupted run has maxlen 32 \(now 48\): resume with its settings"):
         train(*tiny_run, str(out), options=dataclasses.replace(FAST, maxlen=48), resume=True, verbose=0)
+    # Other data, under its own name or the same one, is not this run's either.
+    config, vocab, data = tiny_run
+    other = tmp_path / "other.data"
+    other.write_text("".join(pathlib.Path(data).read_text(encoding="utf-8").splitlines(True)[:-5]), encoding="utf-8")
+    with pytest.raises(KbertError, match=rf"--resume continues .* interrupted run has --train {re.escape(data)} of "
+                                         rf"\d+ bytes \(now {re.escape(str(other))} of \d+ bytes, other content\)"):
+        train(config, vocab, str(other), str(out), options=FAST, resume=True, verbose=0)
+    original = pathlib.Path(data).read_bytes()
+    pathlib.Path(data).write_bytes(original.replace("好".encode(), "坏".encode(), 1))
+    with pytest.raises(KbertError, match="other content"):
+        train(*tiny_run, str(out), options=FAST, resume=True, verbose=0)
+    pathlib.Path(data).write_bytes(original)
     assert snapshot(tmp_path / "model.partial") == kept
     state = train(*tiny_run, str(out), options=FAST, resume=True, verbose=0)
     assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]

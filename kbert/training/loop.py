@@ -38,7 +38,7 @@ from kbert.training.adversarial import adversarial_training, gradient_penalty
 from kbert.training.optimizers import make_optimizer
 from kbert.training.options import ADVERSARIAL, OPTIMIZERS, WHOLE_WORDS, TrainingOptions
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
-from kbert.training.run_directory import RunDirectory, write_json
+from kbert.training.run_directory import RunDirectory, data_fingerprints, write_json
 from kbert.training.task import Task
 
 
@@ -212,7 +212,8 @@ def train_task(
     fresh_state = {"task": task.name, "options": dataclasses.asdict(options),
                    **({"worker": dataclasses.asdict(role)} if role else {}),
                    "num_labels": num_labels, **data.state, "train_data": data.train_report,
-                   "valid_data": data.valid_report, "history": []}
+                   "valid_data": data.valid_report, "data_files": data_fingerprints(
+                       {"--train": train_path, "--valid": valid_path}), "history": []}
     if resume:
         run.check_same_run(fresh_state, data.labels.names, config.to_dict())
     warn_if_emulated(options.mixed_precision)

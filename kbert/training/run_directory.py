@@ -8,10 +8,11 @@ refused unless `overwrite`, and even then it is replaced only at the end.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
-from typing import Sequence
+from typing import Dict, Optional, Sequence
 
 from kbert.errors import KbertError
 from kbert.io import atomic_write_text, is_occupied, replace_directory
@@ -63,6 +64,7 @@ class RunDirectory:
             differences.append(f"labels {', '.join(map(str, saved_labels))} (now {', '.join(labels)})")
         differences += [f"config {key} {saved_config.get(key)!r} (now {value!r})" for key, value in config.items()
                         if saved_config.get(key) != value]
+        differences += _changed_files(saved.get("data_files"), state["data_files"])
         if differences:
             raise KbertError(f"{self.partial}: --resume continues a run with the same settings, but the "
                              f"interrupted run has {'; '.join(differences)}: resume with its settings, or "
@@ -93,7 +95,35 @@ class RunDirectory:
 
 
 # training.json entries that describe a run's data or progress, not its settings.
-_NOT_SETTINGS = {"history", "train_data", "valid_data", "examples", "chunks", "worker", "best_epoch"}
+_NOT_SETTINGS = {"history", "train_data", "valid_data", "examples", "chunks", "worker", "best_epoch", "data_files"}
+
+
+def data_fingerprints(paths: Dict[str, Optional[str]]) -> Dict[str, Optional[dict]]:
+    """Each data file's (or directory's) path, size and SHA-256, so that --resume can tell it is the same data."""
+    return {option: None if path is None else _fingerprint(os.fspath(path)) for option, path in paths.items()}
+
+
+def _fingerprint(path: str) -> dict:
+    files = [path] if not os.path.isdir(path) else sorted(
+        os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
+    digest, size = hashlib.sha256(), 0
+    for name in files:
+        digest.update(os.path.relpath(name, path).encode() + b"\0")
+        with open(name, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+                size += len(block)
+    return {"path": os.path.abspath(path), "bytes": size, "sha256": digest.hexdigest()}
+
+
+def _changed_files(saved: Optional[dict], now: dict) -> list:
+    """The data files whose content differs from the interrupted run's (runs from before kbert kept them: none)."""
+    if not saved:
+        return []
+    return [f"{option} {(saved.get(option) or {}).get('path')} of {(saved.get(option) or {}).get('bytes')} bytes "
+            f"(now {(current or {}).get('path')} of {(current or {}).get('bytes')} bytes, other content)"
+            for option, current in now.items()
+            if (saved.get(option) or {}).get("sha256") != (current or {}).get("sha256")]
 
 
 def _read_json(path: str):
