@@ -478,3 +478,19 @@ def test_pretraining_never_replaces_its_corpus(tmp_path):
                               "--out", str(corpus), "--overwrite")
     assert result.returncode == 2 and f"{corpus} is --train ({corpus})" in result.stderr
     assert [path.name for path in corpus.iterdir()] == ["a.txt"]
+
+
+def test_a_tied_validation_score_keeps_the_epoch_of_lower_loss(tmp_path):
+    from kbert.training.loop import _BestWeights
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    state = {}
+    kept = _BestWeights(model, str(tmp_path), state, "val_accuracy", lambda logs: logs.get("val_accuracy"))
+    epochs = [(0.5, 8.21), (0.5, 6.81), (0.5, 7.0), (0.6, 9.0), (0.6, 9.0)]
+    chosen = []
+    for epoch, (accuracy, loss) in enumerate(epochs):
+        kept.on_epoch_end(epoch, {"val_accuracy": accuracy, "val_loss": loss})
+        chosen.append(state["best_epoch"])
+    # A tie goes to the lower loss (2 over 1, not 3 over 2); a better score wins whatever its loss.
+    assert chosen == [1, 2, 2, 4, 4]
+    assert (state["best_val_accuracy"], state["best_val_loss"]) == (0.6, 9.0)

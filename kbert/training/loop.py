@@ -61,10 +61,14 @@ class _BestWeights(keras.callbacks.Callback):
         history = self.state.setdefault("history", [])
         history.append({"epoch": epoch + 1, **{k: float(v) for k, v in logs.items()}})
         best = self.state.get(self.best_key)
-        if score is None or best is None or score > best:
+        # A tie (masked-token accuracy often stays put for epochs) goes to the lower validation loss.
+        loss, best_loss = logs.get("val_loss"), self.state.get("best_val_loss")
+        tie_won = score == best and loss is not None and (best_loss is None or loss < best_loss)
+        if score is None or best is None or score > best or tie_won:
             with atomic_path(os.path.join(self.out_dir, WEIGHTS_FILE)) as temporary:
                 self.kept.save_weights(temporary)
-            self.state.update({"best_epoch": epoch + 1, self.best_key: score})
+            self.state.update({"best_epoch": epoch + 1, self.best_key: score,
+                               **({"best_val_loss": float(loss)} if loss is not None else {})})
         write_json(os.path.join(self.out_dir, TRAINING_FILE), self.state)
 
 
