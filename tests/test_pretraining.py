@@ -249,3 +249,27 @@ def test_masks_are_redrawn_every_epoch_and_reproducible_from_the_seed(tokenizer,
     np.testing.assert_array_equal(second, again_second)
     (other_first, _), _ = epochs(seed=4)
     assert not np.array_equal(first, other_first)
+
+
+@pytest.mark.parametrize("text, refused", [
+    # The case: characters the vocabulary lacks (CJK Extension B here) are all [UNK].
+    ("𠀀𠀁𠀂𠀃𠀄𠀅𠀆𠀇" * 4, True),
+    # Neighbours: a few unknown characters warn; text the vocabulary covers says nothing.
+    ("我们在北京大学学习自然语言处理。" * 3 + "𠀀𠀁𠀂𠀃", False),
+    ("我们在北京大学学习自然语言处理，感觉非常好。" * 3, None),
+])
+def test_text_the_vocabulary_does_not_cover(tokenizer, tmp_path, caplog, text, refused):
+    from kbert.tasks.pretraining import MaskedLanguageModelTask
+    from kbert.training.options import TrainingOptions
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((text + "\n") * 4, encoding="utf-8")
+    options = TrainingOptions.for_pretraining(maxlen=32, batch_size=4)
+    read = lambda: MaskedLanguageModelTask().read(tokenizer, str(corpus), None, None, options)  # noqa: E731
+    if refused:
+        with pytest.raises(kbert.DataError, match=rf"{corpus}: \d+% of the text's tokens are \[UNK\].*predict \[UNK\]"):
+            read()
+        return
+    read()
+    warned = [record.getMessage() for record in caplog.records if "[UNK]" in record.getMessage()]
+    assert bool(warned) == (refused is False), warned

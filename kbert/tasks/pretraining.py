@@ -188,6 +188,24 @@ class MaskEpoch(keras.callbacks.Callback):
         self.epoch.assign(epoch)
 
 
+UNKNOWN_REFUSED, UNKNOWN_WARNED = 0.5, 0.05  # shares of the text's tokens that are [UNK]
+
+
+def _check_known(path: str, token_ids: np.ndarray, tokenizer) -> None:
+    """Text the vocabulary does not cover (a truncated vocabulary, --cased with an uncased one) teaches
+    the model to predict [UNK]: refused when most of it is unknown, a warning when much is."""
+    unknown_id = tokenizer.token_to_id("[UNK]")
+    text = (token_ids != 0) & (token_ids != tokenizer.cls_id) & (token_ids != tokenizer.sep_id)
+    share = float(np.mean(token_ids[text] == unknown_id)) if unknown_id is not None and text.any() else 0.0
+    message = (f"{path}: {share:.0%} of the text's tokens are [UNK] for this vocabulary ({tokenizer.vocab_size} "
+               "tokens); is it the vocabulary of this text (and its case: --cased keeps capitals an uncased "
+               "vocabulary does not have)?")
+    if share > UNKNOWN_REFUSED:
+        raise DataError(message + " Pre-training on it would teach the model to predict [UNK]")
+    if share > UNKNOWN_WARNED:
+        logging.getLogger("kbert").warning("warning: %s", message)
+
+
 class MaskedLanguageModelTask(Task):
     """Pre-training: predict masked (whole) words of plain text; the backbone with its MLM head is saved."""
 
@@ -234,6 +252,7 @@ class MaskedLanguageModelTask(Task):
             raise DataError(f"{path}: no line has a token of the vocabulary ({tokenizer.vocab_size} tokens); "
                             "is it the vocabulary of this text?")
         tokens = int(np.count_nonzero(token_ids))
+        _check_known(path, token_ids, tokenizer)
         report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding)"
         logging.getLogger("kbert").info("%s", report)
         mask = functools.partial(mask_whole_words, rate=self.mask_rate, mask_id=tokenizer.token_to_id("[MASK]"),
