@@ -110,8 +110,13 @@ def test_data_generator_contract(sentiment, tokenizers):
     assert sorted(shuffled) == sorted(text for text, _ in sentiment[:70]) and shuffled != [t for t, _ in sentiment[:70]]
     endless = iter(generator.forfit())
     assert sum(len(next(endless)[1]) for _ in range(6)) == 140  # two passes
-    inputs = next(iter(generator.fortest()))
+    (inputs,) = next(iter(generator.fortest()))
     assert len(inputs) == 2 and inputs[0].shape == inputs[1].shape
+    # As bert4keras's scripts predict with it: both inputs reach a two-input model.
+    from kbert import build_transformer_model
+
+    bert = build_transformer_model(str(CONFIGS / "bert_tiny.json"), with_pool=True)
+    assert bert.predict(generator.fortest(), steps=len(generator), verbose=0).shape == (70, 32)
     (tokens, segments), labels = next(iter(generator.to_dataset()))
     assert tokens.dtype == "int64" and labels.shape[1] == 1
 

@@ -143,8 +143,13 @@ class DataGenerator:
         return self._dataset(lambda: (_as_tuples(batch) for batch in self._passes(random)))
 
     def fortest(self, random: bool = False):
-        """The inputs of each batch (its first element), pass after pass, as `forfit`'s dataset."""
-        return self._dataset(lambda: (_as_tuples(batch[0]) for batch in self._passes(random)))
+        """The inputs of each batch (its first element), pass after pass, as `forfit`'s dataset, for
+        `model.predict(generator.fortest(), steps=len(generator))`.
+
+        Each element is a 1-tuple `(inputs,)`: Keras reads a pair as (inputs, labels), so a two-input
+        model's `(token_ids, segment_ids)` would otherwise lose its second input.
+        """
+        return self._dataset(lambda: ((_as_tuples(batch[0]),) for batch in self._passes(random)))
 
     def to_dataset(self, random: bool = True):
         """`forfit`'s dataset (kbert's name for it)."""
