@@ -123,3 +123,123 @@ for task, data in (("classify", "reviews.tsv"), ("ner", "tagged.bmes"), ("seq2se
         [["entities", "text"]] * 2 + [["target", "text"]] * 2
     assert {row["label"] for row in predictions[:2]} <= {"0", "1"}
     assert "Traceback" not in result.stderr
+
+
+SMALL = {"vocab_size": 120, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}
+# A model of each kind of graph kbert saves: absolute positions with a pooled classifier, rotary
+# positions with an MLM head, relative positions and RMS norms in an encoder-decoder, a CRF tagger.
+SAVED_MODELS = {
+    "bert-classifier": "build_classifier(build_transformer_model(SMALL, with_pool=True), 3)",
+    "roformer_v2-mlm": "build_transformer_model(SMALL, model='roformer_v2', with_mlm=True)",
+    "t5.1.1": "build_transformer_model(SMALL, model='t5.1.1')",
+    "bert-crf": "build_token_classifier(build_transformer_model(SMALL), 5, head='crf')",
+}
+SAVE_AND_PREDICT = f"""
+import sys, numpy as np, keras
+from kbert import build_transformer_model
+from kbert.builder import build_classifier, build_token_classifier
+SMALL = {SMALL!r}
+tokens = np.array([[2, 8, 9, 3, 0, 0], [2, 5, 6, 7, 8, 3]], dtype="int32")
+def inputs(model):
+    return [tokens, tokens * 0] if len(model.inputs) == 2 and "t5" not in model.name.lower() else \\
+        [tokens, tokens[:, :4]] if len(model.inputs) == 2 else [tokens]
+"""
+
+
+def save_models(directory) -> dict:
+    """Each of SAVED_MODELS saved as `.keras` on this backend, with its outputs, run in this process."""
+    scope: dict = {}
+    exec(SAVE_AND_PREDICT, scope)
+    import keras
+    import numpy as np
+
+    outputs = {}
+    keras.utils.set_random_seed(1)
+    for name, code in SAVED_MODELS.items():
+        model = eval(code, scope)
+        model.save(directory / f"{name}.keras")
+        outputs[name] = np.asarray(keras.ops.convert_to_numpy(model.predict(scope["inputs"](model), verbose=0)))
+    return outputs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keras_files_load_across_backends(backend, tmp_path):
+    """Saved on this process's backend, loaded on JAX/PyTorch without TensorFlow (safe_mode), and back."""
+    import keras
+    import numpy as np
+
+    here = save_models(tmp_path)
+    there = tmp_path / backend
+    there.mkdir()
+    result = run_without_tensorflow(backend, SAVE_AND_PREDICT + f"""
+import json, pathlib
+directory = pathlib.Path({str(tmp_path)!r})
+for name in {list(SAVED_MODELS)!r}:
+    model = keras.models.load_model(directory / f"{{name}}.keras", safe_mode=True)
+    np.save(directory / "{backend}" / f"{{name}}.npy", keras.ops.convert_to_numpy(model.predict(inputs(model), verbose=0)))
+    model.save(directory / "{backend}" / f"{{name}}.keras")
+""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    scope: dict = {}
+    exec(SAVE_AND_PREDICT, scope)
+    for name, expected in here.items():
+        np.testing.assert_allclose(np.load(there / f"{name}.npy"), expected, atol=1e-5, err_msg=name)
+        back = keras.models.load_model(there / f"{name}.keras", safe_mode=True)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(back.predict(scope["inputs"](back), verbose=0)),
+                                   expected, atol=1e-5, err_msg=name)
+
+
+ADVERSARIAL_RUN = """
+import numpy as np, keras
+from kbert.training.adversarial import adversarial_training, gradient_penalty
+def trained(method, initial):
+    tokens = keras.Input((3,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(10, 4, name="Embedding-Token")(tokens))
+    model = keras.Model(tokens, keras.layers.Dense(2, activation="softmax")(pooled))
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
+    if initial:
+        model.load_weights(initial)
+    {"fgm": adversarial_training, "gp": gradient_penalty}[method](model, "Embedding-Token", epsilon=0.5)
+    history = model.fit(np.array([[1, 2, 3], [4, 5, 6], [1, 1, 7]]), np.array([0, 1, 1]), batch_size=3, epochs=2,
+                        verbose=0, shuffle=False)
+    return [keras.ops.convert_to_numpy(w) for w in model.weights], history.history["loss"]
+"""
+
+
+@pytest.mark.parametrize("method", ["fgm", "gp"])
+def test_adversarial_steps_give_tensorflows_weights_on_pytorch(method, tmp_path):
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((3,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(10, 4, name="Embedding-Token")(tokens))
+    keras.Model(tokens, keras.layers.Dense(2)(pooled)).save_weights(tmp_path / "initial.weights.h5")
+    scope: dict = {}
+    exec(ADVERSARIAL_RUN, scope)
+    weights, losses = scope["trained"](method, tmp_path / "initial.weights.h5")
+    result = run_without_tensorflow("torch", ADVERSARIAL_RUN + f"""
+weights, losses = trained({method!r}, {str(tmp_path / 'initial.weights.h5')!r})
+np.savez({str(tmp_path / 'torch.npz')!r}, *weights, losses=np.array(losses))
+""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    on_torch = np.load(tmp_path / "torch.npz")
+    np.testing.assert_allclose(on_torch["losses"], losses, rtol=1e-5)
+    for index, expected in enumerate(weights):
+        np.testing.assert_allclose(on_torch[f"arr_{index}"], expected, atol=1e-6)
+
+
+def test_adversarial_training_is_refused_on_jax_with_the_reason():
+    result = run_without_tensorflow("jax", ADVERSARIAL_RUN + """
+from kbert.errors import KbertError
+keras.utils.set_random_seed(0)
+try:
+    trained("fgm", None)
+except KbertError as error:
+    print(error)
+""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "adversarial training (FGM, gradient penalty) has a train step for TensorFlow and PyTorch, and Keras " \
+           "runs on jax" in result.stdout

@@ -13,10 +13,10 @@ the same thing under `tf.GradientTape`:
 - `gradient_penalty`: each step minimises loss + ½·ε·‖∂loss/∂E‖², the
   gradient's squared norm over the embedding table (a second-order gradient).
 
-Call either after `model.compile(...)`, before `fit`. Both are TensorFlow
-train steps: on JAX and PyTorch they raise `KbertError` saying so (a JAX step
-is stateless and a PyTorch one takes its gradients from `torch.autograd`;
-neither is written yet).
+Call either after `model.compile(...)`, before `fit`. The gradients are the
+backend's own: `tf.GradientTape` on TensorFlow, `torch.autograd` on PyTorch.
+On JAX, whose train step is a pure function of the weights, they raise
+`KbertError` saying so (not written yet).
 
 Example:
 >>> import numpy as np, keras
@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import keras
@@ -50,19 +51,29 @@ def embedding_table(model: keras.Model, embedding_name: str = EMBEDDING_TOKEN):
 
 
 def _loss_gradient(model, x, y, sample_weight, variable):
+    """The loss's gradient with respect to `variable`, taken by the backend."""
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.autograd.grad(_loss(model, x, y, sample_weight)[0], variable.value)[0]
     import tensorflow as tf
 
     with tf.GradientTape() as tape:
-        y_pred = model(x, training=True)
-        loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+        loss, _ = _loss(model, x, y, sample_weight)
     return tf.convert_to_tensor(tape.gradient(loss, variable))  # an embedding's gradient is sparse
+
+
+def _loss(model, x, y, sample_weight):
+    y_pred = model(x, training=True)
+    return model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight), y_pred
 
 
 def _replace_train_step(model: keras.Model, train_step) -> None:
     backend = keras.backend.backend()
-    if backend != "tensorflow":
-        raise KbertError(f"adversarial training (FGM, gradient penalty) is a TensorFlow train step, and Keras "
-                         f"runs on {backend}: set KERAS_BACKEND=tensorflow, or train without --adversarial")
+    if backend not in ("tensorflow", "torch"):
+        raise KbertError(f"adversarial training (FGM, gradient penalty) has a train step for TensorFlow and "
+                         f"PyTorch, and Keras runs on {backend}: set KERAS_BACKEND=tensorflow or torch, or train "
+                         "without --adversarial")
     if model.optimizer is None:
         raise ConfigError("adversarial training changes the compiled model's training step: "
                           "call model.compile(...) first")
@@ -82,11 +93,9 @@ def adversarial_training(model: keras.Model, embedding_name: str = EMBEDDING_TOK
     ordinary_step = model.train_step
 
     def train_step(self, data):
-        import tensorflow as tf
-
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         gradient = _loss_gradient(self, x, y, sample_weight, table)
-        delta = epsilon * gradient / (tf.norm(gradient) + 1e-8)
+        delta = epsilon * gradient / (keras.ops.sqrt(keras.ops.sum(keras.ops.square(gradient))) + 1e-8)
         table.assign_add(delta)
         logs = ordinary_step(data)
         table.assign_sub(delta)
@@ -103,20 +112,43 @@ def gradient_penalty(model: keras.Model, embedding_name: str = EMBEDDING_TOKEN, 
     table = embedding_table(model, embedding_name)
 
     def train_step(self, data):
-        import tensorflow as tf
-
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
-            with tf.GradientTape() as inner:
-                y_pred = self(x, training=True)
-                loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
-            gradient = tf.convert_to_tensor(inner.gradient(loss, table))
-            loss = loss + 0.5 * epsilon * tf.reduce_sum(tf.square(gradient))
-        variables = self.trainable_variables
-        self.optimizer.apply(tape.gradient(loss, variables), variables)
+        loss, y_pred, gradients = _penalised(self, x, y, sample_weight, table, epsilon)
+        with _outside_autograd():
+            self.optimizer.apply(gradients, self.trainable_variables)
         for metric in self.metrics:
             if metric.name == "loss":
                 metric.update_state(loss)
         return self.compute_metrics(x, y, y_pred, sample_weight)
 
     _replace_train_step(model, train_step)
+
+
+def _penalised(model, x, y, sample_weight, table, epsilon: float):
+    """loss + ½·epsilon·‖∂loss/∂table‖², the prediction, and the total's gradients for the trainable weights
+    (a second-order gradient: the penalty's own gradient goes through the first)."""
+    variables = model.trainable_variables
+    if keras.backend.backend() == "torch":
+        import torch
+
+        loss, y_pred = _loss(model, x, y, sample_weight)
+        gradient = torch.autograd.grad(loss, table.value, create_graph=True)[0]
+        loss = loss + 0.5 * epsilon * torch.sum(gradient ** 2)
+        return loss, y_pred, torch.autograd.grad(loss, [variable.value for variable in variables], allow_unused=True)
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        with tf.GradientTape() as inner:
+            loss, y_pred = _loss(model, x, y, sample_weight)
+        gradient = tf.convert_to_tensor(inner.gradient(loss, table))
+        loss = loss + 0.5 * epsilon * tf.reduce_sum(tf.square(gradient))
+    return loss, y_pred, tape.gradient(loss, variables)
+
+
+def _outside_autograd():
+    """PyTorch updates weights outside its autograd graph (as Keras's own torch step does)."""
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.no_grad()
+    return contextlib.nullcontext()
