@@ -60,6 +60,13 @@ def check_whole_number(value, what: str, minimum: int = 1, error: type = KbertEr
         raise error(f"{what}: expected {expected}, got {value!r}")
 
 
+def tensorflow_installed() -> bool:
+    """Whether TensorFlow can be imported here (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow") is not None
+
+
 def require_tensorflow(feature: str, instead: str = ""):
     """TensorFlow, imported for `feature`; where it is not installed, a `KbertError` that says how to get it.
 

@@ -125,6 +125,35 @@ for task, data in (("classify", "reviews.tsv"), ("ner", "tagged.bmes"), ("seq2se
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pretrain_and_fine_tune_from_it_without_tensorflow(backend, tmp_path):
+    """Masks drawn in NumPy, the pre-trained weights written as safetensors, read back by kbert train;
+    a family whose weights only Google's format names is refused before anything is read."""
+    reviews = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:200]
+    (tmp_path / "corpus.txt").write_text("".join(line.split("\t")[0] + "\n" for line in reviews), encoding="utf-8")
+    (tmp_path / "labelled.tsv").write_text("\n".join(reviews[:32]) + "\n", encoding="utf-8")
+    vocab = str(shared_path("vocab", "chinese_vocab.txt"))
+    result = run_without_tensorflow(backend, f"""
+import os
+from kbert.cli.main import main
+os.chdir({str(tmp_path)!r})
+common = ["--vocab", {vocab!r}, "--train", "corpus.txt", "--epochs", "2", "--batch-size", "16", "--maxlen", "64"]
+assert main(["pretrain", "--config", {str(CONFIGS / "bert_tiny.json")!r}, *common, "--lr", "3e-3",
+             "--out", "pretrained"]) == 0
+assert main(["train", "--checkpoint", "pretrained", "--train", "labelled.tsv", "--epochs", "1",
+             "--maxlen", "32", "--out", "classifier"]) == 0
+assert main(["pretrain", "--model", "roformer_v2", "--config", {str(CONFIGS / "bert_tiny.json")!r}, *common,
+             "--out", "refused"]) == 2
+""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"model.safetensors", "bert_config.json", "vocab.txt"} <= {path.name for path in (tmp_path / "pretrained").iterdir()}
+    history = json.loads((tmp_path / "pretrained" / "training.json").read_text(encoding="utf-8"))["history"]
+    assert history[1]["loss"] < history[0]["loss"] - 0.5, history
+    assert "kbert pretrain --model roformer_v2 without TensorFlow" in result.stderr
+    assert not (tmp_path / "refused").exists() and not (tmp_path / "refused.partial").exists()
+    assert "Traceback" not in result.stderr
+
+
 SMALL = {"vocab_size": 120, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
          "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}
 # A model of each kind of graph kbert saves: absolute positions with a pooled classifier, rotary

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import keras
-import tensorflow as tf
 import kbert
 from kbert.builder import build_masked_lm, build_transformer_model
 from kbert.cli import main
@@ -19,7 +18,8 @@ from kbert.models import naming
 from kbert.tasks.pretraining import read_text, tokenize_words
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.wordpiece import pad_batch
-from kbert.training.masking import NOT_A_WORD, mask_key, mask_whole_words, max_predictions, pack_sequences
+from kbert.training.masking import (NOT_A_WORD, TRAINING, mask_generator, mask_whole_words, max_predictions,
+                                   pack_sequences)
 
 from conftest import CONFIGS, shared_path, write
 
@@ -84,9 +84,9 @@ def test_words_are_jiebas_and_masks_take_whole_words(tokenizer):
     mask_id = tokenizer.token_to_id("[MASK]")
     replaced = kept = masked_count = 0
     for seed in range(200):
-        masked, positions, labels, weights = (keras.ops.convert_to_numpy(t) for t in mask_whole_words(
-            tf.constant(tokens[0]), tf.constant(word_ids[0]), mask_key(0, 0, seed), rate=0.15, mask_id=mask_id,
-            vocab_size=21128))
+        masked, positions, labels, weights = mask_whole_words(
+            tokens[0], word_ids[0], mask_generator(0, TRAINING, 0, seed), rate=0.15, mask_id=mask_id,
+            vocab_size=21128)
         count = int(weights.sum())
         chosen = positions[:count]
         assert 1 <= count <= budget and weights[count:].sum() == 0
@@ -220,8 +220,8 @@ def test_bad_pretraining_options_stop_before_anything_is_written(reviews, tmp_pa
 
 
 def test_masks_are_redrawn_every_epoch_and_reproducible_from_the_seed(tokenizer, tmp_path):
-    """Stateless draws keyed on seed, epoch and example: no shuffling, yet each epoch masks anew; the same
-    seed masks the same in another dataset (another iterator, the parallel map in any order)."""
+    """Draws keyed on seed, epoch and example: no shuffling, yet each epoch masks anew; the same seed masks
+    the same in another dataset, and an epoch's batches are the same drawn in any order (a resumed run)."""
     from kbert.tasks.pretraining import MaskEpoch, MaskedLanguageModelTask
     from kbert.training.options import TrainingOptions
 
@@ -232,23 +232,57 @@ def test_masks_are_redrawn_every_epoch_and_reproducible_from_the_seed(tokenizer,
     def epochs(seed, count=2):
         task = MaskedLanguageModelTask()
         data = task.read(tokenizer, str(text), str(text), None, dataclasses.replace(options, seed=seed))
-        setter = MaskEpoch(task.epoch)
+        setter = MaskEpoch(data.train)
         drawn = []
         for epoch in range(count):
             setter.on_epoch_begin(epoch)
-            drawn.append(np.concatenate([keras.ops.convert_to_numpy(inputs[naming.INPUT_TOKEN]) for inputs, _, _ in data.train]))
-        valid = [np.concatenate([keras.ops.convert_to_numpy(inputs[naming.INPUT_TOKEN]) for inputs, _, _ in data.valid])
-                 for _ in range(2)]
-        return drawn, valid
+            drawn.append(np.concatenate([inputs[naming.INPUT_TOKEN] for inputs, _, _ in data.train]))
+        valid = [np.concatenate([inputs[naming.INPUT_TOKEN] for inputs, _, _ in data.valid]) for _ in range(2)]
+        setter.on_epoch_begin(1)
+        backwards = np.concatenate([data.train[index][0][naming.INPUT_TOKEN]
+                                    for index in reversed(range(len(data.train)))][::-1])
+        return drawn, valid, backwards
 
-    (first, second), valid = epochs(seed=3)
+    (first, second), valid, backwards = epochs(seed=3)
     assert not np.array_equal(first, second)  # a new draw each epoch, with the same order of examples
     np.testing.assert_array_equal(valid[0], valid[1])  # validation's masks stay
-    (again_first, again_second), _ = epochs(seed=3)
+    (again_first, again_second), _, _ = epochs(seed=3)
     np.testing.assert_array_equal(first, again_first)
     np.testing.assert_array_equal(second, again_second)
-    (other_first, _), _ = epochs(seed=4)
+    np.testing.assert_array_equal(backwards, second)
+    (other_first, _), _, _ = epochs(seed=4)
     assert not np.array_equal(first, other_first)
+
+
+def test_shuffled_batches_hold_every_sequence_once_in_a_new_order_each_epoch(tokenizer):
+    from kbert.training.masking import MaskedBatches
+
+    tokens, words = pack_sequences([(np.arange(100, 110) + 10 * line, np.arange(10)) for line in range(9)], 12, tokenizer.cls_id,
+                                   tokenizer.sep_id)
+    batches = MaskedBatches(tokens, words, 4, seed=1, shuffle=True, segments=True, rate=0.15, mask_id=103,
+                            vocab_size=21128)
+    orders = []
+    for epoch in range(2):
+        batches.epoch = epoch
+        drawn = [batches[index] for index in range(len(batches))]
+        positions = np.concatenate([inputs[naming.INPUT_MASKED_POSITIONS] for inputs, _, _ in drawn])
+        labels = np.concatenate([labels for _, labels, _ in drawn])
+        originals = np.concatenate([inputs[naming.INPUT_TOKEN] for inputs, _, _ in drawn])
+        assert sorted(drawn[0][0]) == sorted([naming.INPUT_TOKEN, naming.INPUT_MASKED_POSITIONS,
+                                              naming.INPUT_SEGMENT])
+        assert len(originals) == len(tokens) and sum(len(inputs[naming.INPUT_TOKEN]) for inputs, _, _ in drawn) == 9
+        # Which sequence came where: a masked sequence equals its original away from its masks.
+        order = [next(row for row in range(len(tokens)) if np.array_equal(
+            np.delete(tokens[row], place[weights > 0]), np.delete(masked, place[weights > 0])))
+            for masked, place, weights in zip(originals, positions,
+                                              np.concatenate([w for _, _, w in drawn]))]
+        assert sorted(order) == list(range(len(tokens)))
+        np.testing.assert_array_equal(labels[labels > 0], tokens[order][np.arange(len(order))[:, None],
+                                                                         positions][labels > 0])
+        orders.append(order)
+    assert orders[0] != orders[1]
+    with pytest.raises(IndexError):
+        batches[len(batches)]
 
 
 @pytest.mark.parametrize("text, refused", [

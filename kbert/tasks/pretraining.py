@@ -18,8 +18,9 @@ masked-token accuracy is the validation score.
 
 The model directory is one `build_transformer_model` and `kbert train
 --checkpoint` read: besides kbert's files it holds `bert_model.ckpt`, the
-backbone and its MLM head under the family's original checkpoint names, so it
-can be fine-tuned or pre-trained further.
+backbone and its MLM head under the family's original checkpoint names (or,
+where TensorFlow is not installed, `model.safetensors` under Hugging Face's
+names), so it can be fine-tuned or pre-trained further.
 """
 
 from __future__ import annotations
@@ -33,11 +34,10 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import keras
 import numpy as np
 
-from kbert.errors import DataError, KbertError
-from kbert.models import naming
+from kbert.errors import DataError, KbertError, tensorflow_installed
 from kbert.models.registry import get_family
 from kbert.training.data import LabelMap
-from kbert.training.masking import mask_key, mask_whole_words, max_predictions, pack_sequences
+from kbert.training.masking import TRAINING, VALIDATION, MaskedBatches, max_predictions, pack_sequences
 from kbert.training.model_dir import WEIGHTS_FILE
 from kbert.training.task import Task, TrainingData
 
@@ -173,19 +173,19 @@ class TrainingCurve(keras.callbacks.Callback):
 
 
 class MaskEpoch(keras.callbacks.Callback):
-    """Sets the epoch that keys the training masks (`mask_key`) before each epoch's batches are drawn.
+    """Sets the epoch that keys the training masks and order (`MaskedBatches.epoch`) before each epoch.
 
-    Keras makes each epoch's data iterator after `on_epoch_begin`, so no batch
-    of an epoch is masked with the previous epoch's key; a resumed run's
-    epochs keep their own masks.
+    Keras draws an epoch's batches after `on_epoch_begin`, so no batch of an
+    epoch is masked with the previous epoch's key; a resumed run's epochs
+    keep their own masks.
     """
 
-    def __init__(self, epoch):
+    def __init__(self, batches: MaskedBatches):
         super().__init__()
-        self.epoch = epoch
+        self.batches = batches
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch.assign(epoch)
+        self.batches.epoch = epoch
 
 
 UNKNOWN_REFUSED, UNKNOWN_WARNED = 0.5, 0.05  # shares of the text's tokens that are [UNK]
@@ -219,6 +219,11 @@ class MaskedLanguageModelTask(Task):
             raise KbertError(f"pre-training trains an MLM head, which model={self.family.name!r} does not have; "
                              "kbert pretrain trains the encoder families (bert, roberta, albert, "
                              "albert_unshared, nezha, roformer, roformer_v2)")
+        if not self.family.knows_hf_names and not tensorflow_installed():
+            raise KbertError(f"kbert pretrain --model {self.family.name} without TensorFlow: its pre-trained "
+                             "weights are written as a Google checkpoint, which needs TensorFlow (pip install "
+                             "tensorflow); the families with Hugging Face names (bert, roberta, albert, nezha, "
+                             "roformer) are written as safetensors without it")
 
     @classmethod
     def from_options(cls, options) -> "MaskedLanguageModelTask":
@@ -231,9 +236,6 @@ class MaskedLanguageModelTask(Task):
              options) -> TrainingData:
         if num_labels:
             raise KbertError("num_labels: pre-training predicts tokens of the vocabulary, not classes")
-        import tensorflow as tf
-
-        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="mask_epoch")  # MaskEpoch sets it
         dataset = functools.partial(self._dataset, tokenizer, options)
         train, train_report, steps, tokens = dataset(train_path, training=True)
         valid, valid_report = dataset(valid_path, training=False)[:2] if valid_path else (None, None)
@@ -243,8 +245,6 @@ class MaskedLanguageModelTask(Task):
 
     def _dataset(self, tokenizer, options, path: str, training: bool):
         """The masked batches of a text file, its report, batches per epoch and real tokens."""
-        import tensorflow as tf
-
         lines, report = read_text(path)
         token_ids, word_ids = pack_sequences(tokenize_words(tokenizer, lines, self.whole_word), options.maxlen,
                                              tokenizer.cls_id, tokenizer.sep_id)
@@ -255,28 +255,11 @@ class MaskedLanguageModelTask(Task):
         _check_known(path, token_ids, tokenizer)
         report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding)"
         logging.getLogger("kbert").info("%s", report)
-        mask = functools.partial(mask_whole_words, rate=self.mask_rate, mask_id=tokenizer.token_to_id("[MASK]"),
-                                 vocab_size=tokenizer.vocab_size)
-        segments = self.family.takes_segments
-        # Keyed on the seed, the epoch (training: the one under way, set by MaskEpoch; validation: one set
-        # of masks, -1) and the example's number.
-        epoch = self.epoch if training else tf.constant(-1, tf.int64)
-
-        def masked(tokens, words, example):
-            masked_ids, positions, labels, weights = mask(tokens, words, mask_key(options.seed, epoch, example))
-            inputs = {naming.INPUT_TOKEN: masked_ids, naming.INPUT_MASKED_POSITIONS: positions}
-            if segments:
-                inputs[naming.INPUT_SEGMENT] = tf.zeros_like(masked_ids)
-            return inputs, labels, weights
-
-        data = tf.data.Dataset.from_tensor_slices((token_ids, word_ids, np.arange(len(token_ids))))
-        if training and options.shuffle:
-            data = data.shuffle(len(token_ids), seed=options.seed, reshuffle_each_iteration=True)
-        data = data.map(masked, num_parallel_calls=tf.data.AUTOTUNE)
-        if not training:
-            data = data.cache()  # the validation masks are the same every epoch, so epochs compare: drawn once
-        steps = -(-len(token_ids) // options.batch_size)
-        return data.batch(options.batch_size).prefetch(tf.data.AUTOTUNE), report, steps, tokens
+        batches = MaskedBatches(token_ids, word_ids, options.batch_size, seed=options.seed,
+                                stream=TRAINING if training else VALIDATION, shuffle=training and options.shuffle,
+                                segments=self.family.takes_segments, rate=self.mask_rate,
+                                mask_id=tokenizer.token_to_id("[MASK]"), vocab_size=tokenizer.vocab_size)
+        return batches, report, len(batches), tokens
 
     def build(self, bert, num_labels: int, options):
         self.max_predictions = max_predictions(options.maxlen, self.mask_rate)
@@ -293,11 +276,17 @@ class MaskedLanguageModelTask(Task):
         return {"loss": loss, "weighted_metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
 
     def callbacks(self, data: TrainingData, directory: str) -> list:
-        return [MaskEpoch(self.epoch), TrainingCurve(os.path.join(directory, STEPS_FILE), self.tokens_per_batch)]
+        return [MaskEpoch(data.train), TrainingCurve(os.path.join(directory, STEPS_FILE), self.tokens_per_batch)]
 
     def finish(self, model, directory: str) -> None:
-        """The kept epoch's backbone and MLM head as an original-format checkpoint, `bert_model.ckpt`."""
-        from kbert.checkpoints.google import save_google_checkpoint
-
+        """The kept epoch's backbone and MLM head as an original-format checkpoint, `bert_model.ckpt`, where
+        TensorFlow is installed (it writes that format); else as Hugging Face's `model.safetensors`."""
         model.load_weights(os.path.join(directory, WEIGHTS_FILE))
-        save_google_checkpoint(model, os.path.join(directory, CHECKPOINT_FILE))
+        if tensorflow_installed():
+            from kbert.checkpoints.google import save_google_checkpoint
+
+            save_google_checkpoint(model, os.path.join(directory, CHECKPOINT_FILE))
+        else:
+            from kbert.checkpoints.hf import save_hf_weights
+
+            save_hf_weights(model, directory)

@@ -9,11 +9,12 @@ to padding; a line longer than a sequence continues in the next.
 `mask_whole_words` then picks the tokens to predict, a whole word at a time,
 as Google's whole-word masking does: words in a random order are taken while
 their tokens fit within `rate` (15 %) of the sequence's real tokens; of the
-picked tokens 80 % become `[MASK]`, 10 % a random token and 10 % stay. It is a
-`tf.data` map whose random draws are stateless, keyed on the run's seed, the
-epoch and the example (`mask_key`): every epoch draws new masks (dynamic
-masking, as RoBERTa), and the same seed draws the same masks, whatever the
-order in which parallel map calls run.
+picked tokens 80 % become `[MASK]`, 10 % a random token and 10 % stay.
+`MaskedBatches` draws them as it makes each batch, in NumPy on every Keras
+backend (no TensorFlow needed), from a random generator keyed on the run's
+seed, the epoch and the example (`mask_generator`): every epoch draws new
+masks (dynamic masking, as RoBERTa), the same seed draws the same masks, and
+a resumed run's epochs draw the masks they would have drawn.
 The model reads the picked positions (`masked_positions`) and predicts the
 original tokens there (`kbert.layers.TakePositions`).
 """
@@ -23,10 +24,12 @@ from __future__ import annotations
 import math
 from typing import Iterable, Tuple
 
+import keras
 import numpy as np
 
+from kbert.models import naming
+
 NOT_A_WORD = -1  # the word number of [CLS], [SEP] and padding: never masked
-MASKED_POSITIONS = "Input-Masked-Positions"  # the model's third input
 
 
 def pack_sequences(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, cls_id: int,
@@ -84,27 +87,28 @@ def max_predictions(maxlen: int, rate: float) -> int:
     return max(1, math.ceil(maxlen * rate))
 
 
-def mask_key(seed, epoch, example):
-    """The stateless random key of one example's masks in one epoch: `[2]` int64.
+TRAINING, VALIDATION = 0, 1  # the streams of masks: validation's are drawn once, the same every epoch
+
+
+def mask_generator(seed: int, stream: int, epoch: int, example: int) -> np.random.Generator:
+    """The random generator of one example's masks in one epoch of one stream (`TRAINING`, `VALIDATION`).
 
     Example:
-    >>> a, b = mask_key(0, 1, 5), mask_key(0, 2, 5)
-    >>> bool((a.numpy() == mask_key(0, 1, 5).numpy()).all()), bool((a.numpy() == b.numpy()).all())
+    >>> draw = lambda epoch: mask_generator(0, TRAINING, epoch, example=5).random()
+    >>> draw(1) == draw(1), draw(1) == draw(2)
     (True, False)
     """
-    import tensorflow as tf
-
-    key = tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)])
-    return tf.random.experimental.stateless_fold_in(key, tf.cast(example, tf.int64), alg="philox")
+    return np.random.default_rng([seed % 2 ** 32, stream, epoch, example])
 
 
-def mask_whole_words(token_ids, word_ids, key, *, rate: float, mask_id: int, vocab_size: int):
-    """One sequence's masked input, masked positions, their original ids and weights (a `tf.data` map).
+def mask_whole_words(token_ids: np.ndarray, word_ids: np.ndarray, generator: np.random.Generator, *,
+                     rate: float, mask_id: int, vocab_size: int):
+    """One sequence's masked input, masked positions, their original ids and weights.
 
     Args:
         token_ids: `[maxlen]` int32 ids (`pack_sequences`).
         word_ids: `[maxlen]` int32 word numbers, `NOT_A_WORD` where nothing may be masked.
-        key: the stateless random key of these masks (`mask_key`): the same key, the same masks.
+        generator: the random generator of these masks (`mask_generator`).
         rate: the share of real tokens to predict (about; whole words only).
         mask_id: `[MASK]`'s id.
         vocab_size: random replacements are drawn from `[0, vocab_size)`.
@@ -112,32 +116,84 @@ def mask_whole_words(token_ids, word_ids, key, *, rate: float, mask_id: int, voc
     Returns:
         `(masked token ids, positions, original ids at the positions, weights)`:
         the last three have `max_predictions(maxlen, rate)` entries, the unused ones 0.
+
+    Example:
+    >>> tokens, words = np.array([1, 7, 8, 9, 2]), np.array([-1, 0, 0, 1, -1])
+    >>> masked, positions, labels, weights = mask_whole_words(
+    ...     tokens, words, mask_generator(0, TRAINING, 0, 0), rate=0.5, mask_id=4, vocab_size=10)
+    >>> positions.tolist(), labels.tolist(), weights.tolist()  # word 0, its two tokens
+    ([1, 2, 0], [7, 8, 0], [1.0, 1.0, 0.0])
     """
-    import tensorflow as tf
-
-    order_key, draw_key, replacement_key = tf.unstack(tf.random.experimental.stateless_split(key, 3))
-    length = tf.shape(token_ids)[0]
-    budget = max_predictions(int(token_ids.shape[0]), rate)
+    budget = max_predictions(len(token_ids), rate)
     real = word_ids >= 0
-    word_of_token = tf.maximum(word_ids, 0)
-    num_words = tf.reduce_max(word_of_token) + 1
-    word_lengths = tf.math.unsorted_segment_sum(tf.cast(real, tf.int32), word_of_token, num_words)
-    wanted = tf.round(tf.cast(tf.reduce_sum(tf.cast(real, tf.int32)), tf.float32) * rate)
-    wanted = tf.clip_by_value(tf.cast(wanted, tf.int32), 1, budget)
+    word_of_token = np.maximum(word_ids, 0)
+    word_lengths = np.bincount(word_of_token[real], minlength=int(word_of_token.max()) + 1)
+    wanted = int(np.clip(round(int(real.sum()) * rate), 1, budget))
     # Words in a random order, taken while their tokens fit within the wanted count.
-    order = tf.argsort(tf.random.stateless_uniform([num_words], seed=order_key))
-    taken_in_order = tf.cumsum(tf.gather(word_lengths, order)) <= wanted
-    taken = tf.scatter_nd(order[:, None], taken_in_order, [num_words])
-    masked = real & tf.gather(taken, word_of_token)
+    order = generator.permutation(len(word_lengths))
+    taken = np.zeros(len(word_lengths), dtype=bool)
+    taken[order] = np.cumsum(word_lengths[order]) <= wanted
+    masked = real & taken[word_of_token]
 
-    positions = tf.cast(tf.where(masked)[:, 0], tf.int32)
-    count = tf.shape(positions)[0]
-    padding = [[0, budget - count]]
-    labels = tf.pad(tf.gather(token_ids, positions), padding)
-    weights = tf.pad(tf.ones([count], tf.float32), padding)
-    positions = tf.pad(positions, padding)
+    positions = np.flatnonzero(masked).astype(np.int32)
+    padding = (0, budget - len(positions))
+    labels = np.pad(token_ids[positions], padding).astype(np.int32)
+    weights = np.pad(np.ones(len(positions), np.float32), padding)
+    draw = generator.random(len(token_ids))
+    random_ids = generator.integers(0, vocab_size, len(token_ids), dtype=np.int32)
+    replaced = np.where(draw < 0.8, mask_id, np.where(draw < 0.9, random_ids, token_ids))
+    return np.where(masked, replaced, token_ids).astype(np.int32), np.pad(positions, padding), labels, weights
 
-    draw = tf.random.stateless_uniform([length], seed=draw_key)
-    random_ids = tf.random.stateless_uniform([length], seed=replacement_key, maxval=vocab_size, dtype=tf.int32)
-    replaced = tf.where(draw < 0.8, mask_id, tf.where(draw < 0.9, random_ids, token_ids))
-    return tf.where(masked, replaced, token_ids), positions, labels, weights
+
+class MaskedBatches(keras.utils.PyDataset):
+    """Batches of packed sequences, masked as each batch is made: `(inputs, labels, weights)` for `fit`.
+
+    `inputs` holds the masked token ids, the masked positions and, for a
+    family that reads segments, segment ids of 0. Set `epoch` before an
+    epoch's batches are drawn (`kbert.tasks.pretraining.MaskEpoch` does):
+    it keys the training masks and, with `shuffle`, the order of the
+    sequences. Validation batches (`stream=VALIDATION`) are masked the same
+    in every epoch, so their scores compare.
+
+    Args:
+        token_ids, word_ids: `[count, maxlen]` from `pack_sequences`.
+        batch_size: sequences per batch.
+        seed: the run's seed.
+        stream: `TRAINING` or `VALIDATION`.
+        shuffle: a new order of the sequences each epoch.
+        segments: add segment ids (the family takes them).
+        mask_args: `rate`, `mask_id` and `vocab_size` for `mask_whole_words`.
+
+    Example:
+    >>> tokens, words = pack_sequences([(np.arange(5, 25), np.arange(20))], 16, cls_id=1, sep_id=2)
+    >>> batches = MaskedBatches(tokens, words, 2, rate=0.15, mask_id=4, vocab_size=30)
+    >>> inputs, labels, weights = batches[0]
+    >>> len(batches), inputs[naming.INPUT_TOKEN].shape, labels.shape
+    (1, (2, 16), (2, 3))
+    """
+
+    def __init__(self, token_ids: np.ndarray, word_ids: np.ndarray, batch_size: int, *, seed: int = 0,
+                 stream: int = TRAINING, shuffle: bool = False, segments: bool = False, **mask_args):
+        super().__init__()
+        self.token_ids, self.word_ids, self.batch_size = token_ids, word_ids, batch_size
+        self.seed, self.stream, self.shuffle, self.segments = seed, stream, shuffle, segments
+        self.mask_args = mask_args
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return -(-len(self.token_ids) // self.batch_size)
+
+    def __getitem__(self, index: int):
+        if not 0 <= index < len(self):
+            raise IndexError(index)  # ends plain iteration
+        epoch = self.epoch if self.stream == TRAINING else 0
+        order = np.random.default_rng([self.seed % 2 ** 32, epoch]).permutation(len(self.token_ids)) \
+            if self.shuffle else np.arange(len(self.token_ids))
+        masked = [mask_whole_words(self.token_ids[example], self.word_ids[example],
+                                   mask_generator(self.seed, self.stream, epoch, int(example)), **self.mask_args)
+                  for example in order[index * self.batch_size:(index + 1) * self.batch_size]]
+        masked_ids, positions, labels, weights = (np.stack(column) for column in zip(*masked))
+        inputs = {naming.INPUT_TOKEN: masked_ids, naming.INPUT_MASKED_POSITIONS: positions}
+        if self.segments:
+            inputs[naming.INPUT_SEGMENT] = np.zeros_like(masked_ids)
+        return inputs, labels, weights
