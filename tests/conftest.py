@@ -33,6 +33,18 @@ def shared_path(*parts: str) -> pathlib.Path:
     return path
 
 
+def write_task_data(directory: pathlib.Path, count: int = 48) -> None:
+    """Small real files of each fine-tuning task in `directory`: reviews.tsv (classify), pairs.tsv
+    (seq2seq: a review's start and 好/坏), tagged.bmes (MSRA NER) and corpus.txt (the reviews' text)."""
+    reviews = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:count]
+    (directory / "reviews.tsv").write_text("\n".join(reviews) + "\n", encoding="utf-8")
+    (directory / "pairs.tsv").write_text("".join(f"{line.split(chr(9))[0][:20]}\t{'好坏'[line.endswith('0')]}\n"
+                                                 for line in reviews), encoding="utf-8")
+    sentences = shared_path("data", "msra_ner", "msra.dev.bmes").read_text(encoding="utf-8").split("\n\n")[:count]
+    (directory / "tagged.bmes").write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+    (directory / "corpus.txt").write_text("".join(line.split("\t")[0] + "\n" for line in reviews), encoding="utf-8")
+
+
 def write(directory: pathlib.Path, name: str, text: str) -> pathlib.Path:
     """Writes `text` (UTF-8) to `directory/name` and returns the path: small data files for tests."""
     path = directory / name

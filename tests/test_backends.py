@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import CONFIGS, REPO, shared_path
+from conftest import CONFIGS, REPO, shared_path, write_task_data
 
 BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(name) is None,
                                                         reason=f"{name} is not installed (pip install "
@@ -99,12 +99,7 @@ def test_the_backend_is_read_as_keras_reads_it(tmp_path, monkeypatch):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_train_and_predict_every_task_without_tensorflow(backend, tmp_path):
     """Classification, NER with a CRF and UniLM seq2seq, from the CLI, on the PyDataset pipeline."""
-    reviews = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:48]
-    (tmp_path / "reviews.tsv").write_text("\n".join(reviews) + "\n", encoding="utf-8")
-    (tmp_path / "pairs.tsv").write_text("".join(f"{line.split(chr(9))[0][:20]}\t{'好坏'[line.endswith('0')]}\n"
-                                                for line in reviews), encoding="utf-8")
-    sentences = shared_path("data", "msra_ner", "msra.dev.bmes").read_text(encoding="utf-8").split("\n\n")[:48]
-    (tmp_path / "tagged.bmes").write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+    write_task_data(tmp_path)
     (tmp_path / "texts.txt").write_text("张三去北京\n这本书很好看\n", encoding="utf-8")
     common = ["--config", str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
               "--epochs", "1", "--batch-size", "16", "--maxlen", "32"]

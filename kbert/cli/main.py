@@ -16,16 +16,16 @@ import sys
 from typing import List, Optional
 
 from kbert import __version__
-from kbert.cli import migrate, models, tasks
+from kbert.cli import migrate, models, serve, tasks
 from kbert.cli.arguments import HelpWithDefaults
 from kbert.errors import KbertError
 
 # The commands that run a trained model: they build it under --mixed-precision.
-INFERENCE_COMMANDS = ("evaluate", "predict", "export")
+INFERENCE_COMMANDS = ("evaluate", "predict", "export", "serve")
 # The commands that never import TensorFlow.
 PURE_PYTHON_COMMANDS = ("params", "migrate")
 # The commands that say which Keras backend runs them.
-BACKEND_COMMANDS = ("summary", "train", "pretrain")
+BACKEND_COMMANDS = ("summary", "train", "pretrain", "serve")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     models.add_commands(command)
     tasks.add_commands(command)
+    serve.add_commands(command)
     migrate.add_commands(command)
     return parser
 

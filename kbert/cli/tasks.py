@@ -158,6 +158,8 @@ def _inference_arguments(parser, task_help: str) -> None:
     parser.add_argument("--columns", metavar="FIELD=COLUMN,...",
                         help="the columns (or JSON keys) of the data when their names are not known, e.g. "
                              "text=review,label=sentiment")
+    parser.add_argument("--top-k", type=positive_int, default=5,
+                        help="a pre-trained model (kbert pretrain): the tokens given for each [MASK] of a text")
     precision_option(parser)
 
 
@@ -232,7 +234,7 @@ def _model_task(args) -> str:
     from kbert.training.model_dir import read_training_state
 
     task = read_training_state(args.model)["task"]
-    if task == "mlm":
+    if task == "mlm" and args.command != "predict":
         raise KbertError(f"{args.model}: a pre-trained model (kbert pretrain), which has no task to "
                          f"{args.command}: fine-tune it with kbert train --checkpoint {args.model} (its "
                          "config and vocabulary are read from there)")
@@ -311,13 +313,37 @@ def _evaluate_generator(args) -> int:
 
 
 def run_predict(args) -> int:
+    from kbert.tasks.predictors import PredictionSettings, load_predictor
+
     task = _model_task(args)  # before waiting for standard input
     texts, pairs = _prediction_input(args, task)
-    if task == "ner":
-        return _predict_entities(args, texts)
+    settings = PredictionSettings(args.batch_size, not args.no_bucketing, args.beam_size, args.max_new_tokens,
+                                  args.top_k)
+    predictor = load_predictor(args.model, settings)
+    kept = [index for index, text in enumerate(texts) if text.strip()]
+    if not kept:
+        raise DataError("no texts to predict: every line is blank")
+    rows = [predictor.blank(text) for text in texts]
+    for index, row in zip(kept, predictor([texts[i] for i in kept], pairs and [pairs[i] for i in kept])):
+        rows[index] = row
+    for row in rows:
+        print(json.dumps(row, ensure_ascii=False) if args.json else _as_text(task, row))
+    return 0
+
+
+def _as_text(task: str, row: dict) -> str:
+    """A prediction without --json: `label<TAB>probability` (classify), the target (seq2seq), or
+    `type<TAB>start<TAB>end<TAB>text` a line per entity and a blank line after each text (ner), the
+    filled text (mlm);
+    a blank text gives a blank line."""
+    if task == "classify":
+        return f"{row['label']}\t{row['probability']:.4f}" if row["label"] is not None else ""
     if task == "seq2seq":
-        return _predict_targets(args, texts)
-    return _predict_labels(args, texts, pairs)
+        return row["target"] or ""
+    if task == "mlm":  # the text with each [MASK] filled by its most probable token
+        return row["filled"] or ""
+    return "".join(f"{entity['type']}\t{entity['start']}\t{entity['end']}\t{entity['text']}\n"
+                   for entity in row["entities"])
 
 
 def _prediction_input(args, task: str) -> Tuple[List[str], Optional[List[Optional[str]]]]:
@@ -330,6 +356,9 @@ def _prediction_input(args, task: str) -> Tuple[List[str], Optional[List[Optiona
         return _read_standard_input(), None
     if task == "seq2seq":
         return read_sources(args.input, columns), None
+    if task == "mlm":  # plain lines: a text that starts with [MASK] is not a JSON array
+        with open(args.input, "rb") as handle:
+            return _text_lines(handle.read(), args.input), None
     examples, report = read_examples(args.input, labelled=False, columns=columns)
     if report.layout != ONE_A_LINE:
         return [e.text for e in examples], [e.text_b for e in examples]
@@ -341,72 +370,22 @@ def _prediction_input(args, task: str) -> Tuple[List[str], Optional[List[Optiona
     return [by_line.get(line, "") for line in range(1, max(by_line) + 1)], None
 
 
-def _predict_labels(args, texts: List[str], pairs) -> int:
-    """Each text's label and its probability, `label<TAB>probability` a line (a blank line for a blank text)."""
-    from kbert.tasks.classification import predict
-
-    rows = _on_non_blank(texts, lambda kept: predict(
-        args.model, [texts[i] for i in kept], pairs and [pairs[i] for i in kept], batch_size=args.batch_size,
-        bucketing=not args.no_bucketing))
-    for text, row in zip(texts, rows):
-        if args.json:
-            print(json.dumps(row or {"text": text, "label": None, "probability": None}, ensure_ascii=False))
-        else:
-            print(f"{row['label']}\t{row['probability']:.4f}" if row else "")
-    return 0
-
-
-def _predict_targets(args, texts: List[str]) -> int:
-    """The generated target of each source text, one a line."""
-    from kbert.tasks.seq2seq import predict
-
-    targets = _on_non_blank(texts, lambda kept: predict(
-        args.model, [texts[i] for i in kept], beam_size=args.beam_size, max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size))
-    for text, target in zip(texts, targets):
-        print(json.dumps({"text": text, "target": target}, ensure_ascii=False) if args.json else target or "")
-    return 0
-
-
-def _predict_entities(args, texts: List[str]) -> int:
-    """Each text's entities, `type<TAB>start<TAB>end<TAB>text` a line, a blank line after each text."""
-    from kbert.tasks.ner import predict
-
-    found = _on_non_blank(texts, lambda kept: predict(
-        args.model, [texts[i] for i in kept], args.batch_size, not args.no_bucketing))
-    for text, entities in zip(texts, found):
-        if args.json:
-            print(json.dumps({"text": text, "entities": entities or []}, ensure_ascii=False))
-            continue
-        for entity in entities or []:
-            print(f"{entity['type']}\t{entity['start']}\t{entity['end']}\t{entity['text']}")
-        print()
-    return 0
-
-
-def _on_non_blank(texts: List[str], predict: Callable[[List[int]], list]) -> list:
-    """`predict(indices)` of the non-blank texts, placed back among None for the blank ones."""
-    kept = [index for index, text in enumerate(texts) if text.strip()]
-    if not kept:
-        raise DataError("no texts to predict: every line is blank")
-    results: list = [None] * len(texts)
-    for index, result in zip(kept, predict(kept)):
-        results[index] = result
-    return results
-
-
 def _read_standard_input() -> List[str]:
-    """One text a line from standard input (UTF-8): lines end at \\n (or \\r\\n) only; a blank line is ""."""
-    data = sys.stdin.buffer.read()
+    """One text a line from standard input (UTF-8)."""
+    return _text_lines(sys.stdin.buffer.read(), "standard input")
+
+
+def _text_lines(data: bytes, source: str) -> List[str]:
+    """One text a line (UTF-8): lines end at \\n (or \\r\\n) only; a blank line is ""."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise DataError(f"standard input: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise DataError(f"{source}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
     if lines and not lines[-1]:
         lines.pop()  # the newline that ends the last line
     if not any(line.strip() for line in lines):
-        raise DataError("standard input: no texts to predict (expected one text a line)")
+        raise DataError(f"{source}: no texts to predict (expected one text a line)")
     return lines
 
 

@@ -89,6 +89,22 @@ class TrainedClassifier:
         return probabilities
 
 
+    def labelled(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
+                 batch_size: int = 64, bucketing: bool = True) -> List[dict]:
+        """`{"text", "label", "probability"}` for each text (or pair): the most probable label."""
+        if not len(texts):
+            raise KbertError("no texts to predict")
+        if text_pairs is not None and len(text_pairs) != len(texts):
+            raise KbertError(f"{len(texts)} texts but {len(text_pairs)} text pairs: give one pair "
+                             "(or None) per text")
+        pairs = text_pairs or [None] * len(texts)
+        examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
+        probabilities = self.predict_proba(examples, batch_size, bucketing)
+        best = probabilities.argmax(-1)
+        return [{"text": text, "label": self.labels.names[index], "probability": float(row[index])}
+                for text, index, row in zip(texts, best, probabilities)]
+
+
 def load_classifier(model_dir: str) -> TrainedClassifier:
     """Loads a classifier's model directory written by `kbert train`."""
     loaded = load_model(model_dir, ClassificationTask)
@@ -98,18 +114,7 @@ def load_classifier(model_dir: str) -> TrainedClassifier:
 def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
             batch_size: int = 64, bucketing: bool = True) -> List[dict]:
     """The predicted label and its probability for each text (or pair)."""
-    if not len(texts):
-        raise KbertError("no texts to predict")
-    if text_pairs is not None and len(text_pairs) != len(texts):
-        raise KbertError(f"{len(texts)} texts but {len(text_pairs)} text pairs: give one pair "
-                         "(or None) per text")
-    classifier = load_classifier(model_dir)
-    pairs = text_pairs or [None] * len(texts)
-    examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
-    probabilities = classifier.predict_proba(examples, batch_size, bucketing)
-    best = probabilities.argmax(-1)
-    return [{"text": text, "label": classifier.labels.names[index], "probability": float(row[index])}
-            for text, index, row in zip(texts, best, probabilities)]
+    return load_classifier(model_dir).labelled(texts, text_pairs, batch_size, bucketing)
 
 
 def evaluate(model_dir: str, data_path: str, batch_size: int = 64, bucketing: bool = True,

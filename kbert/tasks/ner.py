@@ -404,9 +404,14 @@ def evaluate(model_dir: str, data_path: str, batch_size: int = 64, bucketing: bo
 
 def predict(model_dir: str, texts: Sequence[str], batch_size: int = 64, bucketing: bool = True) -> List[List[dict]]:
     """The entities of each text: `type`, `start`, `end` (character offsets, end exclusive) and `text`."""
+    return find_entities(load_tagger(model_dir), texts, batch_size, bucketing)
+
+
+def find_entities(tagger: Tagger, texts: Sequence[str], batch_size: int = 64,
+                  bucketing: bool = True) -> List[List[dict]]:
+    """`predict` with a loaded tagger."""
     if not len(texts):
         raise KbertError("no texts to predict")
-    tagger = load_tagger(model_dir)
     offsets = [split_units(text, tagger.unit) for text in texts]
     units = [[text[start:end] for start, end in places] for text, places in zip(texts, offsets)]
     found = tagger.entities(units, batch_size, bucketing)

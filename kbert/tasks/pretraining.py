@@ -290,3 +290,63 @@ class MaskedLanguageModelTask(Task):
             from kbert.checkpoints.hf import save_hf_weights
 
             save_hf_weights(model, directory)
+
+
+MASK_MARK = "[MASK]"  # where a fill-mask text asks for a token
+
+
+def fill_masks(loaded, texts: Sequence[str], top_k: int = 5, batch_size: int = 64) -> List[dict]:
+    """The most probable tokens at each `[MASK]` of each text, from a pre-trained model directory.
+
+    Args:
+        loaded: the directory of `kbert pretrain`, loaded
+            (`kbert.training.model_dir.load_model(path, MaskedLanguageModelTask)`).
+        texts: texts with one or more `[MASK]` marks, each standing for one token.
+        top_k: candidates given for each mark.
+        batch_size: texts a batch.
+
+    Returns:
+        per text, `{"text", "masks": [{"candidates": [{"token", "probability"}, ...]}, ...],
+        "filled"}`: the marks in order, and the text with each mark replaced by its best token.
+    """
+    tokenizer, maxlen = loaded.tokenizer, loaded.options.maxlen
+    mask_id = tokenizer.token_to_id(MASK_MARK)
+    encoded = [_with_mask_ids(tokenizer, text, mask_id, maxlen) for text in texts]
+    rows = []
+    for start in range(0, len(encoded), batch_size):
+        batch = encoded[start:start + batch_size]
+        ids = np.zeros((len(batch), max(len(row) for row in batch)), dtype=np.int32)
+        for index, row in enumerate(batch):
+            ids[index, :len(row)] = row
+        inputs = [ids, np.zeros_like(ids)] if len(loaded.model.inputs) == 2 else [ids]
+        logits = keras.ops.convert_to_numpy(loaded.model.predict_on_batch(inputs))
+        for text, row, row_logits in zip(texts[start:start + batch_size], ids, logits):
+            rows.append(_filled(tokenizer, text, row_logits[row == mask_id], top_k))
+    return rows
+
+
+def _with_mask_ids(tokenizer, text: str, mask_id: int, maxlen: int) -> List[int]:
+    """`[CLS]` the text's tokens `[SEP]`, each `[MASK]` mark one `[MASK]` id; a mark past maxlen is an error."""
+    pieces = text.split(MASK_MARK)
+    if len(pieces) == 1:
+        raise KbertError(f"text {text[:40]!r}: no {MASK_MARK} to fill (a pre-trained model predicts the token at "
+                         f"each {MASK_MARK} mark)")
+    ids = [tokenizer.cls_id]
+    for index, piece in enumerate(pieces):
+        ids += tokenizer.encode(piece)[0][1:-1] if piece.strip() else []
+        if index < len(pieces) - 1:
+            ids.append(mask_id)
+    if len(ids) + 1 > maxlen:
+        raise KbertError(f"text {text[:40]!r}: {len(ids) + 1} tokens, more than the model's maxlen of {maxlen}")
+    return ids + [tokenizer.sep_id]
+
+
+def _filled(tokenizer, text: str, logits: np.ndarray, top_k: int) -> dict:
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    best = np.argsort(-probabilities, axis=-1)[:, :top_k]
+    masks = [{"candidates": [{"token": tokenizer.id_to_token(int(index)), "probability": float(row[index])}
+                             for index in indices]} for row, indices in zip(probabilities, best)]
+    pieces = text.split(MASK_MARK)
+    filled = pieces[0] + "".join(mask["candidates"][0]["token"] + piece for mask, piece in zip(masks, pieces[1:]))
+    return {"text": text, "masks": masks, "filled": filled}

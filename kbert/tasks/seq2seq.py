@@ -257,7 +257,7 @@ def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_n
     """
     if not len(sources):
         raise KbertError("no texts to predict")
-    return _generate(load_generator(model_dir), sources, beam_size, max_new_tokens, batch_size)
+    return generate_targets(load_generator(model_dir), sources, beam_size, max_new_tokens, batch_size)
 
 
 def load_generator(model_dir: str):
@@ -267,8 +267,8 @@ def load_generator(model_dir: str):
     return load_model(model_dir, Seq2SeqTask)
 
 
-def _generate(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Optional[int],
-              batch_size: int) -> List[str]:
+def generate_targets(loaded, sources: Sequence[str], beam_size: int, max_new_tokens: Optional[int],
+                     batch_size: int) -> List[str]:
     from kbert.generation import generate
 
     maxlen, tokenizer = loaded.options.maxlen, loaded.tokenizer
@@ -319,7 +319,7 @@ def evaluate(model_dir: str, data_path: str, *, beam_size: int = 1, max_new_toke
     """
     loaded = load_generator(model_dir)
     pairs, report = read_pairs(data_path, columns=columns)
-    generated = _generate(loaded, [pair.source for pair in pairs], beam_size, max_new_tokens, batch_size)
+    generated = generate_targets(loaded, [pair.source for pair in pairs], beam_size, max_new_tokens, batch_size)
     tokenizer = loaded.tokenizer
     references = [_unspaced(tokenizer.decode(tokenizer.encode(pair.target)[0])) for pair in pairs]
     outputs = [_unspaced(text) for text in generated]

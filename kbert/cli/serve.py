@@ -1,0 +1,62 @@
+"""`kbert serve MODEL_DIR`: any model directory of `kbert train` or `kbert pretrain`, over HTTP."""
+
+from __future__ import annotations
+
+from kbert.cli.arguments import positive_int, precision_option
+from kbert.errors import KbertError
+from kbert.serving.app import ServerLimits
+
+DEFAULTS = ServerLimits()
+LIMITS = {  # ServerLimits' fields, as options
+    "max_batch": (positive_int, "texts of concurrent requests predicted together"),
+    "max_wait_ms": (float, "how long a batch waits for more requests"),
+    "max_queue": (positive_int, "texts waiting at most; a request beyond is answered 503"),
+    "max_texts": (positive_int, "texts in one request at most (413 beyond)"),
+    "max_text_chars": (positive_int, "characters in one text at most (413 beyond)"),
+    "max_body_bytes": (positive_int, "bytes in one request body at most (413 beyond)"),
+}
+
+
+def add_commands(command) -> None:
+    serve = command("serve", "serve a model directory over HTTP: POST /v1/predict {\"texts\": [...]} answers what "
+                             "kbert predict --json prints; GET /health; the OpenAPI schema at /docs")
+    serve.add_argument("model", metavar="MODEL_DIR", help="model directory from kbert train or kbert pretrain")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one)")
+    for field, (kind, help) in LIMITS.items():
+        serve.add_argument("--" + field.replace("_", "-"), type=kind, default=getattr(DEFAULTS, field), help=help)
+    serve.add_argument("--beam-size", type=positive_int, default=1, help="seq2seq: beams (1: greedy)")
+    serve.add_argument("--max-new-tokens", type=positive_int,
+                       help="seq2seq: the longest target (default: the room --maxlen of training leaves)")
+    serve.add_argument("--top-k", type=positive_int, default=5,
+                       help="a pre-trained model: the tokens given for each [MASK]")
+    precision_option(serve)
+    serve.set_defaults(run=run_serve)
+
+
+def run_serve(args) -> int:
+    try:
+        from kbert.serving.app import serve
+        import fastapi  # noqa: F401  (the extra's packages, checked before the model is loaded)
+        import uvicorn  # noqa: F401
+    except ImportError as error:
+        raise KbertError(f"kbert serve needs {error.name}: pip install 'kbert[serve]' (FastAPI and uvicorn)") \
+            from None
+    from kbert.tasks.predictors import PredictionSettings, load_predictor
+
+    if args.max_wait_ms < 0:
+        raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
+    limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
+    predictor = load_predictor(args.model, PredictionSettings(
+        batch_size=args.max_batch, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens, top_k=args.top_k))
+    predictor([WARM_UP.get(predictor.task, WARM_UP[None])])  # compiled before the first request waits for it
+
+    def ready(url: str) -> None:
+        print(f"kbert: serving the {predictor.task} model {args.model} on {url} (POST {url}/v1/predict, "
+              f"GET {url}/health, schema at {url}/docs)", flush=True)
+
+    serve(predictor, args.host, args.port, limits, ready=ready)
+    return 0
+
+
+WARM_UP = {"mlm": "[MASK]", None: "warm up"}

@@ -1,0 +1,12 @@
+"""Serving a trained model over HTTP (`kbert serve`): a FastAPI app on uvicorn with dynamic batching.
+
+- `batcher`: gathers the texts of concurrent requests into batches for one model thread, with a
+  bounded queue.
+- `app`: the HTTP interface (`GET /health`, `POST /v1/predict`, the OpenAPI schema at
+  `/openapi.json`), its request limits and its log line per request.
+"""
+
+from kbert.serving.app import ServerLimits, create_app, serve
+from kbert.serving.batcher import Batcher, QueueFull
+
+__all__ = ["Batcher", "QueueFull", "ServerLimits", "create_app", "serve"]

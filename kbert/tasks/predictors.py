@@ -1,0 +1,97 @@
+"""Any model directory, loaded once, answering texts: what `kbert predict` and `kbert serve` share.
+
+`load_predictor(model_dir)` reads the directory's task from its
+training.json and gives a `Predictor`: called on a list of texts it returns
+one JSON-ready row per text, the row `kbert predict --json` prints:
+
+- classify: `{"text", "label", "probability"}`
+- ner: `{"text", "entities": [{"type", "start", "end", "text"}, ...]}`
+- seq2seq: `{"text", "target"}`
+- mlm (a `kbert pretrain` directory): `{"text", "masks": [{"candidates": [...]}], "filled"}`,
+  the tokens most probable at each `[MASK]` of the text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, List, Optional, Sequence
+
+from kbert.errors import KbertError
+
+
+@dataclasses.dataclass
+class PredictionSettings:
+    """How a predictor runs: `batch_size` texts a batch, `bucketing` by length; for seq2seq
+    `beam_size` and `max_new_tokens`; for fill-mask `top_k` candidates a mark."""
+
+    batch_size: int = 64
+    bucketing: bool = True
+    beam_size: int = 1
+    max_new_tokens: Optional[int] = None
+    top_k: int = 5
+
+
+@dataclasses.dataclass
+class Predictor:
+    """A loaded model directory: `predictor(texts)` gives a row per text (see the module's docstring).
+
+    Args:
+        task: the directory's task (`classify`, `ner`, `seq2seq`, `mlm`).
+        model_dir: where it was loaded from.
+        rows: the function from texts (and, for classify, text pairs) to rows.
+
+    Example (a classifier `kbert train` wrote):
+    >>> predictor = load_predictor("runs/sentiment")  # doctest: +SKIP
+    >>> predictor(["这家酒店很好"])  # doctest: +SKIP
+    [{'text': '这家酒店很好', 'label': '1', 'probability': 0.97}]
+    """
+
+    task: str
+    model_dir: str
+    rows: Callable[..., List[dict]]
+
+    def __call__(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None) -> List[dict]:
+        if not len(texts):
+            raise KbertError("no texts to predict")
+        if text_pairs is not None and self.task != "classify":
+            raise KbertError(f"text pairs are for classifiers; {self.model_dir} is a {self.task} model")
+        return self.rows(list(texts), text_pairs) if self.task == "classify" else self.rows(list(texts))
+
+    def blank(self, text: str) -> dict:
+        """The row of a blank text (which is not predicted), so that outputs line up with inputs."""
+        return {"classify": {"text": text, "label": None, "probability": None},
+                "ner": {"text": text, "entities": []},
+                "seq2seq": {"text": text, "target": None},
+                "mlm": {"text": text, "masks": [], "filled": None}}[self.task]
+
+
+def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None) -> Predictor:
+    """The model directory `kbert train` or `kbert pretrain` wrote, loaded for prediction."""
+    from kbert.training.model_dir import load_model, read_training_state
+
+    settings = settings or PredictionSettings()
+    task = read_training_state(model_dir)["task"]
+    if task == "classify":
+        from kbert.tasks.classification import load_classifier
+
+        classifier = load_classifier(model_dir)
+        return Predictor(task, model_dir, lambda texts, pairs=None: classifier.labelled(
+            texts, pairs, settings.batch_size, settings.bucketing))
+    if task == "ner":
+        from kbert.tasks.ner import find_entities, load_tagger
+
+        tagger = load_tagger(model_dir)
+        return Predictor(task, model_dir, lambda texts: [
+            {"text": text, "entities": entities}
+            for text, entities in zip(texts, find_entities(tagger, texts, settings.batch_size, settings.bucketing))])
+    if task == "seq2seq":
+        from kbert.tasks.seq2seq import generate_targets, load_generator
+
+        loaded = load_generator(model_dir)
+        return Predictor(task, model_dir, lambda texts: [
+            {"text": text, "target": target} for text, target in zip(texts, generate_targets(
+                loaded, texts, settings.beam_size, settings.max_new_tokens, settings.batch_size))])
+    from kbert.tasks.pretraining import MaskedLanguageModelTask, fill_masks
+
+    loaded = load_model(model_dir, MaskedLanguageModelTask)
+    return Predictor(task, model_dir, lambda texts: fill_masks(loaded, texts, settings.top_k, settings.batch_size))

@@ -1,0 +1,202 @@
+"""`kbert serve`: a real server on an ephemeral loopback port, real HTTP requests.
+
+Each task's server answers what `kbert predict --json` prints; bad requests
+get a 4xx that says what was wrong; a full queue answers 503; a client that
+goes away, and SIGTERM under load, lose no accepted request.
+"""
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import CONFIGS, REPO, shared_path, write_task_data
+from kbert.cli.main import main
+
+pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
+
+TEXTS = ["这家酒店很好，下次还来", "张三去北京大学看望李四", "房间太小了", "[MASK]天天气很好"]
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    """A tiny model directory of each task kbert trains, and the texts it is asked about."""
+    root = tmp_path_factory.mktemp("served")
+    write_task_data(root)
+    common = ["--config", str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+              "--epochs", "1", "--batch-size", "16", "--maxlen", "32"]
+    for task, data, extra in (("classify", "reviews.tsv", []), ("ner", "tagged.bmes", ["--head", "crf"]),
+                              ("seq2seq", "pairs.tsv", [])):
+        assert main(["train", "--task", task, "--train", str(root / data), "--out", str(root / task),
+                     *common, *extra]) == 0
+    assert main(["pretrain", "--train", str(root / "corpus.txt"), "--out", str(root / "mlm"), *common]) == 0
+    return root
+
+
+@contextlib.contextmanager
+def running_server(model_dir, *flags):
+    """`kbert serve MODEL_DIR --port 0 ...` in its own process; yields (url, process)."""
+    process = subprocess.Popen([sys.executable, "-m", "kbert", "serve", str(model_dir), "--port", "0", *flags],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
+                               env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        line = process.stdout.readline()  # the server prints its address once it listens
+        match = re.search(r"on (http://[\d.]+:\d+) ", line)
+        assert match, f"no address in {line!r}; stderr: {process.stderr.read()[-3000:] if process.poll() is not None else ''}"
+        yield match.group(1), process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+        process.wait(timeout=60)
+        process.stdout.close()
+        process.stderr.close()
+
+
+def post(url, body, raw: bool = False):
+    """`(status, answer)` of a POST of `body` (JSON, or bytes as they are with `raw`)."""
+    data = body if raw else json.dumps(body).encode()
+    request = urllib.request.Request(url + "/v1/predict", data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def predicted_by_cli(model_dir, texts, capsys) -> list:
+    capsys.readouterr()
+    source = model_dir.parent / f"{model_dir.name}-texts.txt"
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert main(["predict", "--json", "--model", str(model_dir), str(source)]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def assert_same_rows(served, printed):
+    """Equal rows; probabilities to float32's noise (a batch of other texts pads otherwise)."""
+    assert len(served) == len(printed)
+    for mine, theirs in zip(served, printed):
+        assert sorted(mine) == sorted(theirs)
+        for key, value in mine.items():
+            if isinstance(value, float):
+                assert value == pytest.approx(theirs[key], abs=1e-5)
+            elif key != "masks":
+                assert value == theirs[key], key
+        if "masks" in mine:
+            assert [[c["token"] for c in m["candidates"]] for m in mine["masks"]] == \
+                [[c["token"] for c in m["candidates"]] for m in theirs["masks"]]
+
+
+@pytest.mark.parametrize("task", ["classify", "ner", "seq2seq", "mlm"])
+def test_each_task_answers_what_predict_prints(model_dirs, task, capsys):
+    texts = [text for text in TEXTS if ("[MASK]" in text) == (task == "mlm")]
+    with running_server(model_dirs / task) as (url, _):
+        with urllib.request.urlopen(url + "/health", timeout=30) as response:
+            assert response.status == 200 and json.loads(response.read())["task"] == task
+        # Each text in a request of its own, all at once: the batcher gathers them.
+        with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+            answers = list(pool.map(lambda text: post(url, {"texts": [text]}), texts))
+        assert all(status == 200 for status, _ in answers), answers
+        served = [answer["predictions"][0] for _, answer in answers]
+        schema = json.loads(urllib.request.urlopen(url + "/openapi.json", timeout=30).read())
+        assert {"/health", "/v1/predict"} <= set(schema["paths"])
+    assert_same_rows(served, predicted_by_cli(model_dirs / task, texts, capsys))
+
+
+def test_bad_requests_get_4xx_that_say_what_was_wrong(model_dirs):
+    with running_server(model_dirs / "classify", "--max-texts", "4", "--max-text-chars", "50",
+                        "--max-body-bytes", "2000") as (url, process):
+        cases = [
+            (b"not json", 400, "the body is not JSON"),
+            ({"texts": "a text"}, 422, "texts: Input should be a valid list"),
+            ({"text": ["a"]}, 422, "texts: Field required"),
+            ({"texts": []}, 422, "expected at least one text"),
+            ({"texts": ["好", "  "]}, 422, "texts[1]: blank"),
+            ({"texts": ["好"] * 5}, 413, "5 texts, more than this server's limit of 4 (--max-texts)"),
+            ({"texts": ["好" * 51]}, 413, "texts[0]: 51 characters, more than this server's limit of 50"),
+            ({"texts": ["好" * 40] * 4 + ["x" * 2000]}, 413, "over this server's limit of 2000 bytes"),
+            ({"texts": ["好"], "text_pairs": ["a", "b"]}, 422, "text_pairs: one per text"),
+        ]
+        for body, status, message in cases:
+            got, answer = post(url, body, raw=isinstance(body, bytes))
+            assert got == status and message in answer["detail"], (body, got, answer)
+        assert post(url, {"texts": ["好"]})[0] == 200  # still serving
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        log = process.stderr.read()
+    assert len(re.findall(r"POST /v1/predict (\d+)", log)) == len(cases) + 1  # a log line a request
+    assert "Traceback" not in log
+
+
+def test_a_full_queue_answers_503_and_the_accepted_request_is_answered(model_dirs):
+    # A batch waits 1.5 s for company: the first request fills the queue of 2 texts meanwhile.
+    with running_server(model_dirs / "classify", "--max-queue", "2", "--max-wait-ms", "1500") as (url, _):
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(post, url, {"texts": ["好", "差"]})
+            time.sleep(0.5)
+            status, answer = post(url, {"texts": ["还行"]})
+            assert status == 503 and "--max-queue" in answer["detail"]
+            assert first.result()[0] == 200 and len(first.result()[1]["predictions"]) == 2
+
+
+def test_a_client_gone_mid_request_and_sigterm_under_load_lose_nothing(model_dirs):
+    with running_server(model_dirs / "classify", "--max-wait-ms", "300") as (url, process):
+        host, port = url[len("http://"):].split(":")
+        body = json.dumps({"texts": ["好"] * 8}).encode()
+        with socket.create_connection((host, int(port))) as gone:  # sends its request and leaves
+            gone.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert post(url, {"texts": ["好"]})[0] == 200
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            answers = [pool.submit(post, url, {"texts": [TEXTS[index % 3]] * (1 + index % 3)}) for index in range(12)]
+            time.sleep(0.15)  # accepted, and waiting for their batches
+            process.send_signal(signal.SIGTERM)
+            results = [answer.result() for answer in answers]
+        assert [status for status, _ in results] == [200] * 12
+        assert [len(answer["predictions"]) for _, answer in results] == [1 + index % 3 for index in range(12)]
+        process.wait(timeout=60)
+        assert "stopped: every accepted request was answered" in process.stderr.read()
+
+
+def test_the_batcher_gathers_concurrent_requests_and_isolates_a_bad_one():
+    from kbert.errors import KbertError
+    from kbert.serving import Batcher
+
+    calls = []
+
+    def predictor(texts, pairs=None):
+        calls.append(list(texts))
+        if "bad" in texts:
+            raise KbertError("a text the model cannot take")
+        return [text.upper() for text in texts]
+
+    async def scenario():
+        batcher = Batcher(predictor, max_batch=4, max_wait_ms=50, max_queue=8)
+        loop = asyncio.create_task(batcher.run())
+        answers = await asyncio.gather(batcher.predict(["a"]), batcher.predict(["b", "c"]),
+                                       batcher.predict(["bad"]), batcher.predict(["d", "e"]),
+                                       return_exceptions=True)
+        await batcher.close(loop)
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert answers[0] == ["A"] and answers[1] == ["B", "C"] and answers[3] == ["D", "E"]
+    assert isinstance(answers[2], KbertError)
+    # a, b c, bad: one batch of 4 (which fails), then each of its requests alone; d e the next batch.
+    assert calls == [["a", "b", "c", "bad"], ["a"], ["b", "c"], ["bad"], ["d", "e"]]
+
+
+def test_serve_names_a_missing_model_directory(tmp_path, capsys):
+    assert main(["serve", str(tmp_path / "nothing"), "--port", "0"]) == 2
+    assert "not a kbert model directory" in capsys.readouterr().err
