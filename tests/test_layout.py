@@ -30,6 +30,7 @@ WINGS = {
     "analysis": 6, "generation": 6,
     "training": 7,
     "tasks": 8,
+    "serving": 9,
     "compat": 9,
     "cli": 10,
 }

@@ -21,7 +21,7 @@ from kbert.errors import DataError, KbertError
 from kbert.io import atomic_path
 from kbert.tokenizers import Tokenizer
 from kbert.training.data import Example, LabelMap, encode_examples, read_examples
-from kbert.training.pipeline import make_dataset
+from kbert.training.pipeline import PaddedBatches, make_dataset
 from kbert.training.metrics import precision_recall_f1
 from kbert.training.model_dir import load_model
 from kbert.training.task import Task, TrainingData, read_training_file
@@ -83,9 +83,12 @@ class TrainedClassifier:
         encoded = encode_examples(self.tokenizer, examples, self.maxlen)
         order = np.argsort([len(ids) for ids, _ in encoded], kind="stable") if bucketing \
             else np.arange(len(encoded))
-        data = make_dataset([encoded[index] for index in order], None, batch_size)
+        # Batch by batch with predict_on_batch: `predict`'s set-up (a dataset, its iterator, callbacks)
+        # costs more than a small batch's compute, which is what a server runs.
+        batches = PaddedBatches([encoded[index] for index in order], None, batch_size)
         probabilities = np.empty((len(encoded), len(self.labels)), dtype=np.float32)
-        probabilities[order] = self.model.predict(data, verbose=0)
+        probabilities[order] = np.concatenate([keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))
+                                               for (features,) in batches])
         return probabilities
 
 

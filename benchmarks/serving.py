@@ -1,0 +1,131 @@
+"""`kbert serve` under load against `kbert predict` on the same texts.
+
+    python -m benchmarks.serving --model runs/sentiment [--clients 16] [--requests 256] [--rounds 3] [--json OUT]
+
+The server runs in its own process (`kbert serve MODEL --port 0`); this
+process holds the offline engine (the predictor `kbert predict` uses, its
+default batch of 64) and the load: `--clients` threads, each sending one
+text a request (real reviews of the sentiment test split) until
+`--requests` have been answered. The rounds alternate, offline then served,
+so both see the same machine. The table gives texts a second (median over
+rounds), the served/offline ratio per round (median and range), the
+latency percentiles of the served requests over all rounds, and the failed
+requests (anything but 200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import List, Tuple
+
+from benchmarks.alternating import describe, median_ratio
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REVIEWS = os.path.join(REPO, "..", "shared", "data", "sentiment", "sentiment.test.data")
+
+
+def review_texts(count: int) -> List[str]:
+    with open(REVIEWS, encoding="utf-8") as handle:
+        texts = [line.rsplit("\t", 1)[0] for line in handle if line.strip()]
+    return (texts * (count // len(texts) + 1))[:count]
+
+
+def start_server(model: str, max_batch: int, max_wait_ms: float) -> Tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, "-m", "kbert", "serve", model, "--port", "0", "--max-batch",
+                                str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "4096"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = process.stdout.readline()
+    match = re.search(r"on (http://[\d.]+:\d+) ", line)
+    if not match:
+        process.kill()
+        raise SystemExit(f"the server did not start: {line!r}")
+    return process, match.group(1)
+
+
+def one_request(url: str, text: str) -> Tuple[int, float]:
+    request = urllib.request.Request(url + "/v1/predict", data=json.dumps({"texts": [text]}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    start = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            response.read()
+            status = response.status
+    except urllib.error.HTTPError as error:
+        status = error.code
+    except OSError:
+        status = 0
+    return status, time.perf_counter() - start
+
+
+def served_round(url: str, texts: List[str], clients: int) -> Tuple[float, List[float], int]:
+    """Seconds for all texts, each request's latency, and the failed requests."""
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(lambda text: one_request(url, text), texts))
+    return time.perf_counter() - start, [latency for _, latency in results], \
+        sum(status != 200 for status, _ in results)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a classifier's model directory (kbert train)")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--json", help="write the results here too")
+    args = parser.parse_args(argv)
+
+    from kbert.tasks.predictors import PredictionSettings, load_predictor
+
+    texts = review_texts(args.requests)
+    predictor = load_predictor(args.model, PredictionSettings(batch_size=64))
+    predictor(texts[:64])  # compiled for the shapes it will see
+    server, url = start_server(args.model, args.max_batch, args.max_wait_ms)
+    try:
+        served_round(url, texts[:args.clients * 2], args.clients)  # warm-up
+        offline, served, latencies, failed = [], [], [], 0
+        for _ in range(args.rounds):
+            start = time.perf_counter()
+            predictor(texts)
+            offline.append(time.perf_counter() - start)
+            seconds, round_latencies, round_failed = served_round(url, texts, args.clients)
+            served.append(seconds)
+            latencies += round_latencies
+            failed += round_failed
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    latencies.sort()
+    result = {
+        "texts": len(texts), "clients": args.clients, "rounds": args.rounds, "max_batch": args.max_batch,
+        "offline_texts_per_second": len(texts) / statistics.median(offline),
+        "served_texts_per_second": len(texts) / statistics.median(served),
+        "served_over_offline": median_ratio(offline, served),  # a ratio of speeds: offline seconds / served
+        "p50_ms": 1000 * latencies[len(latencies) // 2], "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+        "failed": failed,
+    }
+    print(f"| engine | texts/s | p50 ms | p99 ms | failed |\n|---|---|---|---|---|\n"
+          f"| kbert predict (batch 64) | {result['offline_texts_per_second']:.1f} | — | — | — |\n"
+          f"| kbert serve, {args.clients} clients, a text a request | {result['served_texts_per_second']:.1f} | "
+          f"{result['p50_ms']:.0f} | {result['p99_ms']:.0f} | {failed} of {len(texts) * args.rounds} |")
+    print(f"served / offline throughput: {describe(result['served_over_offline'])}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
