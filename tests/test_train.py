@@ -20,7 +20,8 @@ from conftest import CONFIGS, REPO, kbert_in_process, minilm_dir, shared_path
 from kbert import KbertError
 from kbert.training.data import encode_examples, read_examples
 from kbert import TrainingOptions, WarmupLinearDecay, train
-from kbert.tasks.classification import evaluate, export, load_classifier, predict
+from kbert.serving.export import export_model
+from kbert.tasks.classification import evaluate, load_classifier, predict
 from kbert.training.loop import TrainingInterrupted
 
 
@@ -73,16 +74,16 @@ def test_predict_and_export(trained, tmp_path):
         assert row["probability"] == pytest.approx(probabilities.max(), abs=1e-6)
         assert row["label"] == classifier.labels.names[probabilities.argmax()]
 
-    saved = export(str(out), str(tmp_path / "serving"))
+    saved = export_model(str(out), str(tmp_path / "serving")).path
     serving = tf.saved_model.load(saved).signatures["serving_default"]
     served = serving(token_ids=tf.constant(tokens), segment_ids=tf.constant(segments))["probabilities"]
     np.testing.assert_allclose(keras.ops.convert_to_numpy(served), expected, atol=1e-6)
 
-    keras_file = export(str(out), str(tmp_path / "classifier.keras"))
+    keras_file = export_model(str(out), str(tmp_path / "classifier.keras")).path
     restored = keras.models.load_model(keras_file, safe_mode=True)
     np.testing.assert_array_equal(restored.predict([tokens, segments], verbose=0), expected)
     with pytest.raises(KbertError, match="already exists"):
-        export(str(out), keras_file)
+        export_model(str(out), keras_file)
 
 
 def snapshot(directory) -> dict:

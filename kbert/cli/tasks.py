@@ -44,10 +44,15 @@ def add_commands(command) -> None:
     predict.add_argument("--json", action="store_true", help="print JSON Lines")
     predict.set_defaults(run=run_predict)
 
-    export = command("export", "TF SavedModel for serving (or a .keras file)")
+    export = command("export", "a classifier or tagger for other runtimes: TF SavedModel, ONNX (int8 too), "
+                               "or a .keras file")
     export.add_argument("--model", required=True, help="model directory from kbert train")
-    export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .keras "
+    export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .onnx or .keras "
                                                       "(must not exist)")
+    export.add_argument("--format", choices=("saved_model", "onnx", "keras"),
+                        help="default: from OUT (.onnx, .keras; else a SavedModel directory)")
+    export.add_argument("--quantize", choices=("int8",),
+                        help="ONNX only: int8 weights, run by onnxruntime's int8 kernels (smaller and faster on CPU)")
     precision_option(export)
     export.set_defaults(run=run_export)
 
@@ -390,7 +395,7 @@ def _text_lines(data: bytes, source: str) -> List[str]:
 
 
 def run_export(args) -> int:
-    from kbert.tasks.classification import export
+    from kbert.serving.export import export_model
 
-    print(f"exported {export(args.model, args.output)}")
+    print(export_model(args.model, args.output, args.format, args.quantize))
     return 0

@@ -8,9 +8,6 @@ labelled file and export a SavedModel.
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import tempfile
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import keras
@@ -18,7 +15,6 @@ import numpy as np
 
 from kbert.builder import build_classifier
 from kbert.errors import DataError, KbertError
-from kbert.io import atomic_path
 from kbert.tokenizers import Tokenizer
 from kbert.training.data import Example, LabelMap, encode_examples, read_examples
 from kbert.training.pipeline import PaddedBatches, make_dataset
@@ -144,39 +140,3 @@ def classification_report(truth: np.ndarray, predicted: np.ndarray, names: Seque
                                               int(confusion[index].sum()))
     return {"accuracy": float(np.trace(confusion) / max(confusion.sum(), 1)), "classes": per_class,
             "confusion": confusion.tolist(), "labels": list(names)}
-
-
-def export(model_dir: str, out: str) -> str:
-    """Exports a model directory as a TF SavedModel (or, for `*.keras`, a Keras file).
-
-    The SavedModel's `serving_default` signature takes int32 `token_ids` and
-    `segment_ids` of shape `[batch, length]` and returns `probabilities`.
-    Written to a temporary path first, then moved into place.
-    """
-    import tensorflow as tf  # the serving signature's tensor specs
-
-    if os.path.exists(out):
-        raise KbertError(f"{out}: already exists; choose a new path")
-    model = load_classifier(model_dir).model
-    if out.endswith(".keras"):
-        with atomic_path(out) as temporary:  # the temporary name ends in .keras too
-            model.save(temporary)
-        return out
-
-    def serve(token_ids, segment_ids):
-        return {"probabilities": model([token_ids, segment_ids], training=False)}
-
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", serve, input_signature=[
-        tf.TensorSpec([None, None], tf.int32, name="token_ids"),
-        tf.TensorSpec([None, None], tf.int32, name="segment_ids")])
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
-    try:
-        archive.write_out(os.path.join(staging, "model"), verbose=False)
-        os.replace(os.path.join(staging, "model"), out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out

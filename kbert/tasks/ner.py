@@ -330,7 +330,7 @@ class Tagger:
         self.model, self.encoder, self.labels = model, encoder, labels
         self.head, self.unit = state["head"], state["unit"]
         # One trace for every batch shape.
-        self._decode = traced_once(getattr(self, f"_decode_{self.head}"),
+        self._decode = traced_once(self.decode,
                                    lambda tf: [tf.TensorSpec([None, None], tf.int32)] * 2, model.weights)
 
     def entities(self, sentences: Sequence[Sequence[str]], batch_size: int = 64,
@@ -363,6 +363,11 @@ class Tagger:
                     for kind, first, last in decoded if 1 <= first <= last <= size]
         tags = [self.labels.names[index] for index in decoded[1:size + 1]]
         return [(kind, *chunk.unit_span(start, end)) for kind, start, end in spans(tags)]
+
+    def decode(self, token_ids, segment_ids):
+        """The head's answer in the graph: tag ids `[batch, length]` (a CRF's Viterbi path, a softmax's
+        argmax), or a GlobalPointer's entity hits `[batch, types, length, length]`."""
+        return getattr(self, f"_decode_{self.head}")(token_ids, segment_ids)
 
     def _decode_crf(self, token_ids, segment_ids):
         from kbert.layers.crf import viterbi_decode

@@ -1,0 +1,250 @@
+"""`kbert export`: a trained model for other runtimes: a TF SavedModel, ONNX (int8 too), or a `.keras` file.
+
+What is exported is what `kbert predict` computes in the graph, so the
+runtime needs no kbert:
+
+- classify: `probabilities` `[batch, labels]` from `token_ids` and
+  `segment_ids` (int32, `[batch, length]`);
+- ner: the decoded tags `[batch, length]` (a CRF's Viterbi path included;
+  the argmax of a softmax head), or a GlobalPointer's `[batch, types,
+  length, length]` entity hits, from the same inputs; tag or type names
+  are in the file's metadata (ONNX) or `labels.json` beside it. tf2onnx
+  cannot convert the Viterbi loop: a CRF tagger's ONNX file gives the
+  `emissions`, with the transitions in its metadata to decode them.
+
+ONNX goes through tf2onnx (so it needs TensorFlow) and is checked before it
+is kept: onnxruntime runs it on real text and its outputs must match Keras's
+(float32: 1e-4; int8 is reported, not bounded). `quantize="int8"` is
+onnxruntime's dynamic quantization: int8 weights, activations quantized on
+the fly, run by its int8 kernels. Seq2seq models are not exported yet (a
+generator needs its encoder and cached decoder step as separate graphs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+from typing import Callable, Optional
+
+import keras
+import numpy as np
+
+from kbert.errors import KbertError, first_line, require_tensorflow
+from kbert.io import atomic_path
+from kbert.models import naming
+
+FORMATS = ("saved_model", "onnx", "keras")
+ONNX_OPSET = 17
+FLOAT_TOLERANCE = 1e-4  # an ONNX file's outputs against Keras's, float32
+VITERBI_NOTE = ("emissions [batch, length, tags]: decode each row with Viterbi over kbert_transitions "
+                "[from tag, to tag], starting and ending at tag O (kbert.layers.crf.viterbi_decode does)")
+_converters_registered = False
+SAMPLE_TEXTS = ("国务院总理李鹏在北京会见了日本客人", "房间干净，服务热情", "好")
+
+
+@dataclasses.dataclass
+class ExportReport:
+    """What `export_model` wrote: the path, the format, and for ONNX the largest difference from Keras."""
+
+    path: str
+    format: str
+    quantized: Optional[str] = None
+    max_difference: Optional[float] = None
+
+    def __str__(self) -> str:
+        text = f"exported {self.path} ({self.format}{', ' + self.quantized if self.quantized else ''})"
+        if self.max_difference is not None:
+            text += f"; onnxruntime against Keras on {len(SAMPLE_TEXTS)} texts: largest difference " \
+                    f"{self.max_difference:.2e}"
+        return text
+
+
+@dataclasses.dataclass
+class _Endpoint:
+    """The graph to export: a function of token and segment ids, its output's name, its labels, and
+    for ONNX metadata beyond them (a CRF's transitions)."""
+
+    model: keras.Model
+    function: Callable
+    output: str
+    labels: list
+    tokenizer: object
+    task: str
+    metadata: dict = dataclasses.field(default_factory=dict)
+
+
+def format_of(out: str, format: Optional[str]) -> str:
+    """The format asked for, else the one `out` names (`.onnx`, `.keras`; else a SavedModel directory)."""
+    if format is not None:
+        if format not in FORMATS:
+            raise KbertError(f"--format {format}: expected one of {', '.join(FORMATS)}")
+        return format
+    return "onnx" if out.endswith(".onnx") else "keras" if out.endswith(".keras") else "saved_model"
+
+
+def export_model(model_dir: str, out: str, format: Optional[str] = None,
+                 quantize: Optional[str] = None) -> ExportReport:
+    """Exports a model directory of `kbert train` (see the module's docstring); nothing is replaced.
+
+    Args:
+        model_dir: the model directory.
+        out: the path to write (it must not exist): a SavedModel directory, a `.onnx` or a `.keras` file.
+        format: `saved_model`, `onnx` or `keras` (default: from `out`).
+        quantize: `int8` (ONNX only).
+    """
+    format = format_of(out, format)
+    if os.path.lexists(out):
+        raise KbertError(f"{out}: already exists; choose a new path (an export never replaces a file)")
+    if quantize not in (None, "int8"):
+        raise KbertError(f"--quantize {quantize}: expected int8")
+    if quantize and format != "onnx":
+        raise KbertError("--quantize int8 is onnxruntime's dynamic quantization: export with --format onnx "
+                         "(a path ending in .onnx)")
+    endpoint = _endpoint(model_dir, for_onnx=format == "onnx")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    if format == "keras":
+        with atomic_path(out) as temporary:  # the temporary name ends in .keras too
+            endpoint.model.save(temporary)
+        return ExportReport(out, format)
+    if format == "saved_model":
+        _write_saved_model(endpoint, out)
+        return ExportReport(out, format)
+    return _write_onnx(endpoint, out, quantize)
+
+
+def _endpoint(model_dir: str, for_onnx: bool) -> _Endpoint:
+    from kbert.training.model_dir import read_training_state
+
+    task = read_training_state(model_dir)["task"]
+    if task == "classify":
+        from kbert.tasks.classification import load_classifier
+
+        classifier = load_classifier(model_dir)
+        model = classifier.model
+        return _Endpoint(model, lambda token_ids, segment_ids: model([token_ids, segment_ids], training=False),
+                         "probabilities", classifier.labels.names, classifier.tokenizer, task)
+    if task == "ner":
+        from kbert.tasks.ner import load_tagger
+
+        tagger = load_tagger(model_dir)
+        names, tokenizer = tagger.labels.names, tagger.encoder.tokenizer
+        if tagger.head == "crf" and for_onnx:
+            # tf2onnx cannot convert the Viterbi loop: the emissions, and the transitions to decode them with.
+            model = tagger.model
+            transitions = keras.ops.convert_to_numpy(model.get_layer(naming.CRF).trans).tolist()
+            return _Endpoint(model, lambda token_ids, segment_ids: model([token_ids, segment_ids], training=False),
+                             "emissions", names, tokenizer, task,
+                             {"kbert_transitions": json.dumps(transitions), "kbert_decoding": VITERBI_NOTE})
+        output = "entity_hits" if tagger.head == "global_pointer" else "tags"
+        return _Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
+    raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers and taggers (a seq2seq "
+                     "generator's encoder and cached decoder step are not exported yet)")
+
+
+def _signature(tf):
+    return [tf.TensorSpec([None, None], tf.int32, name="token_ids"),
+            tf.TensorSpec([None, None], tf.int32, name="segment_ids")]
+
+
+def _write_saved_model(endpoint: _Endpoint, out: str) -> None:
+    tf = require_tensorflow("a SavedModel export", "--format onnx or keras")
+    archive = keras.export.ExportArchive()
+    archive.track(endpoint.model)
+    archive.add_endpoint("serving_default", lambda token_ids, segment_ids: {
+        endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
+    staging = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-")
+    try:
+        archive.write_out(os.path.join(staging, "model"), verbose=False)
+        with open(os.path.join(staging, "model", "labels.json"), "w", encoding="utf-8") as handle:
+            json.dump(endpoint.labels, handle, ensure_ascii=False)
+        os.replace(os.path.join(staging, "model"), out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
+    tf = require_tensorflow("ONNX export (through tf2onnx)", "--format keras")
+    try:
+        import onnx
+        import onnxruntime  # noqa: F401  (the check below runs the file)
+        import tf2onnx
+    except ImportError as error:
+        raise KbertError(f"ONNX export needs {error.name}: pip install 'kbert[onnx]' (tf2onnx, onnx, "
+                         "onnxruntime)") from None
+    _register_missing_converters()
+    logging.getLogger("tf2onnx").setLevel(logging.WARNING)  # its optimizer's counts of rewritten nodes
+    function = tf.function(lambda token_ids, segment_ids: {
+        endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
+        path = os.path.join(staging, "model.onnx")
+        try:
+            tf2onnx.convert.from_function(function, input_signature=_signature(tf), opset=ONNX_OPSET,
+                                          output_path=path)
+        except Exception as error:  # tf2onnx's own errors: an op or a loop it cannot convert
+            raise KbertError(f"tf2onnx cannot convert this {endpoint.task} model's graph ({first_line(error)}); "
+                             "export it as a SavedModel or a .keras file instead") from None
+        if quantize:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantized = os.path.join(staging, "model.int8.onnx")
+            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8)
+            path = quantized
+        model = onnx.load(path)
+        for key, value in (("kbert_task", endpoint.task), ("kbert_output", endpoint.output),
+                           ("kbert_labels", json.dumps(endpoint.labels, ensure_ascii=False)),
+                           *endpoint.metadata.items()):
+            model.metadata_props.add(key=key, value=value)
+        onnx.save(model, path)
+        difference = _check_onnx(endpoint, path, bounded=not quantize)
+        with atomic_path(out) as temporary:
+            shutil.copyfile(path, temporary)
+    return ExportReport(out, "onnx", quantize, difference)
+
+
+def _check_onnx(endpoint: _Endpoint, path: str, bounded: bool) -> float:
+    """The largest difference between onnxruntime's outputs and Keras's on real text; an error above
+    the float32 tolerance, or where decoded tags (integers) differ at all."""
+    import onnxruntime
+
+    from kbert.tokenizers import pad_batch
+
+    token_ids, segment_ids = pad_batch([endpoint.tokenizer.encode(text) for text in SAMPLE_TEXTS])
+    token_ids, segment_ids = token_ids.astype(np.int32), segment_ids.astype(np.int32)
+    expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(token_ids, segment_ids)))
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
+    if expected.dtype.kind in "fc":
+        difference = float(np.abs(got.astype(np.float64) - expected).max())
+    else:  # tags or hits: exact, or the share of positions that differ
+        difference = float(np.mean(got != expected))
+    if bounded and difference > (FLOAT_TOLERANCE if expected.dtype.kind in "fc" else 0):
+        raise KbertError(f"the ONNX file's {endpoint.output} differ from Keras's by {difference:.2e} on sample text "
+                         f"(allowed: {FLOAT_TOLERANCE if expected.dtype.kind in 'fc' else 0}); nothing was written")
+    return difference
+
+
+def _register_missing_converters() -> None:
+    """tf2onnx has no converter for `Erfc`, which TensorFlow's exact GELU uses: erfc(x) = 1 - erf(x)."""
+    global _converters_registered
+    from tf2onnx import utils
+    from tf2onnx.handler import tf_op
+
+    if _converters_registered:
+        return
+
+    @tf_op("Erfc")
+    class Erfc:
+        @classmethod
+        def version_9(cls, ctx, node, **kwargs):
+            x, output = node.input[0], node.output[0]
+            shape, dtype = ctx.get_shape(output), ctx.get_dtype(output)
+            ctx.remove_node(node.name)
+            erf = ctx.make_node("Erf", [x])
+            one = ctx.make_const(utils.make_name("one"), np.array(1, dtype=utils.map_onnx_to_numpy_type(dtype)))
+            ctx.make_node("Sub", [one.output[0], erf.output[0]], outputs=[output], shapes=[shape], dtypes=[dtype])
+
+    _converters_registered = True

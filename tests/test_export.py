@@ -1,0 +1,114 @@
+"""`kbert export`: each format loaded in its own runtime gives what Keras gives.
+
+ONNX files run in onnxruntime (float32 within 1e-4 of Keras; int8 smaller
+and close), SavedModels in TensorFlow; a CRF tagger's ONNX emissions decode
+with the transitions in its metadata to the tagger's own tags.
+"""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, shared_path, write_task_data
+from kbert.cli.main import main
+from kbert.errors import KbertError
+from kbert.serving.export import export_model
+
+onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export: pip install 'kbert[onnx]'")
+pytest.importorskip("tf2onnx", reason="ONNX export: pip install 'kbert[onnx]'")
+tf = pytest.importorskip("tensorflow", reason="SavedModel and ONNX export go through TensorFlow")
+
+REVIEWS = ["这家酒店很好，下次还来", "房间太小了，隔音也差", "早餐一般", "服务员态度很好，位置方便，推荐"]
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("exported")
+    write_task_data(root, count=96)
+    common = ["--config", str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+              "--epochs", "1", "--batch-size", "16", "--maxlen", "32"]
+    for name, task, data, extra in (("classify", "classify", "reviews.tsv", []),
+                                    ("crf", "ner", "tagged.bmes", ["--head", "crf"]),
+                                    ("global_pointer", "ner", "tagged.bmes", ["--head", "global_pointer"]),
+                                    ("seq2seq", "seq2seq", "pairs.tsv", [])):
+        assert main(["train", "--task", task, "--train", str(root / data), "--out", str(root / name),
+                     *common, *extra]) == 0
+    return root
+
+
+def encoded(tokenizer, texts):
+    from kbert.tokenizers import pad_batch
+
+    tokens, segments = pad_batch([tokenizer.encode(text) for text in texts])
+    return tokens.astype(np.int32), segments.astype(np.int32)
+
+
+def run_onnx(path, tokens, segments):
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    metadata = session.get_modelmeta().custom_metadata_map
+    return session.run(None, {"token_ids": tokens, "segment_ids": segments})[0], metadata
+
+
+def test_a_classifier_in_onnx_float32_and_int8(model_dirs, tmp_path):
+    from kbert.tasks.classification import load_classifier
+
+    classifier = load_classifier(str(model_dirs / "classify"))
+    tokens, segments = encoded(classifier.tokenizer, REVIEWS)
+    expected = np.asarray(classifier.model.predict_on_batch([tokens, segments]))
+
+    report = export_model(str(model_dirs / "classify"), str(tmp_path / "model.onnx"))
+    assert report.max_difference <= 1e-4
+    probabilities, metadata = run_onnx(tmp_path / "model.onnx", tokens, segments)
+    np.testing.assert_allclose(probabilities, expected, atol=1e-4)
+    assert json.loads(metadata["kbert_labels"]) == classifier.labels.names and metadata["kbert_task"] == "classify"
+
+    assert main(["export", "--model", str(model_dirs / "classify"), str(tmp_path / "model.int8.onnx"),
+                 "--quantize", "int8"]) == 0
+    quantized, _ = run_onnx(tmp_path / "model.int8.onnx", tokens, segments)
+    assert (tmp_path / "model.int8.onnx").stat().st_size < 0.35 * (tmp_path / "model.onnx").stat().st_size
+    np.testing.assert_allclose(quantized, expected, atol=0.05)  # int8 weights: close, not equal
+
+
+def test_taggers_in_onnx_and_saved_model(model_dirs, tmp_path):
+    from kbert.layers.crf import viterbi_decode
+    from kbert.tasks.ner import load_tagger
+
+    for head in ("crf", "global_pointer"):
+        tagger = load_tagger(str(model_dirs / head))
+        tokens, segments = encoded(tagger.encoder.tokenizer, ["张三去北京大学看望李四", "国务院总理李鹏在北京会见了日本客人"])
+        expected = keras.ops.convert_to_numpy(tagger.decode(tokens, segments))
+        export_model(str(model_dirs / head), str(tmp_path / f"{head}.onnx"))
+        got, metadata = run_onnx(tmp_path / f"{head}.onnx", tokens, segments)
+        if head == "crf":  # the emissions, decoded with the transitions the file carries
+            assert metadata["kbert_output"] == "emissions" and "Viterbi" in metadata["kbert_decoding"]
+            outside = [json.loads(metadata["kbert_labels"]).index("O")]
+            got = keras.ops.convert_to_numpy(viterbi_decode(
+                got, np.array(json.loads(metadata["kbert_transitions"]), dtype=np.float32),
+                starts=outside, ends=outside))
+        np.testing.assert_array_equal(got, expected)
+
+        export_model(str(model_dirs / head), str(tmp_path / f"{head}-saved"))
+        serving = tf.saved_model.load(str(tmp_path / f"{head}-saved")).signatures["serving_default"]
+        output = "tags" if head == "crf" else "entity_hits"
+        served = serving(token_ids=tf.constant(tokens), segment_ids=tf.constant(segments))[output]
+        np.testing.assert_array_equal(served.numpy(), expected)
+        assert json.loads((tmp_path / f"{head}-saved" / "labels.json").read_text(encoding="utf-8")) == \
+            tagger.labels.names
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["seq2seq", "out.onnx"], "a seq2seq model; kbert export takes classifiers and taggers"),
+    (["classify", "out", "--quantize", "int8"], "export with --format onnx"),
+    (["classify", "exists.onnx"], "already exists"),
+])
+def test_exports_refused_with_the_reason(model_dirs, tmp_path, capsys, arguments, message):
+    (tmp_path / "exists.onnx").write_text("mine")
+    model, out, *rest = arguments
+    assert main(["export", "--model", str(model_dirs / model), str(tmp_path / out), *rest]) == 2
+    assert message in capsys.readouterr().err
+    assert (tmp_path / "exists.onnx").read_text() == "mine"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["exists.onnx"]  # nothing else written
+    with pytest.raises(KbertError, match="expected int8"):
+        export_model(str(model_dirs / "classify"), str(tmp_path / "x.onnx"), quantize="int4")
