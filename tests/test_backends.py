@@ -255,6 +255,7 @@ np.savez({str(tmp_path / 'torch.npz')!r}, *weights, losses=np.array(losses))
         np.testing.assert_allclose(on_torch[f"arr_{index}"], expected, atol=1e-6)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install 'jax[cpu]')")
 def test_adversarial_training_is_refused_on_jax_with_the_reason():
     result = run_without_tensorflow("jax", ADVERSARIAL_RUN + """
 from kbert.errors import KbertError

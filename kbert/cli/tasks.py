@@ -84,6 +84,12 @@ def _add_train(train) -> None:
     train.add_argument("--no-bucketing", action="store_true",
                        help="batch training examples in (shuffled) order instead of with others of similar "
                             "length (more padding; kbert 0.1's batching)")
+    train.add_argument("--lora-rank", type=positive_int, metavar="R",
+                       help="train rank-R LoRA adapters on the blocks' kernels (embeddings frozen; biases, norms "
+                            "and the head trained) instead of the whole model; lora.safetensors holds them, "
+                            "model.weights.h5 the merged model")
+    train.add_argument("--lora-alpha", type=float, metavar="A",
+                       help="LoRA's scale numerator: adapters scaled by A/R (default: R)")
     train.add_argument("--adversarial", choices=ADVERSARIAL,
                        help="train against perturbations of the token embeddings: fgm (bert4keras's "
                             "adversarial_training) or gp (gradient penalty)")
@@ -183,7 +189,8 @@ def run_train(args) -> int:
     options = _run_options(
         args, skip_malformed=args.skip_malformed, bucketing=not args.no_bucketing, adversarial=args.adversarial,
         adversarial_epsilon=args.adversarial_epsilon, task=args.task, head=args.head,
-        crf_lr_multiplier=args.crf_lr_multiplier, columns=parse_columns(args.columns) or None)
+        crf_lr_multiplier=args.crf_lr_multiplier, columns=parse_columns(args.columns) or None,
+        lora_rank=args.lora_rank, lora_alpha=args.lora_alpha)
     return _run(args, options, train, num_labels=args.num_labels)
 
 

@@ -329,9 +329,9 @@ class Tagger:
     def __init__(self, model, encoder: UnitEncoder, labels: LabelMap, state: dict):
         self.model, self.encoder, self.labels = model, encoder, labels
         self.head, self.unit = state["head"], state["unit"]
-        # One trace for every batch shape.
-        self._decode = traced_once(self.decode,
-                                   lambda tf: [tf.TensorSpec([None, None], tf.int32)] * 2, model.weights)
+        # One trace for every batch shape (no model: a tagger that only maps decoded tags back to spans).
+        self._decode = traced_once(self.decode, lambda tf: [tf.TensorSpec([None, None], tf.int32)] * 2,
+                                   model.weights if model is not None else [])
 
     def entities(self, sentences: Sequence[Sequence[str]], batch_size: int = 64,
                  bucketing: bool = True) -> List[List[Span]]:

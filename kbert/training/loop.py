@@ -26,7 +26,7 @@ from typing import Callable, Optional, Type
 import keras
 
 from kbert.builder import build_transformer_model
-from kbert.errors import KbertError, check_whole_number
+from kbert.errors import KbertError, check_whole_number, is_whole_number
 from kbert.io import atomic_copy, atomic_path, refuse_overlap
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
@@ -35,6 +35,7 @@ from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
                                       WEIGHTS_FILE)
 from kbert.training.adversarial import adversarial_training, gradient_penalty
+from kbert.training.lora import ADAPTERS_FILE, enable_lora, lora_enabled, save_adapters
 from kbert.training.optimizers import make_optimizer
 from kbert.training.options import ADVERSARIAL, OPTIMIZERS, WHOLE_WORDS, TrainingOptions
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
@@ -66,7 +67,9 @@ class _BestWeights(keras.callbacks.Callback):
         tie_won = score == best and loss is not None and (best_loss is None or loss < best_loss)
         if score is None or best is None or score > best or tie_won:
             with atomic_path(os.path.join(self.out_dir, WEIGHTS_FILE)) as temporary:
-                self.kept.save_weights(temporary)
+                self.kept.save_weights(temporary)  # a LoRA layer's kernel is written merged
+            if lora_enabled(self.kept):  # and what the run trained, on its own
+                save_adapters(self.kept, os.path.join(self.out_dir, ADAPTERS_FILE))
             self.state.update({"best_epoch": epoch + 1, self.best_key: score,
                                **({"best_val_loss": float(loss)} if loss is not None else {})})
         write_json(os.path.join(self.out_dir, TRAINING_FILE), self.state)
@@ -225,6 +228,8 @@ def train_task(
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
             model = task.build(bert, num_labels, options)
+            if options.lora_rank:
+                enable_lora(model, options.lora_rank, options.lora_alpha)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trained = task.training_model(model)
             trainer = Trainer(trained.inputs, trained.outputs, name="trainer")
@@ -300,6 +305,15 @@ def _check_options(options: TrainingOptions) -> None:
     if not (_is_number(options.crf_lr_multiplier) and 0 < options.crf_lr_multiplier < math.inf):
         raise KbertError(f"CRF learning-rate multiplier must be a finite positive number, "
                          f"got {options.crf_lr_multiplier!r}")
+    if options.lora_rank is not None and not is_whole_number(options.lora_rank, 1):
+        raise KbertError(f"LoRA rank (--lora-rank) must be a positive integer, got {options.lora_rank!r}")
+    if options.lora_alpha is not None and not (_is_number(options.lora_alpha) and 0 < options.lora_alpha < math.inf):
+        raise KbertError(f"LoRA alpha (--lora-alpha) must be a finite positive number, got {options.lora_alpha!r}")
+    if options.lora_alpha is not None and not options.lora_rank:
+        raise KbertError("--lora-alpha scales LoRA's adapters: give --lora-rank too")
+    if options.lora_rank and options.adversarial:
+        raise KbertError(f"--adversarial {options.adversarial} perturbs the token embeddings, which LoRA freezes: "
+                         "use one or the other")
     if options.adversarial not in (None, *ADVERSARIAL):
         raise KbertError(f"unknown adversarial training {options.adversarial!r}; expected one of "
                          f"{', '.join(ADVERSARIAL)}")

@@ -68,6 +68,11 @@ class TrainingOptions:
             spaces and punctuation), `wordpiece`'s (a word and its `##` pieces),
             or `none` (each token alone).
         mask_rate: pre-training predicts this share of the tokens.
+        lora_rank: train rank-`lora_rank` LoRA adapters on the transformer
+            blocks' kernels instead of the whole model (`kbert.training.lora`);
+            None: full fine-tuning.
+        lora_alpha: LoRA's scale numerator (the adapters are scaled by
+            `lora_alpha / lora_rank`; default: `lora_rank`, a scale of 1).
         columns: `{field: column}` for data files whose columns (or JSON keys)
             have other names, e.g. `{"text": "review", "label": "sentiment"}`
             (`kbert.training.records`).
@@ -98,6 +103,8 @@ class TrainingOptions:
     whole_word: str = "jieba"
     mask_rate: float = 0.15
     columns: Optional[Dict[str, str]] = None
+    lora_rank: Optional[int] = None
+    lora_alpha: Optional[float] = None
 
     @classmethod
     def for_pretraining(cls, **changes) -> "TrainingOptions":

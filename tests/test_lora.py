@@ -1,0 +1,77 @@
+"""LoRA fine-tuning: adapters train, the merged weights and the adapters on the base give the same model."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, shared_path, write_task_data
+from kbert import build_transformer_model
+from kbert.builder import build_classifier
+from kbert.cli.main import main
+from kbert.errors import KbertError
+from kbert.training.lora import ADAPTERS_FILE, block_kernels, enable_lora, load_adapters, save_adapters
+
+
+def classifier():
+    keras.utils.set_random_seed(3)
+    return build_classifier(build_transformer_model(str(CONFIGS / "bert_tiny.json"), with_pool=True), 2)
+
+
+def test_adapters_train_and_merge_to_the_same_model(tmp_path):
+    model = classifier()
+    base = [np.array(w) for w in model.get_weights()]
+    enable_lora(model, rank=4, alpha=8)
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+    assert trainable < 0.1 * model.count_params()
+    assert all(layer.lora_enabled and not any(w.path.endswith("/kernel") for w in layer.trainable_weights)
+               for layer in block_kernels(model))
+    assert not model.get_layer("Embedding-Token").trainable and model.get_layer("Embedding-Norm").trainable
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(100, 5000, (32, 16)).astype("int32")
+    labels = rng.integers(0, 2, 32)
+    model.compile(keras.optimizers.Adam(1e-2), "sparse_categorical_crossentropy")
+    frozen = keras.ops.convert_to_numpy(block_kernels(model)[0].weights[0])
+    model.fit([tokens, tokens * 0], labels, epochs=2, batch_size=8, verbose=0)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(block_kernels(model)[0].weights[0]), frozen)
+    adapted = model.predict([tokens, tokens * 0], verbose=0)
+    assert not np.allclose(adapted, classifier().predict([tokens, tokens * 0], verbose=0), atol=1e-3)
+
+    # Keras writes the kernels merged: a model without LoRA reads them as they are.
+    model.save_weights(tmp_path / "model.weights.h5")
+    merged = classifier()
+    merged.load_weights(tmp_path / "model.weights.h5")
+    np.testing.assert_allclose(merged.predict([tokens, tokens * 0], verbose=0), adapted, atol=1e-5)
+
+    # The adapters alone, on the base they were trained from.
+    save_adapters(model, str(tmp_path / ADAPTERS_FILE))
+    assert (tmp_path / ADAPTERS_FILE).stat().st_size < 0.2 * (tmp_path / "model.weights.h5").stat().st_size
+    again = classifier()
+    again.set_weights(base)
+    load_adapters(again, str(tmp_path / ADAPTERS_FILE))
+    np.testing.assert_allclose(again.predict([tokens, tokens * 0], verbose=0), adapted, atol=1e-5)
+
+    other = build_classifier(build_transformer_model(str(CONFIGS / "bert_tiny.json"), with_pool=True), 3)
+    with pytest.raises(KbertError, match="do not fit this model"):
+        load_adapters(other, str(tmp_path / ADAPTERS_FILE))
+
+
+def test_kbert_train_with_lora_writes_adapters_and_a_directory_that_predicts(tmp_path, capsys):
+    write_task_data(tmp_path)
+    common = ["--config", str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+              "--train", str(tmp_path / "reviews.tsv"), "--epochs", "1", "--batch-size", "16", "--maxlen", "32"]
+    assert main(["train", *common, "--lora-rank", "4", "--out", str(tmp_path / "lora")]) == 0
+    state = json.loads((tmp_path / "lora" / "training.json").read_text(encoding="utf-8"))
+    assert state["options"]["lora_rank"] == 4 and (tmp_path / "lora" / ADAPTERS_FILE).exists()
+    capsys.readouterr()
+    (tmp_path / "texts.txt").write_text("房间很干净\n", encoding="utf-8")
+    assert main(["predict", "--json", "--model", str(tmp_path / "lora"), str(tmp_path / "texts.txt")]) == 0
+    assert json.loads(capsys.readouterr().out)["label"] in ("0", "1")
+
+    for extra, message in ((["--lora-alpha", "8"], "give --lora-rank too"),
+                           (["--lora-rank", "4", "--adversarial", "fgm"], "which LoRA freezes")):
+        assert main(["train", *common, *extra, "--out", str(tmp_path / "refused")]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "refused").exists()
