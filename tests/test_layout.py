@@ -31,8 +31,8 @@ WINGS = {
     "training": 7,
     "tasks": 8,
     "serving": 9,
-    "compat": 9,
-    "cli": 10,
+    "compat": 10,
+    "cli": 11,
 }
 ENTRY_POINTS = {"kbert", "kbert.__main__"}
 _REGISTRY_STRING = re.compile(r"kbert(?:\.\w+)+(?::\w+)?")

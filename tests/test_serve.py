@@ -200,3 +200,45 @@ def test_the_batcher_gathers_concurrent_requests_and_isolates_a_bad_one():
 def test_serve_names_a_missing_model_directory(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "nothing"), "--port", "0"]) == 2
     assert "not a kbert model directory" in capsys.readouterr().err
+
+
+WEB_SERVING_SCRIPT = """
+from kbert.compat.snippets import WebServing
+
+def gen_synonyms(text, n=1):
+    if n > 5:
+        raise ValueError("n: at most 5")
+    return [text] * n
+
+arguments = {"text": (None, True), "n": (int, False)}
+web = WebServing(host="127.0.0.1", port=0)
+web.route("/gen_synonyms", gen_synonyms, arguments)
+web.route("/gen_synonyms", gen_synonyms, arguments, method="POST")
+web.start()
+"""
+
+
+def test_bert4keras_web_serving_answers_as_it_did(tmp_path):
+    """bert4keras's WebServing contract: code 0 with the data, 1 for a missing argument, 2 for an error."""
+    script = tmp_path / "web.py"
+    script.write_text(WEB_SERVING_SCRIPT, encoding="utf-8")
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        url = re.search(r"(http://[\d.]+:\d+)", process.stdout.readline()).group(1)
+
+        def get(query):
+            with urllib.request.urlopen(url + "/gen_synonyms?" + query, timeout=60) as response:
+                return json.loads(response.read())
+
+        assert get("text=%E8%8B%B9%E6%9E%9C&n=2") == {"code": 0, "desc": "succeeded", "data": ["苹果", "苹果"]}
+        assert get("n=2") == {"code": 1, "desc": 'lack of "text" argument', "data": {}}
+        assert get("text=a&n=x")["code"] == 2 and "invalid literal" in get("text=a&n=x")["desc"]
+        assert get("text=a&n=9") == {"code": 2, "desc": "n: at most 5", "data": {}}
+        request = urllib.request.Request(url + "/gen_synonyms", data=b"text=b&n=3", method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert json.loads(response.read())["data"] == ["b", "b", "b"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    assert len(re.findall(r"GET /gen_synonyms 200", process.stderr.read())) == 5

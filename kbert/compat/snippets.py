@@ -271,3 +271,101 @@ def parallel_apply(func: Callable, iterable: Iterable, workers: int, max_queue_s
         return None
     pairs = list(results) if unordered else sorted(results, key=lambda pair: pair[0])
     return [result for _, result in pairs]
+
+
+class WebServing:
+    """bert4keras's `WebServing`: a function behind an HTTP route, on kbert's server (FastAPI on uvicorn).
+
+    As bert4keras's: `route(path, func, arguments)` reads each argument from
+    the query (GET) or the form (POST) as text, converts it with its
+    function, and answers JSON `{"code": 0, "desc": "succeeded", "data":
+    func(**kwargs)}`; code 1 names a missing required argument, code 2 carries
+    the error of a conversion or of `func`. bottle and paste are not needed:
+    `server` is accepted and ignored. The model functions run one at a time
+    (a lock), as a model in one process should; `start()` serves until
+    SIGINT or SIGTERM, answering the requests in flight first, and logs a
+    line per request.
+
+    Args:
+        host: the address to listen on (bert4keras's default: every interface).
+        port: the port (0: any free one).
+        server: bert4keras's WSGI server choice; ignored.
+
+    Example:
+    >>> web = WebServing(host="127.0.0.1", port=0)
+    >>> web.route("/gen_synonyms", lambda text, n=1: [text] * n, {"text": (None, True), "n": (int, False)})
+    >>> [route.path for route in web.app.routes if route.path == "/gen_synonyms"]
+    ['/gen_synonyms']
+    """
+
+    def __init__(self, host: str = "0.0.0.0", port: int = 8000, server: str = "paste"):
+        try:
+            from fastapi import FastAPI
+        except ImportError:
+            raise ImportError("WebServing runs on FastAPI and uvicorn: pip install 'kbert[serve]'") from None
+        import threading
+
+        from kbert.serving.app import log_request
+
+        self.host, self.port = host, port
+        self.app = FastAPI(title="kbert WebServing")
+        self.app.middleware("http")(log_request)
+        self._model_lock = threading.Lock()
+
+    def wraps(self, func: Callable, arguments: dict, method: str = "GET") -> Callable:
+        """The route's handler: `func`'s arguments read from the request, its result as bert4keras's JSON."""
+        from starlette.responses import JSONResponse
+
+        async def handler(request):  # a Starlette route: it receives the request
+            outputs = {"code": 0, "desc": "succeeded", "data": {}}
+            kwargs = {}
+            try:
+                given = request.query_params if method == "GET" else _form(await request.body())
+                for key, (convert, required) in arguments.items():
+                    value = given.get(key)
+                    if value is None:
+                        if required:
+                            return JSONResponse({**outputs, "code": 1, "desc": f'lack of "{key}" argument'})
+                        continue
+                    kwargs[key] = convert(value) if convert is not None else value
+                outputs["data"] = await _in_thread(self._call, func, kwargs)
+            except Exception as error:  # bert4keras's contract: the error in the answer, the server goes on
+                outputs.update(code=2, desc=str(error) or type(error).__name__)
+            return JSONResponse(outputs)
+
+        return handler
+
+    def route(self, path: str, func: Callable, arguments: dict, method: str = "GET") -> None:
+        """Serves `func` at `path`; `arguments` is `{name: (conversion or None, required)}`."""
+        self.app.add_route(path, self.wraps(func, arguments, method), methods=[method])
+
+    def start(self, ready=None) -> None:
+        """Serves until SIGINT or SIGTERM; `ready(url)` (default: print it) once it listens."""
+        import logging
+
+        from kbert.serving.app import run_app
+
+        if not logging.getLogger().handlers:  # a script's own server: its log line per request, on stderr
+            logging.basicConfig(level=logging.INFO, format="kbert: %(message)s")
+        run_app(self.app, self.host, self.port, ready or (lambda url: print(f"serving on {url}", flush=True)))
+
+    def _call(self, func: Callable, kwargs: dict):
+        with self._model_lock:
+            return func(**kwargs)
+
+
+def _form(body: bytes) -> dict:
+    """A POST body's fields: an urlencoded form (what bottle's `request.POST` read), or a JSON object."""
+    import urllib.parse
+
+    text = body.decode("utf-8")
+    if text.lstrip().startswith("{"):
+        return {key: value if isinstance(value, str) else json.dumps(value) for key, value in json.loads(text).items()}
+    return dict(urllib.parse.parse_qsl(text, keep_blank_values=True))
+
+
+async def _in_thread(function: Callable, *args):
+    """`function(*args)` in a worker thread, so the event loop keeps taking requests meanwhile."""
+    import asyncio
+
+    return await asyncio.get_running_loop().run_in_executor(None, function, *args)

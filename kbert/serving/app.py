@@ -126,7 +126,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
         return {"predictions": rows}
 
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
-    app.middleware("http")(_log_request)
+    app.middleware("http")(log_request)
     return app
 
 def _refusal(texts: List[str], pairs, limits: ServerLimits, task: str):
@@ -183,7 +183,7 @@ class _BodyLimit:
 class _TooLarge(Exception):
     pass
 
-async def _log_request(request, call_next):
+async def log_request(request, call_next):
     """A log line per request: client, method, path, status, texts, milliseconds."""
     start = time.perf_counter()
     response = await call_next(request)
@@ -196,16 +196,21 @@ async def _log_request(request, call_next):
 def serve(predictor, host: str = "127.0.0.1", port: int = 8000, limits: Optional[ServerLimits] = None,
           ready=print) -> None:
     """Serves `predictor` until SIGINT or SIGTERM; `ready(url)` is called once it listens (port 0: any free one)."""
+    run_app(create_app(predictor, limits), host, port, ready)
+
+
+def run_app(app, host: str, port: int, ready=print) -> None:
+    """Runs an ASGI app on uvicorn at host:port until SIGINT or SIGTERM, which let the requests in flight
+    finish; `ready(url)` is called once it listens (port 0: any free one)."""
     import uvicorn
 
-    app = create_app(predictor, limits)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((host, port))
     except OSError as error:
-        raise KbertError(f"cannot listen on {host}:{port}: {error.strerror}; choose another --port "
+        raise KbertError(f"cannot listen on {host}:{port}: {error.strerror}; choose another port "
                          "(0: any free one)") from None
     bound = listener.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
