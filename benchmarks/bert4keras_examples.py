@@ -53,6 +53,7 @@ class Example:
     checkpoint: str = "bert"
     data: Dict[str, Callable] = dataclasses.field(default_factory=dict)
     needs: Optional[str] = None
+    serves: Optional[str] = None  # a server example: the request (path and query) it must answer
 
 
 def _sentiment(split: str, limit: Optional[int] = LINES) -> List[tuple]:
@@ -213,7 +214,7 @@ CASES = {
     "basic_language_model_nezha_gen_gpt": Example(),
     "basic_make_uncased_model_cased": Example(),
     "basic_masked_language_model": Example(),
-    "basic_simple_web_serving_simbert": Example(needs="a web server (bottle) and SimBERT's weights"),
+    "basic_simple_web_serving_simbert": Example(serves="/gen_synonyms?text=苹果多少钱一斤&n=8&k=3"),
     "task_conditional_language_model": Example(data=SENTIMENT),
     "task_iflytek_adversarial_training": Example(data=IFLYTEK),
     "task_iflytek_bert_of_theseus": Example(needs="bert4keras's Transformer internals: prefix=, and "
@@ -351,8 +352,11 @@ def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[s
     return script, migration.manual
 
 
-def run(script: pathlib.Path, timeout: int) -> tuple:
-    """(status, seconds, last error line) of running the script in its directory."""
+def run(script: pathlib.Path, timeout: int, serves: Optional[str] = None) -> tuple:
+    """(status, seconds, last error line) of running the script in its directory; a server is asked
+    `serves` once it listens, then stopped with SIGTERM."""
+    if serves:
+        return serve(script, timeout, serves)
     start = time.perf_counter()
     try:
         result = subprocess.run([sys.executable, script.name], cwd=script.parent, capture_output=True, text=True,
@@ -365,6 +369,38 @@ def run(script: pathlib.Path, timeout: int) -> tuple:
         return "runs", seconds, ""
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     return "fails", seconds, lines[-1][:160] if lines else f"exit status {result.returncode}"
+
+
+def serve(script: pathlib.Path, timeout: int, request: str) -> tuple:
+    """A server example: started, asked `request` (it must answer bert4keras's code 0), stopped by SIGTERM."""
+    import signal
+    import urllib.parse
+    import urllib.request
+
+    start = time.perf_counter()
+    process = subprocess.Popen([sys.executable, script.name], cwd=script.parent, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(REPO)})
+    try:
+        line = process.stdout.readline()  # WebServing prints its address once it listens
+        if "http://" not in line:
+            process.wait(timeout=timeout)
+            lines = [line for line in process.stderr.read().strip().splitlines() if line.strip()]
+            return "fails", time.perf_counter() - start, lines[-1][:160] if lines else "it never listened"
+        url = line.split("http://", 1)[1].split()[0].replace("0.0.0.0", "127.0.0.1")
+        path, _, query = request.partition("?")
+        query = urllib.parse.urlencode(urllib.parse.parse_qsl(query))
+        with urllib.request.urlopen(f"http://{url}{path}?{query}", timeout=timeout) as response:
+            answer = json.loads(response.read())
+        if answer.get("code") != 0:
+            return "fails", time.perf_counter() - start, f"answered {answer}"[:160]
+        return "runs", time.perf_counter() - start, f"served {path}: {json.dumps(answer['data'], ensure_ascii=False)}"[:160]
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        process.stdout.close()
+        process.stderr.close()
 
 
 def main(argv=None) -> int:
@@ -391,7 +427,7 @@ def main(argv=None) -> int:
                 rows.append((name, "not run", 0.0, f"needs {case.needs}"))
             else:
                 script, manual = prepare(name, case, workdir, checkpoints, args.mode)
-                status, seconds, note = run(script, args.timeout)
+                status, seconds, note = run(script, args.timeout, case.serves)
                 if status != "runs" and manual:
                     status, note = "manual", f"line {manual[0].line}: {manual[0].message.split(':')[0]} " \
                                              f"(kbert migrate reports {len(manual)} place(s))"
