@@ -109,10 +109,36 @@ def refuse_overlap(outputs: "list[str]", inputs: Mapping[str, Optional[str]]) ->
                                  "input; choose an output apart from the run's inputs")
 
 
+def refuse_replacing_the_working_directory(output: "str | os.PathLike[str]") -> None:
+    """Refuses to replace a directory this process runs in (or one above it): the rename would fail, or
+    leave the shell that ran the command in a deleted directory.
+
+    >>> refuse_replacing_the_working_directory(tempfile.mkdtemp())
+    >>> refuse_replacing_the_working_directory(".")
+    Traceback (most recent call last):
+    ...
+    kbert.errors.KbertError: . is the current directory or holds it: replacing it would pull the directory out from under the shell; run the command from another directory
+    """
+    if os.path.lexists(output) and is_within(os.getcwd(), output):
+        raise KbertError(f"{os.fspath(output)} is the current directory or holds it: replacing it would pull the "
+                         "directory out from under the shell; run the command from another directory")
+
+
 def is_occupied(path: "str | os.PathLike[str]") -> bool:
     """Whether `path` is a file or a directory with something in it."""
     path = os.fspath(path)
     return os.path.isfile(path) or (os.path.isdir(path) and bool(os.listdir(path)))
+
+
+def staging_directory(target: "str | os.PathLike[str]") -> str:
+    """A new empty directory beside `target` (one file system, so it renames into place), with the
+    permissions `mkdir` would give it: `mkdtemp`'s are private (0700), which the output would keep."""
+    target = os.path.abspath(os.fspath(target))
+    path = tempfile.mkdtemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.tmp-")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)
+    return path
 
 
 def replace_directory(source: str, target: str) -> None:
@@ -130,11 +156,12 @@ def replace_directory(source: str, target: str) -> None:
     holder = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(target)),
                               prefix=f".{os.path.basename(target)}.old-")
     aside = os.path.join(holder, "old")
-    os.rename(target, aside)
     try:
-        os.rename(source, target)
-    except BaseException:
-        os.rename(aside, target)
-        raise
-    finally:
+        os.rename(target, aside)
+        try:
+            os.rename(source, target)
+        except BaseException:
+            os.rename(aside, target)
+            raise
+    finally:  # the holder goes whatever happened, so no empty .old- folder is left beside target
         shutil.rmtree(holder, ignore_errors=True)

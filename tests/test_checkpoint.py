@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import re
 import shutil
 
 import keras
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import CONFIGS, golden
+from conftest import CONFIGS, golden, shared_path
 from kbert import CheckpointError, build_classifier, build_transformer_model, load_weights
 from kbert.checkpoints.google import load_google_checkpoint, save_google_checkpoint
 
@@ -165,6 +166,25 @@ def test_too_many_layers_hint(tiny_checkpoint_dir, tiny_config):
     with pytest.raises(CheckpointError, match="Hint: the checkpoint has 2 Transformer blocks: "
                                               "check 'num_hidden_layers' in the config"):
         load_google_checkpoint(model, tiny_checkpoint_dir)
+
+
+@pytest.mark.parametrize("family, config_changes, hint", [
+    # BERT's names read as another family's: say whose names they are.
+    ("albert", {}, "the checkpoint's names are BERT's (which RoBERTa, NEZHA and RoFormer share), not albert's"),
+    # A RoFormer or NEZHA checkpoint read as BERT: the position table it lacks says which.
+    ("bert", None, "the checkpoint has no position table: NEZHA (relative positions) and RoFormer (rotary)"),
+])
+def test_a_checkpoint_of_another_family_names_the_family(tiny_checkpoint_dir, tiny_config, family, config_changes,
+                                                         hint):
+    if config_changes is None:  # the tiny RoFormer of bert4keras's families, built as BERT
+        directory = shared_path("fixtures", "bert4keras_families", "roformer_tiny")
+        model = build_transformer_model(directory / "config.json", model="bert")
+        path = directory / "model.ckpt"
+    else:
+        model = build_transformer_model({**tiny_config, **config_changes}, model=family)
+        path = tiny_checkpoint_dir
+    with pytest.raises(CheckpointError, match=re.escape("Hint: " + hint)):
+        load_google_checkpoint(model, path)
 
 
 def test_truncated_data_file(tiny_checkpoint_dir, tmp_path):

@@ -335,7 +335,28 @@ def test_convert_never_mixes_two_models(tmp_path, tiny_checkpoint_dir):
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(other)) == ["config.json", "model.safetensors", "vocab.txt"]
     assert (other / "vocab.txt").read_text() == (tiny_checkpoint_dir / "vocab.txt").read_text()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert other.stat().st_mode & 0o777 == 0o777 & ~umask  # a directory as mkdir makes it, not mkdtemp's 0700
     assert [p.name for p in tmp_path.iterdir()] == ["other-model"]  # no temporary directory left
+
+
+def test_convert_or_train_into_the_directory_it_runs_in_is_refused(tmp_path, tiny_checkpoint_dir):
+    """`kbert convert SRC . --overwrite` from inside the target: refused with the reason, nothing left beside it."""
+    target = tmp_path / "target"
+    (target / "inner").mkdir(parents=True)
+    (target / "notes.txt").write_text("mine\n")
+    (tmp_path / "x.tsv").write_text("很好\t1\n很差\t0\n" * 4, encoding="utf-8")
+    for where, out in ((target, "."), (target / "inner", "..")):
+        result = subprocess.run([sys.executable, "-m", "kbert", "convert", str(tiny_checkpoint_dir), out, "--overwrite"],
+                                capture_output=True, text=True, timeout=600, cwd=where)
+        assert result.returncode == 2 and "is the current directory or holds it" in result.stderr, result.stderr
+        result = subprocess.run([sys.executable, "-m", "kbert", "train", "--config", str(CONFIGS / "bert_tiny.json"),
+                                 "--vocab", str(tiny_checkpoint_dir / "vocab.txt"), "--train", str(tmp_path / "x.tsv"),
+                                 "--out", out, "--overwrite"], capture_output=True, text=True, timeout=600, cwd=where)
+        assert result.returncode == 2 and "is the current directory or holds it" in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["target", "x.tsv"]  # no .old- or .tmp- folder
+    assert (target / "notes.txt").read_text() == "mine\n"
 
 
 @pytest.mark.parametrize("name, total", [("albert_tiny_zh", 3_982_864), ("electra_small_zh", 12_280_576),

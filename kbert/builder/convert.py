@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from typing import Optional
 
 from kbert.builder.backbone import build_transformer_model
@@ -19,7 +18,8 @@ from kbert.checkpoints.hf import save_hf_weights
 from kbert.checkpoints.loader import TensorSource, load_into
 from kbert.checkpoints.names import check_hf_names
 from kbert.errors import CheckpointError
-from kbert.io import atomic_copy, is_occupied, is_within, replace_directory
+from kbert.io import (atomic_copy, is_occupied, is_within, refuse_replacing_the_working_directory,
+                      replace_directory, staging_directory)
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
 from kbert.models.tables import GOOGLE
@@ -41,6 +41,7 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
         if given is not None and is_within(os.fspath(given), out):
             raise CheckpointError(f"{out}: holds {name} ({os.fspath(given)}); converting into it would replace "
                                   f"{name} with its own conversion. Choose another output directory")
+    refuse_replacing_the_working_directory(out)
     if is_occupied(out) and not overwrite:
         raise CheckpointError(f"{out}: already exists and is not empty; converting into it would mix "
                               "two models' files. Choose a new directory, or pass --overwrite to "
@@ -53,7 +54,7 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     report = load_into(built, source)
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
+    staging = staging_directory(out)
     try:
         weights, written_config = _write_converted(built, source, config, staging)
         vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)

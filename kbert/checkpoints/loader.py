@@ -261,13 +261,22 @@ def _mismatch_message(source: TensorSource, missing: List[WeightName], mismatche
     return "\n".join(lines)
 
 
+BERT_NAMED = ("bert", "roberta", "nezha", "roformer")  # the families whose checkpoints use BERT's names
+
+
 def _missing_hint(source: TensorSource, missing: List[WeightName], family) -> Optional[str]:
     named_by = family_named_by(source.shapes)
     # Hugging Face's names cannot tell mT5 from T5.1.1.
     same_layout = family.name.startswith(named_by) or (named_by == "t5.1.1" and family.name.startswith("mt5.1.1"))
     if named_by != "bert" and not same_layout:
         return f"the checkpoint's names are {named_by}'s: build the model with model={named_by!r}"
+    if named_by == "bert" and family.name not in BERT_NAMED:
+        return (f"the checkpoint's names are BERT's (which RoBERTa, NEZHA and RoFormer share), not "
+                f"{family.name}'s: build the model with model='bert' (or 'roberta', 'nezha', 'roformer')")
     layers = sorted({layer_of(row.path) for row in missing})
+    if layers == [naming.EMBEDDING_POSITION]:
+        return ("the checkpoint has no position table: NEZHA (relative positions) and RoFormer (rotary) "
+                "checkpoints use BERT's other names without one; build with model='nezha' or model='roformer'")
     names = [row.name(source.fmt) for row in missing]
     if all(name.startswith(("cls/", "cls.")) for name in names):
         return (f"this checkpoint has no {names[0].split('/')[0].split('.')[0]}* variables for "

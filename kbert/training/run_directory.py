@@ -15,7 +15,7 @@ import shutil
 from typing import Dict, Optional, Sequence
 
 from kbert.errors import KbertError
-from kbert.io import atomic_write_text, is_occupied, replace_directory
+from kbert.io import atomic_write_text, is_occupied, refuse_replacing_the_working_directory, replace_directory
 from kbert.training.data import LabelMap
 from kbert.training.model_dir import CONFIG_FILE, RESUME_DIR, TRAINING_FILE
 
@@ -41,6 +41,7 @@ class RunDirectory:
                                  "completing an epoch (nothing to resume): delete it to start again")
             raise KbertError(f"{self.partial} holds an interrupted run for {self.out}: pass --resume to "
                              "continue it, or delete that directory to start again")
+        refuse_replacing_the_working_directory(self.out)
         if self.existed and not overwrite:
             raise KbertError(f"{self.out} already exists: pass --overwrite to replace it when the new run "
                              "completes, or choose another --out")
