@@ -314,6 +314,7 @@ class WebServing:
 
     def wraps(self, func: Callable, arguments: dict, method: str = "GET") -> Callable:
         """The route's handler: `func`'s arguments read from the request, its result as bert4keras's JSON."""
+        from starlette.concurrency import run_in_threadpool  # the event loop keeps taking requests meanwhile
         from starlette.responses import JSONResponse
 
         async def handler(request):  # a Starlette route: it receives the request
@@ -328,7 +329,7 @@ class WebServing:
                             return JSONResponse({**outputs, "code": 1, "desc": f'lack of "{key}" argument'})
                         continue
                     kwargs[key] = convert(value) if convert is not None else value
-                outputs["data"] = await _in_thread(self._call, func, kwargs)
+                outputs["data"] = await run_in_threadpool(self._call, func, kwargs)
             except Exception as error:  # bert4keras's contract: the error in the answer, the server goes on
                 outputs.update(code=2, desc=str(error) or type(error).__name__)
             return JSONResponse(outputs)
@@ -363,9 +364,3 @@ def _form(body: bytes) -> dict:
         return {key: value if isinstance(value, str) else json.dumps(value) for key, value in json.loads(text).items()}
     return dict(urllib.parse.parse_qsl(text, keep_blank_values=True))
 
-
-async def _in_thread(function: Callable, *args):
-    """`function(*args)` in a worker thread, so the event loop keeps taking requests meanwhile."""
-    import asyncio
-
-    return await asyncio.get_running_loop().run_in_executor(None, function, *args)

@@ -131,7 +131,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         self.batches += 1
         try:
-            rows = await loop.run_in_executor(self._thread, self._call, texts, pairs)
+            rows = await loop.run_in_executor(self._thread, self.predictor, texts, pairs)
         except Exception as error:
             if len(batch) > 1:  # one bad request fails alone: the others are run again on their own
                 for request in batch:
@@ -143,9 +143,6 @@ class Batcher:
         for request in batch:
             answer(request.future, rows[start:start + len(request.texts)])
             start += len(request.texts)
-
-    def _call(self, texts, pairs):
-        return self.predictor(texts) if pairs is None else self.predictor(texts, pairs)
 
 
 def answer(future: asyncio.Future, rows: list) -> None:

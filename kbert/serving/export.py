@@ -125,8 +125,8 @@ def _endpoint(model_dir: str, for_onnx: bool) -> _Endpoint:
 
         classifier = load_classifier(model_dir)
         model = classifier.model
-        return _Endpoint(model, lambda token_ids, segment_ids: model([token_ids, segment_ids], training=False),
-                         "probabilities", classifier.labels.names, classifier.tokenizer, task)
+        return _Endpoint(model, _forward(model), "probabilities", classifier.labels.names, classifier.tokenizer,
+                         task)
     if task == "ner":
         from kbert.tasks.ner import load_tagger
 
@@ -136,13 +136,17 @@ def _endpoint(model_dir: str, for_onnx: bool) -> _Endpoint:
             # tf2onnx cannot convert the Viterbi loop: the emissions, and the transitions to decode them with.
             model = tagger.model
             transitions = keras.ops.convert_to_numpy(model.get_layer(naming.CRF).trans).tolist()
-            return _Endpoint(model, lambda token_ids, segment_ids: model([token_ids, segment_ids], training=False),
-                             "emissions", names, tokenizer, task,
+            return _Endpoint(model, _forward(model), "emissions", names, tokenizer, task,
                              {"kbert_transitions": json.dumps(transitions), "kbert_decoding": VITERBI_NOTE})
         output = "entity_hits" if tagger.head == "global_pointer" else "tags"
         return _Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
     raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers and taggers (a seq2seq "
                      "generator's encoder and cached decoder step are not exported yet)")
+
+
+def _forward(model) -> Callable:
+    """The model's outputs as a function of token and segment ids, in inference mode."""
+    return lambda token_ids, segment_ids: model([token_ids, segment_ids], training=False)
 
 
 def _signature(tf):
@@ -218,12 +222,12 @@ def _check_onnx(endpoint: _Endpoint, path: str, bounded: bool) -> float:
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     got = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
     if expected.dtype.kind in "fc":
-        difference = float(np.abs(got.astype(np.float64) - expected).max())
+        difference, allowed = float(np.abs(got.astype(np.float64) - expected).max()), FLOAT_TOLERANCE
     else:  # tags or hits: exact, or the share of positions that differ
-        difference = float(np.mean(got != expected))
-    if bounded and difference > (FLOAT_TOLERANCE if expected.dtype.kind in "fc" else 0):
+        difference, allowed = float(np.mean(got != expected)), 0
+    if bounded and difference > allowed:
         raise KbertError(f"the ONNX file's {endpoint.output} differ from Keras's by {difference:.2e} on sample text "
-                         f"(allowed: {FLOAT_TOLERANCE if expected.dtype.kind in 'fc' else 0}); nothing was written")
+                         f"(allowed: {allowed}); nothing was written")
     return difference
 
 

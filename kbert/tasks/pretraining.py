@@ -36,6 +36,7 @@ import numpy as np
 
 from kbert.errors import DataError, KbertError, tensorflow_installed
 from kbert.models.registry import get_family
+from kbert.training.batches import sequence_padding
 from kbert.training.data import LabelMap
 from kbert.training.masking import TRAINING, VALIDATION, MaskedBatches, max_predictions, pack_sequences
 from kbert.training.model_dir import WEIGHTS_FILE
@@ -314,10 +315,7 @@ def fill_masks(loaded, texts: Sequence[str], top_k: int = 5, batch_size: int = 6
     encoded = [_with_mask_ids(tokenizer, text, mask_id, maxlen) for text in texts]
     rows = []
     for start in range(0, len(encoded), batch_size):
-        batch = encoded[start:start + batch_size]
-        ids = np.zeros((len(batch), max(len(row) for row in batch)), dtype=np.int32)
-        for index, row in enumerate(batch):
-            ids[index, :len(row)] = row
+        ids = sequence_padding(encoded[start:start + batch_size]).astype(np.int32)
         inputs = [ids, np.zeros_like(ids)] if len(loaded.model.inputs) == 2 else [ids]
         logits = keras.ops.convert_to_numpy(loaded.model.predict_on_batch(inputs))
         for text, row, row_logits in zip(texts[start:start + batch_size], ids, logits):

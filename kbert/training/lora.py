@@ -92,7 +92,7 @@ def load_adapters(model: keras.Model, path: str) -> None:
     if not os.path.exists(path):
         raise KbertError(f"{path}: no such adapters file ({ADAPTERS_FILE} of a kbert train --lora-rank run)")
     with safe_open(path, framework="numpy") as handle:
-        settings = json.loads((handle.metadata() or {}).get("kbert_lora", "null") or "null")
+        settings = json.loads((handle.metadata() or {}).get("kbert_lora") or "null")
         if not settings:
             raise KbertError(f"{path}: not a kbert LoRA adapters file (no kbert_lora metadata)")
         tensors = {name: handle.get_tensor(name) for name in handle.keys()}
