@@ -1,7 +1,9 @@
-"""kbert on each Keras backend against keras-hub and transformers: BERT inference and GPT-2 generation.
+"""kbert on each Keras backend against keras-hub and transformers: BERT inference and training, GPT-2 generation.
 
     python -m benchmarks.backends [--task encode] [--quick] [--rounds 3] [--precisions fp32 bf16] [--json OUT]
+    python -m benchmarks.backends --task train --batches 32
     python -m benchmarks.backends --task generate --precisions fp32
+    python -m benchmarks.backends --baseline "keras-hub/jax fp32" --peak-tflops tf32=494.7 bf16=989.4   # a GPU
 
 A process holds one Keras backend, so each engine (kbert or keras-hub on
 tensorflow, jax or torch, and Hugging Face transformers on torch) runs in a
@@ -11,7 +13,12 @@ number of forward passes on the same batch (`predict_on_batch` for both
 Keras libraries, so both get their backend's compiled predict step), and
 the table reports tokens per second as the median over rounds, then each
 engine's median ratio to kbert on TensorFlow in fp32, with the range over
-rounds.
+rounds. `train` times one optimizer step of a two-label classifier on `[CLS]`
+(kbert's `build_classifier`, keras-hub's `BertTextClassifier`, transformers'
+`BertForSequenceClassification`, each with AdamW). Encode and train rows also
+give the model's arithmetic rate (matmul FLOPs counted from the config; a
+training step is three forward passes' worth) and, given the device's peak
+(`--peak-tflops`), the model FLOP utilisation (MFU).
 
 An engine whose backend or library is not installed is left out and named.
 """
@@ -25,8 +32,9 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from benchmarks.alternating import describe, median_ratio
 
@@ -66,9 +74,25 @@ def _config(config_path: str) -> dict:
 
 
 def _set_keras_precision(precision: str) -> None:
+    """fp32 is float32 arithmetic throughout; tf32 lets GPU matmuls round their inputs to TensorFloat-32
+    (JAX's and TensorFlow's own default on a GPU, not PyTorch's); bf16 is Keras's mixed_bfloat16."""
     import keras
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    backend = keras.backend.backend()
+    tf32 = precision != "fp32"
+    if backend == "jax":
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "float32")
+    elif backend == "torch":
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
 
 
 def _kbert_encoder(config_path: str, precision: str, batch: int, length: int):
@@ -79,18 +103,38 @@ def _kbert_encoder(config_path: str, precision: str, batch: int, length: int):
     return lambda: model.predict_on_batch([tokens, tokens * 0])
 
 
-def _keras_hub_encoder(config_path: str, precision: str, batch: int, length: int):
+def _keras_hub_backbone(config: dict):
     import keras_hub
 
-    config = _config(config_path)
-    backbone = keras_hub.models.BertBackbone(
+    return keras_hub.models.BertBackbone(
         vocabulary_size=config["vocab_size"], num_layers=config["num_hidden_layers"],
         num_heads=config["num_attention_heads"], hidden_dim=config["hidden_size"],
         intermediate_dim=config["intermediate_size"], max_sequence_length=config["max_position_embeddings"],
         num_segments=config["type_vocab_size"])
+
+
+def _keras_hub_inputs(config: dict, batch: int, length: int) -> dict:
     tokens = _token_ids(config["vocab_size"], batch, length)
-    inputs = {"token_ids": tokens, "segment_ids": tokens * 0, "padding_mask": tokens != 0}
+    return {"token_ids": tokens, "segment_ids": tokens * 0, "padding_mask": tokens != 0}
+
+
+def _keras_hub_encoder(config_path: str, precision: str, batch: int, length: int):
+    config = _config(config_path)
+    backbone, inputs = _keras_hub_backbone(config), _keras_hub_inputs(config, batch, length)
     return lambda: backbone.predict_on_batch(inputs)
+
+
+def _torch_device():
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _transformers_inputs(config: dict, batch: int, length: int) -> dict:
+    import torch
+
+    tokens = torch.from_numpy(_token_ids(config["vocab_size"], batch, length)).long().to(_torch_device())
+    return {"input_ids": tokens, "token_type_ids": tokens * 0, "attention_mask": (tokens != 0).long()}
 
 
 def _transformers_encoder(config_path: str, precision: str, batch: int, length: int):
@@ -99,16 +143,70 @@ def _transformers_encoder(config_path: str, precision: str, batch: int, length: 
 
     config = _config(config_path)
     model = transformers.BertModel(transformers.BertConfig(**config), add_pooling_layer=False).eval()
-    if precision == "bf16":
-        model = model.to(torch.bfloat16)
-    tokens = torch.from_numpy(_token_ids(config["vocab_size"], batch, length)).long()
+    model = model.to(_torch_device(), torch.bfloat16 if precision == "bf16" else torch.float32)
+    inputs = _transformers_inputs(config, batch, length)
 
     def forward():
         with torch.inference_mode():
-            return model(input_ids=tokens, token_type_ids=tokens * 0,
-                         attention_mask=(tokens != 0).long()).last_hidden_state.float().numpy()
+            return model(**inputs).last_hidden_state.float().cpu().numpy()
 
     return forward
+
+
+def _labels(batch: int):
+    import numpy as np
+
+    return np.arange(batch, dtype="int32") % 2
+
+
+def _adamw():
+    import keras
+
+    return keras.optimizers.AdamW(learning_rate=2e-5)
+
+
+def _kbert_train_step(config_path: str, precision: str, batch: int, length: int):
+    from kbert import build_transformer_model
+    from kbert.builder import build_classifier
+
+    model = build_classifier(build_transformer_model(config_path), 2)
+    model.compile(optimizer=_adamw(), loss="sparse_categorical_crossentropy")
+    tokens, labels = _token_ids(_config(config_path)["vocab_size"], batch, length), _labels(batch)
+    return lambda: model.train_on_batch([tokens, tokens * 0], labels)
+
+
+def _keras_hub_train_step(config_path: str, precision: str, batch: int, length: int):
+    import keras
+    import keras_hub
+
+    classifier = keras_hub.models.BertTextClassifier(
+        _keras_hub_backbone(_config(config_path)), num_classes=2, preprocessor=None)
+    classifier.compile(optimizer=_adamw(), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    inputs, labels = _keras_hub_inputs(_config(config_path), batch, length), _labels(batch)
+    return lambda: classifier.train_on_batch(inputs, labels)
+
+
+def _transformers_train_step(config_path: str, precision: str, batch: int, length: int):
+    import torch
+    import transformers
+
+    config = _config(config_path)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(**config, num_labels=2))
+    model = model.to(_torch_device()).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    inputs = _transformers_inputs(config, batch, length)
+    labels = torch.from_numpy(_labels(batch)).long().to(_torch_device())
+
+    def step():
+        optimizer.zero_grad()
+        # bf16 as Keras's mixed_bfloat16 runs it: float32 weights, bfloat16 arithmetic
+        with torch.autocast(_torch_device(), torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(**inputs, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
 
 
 def _kbert_generator(config_path: str, precision: str, batch: int, length: int):
@@ -140,6 +238,8 @@ def _keras_hub_generator(config_path: str, precision: str, batch: int, length: i
 NEW_TOKENS = 64
 ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "keras-hub": _keras_hub_encoder,
                             "transformers": _transformers_encoder},
+                 "train": {"kbert": _kbert_train_step, "keras-hub": _keras_hub_train_step,
+                           "transformers": _transformers_train_step},
                  "generate": {"kbert": _kbert_generator, "keras-hub": _keras_hub_generator}}
 
 
@@ -156,32 +256,51 @@ class Worker:
 
     def __init__(self, engine: str, task: str, precision: str, config_path: str, batch: int, length: int):
         self.name = f"{engine} {precision}"
-        env = {**os.environ, "KERAS_BACKEND": engine.split("/")[1], "TF_CPP_MIN_LOG_LEVEL": "3"}
+        self.log = tempfile.TemporaryFile("w+")  # not a pipe: a chatty worker would fill it and stall
+        # Several workers share one GPU: JAX must not claim most of its memory up front.
+        env = {**os.environ, "KERAS_BACKEND": engine.split("/")[1], "TF_CPP_MIN_LOG_LEVEL": "3",
+               "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.backends", "--worker", engine, "--task", task,
              "--precisions", precision, "--config", config_path, "--batches", str(batch), "--length", str(length)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     def ready(self) -> bool:
-        line = self.process.stdout.readline().strip()
-        if line != "ready":
-            print(f"{self.name}: failed to start:\n{self.process.stderr.read()[-2000:]}", file=sys.stderr)
-            return False
+        if self.process.stdout.readline().strip() != "ready":
+            return self.failed("failed to start")
         return True
 
-    def time(self, calls: int) -> float:
-        self.process.stdin.write(f"{calls}\n")
-        self.process.stdin.flush()
-        return float(self.process.stdout.readline())
+    def time(self, calls: int) -> Optional[float]:
+        """Seconds per call, or None (reported) when the worker died, e.g. out of memory."""
+        try:
+            self.process.stdin.write(f"{calls}\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            return self.failed("stopped")
+        answer = self.process.stdout.readline()
+        return float(answer) if answer.strip() else self.failed("stopped")
+
+    def failed(self, what: str) -> None:
+        self.log.seek(0)
+        print(f"{self.name}: {what}:\n{self.log.read()[-2000:]}", file=sys.stderr)
 
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(timeout=60)
+        self.log.close()
+
+
+def forward_flops_per_token(config: dict, length: int) -> float:
+    """Matmul FLOPs of one token's forward pass through the encoder stack (embeddings and norms left out)."""
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    projections = 4 * hidden * hidden + 2 * hidden * config["intermediate_size"]  # q, k, v, o and the FFN
+    attention = 2 * length * hidden  # scores and their weighted sum, against `length` keys
+    return 2 * layers * (projections + attention)
 
 
 def run(task: str, config_path: str, batch: int, length: int, rounds: int, calls: int, precisions: List[str],
-        wanted: List[str]) -> dict:
+        wanted: List[str], baseline: str, peak_tflops: Dict[str, float]) -> dict:
     wanted = [engine for engine in wanted if engine.split("/")[0] in ENGINE_MAKERS[task]]
     engines = [engine for engine in wanted if installed(engine)]
     workers = [Worker(engine, task, precision, config_path, batch, length) for precision in precisions
@@ -190,51 +309,82 @@ def run(task: str, config_path: str, batch: int, length: int, rounds: int, calls
     seconds: Dict[str, List[float]] = {worker.name: [] for worker in workers}
     try:
         for _ in range(rounds):
-            for worker in workers:
-                seconds[worker.name].append(worker.time(calls))
+            for worker in list(workers):
+                timed = worker.time(calls)
+                if timed is None:
+                    workers.remove(worker)
+                    del seconds[worker.name]
+                else:
+                    seconds[worker.name].append(timed)
     finally:
         for worker in workers:
             worker.close()
     tokens = batch * (NEW_TOKENS if task == "generate" else length)  # new tokens, or tokens read
+    passes = {"encode": 1, "train": 3}.get(task)  # a backward pass costs two forward passes
     rows = {}
     for name, times in seconds.items():
         rows[name] = {"tokens_per_s": tokens / statistics.median(times), "seconds": times}
-        if BASELINE in seconds:
-            rows[name]["vs_kbert_tf_fp32"] = median_ratio(seconds[BASELINE], times)
+        if passes:
+            rate = rows[name]["tokens_per_s"] * passes * forward_flops_per_token(_config(config_path), length)
+            rows[name]["tflops"] = rate / 1e12
+            precision = name.split()[-1]
+            if precision in peak_tflops:
+                rows[name]["mfu"] = rows[name]["tflops"] / peak_tflops[precision]
+        if baseline in seconds:
+            rows[name]["vs_baseline"] = median_ratio(seconds[baseline], times)
     return {"task": task, "config": os.path.basename(config_path), "batch": batch, "length": length,
-            "rounds": rounds, "calls_per_round": calls, "engines": rows,
-            "not_installed": [engine for engine in wanted if engine not in engines]}
+            "rounds": rounds, "calls_per_round": calls, "baseline": baseline, "peak_tflops": peak_tflops,
+            "engines": rows, "not_installed": [engine for engine in wanted if engine not in engines]}
 
 
 def print_table(results: dict) -> None:
     what = (f"{results['batch']} prompts of {results['length']} tokens, {NEW_TOKENS} new tokens each (greedy)"
             if results["task"] == "generate" else f"{results['batch']} x {results['length']} tokens")
+    step = "optimizer steps" if results["task"] == "train" else "calls"
     print(f"\n{results['config']}, {what}; {results['rounds']} alternating rounds of {results['calls_per_round']} "
-          "calls each; medians")
+          f"{step} each; medians")
     unit = "new tokens/s" if results["task"] == "generate" else "tokens/s"
-    print(f"{'engine':32} {unit:>12}  vs kbert/tensorflow fp32")
+    print(f"{'engine':32} {unit:>12} {'TFLOP/s':>8} {'MFU':>6}  vs {results['baseline']}")
     for name, row in results["engines"].items():
-        ratio = describe(row["vs_kbert_tf_fp32"]) if "vs_kbert_tf_fp32" in row else "-"
-        print(f"{name:32} {row['tokens_per_s']:12,.1f}  {ratio}")
+        ratio = describe(row["vs_baseline"]) if "vs_baseline" in row else "-"
+        tflops = f"{row['tflops']:8.2f}" if "tflops" in row else f"{'-':>8}"
+        mfu = f"{row['mfu']:6.1%}" if "mfu" in row else f"{'-':>6}"
+        print(f"{name:32} {row['tokens_per_s']:12,.1f} {tflops} {mfu}  {ratio}")
     if results["not_installed"]:
         print("not installed: " + ", ".join(results["not_installed"]))
 
 
-CONFIGS = {"encode": ("bert_base_chinese", "bert_tiny"), "generate": ("gpt2_chinese_base", "gpt2_chinese_base")}
+CONFIGS = {"encode": ("bert_base_chinese", "bert_tiny"), "train": ("bert_base_chinese", "bert_tiny"),
+           "generate": ("gpt2_chinese_base", "gpt2_chinese_base")}
+
+
+def peak(text: str) -> tuple:
+    """`bf16=989.4` → ("bf16", 989.4)."""
+    precision, _, tflops = text.partition("=")
+    if precision not in ("fp32", "tf32", "bf16") or not tflops:
+        raise argparse.ArgumentTypeError(f"expected PRECISION=TFLOPS such as bf16=989.4, got {text!r}")
+    return precision, float(tflops)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=sorted(ENGINE_MAKERS), default="encode",
-                        help="encode: BERT-base 8 x 128 forward passes; generate: GPT-2-base greedy, 32-token "
-                             "prompts, 64 new tokens, batch 1 and 8")
-    parser.add_argument("--quick", action="store_true", help="encode: bert_tiny, 2 x 16 tokens (a smoke test)")
+                        help="encode: BERT-base 8 x 128 forward passes; train: optimizer steps of a BERT-base "
+                             "classifier, 8 x 128; generate: GPT-2-base greedy, 32-token prompts, 64 new "
+                             "tokens, batch 1 and 8")
+    parser.add_argument("--quick", action="store_true", help="encode, train: bert_tiny, 2 x 16 tokens (a smoke test)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=3, help="calls timed per engine per round")
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "tf32", "bf16"],
+                        help="tf32: float32 weights, TensorFloat-32 matmuls (a GPU's; the same as fp32 on a CPU)")
     parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
-    parser.add_argument("--batches", type=int, nargs="+", help="batch sizes (encode: 8; generate: 1 and 8)")
-    parser.add_argument("--length", type=int, help="tokens a row (encode: 128) or a prompt (generate: 32)")
+    parser.add_argument("--batches", type=int, nargs="+", help="batch sizes (encode, train: 8; generate: 1 and 8)")
+    parser.add_argument("--length", type=int, help="tokens a row (encode, train: 128) or a prompt (generate: 32)")
+    parser.add_argument("--baseline", default="kbert/tensorflow fp32",
+                        help="the row the ratios are against (ENGINE PRECISION)")
+    parser.add_argument("--peak-tflops", nargs="+", type=peak, default=[], metavar="PRECISION=TFLOPS",
+                        help="the device's peak rate per precision, for the MFU column (e.g. an H100 SXM's dense "
+                             "fp32=66.9 tf32=494.7 bf16=989.4)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
@@ -244,17 +394,17 @@ def main(argv=None) -> None:
     from kbert.models.config import bundled_config_path
 
     config_path = bundled_config_path(CONFIGS[args.task][args.quick])
-    quick_encode = args.quick and args.task == "encode"
-    batches = args.batches or ([2] if quick_encode else [8] if args.task == "encode" else [1, 8])
-    length = args.length or (16 if quick_encode else 128 if args.task == "encode" else 32)
+    quick = args.quick and args.task != "generate"
+    batches = args.batches or ([2] if quick else [1, 8] if args.task == "generate" else [8])
+    length = args.length or (16 if quick else 32 if args.task == "generate" else 128)
     results = []
     for batch in batches:
         results.append(run(args.task, config_path, batch, length, args.rounds, args.calls, args.precisions,
-                           args.engines))
+                           args.engines, args.baseline, dict(args.peak_tflops)))
         print_table(results[-1])
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(results, handle, indent=1)
+        if args.json:  # after each table, so a run cut short keeps what it measured
+            with open(args.json, "w", encoding="utf-8") as handle:
+                json.dump(results, handle, indent=1)
 
 
 if __name__ == "__main__":

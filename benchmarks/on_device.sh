@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# kbert's GPU tables (docs/backends.md), on a machine whose image has JAX and PyTorch with CUDA but
+# no TensorFlow and no network. Prepare the wheels where pip can reach PyPI:
+#
+#     pip wheel --no-deps -w .device/wheels .          # kbert itself
+#     pip download --no-deps -d .device/wheels keras keras-hub transformers tokenizers safetensors ...
+#     (and h5py, optree, sentencepiece, regex, pyyaml for the device's Python)
+#
+# then, on the device, from the repository root:  OUT=results bash benchmarks/on_device.sh
+# Each table is written to $OUT as it is finished, so a run cut short keeps what it measured.
+# QUICK=1 runs the same steps on bert_tiny / few calls (a dry run on a CPU).
+set -u
+out=$(realpath "${OUT:-device-results}")
+wheels=$(realpath .device/wheels)
+workdir=$(mktemp -d)  # the checks and benchmarks run outside the repository: `import kbert` is the wheel
+mkdir -p "$out"
+{ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv 2>&1; python -V;
+  python -c "import jax, torch; print('jax', jax.__version__, jax.devices()); print('torch', torch.__version__)"; } \
+  | tee "$out/machine.txt"
+
+# Without an index pip takes only these wheels; a package the image already has is kept.
+for package in absl-py namex optree h5py packaging mdurl markdown-it-py pygments rich keras \
+               regex pyyaml keras-hub sentencepiece tokenizers safetensors filelock fsspec tqdm \
+               typing_extensions idna certifi urllib3 charset-normalizer requests huggingface_hub transformers kbert; do
+  (cd "$workdir" && python -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$package") 2>/dev/null \
+    && continue
+  pip install -q --no-index --no-deps --find-links "$wheels" "$package" 2>&1 | tail -1 || true
+done
+(cd "$workdir" && python -c "import sys, kbert; assert 'tensorflow' not in sys.modules; print('kbert', kbert.__version__, 'without TensorFlow')") \
+  | tee -a "$out/machine.txt"
+
+cp -r benchmarks "$workdir/"
+cd "$workdir" || exit 1
+
+case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) in
+  *H100*PCIe*) peaks="fp32=51.2 tf32=378 bf16=756" ;;
+  *H100*|*H200*) peaks="fp32=66.9 tf32=494.7 bf16=989.4" ;;  # SXM: dense peaks of the data sheet
+  *) peaks="" ;;
+esac
+engines="kbert/jax kbert/torch keras-hub/jax keras-hub/torch"
+if [ -n "${QUICK:-}" ]; then quick=--quick; calls=2; length=32; else quick=; calls=20; length=128; fi
+bench() {  # NAME SECONDS ARGS...: one table, stopped after SECONDS so the next one still runs
+  local name=$1 seconds=$2; shift 2
+  timeout "$seconds" python -m benchmarks.backends $quick --rounds 3 --json "$out/$name.json" \
+    ${peaks:+--peak-tflops $peaks} "$@" 2>"$out/$name.log" | tee "$out/$name.txt"
+}
+bench encode 180 --task encode --batches 8 128 --length "$length" --calls "$calls" --precisions fp32 tf32 bf16 \
+  --engines $engines transformers/torch --baseline "keras-hub/jax tf32"
+bench train 150 --task train --batches 32 --length "$length" --calls $((calls / 2)) --precisions tf32 bf16 \
+  --engines $engines transformers/torch --baseline "keras-hub/jax tf32"
+[ -n "${QUICK:-}" ] || bench generate 180 --task generate --batches 1 8 --calls 2 --precisions tf32 \
+  --engines $engines --baseline "keras-hub/jax tf32"
