@@ -19,6 +19,10 @@ class CheckpointError(KbertError):
     """A checkpoint cannot be read, or does not fit the model."""
 
 
+class SourceError(KbertError):
+    """A checkpoint named by a source (`hf://`, `modelscope://`, a URL, a preset name) cannot be fetched."""
+
+
 class DataError(KbertError, ValueError):
     """A data file is malformed (names the file and line)."""
 

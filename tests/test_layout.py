@@ -23,7 +23,7 @@ PACKAGE = REPO / "kbert"
 WINGS = {
     "errors": 0,
     "io": 1,
-    "tokenizers": 2, "layers": 2,
+    "tokenizers": 2, "layers": 2, "hub": 2,
     "models": 3,
     "checkpoints": 4,
     "builder": 5,

@@ -13,7 +13,7 @@ from typing import Optional, Sequence, Union
 
 import keras
 
-from kbert.checkpoints.formats import load_weights
+from kbert.checkpoints.formats import checkpoint_files, load_weights
 from kbert.checkpoints.loader import compound_rows
 from kbert.errors import ConfigError
 from kbert.models.config import BertConfig
@@ -53,10 +53,15 @@ def build_transformer_model(
 
     Args:
         config: a `BertConfig`, a dict, or the path of a `bert_config.json`
-            (`config_path=` is the same, under bert4keras's name).
+            (`config_path=` is the same, under bert4keras's name). Left out
+            with a `checkpoint_path`, the config beside the checkpoint.
         checkpoint_path: weights to load into the model: the family's original
             TF checkpoint (prefix, one of its files, or its directory) or, for
-            BERT, Hugging Face safetensors (a `.safetensors` file or its directory).
+            BERT, Hugging Face safetensors (a `.safetensors` file or its
+            directory); or a name `kbert.hub` fetches and caches:
+            `hf://OWNER/NAME[@REVISION]`, `modelscope://OWNER/NAME`, an
+            archive's `https://` or `file://` URL, or a preset
+            (`kbert presets`), whose family is then the default `model`.
         model: the family, by bert4keras's name: `"bert"`, `"roberta"` (BERT's
             layout), `"albert"`, `"albert_unshared"`, `"nezha"`, `"roformer"`,
             `"roformer_v2"`, `"electra"`, `"gpt"`, `"gpt2"`, `"gpt2_ml"`,
@@ -125,6 +130,9 @@ def build_transformer_model(
     >>> [tensor.name for tensor in mlm.inputs], mlm.model.get_layer("MLM-Activation").activation.__name__
     (['Input-Token'], 'linear')
     """
+    if config is None and config_path is None and checkpoint_path is not None:
+        found = checkpoint_files(checkpoint_path)  # a name (hf://..., a preset) is fetched here, once
+        config, checkpoint_path, model = _config_beside(found), found.weights, model or found.family
     family, config = resolve(_one_config(config, config_path), model)
     if keep_tokens is not None:  # as bert4keras: the kept rows are the model's vocabulary
         config = dataclasses.replace(config, vocab_size=len(keep_tokens))
@@ -172,6 +180,13 @@ def _norm_condition(family, tensor, hidden_size, hidden_act, inputs) -> Optional
                           f"id, flattened), got {tensor!r}")
     inputs = () if inputs is None else tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
     return NormCondition(tensor, hidden_size, hidden_act or "linear", inputs)
+
+
+def _config_beside(found) -> str:
+    if found.config is None:
+        raise ConfigError(f"{found.weights}: no bert_config.json or config.json beside the checkpoint; pass "
+                          "the config (build_transformer_model(config_path, checkpoint_path))")
+    return found.config
 
 
 def _one_config(config, config_path):

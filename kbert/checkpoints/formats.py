@@ -19,12 +19,16 @@ from kbert.checkpoints.hf import open_safetensors
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
 from kbert.checkpoints.names import block_count, family_named_by, known_names, layer_of
 from kbert.errors import CheckpointError
+from kbert.hub import fetch_checkpoint, is_checkpoint_name, resolve_checkpoint
 from kbert.models import naming
 from kbert.models.heads import Heads
 from kbert.models.registry import get_family
 from kbert.models.tables import GOOGLE, HF
 
 GOOGLE_CONFIG, HF_CONFIG, VOCAB = "bert_config.json", "config.json", "vocab.txt"
+# A vocabulary beside a checkpoint, in the order kbert prefers: WordPiece's, SentencePiece's (T5),
+# a Hugging Face tokenizer.json (its WordPiece vocabulary is read from it).
+VOCABULARIES = (VOCAB, "spiece.model", "tokenizer.json")
 GOOGLE_PREFIX = "bert_model.ckpt"
 
 
@@ -38,8 +42,37 @@ def detect_format(path: "str | os.PathLike[str]") -> str:
     return GOOGLE
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckpointFiles:
+    """A checkpoint's weights and the files beside them (None where absent); `family` is a preset's."""
+
+    weights: str
+    config: Optional[str]
+    vocab: Optional[str]
+    family: Optional[str]
+
+
+def checkpoint_files(path_or_name: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> CheckpointFiles:
+    """The weights, config and vocabulary of a checkpoint given by path or by name (`kbert.hub`)."""
+    family = None
+    if is_checkpoint_name(path_or_name):
+        fetched = fetch_checkpoint(os.fspath(path_or_name), cache_dir)
+        weights, family = fetched.path, fetched.family
+    else:
+        weights = os.fspath(path_or_name)
+    directory = weights if os.path.isdir(weights) else os.path.dirname(os.path.abspath(weights))
+    return CheckpointFiles(weights, _beside(directory, (GOOGLE_CONFIG, HF_CONFIG)),
+                           _beside(directory, VOCABULARIES), family)
+
+
+def _beside(directory: str, names) -> Optional[str]:
+    return next((os.path.join(directory, name) for name in names
+                 if os.path.exists(os.path.join(directory, name))), None)
+
+
 def open_weights(path: "str | os.PathLike[str]") -> TensorSource:
-    """A Google checkpoint or a safetensors file, whichever `path` is."""
+    """A Google checkpoint or a safetensors file, whichever `path` is (or a name `kbert.hub` fetches)."""
+    path = resolve_checkpoint(path)
     if detect_format(path) == HF:
         return open_safetensors(path)
     return open_google_checkpoint(path)
@@ -47,7 +80,7 @@ def open_weights(path: "str | os.PathLike[str]") -> TensorSource:
 
 def load_weights(model, path: "str | os.PathLike[str]", keep_tokens=None,
                  ignore_position_table: bool = False, compound_tokens=None) -> LoadReport:
-    """Loads a Google checkpoint or Hugging Face safetensors, detected from `path`.
+    """Loads a Google checkpoint or Hugging Face safetensors, detected from `path` (or a name, as `hf://...`).
 
     `keep_tokens` as for `load_google_checkpoint`; `ignore_position_table`
     takes the weights of a family with a position table (BERT) into one
@@ -106,9 +139,8 @@ def inspect_weights(source: TensorSource, family=None) -> List[WeightsVariable]:
 def find_config(source: TensorSource) -> str:
     """The config file beside a weights file (`bert_config.json` or `config.json`)."""
     directory = os.path.dirname(os.path.abspath(source.path))
-    for name in (GOOGLE_CONFIG, HF_CONFIG):
-        candidate = os.path.join(directory, name)
-        if os.path.exists(candidate):
-            return candidate
+    found = _beside(directory, (GOOGLE_CONFIG, HF_CONFIG))
+    if found:
+        return found
     raise CheckpointError(f"{directory}: no {GOOGLE_CONFIG} or {HF_CONFIG} beside "
                           f"{os.path.basename(source.path)}; pass the config explicitly")

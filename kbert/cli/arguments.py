@@ -54,6 +54,32 @@ def family_argument(parser: argparse.ArgumentParser, default: str) -> None:
                         help=f"the model family, by bert4keras's names ({default})")
 
 
+CHECKPOINT_FORMS = ("a Google checkpoint, safetensors, a model directory, or a name: hf://OWNER/NAME[@REV], "
+                    "modelscope://OWNER/NAME, an archive's https:// or file:// URL, or a preset (kbert presets)")
+
+
+def checkpoint_argument(parser: argparse.ArgumentParser, help: str, positional: bool = False) -> None:
+    """The checkpoint (`--checkpoint`, or a positional `checkpoint`) by path or by name, and `--cache-dir`."""
+    parser.add_argument("checkpoint" if positional else "--checkpoint", metavar="CKPT",
+                        help=f"{help}: {CHECKPOINT_FORMS}")
+    parser.add_argument("--cache-dir", help="where archives are downloaded and unpacked (default: $KBERT_CACHE, "
+                                            "else ~/.cache/kbert; hf:// uses the Hugging Face cache)")
+
+
+def fetch_checkpoint_argument(args):
+    """Replaces a checkpoint name in `args.checkpoint` by its local path (fetching it once); the family a
+    preset names becomes `args.model` unless one was given. Returns the checkpoint's files, or None."""
+    from kbert.checkpoints.formats import checkpoint_files
+
+    if not args.checkpoint:
+        return None
+    files = checkpoint_files(args.checkpoint, args.cache_dir)
+    args.checkpoint = files.weights
+    if getattr(args, "model", None) is None and files.family:
+        args.model = files.family
+    return files
+
+
 def model_arguments(parser: argparse.ArgumentParser, default_labels: Optional[int]) -> None:
     """A config (path or bundled name) and the heads to build on it."""
     parser.add_argument("config", nargs="?", default=None,

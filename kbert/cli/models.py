@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from kbert.cli.arguments import (family_argument, heads, model_arguments, resolve_config)
+from kbert.cli.arguments import (checkpoint_argument, family_argument, fetch_checkpoint_argument, heads,
+                                 model_arguments, resolve_config)
 from kbert.models.config import BertConfig
 
 DEFAULT_NUM_LABELS = 2
@@ -15,8 +16,7 @@ def add_commands(command) -> None:
     """Adds the commands through `command(name, help)`, which returns a sub-parser."""
     summary = command("summary", "build the model, print model.summary() and the analytic cross-check")
     model_arguments(summary, default_labels=None)
-    summary.add_argument("--checkpoint", metavar="CKPT",
-                         help="load a Google checkpoint or safetensors file before printing")
+    checkpoint_argument(summary, "load these weights before printing (the config beside them unless one is given)")
     summary.add_argument("--style", choices=["keras3", "keras2"], default="keras3",
                          help="keras3: Keras's own model.summary(); keras2: the text layout of "
                               "Keras 2 (and of bert4keras's tables)")
@@ -30,18 +30,21 @@ def add_commands(command) -> None:
     params.set_defaults(run=run_params)
 
     inspect = command("inspect", "list a checkpoint's variables and the kbert layers they map to")
-    inspect.add_argument("checkpoint", metavar="CKPT",
-                         help="Google checkpoint (prefix, file or directory) or model.safetensors")
+    checkpoint_argument(inspect, "the checkpoint", positional=True)
     family_argument(inspect, "default: recognised from the variable names, else bert")
     inspect.set_defaults(run=run_inspect)
 
     convert = command("convert", "convert Hugging Face safetensors <-> Google checkpoint")
-    convert.add_argument("source", metavar="SRC", help="Google checkpoint or safetensors (file or directory)")
+    checkpoint_argument(convert, "the source", positional=True)
     convert.add_argument("output", metavar="OUT", help="output directory (new, or empty)")
-    convert.add_argument("--config", help="the source's config (default: the one beside SRC)")
+    convert.add_argument("--config", help="the source's config (default: the one beside CKPT)")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     family_argument(convert, "default: the config's model_type, else bert")
     convert.set_defaults(run=run_convert)
+
+    presets = command("presets", "the known checkpoint names (--checkpoint NAME) and their sources")
+    presets.add_argument("--json", action="store_true", help="print JSON")
+    presets.set_defaults(run=run_presets)
 
 
 def _analysis(args, config: BertConfig):
@@ -76,6 +79,8 @@ def run_summary(args) -> int:
     from kbert.builder import build_classifier, build_transformer_model
     from kbert.checkpoints.formats import load_weights
 
+    files = fetch_checkpoint_argument(args)
+    args.config = args.config or (files and files.config)
     config = resolve_config(args.config, args.model)
     if args.config is None and args.num_labels is None:
         args.num_labels = DEFAULT_NUM_LABELS
@@ -114,6 +119,7 @@ def run_inspect(args) -> int:
     from kbert.checkpoints.formats import detect_family, inspect_weights, open_weights
     from kbert.models.tables import GOOGLE
 
+    fetch_checkpoint_argument(args)
     source = open_weights(args.checkpoint)
     family = detect_family(source, args.model)
     rows = inspect_weights(source, family)
@@ -134,8 +140,33 @@ def run_inspect(args) -> int:
 def run_convert(args) -> int:
     from kbert.builder.convert import convert
 
-    result = convert(args.source, args.output, config_path=args.config, overwrite=args.overwrite,
+    fetch_checkpoint_argument(args)
+    result = convert(args.checkpoint, args.output, config_path=args.config, overwrite=args.overwrite,
                      model=args.model)
     print(f"{result['source']} -> {result['weights']}")
     print(f"  {result['variables']} variables, {result['params']:,} parameters; config {result['config']}")
     return 0
+
+
+def run_presets(args) -> int:
+    from kbert.analysis.params import analyze
+    from kbert.hub import PRESETS, cache_root
+
+    rows = []
+    for preset in PRESETS.values():
+        params = analyze(resolve_config(preset.config, preset.family), model=preset.family).total \
+            if preset.config else None
+        rows.append({"name": preset.name, "family": preset.family, "params": params, "source": preset.source,
+                     "sha256": preset.sha256, "about": preset.about})
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    print(f"{'name':37} {'family':8} {'params':>12}  source")
+    for row in rows:
+        params = f"{row['params']:,}" if row["params"] else "-"
+        pinned = "" if row["sha256"] or row["source"].startswith("hf://") else "  (no SHA-256 pinned)"
+        print(f"{row['name']:37} {row['family']:8} {params:>12}  {row['source']}{pinned}")
+    print(f"\nparams: the backbone's, from the bundled config of the same shape. Archives are cached in "
+          f"{cache_root()} ($KBERT_CACHE); hf:// in the Hugging Face cache.")
+    return 0
+

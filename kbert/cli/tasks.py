@@ -7,11 +7,10 @@ that task's module (`kbert.tasks.classification`, `.ner`, `.seq2seq`).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from kbert.cli.arguments import family_argument, positive_int, precision_option
+from kbert.cli.arguments import checkpoint_argument, family_argument, fetch_checkpoint_argument, positive_int, precision_option
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
@@ -75,8 +74,8 @@ def _add_train(train) -> None:
                        help="the columns (or JSON keys) of --train and --valid when their names are not known, "
                             "e.g. text=review,label=sentiment (fields: text, text_b, label; seq2seq: source, "
                             "target)")
-    train.add_argument("--checkpoint", help="pre-trained weights, Google checkpoint or safetensors, or the "
-                                            "directory of kbert pretrain (default: none, random weights)")
+    checkpoint_argument(train, "pre-trained weights (default: none, random weights); their config and "
+                               "vocabulary are read from beside them")
     train.add_argument("--num-labels", type=positive_int,
                        help="number of classes (default: the labels in --train)")
     train.add_argument("--skip-malformed", action="store_true",
@@ -104,8 +103,8 @@ def _add_pretrain(pretrain) -> None:
     _run_arguments(pretrain, defaults, data="plain text, a document or sentence a line: a file, or a directory "
                                             "of files", valid="held-out text (scored by masked-token accuracy)")
     family_argument(pretrain, "default: the config's model_type, else bert; an encoder family with an MLM head")
-    pretrain.add_argument("--checkpoint", help="continue pre-training from these weights, MLM head included "
-                                               "(default: none, random weights)")
+    checkpoint_argument(pretrain, "continue pre-training from these weights, MLM head included (default: none, "
+                                  "random weights)")
     pretrain.add_argument("--whole-word", choices=WHOLE_WORDS, default=defaults.whole_word,
                           help="mask whole words: jieba's (Chinese), wordpiece's (a word and its ## pieces) or "
                                "none (each token alone)")
@@ -118,9 +117,9 @@ def _add_pretrain(pretrain) -> None:
 
 def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> None:
     """What `train` and `pretrain` share: the model's files, the data, the output and the run's options."""
-    parser.add_argument("--config", help="the backbone's bert_config.json / config.json (default: the one in "
-                                         "--checkpoint, when that is a model directory of kbert pretrain)")
-    parser.add_argument("--vocab", help="its vocab.txt (default: the one in --checkpoint's model directory)")
+    parser.add_argument("--config", help="the backbone's bert_config.json / config.json (default: the one beside "
+                                         "--checkpoint)")
+    parser.add_argument("--vocab", help="its vocab.txt (default: the one beside --checkpoint)")
     parser.add_argument("--train", required=True, help=data)
     parser.add_argument("--valid", help=f"{valid}; the best epoch on it is kept "
                                         "(default: none, every epoch is kept in turn)")
@@ -186,6 +185,7 @@ def _run_options(args, **task_options) -> TrainingOptions:
 def run_train(args) -> int:
     from kbert.tasks import train
 
+    fetch_checkpoint_argument(args)
     options = _run_options(
         args, skip_malformed=args.skip_malformed, bucketing=not args.no_bucketing, adversarial=args.adversarial,
         adversarial_epsilon=args.adversarial_epsilon, task=args.task, head=args.head,
@@ -197,6 +197,7 @@ def run_train(args) -> int:
 def run_pretrain(args) -> int:
     from kbert.tasks import pretrain
 
+    fetch_checkpoint_argument(args)
     options = _run_options(args, task="mlm", whole_word=args.whole_word, mask_rate=args.mask_rate,
                            optimizer=args.optimizer)
     return _run(args, options, pretrain)
@@ -228,16 +229,17 @@ def _run(args, options: TrainingOptions, run: Callable, **extra) -> int:
 
 
 def _model_files(args) -> Tuple[str, str]:
-    """--config and --vocab, by default those of a --checkpoint that is a model directory (kbert pretrain's)."""
-    from kbert.training.model_dir import CONFIG_FILE, vocab_file
+    """--config and --vocab, by default those beside --checkpoint (a model directory, a fetched name)."""
+    from kbert.checkpoints.formats import checkpoint_files
 
-    directory = args.checkpoint if args.checkpoint and os.path.isdir(args.checkpoint) else None
-    config = args.config or (directory and os.path.join(directory, CONFIG_FILE))
-    vocab = args.vocab or (directory and vocab_file(directory))
+    beside = checkpoint_files(args.checkpoint) if args.checkpoint else None
+    config = args.config or (beside and beside.config)
+    vocab = args.vocab or (beside and beside.vocab)
     for option, path in (("config", config), ("vocab", vocab)):
-        if not (path and os.path.exists(path)) and getattr(args, option) is None:
-            raise KbertError(f"--{option} is required, unless --checkpoint is a model directory that holds "
-                             f"one (kbert pretrain writes bert_config.json and vocab.txt beside its weights)")
+        if not path:
+            raise KbertError(f"--{option} is required, unless --checkpoint has one beside it (kbert pretrain "
+                             "writes bert_config.json and vocab.txt beside its weights; a hub repository or "
+                             "release archive has its config and vocabulary)")
     return config, vocab
 
 

@@ -1,0 +1,132 @@
+"""Downloading one file as users expect: resumed, verified, shown, and moved into place whole.
+
+The bytes go to `<target>.part`; a cut connection keeps them, and the next
+try (at once, up to `ATTEMPTS` times, or a later run) asks the server for the
+rest with an HTTP `Range` request. Only a complete file whose SHA-256 matches
+(when one is given) is renamed to `target`, so an interrupted or corrupt
+download is never taken for a checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import http.client
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Iterator, Optional
+
+from kbert.errors import SourceError
+
+ATTEMPTS = 3
+_CHUNK = 1 << 20
+_TIMEOUT_S = 60
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Holds an exclusive lock on `path` (created if need be): two processes never fetch one file at once."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(url: str, target: str, sha256: Optional[str] = None, progress: Optional[bool] = None) -> str:
+    """Fetches `url` into `target` (resuming `target.part`), checks `sha256`, returns `target`.
+
+    `progress`: a progress line on stderr (default: when stderr is a terminal).
+    """
+    partial = target + ".part"
+    show = sys.stderr.isatty() if progress is None else progress
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            _fetch(url, partial, show)
+            break
+        except (OSError, http.client.HTTPException) as error:  # a cut connection, a timeout, a reset
+            if isinstance(error, urllib.error.HTTPError) and error.code != 416:
+                raise SourceError(_http_error(url, error)) from None
+            if attempt == ATTEMPTS:
+                kept = os.path.getsize(partial) if os.path.exists(partial) else 0
+                raise SourceError(f"{url}: download failed ({error}) after {ATTEMPTS} tries; {kept:,} bytes are "
+                                  f"kept in {partial} and the next run resumes from there") from None
+    found = sha256_of(partial) if sha256 else None
+    if found and found != sha256.lower():
+        os.remove(partial)  # a wrong file is not resumed: the next run starts afresh
+        raise SourceError(f"{url}: SHA-256 {found} does not match the expected {sha256}; the download was "
+                          "deleted. The file on the server changed or was corrupted on the way")
+    os.replace(partial, target)
+    return target
+
+
+def _fetch(url: str, partial: str, show: bool) -> None:
+    """Appends the rest of `url` to `partial`; returns when the server has sent all it has."""
+    have = os.path.getsize(partial) if os.path.exists(partial) else 0
+    request = urllib.request.Request(url, headers={"User-Agent": "kbert"})
+    if have:
+        request.add_header("Range", f"bytes={have}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=_TIMEOUT_S)
+    except urllib.error.HTTPError as error:
+        if error.code == 416 and have:  # nothing after what we hold: the file is complete
+            return
+        raise
+    with response:
+        resumed = have and getattr(response, "status", None) == 206
+        if not resumed:
+            have = 0  # the server (or a file:// URL) sends the whole file
+        length = response.headers.get("Content-Length")
+        total = have + int(length) if length else None
+        with open(partial, "ab" if resumed else "wb") as handle:
+            meter = _Progress(url, total, have, show)
+            for block in iter(lambda: response.read(_CHUNK), b""):
+                handle.write(block)
+                meter.advance(len(block))
+            meter.finish()
+        received = os.path.getsize(partial)
+    if total is not None and received < total:
+        raise ConnectionError(f"the connection closed after {received:,} of {total:,} bytes")
+
+
+def _http_error(url: str, error: urllib.error.HTTPError) -> str:
+    meaning = {401: "it needs credentials", 403: "access is refused", 404: "there is no such file"}
+    return f"{url}: the server answered HTTP {error.code} ({meaning.get(error.code, error.reason)})"
+
+
+class _Progress:
+    """`chinese_L-12_H-768_A-12.zip  120.5 / 381.9 MB  32%  12.3 MB/s`, redrawn at most twice a second."""
+
+    def __init__(self, url: str, total: Optional[int], done: int, show: bool):
+        self.name, self.total, self.done, self.show = url.rsplit("/", 1)[-1], total, done, show
+        self.start, self.started_at, self.drawn = done, time.monotonic(), 0.0
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        if self.show and time.monotonic() - self.drawn > 0.5:
+            self.draw()
+
+    def draw(self, end: str = "") -> None:
+        self.drawn = time.monotonic()
+        rate = (self.done - self.start) / max(self.drawn - self.started_at, 1e-6) / 1e6
+        size = f"{self.done / 1e6:,.1f}" + (f" / {self.total / 1e6:,.1f} MB  {self.done / self.total:4.0%}"
+                                            if self.total else " MB")
+        print(f"\r{self.name}  {size}  {rate:,.1f} MB/s", end=end, file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.show:
+            self.draw(end="\n")
