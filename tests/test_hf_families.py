@@ -359,3 +359,21 @@ def test_gpt2_reads_id_0_as_a_token_as_transformers_does(tmp_path):
         with torch.no_grad():
             ids.append(int(reference(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
     assert ours == ids[len(prompt):]
+
+
+@pytest.mark.parametrize("vocabulary", ["wordpiece", "none"])
+def test_t5_config_names_the_framing_of_its_vocabulary(tmp_path, vocabulary):
+    """A T5 on a WordPiece vocab.txt (kbert's seq2seq, T5 PEGASUS) starts from [CLS] and ends with [SEP]
+    in its config.json; without one, SentencePiece T5's 0 and 1."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(MT5_CONFIG))
+    model = build_transformer_model(str(config), model="mt5.1.1")
+    vocab = None
+    if vocabulary == "wordpiece":
+        vocab = tmp_path / "vocab.txt"
+        vocab.write_text("\n".join(["[PAD]", "[UNK]", "x", "[CLS]", "[SEP]", "y"]) + "\n")
+    save_hf_weights(model, tmp_path / "hf", vocab=vocab)
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    expected = (3, 4) if vocab else (0, 1)
+    assert (written["decoder_start_token_id"], written["eos_token_id"]) == expected
+    assert written["pad_token_id"] == 0

@@ -118,3 +118,26 @@ def test_mt5_seq2seq_from_the_command_line_on_a_sentencepiece_vocabulary(sp_mode
     result = kbert("train", "--config", "configs/bert_tiny.json", "--vocab", sp_model, "--train",
                    tmp_path / "train.tsv", "--maxlen", "32", "--out", tmp_path / "classifier")
     assert result.returncode == 2 and "a SentencePiece vocabulary is read for --task seq2seq with a T5" in result.stderr
+
+
+def test_training_on_a_sentencepiece_model_without_a_padding_piece_is_refused(tmp_path):
+    """Padding would take id 0, here <unk>, a real piece the model would hide: refused with the fix."""
+    import sentencepiece
+
+    from conftest import kbert_in_process as kbert, write
+
+    lines = [line.split("\t")[0] for line in
+             shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()]
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(  # SentencePiece's defaults: no <pad>
+        sentence_iterator=iter(lines[:500]), model_writer=model, vocab_size=3000, character_coverage=0.99,
+        minloglevel=2)
+    path = write(tmp_path, "spiece.model", "")
+    path.write_bytes(model.getvalue())
+    assert not SpTokenizer(path).has_padding_piece
+    write(tmp_path, "train.tsv", "质量很好\t好评\n")
+    result = kbert("train", "--task", "seq2seq", "--model", "t5.1.1", "--config", "configs/t5_small_chinese.json",
+                   "--vocab", path, "--train", tmp_path / "train.tsv", "--out", tmp_path / "out")
+    assert result.returncode == 2
+    assert "this SentencePiece model has no padding piece, so batches would be padded with id 0 ('<unk>')" \
+        in result.stderr and not (tmp_path / "out").exists()

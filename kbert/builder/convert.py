@@ -22,7 +22,7 @@ from kbert.io import (atomic_copy, is_occupied, is_within, refuse_replacing_the_
                       replace_directory, staging_directory)
 from kbert.models.config import BertConfig
 from kbert.models.registry import resolve
-from kbert.models.tables import GOOGLE
+from kbert.models.tables import GOOGLE, HF
 
 
 def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
@@ -56,9 +56,10 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     os.makedirs(parent, exist_ok=True)
     staging = staging_directory(out)
     try:
-        weights, written_config = _write_converted(built, source, config, staging)
         vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)
-        if os.path.exists(vocab):
+        vocab = vocab if os.path.exists(vocab) else None
+        weights, written_config = _write_converted(built, source, config, staging, vocab)
+        if vocab and source.fmt == HF:  # save_hf_weights copies it into an HF directory itself
             atomic_copy(vocab, os.path.join(staging, VOCAB))
         replace_directory(staging, out)
     finally:
@@ -70,10 +71,11 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
             "heads": {flag: bool(value) for flag, value in heads.flags().items()}, "unused": report.describe_unused()}
 
 
-def _write_converted(model, source: TensorSource, config: BertConfig, out: str):
-    """Writes the model in the format that `source` is not; returns (weights, config) paths."""
+def _write_converted(model, source: TensorSource, config: BertConfig, out: str, vocab: Optional[str]):
+    """Writes the model in the format that `source` is not (with `vocab`'s framing ids in an HF config);
+    returns (weights, config) paths."""
     if source.fmt == GOOGLE:
-        return save_hf_weights(model, out), os.path.join(out, HF_CONFIG)
+        return save_hf_weights(model, out, vocab), os.path.join(out, HF_CONFIG)
     weights = save_google_checkpoint(model, os.path.join(out, GOOGLE_PREFIX))
     written_config = os.path.join(out, GOOGLE_CONFIG)
     config.to_json_file(written_config)

@@ -164,7 +164,7 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
     with atomic_path(path) as temporary:
         save_file(tensors, temporary, metadata={"format": "pt"})
     if directory is not None and config is not None:
-        _write_hf_config(model, family, config, directory)
+        _write_hf_config(model, family, config, directory, vocab)
     if directory is not None and vocab is not None:  # under the name Hugging Face's tokenizers look for
         name = SENTENCEPIECE_NAME if os.fspath(vocab).endswith(".model") else VOCAB_NAME
         atomic_copy(vocab, os.path.join(directory, name))
@@ -191,10 +191,25 @@ def _config_of(model, family):
     return family.config_class.from_dict(spec["config"]) if spec else None
 
 
-def _write_hf_config(model, family, config, directory: str) -> None:
+def _write_hf_config(model, family, config, directory: str, vocab) -> None:
     heads = Heads(**model.build_spec["heads"])  # recorded by the builder, as the config is
-    atomic_write_text(os.path.join(directory, CONFIG_NAME),
-                      json.dumps(family.hf_config(config, heads), indent=2, sort_keys=True) + "\n")
+    keys = family.hf_config(config, heads)
+    if "decoder_start_token_id" in keys and vocab is not None and not os.fspath(vocab).endswith(".model"):
+        keys.update(_wordpiece_framing(vocab))
+    atomic_write_text(os.path.join(directory, CONFIG_NAME), json.dumps(keys, indent=2, sort_keys=True) + "\n")
+
+
+def _wordpiece_framing(vocab) -> dict:
+    """A T5 on a WordPiece vocabulary (kbert's seq2seq, T5 PEGASUS) starts its decoder from `[CLS]` and
+    ends with `[SEP]`, not SentencePiece T5's 0 and 1."""
+    from kbert.tokenizers.vocab import load_vocab
+
+    ids = load_vocab(vocab)
+    missing = [token for token in ("[CLS]", "[SEP]") if token not in ids]
+    if missing:
+        raise CheckpointError(f"{vocab}: no {' or '.join(missing)} in this vocabulary, which a T5 on WordPiece "
+                              "starts and ends its decoder with")
+    return {"decoder_start_token_id": ids["[CLS]"], "eos_token_id": ids["[SEP]"]}
 
 
 def _canonical_name(name: str) -> str:

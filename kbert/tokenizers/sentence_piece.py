@@ -56,7 +56,9 @@ class SpTokenizer:
         self.path = path
         self._vocab_size = self.sp_model.get_piece_size()
         self._token_unk_id = self.sp_model.unk_id()
-        # SentencePiece may have no padding piece (pad_id -1); ids are then padded with 0, as everywhere.
+        # SentencePiece may have no padding piece (pad_id -1); ids are then padded with 0, as bert4keras's
+        # are, which `kbert train` refuses (`has_padding_piece`): 0 is then a real piece.
+        self.has_padding_piece = self.sp_model.pad_id() >= 0
         self._token_pad_id = max(self.sp_model.pad_id(), 0)
         self._token_pad = self.sp_model.id_to_piece(self._token_pad_id)
         self._token_unk = self.sp_model.id_to_piece(self._token_unk_id)

@@ -213,6 +213,11 @@ def train_task(
     if isinstance(tokenizer, SpTokenizer) and not task.reads_sentencepiece:
         raise KbertError(f"{vocab_path}: a SentencePiece vocabulary is read for --task seq2seq with a T5 "
                          "(--model t5, t5.1.1 or mt5.1.1) only; this task needs a WordPiece vocab.txt")
+    if isinstance(tokenizer, SpTokenizer) and not tokenizer.has_padding_piece:
+        raise KbertError(f"{vocab_path}: this SentencePiece model has no padding piece, so batches would be "
+                         f"padded with id {tokenizer.pad_id} ({tokenizer._token_pad!r}), a real piece the model "
+                         "would hide, leave out of the loss and never generate. Train the SentencePiece model "
+                         "with a padding piece (spm_train --pad_id=0, as Google's T5 and mT5 have <pad> at 0)")
     _check_vocab_fits(tokenizer, vocab_path, config, config_path)
     data = task.read(tokenizer, train_path, valid_path, num_labels, options)
     num_labels = num_labels or len(data.labels)

@@ -210,7 +210,10 @@ class T5Family(BertFamily):
                 "tie_word_embeddings": self.version == "t5.1.0",
                 "scale_decoder_outputs": config.scale_decoder_outputs,
                 "cross_position_bias": config.cross_position_bias, "decoder_mask_zero": config.decoder_mask_zero,
-                "is_encoder_decoder": True, "pad_token_id": 0, "decoder_start_token_id": 0, "eos_token_id": 1}
+                # SentencePiece T5's framing: the decoder starts from the padding id and ends with id 1
+                # (`save_hf_weights` writes [CLS]/[SEP]'s ids for a T5 on a WordPiece vocab.txt).
+                "is_encoder_decoder": True, "pad_token_id": config.pad_token_id,
+                "decoder_start_token_id": config.pad_token_id, "eos_token_id": 1}
 
     def hf_differences(self, config: T5Config) -> List[str]:
         """How `transformers` would compute otherwise than this model."""
