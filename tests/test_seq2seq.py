@@ -144,6 +144,11 @@ def test_train_evaluate_predict_from_the_command_line(tmp_path, capsys):
     result = kbert("predict", "--model", out, "--beam-size", "2", "--json", stdin="\n".join(sources))
     assert result.returncode == 0, result.stderr[-3000:]
     assert [json.loads(line)["text"] for line in result.stdout.splitlines()] == sources
+    # --max-new-tokens near maxlen caps the targets; it does not cut the sources to make room for them.
+    result = kbert("predict", "--model", out, "--json", stdin="\n".join(sources))
+    capped = kbert("predict", "--model", out, "--json", "--max-new-tokens", "60", stdin="\n".join(sources))
+    assert capped.returncode == 0 and "were cut" not in capped.stderr.replace(result.stderr, "")
+    assert capped.stdout == result.stdout
 
 
 def test_t5_trains_evaluates_and_predicts_from_the_command_line(tmp_path):

@@ -250,9 +250,9 @@ def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_n
     """The generated target text of each source (greedy, or beam search with `beam_size` > 1).
 
     `max_new_tokens` defaults to the room the `maxlen` of training leaves
-    after each source. A source is cut to leave at least the median training
-    target's length (its `[SEP]` included), or `max_new_tokens` when given; a
-    warning counts the sources cut. A source's target does not depend on the
+    after each source (UniLM: and is capped by it). A source is cut to leave
+    the median training target's length (its `[SEP]` included), or
+    `max_new_tokens` when that is smaller; a warning counts the sources cut. A source's target does not depend on the
     other sources.
     """
     if not len(sources):
@@ -276,13 +276,17 @@ def generate_targets(loaded, sources: Sequence[str], beam_size: int, max_new_tok
         # T5: the source and the target each had maxlen tokens in training; the decoder starts as in training.
         reserve, budget, decoder_start = 0, maxlen, {"start_id": decoder_start_id(tokenizer)}
     else:
-        reserve = max_new_tokens or loaded.state.get("median_target_tokens") or maxlen // 4
+        # A source is cut only as far as a typical target needs; a larger --max-new-tokens caps the target
+        # (which never runs past maxlen), it does not shorten the sources.
+        typical = loaded.state.get("median_target_tokens") or maxlen // 4
+        reserve = min(max_new_tokens or typical, typical)
         budget, decoder_start = max(maxlen - reserve, 3), {}  # [CLS], a token of the source, [SEP]
     prompts = [ids for ids, _ in tokenizer.encode_all(list(sources), maxlen=budget)]
     _warn_of_cut_sources(tokenizer, sources, prompts, budget, maxlen, reserve)
-    # Each source gets the room its own length leaves (or max_new_tokens): batches hold sources of one
-    # room, so a target never depends on the other sources.
-    rooms = [max_new_tokens or (maxlen - 1 if decoder_start else maxlen - len(prompt)) for prompt in prompts]
+    # Each source gets the room its own length leaves (at most max_new_tokens): batches hold sources of
+    # one room, so a target never depends on the other sources.
+    rooms = [max_new_tokens or maxlen - 1 if decoder_start else min(maxlen - len(prompt), max_new_tokens or maxlen)
+             for prompt in prompts]
     order = sorted(range(len(prompts)), key=lambda row: (rooms[row], len(prompts[row])))
     targets: List[str] = [""] * len(prompts)
     for room, group in itertools.groupby(order, key=lambda row: rooms[row]):
