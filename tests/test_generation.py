@@ -108,6 +108,15 @@ def test_end_token_and_minimum_length():
     assert len(row) >= 2 and end_id not in row[:2]
 
 
+def test_rows_ending_at_different_steps_get_the_full_models_tokens(model):
+    """Greedy decoding's compiled loop (TensorFlow, JAX): a row that ends stops, the others go on."""
+    reference = generate(model, PROMPTS, max_new_tokens=12, end_id=-1, use_cache=False)
+    for end_id in (reference[0][4], reference[1][0]):
+        for minimum in (0, 3):
+            kwargs = dict(max_new_tokens=12, end_id=end_id, min_new_tokens=minimum)
+            assert generate(model, PROMPTS, **kwargs) == generate(model, PROMPTS, use_cache=False, **kwargs)
+
+
 def test_linear_mlm_and_a_saved_model(tmp_path):
     model = small_model("roformer", "lm", with_mlm="linear")
     expected = generate(model, PROMPTS, max_new_tokens=8, end_id=-1)

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import List, Tuple
 
 import keras
+import numpy as np
 from keras import ops
 
 from kbert.errors import KbertError
@@ -120,7 +121,8 @@ class CachedGraph:
     the LM output at each row's new token `last` (`[batch, vocab]`) and the
     updated state (see `_Step`); `forward(inputs, last)` is the same output
     from the whole model on whole sequences (T5: `[source ids, decoder
-    ids]`). T5's `encode(source_ids)` gives the state's source part. Each is
+    ids]`). T5's `encode(source_ids)` gives the state's source part;
+    `greedy(...)` runs greedy decoding's remaining steps in one call. Each is
     compiled once on TensorFlow and JAX (`kbert.layers.checks.traced_once`).
     """
 
@@ -150,10 +152,10 @@ class CachedGraph:
         self.calls = len(family.block_indices(self.config))
         self.cache_shape = (self.config.num_attention_heads, self.config.head_size)
         self.mask_layer = next((layer for layer in model.layers if isinstance(layer, AttentionMask)), None)
-        self.encode, self.step, self.forward = self._compiled(model)
+        self.encode, self.step, self.forward, self.greedy = self._compiled(model)
 
     def _compiled(self, model):
-        """`_encode`, `_step` and `_forward`, each compiled once on TensorFlow and JAX (`traced_once`)."""
+        """`_encode`, `_step`, `_forward` and `_greedy`, each compiled once on TensorFlow and JAX (`traced_once`)."""
         def cache(tf):
             return tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
 
@@ -169,12 +171,18 @@ class CachedGraph:
         def last(tf):
             return tf.TensorSpec([None], tf.int32)
 
+        def scalar(tf, dtype="int32"):
+            return tf.TensorSpec([], dtype)
+
         weights = model.weights
         return (traced_once(self._encode, lambda tf: [ids(tf)], weights),
                 traced_once(self._step, lambda tf: [ids(tf), ids(tf), ids(tf),
                                                     tf.TensorSpec([None, None, None], tf.bool), last(tf), state(tf)],
                             weights),
-                traced_once(self._forward, lambda tf: [[ids(tf)] * len(model.inputs), last(tf)], weights))
+                traced_once(self._forward, lambda tf: [[ids(tf)] * len(model.inputs), last(tf)], weights),
+                traced_once(self._greedy, lambda tf: [
+                    last(tf), last(tf), tf.TensorSpec([None], tf.bool), state(tf), scalar(tf), scalar(tf),
+                    scalar(tf), scalar(tf), scalar(tf), scalar(tf, "bool")], weights))
 
     def empty_caches(self, rows: int, slots: int) -> List[Tuple]:
         """Zero self-attention caches for `rows` sequences of up to `slots` tokens."""
@@ -199,6 +207,43 @@ class CachedGraph:
         inputs = [token_ids, segment_ids] if self.has_segments else [token_ids]
         outputs, state = self.graph.run_step(inputs, _Step(positions, allowed, state))
         return _at(outputs, last), state
+
+
+    def _greedy(self, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad, segment, hide_start):
+        """Greedy decoding from the second new token on, the whole loop in one compiled call.
+
+        `tokens` are the first new tokens (chosen from `step`'s output, with
+        `done` where that was the end), `lengths` the rows' lengths before
+        them. Each turn feeds the last tokens, bans `pad` (-1: none) and,
+        before `min_new_tokens`, `end_id`, and takes the most likely token,
+        as `kbert.generation.generate`'s search does. Returns `[rows, slots]`:
+        column i the token chosen i-th (column 0 unused), -1 once a row ended.
+        """
+        rows, slots = ops.shape(state["self"][0][0])[:2]
+        out = ops.full([rows, slots], -1, "int32")
+        columns = ops.arange(slots, dtype="int32")
+
+        def turn(index, tokens, lengths, done, out, state):
+            positions = lengths[:, None]
+            allowed = columns[None, None, :] <= positions[:, :, None]
+            # T5 started from its padding id 0 hides it from every later token, as bert4keras's does.
+            allowed = ops.where(hide_start & (columns == 0)[None, None, :], False, allowed)
+            fed = ops.where(done, 0, tokens)[:, None]
+            scores, state = self._step(fed, ops.full(ops.shape(fed), segment, "int32"), positions, allowed,
+                                       ops.zeros([rows], "int32"), state)
+            scores = ops.cast(scores, "float32")
+            vocab = ops.arange(ops.shape(scores)[-1], dtype="int32")[None, :]
+            banned = (vocab == pad) | ((vocab == end_id) & (index < min_new_tokens))
+            tokens = ops.cast(ops.argmax(ops.where(banned, -np.inf, scores), axis=-1), "int32")
+            done = done | (tokens == end_id)
+            out = ops.slice_update(out, [0, index], ops.where(done, -1, tokens)[:, None])
+            return index + 1, tokens, lengths + 1, done, out, state
+
+        def going(index, tokens, lengths, done, out, state):
+            return (index < steps) & ops.logical_not(ops.all(done))
+
+        return ops.while_loop(going, turn, (ops.convert_to_tensor(1, "int32"), tokens, lengths, done, out,
+                                            state))[4]
 
 
 def _at(outputs, last):

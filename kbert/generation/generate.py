@@ -134,6 +134,19 @@ class CachedEngine(_Engine):
         self.slots = np.arange(slots)
         return self._log_probs(outputs)
 
+    def greedy(self, tokens: np.ndarray, done: np.ndarray, search: "_Search") -> np.ndarray:
+        """Greedy decoding on from the first new `tokens`, in one compiled call (TensorFlow, JAX):
+        `[rows, slots]`, column i the i-th new token, -1 once a row has ended."""
+        hide_start = bool(self.graph.seq2seq and self.graph.config.decoder_mask_zero
+                          and self.start_id == self.graph.config.pad_token_id)
+        chosen = self.graph.greedy(
+            _tensor(np.asarray(tokens, np.int32)), _tensor(self.lengths), ops.convert_to_tensor(done),
+            self.state, *(_tensor(np.int32(value)) for value in (
+                search.max_new_tokens, search.end_id, search.min_new_tokens,
+                -1 if search.pad is None else search.pad, self.new_segment())),
+            ops.convert_to_tensor(hide_start))
+        return ops.convert_to_numpy(chosen)
+
     def extend(self, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray:
         if not np.array_equal(parents, np.arange(len(parents))):
             rows = _tensor(np.asarray(parents, np.int32))
@@ -230,6 +243,11 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
     return search.one_path(engine, prompts, segments, sampler)
 
 
+def _compiles_loops(engine) -> bool:
+    """Whether greedy decoding runs its loop compiled: the cached engine where the backend compiles it."""
+    return isinstance(engine, CachedEngine) and keras.backend.backend() in ("tensorflow", "jax")
+
+
 def _check_ids(prompts: List[List[int]], vocab_size: int) -> None:
     """Every id within the vocabulary, before a step runs: a compiled step could not say which is not."""
     for row, prompt in enumerate(prompts):
@@ -296,6 +314,11 @@ class _Search:
                 else:
                     generated[row].append(int(tokens[row]))
             if done.all() or step == self.max_new_tokens - 1:
+                break
+            if sampler is None and _compiles_loops(engine):  # the rest of the loop in one compiled call
+                for row, chosen in enumerate(engine.greedy(tokens, done, self)):
+                    ended = np.flatnonzero(chosen[1:] < 0)
+                    generated[row] += chosen[1:1 + (ended[0] if len(ended) else self.max_new_tokens - 1)].tolist()
                 break
             log_probs = engine.extend(np.where(done, 0, tokens), rows)
         return generated
