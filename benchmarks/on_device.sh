@@ -8,7 +8,8 @@
 #
 # then, on the device, from the repository root:  OUT=results bash benchmarks/on_device.sh
 # Each table is written to $OUT as it is finished, so a run cut short keeps what it measured.
-# QUICK=1 runs the same steps on bert_tiny / few calls (a dry run on a CPU).
+# QUICK=1 runs the same steps on bert_tiny / few calls (a dry run on a CPU); ONLY=generate (or encode,
+# train) runs that table alone.
 set -u
 out=$(realpath "${OUT:-device-results}")
 wheels=$(realpath .device/wheels)
@@ -18,13 +19,15 @@ mkdir -p "$out"
   python -c "import jax, torch; print('jax', jax.__version__, jax.devices()); print('torch', torch.__version__)"; } \
   | tee "$out/machine.txt"
 
-# Without an index pip takes only these wheels; a package the image already has is kept.
+# Without an index pip takes only these wheels; a package the image already has is kept. The image's
+# Python may be the system's (PEP 668) and have no `pip` on PATH.
+export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore
 for package in absl-py namex optree h5py packaging mdurl markdown-it-py pygments rich keras \
                regex pyyaml keras-hub sentencepiece tokenizers safetensors filelock fsspec tqdm \
                typing_extensions idna certifi urllib3 charset-normalizer requests huggingface_hub transformers kbert; do
   (cd "$workdir" && python -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$package") 2>/dev/null \
     && continue
-  pip install -q --no-index --no-deps --find-links "$wheels" "$package" 2>&1 | tail -1 || true
+  python -m pip install -q --no-index --no-deps --find-links "$wheels" "$package" 2>&1 | tail -1 || true
 done
 (cd "$workdir" && python -c "import sys, kbert; assert 'tensorflow' not in sys.modules; print('kbert', kbert.__version__, 'without TensorFlow')") \
   | tee -a "$out/machine.txt"
@@ -41,6 +44,7 @@ engines="kbert/jax kbert/torch keras-hub/jax keras-hub/torch"
 if [ -n "${QUICK:-}" ]; then quick=--quick; calls=2; length=32; else quick=; calls=20; length=128; fi
 bench() {  # NAME SECONDS ARGS...: one table, stopped after SECONDS so the next one still runs
   local name=$1 seconds=$2; shift 2
+  [ -z "${ONLY:-}" ] || [ "$ONLY" = "$name" ] || return 0
   timeout "$seconds" python -m benchmarks.backends $quick --rounds 3 --json "$out/$name.json" \
     ${peaks:+--peak-tflops $peaks} "$@" 2>"$out/$name.log" | tee "$out/$name.txt"
 }
