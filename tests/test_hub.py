@@ -217,6 +217,13 @@ def test_http_errors_name_the_url(tmp_path):
         server.close()
 
 
+def test_an_unreachable_url_says_how_to_place_the_archive_by_hand(tmp_path):
+    with pytest.raises(SourceError, match=r"127.0.0.1:9/release.zip: download failed .* after 3 tries; 0 bytes "
+                                          r"are kept .* pass file:///PATH/TO/IT, or pass its unpacked directory"):
+        fetch_checkpoint("http://127.0.0.1:9/release.zip", cache_dir=str(tmp_path / "cache"))
+    _cache_holds_nothing(tmp_path / "cache")
+
+
 # --- the Hugging Face hub, offline on its own cache ---------------------------------------------
 
 HUB_REPOSITORY = "sentence-transformers/all-MiniLM-L6-v2"

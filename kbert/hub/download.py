@@ -10,7 +10,6 @@ download is never taken for a checkpoint.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import http.client
 import os
@@ -32,11 +31,27 @@ def locked(path: str) -> Iterator[None]:
     """Holds an exclusive lock on `path` (created if need be): two processes never fetch one file at once."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        _lock(handle, True)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            _lock(handle, False)
+
+
+def _lock(handle, take: bool) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows: a lock on the file's first byte, waited for
+        import msvcrt
+
+        handle.seek(0)
+        while take:
+            try:
+                return msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+            except OSError:  # LK_LOCK gives up after 10 s; keep waiting for the other download
+                continue
+        return msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+    fcntl.flock(handle, fcntl.LOCK_EX if take else fcntl.LOCK_UN)
 
 
 def sha256_of(path: str) -> str:
@@ -64,7 +79,10 @@ def download(url: str, target: str, sha256: Optional[str] = None, progress: Opti
             if attempt == ATTEMPTS:
                 kept = os.path.getsize(partial) if os.path.exists(partial) else 0
                 raise SourceError(f"{url}: download failed ({error}) after {ATTEMPTS} tries; {kept:,} bytes are "
-                                  f"kept in {partial} and the next run resumes from there") from None
+                                  f"kept in {partial} and the next run resumes from there. Offline, download "
+                                  "the archive elsewhere and pass file:///PATH/TO/IT, or pass its unpacked "
+                                  "directory") from None
+            time.sleep(attempt / 2)  # a moment for a dropped connection or a busy server
     found = sha256_of(partial) if sha256 else None
     if found and found != sha256.lower():
         os.remove(partial)  # a wrong file is not resumed: the next run starts afresh
