@@ -62,8 +62,9 @@ def checkpoint_argument(parser: argparse.ArgumentParser, help: str, positional: 
     """The checkpoint (`--checkpoint`, or a positional `checkpoint`) by path or by name, and `--cache-dir`."""
     parser.add_argument("checkpoint" if positional else "--checkpoint", metavar="CKPT",
                         help=f"{help}: {CHECKPOINT_FORMS}")
-    parser.add_argument("--cache-dir", help="where archives are downloaded and unpacked (default: $KBERT_CACHE, "
-                                            "else ~/.cache/kbert; hf:// uses the Hugging Face cache)")
+    parser.add_argument("--cache-dir", help="where named checkpoints are kept: archives unpacked here, hf:// and "
+                                            "modelscope:// under it (default: $KBERT_CACHE, else ~/.cache/kbert, "
+                                            "for archives; the hubs' own caches for theirs)")
 
 
 def fetch_checkpoint_argument(args):
