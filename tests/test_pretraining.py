@@ -4,6 +4,7 @@ pre-training end to end whose checkpoint loads and predicts masked characters be
 
 import dataclasses
 import json
+import shutil
 
 import jieba
 import numpy as np
@@ -193,9 +194,17 @@ def test_fine_tuning_and_further_pretraining_read_the_directory(pretrained, revi
     assert main(["train", "--checkpoint", str(pretrained), "--train", str(labelled),
                  "--out", str(tmp_path / "classifier"), "--epochs", "1", "--maxlen", "16"]) == 0
     assert "saved" in capsys.readouterr().out
+    # A checkpoint's prefix finds them beside it as well; weights alone need them given.
     assert main(["train", "--checkpoint", str(pretrained / "bert_model.ckpt"), "--train", str(labelled),
+                 "--out", str(tmp_path / "by-prefix"), "--epochs", "1", "--maxlen", "16"]) == 0
+    alone = tmp_path / "weights-alone"
+    alone.mkdir()
+    for part in pretrained.glob("bert_model.ckpt.*"):
+        shutil.copyfile(part, alone / part.name)
+    capsys.readouterr()
+    assert main(["train", "--checkpoint", str(alone / "bert_model.ckpt"), "--train", str(labelled),
                  "--out", str(tmp_path / "no-config")]) == 2
-    assert "--config is required, unless --checkpoint is a model directory" in capsys.readouterr().err
+    assert "--config is required, unless --checkpoint has one beside it" in capsys.readouterr().err
     assert not (tmp_path / "no-config.partial").exists()
     assert main(["evaluate", "--model", str(pretrained), "--data", str(labelled)]) == 2
     assert "a pre-trained model (kbert pretrain)" in capsys.readouterr().err
