@@ -124,6 +124,16 @@ def refuse_replacing_the_working_directory(output: "str | os.PathLike[str]") -> 
                          "directory out from under the shell; run the command from another directory")
 
 
+def digest_file(digest, path: "str | os.PathLike[str]") -> int:
+    """Feeds the file at `path` into `digest` (a `hashlib` object) a block at a time; returns its size."""
+    size = 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return size
+
+
 def is_occupied(path: "str | os.PathLike[str]") -> bool:
     """Whether `path` is a file or a directory with something in it."""
     path = os.fspath(path)

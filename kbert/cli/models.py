@@ -169,4 +169,3 @@ def run_presets(args) -> int:
     print(f"\nparams: the backbone's, from the bundled config of the same shape. Archives are cached in "
           f"{cache_root()} ($KBERT_CACHE); hf:// in the Hugging Face cache.")
     return 0
-

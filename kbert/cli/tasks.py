@@ -185,30 +185,31 @@ def _run_options(args, **task_options) -> TrainingOptions:
 def run_train(args) -> int:
     from kbert.tasks import train
 
-    fetch_checkpoint_argument(args)
+    beside = fetch_checkpoint_argument(args)
     options = _run_options(
         args, skip_malformed=args.skip_malformed, bucketing=not args.no_bucketing, adversarial=args.adversarial,
         adversarial_epsilon=args.adversarial_epsilon, task=args.task, head=args.head,
         crf_lr_multiplier=args.crf_lr_multiplier, columns=parse_columns(args.columns) or None,
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha)
-    return _run(args, options, train, num_labels=args.num_labels)
+    return _run(args, options, train, beside, num_labels=args.num_labels)
 
 
 def run_pretrain(args) -> int:
     from kbert.tasks import pretrain
 
-    fetch_checkpoint_argument(args)
+    beside = fetch_checkpoint_argument(args)
     options = _run_options(args, task="mlm", whole_word=args.whole_word, mask_rate=args.mask_rate,
                            optimizer=args.optimizer)
-    return _run(args, options, pretrain)
+    return _run(args, options, pretrain, beside)
 
 
-def _run(args, options: TrainingOptions, run: Callable, **extra) -> int:
-    """Runs `train` or `pretrain`; Ctrl-C says what was kept; the end says what was saved."""
+def _run(args, options: TrainingOptions, run: Callable, beside, **extra) -> int:
+    """Runs `train` or `pretrain` (`beside`: the files of --checkpoint, or None); Ctrl-C says what was kept;
+    the end says what was saved."""
     from kbert.tasks import get_task
     from kbert.training.loop import TrainingInterrupted
 
-    config, vocab = _model_files(args)
+    config, vocab = _model_files(args, beside)
     try:
         state = run(config, vocab, args.train, args.out, valid_path=args.valid,
                     checkpoint_path=args.checkpoint, options=options, resume=args.resume,
@@ -228,11 +229,8 @@ def _run(args, options: TrainingOptions, run: Callable, **extra) -> int:
     return 0
 
 
-def _model_files(args) -> Tuple[str, str]:
+def _model_files(args, beside) -> Tuple[str, str]:
     """--config and --vocab, by default those beside --checkpoint (a model directory, a fetched name)."""
-    from kbert.checkpoints.formats import checkpoint_files
-
-    beside = checkpoint_files(args.checkpoint) if args.checkpoint else None
     config = args.config or (beside and beside.config)
     vocab = args.vocab or (beside and beside.vocab)
     for option, path in (("config", config), ("vocab", vocab)):

@@ -208,7 +208,6 @@ class CachedGraph:
         outputs, state = self.graph.run_step(inputs, _Step(positions, allowed, state))
         return _at(outputs, last), state
 
-
     def _greedy(self, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad, segment, hide_start):
         """Greedy decoding from the second new token on, the whole loop in one compiled call.
 

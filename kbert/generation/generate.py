@@ -12,6 +12,7 @@ given) and generated tokens get segment 1; for `lm`, every token has segment 0.
 
 from __future__ import annotations
 
+import itertools
 from typing import List, Optional, Sequence
 
 import keras
@@ -317,8 +318,7 @@ class _Search:
                 break
             if sampler is None and _compiles_loops(engine):  # the rest of the loop in one compiled call
                 for row, chosen in enumerate(engine.greedy(tokens, done, self)):
-                    ended = np.flatnonzero(chosen[1:] < 0)
-                    generated[row] += chosen[1:1 + (ended[0] if len(ended) else self.max_new_tokens - 1)].tolist()
+                    generated[row] += itertools.takewhile(lambda token: token >= 0, chosen[1:].tolist())
                 break
             log_probs = engine.extend(np.where(done, 0, tokens), rows)
         return generated

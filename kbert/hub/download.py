@@ -20,6 +20,7 @@ import urllib.request
 from typing import Iterator, Optional
 
 from kbert.errors import SourceError
+from kbert.io import digest_file
 
 ATTEMPTS = 3
 _CHUNK = 1 << 20
@@ -56,9 +57,7 @@ def _lock(handle, take: bool) -> None:
 
 def sha256_of(path: str) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(block)
+    digest_file(digest, path)
     return digest.hexdigest()
 
 

@@ -23,13 +23,13 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 from typing import Callable, List, Optional, Tuple
 
 from kbert.errors import SourceError
 from kbert.hub.archives import MAX_UNPACKED_BYTES, unpack
 from kbert.hub.download import download, locked
 from kbert.hub.presets import PRESETS
+from kbert.io import staging_directory
 
 SCHEMES = ("hf://", "modelscope://", "https://", "http://", "file://")
 # What kbert reads from a hub repository: weights as data (never a pickled pytorch_model.bin), the
@@ -166,7 +166,7 @@ def _from_archive(url: str, sha256: Optional[str], root: str, max_bytes: int) ->
             for folder in ("downloads", "archives"):
                 os.makedirs(os.path.join(root, folder), exist_ok=True)
             archive = download(url, os.path.join(root, "downloads", key), sha256)
-            staging = tempfile.mkdtemp(prefix=f".{key}-", dir=os.path.dirname(unpacked))
+            staging = staging_directory(unpacked)
             try:
                 unpack(archive, staging, max_bytes, label=url)
                 checkpoint_directory(staging, url)  # an archive without a checkpoint is not cached

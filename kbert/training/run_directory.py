@@ -15,7 +15,8 @@ import shutil
 from typing import Dict, Optional, Sequence
 
 from kbert.errors import KbertError
-from kbert.io import atomic_write_text, is_occupied, refuse_replacing_the_working_directory, replace_directory
+from kbert.io import (atomic_write_text, digest_file, is_occupied, refuse_replacing_the_working_directory,
+                      replace_directory)
 from kbert.training.data import LabelMap
 from kbert.training.model_dir import CONFIG_FILE, RESUME_DIR, TRAINING_FILE
 
@@ -110,10 +111,7 @@ def _fingerprint(path: str) -> dict:
     digest, size = hashlib.sha256(), 0
     for name in files:
         digest.update(os.path.relpath(name, path).encode() + b"\0")
-        with open(name, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-                size += len(block)
+        size += digest_file(digest, name)
     return {"path": os.path.abspath(path), "bytes": size, "sha256": digest.hexdigest()}
 
 
