@@ -41,7 +41,8 @@ VOCAB = SHARED / "vocab" / "chinese_vocab.txt"
 # The module-level sizes every example gets (a user shrinking a run for a smoke test).
 SIZES = {"maxlen": 64, "batch_size": 4, "epochs": 1, "steps_per_epoch": 2, "max_p_len": 48, "max_q_len": 16,
          "max_a_len": 8, "max_qa_len": 24, "max_c_len": 48, "max_t_len": 16, "bert_layers": 2, "steps": 20,
-         "converged_steps": 10}
+         "converged_steps": 10,
+         "train_frac": 0.25}  # VAT's labelled share: its 0.01 of 24 lines would label none
 LINES = 24  # examples per data split
 
 

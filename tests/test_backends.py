@@ -216,55 +216,103 @@ for name in {list(SAVED_MODELS)!r}:
 
 ADVERSARIAL_RUN = """
 import numpy as np, keras
-from kbert.training.adversarial import adversarial_training, gradient_penalty
-def trained(method, initial):
+from kbert.training.adversarial import adversarial_training, gradient_penalty, virtual_adversarial_training
+def model_for(initial, loss="sparse_categorical_crossentropy"):
     tokens = keras.Input((3,), dtype="int32")
     pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(10, 4, name="Embedding-Token")(tokens))
     model = keras.Model(tokens, keras.layers.Dense(2, activation="softmax")(pooled))
-    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
-    if initial:
-        model.load_weights(initial)
-    {"fgm": adversarial_training, "gp": gradient_penalty}[method](model, "Embedding-Token", epsilon=0.5)
-    history = model.fit(np.array([[1, 2, 3], [4, 5, 6], [1, 1, 7]]), np.array([0, 1, 1]), batch_size=3, epochs=2,
-                        verbose=0, shuffle=False)
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)
+    model.load_weights(initial)
+    return model
+def weights_after(model, x, y, epochs=2):
+    history = model.fit(x, y, batch_size=3, epochs=epochs, verbose=0, shuffle=False)
     return [keras.ops.convert_to_numpy(w) for w in model.weights], history.history["loss"]
+X, Y = np.array([[1, 2, 3], [4, 5, 6], [1, 1, 7]]), np.array([0, 1, 1])
+def trained(method, initial):
+    model = model_for(initial)
+    {"fgm": adversarial_training, "gp": gradient_penalty}[method](model, "Embedding-Token", epsilon=0.5)
+    return weights_after(model, X, Y)
+def vat_properties(initial):
+    \"\"\"VAT's step with the labels ignored, and with a vanishing perturbation against the plain step on the
+    model's own predictions: the largest weight differences.\"\"\"
+    def vat_weights(labels, epsilon):
+        model = model_for(initial, "kld")
+        virtual_adversarial_training(model, "Embedding-Token", epsilon=epsilon, seed=1)
+        return weights_after(model, X, labels, epochs=1)[0]
+    plain = model_for(initial, "kld")
+    targets = plain.predict(X, verbose=0)
+    on_own_predictions = weights_after(plain, X, targets, epochs=1)[0]
+    one_hot = np.eye(2)[Y]
+    differences = lambda a, b: max(float(np.abs(p - q).max()) for p, q in zip(a, b))
+    return (differences(vat_weights(one_hot, 1.0), vat_weights(1 - one_hot, 1.0)),
+            differences(vat_weights(one_hot, 1e-9), on_own_predictions),
+            differences(vat_weights(one_hot, 1.0), on_own_predictions))
 """
 
 
-@pytest.mark.parametrize("method", ["fgm", "gp"])
-def test_adversarial_steps_give_tensorflows_weights_on_pytorch(method, tmp_path):
-    pytest.importorskip("torch", reason="PyTorch is not installed")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bert4keras_data_generator_feeds_fit_without_tensorflow(backend):
+    result = run_without_tensorflow(backend, """
+import numpy as np, keras
+from kbert.compat.snippets import DataGenerator, sequence_padding
+class Batches(DataGenerator):
+    def __iter__(self, random=False):
+        batch = []
+        for is_end, length in self.sample(random):
+            batch.append([1] * length)
+            if len(batch) == self.batch_size or is_end:
+                yield sequence_padding(batch), np.array([[len(row) % 2] for row in batch])
+                batch = []
+generator = Batches([3, 3, 9, 4, 2], batch_size=2)
+model = keras.Sequential([keras.layers.Embedding(4, 2), keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+history = model.fit(generator.forfit(random=False), steps_per_epoch=len(generator), epochs=2, verbose=0)
+endless = generator.forfit(random=False)
+print(len(history.history["loss"]), [next(endless)[0].shape[1] for _ in range(4)])
+""")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[-2] == "2 [3, 9, 2, 3]"
+
+
+@pytest.fixture
+def initial_weights(tmp_path):
     import keras
-    import numpy as np
 
     keras.utils.set_random_seed(0)
     tokens = keras.Input((3,), dtype="int32")
     pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(10, 4, name="Embedding-Token")(tokens))
-    keras.Model(tokens, keras.layers.Dense(2)(pooled)).save_weights(tmp_path / "initial.weights.h5")
+    keras.Model(tokens, keras.layers.Dense(2, activation="softmax")(pooled)).save_weights(
+        tmp_path / "initial.weights.h5")
+    return tmp_path / "initial.weights.h5"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("method", ["fgm", "gp"])
+def test_adversarial_steps_give_tensorflows_weights(backend, method, initial_weights, tmp_path):
+    import numpy as np
+
     scope: dict = {}
     exec(ADVERSARIAL_RUN, scope)
-    weights, losses = scope["trained"](method, tmp_path / "initial.weights.h5")
-    result = run_without_tensorflow("torch", ADVERSARIAL_RUN + f"""
-weights, losses = trained({method!r}, {str(tmp_path / 'initial.weights.h5')!r})
-np.savez({str(tmp_path / 'torch.npz')!r}, *weights, losses=np.array(losses))
+    weights, losses = scope["trained"](method, initial_weights)
+    result = run_without_tensorflow(backend, ADVERSARIAL_RUN + f"""
+weights, losses = trained({method!r}, {str(initial_weights)!r})
+np.savez({str(tmp_path / 'there.npz')!r}, *weights, losses=np.array(losses))
 """)
     assert result.returncode == 0, result.stderr[-3000:]
-    on_torch = np.load(tmp_path / "torch.npz")
-    np.testing.assert_allclose(on_torch["losses"], losses, rtol=1e-5)
+    there = np.load(tmp_path / "there.npz")
+    np.testing.assert_allclose(there["losses"], losses, rtol=1e-5)
     for index, expected in enumerate(weights):
-        np.testing.assert_allclose(on_torch[f"arr_{index}"], expected, atol=1e-6)
+        np.testing.assert_allclose(there[f"arr_{index}"], expected, atol=1e-6)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed (pip install 'jax[cpu]')")
-def test_adversarial_training_is_refused_on_jax_with_the_reason():
-    result = run_without_tensorflow("jax", ADVERSARIAL_RUN + """
-from kbert.errors import KbertError
-keras.utils.set_random_seed(0)
-try:
-    trained("fgm", None)
-except KbertError as error:
-    print(error)
-""")
+@pytest.mark.parametrize("backend", ["tensorflow", *BACKENDS])
+def test_virtual_adversarial_training_learns_from_its_own_predictions(backend, initial_weights):
+    code = ADVERSARIAL_RUN + f"print(*vat_properties({str(initial_weights)!r}))"
+    result = (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "KERAS_BACKEND": "tensorflow", "PYTHONPATH": str(REPO)})
+              if backend == "tensorflow" else run_without_tensorflow(backend, code))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "adversarial training (FGM, gradient penalty) has a train step for TensorFlow and PyTorch, and Keras " \
-           "runs on jax" in result.stdout
+    labels_ignored, vanishing_perturbation, real_perturbation = map(float, result.stdout.split()[-3:])
+    assert labels_ignored == 0.0
+    assert vanishing_perturbation < 1e-6
+    assert real_perturbation > 1e-3

@@ -110,6 +110,8 @@ def test_data_generator_contract(sentiment, tokenizers):
     assert sorted(shuffled) == sorted(text for text, _ in sentiment[:70]) and shuffled != [t for t, _ in sentiment[:70]]
     endless = iter(generator.forfit())
     assert sum(len(next(endless)[1]) for _ in range(6)) == 140  # two passes
+    unlabelled = generator.forfit(random=False)  # bert4keras's VAT example draws batches with next()
+    assert [len(next(unlabelled)[1]) for _ in range(4)] == [32, 32, 6, 32]
     (inputs,) = next(iter(generator.fortest()))
     assert len(inputs) == 2 and inputs[0].shape == inputs[1].shape
     # As bert4keras's scripts predict with it: both inputs reach a two-input model.

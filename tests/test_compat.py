@@ -327,6 +327,18 @@ def test_adversarial_training_names_a_missing_layer():
         adversarial_training(model, "Embedding-Segment")
 
 
+def test_adversarial_training_refuses_a_frozen_table_and_a_loss_scaled_penalty():
+    model = _tiny_classifier()
+    model.get_layer("Embedding-Token").trainable = False
+    with pytest.raises(KbertError, match="'Embedding-Token' is frozen"):
+        adversarial_training(model, "Embedding-Token")
+    model = _tiny_classifier()
+    model.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+                  loss="sparse_categorical_crossentropy")
+    with pytest.raises(KbertError, match="LossScaleOptimizer"):
+        gradient_penalty(model, "Embedding-Token")
+
+
 # -- models --
 
 def test_load_weights_from_checkpoint_after_building_around_the_backbone(tiny_checkpoint_dir):

@@ -29,8 +29,7 @@ def test_every_example_migrates_idempotently_to_python_without_bert4keras():
 def test_only_the_graph_mode_examples_need_a_manual_change():
     manual = {script.name for script in examples()
               if migrate_source(script.read_text(encoding="utf-8")).manual}
-    assert manual == {"task_iflytek_gradient_penalty.py", "task_sentiment_integrated_gradients.py",
-                      "task_sentiment_virtual_adversarial_training.py"}
+    assert manual == {"task_sentiment_integrated_gradients.py"}
 
 
 SCRIPT = '''import keras.backend as K
@@ -71,6 +70,39 @@ x = kbert.compat.snippets.to_array([1])
     [manual] = migration.manual
     assert manual.line == 13 and "tf.GradientTape" in manual.message
     assert migrate_source(migration.source).source == migration.source
+
+
+GRAPH_MODE_TRAINING = '''from bert4keras.backend import K, search_layer
+def virtual_adversarial_training(model, embedding_name, epsilon=1, xi=10, iters=1):
+    gradients = K.gradients(model.total_loss, [embeddings])
+    model.train_function = train_function
+def loss_with_gradient_penalty(y_true, y_pred, epsilon=0.5):
+    loss = K.mean(K.sparse_categorical_crossentropy(y_true, y_pred))
+    embeddings = search_layer(y_pred, 'Embedding-Word').embeddings
+    return loss + 0.5 * epsilon * K.sum(K.gradients(loss, [embeddings])[0].values**2)
+classifier.compile(loss=loss_with_gradient_penalty, optimizer='adam')
+other.compile(loss='mse')
+virtual_adversarial_training(model_vat, 'Embedding-Token')
+'''
+
+
+def test_graph_mode_vat_and_gradient_penalty_become_train_steps():
+    migration = migrate_source(GRAPH_MODE_TRAINING)
+    assert migration.source == '''from kbert.compat.backend import K, search_layer
+# bert4keras's Keras 2 virtual_adversarial_training: virtual adversarial training as a Keras 3 train step (kbert migrate)
+from kbert.compat.adversarial import virtual_adversarial_training
+# bert4keras's Keras 2 loss_with_gradient_penalty: the plain loss, its penalty a train step added after compile (kbert migrate)
+from kbert.compat.adversarial import gradient_penalty, loss_with_gradient_penalty
+classifier.compile(loss=loss_with_gradient_penalty, optimizer='adam')
+gradient_penalty(classifier, 'Embedding-Word', epsilon=0.5)  # kbert migrate: the penalty of loss_with_gradient_penalty
+other.compile(loss='mse')
+virtual_adversarial_training(model_vat, 'Embedding-Token')
+'''
+    assert not migration.manual
+    assert migrate_source(migration.source).source == migration.source
+    # the same loss name without K.gradients is the user's own, and stays
+    own = "def loss_with_gradient_penalty(y_true, y_pred):\n    return y_pred\nm.compile(loss=loss_with_gradient_penalty)\n"
+    assert migrate_source(own).source == own
 
 
 def test_a_python2_script_is_a_clear_error():

@@ -10,8 +10,9 @@
 - `snippets`: `to_array`, `open`, `sequence_padding`, `DataGenerator`,
   `AutoRegressiveDecoder`, `ViterbiDecoder`, `text_segmentate`, ...
 - `optimizers`: `Adam`, `AdaFactor`, every `extend_with_*`.
-- `adversarial`: `adversarial_training` and `gradient_penalty` as Keras 3
-  train steps (Keras 2's `K.gradients` code has no Keras 3 form).
+- `adversarial`: `adversarial_training`, `gradient_penalty` and
+  `virtual_adversarial_training` as Keras 3 train steps (Keras 2's
+  `K.gradients` code has no Keras 3 form).
 
 `kbert migrate SCRIPT` makes this change and the Keras 2 → 3 edits a script
 needs (`docs/migrating-from-bert4keras.md`).

@@ -240,9 +240,10 @@ def _graph_mode_only(name: str, instead: str):
 
 
 gradients = _graph_mode_only(
-    "gradients", "compute gradients in a train_step with tf.GradientTape; for adversarial training use "
+    "gradients", "compute gradients in a train_step with the backend's autodiff; for adversarial training use "
     "kbert.compat.adversarial.adversarial_training(model, 'Embedding-Token', epsilon) (what `kbert migrate` "
-    "writes), for a gradient penalty kbert.compat.adversarial.gradient_penalty(model, 'Embedding-Token', epsilon)")
+    "writes), for a gradient penalty kbert.compat.adversarial.gradient_penalty(model, 'Embedding-Token', epsilon), "
+    "for VAT kbert.compat.adversarial.virtual_adversarial_training(model, 'Embedding-Token')")
 function = _graph_mode_only(
     "function", "call the model (model.predict or model(inputs)), or build a keras.Model on the tensors you need")
 learning_phase = _graph_mode_only(

@@ -18,8 +18,14 @@ What it changes:
   `layer.get_output_at(i)` → `get_output_at(layer, i)` (imported from
   `kbert.compat.backend`), an optimizer's `lr=` → `learning_rate=`;
 - bert4keras's graph-mode `adversarial_training(model, embedding_name,
-  epsilon)` function (`K.gradients`, `model._make_train_function`) → an
-  import of `kbert.compat.adversarial.adversarial_training`, a Keras 3 train step.
+  epsilon)` and `virtual_adversarial_training(model, embedding_name, epsilon,
+  xi, iters)` functions (`K.gradients`, `model._make_train_function`) → an
+  import of the same name from `kbert.compat.adversarial`, a Keras 3 train step;
+- the `loss_with_gradient_penalty(y_true, y_pred, epsilon)` loss (`K.gradients`
+  inside a loss) → an import of `kbert.compat.adversarial`'s, the plain
+  loss, and after each `compile(loss=loss_with_gradient_penalty)` a
+  `gradient_penalty(model, embedding_name, epsilon)` line that adds the
+  penalty as a Keras 3 train step.
 
 What it reports as a manual change (with the code to use instead): other
 graph-mode gradient code (`K.gradients`, `K.function`, `model.total_loss`,
@@ -56,8 +62,10 @@ NOT_KERAS = {"np", "numpy", "torch", "joblib", "pickle", "tf"}  # their save() i
 RENAMED_METHODS = {"fit_generator": "fit", "predict_generator": "predict", "evaluate_generator": "evaluate"}
 KERAS_OPTIMIZERS = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam", "Ftrl", "Lion",
                     "Adafactor", "AdaFactor"}
+# bert4keras's graph-mode training functions and what kbert.compat.adversarial's of the same name are.
+TRAIN_STEP_FUNCTIONS = {"adversarial_training": "FGM", "virtual_adversarial_training": "virtual adversarial training"}
 GRAPH_MODE = {
-    "gradients": "K.gradients has no Keras 3 form: take gradients in a train step with tf.GradientTape; "
+    "gradients": "K.gradients has no Keras 3 form: take gradients in a train step with the backend's autodiff; "
                  "for FGM adversarial training call kbert.compat.adversarial.adversarial_training(model, "
                  "'Embedding-Token', epsilon), for a gradient penalty gradient_penalty(model, "
                  "'Embedding-Token', epsilon) after compile, with the plain loss in compile",
@@ -140,6 +148,7 @@ class _Rewriter(SourceEdits, ast.NodeVisitor):
         self.needed_backend_names: set = set()
         self.optimizer_names = set(KERAS_OPTIMIZERS)
         self.replaced_functions: List[ast.AST] = []
+        self.penalty = ""  # the arguments of gradient_penalty(model, ...) once loss_with_gradient_penalty is replaced
 
     def replace(self, node, new_text: str, message: str) -> None:
         start, end = self.span(node)
@@ -200,19 +209,40 @@ class _Rewriter(SourceEdits, ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         uses = {child.attr for child in ast.walk(node) if isinstance(child, ast.Attribute)}
-        if node.name == "adversarial_training" and {"gradients", "_make_train_function"} & uses:
-            start = self.line_starts[node.lineno - 1]
-            start_of_decorators = min([start] + [self.line_starts[d.lineno - 1] for d in node.decorator_list])
-            end = self.line_starts[node.end_lineno]
-            indent = " " * node.col_offset
-            new = (f"{indent}# bert4keras's Keras 2 adversarial_training, as a Keras 3 train step (kbert migrate)\n"
-                   f"{indent}from {NEW_PACKAGE}.adversarial import adversarial_training\n")
-            self.edits.append((start_of_decorators, end, new))
-            self.findings.append(Finding(node.lineno, True, "the graph-mode adversarial_training function → "
-                                         f"from {NEW_PACKAGE}.adversarial import adversarial_training "
-                                         "(FGM as a Keras 3 train step)"))
-            self.replaced_functions.append(node)
+        if node.name in TRAIN_STEP_FUNCTIONS and {"gradients", "_make_train_function"} & uses:
+            self._replace_function(node, node.name, f"{TRAIN_STEP_FUNCTIONS[node.name]} as a Keras 3 train step")
             return
+        if node.name == "loss_with_gradient_penalty" and "gradients" in uses:
+            self._replace_function(node, "gradient_penalty, loss_with_gradient_penalty",
+                                   "the plain loss, its penalty a train step added after compile")
+            self.penalty = _penalty_arguments(node)
+            return
+        self.generic_visit(node)
+
+    def _replace_function(self, node: ast.FunctionDef, names: str, what: str) -> None:
+        """The definition (with its decorators) → an import of `names` from kbert.compat.adversarial."""
+        start = min([self.line_starts[node.lineno - 1]] + [self.line_starts[d.lineno - 1]
+                                                           for d in node.decorator_list])
+        indent = " " * node.col_offset
+        new = (f"{indent}# bert4keras's Keras 2 {node.name}: {what} (kbert migrate)\n"
+               f"{indent}from {NEW_PACKAGE}.adversarial import {names}\n")
+        self.edits.append((start, self.line_starts[node.end_lineno], new))
+        self.findings.append(Finding(node.lineno, True, f"the graph-mode {node.name} function → from "
+                                     f"{NEW_PACKAGE}.adversarial import {names} ({what})"))
+        self.replaced_functions.append(node)
+
+    def visit_Expr(self, node: ast.Expr) -> None:
+        """`model.compile(loss=loss_with_gradient_penalty, ...)` → the same, then `gradient_penalty(model, ...)`."""
+        call = node.value
+        if self.penalty and isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+                and call.func.attr == "compile" and any(
+                    keyword.arg == "loss" and isinstance(keyword.value, ast.Name)
+                    and keyword.value.id == "loss_with_gradient_penalty" for keyword in call.keywords):
+            line = (f"{' ' * node.col_offset}gradient_penalty({self.text(call.func.value)}, {self.penalty})"
+                    "  # kbert migrate: the penalty of loss_with_gradient_penalty\n")
+            end = self.line_starts[node.end_lineno]
+            self.edits.append((end, end, line))
+            self.findings.append(Finding(node.end_lineno + 1, True, f"after compile: {line.split('  #')[0].strip()}"))
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -272,6 +302,18 @@ def _weights_file_names(tree: ast.AST) -> Dict[str, str]:
                 and _receiver(node.func) not in NOT_KERAS:
             renames[path] = os.path.splitext(path)[0] + ".keras"
     return renames
+
+
+def _penalty_arguments(loss: ast.FunctionDef) -> str:
+    """`gradient_penalty`'s arguments after the model for a `loss_with_gradient_penalty` definition: the layer its
+    body looks up (`search_layer(y_pred, 'Embedding-Token')`) and its `epsilon` default."""
+    names = [node.args[1].value for node in ast.walk(loss) if isinstance(node, ast.Call) and len(node.args) == 2
+             and getattr(node.func, "id", getattr(node.func, "attr", None)) == "search_layer"
+             and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)]
+    arguments = loss.args.args[-len(loss.args.defaults):] if loss.args.defaults else []
+    epsilon = next((ast.unparse(default) for argument, default in zip(arguments, loss.args.defaults)
+                    if argument.arg == "epsilon"), "1")
+    return f"{(names or ['Embedding-Token'])[0]!r}, epsilon={epsilon}"
 
 
 def _receiver(function) -> Optional[str]:

@@ -2,14 +2,18 @@
 
 Scripts written for bert4keras build their batches with these two names; they
 work unchanged with kbert. `DataGenerator.forfit` hands the batches to
-`tf.data`, which prefetches them while the model trains.
+`tf.data`, which prefetches them while the model trains (to an endless
+`keras.utils.PyDataset` where TensorFlow is not installed).
 """
 
 from __future__ import annotations
 
 from typing import Iterator, Optional, Sequence, Tuple, Union
 
+import keras
 import numpy as np
+
+from kbert.errors import tensorflow_installed
 
 
 def sequence_padding(inputs: Sequence, length: Union[int, Sequence[int], None] = None, value=0,
@@ -163,7 +167,13 @@ class DataGenerator:
         """An endless dataset of `batches()`, its structure and dtypes from the first batch, every axis
         open but the 1 of a `[batch, 1]` array (bert4keras's labels, which Keras's sparse losses squeeze
         only when they know the 1). A size-1 axis of a larger array stays open: GPLinker's
-        `[batch, 2, n, 2]` labels have n = 1 in some batches only."""
+        `[batch, 2, n, 2]` labels have n = 1 in some batches only.
+
+        `next(dataset)` gives the next batch, as `next` on bert4keras's Python generator did (its VAT
+        example draws unlabelled batches so). Where TensorFlow is not installed, the batches come as an
+        endless `keras.utils.PyDataset`, which Keras reads on JAX and PyTorch."""
+        if not tensorflow_installed():
+            return _EndlessBatches(batches)
         import tensorflow as tf
 
         def spec(x):
@@ -174,7 +184,40 @@ class DataGenerator:
 
         first = next(iter(batches()))
         signature = tf.nest.map_structure(spec, first)
-        return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
+        dataset = tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(tf.data.AUTOTUNE)
+        dataset.__class__ = _taking_next(type(dataset))  # still the same dataset to Keras and tf.data
+        return dataset
+
+
+def _taking_next(dataset_class: type) -> type:
+    """A subclass of a `tf.data` dataset class whose objects also answer `next()` with NumPy batches."""
+
+    class Batches(dataset_class):
+        def __next__(self):
+            if "_batches" not in self.__dict__:
+                self.__dict__["_batches"] = self.as_numpy_iterator()
+            return next(self.__dict__["_batches"])
+
+    Batches.__name__ = Batches.__qualname__ = dataset_class.__name__
+    return Batches
+
+
+class _EndlessBatches(keras.utils.PyDataset):
+    """`DataGenerator`'s batches without TensorFlow: an endless `keras.utils.PyDataset` that `next()` reads too."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = iter(batches())
+
+    @property
+    def num_batches(self):
+        return None  # endless: fit takes steps_per_epoch, predict steps
+
+    def __getitem__(self, index):
+        return next(self.batches)
+
+    def __next__(self):
+        return next(self.batches)
 
 
 def _as_tuples(batch):
