@@ -3,6 +3,7 @@
     python -m benchmarks.backends [--task encode] [--quick] [--rounds 3] [--precisions fp32 bf16] [--json OUT]
     python -m benchmarks.backends --task train --batches 32
     python -m benchmarks.backends --task generate --precisions fp32
+    python -m benchmarks.backends --task finetune --precisions fp32 --calls 1
     python -m benchmarks.backends --baseline "keras-hub/jax fp32" --peak-tflops tf32=494.7 bf16=989.4   # a GPU
 
 A process holds one Keras backend, so each engine (kbert or keras-hub on
@@ -15,7 +16,13 @@ the table reports tokens per second as the median over rounds, then each
 engine's median ratio to kbert on TensorFlow in fp32, with the range over
 rounds. `train` times one optimizer step of a two-label classifier on `[CLS]`
 (kbert's `build_classifier`, keras-hub's `BertTextClassifier`, transformers'
-`BertForSequenceClassification`, each with AdamW). Encode and train rows also
+`BertForSequenceClassification`, each with AdamW). `finetune` times one
+epoch of fine-tuning on real reviews (`../shared/data/sentiment`), each
+library as its users feed it: kbert through its bucketed pipeline (each batch
+padded to its longest row, rounded up to 16), keras-hub's
+`BertTextClassifier` with its preprocessor's fixed `sequence_length`; both
+read the same token ids (kbert's WordPiece on the Chinese vocabulary, cut at
+the same maxlen). Encode and train rows also
 give the model's arithmetic rate (matmul FLOPs counted from the config; a
 training step is three forward passes' worth) and, given the device's peak
 (`--peak-tflops`), the model FLOP utilisation (MFU).
@@ -209,6 +216,54 @@ def _transformers_train_step(config_path: str, precision: str, batch: int, lengt
     return step
 
 
+SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.pardir, "shared")
+REVIEWS = 512  # a fine-tuning pass: the first reviews of the sentiment corpus's training split
+
+
+def _reviews(maxlen: int) -> tuple:
+    """The first `REVIEWS` reviews of `../shared/data/sentiment` as (token ids, segment ids) pairs, and labels."""
+    import numpy as np
+
+    from kbert import Tokenizer
+
+    corpus = os.path.join(SHARED, "data", "sentiment", "sentiment.train.data")
+    if not os.path.exists(corpus):
+        raise SystemExit(f"finetune reads real reviews from {os.path.normpath(corpus)}, which is missing: "
+                         "run it from a checkout with ../shared beside it")
+    with open(corpus, encoding="utf-8") as handle:
+        rows = [line.rstrip("\n").rsplit("\t", 1) for line, _ in zip(handle, range(REVIEWS))]
+    tokenizer = Tokenizer(os.path.join(SHARED, "vocab", "chinese_vocab.txt"))
+    return tokenizer.encode_all([text for text, _ in rows], maxlen=maxlen), np.array([int(y) for _, y in rows])
+
+
+def _kbert_fine_tuning(config_path: str, precision: str, batch: int, length: int):
+    from kbert import build_transformer_model
+    from kbert.builder import build_classifier
+    from kbert.training.pipeline import make_dataset
+
+    model = build_classifier(build_transformer_model(config_path), 2)
+    model.compile(optimizer=_adamw(), loss="sparse_categorical_crossentropy")
+    encoded, labels = _reviews(length)
+    dataset = make_dataset(encoded, labels, batch, shuffle=True, bucketing=True)
+    return lambda: model.fit(dataset, epochs=1, verbose=0)
+
+
+def _keras_hub_fine_tuning(config_path: str, precision: str, batch: int, length: int):
+    import keras
+    import keras_hub
+    import numpy as np
+
+    classifier = keras_hub.models.BertTextClassifier(
+        _keras_hub_backbone(_config(config_path)), num_classes=2, preprocessor=None)
+    classifier.compile(optimizer=_adamw(), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    encoded, labels = _reviews(length)
+    tokens = np.zeros((len(encoded), length), "int32")  # BertTextClassifierPreprocessor(sequence_length=length)
+    for row, (ids, _) in zip(tokens, encoded):
+        row[:len(ids)] = ids
+    inputs = {"token_ids": tokens, "segment_ids": tokens * 0, "padding_mask": tokens != 0}
+    return lambda: classifier.fit(inputs, labels, batch_size=batch, epochs=1, shuffle=True, verbose=0)
+
+
 def _kbert_generator(config_path: str, precision: str, batch: int, length: int):
     from kbert import build_transformer_model, generate
 
@@ -240,7 +295,8 @@ ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "keras-hub": _keras_hub_enc
                             "transformers": _transformers_encoder},
                  "train": {"kbert": _kbert_train_step, "keras-hub": _keras_hub_train_step,
                            "transformers": _transformers_train_step},
-                 "generate": {"kbert": _kbert_generator, "keras-hub": _keras_hub_generator}}
+                 "generate": {"kbert": _kbert_generator, "keras-hub": _keras_hub_generator},
+                 "finetune": {"kbert": _kbert_fine_tuning, "keras-hub": _keras_hub_fine_tuning}}
 
 
 # --- the run: workers, alternating rounds, the table -------------------------------------------
@@ -319,7 +375,8 @@ def run(task: str, config_path: str, batch: int, length: int, rounds: int, calls
     finally:
         for worker in workers:
             worker.close()
-    tokens = batch * (NEW_TOKENS if task == "generate" else length)  # new tokens, or tokens read
+    # new tokens, reviews of a fine-tuning pass, or tokens read
+    tokens = batch * NEW_TOKENS if task == "generate" else REVIEWS if task == "finetune" else batch * length
     passes = {"encode": 1, "train": 3}.get(task)  # a backward pass costs two forward passes
     rows = {}
     for name, times in seconds.items():
@@ -338,12 +395,14 @@ def run(task: str, config_path: str, batch: int, length: int, rounds: int, calls
 
 
 def print_table(results: dict) -> None:
-    what = (f"{results['batch']} prompts of {results['length']} tokens, {NEW_TOKENS} new tokens each (greedy)"
-            if results["task"] == "generate" else f"{results['batch']} x {results['length']} tokens")
-    step = "optimizer steps" if results["task"] == "train" else "calls"
+    what = {"generate": f"{results['batch']} prompts of {results['length']} tokens, {NEW_TOKENS} new tokens each "
+                        "(greedy)",
+            "finetune": f"{REVIEWS} real reviews, batch {results['batch']}, maxlen {results['length']}"}.get(
+        results["task"], f"{results['batch']} x {results['length']} tokens")
+    step = {"train": "optimizer steps", "finetune": "fine-tuning epochs"}.get(results["task"], "calls")
     print(f"\n{results['config']}, {what}; {results['rounds']} alternating rounds of {results['calls_per_round']} "
           f"{step} each; medians")
-    unit = "new tokens/s" if results["task"] == "generate" else "tokens/s"
+    unit = {"generate": "new tokens/s", "finetune": "reviews/s"}.get(results["task"], "tokens/s")
     print(f"{'engine':32} {unit:>12} {'TFLOP/s':>8} {'MFU':>6}  vs {results['baseline']}")
     for name, row in results["engines"].items():
         ratio = describe(row["vs_baseline"]) if "vs_baseline" in row else "-"
@@ -355,7 +414,7 @@ def print_table(results: dict) -> None:
 
 
 CONFIGS = {"encode": ("bert_base_chinese", "bert_tiny"), "train": ("bert_base_chinese", "bert_tiny"),
-           "generate": ("gpt2_chinese_base", "gpt2_chinese_base")}
+           "generate": ("gpt2_chinese_base", "gpt2_chinese_base"), "finetune": ("bert_small_chinese", "bert_tiny")}
 
 
 def peak(text: str) -> tuple:
@@ -371,7 +430,8 @@ def main(argv=None) -> None:
     parser.add_argument("--task", choices=sorted(ENGINE_MAKERS), default="encode",
                         help="encode: BERT-base 8 x 128 forward passes; train: optimizer steps of a BERT-base "
                              "classifier, 8 x 128; generate: GPT-2-base greedy, 32-token prompts, 64 new "
-                             "tokens, batch 1 and 8")
+                             "tokens, batch 1 and 8; finetune: an epoch of bert_small on 512 real reviews, "
+                             "batch 32, maxlen 128")
     parser.add_argument("--quick", action="store_true", help="encode, train: bert_tiny, 2 x 16 tokens (a smoke test)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=3, help="calls timed per engine per round")
@@ -395,7 +455,7 @@ def main(argv=None) -> None:
 
     config_path = bundled_config_path(CONFIGS[args.task][args.quick])
     quick = args.quick and args.task != "generate"
-    batches = args.batches or ([2] if quick else [1, 8] if args.task == "generate" else [8])
+    batches = args.batches or ([2] if quick else {"generate": [1, 8], "finetune": [32]}.get(args.task, [8]))
     length = args.length or (16 if quick else 32 if args.task == "generate" else 128)
     results = []
     for batch in batches:

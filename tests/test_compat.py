@@ -51,9 +51,25 @@ def test_batch_dot_is_keras2s(x_shape, y_shape, axes):
 def test_graph_mode_functions_say_what_to_use():
     with pytest.raises(KbertError, match="adversarial_training"):
         K.gradients(None, [])
-    with pytest.raises(KbertError, match="training=training"):
+    with pytest.raises(KbertError, match="no global learning phase"):
         K.in_train_phase(1.0, 0.0)
     assert K.in_train_phase(1.0, 0.0, training=False) == 0.0
+
+
+def test_in_train_phase_follows_the_layer_call_it_runs_in():
+    """A bert4keras layer whose call takes no `training` (BERT-of-Theseus's BinaryRandomChoice) still gets fit's
+    training phase, as Keras 2's learning phase gave it."""
+    class TrainOrTest(keras.layers.Layer):
+        def call(self, inputs):
+            return K.in_train_phase(inputs + 1.0, inputs)
+
+    inputs = keras.Input((1,))
+    model = keras.Model(inputs, TrainOrTest()(inputs))
+    model.compile("sgd", "mse")
+    x = np.zeros((2, 1), "float32")
+    assert model.predict(x, verbose=0).tolist() == [[0.0], [0.0]]
+    assert model.evaluate(x, x, verbose=0) == 0.0
+    assert model.train_on_batch(x, x) == 1.0  # the training branch: (0 + 1 - 0)²
 
 
 def test_set_value_and_eval_on_a_variable():
@@ -340,6 +356,34 @@ def test_adversarial_training_refuses_a_frozen_table_and_a_loss_scaled_penalty()
 
 
 # -- models --
+
+def test_prefix_and_config_keywords_and_graph_hooks_as_bert4keras(tiny_checkpoint_dir, tmp_path):
+    """BERT-of-Theseus's build: two prefixed models from one checkpoint, one with fewer layers, and a model
+    made of their layers applied to new inputs."""
+    from kbert.compat.models import build_transformer_model
+    config, checkpoint = str(tiny_checkpoint_dir / "bert_config.json"), str(tiny_checkpoint_dir / "bert_model.ckpt")
+    plain = build_transformer_model(config, checkpoint)
+    bert = build_transformer_model(config, checkpoint, return_keras_model=False, prefix="Predecessor-")
+    short = build_transformer_model(config, checkpoint, return_keras_model=False, prefix="Successor-",
+                                    num_hidden_layers=1)
+    assert [layer.name for layer in bert.model.layers] == ["Predecessor-" + layer.name for layer in plain.layers]
+    assert (short.num_hidden_layers, bert.num_hidden_layers) == (1, 2)
+    assert not any(layer.name.startswith("Successor-Transformer-1-") for layer in short.model.layers)
+    for mine, theirs in zip(bert.model.weights, plain.weights):
+        np.testing.assert_array_equal(K.eval(mine), K.eval(theirs))
+    tokens = np.array([[2, 5, 9, 3, 0]])
+    x = bert.apply_embeddings(bert.inputs)
+    for index in range(bert.num_hidden_layers):
+        x = bert.apply_main_layers(x, index)
+    again = keras.Model(bert.inputs, x)
+    np.testing.assert_allclose(again.predict([tokens, tokens * 0], verbose=0),
+                               plain.predict([tokens, tokens * 0], verbose=0), atol=1e-6)
+    mixed = keras.Model(bert.inputs, short.apply_main_layers(bert.apply_embeddings(bert.inputs), 0))
+    assert len({layer.name for layer in mixed.layers}) == len(mixed.layers)  # the prefixes keep names apart
+    bert.save_weights_as_checkpoint(str(tmp_path / "again.ckpt"))
+    bert.load_weights_from_checkpoint(str(tmp_path / "again.ckpt"))
+    assert bert.model.layers[-1].name.startswith("Predecessor-")
+    assert isinstance(bert.initializer, keras.initializers.TruncatedNormal)
 
 def test_load_weights_from_checkpoint_after_building_around_the_backbone(tiny_checkpoint_dir):
     from kbert.compat.models import build_transformer_model

@@ -149,18 +149,31 @@ def random_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None):  # noqa: 
 
 
 def in_train_phase(x, alt, training=None):
-    """`x` when training, else `alt`; Keras 3 has no global learning phase, so `training` must be given.
+    """`x` when training, else `alt`.
 
-    Inside a layer's `call(self, inputs, training=None)`, pass that `training`.
+    Keras 3 has no global learning phase; without `training`, the phase is
+    that of the layer call this runs in (Keras passes `fit`'s training=True
+    down to every layer it calls, also to one whose `call` takes no
+    `training`), as Keras 2's learning phase was. Outside any layer call,
+    `training` must be given.
     """
     if training is None:
+        training = _training_of_the_current_call()
+    if training is None:
         raise KbertError("K.in_train_phase: Keras 3 has no global learning phase; call it inside a layer's "
-                         "`call(self, inputs, training=None)` and pass training=training "
-                         "(a Lambda does not receive it: write a small Layer subclass)")
+                         "call (the phase is the call's), or pass training=...")
     if isinstance(training, bool):
         return (x() if callable(x) else x) if training else (alt() if callable(alt) else alt)
     return ops.cond(ops.cast(training, "bool"), lambda: x() if callable(x) else x,
                     lambda: alt() if callable(alt) else alt)
+
+
+def _training_of_the_current_call():
+    """The `training` of the layer call running now: None outside any call, False in one without it."""
+    from keras.src.backend.common import global_state  # Keras 3 keeps the call context there, not publicly
+
+    context = global_state.get_global_attribute("current_call_ctx")
+    return None if context is None else bool(context.training)
 
 
 def in_test_phase(x, alt, training=None):
