@@ -118,9 +118,51 @@ def test_truncated_safetensors(tmp_path):
         load_hf_weights(bert, tmp_path)
 
 
+def write_shards(source, directory, shards: int = 3) -> dict:
+    """`source`'s tensors as Hugging Face shards them: model-0000i-of-0000n.safetensors and an index."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(source)
+    names = sorted(tensors)
+    weight_map = {}
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = names[i::shards]
+        save_file({name: tensors[name] for name in part}, str(directory / file))
+        weight_map.update(dict.fromkeys(part, file))
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
+    return weight_map
+
+
+def test_a_sharded_checkpoint_loads_as_its_single_file(minilm, tmp_path):
+    directory, bert, _ = minilm
+    weight_map = write_shards(directory / "model.safetensors", tmp_path)
+    for name in ("config.json", "vocab.txt"):
+        shutil.copy(directory / name, tmp_path / name)
+    sharded = build_transformer_model(checkpoint_path=tmp_path)  # the config beside the index, as for one file
+    for mine, theirs in zip(sharded.weights, bert.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(mine), keras.ops.convert_to_numpy(theirs))
+    # the index and its shards disagree: the tensor and the shard are named
+    name = next(iter(weight_map))
+    wrong = {**weight_map, name: "model-00002-of-00003.safetensors" if weight_map[name].startswith("model-00001")
+             else "model-00001-of-00003.safetensors"}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wrong}), encoding="utf-8")
+    with pytest.raises(CheckpointError, match=f"names '{name}' in model-0000"):
+        load_hf_weights(build_transformer_model(tmp_path / "config.json"), tmp_path)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}), "utf-8")
+    (tmp_path / "model-00002-of-00003.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="model-00002-of-00003.safetensors: file not found"):
+        load_hf_weights(build_transformer_model(tmp_path / "config.json"), tmp_path)
+    (tmp_path / "model.safetensors.index.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(CheckpointError, match="model.safetensors.index.json: not a safetensors index"):
+        load_hf_weights(build_transformer_model(tmp_path / "config.json"), tmp_path)
+
+
 def test_google_checkpoint_given_to_hf_loader(tmp_path, tiny_checkpoint_dir):
     bert = build_transformer_model(tiny_checkpoint_dir / "bert_config.json")
-    with pytest.raises(CheckpointError, match="no model.safetensors in this directory"):
+    with pytest.raises(CheckpointError, match="no model.safetensors in this directory .nor the "
+                                              "model.safetensors.index.json of a sharded checkpoint"):
         load_hf_weights(bert, tiny_checkpoint_dir)
 
 

@@ -15,6 +15,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from kbert.checkpoints.google import open_google_checkpoint
+from kbert.checkpoints.hf import INDEX_NAME as SAFETENSORS_INDEX
+from kbert.checkpoints.hf import WEIGHTS_NAME as SAFETENSORS
 from kbert.checkpoints.hf import open_safetensors
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
 from kbert.checkpoints.names import block_count, family_named_by, known_names, layer_of
@@ -33,11 +35,12 @@ GOOGLE_PREFIX = "bert_model.ckpt"
 
 
 def detect_format(path: "str | os.PathLike[str]") -> str:
-    """`"hf"` for a safetensors file or a directory holding one, else `"google"`."""
+    """`"hf"` for a safetensors file or a sharded one's index, or a directory holding either, else `"google"`."""
     path = os.fspath(path)
-    if path.endswith(".safetensors"):
+    if path.endswith((".safetensors", SAFETENSORS_INDEX)):
         return HF
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "model.safetensors")):
+    if os.path.isdir(path) and any(os.path.exists(os.path.join(path, name))
+                                   for name in (SAFETENSORS, SAFETENSORS_INDEX)):
         return HF
     return GOOGLE
 

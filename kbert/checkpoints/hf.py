@@ -1,6 +1,8 @@
 """Hugging Face `model.safetensors`: import into kbert, export from kbert.
 
 Reads and writes with the `safetensors` library (NumPy; no PyTorch needed).
+Reads a sharded checkpoint too (`model.safetensors.index.json` and the
+`model-0000i-of-0000n.safetensors` files it names); writes one file.
 Accepts the tensors of a bare model (`BertModel`: `embeddings.word_embeddings.weight`,
 ...) and of a task model (`BertForPreTraining`: the `bert.` prefix, `cls.*`
 heads), of each family that `kbert.checkpoints.names.hf_families` lists, and
@@ -28,46 +30,81 @@ from kbert.models.tables import HF
 logger = logging.getLogger("kbert")
 WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, SENTENCEPIECE_NAME = (
     "model.safetensors", "config.json", "vocab.txt", "spiece.model")
+INDEX_NAME = "model.safetensors.index.json"  # a sharded checkpoint's map of tensor names to files
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
            "I64": "int64", "I32": "int32", "U8": "uint8", "BOOL": "bool"}
 
 
 def resolve_safetensors_path(path: "str | os.PathLike[str]") -> str:
-    """`path` itself if it is a file, else `path/model.safetensors`."""
+    """`path` itself if it is a file, else `path/model.safetensors` or, sharded, `path/model.safetensors.index.json`."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        candidate = os.path.join(path, WEIGHTS_NAME)
-        if not os.path.exists(candidate):
-            raise CheckpointError(f"{path}: no {WEIGHTS_NAME} in this directory")
-        return candidate
+        for name in (WEIGHTS_NAME, INDEX_NAME):
+            if os.path.exists(os.path.join(path, name)):
+                return os.path.join(path, name)
+        raise CheckpointError(f"{path}: no {WEIGHTS_NAME} in this directory (nor the {INDEX_NAME} of a "
+                              "sharded checkpoint)")
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: file not found")
     return path
 
 
 def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
-    """The tensors of a safetensors file, under kbert's canonical HF names."""
-    from safetensors import SafetensorError, safe_open
+    """The tensors of a safetensors file, or of the shards an index names, under kbert's canonical HF names."""
+    from safetensors import safe_open
 
     path = resolve_safetensors_path(path)
-    try:
-        with safe_open(path, framework="np") as handle:
-            slices = {name: handle.get_slice(name) for name in handle.keys()}
-            stored = {name: tuple(piece.get_shape()) for name, piece in slices.items()}
-            stored_dtypes = {name: _DTYPES.get(piece.get_dtype(), piece.get_dtype())
-                             for name, piece in slices.items()}
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(error)})") from None
+    index = _shard_index(path) if path.endswith(".json") else None
+    stored, stored_dtypes, files = {}, {}, {}
+    for file in sorted(set(index.values())) if index else [path]:
+        shapes, dtypes = _header(file)
+        stored.update(shapes)
+        stored_dtypes.update(dtypes)
+        files.update(dict.fromkeys(shapes, file))
+    for name, file in (index or {}).items():
+        if files.get(name) != file:
+            raise CheckpointError(f"{path}: names {name!r} in {os.path.basename(file)}, which does not hold it; "
+                                  "the index and its shards are from different downloads: fetch them again")
     _refuse_roberta_layout(path, stored)
     canonical = {_canonical_name(name): name for name in stored}
     shapes = {name: stored[original] for name, original in canonical.items()}
     dtypes = {name: stored_dtypes[original] for name, original in canonical.items()}
 
     def read(name: str) -> np.ndarray:
-        with safe_open(path, framework="np") as handle:
+        with safe_open(files[canonical[name]], framework="np") as handle:
             return handle.get_tensor(canonical[name])
 
     return TensorSource(path, HF, shapes, dtypes, read)
+
+
+def _header(path: str) -> tuple:
+    """The shapes and dtypes of one safetensors file's tensors, read from its header."""
+    from safetensors import SafetensorError, safe_open
+
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: file not found (a shard its index names)")
+    try:
+        with safe_open(path, framework="np") as handle:
+            slices = {name: handle.get_slice(name) for name in handle.keys()}
+            return ({name: tuple(piece.get_shape()) for name, piece in slices.items()},
+                    {name: _DTYPES.get(piece.get_dtype(), piece.get_dtype()) for name, piece in slices.items()})
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({first_line(error)})") from None
+
+
+def _shard_index(path: str) -> Dict[str, str]:
+    """Each tensor's shard (its path), from a sharded checkpoint's `model.safetensors.index.json`."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            weight_map = json.load(handle)["weight_map"]
+        if not (isinstance(weight_map, dict) and weight_map
+                and all(isinstance(file, str) and os.path.basename(file) == file for file in weight_map.values())):
+            raise ValueError("weight_map must map each tensor name to a file name beside the index")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{path}: not a safetensors index ({first_line(error) or 'no weight_map'}); "
+                              "expected Hugging Face's {\"weight_map\": {tensor name: shard file name}}") from None
+    directory = os.path.dirname(os.path.abspath(path))
+    return {name: os.path.join(directory, file) for name, file in weight_map.items()}
 
 
 # Hugging Face's RobertaModel (and XLM-R): positions from padding_idx + 1 = 2, `<s>` = 0, padding = 1.

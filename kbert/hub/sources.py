@@ -34,8 +34,8 @@ from kbert.io import staging_directory
 SCHEMES = ("hf://", "modelscope://", "https://", "http://", "file://")
 # What kbert reads from a hub repository: weights as data (never a pickled pytorch_model.bin), the
 # config and the vocabulary; the rest of a repository (other frameworks' weights) is not fetched.
-HUB_FILES = ["*.safetensors", "config.json", "bert_config.json", "vocab.txt", "spiece.model",
-             "tokenizer.json", "*.ckpt.index", "*.ckpt.data-*", "checkpoint"]
+HUB_FILES = ["*.safetensors", "model.safetensors.index.json", "config.json", "bert_config.json", "vocab.txt",
+             "spiece.model", "tokenizer.json", "*.ckpt.index", "*.ckpt.data-*", "checkpoint"]
 
 
 @dataclasses.dataclass(frozen=True)
