@@ -36,7 +36,7 @@ _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat
 
 
 def resolve_safetensors_path(path: "str | os.PathLike[str]") -> str:
-    """`path` itself if it is a file, else `path/model.safetensors` or, sharded, `path/model.safetensors.index.json`."""
+    """`path` itself if it is a file, else `path/model.safetensors` or a sharded checkpoint's index in `path`."""
     path = os.fspath(path)
     if os.path.isdir(path):
         for name in (WEIGHTS_NAME, INDEX_NAME):

@@ -173,7 +173,9 @@ def _training_of_the_current_call():
     from keras.src.backend.common import global_state  # Keras 3 keeps the call context there, not publicly
 
     context = global_state.get_global_attribute("current_call_ctx")
-    return None if context is None else bool(context.training)
+    if context is None:
+        return None
+    return False if context.training is None else context.training
 
 
 def in_test_phase(x, alt, training=None):

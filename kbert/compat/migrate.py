@@ -68,7 +68,8 @@ GRAPH_MODE = {
     "gradients": "K.gradients has no Keras 3 form: take gradients in a train step with the backend's autodiff; "
                  "for FGM adversarial training call kbert.compat.adversarial.adversarial_training(model, "
                  "'Embedding-Token', epsilon), for a gradient penalty gradient_penalty(model, "
-                 "'Embedding-Token', epsilon) after compile, with the plain loss in compile",
+                 "'Embedding-Token', epsilon) after compile, with the plain loss in compile, for VAT "
+                 "virtual_adversarial_training(model, 'Embedding-Token')",
     "function": "K.function has no Keras 3 form: call the model (model.predict, or model(inputs)), or build "
                 "a keras.Model whose outputs are the tensors you need",
     "_make_train_function": "Keras 3 makes the train function in fit(); override train_step, or use "

@@ -133,7 +133,8 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model=None, 
     if gelu_version() == "tanh" and ACTIVATIONS.get(config.hidden_act) == "gelu":
         config = dataclasses.replace(config, hidden_act="gelu_tanh")
     built = _build(config, checkpoint_path, model, application, False, **kwargs)
-    _rename_layers(built.model, lambda name: (prefix or "") + name)
+    if prefix:
+        _rename_layers(built.model, lambda name: prefix + name)
     if return_keras_model:
         return built.model
     return Transformer(built.model, built.config, kwargs.get("keep_tokens"), kwargs.get("compound_tokens"),
@@ -148,6 +149,9 @@ def _rename_layers(model: keras.Model, rename) -> None:
 @contextlib.contextmanager
 def _without_prefix(model: keras.Model, prefix: str):
     """The layers under the family's own names for the block (the checkpoint loader finds them by those)."""
+    if not prefix:
+        yield
+        return
     _rename_layers(model, lambda name: name[len(prefix):])
     try:
         yield

@@ -8,6 +8,7 @@ work unchanged with kbert. `DataGenerator.forfit` hands the batches to
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator, Optional, Sequence, Tuple, Union
 
 import keras
@@ -189,6 +190,7 @@ class DataGenerator:
         return dataset
 
 
+@functools.lru_cache(maxsize=None)
 def _taking_next(dataset_class: type) -> type:
     """A subclass of a `tf.data` dataset class whose objects also answer `next()` with NumPy batches."""
 
