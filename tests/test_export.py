@@ -1,8 +1,9 @@
 """`kbert export`: each format loaded in its own runtime gives what Keras gives.
 
 ONNX files run in onnxruntime (float32 within 1e-4 of Keras; int8 smaller
-and close), SavedModels in TensorFlow; a CRF tagger's ONNX emissions decode
-with the transitions in its metadata to the tagger's own tags.
+and close), SavedModels in TensorFlow, LiteRT files in the LiteRT
+interpreter; a CRF tagger's ONNX emissions decode with the transitions in its
+metadata to the tagger's own tags.
 """
 
 import json
@@ -98,17 +99,51 @@ def test_taggers_in_onnx_and_saved_model(model_dirs, tmp_path):
             tagger.labels.names
 
 
+def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
+    """Every head gives what Keras gives in the LiteRT interpreter; a CRF's emissions decode with the transitions
+    of the metadata beside the file to the tagger's tags."""
+    from kbert.layers.crf import viterbi_decode
+    from kbert.serving.export import _litert_runner, metadata_path
+    from kbert.tasks.classification import load_classifier
+    from kbert.tasks.ner import load_tagger
+
+    classifier = load_classifier(str(model_dirs / "classify"))
+    tokens, segments = encoded(classifier.tokenizer, REVIEWS)
+    assert main(["export", "--model", str(model_dirs / "classify"), str(tmp_path / "classify.tflite")]) == 0
+    np.testing.assert_allclose(_litert_runner(str(tmp_path / "classify.tflite"))(tokens, segments),
+                               classifier.model.predict_on_batch([tokens, segments]), atol=1e-4)
+    metadata = json.loads((tmp_path / "classify.metadata.json").read_text("utf-8"))
+    assert metadata == {"kbert_task": "classify", "kbert_output": "probabilities",
+                        "kbert_labels": classifier.labels.names}
+    for head in ("crf", "global_pointer"):
+        tagger = load_tagger(str(model_dirs / head))
+        tokens, segments = encoded(tagger.encoder.tokenizer, ["张三去北京大学看望李四", "国务院总理李鹏在北京会见了日本客人"])
+        report = export_model(str(model_dirs / head), str(tmp_path / f"{head}.tflite"))
+        assert "LiteRT interpreter" in str(report)
+        got = _litert_runner(str(tmp_path / f"{head}.tflite"))(tokens, segments)
+        metadata = json.loads(open(metadata_path(str(tmp_path / f"{head}.tflite")), encoding="utf-8").read())
+        assert metadata["kbert_labels"] == tagger.labels.names
+        if head == "crf":
+            assert metadata["kbert_output"] == "emissions" and "Viterbi" in metadata["kbert_decoding"]
+            outside = [metadata["kbert_labels"].index("O")]
+            got = keras.ops.convert_to_numpy(viterbi_decode(
+                got, np.array(metadata["kbert_transitions"], dtype=np.float32), starts=outside, ends=outside))
+        np.testing.assert_array_equal(got, keras.ops.convert_to_numpy(tagger.decode(tokens, segments)))
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["seq2seq", "out.onnx"], "a seq2seq model; kbert export takes classifiers and taggers"),
     (["classify", "out", "--quantize", "int8"], "export with --format onnx"),
     (["classify", "exists.onnx"], "already exists"),
+    (["classify", "exists.tflite"], "exists.metadata.json: already exists, and a LiteRT export writes its metadata"),
 ])
 def test_exports_refused_with_the_reason(model_dirs, tmp_path, capsys, arguments, message):
     (tmp_path / "exists.onnx").write_text("mine")
+    (tmp_path / "exists.metadata.json").write_text("mine")
     model, out, *rest = arguments
     assert main(["export", "--model", str(model_dirs / model), str(tmp_path / out), *rest]) == 2
     assert message in capsys.readouterr().err
-    assert (tmp_path / "exists.onnx").read_text() == "mine"
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["exists.onnx"]  # nothing else written
+    assert (tmp_path / "exists.onnx").read_text() == "mine" and (tmp_path / "exists.metadata.json").read_text() == "mine"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["exists.metadata.json", "exists.onnx"]  # no more
     with pytest.raises(KbertError, match="expected int8"):
         export_model(str(model_dirs / "classify"), str(tmp_path / "x.onnx"), quantize="int4")

@@ -44,12 +44,13 @@ def add_commands(command) -> None:
     predict.set_defaults(run=run_predict)
 
     export = command("export", "a classifier or tagger for other runtimes: TF SavedModel, ONNX (int8 too), "
-                               "or a .keras file")
+                               "LiteRT, or a .keras file")
     export.add_argument("--model", required=True, help="model directory from kbert train")
-    export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .onnx or .keras "
+    export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .onnx, .tflite "
+                                                      "(LiteRT; its names go to NAME.labels.json) or .keras "
                                                       "(must not exist)")
-    export.add_argument("--format", choices=("saved_model", "onnx", "keras"),
-                        help="default: from OUT (.onnx, .keras; else a SavedModel directory)")
+    export.add_argument("--format", choices=("saved_model", "onnx", "litert", "keras"),
+                        help="default: from OUT (.onnx, .tflite, .keras; else a SavedModel directory)")
     export.add_argument("--quantize", choices=("int8",),
                         help="ONNX only: int8 weights, run by onnxruntime's int8 kernels (smaller and faster on CPU)")
     precision_option(export)

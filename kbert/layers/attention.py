@@ -111,7 +111,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.position_encoding == "rotary":
             q, k = apply_rotary(q, positions[0]), apply_rotary(k, positions[0])
         key_mask = mask[1] if mask is not None else None
-        hidden = None if key_mask is None else ops.logical_not(ops.cast(key_mask, "bool"))[:, None, None, :]
+        # expand_dims, not x[:, None]: LiteRT's converter takes no new-axis slices of booleans
+        hidden = None if key_mask is None else ops.expand_dims(ops.logical_not(ops.cast(key_mask, "bool")), (1, 2))
         if attention_mask is not None:
             blocked = ops.logical_not(ops.cast(attention_mask, "bool"))
             hidden = blocked if hidden is None else ops.logical_or(hidden, blocked)

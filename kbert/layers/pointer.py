@@ -42,11 +42,13 @@ class _SpanScores(keras.layers.Layer):
         """`logits` [batch, heads, m, n] with padding and (if tril_mask) the lower triangle at -1e12."""
         length = ops.shape(logits)[-1]
         keep = ops.ones_like(logits, dtype="bool")
+        # expand_dims, not x[:, None]: LiteRT's converter takes no new-axis slices of booleans
         if mask is not None:
             mask = ops.cast(mask, "bool")
-            keep = keep & mask[:, None, :, None] & mask[:, None, None, :]
+            keep = keep & ops.expand_dims(mask, (1, 3)) & ops.expand_dims(mask, (1, 2))
         if self.tril_mask:
-            keep = keep & (ops.arange(length)[:, None] <= ops.arange(length)[None, :])[None, None]
+            positions = ops.arange(length)
+            keep = keep & ops.expand_dims(ops.expand_dims(positions, 1) <= ops.expand_dims(positions, 0), (0, 1))
         return ops.where(keep, logits, ops.cast(MASKED, logits.dtype))
 
     def compute_mask(self, inputs, mask=None):

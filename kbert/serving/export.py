@@ -1,4 +1,4 @@
-"""`kbert export`: a trained model for other runtimes: a TF SavedModel, ONNX (int8 too), or a `.keras` file.
+"""`kbert export`: a trained model for other runtimes: a TF SavedModel, ONNX (int8 too), LiteRT, or a `.keras` file.
 
 What is exported is what `kbert predict` computes in the graph, so the
 runtime needs no kbert:
@@ -8,13 +8,18 @@ runtime needs no kbert:
 - ner: the decoded tags `[batch, length]` (a CRF's Viterbi path included;
   the argmax of a softmax head), or a GlobalPointer's `[batch, types,
   length, length]` entity hits, from the same inputs; tag or type names
-  are in the file's metadata (ONNX) or `labels.json` beside it. tf2onnx
-  cannot convert the Viterbi loop: a CRF tagger's ONNX file gives the
-  `emissions`, with the transitions in its metadata to decode them.
+  are in the file's metadata (ONNX; `NAME.metadata.json` beside a LiteRT
+  file, with the same keys) or `labels.json` beside it (SavedModel).
+  Neither tf2onnx nor the LiteRT converter converts the Viterbi loop: a CRF
+  tagger's ONNX or LiteRT file gives the `emissions`, with the transitions in
+  its metadata to decode them.
 
 ONNX goes through tf2onnx (so it needs TensorFlow) and is checked before it
 is kept: onnxruntime runs it on real text and its outputs must match Keras's
-(float32: 1e-4; int8 is reported, not bounded). `quantize="int8"` is
+(float32: 1e-4; int8 is reported, not bounded). LiteRT (`.tflite`, TensorFlow
+Lite's format) goes through TensorFlow's converter from the SavedModel, is
+checked the same way in the LiteRT interpreter (`ai-edge-litert`, else
+TensorFlow's own). `quantize="int8"` is
 onnxruntime's dynamic quantization: int8 weights, activations quantized on
 the fly, run by its int8 kernels. Seq2seq models are not exported yet (a
 generator needs its encoder and cached decoder step as separate graphs).
@@ -34,10 +39,10 @@ import keras
 import numpy as np
 
 from kbert.errors import KbertError, first_line, require_tensorflow
-from kbert.io import atomic_path
+from kbert.io import atomic_path, atomic_write_text
 from kbert.models import naming
 
-FORMATS = ("saved_model", "onnx", "keras")
+FORMATS = ("saved_model", "onnx", "litert", "keras")
 ONNX_OPSET = 17
 FLOAT_TOLERANCE = 1e-4  # an ONNX file's outputs against Keras's, float32
 VITERBI_NOTE = ("emissions [batch, length, tags]: decode each row with Viterbi over kbert_transitions "
@@ -54,11 +59,12 @@ class ExportReport:
     format: str
     quantized: Optional[str] = None
     max_difference: Optional[float] = None
+    runtime: str = "onnxruntime"
 
     def __str__(self) -> str:
         text = f"exported {self.path} ({self.format}{', ' + self.quantized if self.quantized else ''})"
         if self.max_difference is not None:
-            text += f"; onnxruntime against Keras on {len(SAMPLE_TEXTS)} texts: largest difference " \
+            text += f"; {self.runtime} against Keras on {len(SAMPLE_TEXTS)} texts: largest difference " \
                     f"{self.max_difference:.2e}"
         return text
 
@@ -66,7 +72,7 @@ class ExportReport:
 @dataclasses.dataclass
 class _Endpoint:
     """The graph to export: a function of token and segment ids, its output's name, its labels, and
-    for ONNX metadata beyond them (a CRF's transitions)."""
+    for ONNX and LiteRT metadata beyond them (a CRF's transitions)."""
 
     model: keras.Model
     function: Callable
@@ -78,12 +84,13 @@ class _Endpoint:
 
 
 def format_of(out: str, format: Optional[str]) -> str:
-    """The format asked for, else the one `out` names (`.onnx`, `.keras`; else a SavedModel directory)."""
+    """The format asked for, else the one `out` names (`.onnx`, `.tflite`, `.keras`; else a SavedModel directory)."""
     if format is not None:
         if format not in FORMATS:
             raise KbertError(f"--format {format}: expected one of {', '.join(FORMATS)}")
         return format
-    return "onnx" if out.endswith(".onnx") else "keras" if out.endswith(".keras") else "saved_model"
+    suffixes = {".onnx": "onnx", ".tflite": "litert", ".keras": "keras"}
+    return suffixes.get(os.path.splitext(out)[1], "saved_model")
 
 
 def export_model(model_dir: str, out: str, format: Optional[str] = None,
@@ -92,8 +99,9 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
 
     Args:
         model_dir: the model directory.
-        out: the path to write (it must not exist): a SavedModel directory, a `.onnx` or a `.keras` file.
-        format: `saved_model`, `onnx` or `keras` (default: from `out`).
+        out: the path to write (it must not exist): a SavedModel directory, a `.onnx`, `.tflite` or `.keras`
+            file.
+        format: `saved_model`, `onnx`, `litert` or `keras` (default: from `out`).
         quantize: `int8` (ONNX only).
     """
     format = format_of(out, format)
@@ -104,7 +112,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     if quantize and format != "onnx":
         raise KbertError("--quantize int8 is onnxruntime's dynamic quantization: export with --format onnx "
                          "(a path ending in .onnx)")
-    endpoint = _endpoint(model_dir, for_onnx=format == "onnx")
+    endpoint = _endpoint(model_dir, crf_emissions=format in ("onnx", "litert"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if format == "keras":
         with atomic_path(out) as temporary:  # the temporary name ends in .keras too
@@ -113,10 +121,12 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     if format == "saved_model":
         _write_saved_model(endpoint, out)
         return ExportReport(out, format)
+    if format == "litert":
+        return _write_litert(endpoint, out)
     return _write_onnx(endpoint, out, quantize)
 
 
-def _endpoint(model_dir: str, for_onnx: bool) -> _Endpoint:
+def _endpoint(model_dir: str, crf_emissions: bool) -> _Endpoint:
     from kbert.training.model_dir import read_training_state
 
     task = read_training_state(model_dir)["task"]
@@ -132,12 +142,12 @@ def _endpoint(model_dir: str, for_onnx: bool) -> _Endpoint:
 
         tagger = load_tagger(model_dir)
         names, tokenizer = tagger.labels.names, tagger.encoder.tokenizer
-        if tagger.head == "crf" and for_onnx:
-            # tf2onnx cannot convert the Viterbi loop: the emissions, and the transitions to decode them with.
+        if tagger.head == "crf" and crf_emissions:
+            # tf2onnx and LiteRT's converter cannot convert the Viterbi loop: the emissions, and the transitions.
             model = tagger.model
             transitions = keras.ops.convert_to_numpy(model.get_layer(naming.CRF).trans).tolist()
             return _Endpoint(model, _forward(model), "emissions", names, tokenizer, task,
-                             {"kbert_transitions": json.dumps(transitions), "kbert_decoding": VITERBI_NOTE})
+                             {"kbert_transitions": transitions, "kbert_decoding": VITERBI_NOTE})
         output = "entity_hits" if tagger.head == "global_pointer" else "tags"
         return _Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
     raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers and taggers (a seq2seq "
@@ -155,19 +165,74 @@ def _signature(tf):
 
 
 def _write_saved_model(endpoint: _Endpoint, out: str) -> None:
-    tf = require_tensorflow("a SavedModel export", "--format onnx or keras")
+    require_tensorflow("a SavedModel export", "--format onnx or keras")
+    staging = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-")
+    try:
+        _saved_model(endpoint, os.path.join(staging, "model"))
+        os.replace(os.path.join(staging, "model"), out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _saved_model(endpoint: _Endpoint, path: str) -> None:
+    """The endpoint as a SavedModel at `path`, its names in `labels.json` inside."""
+    import tensorflow as tf
+
     archive = keras.export.ExportArchive()
     archive.track(endpoint.model)
     archive.add_endpoint("serving_default", lambda token_ids, segment_ids: {
         endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
-    staging = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-")
+    archive.write_out(path, verbose=False)
+    with open(os.path.join(path, "labels.json"), "w", encoding="utf-8") as handle:
+        json.dump(endpoint.labels, handle, ensure_ascii=False)
+
+
+def _metadata(endpoint: _Endpoint) -> dict:
+    """What an ONNX or LiteRT file's reader needs beside its output: the task, the output's name, the label or
+    tag names and, for a CRF's emissions, the transitions and how to decode with them."""
+    return {"kbert_task": endpoint.task, "kbert_output": endpoint.output, "kbert_labels": endpoint.labels,
+            **endpoint.metadata}
+
+
+def metadata_path(litert_file: str) -> str:
+    """Where a LiteRT export's metadata (`_metadata`'s keys) goes: `NAME.metadata.json` beside `NAME.tflite`."""
+    return os.path.splitext(litert_file)[0] + ".metadata.json"
+
+
+def _write_litert(endpoint: _Endpoint, out: str) -> ExportReport:
+    tf = require_tensorflow("a LiteRT export (through TensorFlow's converter)", "--format onnx or keras")
+    if os.path.lexists(metadata_path(out)):
+        raise KbertError(f"{metadata_path(out)}: already exists, and a LiteRT export writes its metadata there; "
+                         "choose a new path (an export never replaces a file)")
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
+        _saved_model(endpoint, os.path.join(staging, "saved_model"))
+        try:
+            flatbuffer = tf.lite.TFLiteConverter.from_saved_model(os.path.join(staging, "saved_model")).convert()
+        except Exception as error:  # the converter's own errors: an op LiteRT's built-in kernels lack
+            raise KbertError(f"TensorFlow's LiteRT converter cannot convert this {endpoint.task} model's graph "
+                             f"({first_line(error)}); export it as a SavedModel or ONNX instead") from None
+        path = os.path.join(staging, "model.tflite")
+        with open(path, "wb") as handle:
+            handle.write(flatbuffer)
+        difference = _check_export(endpoint, _litert_runner(path), "LiteRT", bounded=True)
+        atomic_write_text(metadata_path(out), json.dumps(_metadata(endpoint), ensure_ascii=False, indent=1))
+        with atomic_path(out) as temporary:
+            shutil.copyfile(path, temporary)
+    return ExportReport(out, "litert", max_difference=difference, runtime="the LiteRT interpreter")
+
+
+def _litert_runner(path: str) -> Callable:
+    """A function of token and segment ids running the LiteRT file's signature (ai-edge-litert's
+    interpreter where installed, else TensorFlow's)."""
     try:
-        archive.write_out(os.path.join(staging, "model"), verbose=False)
-        with open(os.path.join(staging, "model", "labels.json"), "w", encoding="utf-8") as handle:
-            json.dump(endpoint.labels, handle, ensure_ascii=False)
-        os.replace(os.path.join(staging, "model"), out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        import tensorflow as tf
+
+        Interpreter = tf.lite.Interpreter
+    signature = Interpreter(model_path=path).get_signature_runner("serving_default")
+    return lambda token_ids, segment_ids: next(iter(signature(token_ids=token_ids,
+                                                              segment_ids=segment_ids).values()))
 
 
 def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
@@ -198,36 +263,39 @@ def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Expor
             quantize_dynamic(path, quantized, weight_type=QuantType.QInt8)
             path = quantized
         model = onnx.load(path)
-        for key, value in (("kbert_task", endpoint.task), ("kbert_output", endpoint.output),
-                           ("kbert_labels", json.dumps(endpoint.labels, ensure_ascii=False)),
-                           *endpoint.metadata.items()):
-            model.metadata_props.add(key=key, value=value)
+        for key, value in _metadata(endpoint).items():  # ONNX metadata values are strings
+            model.metadata_props.add(key=key, value=value if isinstance(value, str)
+                                     else json.dumps(value, ensure_ascii=False))
         onnx.save(model, path)
-        difference = _check_onnx(endpoint, path, bounded=not quantize)
+        difference = _check_export(endpoint, _onnx_runner(path), "ONNX", bounded=not quantize)
         with atomic_path(out) as temporary:
             shutil.copyfile(path, temporary)
     return ExportReport(out, "onnx", quantize, difference)
 
 
-def _check_onnx(endpoint: _Endpoint, path: str, bounded: bool) -> float:
-    """The largest difference between onnxruntime's outputs and Keras's on real text; an error above
-    the float32 tolerance, or where decoded tags (integers) differ at all."""
+def _onnx_runner(path: str) -> Callable:
     import onnxruntime
 
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return lambda token_ids, segment_ids: session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
+
+
+def _check_export(endpoint: _Endpoint, run: Callable, what: str, bounded: bool) -> float:
+    """The largest difference between an exported file's outputs (`run`) and Keras's on real text; an error
+    above the float32 tolerance, or where decoded tags (integers) differ at all."""
     from kbert.tokenizers import pad_batch
 
     token_ids, segment_ids = pad_batch([endpoint.tokenizer.encode(text) for text in SAMPLE_TEXTS])
     token_ids, segment_ids = token_ids.astype(np.int32), segment_ids.astype(np.int32)
     expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(token_ids, segment_ids)))
-    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    got = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
+    got = np.asarray(run(token_ids, segment_ids))
     if expected.dtype.kind in "fc":
         difference, allowed = float(np.abs(got.astype(np.float64) - expected).max()), FLOAT_TOLERANCE
     else:  # tags or hits: exact, or the share of positions that differ
         difference, allowed = float(np.mean(got != expected)), 0
     if bounded and difference > allowed:
-        raise KbertError(f"the ONNX file's {endpoint.output} differ from Keras's by {difference:.2e} on sample text "
-                         f"(allowed: {allowed}); nothing was written")
+        raise KbertError(f"the {what} file's {endpoint.output} differ from Keras's by {difference:.2e} on sample "
+                         f"text (allowed: {allowed}); nothing was written")
     return difference
 
 
