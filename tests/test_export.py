@@ -112,6 +112,11 @@ def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
     assert main(["export", "--model", str(model_dirs / "classify"), str(tmp_path / "classify.tflite")]) == 0
     np.testing.assert_allclose(_litert_runner(str(tmp_path / "classify.tflite"))(tokens, segments),
                                classifier.model.predict_on_batch([tokens, segments]), atol=1e-4)
+    report = export_model(str(model_dirs / "classify"), str(tmp_path / "classify.int8.tflite"), quantize="int8")
+    assert report.quantized == "int8" and report.max_difference < 0.05
+    assert (tmp_path / "classify.int8.tflite").stat().st_size < 0.35 * (tmp_path / "classify.tflite").stat().st_size
+    np.testing.assert_allclose(_litert_runner(str(tmp_path / "classify.int8.tflite"))(tokens, segments),
+                               classifier.model.predict_on_batch([tokens, segments]), atol=0.05)
     metadata = json.loads((tmp_path / "classify.metadata.json").read_text("utf-8"))
     assert metadata == {"kbert_task": "classify", "kbert_output": "probabilities",
                         "kbert_labels": classifier.labels.names}
@@ -133,7 +138,7 @@ def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
 
 @pytest.mark.parametrize("arguments, message", [
     (["seq2seq", "out.onnx"], "a seq2seq model; kbert export takes classifiers and taggers"),
-    (["classify", "out", "--quantize", "int8"], "export with --format onnx"),
+    (["classify", "out", "--quantize", "int8"], "export with --format onnx or litert"),
     (["classify", "exists.onnx"], "already exists"),
     (["classify", "exists.tflite"], "exists.metadata.json: already exists, and a LiteRT export writes its metadata"),
 ])

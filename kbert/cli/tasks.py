@@ -52,7 +52,8 @@ def add_commands(command) -> None:
     export.add_argument("--format", choices=("saved_model", "onnx", "litert", "keras"),
                         help="default: from OUT (.onnx, .tflite, .keras; else a SavedModel directory)")
     export.add_argument("--quantize", choices=("int8",),
-                        help="ONNX only: int8 weights, run by onnxruntime's int8 kernels (smaller and faster on CPU)")
+                        help="ONNX and LiteRT: int8 weights, run by the runtime's int8 kernels (smaller, and "
+                             "faster on CPU with onnxruntime)")
     precision_option(export)
     export.set_defaults(run=run_export)
 

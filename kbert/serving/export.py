@@ -20,8 +20,8 @@ is kept: onnxruntime runs it on real text and its outputs must match Keras's
 Lite's format) goes through TensorFlow's converter from the SavedModel, is
 checked the same way in the LiteRT interpreter (`ai-edge-litert`, else
 TensorFlow's own). `quantize="int8"` is
-onnxruntime's dynamic quantization: int8 weights, activations quantized on
-the fly, run by its int8 kernels. Seq2seq models are not exported yet (a
+onnxruntime's (or LiteRT's) dynamic quantization: int8 weights, activations
+quantized on the fly, run by its int8 kernels. Seq2seq models are not exported yet (a
 generator needs its encoder and cached decoder step as separate graphs).
 """
 
@@ -102,16 +102,16 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
         out: the path to write (it must not exist): a SavedModel directory, a `.onnx`, `.tflite` or `.keras`
             file.
         format: `saved_model`, `onnx`, `litert` or `keras` (default: from `out`).
-        quantize: `int8` (ONNX only).
+        quantize: `int8` (ONNX and LiteRT).
     """
     format = format_of(out, format)
     if os.path.lexists(out):
         raise KbertError(f"{out}: already exists; choose a new path (an export never replaces a file)")
     if quantize not in (None, "int8"):
         raise KbertError(f"--quantize {quantize}: expected int8")
-    if quantize and format != "onnx":
-        raise KbertError("--quantize int8 is onnxruntime's dynamic quantization: export with --format onnx "
-                         "(a path ending in .onnx)")
+    if quantize and format not in ("onnx", "litert"):
+        raise KbertError("--quantize int8 is onnxruntime's or LiteRT's dynamic quantization: export with --format "
+                         "onnx or litert (a path ending in .onnx or .tflite)")
     endpoint = _endpoint(model_dir, crf_emissions=format in ("onnx", "litert"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if format == "keras":
@@ -122,7 +122,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
         _write_saved_model(endpoint, out)
         return ExportReport(out, format)
     if format == "litert":
-        return _write_litert(endpoint, out)
+        return _write_litert(endpoint, out, quantize)
     return _write_onnx(endpoint, out, quantize)
 
 
@@ -199,26 +199,29 @@ def metadata_path(litert_file: str) -> str:
     return os.path.splitext(litert_file)[0] + ".metadata.json"
 
 
-def _write_litert(endpoint: _Endpoint, out: str) -> ExportReport:
+def _write_litert(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
     tf = require_tensorflow("a LiteRT export (through TensorFlow's converter)", "--format onnx or keras")
     if os.path.lexists(metadata_path(out)):
         raise KbertError(f"{metadata_path(out)}: already exists, and a LiteRT export writes its metadata there; "
                          "choose a new path (an export never replaces a file)")
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
         _saved_model(endpoint, os.path.join(staging, "saved_model"))
+        converter = tf.lite.TFLiteConverter.from_saved_model(os.path.join(staging, "saved_model"))
+        if quantize:  # dynamic-range quantization: int8 weights, int8 kernels where LiteRT has them
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
         try:
-            flatbuffer = tf.lite.TFLiteConverter.from_saved_model(os.path.join(staging, "saved_model")).convert()
+            flatbuffer = converter.convert()
         except Exception as error:  # the converter's own errors: an op LiteRT's built-in kernels lack
             raise KbertError(f"TensorFlow's LiteRT converter cannot convert this {endpoint.task} model's graph "
                              f"({first_line(error)}); export it as a SavedModel or ONNX instead") from None
         path = os.path.join(staging, "model.tflite")
         with open(path, "wb") as handle:
             handle.write(flatbuffer)
-        difference = _check_export(endpoint, _litert_runner(path), "LiteRT", bounded=True)
+        difference = _check_export(endpoint, _litert_runner(path), "LiteRT", bounded=not quantize)
         atomic_write_text(metadata_path(out), json.dumps(_metadata(endpoint), ensure_ascii=False, indent=1))
         with atomic_path(out) as temporary:
             shutil.copyfile(path, temporary)
-    return ExportReport(out, "litert", max_difference=difference, runtime="the LiteRT interpreter")
+    return ExportReport(out, "litert", quantize, difference, runtime="the LiteRT interpreter")
 
 
 def _litert_runner(path: str) -> Callable:
