@@ -1,17 +1,17 @@
-"""A classifier exported to ONNX, float32 and int8, against Keras: speed, size and accuracy.
+"""A classifier exported to ONNX and LiteRT, float32 and int8, against Keras: speed, size and accuracy.
 
     python -m benchmarks.export --model runs/base-classifier [--batch 8] [--length 128] [--rounds 5]
     python -m benchmarks.export --model runs/sentiment --data ../shared/data/sentiment/sentiment.test.data
 
-The model directory is exported twice (`kbert export ... x.onnx`, and with
-`--quantize int8`) into a temporary folder. Speed: one batch of
-`--batch` x `--length` token ids, timed in alternating rounds (Keras's
-`predict_on_batch`, onnxruntime float32, onnxruntime int8; `--calls` calls
-each per round); tokens a second as the median over rounds, and each
-engine's median ratio to Keras with the range. Size: the bytes of each
-file (Keras: model.weights.h5). With `--data` (a labelled file), the
-accuracy of Keras and of each ONNX file on it, and how often int8's label
-equals float32's.
+The model directory is exported four times (`kbert export ... x.onnx` and
+`x.tflite`, each also with `--quantize int8`) into a temporary folder.
+Speed: one batch of `--batch` x `--length` token ids, timed in alternating
+rounds (Keras's `predict_on_batch`, onnxruntime and the LiteRT interpreter
+on each file; `--calls` calls each per round); tokens a second as the median
+over rounds, and each engine's median ratio to Keras with the range. Size:
+the bytes of each file (Keras: model.weights.h5). With `--data` (a labelled
+file), the accuracy of Keras and of each exported file on it, and how often
+each int8 file's label equals its float32 file's.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 from benchmarks.alternating import alternate, describe, median_ratio
 
 
-def accuracies(classifier, sessions: dict, data: str) -> dict:
-    """Accuracy on `data` of Keras and of each ONNX session, texts in batches of 64 sorted by length."""
+def accuracies(classifier, runners: dict, data: str) -> dict:
+    """Accuracy on `data` of Keras and of each exported file, texts in batches of 64 sorted by length."""
     from kbert.tokenizers import pad_batch
     from kbert.training.data import encode_examples, read_examples
 
@@ -37,16 +37,17 @@ def accuracies(classifier, sessions: dict, data: str) -> dict:
     truth = classifier.labels.ids(examples, data)
     encoded = encode_examples(classifier.tokenizer, examples, classifier.maxlen)
     order = np.argsort([len(ids) for ids, _ in encoded], kind="stable")
-    predicted = {name: np.empty(len(examples), dtype=np.int64) for name in ["keras", *sessions]}
+    predicted = {name: np.empty(len(examples), dtype=np.int64) for name in ["keras", *runners]}
     for start in range(0, len(order), 64):
         rows = order[start:start + 64]
         tokens, segments = (array.astype(np.int32) for array in pad_batch([encoded[row] for row in rows]))
         predicted["keras"][rows] = np.asarray(classifier.model.predict_on_batch([tokens, segments])).argmax(-1)
-        for name, session in sessions.items():
-            output = session.run(None, {"token_ids": tokens, "segment_ids": segments})[0]
-            predicted[name][rows] = output.argmax(-1)
+        for name, run in runners.items():
+            predicted[name][rows] = np.asarray(run(tokens, segments)).argmax(-1)
     result = {name: float(np.mean(labels == truth)) for name, labels in predicted.items()}
-    result["int8 equals float32"] = float(np.mean(predicted["onnx int8"] == predicted["onnx float32"]))
+    for runtime in ("onnx", "litert"):
+        result[f"{runtime} int8 equals float32"] = float(np.mean(predicted[f"{runtime} int8"]
+                                                                 == predicted[f"{runtime} float32"]))
     return result
 
 
@@ -61,27 +62,24 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
 
-    import onnxruntime
-
-    from kbert.serving.export import export_model
+    from kbert.serving.export import export_model, litert_runner, onnx_runner
     from kbert.tasks.classification import load_classifier
 
     classifier = load_classifier(args.model)
     with tempfile.TemporaryDirectory() as directory:
-        paths = {"onnx float32": os.path.join(directory, "model.onnx"),
-                 "onnx int8": os.path.join(directory, "model.int8.onnx")}
-        export_model(args.model, paths["onnx float32"])
-        export_model(args.model, paths["onnx int8"], quantize="int8")
+        paths = {f"{runtime} {precision}": os.path.join(directory, f"model.{precision}.{suffix}")
+                 for runtime, suffix in (("onnx", "onnx"), ("litert", "tflite")) for precision in ("float32", "int8")}
+        for name, path in paths.items():
+            export_model(args.model, path, quantize="int8" if name.endswith("int8") else None)
         sizes = {"keras": os.path.getsize(os.path.join(args.model, "model.weights.h5")),
                  **{name: os.path.getsize(path) for name, path in paths.items()}}
-        sessions = {name: onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-                    for name, path in paths.items()}
+        runners = {name: (onnx_runner if name.startswith("onnx") else litert_runner)(path)
+                   for name, path in paths.items()}
     rng = np.random.default_rng(0)
     tokens = rng.integers(1000, classifier.tokenizer.vocab_size, (args.batch, args.length)).astype(np.int32)
     segments = np.zeros_like(tokens)
     engines = {"keras": lambda: classifier.model.predict_on_batch([tokens, segments]),
-               **{name: (lambda session=session: session.run(None, {"token_ids": tokens, "segment_ids": segments}))
-                  for name, session in sessions.items()}}
+               **{name: (lambda run=run: run(tokens, segments)) for name, run in runners.items()}}
     for engine in engines.values():  # compiled, warmed
         engine()
     seconds = alternate(engines, args.rounds, args.calls)
@@ -95,7 +93,7 @@ def main(argv=None) -> int:
         print(f"| {name} | {tokens_per_call / statistics.median(times):.0f} | {describe(ratio)} | "
               f"{sizes[name] / 1e6:.1f} | {sizes[name] / sizes['keras']:.2f}x |")
     if args.data:
-        result["accuracy"] = accuracies(classifier, sessions, args.data)
+        result["accuracy"] = accuracies(classifier, runners, args.data)
         print("accuracy on", args.data, json.dumps(result["accuracy"]))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -103,19 +103,19 @@ def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
     """Every head gives what Keras gives in the LiteRT interpreter; a CRF's emissions decode with the transitions
     of the metadata beside the file to the tagger's tags."""
     from kbert.layers.crf import viterbi_decode
-    from kbert.serving.export import _litert_runner, metadata_path
+    from kbert.serving.export import litert_runner, metadata_path
     from kbert.tasks.classification import load_classifier
     from kbert.tasks.ner import load_tagger
 
     classifier = load_classifier(str(model_dirs / "classify"))
     tokens, segments = encoded(classifier.tokenizer, REVIEWS)
     assert main(["export", "--model", str(model_dirs / "classify"), str(tmp_path / "classify.tflite")]) == 0
-    np.testing.assert_allclose(_litert_runner(str(tmp_path / "classify.tflite"))(tokens, segments),
+    np.testing.assert_allclose(litert_runner(str(tmp_path / "classify.tflite"))(tokens, segments),
                                classifier.model.predict_on_batch([tokens, segments]), atol=1e-4)
     report = export_model(str(model_dirs / "classify"), str(tmp_path / "classify.int8.tflite"), quantize="int8")
     assert report.quantized == "int8" and report.max_difference < 0.05
     assert (tmp_path / "classify.int8.tflite").stat().st_size < 0.35 * (tmp_path / "classify.tflite").stat().st_size
-    np.testing.assert_allclose(_litert_runner(str(tmp_path / "classify.int8.tflite"))(tokens, segments),
+    np.testing.assert_allclose(litert_runner(str(tmp_path / "classify.int8.tflite"))(tokens, segments),
                                classifier.model.predict_on_batch([tokens, segments]), atol=0.05)
     metadata = json.loads((tmp_path / "classify.metadata.json").read_text("utf-8"))
     assert metadata == {"kbert_task": "classify", "kbert_output": "probabilities",
@@ -125,7 +125,7 @@ def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
         tokens, segments = encoded(tagger.encoder.tokenizer, ["张三去北京大学看望李四", "国务院总理李鹏在北京会见了日本客人"])
         report = export_model(str(model_dirs / head), str(tmp_path / f"{head}.tflite"))
         assert "LiteRT interpreter" in str(report)
-        got = _litert_runner(str(tmp_path / f"{head}.tflite"))(tokens, segments)
+        got = litert_runner(str(tmp_path / f"{head}.tflite"))(tokens, segments)
         metadata = json.loads(open(metadata_path(str(tmp_path / f"{head}.tflite")), encoding="utf-8").read())
         assert metadata["kbert_labels"] == tagger.labels.names
         if head == "crf":

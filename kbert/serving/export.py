@@ -217,14 +217,14 @@ def _write_litert(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Exp
         path = os.path.join(staging, "model.tflite")
         with open(path, "wb") as handle:
             handle.write(flatbuffer)
-        difference = _check_export(endpoint, _litert_runner(path), "LiteRT", bounded=not quantize)
+        difference = _check_export(endpoint, litert_runner(path), "LiteRT", bounded=not quantize)
         atomic_write_text(metadata_path(out), json.dumps(_metadata(endpoint), ensure_ascii=False, indent=1))
         with atomic_path(out) as temporary:
             shutil.copyfile(path, temporary)
     return ExportReport(out, "litert", quantize, difference, runtime="the LiteRT interpreter")
 
 
-def _litert_runner(path: str) -> Callable:
+def litert_runner(path: str) -> Callable:
     """A function of token and segment ids running the LiteRT file's signature (ai-edge-litert's
     interpreter where installed, else TensorFlow's)."""
     try:
@@ -270,13 +270,14 @@ def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Expor
             model.metadata_props.add(key=key, value=value if isinstance(value, str)
                                      else json.dumps(value, ensure_ascii=False))
         onnx.save(model, path)
-        difference = _check_export(endpoint, _onnx_runner(path), "ONNX", bounded=not quantize)
+        difference = _check_export(endpoint, onnx_runner(path), "ONNX", bounded=not quantize)
         with atomic_path(out) as temporary:
             shutil.copyfile(path, temporary)
     return ExportReport(out, "onnx", quantize, difference)
 
 
-def _onnx_runner(path: str) -> Callable:
+def onnx_runner(path: str) -> Callable:
+    """A function of token and segment ids (int32 arrays) running the ONNX file in onnxruntime on the CPU."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
