@@ -225,15 +225,16 @@ def _write_litert(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Exp
 
 
 def litert_runner(path: str) -> Callable:
-    """A function of token and segment ids running the LiteRT file's signature (ai-edge-litert's
-    interpreter where installed, else TensorFlow's)."""
+    """A function of token and segment ids (int32 arrays) running the LiteRT file's signature on every core
+    (ai-edge-litert's interpreter where installed, else TensorFlow's)."""
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
         import tensorflow as tf
 
         Interpreter = tf.lite.Interpreter
-    signature = Interpreter(model_path=path).get_signature_runner("serving_default")
+    # every core, as onnxruntime takes them (the interpreter's default is one thread)
+    signature = Interpreter(model_path=path, num_threads=os.cpu_count()).get_signature_runner("serving_default")
     return lambda token_ids, segment_ids: next(iter(signature(token_ids=token_ids,
                                                               segment_ids=segment_ids).values()))
 
