@@ -19,10 +19,10 @@ is kept: onnxruntime runs it on real text and its outputs must match Keras's
 (float32: 1e-4; int8 is reported, not bounded). LiteRT (`.tflite`, TensorFlow
 Lite's format) goes through TensorFlow's converter from the SavedModel, is
 checked the same way in the LiteRT interpreter (`ai-edge-litert`, else
-TensorFlow's own). `quantize="int8"` is
-onnxruntime's (or LiteRT's) dynamic quantization: int8 weights, activations
-quantized on the fly, run by its int8 kernels. Seq2seq models are not exported yet (a
-generator needs its encoder and cached decoder step as separate graphs).
+TensorFlow's own). `quantize="int8"` is onnxruntime's (or LiteRT's) dynamic
+quantization: int8 weights, activations quantized on the fly, run by its int8
+kernels. Seq2seq models are not exported yet (a generator needs its encoder
+and cached decoder step as separate graphs).
 """
 
 from __future__ import annotations
