@@ -1,6 +1,7 @@
 """`kbert serve` under load against `kbert predict` on the same texts.
 
     python -m benchmarks.serving --model runs/sentiment [--clients 16] [--requests 256] [--rounds 3] [--json OUT]
+    python -m benchmarks.serving --model runs/sentiment --quantize int8   # the server on its int8 ONNX file
 
 The server runs in its own process (`kbert serve MODEL --port 0`); this
 process holds the offline engine (the predictor `kbert predict` uses, its
@@ -40,9 +41,11 @@ def review_texts(count: int) -> List[str]:
     return (texts * (count // len(texts) + 1))[:count]
 
 
-def start_server(model: str, max_batch: int, max_wait_ms: float) -> Tuple[subprocess.Popen, str]:
+def start_server(model: str, max_batch: int, max_wait_ms: float,
+                 quantize: "str | None" = None) -> Tuple[subprocess.Popen, str]:
     process = subprocess.Popen([sys.executable, "-m", "kbert", "serve", model, "--port", "0", "--max-batch",
-                                str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "4096"],
+                                str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "4096",
+                                *(["--quantize", quantize] if quantize else [])],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = process.stdout.readline()
     match = re.search(r"on (http://[\d.]+:\d+) ", line)
@@ -84,6 +87,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--quantize", choices=["int8"], help="serve the classifier's int8 ONNX file (the offline "
+                                                             "engine stays float32 Keras)")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
 
@@ -92,7 +97,7 @@ def main(argv=None) -> int:
     texts = review_texts(args.requests)
     predictor = load_predictor(args.model, PredictionSettings(batch_size=64))
     predictor(texts[:64])  # compiled for the shapes it will see
-    server, url = start_server(args.model, args.max_batch, args.max_wait_ms)
+    server, url = start_server(args.model, args.max_batch, args.max_wait_ms, args.quantize)
     try:
         served_round(url, texts[:args.clients * 2], args.clients)  # warm-up
         offline, served, latencies, failed = [], [], [], 0
@@ -118,7 +123,8 @@ def main(argv=None) -> int:
     }
     print(f"| engine | texts/s | p50 ms | p99 ms | failed |\n|---|---|---|---|---|\n"
           f"| kbert predict (batch 64) | {result['offline_texts_per_second']:.1f} | — | — | — |\n"
-          f"| kbert serve, {args.clients} clients, a text a request | {result['served_texts_per_second']:.1f} | "
+          f"| kbert serve{' --quantize ' + args.quantize if args.quantize else ''}, {args.clients} clients, a text "
+          f"a request | {result['served_texts_per_second']:.1f} | "
           f"{result['p50_ms']:.0f} | {result['p99_ms']:.0f} | {failed} of {len(texts) * args.rounds} |")
     print(f"served / offline throughput: {describe(result['served_over_offline'])}")
     if args.json:

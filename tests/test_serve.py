@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 
 from conftest import CONFIGS, REPO, shared_path, write_task_data
@@ -112,6 +113,27 @@ def test_each_task_answers_what_predict_prints(model_dirs, task, capsys):
         schema = json.loads(urllib.request.urlopen(url + "/openapi.json", timeout=30).read())
         assert {"/health", "/v1/predict"} <= set(schema["paths"])
     assert_same_rows(served, predicted_by_cli(model_dirs / task, texts, capsys))
+
+
+def test_an_int8_classifier_answers_close_to_float32(model_dirs, capsys):
+    pytest.importorskip("tf2onnx", reason="--quantize int8 serves an ONNX file: pip install 'kbert[onnx]'")
+    texts = [text for text in TEXTS if "[MASK]" not in text]
+    with running_server(model_dirs / "classify", "--quantize", "int8") as (url, _):
+        status, answer = post(url, {"texts": texts})
+    assert status == 200
+    expected = predicted_by_cli(model_dirs / "classify", texts, capsys)
+    labels = sorted({row["label"] for row in expected} | {row["label"] for row in answer["predictions"]})
+
+    def first_label_probability(row):  # a two-label classifier: the first label's probability
+        return row["probability"] if row["label"] == labels[0] else 1 - row["probability"]
+
+    assert [row["text"] for row in answer["predictions"]] == texts
+    np.testing.assert_allclose([first_label_probability(row) for row in answer["predictions"]],
+                               [first_label_probability(row) for row in expected], atol=0.05)
+    for task in ("ner", "seq2seq"):
+        assert main(["serve", str(model_dirs / task), "--quantize", "int8"]) == 2
+        assert f"--quantize int8 serves classifiers (an int8 ONNX file); {model_dirs / task} is a {task} model" \
+            in capsys.readouterr().err
 
 
 def test_bad_requests_get_4xx_that_say_what_was_wrong(model_dirs):

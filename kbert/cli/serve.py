@@ -30,6 +30,9 @@ def add_commands(command) -> None:
                        help="seq2seq: the longest target (default: the room --maxlen of training leaves)")
     serve.add_argument("--top-k", type=positive_int, default=5,
                        help="a pre-trained model: the tokens given for each [MASK]")
+    serve.add_argument("--quantize", choices=("int8",),
+                       help="a classifier: serve its int8 ONNX export through onnxruntime (made at start-up; "
+                            "pip install 'kbert[onnx]'), faster on CPU, within a few hundredths of float32")
     precision_option(serve)
     serve.set_defaults(run=run_serve)
 
@@ -46,9 +49,13 @@ def run_serve(args) -> int:
 
     if args.max_wait_ms < 0:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
+    if args.quantize and args.mixed_precision:
+        raise KbertError(f"--quantize int8 with --mixed-precision {args.mixed_precision}: the int8 file is made from "
+                         "the float32 model; pick one")
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
-    predictor = load_predictor(args.model, PredictionSettings(
-        batch_size=args.max_batch, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens, top_k=args.top_k))
+    settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
+                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k)
+    predictor = _int8_predictor(args.model, settings) if args.quantize else load_predictor(args.model, settings)
     predictor([WARM_UP.get(predictor.task, WARM_UP[None])])  # compiled before the first request waits for it
 
     def ready(url: str) -> None:
@@ -60,3 +67,19 @@ def run_serve(args) -> int:
 
 
 WARM_UP = {"mlm": "[MASK]", None: "warm up"}
+
+
+def _int8_predictor(model_dir: str, settings):
+    """A classifier whose model is its int8 ONNX export (`kbert.serving.export.Int8Classifier`)."""
+    from kbert.serving.export import Int8Classifier
+    from kbert.tasks.classification import load_classifier
+    from kbert.tasks.predictors import classifier_predictor
+    from kbert.training.model_dir import read_training_state
+
+    task = read_training_state(model_dir)["task"]
+    if task != "classify":
+        raise KbertError(f"--quantize int8 serves classifiers (an int8 ONNX file); {model_dir} is a {task} model: "
+                         "serve it without --quantize")
+    classifier = load_classifier(model_dir)
+    classifier.model = Int8Classifier(model_dir)
+    return classifier_predictor(classifier, model_dir, settings)

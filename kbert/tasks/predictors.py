@@ -65,6 +65,13 @@ class Predictor:
                 "mlm": {"text": text, "masks": [], "filled": None}}[self.task]
 
 
+def classifier_predictor(classifier, model_dir: str, settings: PredictionSettings) -> Predictor:
+    """The predictor of a loaded classifier (`kbert serve --quantize int8` gives one whose model is an
+    int8 ONNX file's)."""
+    return Predictor("classify", model_dir, lambda texts, pairs=None: classifier.labelled(
+        texts, pairs, settings.batch_size, settings.bucketing))
+
+
 def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None) -> Predictor:
     """The model directory `kbert train` or `kbert pretrain` wrote, loaded for prediction."""
     from kbert.training.model_dir import load_model, read_training_state
@@ -74,9 +81,7 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
     if task == "classify":
         from kbert.tasks.classification import load_classifier
 
-        classifier = load_classifier(model_dir)
-        return Predictor(task, model_dir, lambda texts, pairs=None: classifier.labelled(
-            texts, pairs, settings.batch_size, settings.bucketing))
+        return classifier_predictor(load_classifier(model_dir), model_dir, settings)
     if task == "ner":
         from kbert.tasks.ner import find_entities, load_tagger
 
