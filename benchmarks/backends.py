@@ -221,19 +221,20 @@ REVIEWS = 512  # a fine-tuning pass: the first reviews of the sentiment corpus's
 
 
 def _reviews(maxlen: int) -> tuple:
-    """The first `REVIEWS` reviews of `../shared/data/sentiment` as (token ids, segment ids) pairs, and labels."""
+    """The first `REVIEWS` reviews of `../shared/data/sentiment` as (token ids, segment ids) pairs, and labels,
+    read and encoded as `kbert train` reads and encodes them."""
     import numpy as np
 
     from kbert import Tokenizer
+    from kbert.training.data import encode_examples, read_examples
 
     corpus = os.path.join(SHARED, "data", "sentiment", "sentiment.train.data")
     if not os.path.exists(corpus):
         raise SystemExit(f"finetune reads real reviews from {os.path.normpath(corpus)}, which is missing: "
                          "run it from a checkout with ../shared beside it")
-    with open(corpus, encoding="utf-8") as handle:
-        rows = [line.rstrip("\n").rsplit("\t", 1) for line, _ in zip(handle, range(REVIEWS))]
+    examples = read_examples(corpus)[0][:REVIEWS]
     tokenizer = Tokenizer(os.path.join(SHARED, "vocab", "chinese_vocab.txt"))
-    return tokenizer.encode_all([text for text, _ in rows], maxlen=maxlen), np.array([int(y) for _, y in rows])
+    return encode_examples(tokenizer, examples, maxlen), np.array([int(example.label) for example in examples])
 
 
 def _kbert_fine_tuning(config_path: str, precision: str, batch: int, length: int):

@@ -81,5 +81,5 @@ def _int8_predictor(model_dir: str, settings):
         raise KbertError(f"--quantize int8 serves classifiers (an int8 ONNX file); {model_dir} is a {task} model: "
                          "serve it without --quantize")
     classifier = load_classifier(model_dir)
-    classifier.model = Int8Classifier(model_dir)
+    classifier.model = Int8Classifier(classifier)  # made from the Keras model, which it then replaces
     return classifier_predictor(classifier, model_dir, settings)

@@ -47,7 +47,7 @@ def add_commands(command) -> None:
                                "LiteRT, or a .keras file")
     export.add_argument("--model", required=True, help="model directory from kbert train")
     export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .onnx, .tflite "
-                                                      "(LiteRT; its names go to NAME.labels.json) or .keras "
+                                                      "(LiteRT; its metadata goes to NAME.metadata.json) or .keras "
                                                       "(must not exist)")
     export.add_argument("--format", choices=("saved_model", "onnx", "litert", "keras"),
                         help="default: from OUT (.onnx, .tflite, .keras; else a SavedModel directory)")

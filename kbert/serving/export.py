@@ -133,10 +133,7 @@ def _endpoint(model_dir: str, crf_emissions: bool) -> _Endpoint:
     if task == "classify":
         from kbert.tasks.classification import load_classifier
 
-        classifier = load_classifier(model_dir)
-        model = classifier.model
-        return _Endpoint(model, _forward(model), "probabilities", classifier.labels.names, classifier.tokenizer,
-                         task)
+        return _classifier_endpoint(load_classifier(model_dir))
     if task == "ner":
         from kbert.tasks.ner import load_tagger
 
@@ -152,6 +149,13 @@ def _endpoint(model_dir: str, crf_emissions: bool) -> _Endpoint:
         return _Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
     raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers and taggers (a seq2seq "
                      "generator's encoder and cached decoder step are not exported yet)")
+
+
+def _classifier_endpoint(classifier) -> _Endpoint:
+    """A loaded classifier's probabilities, with its labels and tokenizer."""
+    model = classifier.model
+    return _Endpoint(model, _forward(model), "probabilities", classifier.labels.names, classifier.tokenizer,
+                     "classify")
 
 
 def _forward(model) -> Callable:
@@ -280,16 +284,17 @@ def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Expor
 class Int8Classifier:
     """A classifier's int8 ONNX export run by onnxruntime, answering Keras's `predict_on_batch`: what
     `kbert serve --quantize int8` puts in place of the Keras model (2.3× its speed on BERT-base here,
-    docs/deployment.md). The file is made, and checked, by `export_model` at start-up.
+    docs/deployment.md). The file is made, and checked, as `kbert export --quantize int8` makes it.
 
     Args:
-        model_dir: a classifier's model directory (`kbert train --task classify`).
+        classifier: a loaded classifier (`kbert.tasks.classification.load_classifier`), its Keras model
+            still in place.
     """
 
-    def __init__(self, model_dir: str):
+    def __init__(self, classifier):
         with tempfile.TemporaryDirectory(prefix="kbert-int8-") as directory:
             path = os.path.join(directory, "model.int8.onnx")
-            self.report = export_model(model_dir, path, "onnx", quantize="int8")
+            self.report = _write_onnx(_classifier_endpoint(classifier), path, quantize="int8")
             self.run = onnx_runner(path)  # onnxruntime holds the model in memory: the file may go
 
     def predict_on_batch(self, features) -> np.ndarray:
