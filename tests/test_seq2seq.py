@@ -229,3 +229,37 @@ def test_t5_trained_from_start_id_0_sees_and_trains_its_first_target_token():
     t5.compile(loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=IGNORED))
     loss = t5.evaluate([source, np.array([[0, 0, 0]])], np.array([[9, 0, 0]]), verbose=0)
     assert loss == pytest.approx(-np.log(first[0, 9]), rel=1e-5)  # the first target token's loss, alone
+
+
+def test_a_t5_that_kbert_initialises_is_drawn_as_google_draws_it():
+    """Each projection with std 1/√fan-in (the query 1/√(H·K)), the token embedding with std 1, so the
+    residual stream and the first logits have unit scale; bert4keras's std 0.02 left both small."""
+    import keras
+
+    from kbert import build_transformer_model
+    from kbert.models.registry import resolve
+    from kbert.tasks.seq2seq import Seq2SeqTask
+
+    keras.utils.set_random_seed(3)
+    family, config = resolve("configs/t5_small_chinese.json", "t5.1.1")
+    config = Seq2SeqTask("t5.1.1").model_config(family.config_to_train(config, initialised=True))
+    t5 = build_transformer_model(config, model="t5.1.1")
+    before = {weight.path: np.std(keras.ops.convert_to_numpy(weight)) for weight in t5.weights}
+    family.initialise(t5, config)
+    after = {weight.path: np.std(keras.ops.convert_to_numpy(weight)) for weight in t5.weights}
+    h, k, i = config.hidden_size, config.head_size, config.intermediate_size
+    expected = {"Embedding-Token/embeddings": 1.0,
+                "Encoder-Embedding-Relative-Position/embeddings": h ** -0.5,
+                "Decoder-Transformer-0-MultiHeadCrossAttention/query/kernel": (h * k) ** -0.5,
+                "Encoder-Transformer-1-MultiHeadSelfAttention/key/kernel": h ** -0.5,
+                "Encoder-Transformer-1-MultiHeadSelfAttention/output/kernel": (config.num_attention_heads * k) ** -0.5,
+                "Decoder-Transformer-3-FeedForward/gate/kernel": h ** -0.5,
+                "Decoder-Transformer-3-FeedForward/output/kernel": i ** -0.5,
+                "Decoder-Output-LM/kernel": h ** -0.5}
+    for path, std in expected.items():
+        assert after[path] == pytest.approx(std, rel=0.1), path
+        assert before[path] == pytest.approx(0.02 * 0.88, rel=0.15), path  # bert4keras's truncated normal
+    assert after["Decoder-Output-Norm/scale"] == before["Decoder-Output-Norm/scale"] == 0.0  # norms stay at 1
+    probabilities = t5.predict([np.array([[101, 2769, 4263, 102]]), np.array([[101, 872]])], verbose=0)
+    logits = np.log(probabilities[0, -1])
+    assert 0.5 < np.std(logits) < 2.0  # unit-scale first logits: neither flat nor saturated

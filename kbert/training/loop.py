@@ -232,6 +232,8 @@ def train_task(
     with precision_policy(options.mixed_precision):
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
+            if checkpoint_path is None:
+                family.initialise(bert, config)  # the family's own scheme, where it has one (T5)
             model = task.build(bert, num_labels, options)
             if options.lora_rank:
                 enable_lora(model, options.lora_rank, options.lora_alpha)

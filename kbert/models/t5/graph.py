@@ -155,3 +155,38 @@ class T5Graph(TransformerGraph):
             return self.apply(x, keras.layers.Activation, DECODER_OUTPUT_LM_ACTIVATION, activation="softmax")
         return self.apply(x, keras.layers.Dense, DECODER_OUTPUT_LM, units=self.config.vocab_size,
                           activation="softmax", use_bias=False, kernel_initializer=self.initializer())
+
+
+def initialise_as_t5(model: keras.Model, config) -> None:
+    """Redraws a T5's weights as Google's T5 (Mesh TensorFlow) initialises them: each normal, std 1/√fan-in.
+
+    bert4keras draws every T5 weight with std 0.02. In T5's pre-norm stack nothing
+    rescales the residual stream, so the token embedding (std 0.02) is outweighed by
+    the first sub-layers' outputs, and without the attention's 1/√K the scores start
+    flat. T5's scheme keeps every projection's output at unit scale: the query at
+    1/√(H·K) (its 1/√K in place of the score scaling), key and value 1/√H, the
+    attention output 1/√(A·K), the feed-forward 1/√H in and 1/√I out, the relative
+    position biases 1/√H, the token embedding 1 and T5.1.1's own LM kernel 1/√H
+    (Mesh TensorFlow's dense default), so the first logits have unit scale.
+    """
+    hidden, inner = config.hidden_size, config.num_attention_heads * config.head_size
+
+    def redraw(variable, std: float):
+        variable.assign(keras.random.normal(variable.shape, stddev=std, dtype=variable.dtype))
+
+    for layer in model.layers:
+        if isinstance(layer, MultiHeadSelfAttention):
+            redraw(layer.query.kernel, (hidden * config.head_size) ** -0.5)
+            redraw(layer.key.kernel, hidden ** -0.5)
+            redraw(layer.value.kernel, hidden ** -0.5)
+            redraw(layer.output_dense.kernel, inner ** -0.5)
+        elif isinstance(layer, FeedForward):
+            for dense in filter(None, (layer.intermediate, layer.gate)):
+                redraw(dense.kernel, hidden ** -0.5)
+            redraw(layer.output_dense.kernel, config.intermediate_size ** -0.5)
+        elif isinstance(layer, T5RelativePositionBias):
+            redraw(layer.embeddings, hidden ** -0.5)
+        elif isinstance(layer, TokenEmbedding):
+            redraw(layer.embeddings, 1.0)
+        elif layer.name == DECODER_OUTPUT_LM:
+            redraw(layer.kernel, hidden ** -0.5)
