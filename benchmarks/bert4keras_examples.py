@@ -56,6 +56,7 @@ class Example:
     data: Dict[str, Callable] = dataclasses.field(default_factory=dict)
     needs: Optional[str] = None
     serves: Optional[str] = None  # a server example: the request (path and query) it must answer
+    follows: Optional[str] = None  # an example whose folder it shares, run first: it imports that one's module
 
 
 def _sentiment(split: str, limit: Optional[int] = LINES) -> List[tuple]:
@@ -233,8 +234,8 @@ CASES = {
     "task_sentence_similarity_lcqmc": Example(data={f"datasets/lcqmc/lcqmc.{s}.data": sentence_pairs(s)
                                                     for s in ("train", "valid", "test")}),
     "task_sentiment_albert": Example(checkpoint="albert", data=SENTIMENT),
-    "task_sentiment_integrated_gradients": Example(needs="the weights task_sentiment_albert saves, and a "
-                                                         "manual change: K.gradients (kbert migrate reports it)"),
+    "task_sentiment_integrated_gradients": Example(checkpoint="albert", data=SENTIMENT,
+                                                   follows="task_sentiment_albert"),
     "task_sentiment_virtual_adversarial_training": Example(data=SENTIMENT),
     "task_seq2seq_ape210k_math_word_problem": Example(data={
         f"/root/ape210k/{split}.ape.json": arithmetic_json(seed) for seed, split in enumerate(("train", "valid",
@@ -336,7 +337,7 @@ def prepare(name: str, case: Example, workdir: pathlib.Path, checkpoints: Dict[s
     """The example with the user's edits and the migration, written into its own directory, and the
     places `kbert migrate` says need a manual change."""
 
-    folder = workdir / name  # the script runs in folder/script: its '../random_order.json' is its own
+    folder = workdir / (case.follows or name)  # the script runs in folder/script: '../random_order.json' is its own
     (folder / "script").mkdir(parents=True, exist_ok=True)
     data = {}
     for original, make in case.data.items():
@@ -429,6 +430,8 @@ def main(argv=None) -> int:
             if case.needs:
                 rows.append((name, "not run", 0.0, f"needs {case.needs}"))
             else:
+                if case.follows and case.follows not in names[:names.index(name)]:
+                    run(prepare(case.follows, CASES[case.follows], workdir, checkpoints, args.mode)[0], args.timeout)
                 script, manual = prepare(name, case, workdir, checkpoints, args.mode)
                 status, seconds, note = run(script, args.timeout, case.serves)
                 if status != "runs" and manual:

@@ -49,11 +49,38 @@ def test_batch_dot_is_keras2s(x_shape, y_shape, axes):
 
 
 def test_graph_mode_functions_say_what_to_use():
-    with pytest.raises(KbertError, match="adversarial_training"):
-        K.gradients(None, [])
+    with pytest.raises(KbertError, match="inside a TensorFlow graph.*adversarial_training"):
+        K.gradients(None, [])  # eager: nothing to differentiate
     with pytest.raises(KbertError, match="no global learning phase"):
         K.in_train_phase(1.0, 0.0)
     assert K.in_train_phase(1.0, 0.0, training=False) == 0.0
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="Keras 2's K.gradients is TensorFlow's")
+def test_gradients_in_a_layer_call_under_predict_are_the_tapes():
+    """bert4keras's integrated-gradients layer: K.gradients(output, [input]) inside call(), which
+    model.predict runs in a TensorFlow graph, as Keras 2 did."""
+    import tensorflow as tf
+
+    class InputGradient(keras.layers.Layer):
+        def call(self, inputs):
+            hidden, output = inputs
+            return K.gradients(K.sum(output), [hidden])[0] * hidden
+
+        def compute_output_shape(self, input_shape):
+            return input_shape[0]
+
+    tokens = keras.Input((3,), dtype="int32")
+    hidden = keras.layers.Embedding(10, 4)(tokens)
+    output = keras.layers.Dense(2, activation="tanh")(keras.layers.Dense(5, activation="gelu")(hidden))
+    gradient_model = keras.Model(tokens, InputGradient()([hidden, output]))
+    ids = np.array([[1, 2, 3], [4, 5, 6]])
+    vectors = tf.Variable(gradient_model.layers[1](ids))
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(gradient_model.layers[3](gradient_model.layers[2](vectors)))
+    expected = tape.gradient(total, vectors) * vectors
+    np.testing.assert_allclose(gradient_model.predict(ids, verbose=0), expected, rtol=1e-5, atol=1e-7)
+    assert np.abs(expected).max() > 1e-3
 
 
 def test_in_train_phase_follows_the_layer_call_it_runs_in():

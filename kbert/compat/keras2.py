@@ -6,9 +6,10 @@ layers with it: `K.sum(loss * mask) / K.sum(mask)`,
 `K.sparse_categorical_crossentropy(y_true, y_pred)`. This module keeps those
 names and Keras 2's argument conventions (`axis=None, keepdims=False`, the
 target first in the losses, integer targets given as floats), so such code
-runs unchanged. Keras 2's graph-mode functions (`gradients`, `function`,
-`learning_phase`) have no Keras 3 equivalent: calling one raises an error that
-says what to use instead.
+runs unchanged. `gradients` works where Keras 2's did, inside a TensorFlow graph
+(a layer's call under `model.predict`); `function`, `learning_phase` and
+`placeholder` have no Keras 3 equivalent: calling one raises an error that says
+what to use instead.
 
 Example:
 >>> from kbert.compat.keras2 import K
@@ -254,11 +255,26 @@ def _graph_mode_only(name: str, instead: str):
     return unavailable
 
 
-gradients = _graph_mode_only(
-    "gradients", "compute gradients in a train_step with the backend's autodiff; for adversarial training use "
-    "kbert.compat.adversarial.adversarial_training(model, 'Embedding-Token', epsilon) (what `kbert migrate` "
-    "writes), for a gradient penalty kbert.compat.adversarial.gradient_penalty(model, 'Embedding-Token', epsilon), "
-    "for VAT kbert.compat.adversarial.virtual_adversarial_training(model, 'Embedding-Token')")
+def gradients(loss, variables):
+    """Keras 2's `K.gradients` (`tf.gradients`): where Keras 2 had it, inside a TensorFlow graph.
+
+    A layer's `call` runs in one when the model's `predict`, `fit` or `evaluate`
+    compiles it (Keras 3's default on TensorFlow), so bert4keras's gradient layers
+    (integrated gradients: `K.gradients(output, [input])[0] * input`) run unchanged.
+    Outside a graph (eager code, a symbolic build, JAX or PyTorch) there is nothing
+    to differentiate, and the error says what to use instead.
+    """
+    if keras.backend.backend() == "tensorflow" and not _tf().executing_eagerly():
+        return _tf().gradients(loss, variables)
+    raise KbertError(
+        "K.gradients: Keras 2's graph-mode gradients exist only inside a TensorFlow graph (a layer's call() "
+        "under model.predict or fit on the TensorFlow backend); here compute gradients in a train_step with the "
+        "backend's autodiff. For adversarial training use kbert.compat.adversarial.adversarial_training(model, "
+        "'Embedding-Token', epsilon) (what `kbert migrate` writes), for a gradient penalty "
+        "kbert.compat.adversarial.gradient_penalty(model, 'Embedding-Token', epsilon), for VAT "
+        "kbert.compat.adversarial.virtual_adversarial_training(model, 'Embedding-Token')")
+
+
 function = _graph_mode_only(
     "function", "call the model (model.predict or model(inputs)), or build a keras.Model on the tensors you need")
 learning_phase = _graph_mode_only(

@@ -17,6 +17,9 @@ What it changes:
   `evaluate_generator` → `fit`/`predict`/`evaluate`,
   `layer.get_output_at(i)` → `get_output_at(layer, i)` (imported from
   `kbert.compat.backend`), an optimizer's `lr=` → `learning_rate=`;
+- `model.predict([[token_ids], [segment_ids]])` (nested Python lists, which
+  Keras 3 does not read as two inputs) → `model.predict(to_array([token_ids],
+  [segment_ids]))` (imported from `kbert.compat.snippets`);
 - bert4keras's graph-mode `adversarial_training(model, embedding_name,
   epsilon)` and `virtual_adversarial_training(model, embedding_name, epsilon,
   xi, iters)` functions (`K.gradients`, `model._make_train_function`) → an
@@ -28,8 +31,9 @@ What it changes:
   penalty as a Keras 3 train step.
 
 What it reports as a manual change (with the code to use instead): other
-graph-mode gradient code (`K.gradients`, `K.function`, `model.total_loss`,
-`_make_train_function`), `multi_gpu_model`.
+graph-mode gradient code (`K.gradients` outside a layer's `call`, where it
+runs in Keras 3's compiled TensorFlow graph as in Keras 2's; `K.function`,
+`model.total_loss`, `_make_train_function`), `multi_gpu_model`.
 
 Example:
 >>> result = migrate_source("from bert4keras.backend import keras, K\\n"
@@ -65,7 +69,8 @@ KERAS_OPTIMIZERS = {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adadelta", "A
 # bert4keras's graph-mode training functions and what kbert.compat.adversarial's of the same name are.
 TRAIN_STEP_FUNCTIONS = {"adversarial_training": "FGM", "virtual_adversarial_training": "virtual adversarial training"}
 GRAPH_MODE = {
-    "gradients": "K.gradients has no Keras 3 form: take gradients in a train step with the backend's autodiff; "
+    "gradients": "K.gradients runs in Keras 3 only inside a layer's call() on TensorFlow (a compiled graph, as "
+                 "Keras 2's); elsewhere take gradients in a train step with the backend's autodiff; "
                  "for FGM adversarial training call kbert.compat.adversarial.adversarial_training(model, "
                  "'Embedding-Token', epsilon), for a gradient penalty gradient_penalty(model, "
                  "'Embedding-Token', epsilon) after compile, with the plain loss in compile, for VAT "
@@ -146,10 +151,11 @@ class _Rewriter(SourceEdits, ast.NodeVisitor):
     def __init__(self, source: str):
         super().__init__(source)
         self.findings: List[Finding] = []
-        self.needed_backend_names: set = set()
+        self.needed_names: Dict[str, set] = {}  # kbert.compat module -> names the rewritten code imports from it
         self.optimizer_names = set(KERAS_OPTIMIZERS)
         self.replaced_functions: List[ast.AST] = []
         self.penalty = ""  # the arguments of gradient_penalty(model, ...) once loss_with_gradient_penalty is replaced
+        self.layer_calls = 0  # how deep in `def call` bodies the visit is: K.gradients works there on TensorFlow
 
     def replace(self, node, new_text: str, message: str) -> None:
         start, end = self.span(node)
@@ -218,7 +224,9 @@ class _Rewriter(SourceEdits, ast.NodeVisitor):
                                    "the plain loss, its penalty a train step added after compile")
             self.penalty = _penalty_arguments(node)
             return
+        self.layer_calls += node.name == "call"
         self.generic_visit(node)
+        self.layer_calls -= node.name == "call"
 
     def _replace_function(self, node: ast.FunctionDef, names: str, what: str) -> None:
         """The definition (with its decorators) → an import of `names` from kbert.compat.adversarial."""
@@ -256,7 +264,8 @@ class _Rewriter(SourceEdits, ast.NodeVisitor):
             new = f"{self.text(node.value)}.learning_rate"
             self.replace(node, new, f"{self.text(node)} → {new} (Keras 3's name)")
         elif node.attr in GRAPH_MODE and not self.inside_replaced_function(node) \
-                and _receiver(node) not in NOT_KERAS | {"tensorflow"}:  # `@tf.function` is no K.function
+                and _receiver(node) not in NOT_KERAS | {"tensorflow"} \
+                and not (node.attr == "gradients" and self.layer_calls):  # `@tf.function` is no K.function
             self.manual(node, f"{self.text(node)}: {GRAPH_MODE[node.attr]}")
         self.generic_visit(node)
 
@@ -265,11 +274,19 @@ class _Rewriter(SourceEdits, ast.NodeVisitor):
         if isinstance(function, ast.Attribute) and function.attr in ("get_output_at", "get_input_at") \
                 and len(node.args) == 1 and not node.keywords:
             new = f"{function.attr}({self.text(function.value)}, {self.text(node.args[0])})"
-            self.needed_backend_names.add(function.attr)
+            self.needed_names.setdefault("backend", set()).add(function.attr)
             self.replace(node, new, f"{self.text(node)} → {new} (Keras 3 layers have no {function.attr})")
             return
         name = function.id if isinstance(function, ast.Name) else function.attr \
             if isinstance(function, ast.Attribute) else None
+        if name in ("predict", "predict_on_batch") and node.args and _nested_list(node.args[0]):
+            # Keras 2 read [[token_ids], [segment_ids]] as two inputs; Keras 3 takes arrays only.
+            rows = ", ".join(self.text(row) for row in node.args[0].elts)
+            self.needed_names.setdefault("snippets", set()).add("to_array")
+            self.replace(node.args[0], f"to_array({rows})",
+                         f"{name}([[...], ...]) → {name}(to_array([...], ...)) (Keras 3 predicts on arrays)")
+            self.visit(function)
+            return
         if name in self.optimizer_names:
             for keyword in node.keywords:
                 if keyword.arg == "lr":
@@ -281,6 +298,11 @@ class _Rewriter(SourceEdits, ast.NodeVisitor):
     def _keyword_name_span(self, keyword: ast.keyword) -> Tuple[int, int]:
         start = self.line_starts[keyword.lineno - 1] + keyword.col_offset
         return start, start + len("lr")
+
+
+def _nested_list(node: ast.AST) -> bool:
+    """A list literal of list literals: `[[token_ids], [segment_ids]]`."""
+    return isinstance(node, ast.List) and bool(node.elts) and all(isinstance(row, ast.List) for row in node.elts)
 
 
 def _weights_file_names(tree: ast.AST) -> Dict[str, str]:
@@ -339,9 +361,8 @@ def migrate_source(source: str, filename: str = "<script>") -> Migration:
             old, new = rewriter.text(node), renames[node.value]
             literal = old.replace(node.value, new) if old.count(node.value) == 1 else repr(new)
             rewriter.replace(node, literal, f"{node.value!r} → {new!r} (Keras 3's file names)")
-    if rewriter.needed_backend_names:
-        _add_import(tree, rewriter, f"from {NEW_PACKAGE}.backend import "
-                                    f"{', '.join(sorted(rewriter.needed_backend_names))}")
+    for module, names in sorted(rewriter.needed_names.items()):
+        _add_import(tree, rewriter, f"from {NEW_PACKAGE}.{module} import {', '.join(sorted(names))}")
     return Migration(source, rewriter.result(), sorted(rewriter.findings, key=lambda f: f.line))
 
 
