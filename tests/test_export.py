@@ -136,8 +136,33 @@ def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
         np.testing.assert_array_equal(got, keras.ops.convert_to_numpy(tagger.decode(tokens, segments)))
 
 
+def test_a_seq2seq_model_in_onnx_decodes_as_kbert_generate(model_dirs, tmp_path):
+    """The cached step as one ONNX graph: OnnxGenerator's greedy loop on it (NumPy and onnxruntime only)
+    gives kbert.generate's tokens, on other sources and for longer than the export's own check."""
+    from kbert.generation import generate
+    from kbert.serving.generator_export import OnnxGenerator
+    from kbert.tasks.seq2seq import load_generator
+
+    loaded = load_generator(str(model_dirs / "seq2seq"))
+    report = export_model(str(model_dirs / "seq2seq"), str(tmp_path / "generator.onnx"))
+    assert report.max_difference < 1e-4
+    generator = OnnxGenerator(str(tmp_path / "generator.onnx"))
+    assert (generator.application, generator.calls, generator.end_id) == ("unilm", 2, loaded.tokenizer.sep_id)
+    prompts = [ids for ids, _ in loaded.tokenizer.encode_all(["张三去北京大学看望李四", "好", "房间太小了，隔音也差"])]
+    wanted = generate(loaded.model, prompts, max_new_tokens=20, end_id=generator.end_id, strategy="greedy")
+    assert generator.greedy(prompts, max_new_tokens=20) == wanted
+    assert max(map(len, wanted)) > 1  # more than one step was compared
+    export_model(str(model_dirs / "seq2seq"), str(tmp_path / "generator.int8.onnx"), quantize="int8")
+    int8 = OnnxGenerator(str(tmp_path / "generator.int8.onnx"))
+    assert np.allclose(int8.first_probabilities(prompts).sum(-1), 1.0, atol=1e-3)
+    assert (tmp_path / "generator.int8.onnx").stat().st_size < 0.5 * (tmp_path / "generator.onnx").stat().st_size
+    export_model(str(model_dirs / "classify"), str(tmp_path / "classifier.onnx"))
+    with pytest.raises(KbertError, match="not a kbert seq2seq export"):
+        OnnxGenerator(str(tmp_path / "classifier.onnx"))
+
+
 @pytest.mark.parametrize("arguments, message", [
-    (["seq2seq", "out.onnx"], "a seq2seq model; kbert export takes classifiers and taggers"),
+    (["seq2seq", "out.tflite"], "a seq2seq model exports as ONNX (its cached decoding step"),
     (["classify", "out", "--quantize", "int8"], "export with --format onnx or litert"),
     (["classify", "exists.onnx"], "already exists"),
     (["classify", "exists.tflite"], "exists.metadata.json: already exists, and a LiteRT export writes its metadata"),

@@ -44,7 +44,7 @@ def add_commands(command) -> None:
     predict.set_defaults(run=run_predict)
 
     export = command("export", "a classifier or tagger for other runtimes: TF SavedModel, ONNX (int8 too), "
-                               "LiteRT, or a .keras file")
+                               "LiteRT, or a .keras file; a UniLM seq2seq model's cached step as ONNX")
     export.add_argument("--model", required=True, help="model directory from kbert train")
     export.add_argument("output", metavar="OUT", help="SavedModel directory, or a path ending in .onnx, .tflite "
                                                       "(LiteRT; its metadata goes to NAME.metadata.json) or .keras "

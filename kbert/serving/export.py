@@ -21,8 +21,10 @@ Lite's format) goes through TensorFlow's converter from the SavedModel, is
 checked the same way in the LiteRT interpreter (`ai-edge-litert`, else
 TensorFlow's own). `quantize="int8"` is onnxruntime's (or LiteRT's) dynamic
 quantization: int8 weights, activations quantized on the fly, run by its int8
-kernels. Seq2seq models are not exported yet (a generator needs its encoder
-and cached decoder step as separate graphs).
+kernels.
+
+A UniLM seq2seq model exports as ONNX only: its cached decoding step, with
+`OnnxGenerator` to decode on it (`kbert.serving.generator_export`).
 """
 
 from __future__ import annotations
@@ -112,6 +114,14 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     if quantize and format not in ("onnx", "litert"):
         raise KbertError("--quantize int8 is onnxruntime's or LiteRT's dynamic quantization: export with --format "
                          "onnx or litert (a path ending in .onnx or .tflite)")
+    if _task(model_dir) == "seq2seq":
+        if format != "onnx":
+            raise KbertError(f"{model_dir}: a seq2seq model exports as ONNX (its cached decoding step: --format onnx "
+                             "or a path ending in .onnx); a SavedModel or LiteRT file of it is not made yet")
+        from kbert.serving.generator_export import write_generator_onnx  # it builds on this module
+
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        return write_generator_onnx(model_dir, out, quantize)
     endpoint = _endpoint(model_dir, crf_emissions=format in ("onnx", "litert"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if format == "keras":
@@ -126,10 +136,14 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     return _write_onnx(endpoint, out, quantize)
 
 
-def _endpoint(model_dir: str, crf_emissions: bool) -> _Endpoint:
+def _task(model_dir: str) -> str:
     from kbert.training.model_dir import read_training_state
 
-    task = read_training_state(model_dir)["task"]
+    return read_training_state(model_dir)["task"]
+
+
+def _endpoint(model_dir: str, crf_emissions: bool) -> _Endpoint:
+    task = _task(model_dir)
     if task == "classify":
         from kbert.tasks.classification import load_classifier
 
@@ -147,8 +161,7 @@ def _endpoint(model_dir: str, crf_emissions: bool) -> _Endpoint:
                              {"kbert_transitions": transitions, "kbert_decoding": VITERBI_NOTE})
         output = "entity_hits" if tagger.head == "global_pointer" else "tags"
         return _Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
-    raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers and taggers (a seq2seq "
-                     "generator's encoder and cached decoder step are not exported yet)")
+    raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers, taggers and seq2seq models")
 
 
 def _classifier_endpoint(classifier) -> _Endpoint:
@@ -245,40 +258,47 @@ def litert_runner(path: str) -> Callable:
 
 def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
     tf = require_tensorflow("ONNX export (through tf2onnx)", "--format keras")
+    function = tf.function(lambda token_ids, segment_ids: {
+        endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
+        path = convert_to_onnx(function, _signature(tf), _metadata(endpoint), staging, quantize, endpoint.task)
+        difference = _check_export(endpoint, onnx_runner(path), "ONNX", bounded=not quantize)
+        with atomic_path(out) as temporary:
+            shutil.copyfile(path, temporary)
+    return ExportReport(out, "onnx", quantize, difference)
+
+
+def convert_to_onnx(function, signature, metadata: dict, staging: str, quantize: Optional[str], what: str,
+                    instead: str = "export it as a SavedModel or a .keras file instead") -> str:
+    """A `tf.function` as an ONNX file in `staging` (int8 with `quantize`), with `metadata`; its path.
+    Where tf2onnx cannot convert it, the error names `what` model and says what to do `instead`."""
     try:
         import onnx
-        import onnxruntime  # noqa: F401  (the check below runs the file)
+        import onnxruntime  # noqa: F401  (each caller runs the file before keeping it)
         import tf2onnx
     except ImportError as error:
         raise KbertError(f"ONNX export needs {error.name}: pip install 'kbert[onnx]' (tf2onnx, onnx, "
                          "onnxruntime)") from None
     _register_missing_converters()
     logging.getLogger("tf2onnx").setLevel(logging.WARNING)  # its optimizer's counts of rewritten nodes
-    function = tf.function(lambda token_ids, segment_ids: {
-        endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
-        path = os.path.join(staging, "model.onnx")
-        try:
-            tf2onnx.convert.from_function(function, input_signature=_signature(tf), opset=ONNX_OPSET,
-                                          output_path=path)
-        except Exception as error:  # tf2onnx's own errors: an op or a loop it cannot convert
-            raise KbertError(f"tf2onnx cannot convert this {endpoint.task} model's graph ({first_line(error)}); "
-                             "export it as a SavedModel or a .keras file instead") from None
-        if quantize:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+    path = os.path.join(staging, "model.onnx")
+    try:
+        tf2onnx.convert.from_function(function, input_signature=signature, opset=ONNX_OPSET, output_path=path)
+    except Exception as error:  # tf2onnx's own errors: an op or a loop it cannot convert
+        raise KbertError(f"tf2onnx cannot convert this {what} model's graph ({first_line(error)}); "
+                         f"{instead}") from None
+    if quantize:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            quantized = os.path.join(staging, "model.int8.onnx")
-            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8)
-            path = quantized
-        model = onnx.load(path)
-        for key, value in _metadata(endpoint).items():  # ONNX metadata values are strings
-            model.metadata_props.add(key=key, value=value if isinstance(value, str)
-                                     else json.dumps(value, ensure_ascii=False))
-        onnx.save(model, path)
-        difference = _check_export(endpoint, onnx_runner(path), "ONNX", bounded=not quantize)
-        with atomic_path(out) as temporary:
-            shutil.copyfile(path, temporary)
-    return ExportReport(out, "onnx", quantize, difference)
+        quantized = os.path.join(staging, "model.int8.onnx")
+        quantize_dynamic(path, quantized, weight_type=QuantType.QInt8)
+        path = quantized
+    model = onnx.load(path)
+    for key, value in metadata.items():  # ONNX metadata values are strings
+        model.metadata_props.add(key=key, value=value if isinstance(value, str)
+                                 else json.dumps(value, ensure_ascii=False))
+    onnx.save(model, path)
+    return path
 
 
 class Int8Classifier:
