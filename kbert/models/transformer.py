@@ -227,6 +227,12 @@ class TransformerGraph:
             self.layers[name] = layer_class(name=name, **kwargs)
         return self.layers[name](inputs) if inputs is not None else self.layers[name]
 
+    @staticmethod
+    def initialise(model: keras.Model, config) -> None:
+        """Redraws the weights of a model kbert trains from random weights, where the family's own scheme
+        differs from bert4keras's truncated normal (std 0.02, made for post-norm stacks, whose layer norms
+        rescale every sub-layer's output): nothing here; T5's graph draws as Google's T5."""
+
     def initializer(self):
         """A new truncated-normal initializer: every weight gets its own (see `clone_initializer`)."""
         return keras.initializers.TruncatedNormal(stddev=self.config.initializer_range)

@@ -37,7 +37,7 @@ import numpy as np
 
 from kbert.errors import KbertError, require_tensorflow
 from kbert.io import atomic_path
-from kbert.serving.export import FLOAT_TOLERANCE, SAMPLE_TEXTS, ExportReport, convert_to_onnx
+from kbert.serving.conversion import FLOAT_TOLERANCE, SAMPLE_TEXTS, ExportReport, convert_to_onnx
 
 DECODING_NOTE = ("the prompt first: all its tokens as new tokens at positions 0..n-1, each allowed the prompt's "
                  "real tokens (kbert_application unilm) or those up to itself (lm), zero caches of "

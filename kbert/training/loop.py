@@ -29,7 +29,7 @@ from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, check_whole_number, is_whole_number
 from kbert.io import atomic_copy, atomic_path, refuse_overlap
 from kbert.models.config import BertConfig
-from kbert.models.registry import resolve
+from kbert.models.registry import graph_class, resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
 from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker_role
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
@@ -233,7 +233,7 @@ def train_task(
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
             if checkpoint_path is None:
-                family.initialise(bert, config)  # the family's own scheme, where it has one (T5)
+                graph_class(family).initialise(bert, config)  # the family's own scheme, where it has one (T5)
             model = task.build(bert, num_labels, options)
             if options.lora_rank:
                 enable_lora(model, options.lora_rank, options.lora_alpha)

@@ -81,13 +81,6 @@ class BertFamily:
         """
         return config
 
-    def initialise(self, model, config: BertConfig) -> None:
-        """Redraw the weights of a model kbert trains from random weights, where the family's own scheme differs.
-
-        Nothing here: bert4keras's truncated normal (std 0.02) suits post-norm stacks, whose
-        layer norms rescale every sub-layer's output. T5 redraws its weights as Google's T5 does.
-        """
-
     def block_indices(self, config: BertConfig) -> List[Optional[int]]:
         """The index in each block's layer names, one per application (None: the shared block)."""
         if self.shared_blocks:

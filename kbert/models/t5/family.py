@@ -98,12 +98,6 @@ class T5Family(BertFamily):
             return dataclasses.replace(config, scale_decoder_outputs=False)
         return config
 
-    def initialise(self, model, config: T5Config) -> None:
-        """Google's T5 initialisation (`kbert.models.t5.graph.initialise_as_t5`) in place of bert4keras's."""
-        from kbert.models.t5.graph import initialise_as_t5  # the graph's Keras side, loaded with it
-
-        initialise_as_t5(model, config)
-
     @property
     def lm_output(self) -> str:
         return DECODER_OUTPUT_LM_ACTIVATION if self.version == "t5.1.0" else DECODER_OUTPUT_LM

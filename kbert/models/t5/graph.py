@@ -88,6 +88,11 @@ class T5Graph(TransformerGraph):
         x = self.apply(x, Scale, "Decoder-Output-Scale", factor=scale)
         return self.apply_lm(x)
 
+    @staticmethod
+    def initialise(model: keras.Model, config) -> None:
+        """Google's T5 initialisation (`initialise_as_t5`) in place of bert4keras's."""
+        initialise_as_t5(model, config)
+
     def embed(self, token_ids):
         config = self.config
         return self.apply(token_ids, TokenEmbedding, naming.EMBEDDING_TOKEN, input_dim=config.vocab_size,
