@@ -129,3 +129,29 @@ def test_attention_mask_layer_contract(kind, tmp_path):
     model.save(tmp_path / "model.keras")
     restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
     np.testing.assert_array_equal(restored.predict([IDS, segment_ids], verbose=0), output)
+
+
+@pytest.mark.parametrize("scale, t5_bias, dtype", [(True, False, "float32"), (False, True, "float32"),
+                                                   (True, False, "bfloat16")])
+def test_the_fused_attention_is_the_einsum_attention(scale, t5_bias, dtype):
+    """`ops.dot_product_attention` (what inference runs on JAX and PyTorch) gives `_attend`'s einsums and
+    softmax: with masked keys, a row whose every key is hidden (uniform in both), and T5's biases."""
+    from keras import ops
+
+    random = np.random.default_rng(0)
+    attention = MultiHeadSelfAttention(3, 4, scale=scale, position_encoding="t5_relative" if t5_bias else None,
+                                       dtype=dtype if dtype == "float32" else "mixed_bfloat16")
+    x = ops.convert_to_tensor(random.normal(size=(2, 5, 12)), "float32")
+    attention([x, x, x] + ([ops.zeros((5, 5, 3))] if t5_bias else []))  # builds it
+    q, k, v = (ops.cast(ops.reshape(ops.convert_to_tensor(random.normal(size=(2, 5, 12))), (2, 5, 3, 4)), dtype)
+               for _ in range(3))
+    hidden = np.zeros((2, 1, 5, 5), bool)
+    hidden[0, 0, :, 3:] = True  # padding
+    hidden[1, 0, 2, :] = True  # a row with nothing to see
+    positions = ops.convert_to_tensor(random.normal(size=(5, 5, 3)), "float32") if t5_bias else None
+    einsums, _ = attention._attend(q, k, v, ops.convert_to_tensor(hidden), positions, training=False,
+                                   previous_scores=ops.zeros((1, 1, 1, 1), dtype))  # scores passed on: einsums
+    fused = attention._fused_attend(q, k, v, ops.convert_to_tensor(hidden), positions)
+    tolerance = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(fused, "float32")),
+                               ops.convert_to_numpy(ops.cast(einsums, "float32")), atol=tolerance, rtol=tolerance)

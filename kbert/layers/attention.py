@@ -18,6 +18,16 @@ from kbert.layers.rotary import apply_rotary
 POSITION_ENCODINGS = ("relative", "rotary", "t5_relative")
 
 
+# Backends whose `ops.dot_product_attention` runs a fused kernel (JAX's, PyTorch's scaled_dot_product_attention);
+# TensorFlow's is the same einsums and softmax as `_attend`.
+FUSED_BACKENDS = ("jax", "torch")
+
+
+def _blocked_score(dtype):
+    """The score of a hidden key: large and negative, within float16's range."""
+    return ops.cast(-1e9 if keras.backend.standardize_dtype(dtype) != "float16" else -6e4, dtype)
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product attention with BERT's padding rule.
@@ -179,14 +189,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         relative = None
         if self.position_encoding == "relative":
             relative = "qkd" if len(positions.shape) == 3 else "bqkd"
+        if relative is None and previous_scores is None and not self.return_attention_scores and \
+                (not training or not self.dropout) and keras.backend.backend() in FUSED_BACKENDS:
+            return self._fused_attend(q, k, v, hidden, positions), None
         scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
         if relative:
             scores = scores + ops.einsum(f"bqhd,{relative}->bhqk", q, positions)
         if self.position_encoding == "t5_relative":
-            # [q, k, heads] for every example, or [b, q, k, heads] (cached decoding).
-            bias = ops.transpose(positions, (2, 0, 1))[None] if len(positions.shape) == 3 \
-                else ops.transpose(positions, (0, 3, 1, 2))
-            scores = scores + ops.cast(bias, scores.dtype)
+            scores = scores + ops.cast(self._t5_bias(positions), scores.dtype)
         if self.scale:
             scores = scores / math.sqrt(self.head_size)
         own_scores = scores
@@ -194,8 +204,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             scores = scores + ops.cast(previous_scores, scores.dtype)
         if hidden is not None:
             # A large negative score gives a padded (or masked) key zero probability.
-            scores = ops.where(hidden, ops.cast(-1e9 if scores.dtype != "float16" else -6e4,
-                                                scores.dtype), scores)
+            scores = ops.where(hidden, _blocked_score(scores.dtype), scores)
         probs = ops.softmax(scores, axis=-1)
         probs = self.attention_dropout(probs, training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
@@ -204,6 +213,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
         return self.output_dense(context), own_scores
+
+    def _fused_attend(self, q, k, v, hidden, positions):
+        """`_attend` through `ops.dot_product_attention` (the backend's fused kernel), where no score is needed
+        outside it: no relative vectors, no scores passed on, no attention dropout. The mask enters as a bias
+        (blocked keys at `_blocked_score`), so a row with every key hidden is uniform, as in `_attend`."""
+        bias = ops.cast(self._t5_bias(positions), q.dtype) if self.position_encoding == "t5_relative" else None
+        if hidden is not None:
+            blocked = ops.where(hidden, _blocked_score(q.dtype), ops.cast(0, q.dtype))
+            bias = blocked if bias is None else bias + blocked
+        context = ops.dot_product_attention(q, k, v, bias=bias, scale=1 / math.sqrt(self.head_size) if self.scale
+                                            else 1.0)
+        batch, length = ops.shape(context)[0], ops.shape(context)[1]
+        return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
+
+    @staticmethod
+    def _t5_bias(positions):
+        """T5's biases `[1 or b, heads, q, k]` from `[q, k, heads]` (every example) or `[b, q, k, heads]`
+        (cached decoding)."""
+        return ops.transpose(positions, (2, 0, 1))[None] if len(positions.shape) == 3 \
+            else ops.transpose(positions, (0, 3, 1, 2))
 
     def _split_heads(self, x):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
