@@ -4,7 +4,7 @@
     python -m benchmarks.backends --task train --batches 32
     python -m benchmarks.backends --task generate --precisions fp32
     python -m benchmarks.backends --task finetune --precisions fp32 --calls 1
-    python -m benchmarks.backends --engines kbert/jax kbert-einsum/jax kbert/torch kbert-einsum/torch  # fused or not
+    python -m benchmarks.backends --engines kbert/jax kbert-einsum/jax   # attention through dot_product_attention or not
     python -m benchmarks.backends --baseline "keras-hub/jax fp32" --peak-tflops tf32=494.7 bf16=989.4   # a GPU
 
 A process holds one Keras backend, so each engine (kbert or keras-hub on
@@ -50,7 +50,7 @@ BACKENDS = ("tensorflow", "jax", "torch")
 ENGINES = [f"kbert/{backend}" for backend in BACKENDS] + [f"keras-hub/{backend}" for backend in BACKENDS] \
     + ["transformers/torch"]
 # kbert with its attention's einsums and softmax where it would call ops.dot_product_attention (encode only).
-EINSUM_ENGINES = ["kbert-einsum/jax", "kbert-einsum/torch"]
+EINSUM_ENGINES = ["kbert-einsum/jax"]
 BASELINE = "kbert/tensorflow fp32"
 
 
