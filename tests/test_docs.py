@@ -117,6 +117,7 @@ def test_readme_runs_as_written(tmp_path):
 
 
 def test_the_pages_have_commands_that_run():
-    # So that a change in the pages' format cannot leave the tests above with nothing to run.
-    assert len(list(cli_lines())) >= 5
+    # So that a change in the pages' format cannot leave the tests above with nothing to run
+    # (docs/ pages only: the README's lines run in test_readme_runs_as_written).
+    assert len(list(cli_lines())) >= 4
     assert len(list(runnable_python())) >= 4
