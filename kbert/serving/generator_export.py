@@ -125,11 +125,11 @@ class OnnxGenerator:
     Args:
         path: the `.onnx` file.
 
-    Example (a file `kbert export --model runs/toy-extraction out.onnx` wrote; ids from the model
-    directory's vocab.txt, the source as `[CLS] source [SEP]`):
+    Usage, on a file `kbert export --model runs/toy-extraction out.onnx` wrote (the source's ids from
+    the model directory's vocab.txt, as `[CLS] source [SEP]`; `tests/test_export.py` runs it):
 
         generator = OnnxGenerator("out.onnx")
-        generator.greedy([[101, 2476, 836, 1762, 102]], max_new_tokens=16)  # -> [[ids of the target]]
+        generator.greedy([[2, 27, 55, 40, 3]], max_new_tokens=16)  # -> [[the target's ids]]
     """
 
     def __init__(self, path: str):
