@@ -211,9 +211,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
         if relative:
             context = context + ops.einsum(f"bhqk,{relative}->bqhd", probs, positions)
-        batch, length = ops.shape(context)[0], ops.shape(context)[1]
-        context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
-        return self.output_dense(context), own_scores
+        return self._output(context), own_scores
 
     def _fused_attend(self, q, k, v, hidden, positions):
         """`_attend` through `ops.dot_product_attention` (the backend's own kernel), where no score is needed
@@ -225,8 +223,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             bias = blocked if bias is None else bias + blocked
         context = ops.dot_product_attention(q, k, v, bias=bias, scale=1 / math.sqrt(self.head_size) if self.scale
                                             else 1.0)
-        batch, length = ops.shape(context)[0], ops.shape(context)[1]
-        return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
+        return self._output(context)
 
     @staticmethod
     def _t5_bias(positions):
@@ -234,6 +231,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         (cached decoding)."""
         return ops.transpose(positions, (2, 0, 1))[None] if len(positions.shape) == 3 \
             else ops.transpose(positions, (0, 3, 1, 2))
+
+    def _output(self, context):
+        """The heads' context `[batch, length, heads, head_size]` joined and projected by the output dense."""
+        batch, length = ops.shape(context)[0], ops.shape(context)[1]
+        return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
 
     def _split_heads(self, x):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]

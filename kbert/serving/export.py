@@ -92,7 +92,8 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     if quantize and format not in ("onnx", "litert"):
         raise KbertError("--quantize int8 is onnxruntime's or LiteRT's dynamic quantization: export with --format "
                          "onnx or litert (a path ending in .onnx or .tflite)")
-    if _task(model_dir) == "seq2seq":
+    task = _task(model_dir)
+    if task == "seq2seq":
         if format != "onnx":
             raise KbertError(f"{model_dir}: a seq2seq model exports as ONNX (its cached decoding step: --format onnx "
                              "or a path ending in .onnx); a SavedModel or LiteRT file of it is not made yet")
@@ -100,7 +101,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
 
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         return write_generator_onnx(model_dir, out, quantize)
-    endpoint = _endpoint(model_dir, crf_emissions=format in ("onnx", "litert"))
+    endpoint = _endpoint(model_dir, task, crf_emissions=format in ("onnx", "litert"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if format == "keras":
         with atomic_path(out) as temporary:  # the temporary name ends in .keras too
@@ -120,8 +121,7 @@ def _task(model_dir: str) -> str:
     return read_training_state(model_dir)["task"]
 
 
-def _endpoint(model_dir: str, crf_emissions: bool) -> _Endpoint:
-    task = _task(model_dir)
+def _endpoint(model_dir: str, task: str, crf_emissions: bool) -> _Endpoint:
     if task == "classify":
         from kbert.tasks.classification import load_classifier
 
