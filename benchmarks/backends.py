@@ -4,7 +4,7 @@
     python -m benchmarks.backends --task train --batches 32
     python -m benchmarks.backends --task generate --precisions fp32
     python -m benchmarks.backends --task finetune --precisions fp32 --calls 1
-    python -m benchmarks.backends --engines kbert/jax kbert-einsum/jax   # attention through dot_product_attention or not
+    python -m benchmarks.backends --engines kbert/jax kbert-einsum/jax kbert/torch kbert-fused/torch  # fused attention or not
     python -m benchmarks.backends --baseline "keras-hub/jax fp32" --peak-tflops tf32=494.7 bf16=989.4   # a GPU
 
 A process holds one Keras backend, so each engine (kbert or keras-hub on
@@ -49,8 +49,9 @@ from benchmarks.alternating import describe, median_ratio
 BACKENDS = ("tensorflow", "jax", "torch")
 ENGINES = [f"kbert/{backend}" for backend in BACKENDS] + [f"keras-hub/{backend}" for backend in BACKENDS] \
     + ["transformers/torch"]
-# kbert with its attention's einsums and softmax where it would call ops.dot_product_attention (encode only).
-EINSUM_ENGINES = ["kbert-einsum/jax"]
+# kbert with its attention's einsums and softmax where it would call ops.dot_product_attention, and with
+# ops.dot_product_attention where it would not (encode only).
+ATTENTION_ENGINES = ["kbert-einsum/jax", "kbert-einsum/torch", "kbert-fused/torch"]
 BASELINE = "kbert/tensorflow fp32"
 
 
@@ -113,12 +114,17 @@ def _kbert_encoder(config_path: str, precision: str, batch: int, length: int):
     return lambda: model.predict_on_batch([tokens, tokens * 0])
 
 
-def _kbert_einsum_encoder(config_path: str, precision: str, batch: int, length: int):
-    """kbert's encoder without the fused attention kernel: what the fused one is measured against."""
-    from kbert.layers import attention
+def _kbert_encoder_attending(fused_backends: tuple):
+    """kbert's encoder with its attention through `ops.dot_product_attention` on the given backends only
+    (`()`: the einsums and softmax everywhere): what the fused kernel is measured against."""
 
-    attention.FUSED_BACKENDS = ()
-    return _kbert_encoder(config_path, precision, batch, length)
+    def make(config_path: str, precision: str, batch: int, length: int):
+        from kbert.layers import attention
+
+        attention.FUSED_BACKENDS = fused_backends
+        return _kbert_encoder(config_path, precision, batch, length)
+
+    return make
 
 
 def _keras_hub_backbone(config: dict):
@@ -303,7 +309,8 @@ def _keras_hub_generator(config_path: str, precision: str, batch: int, length: i
 
 
 NEW_TOKENS = 64
-ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_einsum_encoder,
+ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_encoder_attending(()),
+                            "kbert-fused": _kbert_encoder_attending(BACKENDS),
                             "keras-hub": _keras_hub_encoder, "transformers": _transformers_encoder},
                  "train": {"kbert": _kbert_train_step, "keras-hub": _keras_hub_train_step,
                            "transformers": _transformers_train_step},
@@ -315,7 +322,7 @@ ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_eins
 
 def installed(engine: str) -> bool:
     library, backend = engine.split("/")
-    module = {"kbert": None, "kbert-einsum": None, "keras-hub": "keras_hub", "transformers": "transformers"}[library]
+    module = {"kbert": None, "kbert-einsum": None, "kbert-fused": None, "keras-hub": "keras_hub", "transformers": "transformers"}[library]
     return all(importlib.util.find_spec(name) is not None for name in (backend, module) if name)
 
 
@@ -449,7 +456,7 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=3, help="calls timed per engine per round")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "tf32", "bf16"],
                         help="tf32: float32 weights, TensorFloat-32 matmuls (a GPU's; the same as fp32 on a CPU)")
-    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES + EINSUM_ENGINES)
+    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES + ATTENTION_ENGINES)
     parser.add_argument("--batches", type=int, nargs="+", help="batch sizes (encode, train: 8; generate: 1 and 8)")
     parser.add_argument("--length", type=int, help="tokens a row (encode, train: 128) or a prompt (generate: 32)")
     parser.add_argument("--baseline", default="kbert/tensorflow fp32",

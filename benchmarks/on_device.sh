@@ -8,8 +8,8 @@
 #
 # then, on the device, from the repository root:  OUT=results bash benchmarks/on_device.sh
 # Each table is written to $OUT as it is finished, so a run cut short keeps what it measured.
-# QUICK=1 runs the same steps on bert_tiny / few calls (a dry run on a CPU); ONLY=generate (or encode,
-# train) runs that table alone.
+# It also writes $OUT.tar.gz (or $ARCHIVE), everything measured so far, after each table. QUICK=1 runs the same steps on
+# bert_tiny / few calls (a dry run on a CPU); ONLY="profile generate" (names of the steps below) runs those alone.
 set -u
 out=$(realpath "${OUT:-device-results}")
 wheels=$(realpath .device/wheels)
@@ -42,15 +42,27 @@ case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) in
 esac
 engines="kbert/jax kbert/torch keras-hub/jax keras-hub/torch"
 if [ -n "${QUICK:-}" ]; then quick=--quick; calls=2; length=32; else quick=; calls=20; length=128; fi
+pack() {  # the device tool brings back few files: everything measured so far, in one archive
+  tar czf "${ARCHIVE:-$out.tar.gz}" -C "$(dirname "$out")" "$(basename "$out")"
+}
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 bench() {  # NAME SECONDS ARGS...: one table, stopped after SECONDS so the next one still runs
   local name=$1 seconds=$2; shift 2
-  [ -z "${ONLY:-}" ] || [ "$ONLY" = "$name" ] || return 0
+  wanted "$name" || return 0
   timeout "$seconds" python -m benchmarks.backends $quick --rounds 3 --json "$out/$name.json" \
     ${peaks:+--peak-tflops $peaks} "$@" 2>"$out/$name.log" | tee "$out/$name.txt"
+  pack
 }
-bench encode 180 --task encode --batches 8 128 --length "$length" --calls "$calls" --precisions fp32 tf32 bf16 \
-  --engines $engines transformers/torch --baseline "keras-hub/jax tf32"
+if wanted profile; then  # where a training step's time goes, kbert against keras-hub on JAX
+  timeout 240 python -m benchmarks.step_profile --hlo "$out/hlo" ${QUICK:+--config bert_tiny --batch 4 --length 32} \
+    2>"$out/profile.log" | tee "$out/profile.txt"
+  pack
+fi
+bench encode 180 --task encode --batches 8 --length "$length" --calls "$calls" --precisions tf32 bf16 \
+  --engines $engines kbert-einsum/jax kbert-fused/torch transformers/torch --baseline "keras-hub/jax tf32"
+bench encode128 120 --task encode --batches 128 --length "$length" --calls 5 --precisions tf32 bf16 \
+  --engines kbert/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax tf32"
 bench train 150 --task train --batches 32 --length "$length" --calls $((calls / 2)) --precisions tf32 bf16 \
-  --engines $engines transformers/torch --baseline "keras-hub/jax tf32"
-[ -n "${QUICK:-}" ] || bench generate 180 --task generate --batches 1 8 --calls 2 --precisions tf32 \
-  --engines $engines --baseline "keras-hub/jax tf32"
+  --engines kbert/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax tf32"
+[ -n "${QUICK:-}" ] || bench generate 150 --task generate --batches 1 8 --calls 2 --precisions tf32 \
+  --engines kbert/jax keras-hub/jax --baseline "keras-hub/jax tf32"
