@@ -64,5 +64,5 @@ bench encode128 120 --task encode --batches 128 --length "$length" --calls 5 --p
   --engines kbert/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax tf32"
 bench train 150 --task train --batches 32 --length "$length" --calls $((calls / 2)) --precisions tf32 bf16 \
   --engines kbert/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax tf32"
-[ -n "${QUICK:-}" ] || bench generate 150 --task generate --batches 1 8 --calls 2 --precisions tf32 \
+[ -n "${QUICK:-}" ] || bench generate 200 --task generate --batches 8 1 --calls 2 --precisions tf32 \
   --engines kbert/jax keras-hub/jax --baseline "keras-hub/jax tf32"

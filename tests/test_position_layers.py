@@ -155,3 +155,43 @@ def test_the_fused_attention_is_the_einsum_attention(scale, t5_bias, dtype):
     tolerance = 1e-5 if dtype == "float32" else 2e-2
     np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(fused, "float32")),
                                ops.convert_to_numpy(ops.cast(einsums, "float32")), atol=tolerance, rtol=tolerance)
+
+
+TABLES_CONFIG = {"hidden_size": 24, "num_hidden_layers": 1, "num_attention_heads": 3, "intermediate_size": 40,
+                 "max_position_embeddings": 64, "type_vocab_size": 2, "vocab_size": 97, "hidden_act": "gelu",
+                 "attention_head_size": 8, "max_relative_position": 64}
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX's steps call the model through stateless_call, "
+                    "the path where Keras casts an Embedding's table whole")
+@pytest.mark.parametrize("family", ["bert", "nezha", "t5.1.1"])
+def test_mixed_bfloat16_steps_cast_the_rows_looked_up_not_the_tables(family):
+    """Under mixed_bfloat16 every lookup table (tokens, segments, positions, NEZHA's and T5's relative tables) is
+    read in float32 and only the rows a batch uses are cast, in the forward and the gradient alike: a table cast
+    whole gets its gradient added up in bfloat16 (a slow scatter on a GPU, 8 bits of mantissa for a segment row
+    that sums thousands of positions)."""
+    import jax
+
+    from kbert import build_transformer_model
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = build_transformer_model(TABLES_CONFIG, model=family)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    tables = [variable for variable in model.weights if "embeddings" in variable.path]
+    assert len(tables) == 3, [table.path for table in tables]  # tokens, and segments and positions or relative
+    inputs = [np.ones((2, 8), "int32")] * len(model.inputs)
+
+    def loss(trainable, fixed):
+        output = model.stateless_call(trainable, fixed, inputs, training=True)[0]
+        return keras.ops.mean(keras.ops.cast(output, "float32"))
+
+    variables = model.trainable_variables + model.non_trainable_variables
+    program = jax.make_jaxpr(jax.grad(loss))([v.value for v in model.trainable_variables],
+                                             [v.value for v in model.non_trainable_variables]).jaxpr
+    # the program's inputs are the variables' values, in that order: a table's is read once, by its lookup
+    readers = {index: [equation.primitive.name for equation in program.eqns if program.invars[index] in
+                       equation.invars] for index, variable in enumerate(variables) if any(variable is t for t in tables)}
+    for index, names in readers.items():
+        assert names and "convert_element_type" not in names, (variables[index].path, names)

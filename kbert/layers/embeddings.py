@@ -67,6 +67,15 @@ class Embedding(keras.layers.Embedding):
         super().__init__(input_dim, output_dim, **kwargs)
         self.size_key = size_key
 
+    def add_weight(self, *args, **kwargs):
+        # The table is read in its own dtype and only the rows looked up are cast to the compute dtype.
+        # Keras's Embedding asks for that with `autocast = False` on the layer, which a model called
+        # through `stateless_call` (JAX's train and predict steps) passes by: the whole table was cast
+        # to bfloat16 under mixed_bfloat16 and its gradient added up in bfloat16 (a slow scatter, and
+        # a segment table summing thousands of rows at 8 bits of mantissa).
+        kwargs.setdefault("autocast", False)
+        return super().add_weight(*args, **kwargs)
+
     def call(self, inputs):
         ids = ops.cast(inputs, "int32") if inputs.dtype not in ("int32", "int64") else inputs
         return super().call(checked_ids(ids, self.input_dim, self._description))
@@ -198,6 +207,7 @@ class PositionEmbedding(keras.layers.Layer):
             name="embeddings",
             shape=(self.max_length, input_shape[-1]),
             initializer=clone_initializer(self.embeddings_initializer),
+            autocast=False,  # as `Embedding`'s: the rows used are cast, not the table
         )
 
     def call(self, inputs):

@@ -105,7 +105,8 @@ class RelativePositionEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         self.embeddings = self.add_weight(name="embeddings", shape=(self.input_dim, self.output_dim),
-                                          initializer=self.embeddings_initializer)
+                                          initializer=self.embeddings_initializer,
+                                          autocast=False)  # as `Embedding`'s: the rows used are cast
 
     def distance_rows(self, query_length, key_length):
         """`[query_length, key_length]` table rows: the clipped distance key − query, shifted to ≥ 0."""
@@ -198,7 +199,8 @@ class T5RelativePositionBias(keras.layers.Layer):
 
     def build(self, input_shape):
         self.embeddings = self.add_weight(name="embeddings", shape=(self.num_buckets, self.num_heads),
-                                          initializer=self.embeddings_initializer)
+                                          initializer=self.embeddings_initializer,
+                                          autocast=False)  # as `Embedding`'s: the rows used are cast
 
     def bias(self, distances):
         """The `[..., heads]` bias of an array of distances (key position − query position)."""
