@@ -7,7 +7,7 @@ import pytest
 from conftest import shared_path
 from kbert.tokenizers.wordpiece import Tokenizer
 from kbert.training.data import encode_examples, read_examples
-from kbert.training.pipeline import PaddedBatches, _tf_dataset, make_dataset
+from kbert.training.pipeline import PaddedBatches, _tf_dataset, batches_by_length, make_dataset
 
 
 def tf_dataset(*args, **kwargs):
@@ -90,3 +90,26 @@ def test_label_rows_are_padded_as_tf_data_pads_them(pipeline, labels, expected):
     (_, second), padded = numpy_batches(pipeline(encoded, labels, 2, labels_follow=1))[0]
     assert second.shape == (2, 3)
     assert padded.tolist() == expected
+
+
+@pytest.mark.parametrize("bucketing", [True, False])
+def test_prediction_batches_cover_every_example_once_within_a_band(bucketing):
+    """`batches_by_length`: every example once; with bucketing, in order of length and a batch within one
+    16-token band (a server's batch of mixed lengths runs as batches of like lengths); without, in input
+    order, batch_size a batch."""
+    lengths = np.random.default_rng(3).integers(1, 100, 57)
+    encoded = [(list(range(1, n + 1)), [0] * n) for n in lengths]
+    batches = list(batches_by_length(encoded, batch_size=8, bucketing=bucketing))
+    order = np.concatenate([rows for rows, _ in batches])
+    assert sorted(order.tolist()) == list(range(57))
+    for rows, (tokens, segments) in batches:
+        assert len(rows) <= 8 and tokens.shape == segments.shape
+        for row, ids in zip(rows, tokens):
+            assert ids[:lengths[row]].tolist() == encoded[row][0] and not ids[lengths[row]:].any()
+    if bucketing:
+        assert np.all(np.diff(lengths[order]) >= 0)
+        for rows, (tokens, _) in batches:
+            assert len({(length - 1) // 16 for length in lengths[rows]}) == 1
+            assert tokens.shape[1] - lengths[rows].max() < 16
+    else:
+        assert order.tolist() == list(range(57)) and [len(rows) for rows, _ in batches] == [8] * 7 + [1]

@@ -17,7 +17,7 @@ from kbert.builder import build_classifier
 from kbert.errors import DataError, KbertError
 from kbert.tokenizers import Tokenizer
 from kbert.training.data import Example, LabelMap, encode_examples, read_examples
-from kbert.training.pipeline import PaddedBatches, make_dataset
+from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.metrics import precision_recall_f1
 from kbert.training.model_dir import load_model
 from kbert.training.task import Task, TrainingData, read_training_file
@@ -71,20 +71,18 @@ class TrainedClassifier:
     def predict_proba(self, examples, batch_size: int = 64, bucketing: bool = True) -> np.ndarray:
         """Class probabilities `[n, labels]`, in the order of `examples`.
 
-        With `bucketing`, the examples are batched in order of length (and the
-        results put back in input order), so each batch pads little.
+        With `bucketing`, the examples are batched in order of length, a batch
+        within one 16-token band (`batches_by_length`; the results are put
+        back in input order), so each batch pads little.
         """
         if not examples:
             raise KbertError("no texts to predict")
         encoded = encode_examples(self.tokenizer, examples, self.maxlen)
-        order = np.argsort([len(ids) for ids, _ in encoded], kind="stable") if bucketing \
-            else np.arange(len(encoded))
+        probabilities = np.empty((len(encoded), len(self.labels)), dtype=np.float32)
         # Batch by batch with predict_on_batch: `predict`'s set-up (a dataset, its iterator, callbacks)
         # costs more than a small batch's compute, which is what a server runs.
-        batches = PaddedBatches([encoded[index] for index in order], None, batch_size)
-        probabilities = np.empty((len(encoded), len(self.labels)), dtype=np.float32)
-        probabilities[order] = np.concatenate([keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))
-                                               for (features,) in batches])
+        for rows, features in batches_by_length(encoded, batch_size, bucketing):
+            probabilities[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))
         return probabilities
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from keras import ops
 
 from kbert.training.data import LabelMap
-from kbert.training.pipeline import make_dataset
+from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.errors import DataError, KbertError
 from kbert.layers.checks import traced_once
 from kbert.models import naming
@@ -341,18 +341,12 @@ class Tagger:
             for chunk in self.encoder.chunks(list(units)):
                 chunks.append(chunk)
                 owners.append(index)
-        order = np.argsort([len(c.token_ids) for c in chunks], kind="stable") if bucketing \
-            else np.arange(len(chunks))
-        batches = make_dataset([(chunks[i].token_ids, [0] * len(chunks[i].token_ids)) for i in order],
-                               None, batch_size)
         found: List[List[Span]] = [[] for _ in sentences]
-        position = 0
-        for (features,) in batches:
-            decoded = ops.convert_to_numpy(self._decode(*(ops.convert_to_tensor(np.asarray(f)) for f in features)))
-            for row in _entity_rows(decoded) if self.head == "global_pointer" else decoded:
-                chunk_index = order[position]
+        encoded = [(chunk.token_ids, [0] * len(chunk.token_ids)) for chunk in chunks]
+        for rows, features in batches_by_length(encoded, batch_size, bucketing):
+            decoded = ops.convert_to_numpy(self._decode(*(ops.convert_to_tensor(f) for f in features)))
+            for chunk_index, row in zip(rows, _entity_rows(decoded) if self.head == "global_pointer" else decoded):
                 found[owners[chunk_index]] += self._spans(chunks[chunk_index], row)
-                position += 1
         return [sorted(set(entities), key=lambda e: (e[1], e[2], e[0])) for entities in found]
 
     def _spans(self, chunk: Chunk, decoded: Sequence) -> List[Span]:
