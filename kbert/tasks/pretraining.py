@@ -36,7 +36,7 @@ import numpy as np
 
 from kbert.errors import DataError, KbertError, tensorflow_installed
 from kbert.models.registry import get_family
-from kbert.training.batches import sequence_padding
+from kbert.training.pipeline import batches_by_length
 from kbert.training.data import LabelMap
 from kbert.training.masking import TRAINING, VALIDATION, MaskedBatches, max_predictions, pack_sequences
 from kbert.training.model_dir import WEIGHTS_FILE
@@ -312,15 +312,14 @@ def fill_masks(loaded, texts: Sequence[str], top_k: int = 5, batch_size: int = 6
     """
     tokenizer, maxlen = loaded.tokenizer, loaded.options.maxlen
     mask_id = tokenizer.token_to_id(MASK_MARK)
-    encoded = [_with_mask_ids(tokenizer, text, mask_id, maxlen) for text in texts]
-    rows = []
-    for start in range(0, len(encoded), batch_size):
-        ids = sequence_padding(encoded[start:start + batch_size]).astype(np.int32)
+    encoded = [(_with_mask_ids(tokenizer, text, mask_id, maxlen),) for text in texts]
+    filled: List[dict] = [{}] * len(texts)
+    for rows, (ids,) in batches_by_length(encoded, batch_size):
         inputs = [ids, np.zeros_like(ids)] if len(loaded.model.inputs) == 2 else [ids]
         logits = keras.ops.convert_to_numpy(loaded.model.predict_on_batch(inputs))
-        for text, row, row_logits in zip(texts[start:start + batch_size], ids, logits):
-            rows.append(_filled(tokenizer, text, row_logits[row == mask_id], top_k))
-    return rows
+        for row, row_ids, row_logits in zip(rows, ids, logits):
+            filled[row] = _filled(tokenizer, texts[row], row_logits[row_ids == mask_id], top_k)
+    return filled
 
 
 def _with_mask_ids(tokenizer, text: str, mask_id: int, maxlen: int) -> List[int]:
