@@ -3,8 +3,9 @@
     python -m benchmarks.backends [--task encode] [--quick] [--rounds 3] [--precisions fp32 bf16] [--json OUT]
     python -m benchmarks.backends --task train --batches 32
     python -m benchmarks.backends --task generate --precisions fp32
+    python -m benchmarks.backends --task beam --precisions fp32 --engines kbert/jax kbert-python/jax keras-hub/jax
     python -m benchmarks.backends --task finetune --precisions fp32 --calls 1
-    python -m benchmarks.backends --engines kbert/jax kbert-einsum/jax kbert/torch kbert-fused/torch  # fused attention or not
+    python -m benchmarks.backends --engines kbert/jax kbert-einsum/jax kbert/torch kbert-fused/torch  # fused or not
     python -m benchmarks.backends --baseline "keras-hub/jax fp32" --peak-tflops tf32=494.7 bf16=989.4   # a GPU
 
 A process holds one Keras backend, so each engine (kbert or keras-hub on
@@ -34,6 +35,7 @@ An engine whose backend or library is not installed is left out and named.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -52,6 +54,8 @@ ENGINES = [f"kbert/{backend}" for backend in BACKENDS] + [f"keras-hub/{backend}"
 # kbert with its attention's einsums and softmax where it would call ops.dot_product_attention, and with
 # ops.dot_product_attention where it would not (encode only).
 ATTENTION_ENGINES = ["kbert-einsum/jax", "kbert-einsum/torch", "kbert-fused/torch"]
+# kbert's beam search with its loop in Python, not compiled (the beam task only).
+SEARCH_ENGINES = [f"kbert-python/{backend}" for backend in BACKENDS]
 BASELINE = "kbert/tensorflow fp32"
 
 
@@ -282,15 +286,23 @@ def _keras_hub_fine_tuning(config_path: str, precision: str, batch: int, length:
     return lambda: classifier.fit(inputs, labels, batch_size=batch, epochs=1, shuffle=True, verbose=0)
 
 
-def _kbert_generator(config_path: str, precision: str, batch: int, length: int):
-    from kbert import build_transformer_model, generate
+def _kbert_generator(config_path: str, precision: str, batch: int, length: int, beams: int = 1,
+                     compiled: bool = True):
+    """GPT-2 greedy decoding (`beams` 1) or beam search; `compiled` False: the search's loop in Python."""
+    import importlib
 
+    from kbert import build_transformer_model
+
+    generation = importlib.import_module("kbert.generation.generate")
+    if not compiled:
+        generation._compiles_loops = lambda engine: False
     model = build_transformer_model(config_path, model="gpt2")
     prompts = _token_ids(_config(config_path)["vocab_size"], batch, length).tolist()
-    return lambda: generate(model, prompts, max_new_tokens=NEW_TOKENS, end_id=-1)
+    strategy = {"strategy": "beam", "beam_size": beams} if beams > 1 else {}
+    return lambda: generation.generate(model, prompts, max_new_tokens=NEW_TOKENS, end_id=-1, **strategy)
 
 
-def _keras_hub_generator(config_path: str, precision: str, batch: int, length: int):
+def _keras_hub_generator(config_path: str, precision: str, batch: int, length: int, beams: int = 1):
     import keras_hub
     import numpy as np
 
@@ -300,7 +312,7 @@ def _keras_hub_generator(config_path: str, precision: str, batch: int, length: i
         num_heads=config["num_attention_heads"], hidden_dim=config["hidden_size"],
         intermediate_dim=config["intermediate_size"], max_sequence_length=config["max_position_embeddings"])
     causal_lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
-    causal_lm.compile(sampler="greedy")
+    causal_lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=beams) if beams > 1 else "greedy")
     # Without a preprocessor, generate fills the positions the padding mask leaves out.
     tokens = np.zeros((batch, length + NEW_TOKENS), "int32")
     tokens[:, :length] = _token_ids(config["vocab_size"], batch, length)
@@ -308,6 +320,8 @@ def _keras_hub_generator(config_path: str, precision: str, batch: int, length: i
     return lambda: causal_lm.generate(inputs, stop_token_ids=None)
 
 
+BEAMS = 4
+GENERATING = ("generate", "beam")  # tasks whose speed is new tokens a second
 NEW_TOKENS = 64
 ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_encoder_attending(()),
                             "kbert-fused": _kbert_encoder_attending(BACKENDS),
@@ -315,6 +329,9 @@ ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_enco
                  "train": {"kbert": _kbert_train_step, "keras-hub": _keras_hub_train_step,
                            "transformers": _transformers_train_step},
                  "generate": {"kbert": _kbert_generator, "keras-hub": _keras_hub_generator},
+                 "beam": {"kbert": functools.partial(_kbert_generator, beams=BEAMS),
+                          "kbert-python": functools.partial(_kbert_generator, beams=BEAMS, compiled=False),
+                          "keras-hub": functools.partial(_keras_hub_generator, beams=BEAMS)},
                  "finetune": {"kbert": _kbert_fine_tuning, "keras-hub": _keras_hub_fine_tuning}}
 
 
@@ -322,7 +339,7 @@ ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_enco
 
 def installed(engine: str) -> bool:
     library, backend = engine.split("/")
-    module = {"kbert": None, "kbert-einsum": None, "kbert-fused": None, "keras-hub": "keras_hub", "transformers": "transformers"}[library]
+    module = {"kbert": None, "kbert-einsum": None, "kbert-fused": None, "kbert-python": None, "keras-hub": "keras_hub", "transformers": "transformers"}[library]
     return all(importlib.util.find_spec(name) is not None for name in (backend, module) if name)
 
 
@@ -395,7 +412,7 @@ def run(task: str, config_path: str, batch: int, length: int, rounds: int, calls
         for worker in workers:
             worker.close()
     # new tokens, reviews of a fine-tuning pass, or tokens read
-    tokens = batch * NEW_TOKENS if task == "generate" else REVIEWS if task == "finetune" else batch * length
+    tokens = batch * NEW_TOKENS if task in GENERATING else REVIEWS if task == "finetune" else batch * length
     passes = {"encode": 1, "train": 3}.get(task)  # a backward pass costs two forward passes
     rows = {}
     for name, times in seconds.items():
@@ -416,12 +433,15 @@ def run(task: str, config_path: str, batch: int, length: int, rounds: int, calls
 def print_table(results: dict) -> None:
     what = {"generate": f"{results['batch']} prompts of {results['length']} tokens, {NEW_TOKENS} new tokens each "
                         "(greedy)",
+            "beam": f"{results['batch']} prompts of {results['length']} tokens, {NEW_TOKENS} new tokens each "
+                    f"(beam search, {BEAMS} beams)",
             "finetune": f"{REVIEWS} real reviews, batch {results['batch']}, maxlen {results['length']}"}.get(
         results["task"], f"{results['batch']} x {results['length']} tokens")
     step = {"train": "optimizer steps", "finetune": "fine-tuning epochs"}.get(results["task"], "calls")
     print(f"\n{results['config']}, {what}; {results['rounds']} alternating rounds of {results['calls_per_round']} "
           f"{step} each; medians")
-    unit = {"generate": "new tokens/s", "finetune": "reviews/s"}.get(results["task"], "tokens/s")
+    unit = {"generate": "new tokens/s", "beam": "new tokens/s", "finetune": "reviews/s"}.get(results["task"],
+                                                                                             "tokens/s")
     print(f"{'engine':32} {unit:>12} {'TFLOP/s':>8} {'MFU':>6}  vs {results['baseline']}")
     for name, row in results["engines"].items():
         ratio = describe(row["vs_baseline"]) if "vs_baseline" in row else "-"
@@ -433,7 +453,8 @@ def print_table(results: dict) -> None:
 
 
 CONFIGS = {"encode": ("bert_base_chinese", "bert_tiny"), "train": ("bert_base_chinese", "bert_tiny"),
-           "generate": ("gpt2_chinese_base", "gpt2_chinese_base"), "finetune": ("bert_small_chinese", "bert_tiny")}
+           "generate": ("gpt2_chinese_base", "gpt2_chinese_base"), "beam": ("gpt2_chinese_base", "gpt2_chinese_base"),
+           "finetune": ("bert_small_chinese", "bert_tiny")}
 
 
 def peak(text: str) -> tuple:
@@ -448,15 +469,15 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=sorted(ENGINE_MAKERS), default="encode",
                         help="encode: BERT-base 8 x 128 forward passes; train: optimizer steps of a BERT-base "
-                             "classifier, 8 x 128; generate: GPT-2-base greedy, 32-token prompts, 64 new "
-                             "tokens, batch 1 and 8; finetune: an epoch of bert_small on 512 real reviews, "
+                             "classifier, 8 x 128; generate (beam): GPT-2-base greedy (beam search, 4 beams), "
+                             "32-token prompts, 64 new tokens, batch 1 and 8; finetune: an epoch of bert_small on 512 real reviews, "
                              "batch 32, maxlen 128")
     parser.add_argument("--quick", action="store_true", help="encode, train: bert_tiny, 2 x 16 tokens (a smoke test)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=3, help="calls timed per engine per round")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "tf32", "bf16"],
                         help="tf32: float32 weights, TensorFloat-32 matmuls (a GPU's; the same as fp32 on a CPU)")
-    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES + ATTENTION_ENGINES)
+    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES + ATTENTION_ENGINES + SEARCH_ENGINES)
     parser.add_argument("--batches", type=int, nargs="+", help="batch sizes (encode, train: 8; generate: 1 and 8)")
     parser.add_argument("--length", type=int, help="tokens a row (encode, train: 128) or a prompt (generate: 32)")
     parser.add_argument("--baseline", default="kbert/tensorflow fp32",
@@ -473,9 +494,10 @@ def main(argv=None) -> None:
     from kbert.models.config import bundled_config_path
 
     config_path = bundled_config_path(CONFIGS[args.task][args.quick])
-    quick = args.quick and args.task != "generate"
-    batches = args.batches or ([2] if quick else {"generate": [1, 8], "finetune": [32]}.get(args.task, [8]))
-    length = args.length or (16 if quick else 32 if args.task == "generate" else 128)
+    quick = args.quick and args.task not in GENERATING
+    batches = args.batches or ([2] if quick else {"generate": [1, 8], "beam": [1, 8], "finetune": [32]}.get(
+        args.task, [8]))
+    length = args.length or (16 if quick else 32 if args.task in GENERATING else 128)
     results = []
     for batch in batches:
         results.append(run(args.task, config_path, batch, length, args.rounds, args.calls, args.precisions,

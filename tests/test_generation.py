@@ -252,3 +252,16 @@ def test_t5_clear_errors():
         generate(small_t5("t5.1.1", "_encoder"), PROMPTS, max_new_tokens=4, end_id=3, start_id=1)
     with pytest.raises(KbertError, match="start_id is for encoder-decoder models"):
         generate(small_model("gpt2", "lm"), PROMPTS, max_new_tokens=4, end_id=3, start_id=1)
+
+
+def test_compiled_beam_search_keeps_the_searchs_rules(model):
+    """The compiled loop (TensorFlow, JAX; PyTorch runs the search in Python) against the search on full
+    recomputation: an end token banned before min_new_tokens, a prompt's beams all ending early, one beam."""
+    greedy = generate(model, PROMPTS, max_new_tokens=8, end_id=-1)
+    end_id = greedy[0][1]  # the second token greedy picks for the first prompt: beams meet it early
+    for options in (dict(min_new_tokens=3), dict(min_new_tokens=0), dict(min_new_tokens=2, beam_size=1)):
+        options = {"beam_size": 3, **options}
+        beams = generate(model, PROMPTS, max_new_tokens=8, end_id=end_id, strategy="beam", **options)
+        assert beams == generate(model, PROMPTS, max_new_tokens=8, end_id=end_id, strategy="beam",
+                                 use_cache=False, **options)
+        assert all(len(row) >= options["min_new_tokens"] and end_id not in row for row in beams)

@@ -122,7 +122,8 @@ class CachedGraph:
     updated state (see `_Step`); `forward(inputs, last)` is the same output
     from the whole model on whole sequences (T5: `[source ids, decoder
     ids]`). T5's `encode(source_ids)` gives the state's source part;
-    `greedy(...)` runs greedy decoding's remaining steps in one call. Each is
+    `greedy(...)` and `beam(...)` run greedy decoding's and beam search's
+    remaining steps in one call. Each is
     compiled once on TensorFlow and JAX (`kbert.layers.checks.traced_once`).
     """
 
@@ -152,10 +153,11 @@ class CachedGraph:
         self.calls = len(family.block_indices(self.config))
         self.cache_shape = (self.config.num_attention_heads, self.config.head_size)
         self.mask_layer = next((layer for layer in model.layers if isinstance(layer, AttentionMask)), None)
-        self.encode, self.step, self.forward, self.greedy = self._compiled(model)
+        self.encode, self.step, self.forward, self.greedy, self.beam = self._compiled(model)
 
     def _compiled(self, model):
-        """`_encode`, `_step`, `_forward` and `_greedy`, each compiled once on TensorFlow and JAX (`traced_once`)."""
+        """`_encode`, `_step`, `_forward`, `_greedy` and `_beam`, each compiled once on TensorFlow and JAX
+        (`traced_once`)."""
         def cache(tf):
             return tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
 
@@ -182,7 +184,10 @@ class CachedGraph:
                 traced_once(self._forward, lambda tf: [[ids(tf)] * len(model.inputs), last(tf)], weights),
                 traced_once(self._greedy, lambda tf: [
                     last(tf), last(tf), tf.TensorSpec([None], tf.bool), state(tf), scalar(tf), scalar(tf),
-                    scalar(tf), scalar(tf), scalar(tf), scalar(tf, "bool")], weights))
+                    scalar(tf), scalar(tf), scalar(tf), scalar(tf, "bool")], weights),
+                traced_once(self._beam, lambda tf: [
+                    tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.float32), last(tf),
+                    state(tf), ids(tf), *[scalar(tf)] * 4, scalar(tf, "bool"), scalar(tf, "bool")], weights))
 
     def empty_caches(self, rows: int, slots: int) -> List[Tuple]:
         """Zero self-attention caches for `rows` sequences of up to `slots` tokens."""
@@ -220,20 +225,10 @@ class CachedGraph:
         """
         rows, slots = ops.shape(state["self"][0][0])[:2]
         out = ops.full([rows, slots], -1, "int32")
-        columns = ops.arange(slots, dtype="int32")
 
         def turn(index, tokens, lengths, done, out, state):
-            positions = lengths[:, None]
-            allowed = columns[None, None, :] <= positions[:, :, None]
-            # T5 started from its padding id 0 hides it from every later token, as bert4keras's does.
-            allowed = ops.where(hide_start & (columns == 0)[None, None, :], False, allowed)
-            fed = ops.where(done, 0, tokens)[:, None]
-            scores, state = self._step(fed, ops.full(ops.shape(fed), segment, "int32"), positions, allowed,
-                                       ops.zeros([rows], "int32"), state)
-            scores = ops.cast(scores, "float32")
-            vocab = ops.arange(ops.shape(scores)[-1], dtype="int32")[None, :]
-            banned = (vocab == pad) | ((vocab == end_id) & (index < min_new_tokens))
-            tokens = ops.cast(ops.argmax(ops.where(banned, -np.inf, scores), axis=-1), "int32")
+            scores, state = self._next_step(ops.where(done, 0, tokens), lengths, state, segment, hide_start)
+            tokens = ops.cast(ops.argmax(_banned(scores, index, end_id, min_new_tokens, pad), axis=-1), "int32")
             done = done | (tokens == end_id)
             out = ops.slice_update(out, [0, index], ops.where(done, -1, tokens)[:, None])
             return index + 1, tokens, lengths + 1, done, out, state
@@ -243,6 +238,96 @@ class CachedGraph:
 
         return ops.while_loop(going, turn, (ops.convert_to_tensor(1, "int32"), tokens, lengths, done, out,
                                             state))[4]
+
+    def _next_step(self, tokens, lengths, state, segment, hide_start):
+        """Each row's next token `tokens` fed at its position `lengths`: the LM output after it (float32) and
+        the state."""
+        rows, slots = ops.shape(state["self"][0][0])[:2]
+        columns = ops.arange(slots, dtype="int32")
+        positions = lengths[:, None]
+        allowed = columns[None, None, :] <= positions[:, :, None]
+        # T5 started from its padding id 0 hides it from every later token, as bert4keras's does.
+        allowed = ops.where(hide_start & (columns == 0)[None, None, :], False, allowed)
+        fed = tokens[:, None]
+        scores, state = self._step(fed, ops.full(ops.shape(fed), segment, "int32"), positions, allowed,
+                                   ops.zeros([rows], "int32"), state)
+        return ops.cast(scores, "float32"), state
+
+    def _beam(self, log_probs, scores, lengths, state, history, end_id, min_new_tokens, pad, segment, hide_start,
+              probabilities):
+        """Beam search, the whole loop in one compiled call, as `kbert.generation.generate`'s search runs it.
+
+        `log_probs` `[rows, V]` are the first step's (rows: `batch × beams`,
+        a prompt's beams together), `scores` `[batch, beams]` (0 for each
+        prompt's first beam, -inf for the others, which start as copies),
+        `lengths` the rows' lengths, `history` `[rows, max_new_tokens]` all
+        -1. Each turn adds each beam's score to its tokens' log-probabilities
+        (the banned ones -inf), ranks a prompt's candidates, and takes them in
+        order: one ending in `end_id` is a finished continuation (the best of
+        them kept per prompt), the first `beams` others are the next beams
+        (fewer: the rest get score -inf, as copies of the prompt's first). It
+        stops when every prompt has a finished continuation at least as good
+        as its best beam. `probabilities`: the model's output is a softmax's
+        (else logits). Returns the best finished score `[batch]` (-inf: none)
+        and its tokens `[batch, max_new_tokens]` (-1 past its end), the
+        beams' scores and tokens, and the turns taken.
+        """
+        batch, beams = ops.shape(scores)[0], ops.shape(scores)[1]
+        steps, vocab = ops.shape(history)[1], ops.shape(log_probs)[-1]
+        best = ops.full([batch], -np.inf, "float32")
+        best_tokens = ops.full([batch, steps], -1, "int32")
+        ranks, prompts = ops.arange(beams, dtype="int32"), ops.arange(batch, dtype="int32")
+
+        def turn(index, log_probs, scores, lengths, history, best, best_tokens, state, stop):
+            log_probs = _banned(log_probs, index, end_id, min_new_tokens, pad)
+            candidates = ops.reshape(scores[:, :, None] + ops.reshape(log_probs, [batch, beams, vocab]),
+                                     [batch, beams * vocab])
+            values, flat = ops.top_k(candidates, 2 * beams)  # best first, ties in index order, as the search's
+            parents, tokens = ops.cast(flat // vocab, "int32"), ops.cast(flat % vocab, "int32")
+            alive = ops.isfinite(values) & (tokens != end_id)
+            before = ops.cumsum(ops.cast(alive, "int32"), axis=1) - ops.cast(alive, "int32")
+            # The search takes candidates in order until it has `beams` beams; an end met before is finished.
+            finished = ops.where(ops.isfinite(values) & (tokens == end_id) & (before < beams), values, -np.inf)
+            ended, which = ops.max(finished, axis=1), ops.argmax(finished, axis=1)
+            better = ended > best  # of equal scores the first stays, as the search's max() keeps the first
+            ended_rows = prompts * beams + ops.take_along_axis(parents, which[:, None], axis=1)[:, 0]
+            best = ops.where(better, ended, best)
+            best_tokens = ops.where(better[:, None], ops.take(history, ended_rows, axis=0), best_tokens)
+            # The k-th beam is the k-th candidate kept; a beam left empty follows its prompt's first, at -inf.
+            kept = alive[:, None, :] & (before[:, None, :] == ranks[None, :, None])  # [batch, beams, 2 beams]
+            has, slot = ops.any(kept, axis=-1), ops.argmax(kept, axis=-1)
+            scores = ops.where(has, ops.take_along_axis(values, slot, axis=1), -np.inf)
+            rows = ops.reshape(ops.where(has, ops.take_along_axis(parents, slot, axis=1), 0)
+                               + prompts[:, None] * beams, [-1])
+            tokens = ops.reshape(ops.where(has, ops.take_along_axis(tokens, slot, axis=1), 0), [-1])
+            history = ops.slice_update(ops.take(history, rows, axis=0), [0, index], tokens[:, None])
+            stop = ops.all(ops.isfinite(best) & (best >= ops.max(scores, axis=1)))
+            state = keras.tree.map_structure(lambda tensor: ops.take(tensor, rows, axis=0), state)
+            lengths = ops.take(lengths, rows, axis=0)
+
+            def advance():
+                outputs, next_state = self._next_step(tokens, lengths, state, segment, hide_start)
+                return ops.where(probabilities, ops.log(ops.maximum(outputs, 1e-38)),
+                                 ops.log_softmax(outputs, axis=-1)), next_state
+
+            # No step after the last turn, as in the search: its token would need one more position.
+            log_probs, state = ops.cond((index + 1 < steps) & ops.logical_not(stop), advance,
+                                        lambda: (log_probs, state))
+            return index + 1, log_probs, scores, lengths + 1, history, best, best_tokens, state, stop
+
+        def going(index, log_probs, scores, lengths, history, best, best_tokens, state, stop):
+            return (index < steps) & ops.logical_not(stop)
+
+        index, _, scores, _, history, best, best_tokens, _, _ = ops.while_loop(going, turn, (
+            ops.convert_to_tensor(0, "int32"), log_probs, scores, lengths, history, best, best_tokens, state,
+            ops.convert_to_tensor(False)))
+        return best, best_tokens, scores, history, index
+
+
+def _banned(scores, index, end_id, min_new_tokens, pad):
+    """`scores` `[rows, V]` with the padding id, and `end_id` before `min_new_tokens`, at -inf (-1: none)."""
+    vocab = ops.arange(ops.shape(scores)[-1], dtype="int32")[None, :]
+    return ops.where((vocab == pad) | ((vocab == end_id) & (index < min_new_tokens)), -np.inf, scores)
 
 
 def _at(outputs, last):

@@ -135,18 +135,46 @@ class CachedEngine(_Engine):
         self.slots = np.arange(slots)
         return self._log_probs(outputs)
 
+    @property
+    def _hides_start(self) -> bool:
+        # T5's start id 0 is its padding id: the model hides it from every later token, as bert4keras's does
+        # (Hugging Face's and kbert-trained T5 do not: `decoder_mask_zero` false).
+        return bool(self.graph.seq2seq and self.graph.config.decoder_mask_zero
+                    and self.start_id == self.graph.config.pad_token_id)
+
+    def _search_args(self, search: "_Search") -> list:
+        """The ids a compiled loop bans or stops at, the new tokens' segment and the start's hiding, as tensors."""
+        return [*(_tensor(np.int32(value)) for value in (search.end_id, search.min_new_tokens,
+                                                         -1 if search.pad is None else search.pad,
+                                                         self.new_segment())),
+                ops.convert_to_tensor(self._hides_start)]
+
     def greedy(self, tokens: np.ndarray, done: np.ndarray, search: "_Search") -> np.ndarray:
         """Greedy decoding on from the first new `tokens`, in one compiled call (TensorFlow, JAX):
         `[rows, slots]`, column i the i-th new token, -1 once a row has ended."""
-        hide_start = bool(self.graph.seq2seq and self.graph.config.decoder_mask_zero
-                          and self.start_id == self.graph.config.pad_token_id)
         chosen = self.graph.greedy(
             _tensor(np.asarray(tokens, np.int32)), _tensor(self.lengths), ops.convert_to_tensor(done),
-            self.state, *(_tensor(np.int32(value)) for value in (
-                search.max_new_tokens, search.end_id, search.min_new_tokens,
-                -1 if search.pad is None else search.pad, self.new_segment())),
-            ops.convert_to_tensor(hide_start))
+            self.state, _tensor(np.int32(search.max_new_tokens)), *self._search_args(search))
         return ops.convert_to_numpy(chosen)
+
+    def beam(self, log_probs: np.ndarray, beam_size: int, search: "_Search") -> List[List[int]]:
+        """Beam search on from the first step's `log_probs` (`[prompts × beam_size, V]`), in one compiled call
+        (TensorFlow, JAX): the best continuation of each prompt, as `_Search.beam` finds it."""
+        batch = len(log_probs) // beam_size
+        scores = np.full((batch, beam_size), -np.inf, np.float32)
+        scores[:, 0] = 0.0  # the beams of a prompt start as one
+        history = np.full((len(log_probs), search.max_new_tokens), -1, np.int32)
+        best, best_tokens, scores, history, turns = (ops.convert_to_numpy(value) for value in self.graph.beam(
+            _tensor(log_probs.astype(np.float32)), _tensor(scores), _tensor(self.lengths), self.state,
+            _tensor(history), *self._search_args(search), ops.convert_to_tensor(self.probabilities)))
+        continuations = []
+        for prompt in range(batch):
+            beam = int(np.argmax(scores[prompt]))  # the first of equal scores, as max() keeps it
+            if np.isfinite(best[prompt]) and best[prompt] >= scores[prompt, beam]:  # finished ones come first
+                continuations.append([int(token) for token in best_tokens[prompt] if token >= 0])
+            else:
+                continuations.append(history[prompt * beam_size + beam, :int(turns)].tolist())
+        return continuations
 
     def extend(self, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray:
         if not np.array_equal(parents, np.arange(len(parents))):
@@ -155,9 +183,7 @@ class CachedEngine(_Engine):
             self.lengths = self.lengths[parents]
         positions = self.lengths[:, None]
         allowed = self.slots[None, None, :] <= positions[:, :, None]
-        if self.graph.seq2seq and self.graph.config.decoder_mask_zero and self.start_id == self.graph.config.pad_token_id:
-            # T5's start id 0 is its padding id: the model hides it from every later token, as bert4keras's does
-            # (Hugging Face's and kbert-trained T5 do not: `decoder_mask_zero` false).
+        if self._hides_start:
             allowed[:, :, 0] = False
         outputs, self.state = self.graph.step(
             _tensor(np.asarray(tokens, np.int32)[:, None]),
@@ -245,7 +271,8 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
 
 
 def _compiles_loops(engine) -> bool:
-    """Whether greedy decoding runs its loop compiled: the cached engine where the backend compiles it."""
+    """Whether greedy decoding and beam search run their loops compiled: the cached engine where the backend
+    compiles it."""
     return isinstance(engine, CachedEngine) and keras.backend.backend() in ("tensorflow", "jax")
 
 
@@ -328,6 +355,8 @@ class _Search:
         batch = len(prompts)
         repeat = np.repeat(np.arange(batch), beam_size)
         log_probs = engine.start([prompts[i] for i in repeat], [segments[i] for i in repeat])
+        if _compiles_loops(engine):  # the whole search in one compiled call
+            return engine.beam(log_probs, beam_size, self)
         scores = np.full((batch, beam_size), -np.inf)
         scores[:, 0] = 0.0  # the beams of a prompt start as one
         beams: List[List[int]] = [[] for _ in repeat]
