@@ -28,12 +28,16 @@ REVIEWS = ["这家酒店很好，下次还来", "房间太小了，隔音也差"
 def model_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("exported")
     write_task_data(root, count=96)
+    t5 = root / "t5.json"
+    t5.write_text(json.dumps({"vocab_size": 21128, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "attention_head_size": 8, "intermediate_size": 64, "hidden_act": ["gelu", "linear"]}))
     common = ["--config", str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
               "--epochs", "1", "--batch-size", "16", "--maxlen", "32"]
     for name, task, data, extra in (("classify", "classify", "reviews.tsv", []),
                                     ("crf", "ner", "tagged.bmes", ["--head", "crf"]),
                                     ("global_pointer", "ner", "tagged.bmes", ["--head", "global_pointer"]),
-                                    ("seq2seq", "seq2seq", "pairs.tsv", [])):
+                                    ("seq2seq", "seq2seq", "pairs.tsv", []),
+                                    ("t5", "seq2seq", "pairs.tsv", ["--model", "t5.1.1", "--config", str(t5)])):
         assert main(["train", "--task", task, "--train", str(root / data), "--out", str(root / name),
                      *common, *extra]) == 0
     return root
@@ -159,6 +163,29 @@ def test_a_seq2seq_model_in_onnx_decodes_as_kbert_generate(model_dirs, tmp_path)
     export_model(str(model_dirs / "classify"), str(tmp_path / "classifier.onnx"))
     with pytest.raises(KbertError, match="not a kbert seq2seq export"):
         OnnxGenerator(str(tmp_path / "classifier.onnx"))
+
+
+def test_a_t5_in_onnx_is_its_encoder_and_its_step_and_decodes_as_kbert_generate(model_dirs, tmp_path):
+    """A T5: NAME.encoder.onnx beside the step NAME.onnx; OnnxGenerator encodes each source once and decodes
+    from the start id, giving kbert.generate's tokens; an existing encoder file is never replaced."""
+    from kbert.generation import generate
+    from kbert.serving.generator_export import OnnxGenerator
+    from kbert.tasks.seq2seq import decoder_start_id, load_generator
+
+    loaded = load_generator(str(model_dirs / "t5"))
+    report = export_model(str(model_dirs / "t5"), str(tmp_path / "t5.onnx"))
+    assert report.max_difference < 1e-4 and report.companion == str(tmp_path / "t5.encoder.onnx")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["t5.encoder.onnx", "t5.onnx"]
+    generator = OnnxGenerator(str(tmp_path / "t5.onnx"))
+    start = decoder_start_id(loaded.tokenizer)
+    assert (generator.application, generator.start_id, generator.hide_start) == ("t5", start, False)
+    prompts = [ids for ids, _ in loaded.tokenizer.encode_all(["张三去北京大学看望李四", "好", "房间太小了，隔音也差"])]
+    wanted = generate(loaded.model, prompts, max_new_tokens=12, end_id=generator.end_id, start_id=start)
+    assert generator.greedy(prompts, max_new_tokens=12) == wanted
+    (tmp_path / "again.encoder.onnx").write_text("mine")
+    with pytest.raises(KbertError, match="again.encoder.onnx: already exists"):
+        export_model(str(model_dirs / "t5"), str(tmp_path / "again.onnx"))
+    assert (tmp_path / "again.encoder.onnx").read_text() == "mine" and not (tmp_path / "again.onnx").exists()
 
 
 @pytest.mark.parametrize("arguments, message", [

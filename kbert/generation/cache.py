@@ -189,6 +189,11 @@ class CachedGraph:
                     tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.float32), last(tf),
                     state(tf), ids(tf), *[scalar(tf)] * 4, scalar(tf, "bool"), scalar(tf, "bool")], weights))
 
+    def hides_start(self, start_id) -> bool:
+        """Whether a T5 decoder started from `start_id` hides that token from every later one: its padding
+        id, which bert4keras's T5 masks (`decoder_mask_zero`; Hugging Face's and kbert-trained T5 do not)."""
+        return bool(self.seq2seq and self.config.decoder_mask_zero and start_id == self.config.pad_token_id)
+
     def empty_caches(self, rows: int, slots: int) -> List[Tuple]:
         """Zero self-attention caches for `rows` sequences of up to `slots` tokens."""
         zeros = ops.zeros([rows, slots, *self.cache_shape], "float32")

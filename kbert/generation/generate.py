@@ -137,10 +137,7 @@ class CachedEngine(_Engine):
 
     @property
     def _hides_start(self) -> bool:
-        # T5's start id 0 is its padding id: the model hides it from every later token, as bert4keras's does
-        # (Hugging Face's and kbert-trained T5 do not: `decoder_mask_zero` false).
-        return bool(self.graph.seq2seq and self.graph.config.decoder_mask_zero
-                    and self.start_id == self.graph.config.pad_token_id)
+        return self.graph.hides_start(self.start_id)
 
     def _search_args(self, search: "_Search") -> list:
         """The ids a compiled loop bans or stops at, the new tokens' segment and the start's hiding, as tensors."""

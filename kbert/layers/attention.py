@@ -116,9 +116,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # The previous layer's scores: an input beyond the mask and the positions (none in a first layer).
         fixed = 3 + int(self.use_attention_mask) + int(bool(self.position_encoding))
         previous_scores = inputs[fixed - int(bool(self.position_encoding))] if len(inputs) > fixed else None
-        q = self._split_heads(self.query(query))
-        k = self._split_heads(self.key(key))
-        v = self._split_heads(self.value(value))
+        q = self._split_heads(self.query(query), query)
+        k = self._split_heads(self.key(key), key)
+        v = self._split_heads(self.value(value), value)
         if self.position_encoding == "rotary":
             q, k = apply_rotary(q, positions[0]), apply_rotary(k, positions[0])
         key_mask = mask[1] if mask is not None else None
@@ -165,7 +165,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def keys_and_values(self, x):
         """The heads' keys and values of hidden states `x`, each `[batch, length, heads, head_size]`."""
-        return self._split_heads(self.key(x)), self._split_heads(self.value(x))
+        return self._split_heads(self.key(x), x), self._split_heads(self.value(x), x)
 
     def attend_to(self, x, keys_and_values, allowed, positions=None):
         """Attention of hidden states `x` over keys and values computed earlier (`keys_and_values`).
@@ -175,7 +175,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         `[batch, q or 1, k]`, True where a query may attend; `positions` as in
         `call_cached`.
         """
-        q = self._split_heads(self.query(x))
+        q = self._split_heads(self.query(x), x)
         if self.position_encoding == "rotary":
             q = apply_rotary(q, positions)
         hidden = ops.logical_not(ops.cast(allowed, "bool"))[:, None]
@@ -237,8 +237,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
 
-    def _split_heads(self, x):
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    def _split_heads(self, x, inputs):
+        """A projection `x` of `inputs` (`[batch, length, ...]`) as `[batch, length, heads, head_size]`."""
+        # The batch and length are read from the projection's input: tf2onnx merges a bias-free Dense's
+        # reshape back to 3-D into this one, and a shape read from the Dense's output then comes from its 2-D
+        # matmul (a T5 encoder's ONNX export failed so).
+        batch, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.head_size))
 
     def compute_mask(self, inputs, mask=None):

@@ -27,9 +27,12 @@ class ExportReport:
     quantized: Optional[str] = None
     max_difference: Optional[float] = None
     runtime: str = "onnxruntime"
+    companion: Optional[str] = None  # a second file the export needs beside `path` (a T5's encoder)
 
     def __str__(self) -> str:
         text = f"exported {self.path} ({self.format}{', ' + self.quantized if self.quantized else ''})"
+        if self.companion:
+            text += f" and {self.companion}"
         if self.max_difference is not None:
             text += f"; {self.runtime} against Keras on {len(SAMPLE_TEXTS)} texts: largest difference " \
                     f"{self.max_difference:.2e}"

@@ -23,8 +23,9 @@ TensorFlow's own). `quantize="int8"` is onnxruntime's (or LiteRT's) dynamic
 quantization: int8 weights, activations quantized on the fly, run by its int8
 kernels.
 
-A UniLM seq2seq model exports as ONNX only: its cached decoding step, with
-`OnnxGenerator` to decode on it (`kbert.serving.generator_export`).
+A seq2seq model exports as ONNX only: its cached decoding step (and a T5's
+encoder beside it), with `OnnxGenerator` to decode on it
+(`kbert.serving.generator_export`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A UniLM or language model for ONNX: its cached decoding step, and `OnnxGenerator`, the loop that drives it.
+"""A seq2seq model for ONNX: its cached decoding step (and a T5's encoder), and `OnnxGenerator`, the loop that
+drives it.
 
 kbert generates by re-running the model on the new tokens only, with a
 key/value cache per attention call (`kbert.generation.cache`). The export is
@@ -16,13 +17,19 @@ once) and for each token after it:
   `next_values_i`: the caches with the new tokens' keys and values written
   at their positions, for the next step.
 
+A T5 is two graphs: `NAME.encoder.onnx` beside the step `NAME.onnx` reads
+`source_ids` (`[batch, source]`, padded with the padding id) and gives each
+decoder block's cross-attention keys and values of the encoder's output,
+`cross_keys_i` and `cross_values_i`, and `source_mask` (True at real source
+tokens); the step takes those as inputs too, and its prompt is the decoder's
+start id alone.
+
 The file's metadata (`kbert_*` keys) gives the application, the number of
 attention calls, heads and head size, the end and padding ids and how to
 decode. `OnnxGenerator` is greedy decoding on it with NumPy and onnxruntime
 alone (no TensorFlow, no kbert model); the export is checked with it: the same
 tokens as `kbert.generate`'s greedy decoding on sample text, and the first
-step's probabilities within 1e-4 of Keras's. T5 (an encoder and a decoder
-step: two graphs) is not exported yet.
+step's probabilities within 1e-4 of Keras's.
 """
 
 from __future__ import annotations
@@ -44,64 +51,113 @@ DECODING_NOTE = ("the prompt first: all its tokens as new tokens at positions 0.
                  "kbert_slots >= prompt + new tokens; then each chosen token alone, at the next position, allowed "
                  "every slot up to its own, segment kbert_new_segment, with the caches the last step returned; "
                  "never choose kbert_pad_id; stop at kbert_end_id")
+T5_DECODING_NOTE = ("run kbert_encoder on the sources (padded with kbert_pad_id) once; then the step as for a "
+                    "language model, its prompt kbert_start_id alone at position 0, fed the encoder's "
+                    "cross_keys_i, cross_values_i and source_mask at every step; where kbert_hide_start is true, "
+                    "no later token is allowed slot 0; never choose kbert_pad_id; stop at kbert_end_id")
+NOT_EXPORTED = "kbert predict and kbert serve run the model directory itself"
+
+
+def encoder_path(step_file: str) -> str:
+    """Where a T5 export's encoder goes: `NAME.encoder.onnx` beside the step `NAME.onnx`."""
+    return os.path.splitext(step_file)[0] + ".encoder.onnx"
 
 
 def write_generator_onnx(model_dir: str, out: str, quantize: Optional[str]) -> ExportReport:
-    """Exports a `kbert train --task seq2seq` UniLM (or a language model) as its cached step (module docstring)."""
+    """Exports a `kbert train --task seq2seq` model (UniLM, a language model or T5) as its cached step, and
+    a T5's encoder beside it (module docstring)."""
     from kbert.generation.cache import cached_graph
-    from kbert.tasks.seq2seq import Seq2SeqTask, load_generator
+    from kbert.tasks.seq2seq import decoder_start_id, load_generator
 
     tf = require_tensorflow("ONNX export (through tf2onnx)", "--format keras")
     loaded = load_generator(model_dir)
-    if Seq2SeqTask.from_options(loaded.options).encoder_decoder:
-        raise KbertError(f"{model_dir}: a T5 model; kbert export takes UniLM seq2seq models (a T5's encoder and "
-                         "cached decoder step are two graphs, not exported yet); kbert predict and kbert serve run "
-                         "the model directory itself")
-    graph = cached_graph(loaded.model)
-    tokenizer = loaded.tokenizer
+    graph, tokenizer = cached_graph(loaded.model), loaded.tokenizer
+    if graph.seq2seq and os.path.lexists(encoder_path(out)):
+        raise KbertError(f"{encoder_path(out)}: already exists, and a T5 export writes its encoder there; choose "
+                         "a new path (an export never replaces a file)")
+    start_id = decoder_start_id(tokenizer) if graph.seq2seq else None
     metadata = {"kbert_task": "seq2seq", "kbert_output": "probabilities", "kbert_application": graph.application,
                 "kbert_calls": graph.calls, "kbert_heads": graph.cache_shape[0],
                 "kbert_head_size": graph.cache_shape[1], "kbert_end_id": tokenizer.sep_id,
                 "kbert_pad_id": graph.config.pad_token_id, "kbert_new_segment": int(graph.application == "unilm"),
                 "kbert_decoding": DECODING_NOTE}
+    if graph.seq2seq:
+        metadata.update(kbert_application="t5", kbert_start_id=start_id, kbert_hide_start=graph.hides_start(start_id),
+                        kbert_encoder=os.path.basename(encoder_path(out)), kbert_decoding=T5_DECODING_NOTE)
+    calls = graph.calls
 
-    def step(token_ids, segment_ids, positions, allowed, last, *caches):
-        state = {"self": list(zip(caches[0::2], caches[1::2]))}
+    def pairs(tensors):
+        return list(zip(tensors[0::2], tensors[1::2]))
+
+    def step(token_ids, segment_ids, positions, allowed, last, *tensors):
+        state = {"self": pairs(tensors[:2 * calls])}
+        if graph.seq2seq:
+            state.update(cross=pairs(tensors[2 * calls:4 * calls]), source=tensors[-1])
         probabilities, state = graph.step(token_ids, segment_ids, positions, allowed, last, state)
-        named = {"probabilities": probabilities}
-        for index, (keys, values) in enumerate(state["self"]):
-            named[f"next_keys_{index}"], named[f"next_values_{index}"] = keys, values
-        return named
+        return {"probabilities": probabilities, **_named_caches("next_", state["self"])}
+
+    def cache_specs(prefix: str = ""):
+        return [tf.TensorSpec([None, None, *graph.cache_shape], tf.float32, name=f"{prefix}{kind}_{index}")
+                for index in range(calls) for kind in ("keys", "values")]
 
     ids = [tf.TensorSpec([None, None], tf.int32, name=name) for name in ("token_ids", "segment_ids", "positions")]
-    cache = [tf.TensorSpec([None, None, *graph.cache_shape], tf.float32, name=f"{kind}_{index}")
-             for index in range(graph.calls) for kind in ("keys", "values")]
     signature = [*ids, tf.TensorSpec([None, None, None], tf.bool, name="allowed"),
-                 tf.TensorSpec([None], tf.int32, name="last"), *cache]
-    function = tf.function(step, input_signature=signature)
+                 tf.TensorSpec([None], tf.int32, name="last"), *cache_specs()]
+    if graph.seq2seq:
+        signature += [*cache_specs("cross_"), tf.TensorSpec([None, None], tf.bool, name="source_mask")]
     prompts = [ids for ids, _ in tokenizer.encode_all(list(SAMPLE_TEXTS))]
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
-        path = convert_to_onnx(function, signature, metadata, staging, quantize, "seq2seq",
-                               "kbert predict and kbert serve run the model directory itself")
-        difference = _check(OnnxGenerator(path), loaded.model, graph, prompts, bounded=not quantize)
+        path = convert_to_onnx(tf.function(step, input_signature=signature), signature, metadata,
+                               _folder(staging, "step"), quantize, "seq2seq", NOT_EXPORTED)
+        encoder = None
+        if graph.seq2seq:
+            source = [tf.TensorSpec([None, None], tf.int32, name="source_ids")]
+            encoder = convert_to_onnx(tf.function(lambda source_ids: _encoded(graph.encode(source_ids)), source),
+                                      source, {"kbert_task": "seq2seq-encoder"}, _folder(staging, "encoder"),
+                                      quantize, "seq2seq", NOT_EXPORTED)
+        difference = _check(OnnxGenerator(path, encoder), loaded.model, graph, prompts, start_id,
+                            bounded=not quantize)
+        if encoder:
+            with atomic_path(encoder_path(out)) as temporary:
+                shutil.copyfile(encoder, temporary)
         with atomic_path(out) as temporary:
             shutil.copyfile(path, temporary)
-    return ExportReport(out, "onnx", quantize, difference)
+    return ExportReport(out, "onnx", quantize, difference, companion=encoder_path(out) if encoder else None)
 
 
-def _check(generator: "OnnxGenerator", model, graph, prompts: List[List[int]], bounded: bool) -> float:
+def _folder(staging: str, name: str) -> str:
+    os.makedirs(os.path.join(staging, name))
+    return os.path.join(staging, name)
+
+
+def _named_caches(prefix: str, caches) -> dict:
+    """`(keys, values)` per attention call as `{prefix}keys_i` and `{prefix}values_i`."""
+    named = {}
+    for index, (keys, values) in enumerate(caches):
+        named[f"{prefix}keys_{index}"], named[f"{prefix}values_{index}"] = keys, values
+    return named
+
+
+def _encoded(state: dict) -> dict:
+    """A T5 encoder's state (`CachedGraph.encode`) as the encoder file's named outputs."""
+    return {**_named_caches("cross_", state["cross"]), "source_mask": state["source"]}
+
+
+def _check(generator: "OnnxGenerator", model, graph, prompts: List[List[int]], start_id: Optional[int],
+           bounded: bool) -> float:
     """The largest difference of the first step's probabilities from Keras's; an error where it is above
     1e-4 (float32), or where greedy decoding gives other tokens than `kbert.generate`'s."""
     from kbert.generation import generate
 
     first = generator.first_probabilities(prompts)
-    expected = np.stack([_keras_probabilities(model, graph, prompt) for prompt in prompts])
+    expected = np.stack([_keras_probabilities(model, graph, prompt, start_id) for prompt in prompts])
     difference = float(np.abs(first - expected).max())
     if bounded and difference > FLOAT_TOLERANCE:
         raise KbertError(f"the ONNX step's probabilities differ from Keras's by {difference:.2e} on sample text "
                          f"(allowed: {FLOAT_TOLERANCE}); nothing was written")
     if bounded:
-        wanted = generate(model, prompts, max_new_tokens=8, end_id=generator.end_id, strategy="greedy")
+        wanted = generate(model, prompts, max_new_tokens=8, end_id=generator.end_id, strategy="greedy",
+                          start_id=start_id)
         got = generator.greedy(prompts, max_new_tokens=8)
         if got != wanted:
             raise KbertError(f"greedy decoding on the ONNX step gives {got}, kbert.generate {wanted}, on sample "
@@ -109,21 +165,26 @@ def _check(generator: "OnnxGenerator", model, graph, prompts: List[List[int]], b
     return difference
 
 
-def _keras_probabilities(model, graph, prompt: List[int]) -> np.ndarray:
-    """The model's next-token probabilities after `prompt` (segment 0), whole-sequence, in Keras."""
+def _keras_probabilities(model, graph, prompt: List[int], start_id: Optional[int]) -> np.ndarray:
+    """The model's next-token probabilities after `prompt` (segment 0), whole-sequence, in Keras; a T5's
+    first decoder step on the source `prompt`."""
     from keras import ops
 
-    inputs = [np.array([prompt], np.int32)] * len(model.inputs)
-    if graph.has_segments:
-        inputs[1] = np.zeros_like(inputs[1])
-    return ops.convert_to_numpy(graph.forward(inputs, np.array([len(prompt) - 1], np.int32)))[0]
+    if graph.seq2seq:
+        inputs, last = [np.array([prompt], np.int32), np.array([[start_id]], np.int32)], 0
+    else:
+        inputs, last = [np.array([prompt], np.int32)] * len(model.inputs), len(prompt) - 1
+        if graph.has_segments:
+            inputs[1] = np.zeros_like(inputs[1])
+    return ops.convert_to_numpy(graph.forward(inputs, np.array([last], np.int32)))[0]
 
 
 class OnnxGenerator:
     """Greedy decoding on a `kbert export` seq2seq ONNX file, with NumPy and onnxruntime alone.
 
     Args:
-        path: the `.onnx` file.
+        path: the `.onnx` file (a T5's decoder step).
+        encoder: a T5's encoder file (default: the one its metadata names, beside `path`).
 
     Usage, on a file `kbert export --model runs/toy-extraction out.onnx` wrote (the source's ids from
     the model directory's vocab.txt, as `[CLS] source [SEP]`; `tests/test_export.py` runs it):
@@ -132,7 +193,7 @@ class OnnxGenerator:
         generator.greedy([[2, 27, 55, 40, 3]], max_new_tokens=16)  # -> [[the target's ids]]
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, encoder: Optional[str] = None):
         import onnxruntime
 
         self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -146,14 +207,24 @@ class OnnxGenerator:
         self.pad_id = json.loads(meta["kbert_pad_id"])
         self.inputs = {item.name for item in self.session.get_inputs()}
         self.outputs = [item.name for item in self.session.get_outputs()]
+        self.encoder = None
+        if self.application == "t5":
+            self.start_id, self.hide_start = json.loads(meta["kbert_start_id"]), json.loads(meta["kbert_hide_start"])
+            encoder = encoder or os.path.join(os.path.dirname(os.path.abspath(path)), meta["kbert_encoder"])
+            if not os.path.exists(encoder):
+                raise KbertError(f"{encoder}: not found; a T5 export's step ({path}) needs the encoder file written "
+                                 "beside it")
+            self.encoder = onnxruntime.InferenceSession(encoder, providers=["CPUExecutionProvider"])
 
     def first_probabilities(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
-        """The next-token probabilities after each prompt, `[batch, vocab]`."""
-        return self._start(prompts, slots=max(map(len, prompts)))[0]
+        """The next-token probabilities after each prompt (a T5's first target token), `[batch, vocab]`."""
+        return self._start(prompts, slots=1 if self.encoder else max(map(len, prompts)))[0]
 
     def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> List[List[int]]:
-        """Each prompt's continuation, the most likely token each step, the end id left out."""
-        probabilities, caches, lengths = self._start(prompts, slots=max(map(len, prompts)) + max_new_tokens)
+        """Each prompt's continuation (a T5's target for each source), the most likely token each step, the
+        end id left out."""
+        room = 1 if self.encoder else max(map(len, prompts))
+        probabilities, caches, lengths, sources = self._start(prompts, slots=room + max_new_tokens)
         slots = np.arange(caches[0].shape[1])
         generated: List[List[int]] = [[] for _ in prompts]
         done = np.zeros(len(prompts), dtype=bool)
@@ -168,34 +239,52 @@ class OnnxGenerator:
             if done.all() or step == max_new_tokens - 1:
                 break
             positions = lengths[:, None]
+            allowed = slots[None, None, :] <= positions[:, :, None]
+            if self.encoder and self.hide_start:
+                allowed[:, :, 0] = False
             probabilities, caches = self._run(np.where(done, 0, tokens)[:, None].astype(np.int32),
-                                              np.full_like(positions, self.new_segment), positions,
-                                              slots[None, None, :] <= positions[:, :, None],
-                                              np.zeros(len(prompts), np.int32), caches)
+                                              np.full_like(positions, self.new_segment), positions, allowed,
+                                              np.zeros(len(prompts), np.int32), caches, sources)
             lengths = lengths + 1
         return generated
 
     def _start(self, prompts, slots: int):
+        """The first step: a language model's prompts, or a T5's start id after encoding the sources."""
+        sources = self._encode(prompts) if self.encoder else {}
+        if self.encoder:
+            prompts = [[self.start_id]] * len(prompts)
         lengths = np.array([len(prompt) for prompt in prompts], np.int32)
-        longest = int(lengths.max())
-        token_ids = np.zeros([len(prompts), longest], np.int32)
-        for row, prompt in enumerate(prompts):
-            token_ids[row, :len(prompt)] = prompt
+        token_ids = _padded(prompts, 0)
+        longest = token_ids.shape[1]
         columns = np.arange(slots)[None, None, :]
         allowed = columns < lengths[:, None, None]  # unilm: the whole prompt (the source, segment 0)
-        if self.application == "lm":
-            allowed &= columns <= np.arange(longest)[None, :, None]
+        if self.application in ("lm", "t5"):
+            allowed = allowed & (columns <= np.arange(longest)[None, :, None])
         caches = [np.zeros([len(prompts), slots, self.heads, self.head_size], np.float32)] * (2 * self.calls)
         positions = np.broadcast_to(np.arange(longest, dtype=np.int32), token_ids.shape)
         probabilities, caches = self._run(token_ids, np.zeros_like(token_ids), positions, allowed, lengths - 1,
-                                          caches)
-        return probabilities, caches, lengths
+                                          caches, sources)
+        return probabilities, caches, lengths, sources
 
-    def _run(self, token_ids, segment_ids, positions, allowed, last, caches):
+    def _encode(self, sources) -> dict:
+        """A T5 encoder's outputs on the sources, by name: what every step is fed beside its caches."""
+        outputs = [item.name for item in self.encoder.get_outputs()]
+        ids = _padded(sources, 0 if self.pad_id is None else self.pad_id)
+        return dict(zip(outputs, self.encoder.run(None, {"source_ids": ids})))
+
+    def _run(self, token_ids, segment_ids, positions, allowed, last, caches, sources):
         feed = {"token_ids": token_ids, "segment_ids": segment_ids, "positions": np.ascontiguousarray(positions),
-                "allowed": allowed, "last": last}
+                "allowed": allowed, "last": last, **sources}
         for index in range(self.calls):
             feed[f"keys_{index}"], feed[f"values_{index}"] = caches[2 * index], caches[2 * index + 1]
         results = dict(zip(self.outputs, self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})))
         caches = [results[f"next_{kind}_{index}"] for index in range(self.calls) for kind in ("keys", "values")]
         return results["probabilities"].astype(np.float64), caches
+
+
+def _padded(rows: Sequence[Sequence[int]], pad: int) -> np.ndarray:
+    """Rows of ids as one int32 array, padded at the end with `pad`."""
+    padded = np.full([len(rows), max(map(len, rows))], pad, np.int32)
+    for index, row in enumerate(rows):
+        padded[index, :len(row)] = row
+    return padded
