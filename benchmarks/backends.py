@@ -289,17 +289,15 @@ def _keras_hub_fine_tuning(config_path: str, precision: str, batch: int, length:
 def _kbert_generator(config_path: str, precision: str, batch: int, length: int, beams: int = 1,
                      compiled: bool = True):
     """GPT-2 greedy decoding (`beams` 1) or beam search; `compiled` False: the search's loop in Python."""
-    import importlib
-
     from kbert import build_transformer_model
+    from kbert.generation import engines
 
-    generation = importlib.import_module("kbert.generation.generate")
     if not compiled:
-        generation._compiles_loops = lambda engine: False
+        engines.CachedEngine.compiles_loops = False
     model = build_transformer_model(config_path, model="gpt2")
     prompts = _token_ids(_config(config_path)["vocab_size"], batch, length).tolist()
     strategy = {"strategy": "beam", "beam_size": beams} if beams > 1 else {}
-    return lambda: generation.generate(model, prompts, max_new_tokens=NEW_TOKENS, end_id=-1, **strategy)
+    return lambda: engines.generate(model, prompts, max_new_tokens=NEW_TOKENS, end_id=-1, **strategy)
 
 
 def _keras_hub_generator(config_path: str, precision: str, batch: int, length: int, beams: int = 1):

@@ -26,7 +26,8 @@ import numpy as np
 
 from benchmarks.alternating import alternate, describe, median_ratio
 from kbert import build_transformer_model, generate
-from kbert.generation.generate import CachedEngine, _Search
+from kbert.generation.engines import CachedEngine
+from kbert.generation.search import Search
 from kbert.models.registry import resolve
 
 
@@ -62,7 +63,7 @@ class EncodeOnceEngine(CachedEngine):
 def encode_once(model, sources, new_tokens: int, start_id: int):
     """Greedy tokens from `EncodeOnceEngine`."""
     engine = EncodeOnceEngine(model, new_tokens, start_id)
-    return _Search(-1, new_tokens, 0, engine.graph.config.pad_token_id).one_path(engine, sources, [[0] * len(row) for row in sources], None)
+    return Search(-1, new_tokens, 0, engine.graph.config.pad_token_id).one_path(engine, sources, [[0] * len(row) for row in sources], None)
 
 
 def main(argv=None) -> int:

@@ -44,7 +44,7 @@ _EXPORTS = {
     "save_hf_weights": "kbert.checkpoints.hf",
     "load_weights": "kbert.checkpoints.formats",
     "ViterbiDecoder": "kbert.layers.crf",
-    "generate": "kbert.generation.generate",
+    "generate": "kbert.generation.engines",
     "AutoRegressiveDecoder": "kbert.generation.decoder",
     "Tokenizer": "kbert.tokenizers.wordpiece",
     "SpTokenizer": "kbert.tokenizers.sentence_piece",

@@ -156,6 +156,8 @@ def test_a_seq2seq_model_in_onnx_decodes_as_kbert_generate(model_dirs, tmp_path)
     wanted = generate(loaded.model, prompts, max_new_tokens=20, end_id=generator.end_id, strategy="greedy")
     assert generator.greedy(prompts, max_new_tokens=20) == wanted
     assert max(map(len, wanted)) > 1  # more than one step was compared
+    beams = generate(loaded.model, prompts, max_new_tokens=12, end_id=generator.end_id, strategy="beam", beam_size=3)
+    assert generator.beam(prompts, max_new_tokens=12, beam_size=3) == beams
     export_model(str(model_dirs / "seq2seq"), str(tmp_path / "generator.int8.onnx"), quantize="int8")
     int8 = OnnxGenerator(str(tmp_path / "generator.int8.onnx"))
     assert np.allclose(int8.first_probabilities(prompts).sum(-1), 1.0, atol=1e-3)
@@ -182,10 +184,23 @@ def test_a_t5_in_onnx_is_its_encoder_and_its_step_and_decodes_as_kbert_generate(
     prompts = [ids for ids, _ in loaded.tokenizer.encode_all(["张三去北京大学看望李四", "好", "房间太小了，隔音也差"])]
     wanted = generate(loaded.model, prompts, max_new_tokens=12, end_id=generator.end_id, start_id=start)
     assert generator.greedy(prompts, max_new_tokens=12) == wanted
+    beams = generate(loaded.model, prompts, max_new_tokens=12, end_id=generator.end_id, start_id=start,
+                     strategy="beam", beam_size=3)
+    assert generator.beam(prompts, max_new_tokens=12, beam_size=3) == beams
     (tmp_path / "again.encoder.onnx").write_text("mine")
     with pytest.raises(KbertError, match="again.encoder.onnx: already exists"):
         export_model(str(model_dirs / "t5"), str(tmp_path / "again.onnx"))
     assert (tmp_path / "again.encoder.onnx").read_text() == "mine" and not (tmp_path / "again.onnx").exists()
+
+
+def test_the_onnx_generator_imports_neither_keras_nor_tensorflow():
+    """OnnxGenerator and its search (`kbert.generation.search`) run on NumPy and onnxruntime alone."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import kbert.serving.generator_export, kbert.generation.search; "
+            "print(sorted({'keras', 'tensorflow', 'jax', 'torch'} & set(sys.modules)))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kbert import KbertError, build_transformer_model, generate
-from kbert.generation.generate import CachedEngine, FullEngine
+from kbert.generation.engines import CachedEngine, FullEngine
 
 FAMILIES = ["bert", "albert", "nezha", "roformer", "roformer_v2"]
 GPT_FAMILIES = ["gpt", "gpt2", "gpt2_ml"]  # language models by construction: "lm" only

@@ -225,7 +225,7 @@ class CachedGraph:
         `done` where that was the end), `lengths` the rows' lengths before
         them. Each turn feeds the last tokens, bans `pad` (-1: none) and,
         before `min_new_tokens`, `end_id`, and takes the most likely token,
-        as `kbert.generation.generate`'s search does. Returns `[rows, slots]`:
+        as `kbert.generation.search` does. Returns `[rows, slots]`:
         column i the token chosen i-th (column 0 unused), -1 once a row ended.
         """
         rows, slots = ops.shape(state["self"][0][0])[:2]
@@ -260,7 +260,7 @@ class CachedGraph:
 
     def _beam(self, log_probs, scores, lengths, state, history, end_id, min_new_tokens, pad, segment, hide_start,
               probabilities):
-        """Beam search, the whole loop in one compiled call, as `kbert.generation.generate`'s search runs it.
+        """Beam search, the whole loop in one compiled call, as `kbert.generation.search` runs it.
 
         `log_probs` `[rows, V]` are the first step's (rows: `batch × beams`,
         a prompt's beams together), `scores` `[batch, beams]` (0 for each

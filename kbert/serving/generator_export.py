@@ -180,7 +180,8 @@ def _keras_probabilities(model, graph, prompt: List[int], start_id: Optional[int
 
 
 class OnnxGenerator:
-    """Greedy decoding on a `kbert export` seq2seq ONNX file, with NumPy and onnxruntime alone.
+    """Greedy decoding and beam search on a `kbert export` seq2seq ONNX file, with NumPy and onnxruntime alone
+    (the search is `kbert.generation.search`'s, which imports no Keras).
 
     Args:
         path: the `.onnx` file (a T5's decoder step).
@@ -191,6 +192,7 @@ class OnnxGenerator:
 
         generator = OnnxGenerator("out.onnx")
         generator.greedy([[2, 27, 55, 40, 3]], max_new_tokens=16)  # -> [[the target's ids]]
+        generator.beam([[2, 27, 55, 40, 3]], max_new_tokens=16, beam_size=4)
     """
 
     def __init__(self, path: str, encoder: Optional[str] = None):
@@ -223,30 +225,19 @@ class OnnxGenerator:
     def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> List[List[int]]:
         """Each prompt's continuation (a T5's target for each source), the most likely token each step, the
         end id left out."""
-        room = 1 if self.encoder else max(map(len, prompts))
-        probabilities, caches, lengths, sources = self._start(prompts, slots=room + max_new_tokens)
-        slots = np.arange(caches[0].shape[1])
-        generated: List[List[int]] = [[] for _ in prompts]
-        done = np.zeros(len(prompts), dtype=bool)
-        for step in range(max_new_tokens):
-            if self.pad_id is not None:
-                probabilities[:, self.pad_id] = -np.inf
-            tokens = probabilities.argmax(-1).astype(np.int32)
-            for row in np.flatnonzero(~done):
-                done[row] = tokens[row] == self.end_id
-                if not done[row]:
-                    generated[row].append(int(tokens[row]))
-            if done.all() or step == max_new_tokens - 1:
-                break
-            positions = lengths[:, None]
-            allowed = slots[None, None, :] <= positions[:, :, None]
-            if self.encoder and self.hide_start:
-                allowed[:, :, 0] = False
-            probabilities, caches = self._run(np.where(done, 0, tokens)[:, None].astype(np.int32),
-                                              np.full_like(positions, self.new_segment), positions, allowed,
-                                              np.zeros(len(prompts), np.int32), caches, sources)
-            lengths = lengths + 1
-        return generated
+        return self._search(max_new_tokens).one_path(_Decoding(self, max_new_tokens), list(prompts),
+                                                     [[0] * len(prompt) for prompt in prompts], None)
+
+    def beam(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, beam_size: int = 4) -> List[List[int]]:
+        """Each prompt's continuation of highest total log-probability that a beam of `beam_size` finds, as
+        `kbert.generate(..., strategy="beam")` finds it."""
+        return self._search(max_new_tokens).beam(_Decoding(self, max_new_tokens), list(prompts),
+                                                 [[0] * len(prompt) for prompt in prompts], beam_size)
+
+    def _search(self, max_new_tokens: int):
+        from kbert.generation.search import Search  # NumPy alone: no Keras is imported
+
+        return Search(self.end_id, max_new_tokens, 0, self.pad_id)
 
     def _start(self, prompts, slots: int):
         """The first step: a language model's prompts, or a T5's start id after encoding the sources."""
@@ -280,6 +271,41 @@ class OnnxGenerator:
         results = dict(zip(self.outputs, self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})))
         caches = [results[f"next_{kind}_{index}"] for index in range(self.calls) for kind in ("keys", "values")]
         return results["probabilities"].astype(np.float64), caches
+
+
+class _Decoding:
+    """One generation on an exported step: the engine `kbert.generation.search` runs its strategies on."""
+
+    compiles_loops = False
+
+    def __init__(self, generator: OnnxGenerator, max_new_tokens: int):
+        self.generator, self.max_new_tokens = generator, max_new_tokens
+
+    def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
+        room = 1 if self.generator.encoder else max(map(len, prompts))
+        probabilities, self.caches, self.lengths, self.sources = self.generator._start(
+            prompts, slots=room + self.max_new_tokens)
+        self.slots = np.arange(self.caches[0].shape[1])
+        return _log(probabilities)
+
+    def extend(self, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray:
+        """Row i continues row `parents[i]` with `tokens[i]` (beam search reorders the rows)."""
+        self.caches = [cache[parents] for cache in self.caches]
+        self.sources = {name: value[parents] for name, value in self.sources.items()}
+        self.lengths = self.lengths[parents]
+        positions = self.lengths[:, None]
+        allowed = self.slots[None, None, :] <= positions[:, :, None]
+        if self.generator.encoder and self.generator.hide_start:
+            allowed[:, :, 0] = False
+        probabilities, self.caches = self.generator._run(
+            np.asarray(tokens, np.int32)[:, None], np.full_like(positions, self.generator.new_segment), positions,
+            allowed, np.zeros(len(tokens), np.int32), self.caches, self.sources)
+        self.lengths = self.lengths + 1
+        return _log(probabilities)
+
+
+def _log(probabilities: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(probabilities, 1e-38))
 
 
 def _padded(rows: Sequence[Sequence[int]], pad: int) -> np.ndarray:

@@ -1,6 +1,6 @@
-"""`generate`: greedy, beam and sampled continuations of `lm` and `unilm` models, batched.
+"""`generate`: greedy, beam and sampled continuations of `lm` and `unilm` models (and T5), batched.
 
-Two engines give the next token's log-probabilities for every row:
+The search strategies (`kbert.generation.search`) run on an engine. Two engines give the next token's log-probabilities for every row:
 `CachedEngine` feeds only the new token and keeps each attention call's keys
 and values (`kbert.generation.cache`); `FullEngine` runs the whole model on
 the whole sequence every step (the reference, and what bert4keras does).
@@ -12,7 +12,6 @@ given) and generated tokens get segment 1; for `lm`, every token has segment 0.
 
 from __future__ import annotations
 
-import itertools
 from typing import List, Optional, Sequence
 
 import keras
@@ -20,18 +19,15 @@ import numpy as np
 from keras import ops
 
 from kbert.errors import KbertError
+from kbert.generation.search import Sampler, Search, log_softmax
 from kbert.models.registry import get_family
 
 STRATEGIES = ("greedy", "beam", "sample")
 
 
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
 class _Engine:
-    """Rows of token sequences and the log-probabilities of their next token.
+    """Rows of token sequences and the log-probabilities of their next token (`kbert.generation.search`'s
+    engine).
 
     For T5 the rows are the decoder's tokens, from `start_id` on, and each
     row also keeps its source (beam search reorders both together).
@@ -56,7 +52,7 @@ class _Engine:
 
     def _log_probs(self, outputs) -> np.ndarray:
         outputs = ops.convert_to_numpy(outputs).astype(np.float64)
-        return np.log(np.maximum(outputs, 1e-38)) if self.probabilities else _log_softmax(outputs)
+        return np.log(np.maximum(outputs, 1e-38)) if self.probabilities else log_softmax(outputs)
 
     def _check_length(self, longest: int) -> None:
         # The last new token is chosen, never fed back: it needs no position.
@@ -85,6 +81,8 @@ def _padded(rows: List[List[int]]) -> np.ndarray:
 class FullEngine(_Engine):
     """Recomputes every position every step."""
 
+    compiles_loops = False
+
     def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
         prompts, segments = self._decoder_prompts(prompts, segments)
         self._check_length(max(map(len, prompts)))
@@ -110,6 +108,11 @@ class FullEngine(_Engine):
 
 class CachedEngine(_Engine):
     """Feeds each new token alone; keys and values of earlier tokens come from the cache."""
+
+    @property
+    def compiles_loops(self) -> bool:
+        """Greedy decoding's and beam search's loops run compiled where the backend compiles them."""
+        return keras.backend.backend() in ("tensorflow", "jax")
 
     def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
         from kbert.tokenizers.wordpiece import pad_batch
@@ -139,14 +142,14 @@ class CachedEngine(_Engine):
     def _hides_start(self) -> bool:
         return self.graph.hides_start(self.start_id)
 
-    def _search_args(self, search: "_Search") -> list:
+    def _search_args(self, search: "Search") -> list:
         """The ids a compiled loop bans or stops at, the new tokens' segment and the start's hiding, as tensors."""
         return [*(_tensor(np.int32(value)) for value in (search.end_id, search.min_new_tokens,
                                                          -1 if search.pad is None else search.pad,
                                                          self.new_segment())),
                 ops.convert_to_tensor(self._hides_start)]
 
-    def greedy(self, tokens: np.ndarray, done: np.ndarray, search: "_Search") -> np.ndarray:
+    def greedy(self, tokens: np.ndarray, done: np.ndarray, search: "Search") -> np.ndarray:
         """Greedy decoding on from the first new `tokens`, in one compiled call (TensorFlow, JAX):
         `[rows, slots]`, column i the i-th new token, -1 once a row has ended."""
         chosen = self.graph.greedy(
@@ -154,9 +157,9 @@ class CachedEngine(_Engine):
             self.state, _tensor(np.int32(search.max_new_tokens)), *self._search_args(search))
         return ops.convert_to_numpy(chosen)
 
-    def beam(self, log_probs: np.ndarray, beam_size: int, search: "_Search") -> List[List[int]]:
+    def beam(self, log_probs: np.ndarray, beam_size: int, search: "Search") -> List[List[int]]:
         """Beam search on from the first step's `log_probs` (`[prompts × beam_size, V]`), in one compiled call
-        (TensorFlow, JAX): the best continuation of each prompt, as `_Search.beam` finds it."""
+        (TensorFlow, JAX): the best continuation of each prompt, as `Search.beam` finds it."""
         batch = len(log_probs) // beam_size
         scores = np.full((batch, beam_size), -np.inf, np.float32)
         scores[:, 0] = 0.0  # the beams of a prompt start as one
@@ -260,17 +263,11 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
     _check_ids(prompts, engine.graph.config.vocab_size)
     segments = [list(row[:len(p)]) for row, p in zip(segment_ids, prompts)] if segment_ids is not None \
         else [[0] * len(p) for p in prompts]
-    search = _Search(end_id, max_new_tokens, min_new_tokens, pad)
+    search = Search(end_id, max_new_tokens, min_new_tokens, pad)
     if strategy == "beam":
         return search.beam(engine, prompts, segments, beam_size)
-    sampler = None if strategy == "greedy" else _Sampler(top_k, top_p, temperature, seed)
+    sampler = None if strategy == "greedy" else Sampler(top_k, top_p, temperature, seed)
     return search.one_path(engine, prompts, segments, sampler)
-
-
-def _compiles_loops(engine) -> bool:
-    """Whether greedy decoding and beam search run their loops compiled: the cached engine where the backend
-    compiles it."""
-    return isinstance(engine, CachedEngine) and keras.backend.backend() in ("tensorflow", "jax")
 
 
 def _check_ids(prompts: List[List[int]], vocab_size: int) -> None:
@@ -288,107 +285,3 @@ def _unpadded(row, pad: Optional[int]) -> List[int]:
     while row and pad is not None and row[-1] == pad:
         row.pop()
     return row
-
-
-class _Sampler:
-    def __init__(self, top_k, top_p, temperature, seed):
-        self.top_k, self.top_p, self.temperature = top_k, top_p, temperature
-        self.random = np.random.default_rng(seed)
-
-    def __call__(self, log_probs: np.ndarray) -> np.ndarray:
-        probs = np.exp(_log_softmax(log_probs / self.temperature))
-        order = np.argsort(-probs, axis=-1, kind="stable")
-        ranked = np.take_along_axis(probs, order, -1)
-        keep = np.ones_like(ranked, dtype=bool)
-        if self.top_k is not None:
-            keep[:, self.top_k:] = False
-        if self.top_p is not None:  # the smallest head of the ranking whose sum reaches top_p
-            keep &= np.cumsum(ranked, -1) - ranked < self.top_p
-        ranked = np.where(keep, ranked, 0)
-        ranked /= ranked.sum(-1, keepdims=True)
-        picks = [self.random.choice(len(row), p=row) for row in ranked]
-        return order[np.arange(len(picks)), picks]
-
-
-class _Search:
-    def __init__(self, end_id: int, max_new_tokens: int, min_new_tokens: int, pad: Optional[int]):
-        self.end_id, self.max_new_tokens, self.min_new_tokens = end_id, max_new_tokens, min_new_tokens
-        self.pad = pad
-
-    def _allowed(self, log_probs: np.ndarray, step: int) -> np.ndarray:
-        # The padding id: the model would mask it as a key, so it is never generated.
-        log_probs = log_probs.copy()
-        if self.pad is not None:
-            log_probs[:, self.pad] = -np.inf
-        if step < self.min_new_tokens and 0 <= self.end_id < log_probs.shape[-1]:
-            log_probs[:, self.end_id] = -np.inf
-        return log_probs
-
-    def one_path(self, engine, prompts, segments, sampler) -> List[List[int]]:
-        """Greedy (no sampler) or sampled continuations, one per prompt."""
-        rows = np.arange(len(prompts))
-        log_probs = engine.start(prompts, segments)
-        generated: List[List[int]] = [[] for _ in prompts]
-        done = np.zeros(len(prompts), dtype=bool)
-        for step in range(self.max_new_tokens):
-            scores = self._allowed(log_probs, step)
-            tokens = scores.argmax(-1) if sampler is None else sampler(scores)
-            for row in np.flatnonzero(~done):
-                if tokens[row] == self.end_id:
-                    done[row] = True
-                else:
-                    generated[row].append(int(tokens[row]))
-            if done.all() or step == self.max_new_tokens - 1:
-                break
-            if sampler is None and _compiles_loops(engine):  # the rest of the loop in one compiled call
-                for row, chosen in enumerate(engine.greedy(tokens, done, self)):
-                    generated[row] += itertools.takewhile(lambda token: token >= 0, chosen[1:].tolist())
-                break
-            log_probs = engine.extend(np.where(done, 0, tokens), rows)
-        return generated
-
-    def beam(self, engine, prompts, segments, beam_size: int) -> List[List[int]]:
-        """The continuation of highest total log-probability found by a beam of `beam_size`, per prompt."""
-        batch = len(prompts)
-        repeat = np.repeat(np.arange(batch), beam_size)
-        log_probs = engine.start([prompts[i] for i in repeat], [segments[i] for i in repeat])
-        if _compiles_loops(engine):  # the whole search in one compiled call
-            return engine.beam(log_probs, beam_size, self)
-        scores = np.full((batch, beam_size), -np.inf)
-        scores[:, 0] = 0.0  # the beams of a prompt start as one
-        beams: List[List[int]] = [[] for _ in repeat]
-        finished: List[list] = [[] for _ in range(batch)]  # (score, tokens)
-        for step in range(self.max_new_tokens):
-            candidates = scores[:, :, None] + self._allowed(log_probs, step).reshape(batch, beam_size, -1)
-            vocab = candidates.shape[-1]
-            flat = candidates.reshape(batch, -1)
-            ranked = np.argsort(-flat, axis=-1, kind="stable")[:, :2 * beam_size]
-            # A beam left empty (fewer live candidates than beams) follows its prompt's first; score -inf.
-            parents, tokens = repeat * beam_size, np.zeros(batch * beam_size, int)
-            new_scores, new_beams = np.full((batch, beam_size), -np.inf), []
-            for prompt in range(batch):
-                kept = 0
-                for index in ranked[prompt]:
-                    score = flat[prompt, index]
-                    parent, token = prompt * beam_size + index // vocab, index % vocab
-                    if not np.isfinite(score) or kept == beam_size:
-                        break
-                    if token == self.end_id:
-                        finished[prompt].append((score, beams[parent]))
-                        continue
-                    row = prompt * beam_size + kept
-                    parents[row], tokens[row], new_scores[prompt, kept] = parent, token, score
-                    kept += 1
-                new_beams += [beams[parents[prompt * beam_size + k]] + [int(tokens[prompt * beam_size + k])]
-                              if k < kept else [] for k in range(beam_size)]
-            scores, beams = new_scores, new_beams
-            # Log-probabilities only fall: a finished beam above every live one cannot be beaten.
-            if all(f and max(f)[0] >= scores[p].max() for p, f in enumerate(finished)):
-                break
-            if step < self.max_new_tokens - 1:
-                log_probs = engine.extend(tokens, parents)
-        best = []
-        for prompt in range(batch):
-            alive = [(scores[prompt, k], beams[prompt * beam_size + k]) for k in range(beam_size)]
-            best.append(max(finished[prompt] + alive, key=lambda pair: pair[0])[1])
-        return best
