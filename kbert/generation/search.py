@@ -65,6 +65,17 @@ class Search:
         max_new_tokens: the most tokens a continuation gets.
         min_new_tokens: `end_id` is not chosen before this many.
         pad: the padding id, never chosen (None: none).
+
+    Example (an engine whose first token is most likely 2, and whose next is most likely the end, 3):
+    >>> class Toy:
+    ...     compiles_loops = False
+    ...     def start(self, prompts, segments):
+    ...         return np.log(np.full((len(prompts), 4), 0.1) + 0.6 * np.eye(4)[[2] * len(prompts)])
+    ...     def extend(self, tokens, parents):
+    ...         return np.log(np.full((len(tokens), 4), 0.1) + 0.6 * np.eye(4)[[3] * len(tokens)])
+    >>> search = Search(end_id=3, max_new_tokens=5, min_new_tokens=0, pad=0)
+    >>> search.one_path(Toy(), [[1]], [[0]], sampler=None), search.beam(Toy(), [[1]], [[0]], beam_size=2)
+    ([[2]], [[2]])
     """
 
     def __init__(self, end_id: int, max_new_tokens: int, min_new_tokens: int, pad: Optional[int]):
