@@ -25,28 +25,25 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 
 
 def _classifier(library: str, config: dict, batch: int, length: int):
-    """A two-label BERT-base classifier as each library's users build it, its inputs, labels and loss."""
+    """A two-label BERT-base classifier as each library's users build it (as `benchmarks.backends`'s train task
+    builds them), its inputs, labels and loss."""
     import keras
-    import numpy as np
 
-    tokens = np.random.default_rng(0).integers(1, config["vocab_size"], (batch, length)).astype("int32")
-    labels = np.arange(batch, dtype="int32") % 2
+    from benchmarks.backends import _keras_hub_backbone, _keras_hub_inputs, _labels, _token_ids
+
+    labels = _labels(batch)
     if library == "kbert":
         from kbert import build_transformer_model
         from kbert.builder import build_classifier
 
+        tokens = _token_ids(config["vocab_size"], batch, length)
         model = build_classifier(build_transformer_model(config), 2)
         return model, [tokens, tokens * 0], labels, keras.losses.SparseCategoricalCrossentropy()
     import keras_hub
 
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=config["vocab_size"], num_layers=config["num_hidden_layers"],
-        num_heads=config["num_attention_heads"], hidden_dim=config["hidden_size"],
-        intermediate_dim=config["intermediate_size"], max_sequence_length=config["max_position_embeddings"],
-        num_segments=config["type_vocab_size"])
-    model = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None)
-    inputs = {"token_ids": tokens, "segment_ids": tokens * 0, "padding_mask": tokens != 0}
-    return model, inputs, labels, keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model = keras_hub.models.BertTextClassifier(_keras_hub_backbone(config), num_classes=2, preprocessor=None)
+    return (model, _keras_hub_inputs(config, batch, length), labels,
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
 def _program_summary(compiled) -> dict:

@@ -1,6 +1,7 @@
 """`generate`: greedy, beam and sampled continuations of `lm` and `unilm` models (and T5), batched.
 
-The search strategies (`kbert.generation.search`) run on an engine. Two engines give the next token's log-probabilities for every row:
+The search strategies (`kbert.generation.search`) run on an engine. Two
+engines give the next token's log-probabilities for every row:
 `CachedEngine` feeds only the new token and keeps each attention call's keys
 and values (`kbert.generation.cache`); `FullEngine` runs the whole model on
 the whole sequence every step (the reference, and what bert4keras does).
@@ -19,7 +20,7 @@ import numpy as np
 from keras import ops
 
 from kbert.errors import KbertError
-from kbert.generation.search import Sampler, Search, log_softmax
+from kbert.generation.search import Sampler, Search, log_probabilities
 from kbert.models.registry import get_family
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -51,8 +52,7 @@ class _Engine:
         self.limit = limit if getattr(self.graph.graph, "position_encoding", None) is None else None
 
     def _log_probs(self, outputs) -> np.ndarray:
-        outputs = ops.convert_to_numpy(outputs).astype(np.float64)
-        return np.log(np.maximum(outputs, 1e-38)) if self.probabilities else log_softmax(outputs)
+        return log_probabilities(ops.convert_to_numpy(outputs), self.probabilities)
 
     def _check_length(self, longest: int) -> None:
         # The last new token is chosen, never fed back: it needs no position.

@@ -29,6 +29,13 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+def log_probabilities(outputs: np.ndarray, softmaxed: bool = True) -> np.ndarray:
+    """An engine's log-probabilities (float64) of a model's next-token outputs: a softmax's probabilities,
+    or logits (`softmaxed` False)."""
+    outputs = np.asarray(outputs).astype(np.float64)
+    return np.log(np.maximum(outputs, 1e-38)) if softmaxed else log_softmax(outputs)
+
+
 class Sampler:
     """Draws each row's next token from its log-probabilities: `top_k`, `top_p` (nucleus) and `temperature`,
     from one NumPy generator seeded with `seed`, so a seed gives the same tokens on every backend.

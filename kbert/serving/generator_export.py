@@ -43,8 +43,10 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from kbert.errors import KbertError, require_tensorflow
+from kbert.generation.search import Search, log_probabilities  # NumPy alone: no Keras is imported
 from kbert.io import atomic_path
 from kbert.serving.conversion import FLOAT_TOLERANCE, SAMPLE_TEXTS, ExportReport, convert_to_onnx
+from kbert.tokenizers import pad_batch
 
 DECODING_NOTE = ("the prompt first: all its tokens as new tokens at positions 0..n-1, each allowed the prompt's "
                  "real tokens (kbert_application unilm) or those up to itself (lm), zero caches of "
@@ -220,7 +222,7 @@ class OnnxGenerator:
 
     def first_probabilities(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
         """The next-token probabilities after each prompt (a T5's first target token), `[batch, vocab]`."""
-        return self._start(prompts, slots=1 if self.encoder else max(map(len, prompts)))[0]
+        return self._start(prompts, new_tokens=0)[0]
 
     def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> List[List[int]]:
         """Each prompt's continuation (a T5's target for each source), the most likely token each step, the
@@ -234,24 +236,24 @@ class OnnxGenerator:
         return self._search(max_new_tokens).beam(_Decoding(self, max_new_tokens), list(prompts),
                                                  [[0] * len(prompt) for prompt in prompts], beam_size)
 
-    def _search(self, max_new_tokens: int):
-        from kbert.generation.search import Search  # NumPy alone: no Keras is imported
-
+    def _search(self, max_new_tokens: int) -> Search:
         return Search(self.end_id, max_new_tokens, 0, self.pad_id)
 
-    def _start(self, prompts, slots: int):
-        """The first step: a language model's prompts, or a T5's start id after encoding the sources."""
+    def _start(self, prompts, new_tokens: int):
+        """The first step, with caches of room for `new_tokens` more: a language model's prompts, or a T5's
+        start id after encoding the sources."""
         sources = self._encode(prompts) if self.encoder else {}
         if self.encoder:
             prompts = [[self.start_id]] * len(prompts)
         lengths = np.array([len(prompt) for prompt in prompts], np.int32)
-        token_ids = _padded(prompts, 0)
+        token_ids = pad_batch([(prompt, []) for prompt in prompts])[0]
         longest = token_ids.shape[1]
-        columns = np.arange(slots)[None, None, :]
+        columns = np.arange(longest + new_tokens)[None, None, :]
         allowed = columns < lengths[:, None, None]  # unilm: the whole prompt (the source, segment 0)
         if self.application in ("lm", "t5"):
             allowed = allowed & (columns <= np.arange(longest)[None, :, None])
-        caches = [np.zeros([len(prompts), slots, self.heads, self.head_size], np.float32)] * (2 * self.calls)
+        caches = [np.zeros([len(prompts), columns.shape[-1], self.heads, self.head_size], np.float32)] * (
+            2 * self.calls)
         positions = np.broadcast_to(np.arange(longest, dtype=np.int32), token_ids.shape)
         probabilities, caches = self._run(token_ids, np.zeros_like(token_ids), positions, allowed, lengths - 1,
                                           caches, sources)
@@ -260,7 +262,7 @@ class OnnxGenerator:
     def _encode(self, sources) -> dict:
         """A T5 encoder's outputs on the sources, by name: what every step is fed beside its caches."""
         outputs = [item.name for item in self.encoder.get_outputs()]
-        ids = _padded(sources, 0 if self.pad_id is None else self.pad_id)
+        ids = pad_batch([(source, []) for source in sources], 0 if self.pad_id is None else self.pad_id)[0]
         return dict(zip(outputs, self.encoder.run(None, {"source_ids": ids})))
 
     def _run(self, token_ids, segment_ids, positions, allowed, last, caches, sources):
@@ -282,17 +284,16 @@ class _Decoding:
         self.generator, self.max_new_tokens = generator, max_new_tokens
 
     def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
-        room = 1 if self.generator.encoder else max(map(len, prompts))
-        probabilities, self.caches, self.lengths, self.sources = self.generator._start(
-            prompts, slots=room + self.max_new_tokens)
+        probabilities, self.caches, self.lengths, self.sources = self.generator._start(prompts, self.max_new_tokens)
         self.slots = np.arange(self.caches[0].shape[1])
-        return _log(probabilities)
+        return log_probabilities(probabilities)
 
     def extend(self, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray:
         """Row i continues row `parents[i]` with `tokens[i]` (beam search reorders the rows)."""
-        self.caches = [cache[parents] for cache in self.caches]
-        self.sources = {name: value[parents] for name, value in self.sources.items()}
-        self.lengths = self.lengths[parents]
+        if not np.array_equal(parents, np.arange(len(parents))):  # greedy decoding keeps every row in place
+            self.caches = [cache[parents] for cache in self.caches]
+            self.sources = {name: value[parents] for name, value in self.sources.items()}
+            self.lengths = self.lengths[parents]
         positions = self.lengths[:, None]
         allowed = self.slots[None, None, :] <= positions[:, :, None]
         if self.generator.encoder and self.generator.hide_start:
@@ -301,16 +302,4 @@ class _Decoding:
             np.asarray(tokens, np.int32)[:, None], np.full_like(positions, self.generator.new_segment), positions,
             allowed, np.zeros(len(tokens), np.int32), self.caches, self.sources)
         self.lengths = self.lengths + 1
-        return _log(probabilities)
-
-
-def _log(probabilities: np.ndarray) -> np.ndarray:
-    return np.log(np.maximum(probabilities, 1e-38))
-
-
-def _padded(rows: Sequence[Sequence[int]], pad: int) -> np.ndarray:
-    """Rows of ids as one int32 array, padded at the end with `pad`."""
-    padded = np.full([len(rows), max(map(len, rows))], pad, np.int32)
-    for index, row in enumerate(rows):
-        padded[index, :len(row)] = row
-    return padded
+        return log_probabilities(probabilities)

@@ -77,8 +77,7 @@ class PaddedBatches(keras.utils.PyDataset):
     def __init__(self, encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
                  shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0):
         super().__init__()
-        self.columns = [[np.asarray(ids, dtype=np.int32) for ids in column] for column in zip(*encoded)]
-        self.longest = [max(len(ids) for ids in column) for column in self.columns]
+        self.columns, self.longest = _columns(encoded)
         self.labels, self.labels_follow = _label_rows(labels), labels_follow
         self.batch_size, self.shuffle, self.seed, self.bucketing = batch_size, shuffle, seed, bucketing
         self.epoch = 0
@@ -89,8 +88,7 @@ class PaddedBatches(keras.utils.PyDataset):
 
     def __getitem__(self, index: int):
         rows = self._batches[index]  # an IndexError past the end also ends plain iteration
-        features = tuple(_pad([column[row] for row in rows], _padded_length(column, rows, longest))
-                         for column, longest in zip(self.columns, self.longest))
+        features = _features(self.columns, self.longest, rows)
         if self.labels is None:
             return (features,)  # a 1-tuple: Keras reads a pair as (inputs, labels)
         if isinstance(self.labels, np.ndarray):
@@ -137,8 +135,7 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
     >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded, batch_size=8)]
     [([1, 2], (2, 16)), ([0], (1, 21))]
     """
-    columns = [[np.asarray(ids, dtype=np.int32) for ids in column] for column in zip(*encoded)]
-    longest = [max(len(ids) for ids in column) for column in columns]
+    columns, longest = _columns(encoded)
     lengths = np.array([len(ids) for ids in columns[0]])
     order = np.argsort(lengths, kind="stable") if bucketing else np.arange(len(lengths))
     bands = _band(lengths[order])
@@ -148,14 +145,25 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
         if bucketing:  # the bands are sorted: the batch ends where its first example's band does
             end = start + int(np.searchsorted(bands[start:end], bands[start], side="right"))
         rows = order[start:end]
-        yield rows, tuple(_pad([column[row] for row in rows], _padded_length(column, rows, most))
-                          for column, most in zip(columns, longest))
+        yield rows, _features(columns, longest, rows)
         start = end
 
 
 def _band(length):
     """The 16-token band of a length: the key of the buckets."""
     return (length - 1) // PAD_MULTIPLE
+
+
+def _columns(encoded: Sequence[Tuple[List[int], ...]]) -> Tuple[list, List[int]]:
+    """The examples' features as int32 columns (one list of rows a feature), and each column's longest row."""
+    columns = [[np.asarray(ids, dtype=np.int32) for ids in column] for column in zip(*encoded)]
+    return columns, [max(len(ids) for ids in column) for column in columns]
+
+
+def _features(columns: Sequence[Sequence[np.ndarray]], longest: Sequence[int], rows: np.ndarray) -> tuple:
+    """The examples `rows` of each feature column, each padded as one batch (`_padded_length`)."""
+    return tuple(_pad([column[row] for row in rows], _padded_length(column, rows, most))
+                 for column, most in zip(columns, longest))
 
 
 def _padded_length(column: Sequence[np.ndarray], rows: np.ndarray, longest: int) -> int:
