@@ -11,7 +11,7 @@
 # It also writes $OUT.tar.gz (or $ARCHIVE), everything measured so far, after each table. QUICK=1 runs the same steps on
 # bert_tiny / few calls (a dry run on a CPU); ONLY="profile generate" (names of the steps below) runs those alone.
 set -u
-out=$(realpath "${OUT:-device-results}")
+out=$(realpath -m "${OUT:-device-results}")
 wheels=$(realpath .device/wheels)
 workdir=$(mktemp -d)  # the checks and benchmarks run outside the repository: `import kbert` is the wheel
 mkdir -p "$out"
@@ -33,6 +33,9 @@ done
   | tee -a "$out/machine.txt"
 
 cp -r benchmarks "$workdir/"
+cp docs/examples/msra_generative_ie.py "$workdir/"
+extraction_data=$(realpath "${EXTRACTION_DATA:-.device/msra-ie}" 2>/dev/null)
+repo=$(pwd)
 cd "$workdir" || exit 1
 
 case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) in
@@ -66,3 +69,24 @@ bench train 150 --task train --batches 32 --length "$length" --calls $((calls / 
   --engines kbert/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax tf32"
 [ -n "${QUICK:-}" ] || bench generate 200 --task generate --batches 8 1 --calls 2 --precisions tf32 \
   --engines kbert/jax keras-hub/jax --baseline "keras-hub/jax tf32"
+
+# MSRA generative extraction (docs/generation.md) with T5.1.1 small from random weights, at UniLM's budget
+# (2 epochs): the runs of $EXTRACTION side by side on the one GPU, each trained then scored on the test set.
+# .device/msra-ie holds `msra_generative_ie.py pairs`' train/dev/test.tsv and vocab.txt; a run is
+# NAME=ARGS, its extra `kbert train` arguments joined by commas (DATA/ names a file of .device/msra-ie).
+if wanted extraction; then
+  export KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_COMPILATION_CACHE_DIR="$workdir/jax-cache" \
+         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 PYTHONUNBUFFERED=1
+  for run in ${EXTRACTION:-base=--lr,1e-3}; do
+    name=${run%%=*}; args=${run#*=}; args=${args//,/ }; args=${args//DATA\//$extraction_data/}
+    # shellcheck disable=SC2086
+    (timeout "${EXTRACTION_SECONDS:-480}" python -m kbert train --task seq2seq --model t5.1.1 \
+       --config "$repo/configs/t5_small_chinese.json" --vocab "$extraction_data/vocab.txt" \
+       --train "$extraction_data/train.tsv" --valid "$extraction_data/dev.tsv" --epochs 2 --batch-size 32 \
+       --maxlen 256 --out "$workdir/$name" $args > "$out/$name.log" 2>&1 \
+     && timeout "${SCORING_SECONDS:-240}" python msra_generative_ie.py score "$workdir/$name" \
+       "$extraction_data/test.tsv" > "$out/$name-score.txt" 2>&1) &
+  done
+  while [ -n "$(jobs -r)" ]; do sleep 30; pack; done
+  pack
+fi

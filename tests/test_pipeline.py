@@ -1,5 +1,7 @@
 """`make_dataset`'s batches: padding, bucketing and labels, from both pipelines (tf.data and PyDataset)."""
 
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -7,7 +9,7 @@ import pytest
 from conftest import shared_path
 from kbert.tokenizers.wordpiece import Tokenizer
 from kbert.training.data import encode_examples, read_examples
-from kbert.training.pipeline import PaddedBatches, _tf_dataset, batches_by_length, make_dataset
+from kbert.training.pipeline import PaddedBatches, _tf_dataset, batches_by_length, make_dataset, padded_lengths
 
 
 def tf_dataset(*args, **kwargs):
@@ -76,6 +78,42 @@ def test_pydataset_reshuffles_each_epoch_from_its_seed():
     first, second = epochs(3)
     assert sorted(first) == sorted(second) == list(range(1, 65)) and first != second
     assert epochs(3) == [first, second] and epochs(4)[0] != first
+
+
+def test_padded_lengths_pad_least_of_every_choice():
+    """The dynamic programme against every choice of at most 3 multiples of 16 (the longest length last)."""
+    lengths = np.random.default_rng(5).integers(1, 120, 200)
+    chosen = padded_lengths(lengths, most=3)
+
+    def padded(choice):
+        return sum(choice[np.searchsorted(choice, length)] for length in lengths)
+
+    grid = list(range(16, 119, 16))
+    best = min(padded(np.array([*extra, lengths.max()])) for count in range(3)
+               for extra in itertools.combinations(grid, count))
+    assert len(chosen) <= 3 and chosen[-1] == lengths.max() and padded(chosen) == best
+    assert padded_lengths([7, 7], most=4).tolist() == [7]  # no length that pads nothing more
+
+
+def test_jax_batches_take_few_shapes_and_one_partial_batch():
+    """With `lengths` (JAX's pipeline): each feature padded to one of its few lengths, the bands' leftovers
+    pooled, so the shapes of an epoch are few; every example once."""
+    rng = np.random.default_rng(1)
+    encoded = [([7] * n, [9] * m) for n, m in zip(rng.integers(3, 200, 500), rng.integers(1, 60, 500))]
+    batches = PaddedBatches(encoded, np.arange(500), 16, shuffle=True, seed=2, bucketing=True, lengths=4)
+    shapes, seen = set(), []
+    for (source, target), labels in batches:
+        assert source.shape[1] in batches.lengths[0] and target.shape[1] in batches.lengths[1]
+        shapes.add((source.shape, target.shape))
+        seen += labels.tolist()
+    assert sorted(seen) == list(range(500))
+    assert sum(len(rows) < 16 for rows in batches._batches) <= 1
+    assert len({shape[0][0] for shape in shapes}) <= 2 and len(shapes) <= 4 * 4 + 1
+    if keras.backend.backend() != "tensorflow":  # JAX's pipeline takes the few lengths, PyTorch's every 16
+        sources = [len(ids) for ids, _ in encoded]
+        expected = padded_lengths(sources, 6).tolist() if keras.backend.backend() == "jax" \
+            else [*range(16, max(sources), 16), max(sources)]
+        assert make_dataset(encoded, None, 16).lengths[0].tolist() == expected
 
 
 @PIPELINES

@@ -8,6 +8,12 @@ so training needs no TensorFlow there. Both pad each feature to the batch's
 longest row rounded up to a multiple of `PAD_MULTIPLE` (few distinct shapes,
 so few compilations), never past the longest row of the data, and both
 bucket the same way; only the shuffled order differs.
+
+On JAX, which compiles a training step for every shape it meets (seconds
+each on a CPU, tens of seconds on a GPU), `PaddedBatches` pads each feature
+to one of at most `JAX_LENGTHS` lengths instead, chosen from the data to pad
+least (`padded_lengths`), and pools the bands' last, partial batches: an
+encoder-decoder's two lengths then make tens of shapes, not hundreds.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import keras
 import numpy as np
 
 PAD_MULTIPLE = 16
+JAX_LENGTHS = 6  # padded lengths per feature on JAX: few compilations, little padding
 SPAN_PADDING = -1  # a padding row of entity spans: no entity type is -1
 
 
@@ -47,9 +54,12 @@ def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: i
     >>> keras.ops.convert_to_numpy(tokens).tolist(), len(batches)
     ([[2, 5, 3], [2, 3, 0]], 1)
     """
-    build = _tf_dataset if keras.backend.backend() == "tensorflow" else PaddedBatches
-    return build(encoded, labels, batch_size, shuffle=shuffle, seed=seed, bucketing=bucketing,
-                 labels_follow=labels_follow)
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return _tf_dataset(encoded, labels, batch_size, shuffle=shuffle, seed=seed, bucketing=bucketing,
+                           labels_follow=labels_follow)
+    return PaddedBatches(encoded, labels, batch_size, shuffle=shuffle, seed=seed, bucketing=bucketing,
+                         labels_follow=labels_follow, lengths=JAX_LENGTHS if backend == "jax" else None)
 
 
 class PaddedBatches(keras.utils.PyDataset):
@@ -67,6 +77,10 @@ class PaddedBatches(keras.utils.PyDataset):
         seed: the seed of that order.
         bucketing: one 16-token length band of the first feature per batch.
         labels_follow: the feature whose padding per-token labels follow.
+        lengths: pad each feature to one of at most this many lengths, chosen
+            from the data (`padded_lengths`); bucketing then takes those as
+            its bands, and the bands' last, partial batches are pooled into
+            full ones. None: every multiple of 16.
 
     Example:
     >>> batches = PaddedBatches([([2, 5, 3], [0, 0, 0])] * 3 + [([2, 3], [0, 0])], None, batch_size=2)
@@ -75,9 +89,13 @@ class PaddedBatches(keras.utils.PyDataset):
     """
 
     def __init__(self, encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
-                 shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0):
+                 shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0,
+                 lengths: Optional[int] = None):
         super().__init__()
-        self.columns, self.longest = _columns(encoded)
+        self.columns, longest = _columns(encoded)
+        self.pools_leftovers = lengths is not None
+        self.lengths = [padded_lengths([len(row) for row in column], lengths) for column in self.columns] \
+            if lengths else [_multiples(most) for most in longest]  # each feature's padded lengths
         self.labels, self.labels_follow = _label_rows(labels), labels_follow
         self.batch_size, self.shuffle, self.seed, self.bucketing = batch_size, shuffle, seed, bucketing
         self.epoch = 0
@@ -88,7 +106,7 @@ class PaddedBatches(keras.utils.PyDataset):
 
     def __getitem__(self, index: int):
         rows = self._batches[index]  # an IndexError past the end also ends plain iteration
-        features = _features(self.columns, self.longest, rows)
+        features = _features(self.columns, self.lengths, rows)
         if self.labels is None:
             return (features,)  # a 1-tuple: Keras reads a pair as (inputs, labels)
         if isinstance(self.labels, np.ndarray):
@@ -110,14 +128,19 @@ class PaddedBatches(keras.utils.PyDataset):
         if not self.bucketing:
             return [order[start:start + self.batch_size] for start in range(0, count, self.batch_size)]
         # As tf.data's group_by_window: each band fills its own batch, which leaves when full.
+        bands = np.searchsorted(self.lengths[0], [len(self.columns[0][example]) for example in order])
         batches, windows = [], {}
-        for example in order:
-            window = windows.setdefault(_band(len(self.columns[0][example])), [])
+        for example, band in zip(order, bands):
+            window = windows.setdefault(band, [])
             window.append(example)
             if len(window) == self.batch_size:
                 batches.append(np.array(window))
                 window.clear()
-        return batches + [np.array(window) for _, window in sorted(windows.items()) if window]
+        leftovers = [np.array(window) for _, window in sorted(windows.items()) if window]
+        if self.pools_leftovers and leftovers:  # one partial batch in all, not one per band
+            pooled = np.concatenate(leftovers)
+            leftovers = [pooled[start:start + self.batch_size] for start in range(0, len(pooled), self.batch_size)]
+        return batches + leftovers
 
 
 def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
@@ -145,8 +168,44 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
         if bucketing:  # the bands are sorted: the batch ends where its first example's band does
             end = start + int(np.searchsorted(bands[start:end], bands[start], side="right"))
         rows = order[start:end]
-        yield rows, _features(columns, longest, rows)
+        yield rows, _features(columns, [_multiples(most) for most in longest], rows)
         start = end
+
+
+def padded_lengths(lengths: Sequence[int], most: int) -> np.ndarray:
+    """At most `most` multiples of 16 (the last: the longest length) that pad `lengths` least.
+
+    Each length is padded to the first of them that holds it; they are chosen
+    by dynamic programming over the multiples of 16, counting the padded
+    tokens of every example.
+
+    Example:
+    >>> padded_lengths([3, 20, 20, 33, 100, 120], most=3).tolist()
+    [32, 48, 120]
+    """
+    grid = _multiples(max(lengths))
+    counts = np.bincount(np.searchsorted(grid, lengths), minlength=len(grid))
+    upto = np.cumsum(counts)  # examples that fit in grid[i]
+    # cost[k, i]: the least padded tokens of the examples that fit in grid[i], with k + 1 lengths, the last
+    # grid[i]; parent[k, i]: the length before it.
+    cost, parent = np.full((most, len(grid)), np.inf), np.zeros((most, len(grid)), dtype=int)
+    cost[0] = upto * grid
+    for k in range(1, most):
+        for i in range(k, len(grid)):
+            options = cost[k - 1, :i] + (upto[i] - upto[:i]) * grid[i]
+            parent[k, i] = int(np.argmin(options))
+            cost[k, i] = options[parent[k, i]]
+    k, i = int(np.argmin(cost[:, -1])), len(grid) - 1  # the fewest lengths that pad least
+    chosen = [int(grid[i])]
+    for level in range(k, 0, -1):
+        i = parent[level, i]
+        chosen.append(int(grid[i]))
+    return np.array(chosen[::-1])
+
+
+def _multiples(longest: int) -> np.ndarray:
+    """The multiples of 16 below `longest`, then `longest`: the lengths a feature is padded to."""
+    return np.array(sorted({*range(PAD_MULTIPLE, longest, PAD_MULTIPLE), longest}))
 
 
 def _band(length):
@@ -160,15 +219,15 @@ def _columns(encoded: Sequence[Tuple[List[int], ...]]) -> Tuple[list, List[int]]
     return columns, [max(len(ids) for ids in column) for column in columns]
 
 
-def _features(columns: Sequence[Sequence[np.ndarray]], longest: Sequence[int], rows: np.ndarray) -> tuple:
-    """The examples `rows` of each feature column, each padded as one batch (`_padded_length`)."""
-    return tuple(_pad([column[row] for row in rows], _padded_length(column, rows, most))
-                 for column, most in zip(columns, longest))
-
-
-def _padded_length(column: Sequence[np.ndarray], rows: np.ndarray, longest: int) -> int:
-    length = max(len(column[row]) for row in rows)
-    return max(min(-(-length // PAD_MULTIPLE) * PAD_MULTIPLE, longest), length)
+def _features(columns: Sequence[Sequence[np.ndarray]], lengths: Sequence[np.ndarray], rows: np.ndarray) -> tuple:
+    """The examples `rows` of each feature column, padded as one batch to the first of the column's padded
+    `lengths` that holds them all."""
+    batch = []
+    for column, padded in zip(columns, lengths):
+        picked = [column[row] for row in rows]
+        longest = max(len(ids) for ids in picked)
+        batch.append(_pad(picked, int(padded[np.searchsorted(padded, longest)])))
+    return tuple(batch)
 
 
 def _pad(rows: Sequence[np.ndarray], length: int, value: int = 0) -> np.ndarray:
@@ -221,7 +280,7 @@ def _tf_dataset(encoded, labels, batch_size: int, *, shuffle: bool, seed: int, b
 
 
 class _TfPadder:
-    """Makes ragged batches dense in `tf.data`, by `_padded_length`'s rule."""
+    """Makes ragged batches dense in `tf.data`, as `_multiples` pads them."""
 
     def __init__(self, longest: List[int], labels_follow: int = 0):
         self.longest, self.labels_follow = longest, labels_follow
