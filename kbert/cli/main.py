@@ -40,6 +40,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         logging.getLogger("kbert").info("Keras backend: %s (KERAS_BACKEND picks tensorflow, jax or torch)",
                                         keras.backend.backend())
+    if args.command not in PURE_PYTHON_COMMANDS and keras_backend_name() == "jax":
+        _cache_jax_compilations()
     try:
         if args.command in INFERENCE_COMMANDS:
             return _run_in_precision(args)
@@ -69,6 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_commands(command)
     migrate.add_commands(command)
     return parser
+
+
+def _cache_jax_compilations() -> None:
+    """Keeps JAX's compiled programs in kbert's cache (`$KBERT_CACHE/jax`) unless the user chose a place.
+
+    JAX compiles a training step for every batch shape it meets: seconds each on a CPU, more on a
+    GPU, most of a short run. A later run of the same model on the same shapes reads them back.
+    """
+    import jax
+
+    from kbert.hub.sources import cache_root
+
+    if jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR sets it
+        jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(), "jax"))
 
 
 def _run_in_precision(args) -> int:
