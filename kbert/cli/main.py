@@ -83,8 +83,14 @@ def _cache_jax_compilations() -> None:
 
     from kbert.hub.sources import cache_root
 
-    if jax.config.jax_compilation_cache_dir is None:  # JAX_COMPILATION_CACHE_DIR sets it
-        jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(), "jax"))
+    if jax.config.jax_compilation_cache_dir is not None:  # JAX_COMPILATION_CACHE_DIR sets it
+        return
+    path = os.path.join(cache_root(), "jax")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:  # a read-only home: JAX would warn at every compilation; run without the cache
+        return
+    jax.config.update("jax_compilation_cache_dir", path)
 
 
 def _run_in_precision(args) -> int:

@@ -9,11 +9,12 @@ longest row rounded up to a multiple of `PAD_MULTIPLE` (few distinct shapes,
 so few compilations), never past the longest row of the data, and both
 bucket the same way; only the shuffled order differs.
 
-On JAX, which compiles a training step for every shape it meets (seconds
-each on a CPU, tens of seconds on a GPU), `PaddedBatches` pads each feature
-to one of at most `JAX_LENGTHS` lengths instead, chosen from the data to pad
-least (`padded_lengths`), and pools the bands' last, partial batches: an
-encoder-decoder's two lengths then make tens of shapes, not hundreds.
+On JAX, which compiles a training step for every shape it meets (4-7 s
+for a small T5's on a 2-core CPU), `PaddedBatches` pads each feature to one
+of at most `JAX_LENGTHS` lengths instead, chosen from the data to pad least
+(`padded_lengths`), and pools the bands' last, partial batches: T5 on MSRA
+extraction, whose source and target each have their own length, meets 22
+shapes an epoch instead of 42.
 """
 
 from __future__ import annotations
