@@ -71,11 +71,18 @@ class _Engine:
     def new_segment(self) -> int:
         return 1 if self.graph.application == "unilm" else 0
 
+    def _encoder_input(self, sources: List[List[int]]) -> np.ndarray:
+        """T5's sources as one array, padded with the model's padding id to a multiple of 16 tokens (where it
+        has one): the cached engine's cross-attention caches take its length, and JAX compiles the decoding
+        loop once per shape."""
+        from kbert.tokenizers.wordpiece import pad_batch
 
-def _padded(rows: List[List[int]], pad_id: int = 0) -> np.ndarray:
-    from kbert.tokenizers.wordpiece import pad_batch
-
-    return pad_batch([(row, []) for row in rows], pad_id)[0]
+        pad = self.graph.config.pad_token_id
+        ids = pad_batch([(source, []) for source in sources], pad or 0)[0]
+        if pad is None:
+            return ids
+        longest = _rounded_up(ids.shape[1], 16, self.limit)
+        return np.pad(ids, [(0, 0), (0, longest - ids.shape[1])], constant_values=pad)
 
 
 class FullEngine(_Engine):
@@ -100,7 +107,7 @@ class FullEngine(_Engine):
         from kbert.tokenizers.wordpiece import pad_batch
 
         token_ids, segment_ids = pad_batch(list(zip(self.tokens, self.segments)))
-        inputs = [_padded(self.sources), token_ids] if self.graph.seq2seq \
+        inputs = [self._encoder_input(self.sources), token_ids] if self.graph.seq2seq \
             else [token_ids, segment_ids][:len(self.model.inputs)]
         last = np.array([len(row) - 1 for row in self.tokens], dtype=np.int32)
         return self._log_probs(self.graph.forward([_tensor(array) for array in inputs], _tensor(last)))
@@ -117,7 +124,7 @@ class CachedEngine(_Engine):
     def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
         from kbert.tokenizers.wordpiece import pad_batch
 
-        state = self.graph.encode(_tensor(self._sources(prompts))) if self.graph.seq2seq else {}
+        state = self.graph.encode(_tensor(self._encoder_input(prompts))) if self.graph.seq2seq else {}
         prompts, segments = self._decoder_prompts(prompts, segments)
         self._check_length(max(map(len, prompts)))
         # Shapes in steps of 16 (prompt) and 64 (cache), so that a compiled step (JAX compiles one per
@@ -137,16 +144,6 @@ class CachedEngine(_Engine):
             _tensor(self.lengths - 1), {**state, "self": self.graph.empty_caches(len(prompts), slots)})
         self.slots = np.arange(slots)
         return self._log_probs(outputs)
-
-    def _sources(self, prompts: List[List[int]]) -> np.ndarray:
-        """T5's encoder input, padded to a multiple of 16 tokens where the model has a padding id: the
-        cross-attention caches take its length, and JAX compiles the decoding loop once per shape."""
-        pad = self.graph.config.pad_token_id
-        sources = _padded(prompts, pad or 0)
-        if pad is None:
-            return sources
-        longest = _rounded_up(sources.shape[1], 16, self.limit)
-        return np.pad(sources, [(0, 0), (0, longest - sources.shape[1])], constant_values=pad)
 
     @property
     def _hides_start(self) -> bool:
