@@ -6,11 +6,14 @@ import pytest
 
 import keras
 from kbert.layers import (
+    AttentionMask,
     MultiHeadSelfAttention,
     RelativePositionEmbedding,
     Sinusoidal,
     SinusoidalPositionEmbedding,
+    T5RelativePositionBias,
 )
+from kbert.layers.decoding import DecodingStep
 
 IDS = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 0, 0, 0, 0]])  # id 0 is padding
 
@@ -155,6 +158,36 @@ def test_the_fused_attention_is_the_einsum_attention(scale, t5_bias, dtype):
     tolerance = 1e-5 if dtype == "float32" else 2e-2
     np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(fused, "float32")),
                                ops.convert_to_numpy(ops.cast(einsums, "float32")), atol=tolerance, rtol=tolerance)
+
+
+def position_layer(position_encoding):
+    if position_encoding == "relative":
+        return RelativePositionEmbedding(2 * 2 + 1, 4)
+    if position_encoding == "rotary":
+        return SinusoidalPositionEmbedding(4)
+    return T5RelativePositionBias(8, num_heads=2, bidirectional=False, embeddings_initializer="normal")
+
+
+@pytest.mark.parametrize("position_encoding", ["relative", "rotary", "t5_relative"])
+def test_decoding_steps_give_the_whole_sequences_causal_attention(position_encoding):
+    """Token by token through each layer's `call_step` (its own position, the key/value cache the step carries)
+    equals the whole sequence under the lm mask, row by row."""
+    keras.utils.set_random_seed(2)
+    x = keras.random.normal((2, 5, 8))
+    positions, mask = position_layer(position_encoding), AttentionMask("lm")
+    attention = MultiHeadSelfAttention(2, 4, position_encoding=position_encoding, use_attention_mask=True)
+    whole_positions = positions(x) if position_encoding == "rotary" else positions([x, x])
+    whole = keras.ops.convert_to_numpy(attention([x, x, x, mask(x[..., 0]), whole_positions]))
+    empty = keras.ops.zeros((2, 5, 2, 4))
+    caches = [(empty, empty)]
+    for position in range(5):
+        new = x[:, position:position + 1]
+        step = DecodingStep(keras.ops.full((2, 1), position, "int32"),
+                            keras.ops.broadcast_to(keras.ops.arange(5) <= position, (2, 1, 5)), caches)
+        encoded = positions.call_step(new if position_encoding == "rotary" else [new, new], step)
+        output = attention.call_step([new, new, new, mask.call_step(None, step), encoded], step)
+        caches = step.caches
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(output)[:, 0], whole[:, position], atol=1e-5)
 
 
 TABLES_CONFIG = {"hidden_size": 24, "num_hidden_layers": 1, "num_attention_heads": 3, "intermediate_size": 40,

@@ -2,30 +2,20 @@
 
 `CachedGraph` makes the family's graph again around the model's own layers
 (the template's `apply` reuses a layer by name) and runs it on the new tokens
-of each row. Every layer computes as in the model but five, which need the
-positions of the new tokens or the earlier tokens' keys and values:
-
-- `Dropout`: skipped (inference);
-- `PositionEmbedding`: the rows of each new token's own position;
-- `AttentionMask`: the `allowed` slots given for the step;
-- `RelativePositionEmbedding` / `SinusoidalPositionEmbedding`: for each new
-  token's position (NEZHA against every cache slot; RoFormer's rotation);
-- `MultiHeadSelfAttention`: `call_cached`, which writes the new keys and
-  values into its call's cache and attends over it.
-
-The cache is a fixed `[batch, slots, heads, head_size]` pair per attention
-call, so one compiled step serves the prompt (many new tokens) and every
-later token (one each).
+of each row. Each layer computes as in the model, except those with a
+`call_step` (positions, the attention mask, the attention itself), which the
+graph calls instead with the step's `kbert.layers.decoding.DecodingStep`: the
+new tokens' positions, the cache slots they may attend to, and a
+`[batch, slots, heads, head_size]` key/value cache per attention call, which
+each self-attention call takes in and gives back updated. Dropout is inert
+outside training. The caches have a fixed number of slots, so one compiled
+step serves the prompt (many new tokens) and every later token (one each).
 
 T5 (`model="t5"`, `"t5.1.1"`, `"mt5.1.1"`) runs its encoder once per source
 (`encode`); each decoder block's cross-attention keys and values of the
 encoder's output are computed then and kept beside the self-attention cache.
-The step runs the decoder alone, where two more layers differ:
-
-- `T5RelativePositionBias`: the bias of each new token's position against
-  every self-attention slot, or every source token (cross-attention);
-- `MultiHeadSelfAttention` with keys from another tensor than its queries
-  (T5's cross-attention): `attend_to` the kept keys and values.
+The step runs the decoder alone, its cross-attention over those keys and
+values.
 """
 
 from __future__ import annotations
@@ -37,76 +27,29 @@ import numpy as np
 from keras import ops
 
 from kbert.errors import KbertError
-from kbert.layers import (AttentionMask, MultiHeadSelfAttention, PositionEmbedding, RelativePositionEmbedding,
-                          SinusoidalPositionEmbedding, T5RelativePositionBias)
+from kbert.layers import AttentionMask
 from kbert.layers.checks import traced_once
-from kbert.layers.rotary import sinusoids
+from kbert.layers.decoding import DecodingStep
 from kbert.models.registry import get_family, graph_class
 
 
-class _Step:
-    """What one run of the graph needs besides the token ids.
+class _StepGraph:
+    """Mixed into a family's graph class: runs the graph on real tensors, one decoding step at a time."""
 
-    `state` holds the per-row tensors a step reads: `"self"`, a `(keys,
-    values)` cache per self-attention call; for T5 also `"cross"`, the
-    encoder output's keys and values per cross-attention call, and
-    `"source"`, `[batch, source length]`, True at real source tokens.
-    """
-
-    def __init__(self, positions, allowed, state):
-        self.positions, self.allowed = positions, allowed
-        self.state = {**state, "self": list(state["self"])}
-        self.calls = self.cross_calls = 0
-
-
-class _CachedApply:
-    """Mixed into a family's graph class: `apply` on real tensors, with the layers above replaced."""
-
-    step: _Step
+    step: DecodingStep
 
     def apply(self, inputs, layer_class, name, **kwargs):
         layer = self.layers[name]
-        if isinstance(layer, keras.layers.Dropout):
-            return inputs
-        if isinstance(layer, PositionEmbedding):
-            return inputs + ops.cast(ops.take(layer.embeddings, self.step.positions, axis=0), inputs.dtype)
-        if isinstance(layer, AttentionMask):
-            return self.step.allowed
-        if isinstance(layer, RelativePositionEmbedding):
-            reach = (layer.input_dim - 1) // 2
-            return ops.take(layer.embeddings, ops.clip(self._distances(), -reach, reach) + reach, axis=0)
-        if isinstance(layer, SinusoidalPositionEmbedding):
-            return sinusoids(self.step.positions, layer.output_dim)
-        if isinstance(layer, T5RelativePositionBias):
-            queries, keys = inputs
-            return layer.bias(self._distances(None if keys is queries else self.step.state["source"]))
-        if isinstance(layer, MultiHeadSelfAttention) and inputs[1] is not inputs[0]:
-            call = self.step.cross_calls
-            self.step.cross_calls += 1
-            source = self.step.state["source"][:, None, :]
-            bias = inputs[-1] if layer.position_encoding else None  # bert4keras's cross_position_bias
-            return layer.attend_to(inputs[0], self.step.state["cross"][call], source, bias)
-        if isinstance(layer, MultiHeadSelfAttention):
-            call = self.step.calls
-            self.step.calls += 1
-            positions = inputs[-1] if layer.position_encoding else None
-            output, self.step.state["self"][call] = layer.call_cached(
-                inputs[0], self.step.allowed, self.step.state["self"][call], self.step.positions, positions)
-            return output
-        return layer(inputs)
+        return layer.call_step(inputs, self.step) if hasattr(layer, "call_step") else layer(inputs)
 
-    def _distances(self, source=None):
-        """`[batch, q, keys]`: each key's position minus each new token's; keys: the cache slots or the source."""
-        keys = ops.arange(ops.shape(self.step.allowed if source is None else source)[-1])
-        return keys[None, None, :] - self.step.positions[:, :, None]
-
-    def run_step(self, inputs, step: _Step):
+    def run_step(self, inputs, step: DecodingStep):
+        """The graph's LM output on the new tokens `inputs`; `step.caches` is updated."""
         self.inputs, self.step = inputs, step
-        # Made once per run in the model's graph: made again for every step here.
-        self.attention_mask = self.position_bias = None
-        # T5: the decoder alone; its cross-attention reads the step's state, not a context tensor.
-        outputs = self.run(inputs) if "source" not in step.state else self.run_decoder(step.state["source"], inputs[0])
-        return outputs[-1] if isinstance(outputs, (list, tuple)) else outputs, step.state
+        self.reset_run_state()
+        # T5: the decoder alone; the source mask stands in for the encoder's output, which the
+        # cross-attention does not read (the step holds its keys and values).
+        outputs = self.run(inputs) if step.source is None else self.run_decoder(step.source, inputs[0])
+        return outputs[-1] if isinstance(outputs, (list, tuple)) else outputs
 
 
 class CachedGraph:
@@ -119,7 +62,10 @@ class CachedGraph:
 
     `step(token_ids, segment_ids, positions, allowed, last, state)` returns
     the LM output at each row's new token `last` (`[batch, vocab]`) and the
-    updated state (see `_Step`); `forward(inputs, last)` is the same output
+    updated state: `"self"`, a `(keys, values)` cache per self-attention call;
+    T5's also `"cross"`, the encoder output's keys and values per
+    cross-attention call, and `"source"`, True at real source tokens (the
+    parts of a `DecodingStep`). `forward(inputs, last)` is the same output
     from the whole model on whole sequences (T5: `[source ids, decoder
     ids]`). T5's `encode(source_ids)` gives the state's source part;
     `greedy(...)` and `beam(...)` run greedy decoding's and beam search's
@@ -143,7 +89,7 @@ class CachedGraph:
                              "(model='gpt', 'gpt2' or 'gpt2_ml'), or a whole T5 (model='t5', 't5.1.1' or "
                              "'mt5.1.1', not its _encoder or _decoder part)")
         family_graph = graph_class(family)
-        cached_class = type(f"Cached{family_graph.__name__}", (_CachedApply, family_graph), {})
+        cached_class = type(f"Cached{family_graph.__name__}", (_StepGraph, family_graph), {})
         self.graph = cached_class.from_model(model, family)
         # T5's encoder runs once per source, as in the model: through the family's own graph.
         self.encoder_graph = family_graph.from_model(model, family) if self.seq2seq else None
@@ -215,8 +161,9 @@ class CachedGraph:
 
     def _step(self, token_ids, segment_ids, positions, allowed, last, state):
         inputs = [token_ids, segment_ids] if self.has_segments else [token_ids]
-        outputs, state = self.graph.run_step(inputs, _Step(positions, allowed, state))
-        return _at(outputs, last), state
+        step = DecodingStep(positions, allowed, state["self"], state.get("cross", ()), state.get("source"))
+        outputs = self.graph.run_step(inputs, step)
+        return _at(outputs, last), {**state, "self": step.caches}
 
     def _greedy(self, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad, segment, hide_start):
         """Greedy decoding from the second new token on, the whole loop in one compiled call.

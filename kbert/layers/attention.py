@@ -130,6 +130,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         output, scores = self._attend(q, k, v, hidden, positions, training, previous_scores)
         return [output, scores] if self.return_attention_scores else output
 
+    def call_step(self, inputs, step):
+        """`call` in cached decoding (`kbert.layers.decoding.DecodingStep`), on the new tokens only.
+
+        Self-attention (the same tensor as query and key) writes the new keys
+        and values into its call's cache (`call_cached`) and puts the updated
+        cache back in the step; T5's cross-attention attends over the encoder
+        output's keys and values (`attend_to`). Either way the new tokens see
+        only the slots or source tokens the step allows.
+        """
+        x, positions = inputs[0], inputs[-1] if self.position_encoding else None
+        if inputs[1] is not inputs[0]:
+            return self.attend_to(x, step.next_cross_attention(), step.source[:, None, :], positions)
+        call = step.next_self_attention()
+        output, step.caches[call] = self.call_cached(x, step.allowed, step.caches[call], step.positions, positions)
+        return output
+
     def call_cached(self, x, allowed, cache, slots, positions=None):
         """Attention of new tokens over a key/value cache, for generation (`kbert.generation`).
 

@@ -220,6 +220,10 @@ class PositionEmbedding(keras.layers.Layer):
         positions = ops.slice(table, (0, 0), (length, ops.shape(table)[1]))
         return inputs + ops.cast(positions, self.compute_dtype)[None]
 
+    def call_step(self, inputs, step):
+        """`call` in cached decoding (`kbert.layers.decoding`): each new token's own position's row."""
+        return inputs + ops.cast(ops.take(self.embeddings, step.positions, axis=0), inputs.dtype)
+
     def compute_output_shape(self, input_shape):
         return input_shape
 

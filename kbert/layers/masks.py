@@ -49,6 +49,11 @@ class AttentionMask(keras.layers.Layer):
         steps = ops.cumsum(ops.cast(ids, "int32"), axis=1)
         return (steps[:, None, :] <= steps[:, :, None])[:, None]
 
+    def call_step(self, ids, step):
+        """`call` in cached decoding (`kbert.layers.decoding`): the cache slots each new token may attend to,
+        as the step gives them."""
+        return step.allowed
+
     def compute_mask(self, inputs, mask=None):
         return None
 

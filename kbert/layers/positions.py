@@ -19,7 +19,7 @@ import keras
 from keras import ops
 
 from kbert.layers.common import _PACKAGE
-from kbert.layers.rotary import sinusoidal_positions
+from kbert.layers.rotary import sinusoidal_positions, sinusoids
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -61,6 +61,11 @@ class SinusoidalPositionEmbedding(keras.layers.Layer):
 
     def call(self, inputs):
         return sinusoidal_positions(ops.shape(inputs)[1], self.output_dim, self.compute_dtype)[None]
+
+    def call_step(self, inputs, step):
+        """`call` in cached decoding (`kbert.layers.decoding`): `[batch, q, output_dim]`, each new token's own
+        position's encoding."""
+        return sinusoids(step.positions, self.output_dim)
 
     def compute_mask(self, inputs, mask=None):
         return None  # positions are the same for every example: nothing to mask
@@ -118,6 +123,12 @@ class RelativePositionEmbedding(keras.layers.Layer):
         queries, keys = inputs
         rows = self.distance_rows(ops.shape(queries)[1], ops.shape(keys)[1])
         return ops.cast(ops.take(self.embeddings, rows, axis=0), self.compute_dtype)
+
+    def call_step(self, inputs, step):
+        """`call` in cached decoding (`kbert.layers.decoding`): `[batch, q, slots, output_dim]`, each new
+        token's rows against every cache slot."""
+        reach = (self.input_dim - 1) // 2
+        return ops.take(self.embeddings, ops.clip(step.distances(step.slots), -reach, reach) + reach, axis=0)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -211,6 +222,13 @@ class T5RelativePositionBias(keras.layers.Layer):
         queries, keys = inputs
         distances = ops.arange(ops.shape(keys)[1])[None, :] - ops.arange(ops.shape(queries)[1])[:, None]
         return self.bias(distances)
+
+    def call_step(self, inputs, step):
+        """`call` in cached decoding (`kbert.layers.decoding`): `[batch, q, keys, heads]`, each new token's
+        biases against every cache slot (self-attention: `keys` are the queries) or every source token (T5's
+        cross-attention: `keys` has the source's length)."""
+        queries, keys = inputs
+        return self.bias(step.distances(step.slots if keys is queries else ops.shape(keys)[1]))
 
     def compute_mask(self, inputs, mask=None):
         return None

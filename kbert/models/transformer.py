@@ -181,6 +181,11 @@ class TransformerGraph:
             scores to its own (RealFormer; bert4keras's option of that name).
     """
 
+    # Made once per run from its first block's input and shared by every block (T5: per stack, the
+    # decoder's mask by both decoder runs); `reset_run_state` forgets them.
+    position_bias = None  # the positions or position biases every attention layer takes
+    attention_mask = None  # the lm / unilm mask
+
     def __init__(self, family, config: BertConfig, heads: Heads, segment_vocab_size: int,
                  application: str = "encoder", condition: Optional[NormCondition] = None,
                  residual_attention_scores: bool = False):
@@ -220,6 +225,11 @@ class TransformerGraph:
                     spec["segment_vocab_size"], spec["application"])
         graph.layers = {layer.name: layer for layer in model.layers}
         return graph
+
+    def reset_run_state(self) -> None:
+        """Forgets what a run made once for all its blocks (the attention mask, the position biases), so that
+        the graph runs again on other inputs (cached decoding runs it once per step)."""
+        self.attention_mask = self.position_bias = None
 
     def apply(self, inputs, layer_class, name: str, **kwargs) -> Any:
         """Calls the layer named `name` on `inputs`, making it (`layer_class(**kwargs)`) on first use."""

@@ -42,8 +42,6 @@ class BertGraph(TransformerGraph):
 
     # How attention uses positions (None: BERT's absolute positions are in the embeddings).
     position_encoding: Optional[str] = None
-    position_bias = None  # positions for every attention layer, made once from the first block's input
-    attention_mask = None  # the lm / unilm mask for every attention layer, made once
     attention_scores = None  # with residual_attention_scores: the last attention layer's scores
 
     # Biases in the attention, feed-forward and mapping layers (RoFormer-v2 has none).

@@ -35,9 +35,6 @@ CONTEXT_INPUT = "Input-Context"
 class T5Graph(TransformerGraph):
     """Builds `family.part` of T5: `"both"` (inputs `[encoder ids, decoder ids]`), `"encoder"` or `"decoder"`."""
 
-    position_bias = None  # this stack's relative position biases, made at its first block
-    attention_mask = None  # the decoder's LM mask, made once: both decoder runs share it
-
     def build(self, name: str):
         part, hidden = self.family.part, self.config.hidden_size
         encoder_ids = keras.Input(shape=(None,), dtype="int32", name=ENCODER_INPUT)
