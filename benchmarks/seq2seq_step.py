@@ -56,9 +56,9 @@ def batches(tokenizer, pairs, batch_size: int, maxlen: int):
     return every, targets
 
 
-def trainer(model: keras.Model, steps: int) -> keras.Model:
+def trainer(model: keras.Model, steps: int, jit_compile="auto") -> keras.Model:
     model.compile(make_optimizer(TrainingOptions(task="seq2seq"), steps, model),
-                  loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=IGNORED))
+                  loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=IGNORED), jit_compile=jit_compile)
     return model
 
 
@@ -71,6 +71,8 @@ def main() -> None:
     parser.add_argument("--maxlen", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10, help="training steps per engine per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jit-compile", action="store_true",
+                        help="also time the target positions compiled with XLA (kbert train --jit-compile)")
     args = parser.parse_args()
 
     keras.utils.set_random_seed(0)
@@ -83,26 +85,31 @@ def main() -> None:
     after.set_weights(before.get_weights())
     engines = {"every position": trainer(before, args.steps), "target positions": trainer(build_masked_lm(after),
                                                                                           args.steps)}
-    losses = [float(model.evaluate(*data[0], verbose=0)) for model, data in zip(engines.values(), (every, targets))]
+    if args.jit_compile:
+        xla = build_transformer_model(args.config, **task.backbone_args())
+        xla.set_weights(before.get_weights())
+        engines["target positions, XLA"] = trainer(build_masked_lm(xla), args.steps, jit_compile=True)
+    data = {name: every if name == "every position" else targets for name in engines}
+    losses = [float(model.evaluate(*data[name][0], verbose=0)) for name, model in engines.items()]
     real = np.mean([np.count_nonzero(inputs[0]) for inputs, _ in every]) / args.batch_size
     labelled = np.mean([np.count_nonzero(labels) for _, labels in targets]) / args.batch_size
     print(f"{args.config}, UniLM, batch {args.batch_size} x {args.maxlen}: {real:.1f} real tokens and "
-          f"{labelled:.1f} target positions a row; first-batch loss {losses[0]:.6f} (every position), "
-          f"{losses[1]:.6f} (target positions)")
+          f"{labelled:.1f} target positions a row; first-batch loss "
+          + ", ".join(f"{loss:.6f} ({name})" for name, loss in zip(engines, losses)))
 
     def run(model, data):
         return lambda: [model.train_on_batch(*batch) for batch in data]
 
-    calls = {"every position": run(engines["every position"], every),
-             "target positions": run(engines["target positions"], targets)}
+    calls = {name: run(model, data[name]) for name, model in engines.items()}
     alternate(calls, rounds=1)  # warm-up: tracing and compilation
     seconds = alternate(calls, rounds=args.rounds)
     print("| engine | steps/s (median of rounds) |\n|---|---|")
     for name, values in seconds.items():
         print(f"| {name} | {args.steps / statistics.median(values):.2f} |")
-    speedup = median_ratio(seconds["every position"], seconds["target positions"])
-    print(f"target positions against every position: {describe(speedup)} ({args.rounds} alternating rounds "
-          f"of {args.steps} steps)")
+    for name in list(engines)[1:]:
+        speedup = median_ratio(seconds["every position"], seconds[name])
+        print(f"{name} against every position: {describe(speedup)} ({args.rounds} alternating rounds "
+              f"of {args.steps} steps)")
 
 
 if __name__ == "__main__":

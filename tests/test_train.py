@@ -403,6 +403,29 @@ def test_ema_and_gradient_accumulation(tiny_run, sentiment_slice, tmp_path, monk
     assert all(np.isfinite(losses)) and losses != plain_losses, (losses, plain_losses)
 
 
+def test_jit_compile_compiles_the_training_step(tiny_run, tmp_path, monkeypatch):
+    """`--jit-compile`: the step is compiled with XLA (Keras leaves TensorFlow's uncompiled without a GPU) and
+    trains as the plain step does; on torch it is refused before anything is written."""
+    from kbert.training import loop
+
+    compiled = []
+    monkeypatch.setattr(loop._BestWeights, "on_train_begin",
+                        lambda callback, logs=None: compiled.append(callback.model.jit_compile), raising=False)
+    options = dataclasses.replace(FAST, epochs=1, jit_compile=True)
+    if keras.backend.backend() == "torch":
+        with pytest.raises(KbertError, match="on torch Keras would use torch.compile"):
+            train(*tiny_run, str(tmp_path / "xla"), options=options, verbose=0)
+        assert os.listdir(tmp_path) == []
+        return
+    xla = train(*tiny_run, str(tmp_path / "xla"), options=options, verbose=0)
+    plain = train(*tiny_run, str(tmp_path / "plain"), options=dataclasses.replace(options, jit_compile=False),
+                  verbose=0)
+    assert compiled == [True, keras.backend.backend() == "jax"]  # JAX compiles every step anyway
+    assert xla["options"]["jit_compile"] is True
+    loss, reference = xla["history"][0]["loss"], plain["history"][0]["loss"]
+    assert np.isfinite(loss) and loss == pytest.approx(reference, rel=0.05), (loss, reference)
+
+
 def test_adversarial_training_from_the_command_line(tiny_run, tmp_path):
     config, vocab, train_path = tiny_run
     one_epoch = ["--epochs", "1", "--batch-size", "64", "--lr", "1e-3", "--maxlen", "32"]

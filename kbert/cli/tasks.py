@@ -151,6 +151,9 @@ def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> 
                              "validated and saved each epoch")
     parser.add_argument("--grad-accum", type=positive_int, default=defaults.grad_accum, metavar="N",
                         help="accumulate the gradients of N batches per update (effective batch N x --batch-size)")
+    parser.add_argument("--jit-compile", action="store_true",
+                        help="compile the training step with XLA on TensorFlow (faster steps, a compilation per "
+                             "batch shape; JAX always compiles)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the interrupted run in OUT.partial from its last completed epoch")
 
@@ -181,7 +184,7 @@ def _run_options(args, **task_options) -> TrainingOptions:
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
         warmup_ratio=args.warmup, weight_decay=args.weight_decay, do_lower_case=not args.cased,
         strategy=args.strategy, mixed_precision=args.mixed_precision, shuffle=not args.no_shuffle, seed=args.seed,
-        ema=args.ema, grad_accum=args.grad_accum, model=args.model, **task_options)
+        ema=args.ema, grad_accum=args.grad_accum, jit_compile=args.jit_compile, model=args.model, **task_options)
 
 
 def run_train(args) -> int:

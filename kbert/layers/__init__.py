@@ -17,6 +17,7 @@ BERT's layer names: the model builders give the names.
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
   and its `Sinusoidal` initializer (NEZHA), `T5RelativePositionBias` and `t5_buckets` (T5)
 - `rotary`: `sinusoidal_positions`, `apply_rotary`
+- `decoding`: `DecodingStep`, what a step of cached decoding gives the layers' `call_step`
 - `common`: `gelu_tanh`, `get_activation`, `clone_initializer`, `DepthScaledTruncatedNormal`
   (RoFormer-v2)
 """

@@ -240,7 +240,8 @@ def train_task(
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trained = task.training_model(model)
             trainer = Trainer(trained.inputs, trained.outputs, name="trainer")
-            trainer.compile(make_optimizer(options, data.steps_per_epoch, model), **task.compile_args(model))
+            trainer.compile(make_optimizer(options, data.steps_per_epoch, model), **task.compile_args(model),
+                            jit_compile=True if options.jit_compile else "auto")
             _add_adversarial_training(trainer, options, strategy)
         # Everything is checked: from here on the run writes, into OUT.partial/.
         state = run.begin(resume, fresh_state)
@@ -321,6 +322,9 @@ def _check_options(options: TrainingOptions) -> None:
     if options.lora_rank and options.adversarial:
         raise KbertError(f"--adversarial {options.adversarial} perturbs the token embeddings, which LoRA freezes: "
                          "use one or the other")
+    if options.jit_compile and keras.backend.backend() == "torch":
+        raise KbertError("--jit-compile compiles the training step with XLA, on the tensorflow and jax backends; "
+                         "on torch Keras would use torch.compile, which kbert does not support: leave it out")
     if options.adversarial not in (None, *ADVERSARIAL):
         raise KbertError(f"unknown adversarial training {options.adversarial!r}; expected one of "
                          f"{', '.join(ADVERSARIAL)}")
