@@ -100,6 +100,14 @@ def write_msra_pairs(directory, train: int, dev: int) -> None:
         write(directory, f"{split}.tsv", "\n".join(lines) + "\n")
 
 
+def assert_token_accuracy_is_the_validation_accuracy(out, train_path, dev_path, state):
+    """The example's `tokens` counts every validation target token once, as training's metric did."""
+    counts = msra_example().token_accuracy(str(out), str(train_path), str(dev_path))
+    right, total = (sum(value[i] for value in counts.values()) for i in (0, 1))
+    assert {kind for kind, _ in counts} == {"copied", "format"}
+    assert right / total == pytest.approx(state["best_val_target_accuracy"], abs=1e-6)
+
+
 def msra_example():
     """docs/examples/msra_generative_ie.py, imported."""
     import importlib.util
@@ -139,6 +147,7 @@ def test_train_evaluate_predict_from_the_command_line(tmp_path, capsys):
     assert f"exact match {scores['exact_match']:.4f}, character F1 {scores['char_f1']:.4f}" in printed
     overall = next(line for line in printed.splitlines() if line.startswith("overall")).split()
     assert int(overall[-1]) == sum(len(example.entities_of(reference)) for reference in references)
+    assert_token_accuracy_is_the_validation_accuracy(out, tmp_path / "train.tsv", tmp_path / "dev.tsv", state)
 
     sources = [line.split("\t")[0] for line in (tmp_path / "dev.tsv").read_text().splitlines()[:3]]
     result = kbert("predict", "--model", out, "--beam-size", "2", "--json", stdin="\n".join(sources))
@@ -165,6 +174,7 @@ def test_t5_trains_evaluates_and_predicts_from_the_command_line(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((out / "training.json").read_text())
     assert state["options"]["model"] == "t5.1.1" and state["best_val_target_accuracy"] > 0
+    assert_token_accuracy_is_the_validation_accuracy(out, tmp_path / "train.tsv", tmp_path / "dev.tsv", state)
 
     result = kbert("evaluate", "--model", out, "--data", tmp_path / "dev.tsv", "--json")
     assert result.returncode == 0, result.stderr[-3000:]
