@@ -48,3 +48,33 @@ def test_the_optimizers_are_saved_and_loaded_by_name():
     for optimizer in (AdamW(1e-3, weight_decay=0.02), Lamb(1e-3)):
         restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
         assert type(restored) is type(optimizer) and restored.get_config() == optimizer.get_config()
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
+def test_learning_rate_multipliers_scale_the_named_weights_steps(optimizer):
+    """A weight named in learning_rate_multipliers takes its steps at that multiple of the learning rate, on
+    every backend (PyTorch's Adam updates in one fused call, past update_step)."""
+    layers = [keras.layers.Dense(1, use_bias=False, kernel_initializer="ones", name=name) for name in "ab"]
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Add()([layer(inputs) for layer in layers]))
+    options = TrainingOptions(learning_rate=0.01, warmup_ratio=0.0, weight_decay=0.0, epochs=1, optimizer=optimizer)
+    model.compile(make_optimizer(options, 100, model, {"b/kernel": 10}), loss="mse")
+    model.train_on_batch(np.ones((4, 2)), np.zeros((4, 1)))  # Adam's first step: the learning rate per weight
+    moved = [1 - keras.ops.convert_to_numpy(layer.kernel) for layer in layers]
+    np.testing.assert_allclose(moved[0], 0.01 if optimizer == "adamw" else moved[0], rtol=1e-4)
+    assert np.all(moved[0] > 0)
+    np.testing.assert_allclose(moved[1], 10 * moved[0], rtol=1e-4)
+
+
+def test_a_t5_trained_from_random_weights_gives_its_position_biases_a_larger_learning_rate():
+    from kbert import build_transformer_model
+    from kbert.models.t5.graph import POSITION_BIAS_LEARNING_RATE, T5Graph
+
+    t5 = build_transformer_model({"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 1,
+                                  "num_attention_heads": 2, "intermediate_size": 32,
+                                  "hidden_act": ["gelu", "linear"]}, model="t5.1.1")
+    assert T5Graph.learning_rate_multipliers(t5) == {
+        "Encoder-Embedding-Relative-Position/embeddings": POSITION_BIAS_LEARNING_RATE,
+        "Decoder-Embedding-Relative-Position/embeddings": POSITION_BIAS_LEARNING_RATE}
+    trainable = {variable.path for variable in t5.trainable_variables}
+    assert set(T5Graph.learning_rate_multipliers(t5)) <= trainable

@@ -274,6 +274,8 @@ def test_warmup_linear_decay():
     schedule = WarmupLinearDecay(2e-5, warmup_steps=100, total_steps=1000)
     values = [float(schedule(step)) for step in (0, 50, 100, 550, 1000, 1200)]
     assert values == pytest.approx([0.0, 1e-5, 2e-5, 1e-5, 0.0, 0.0])
+    no_warmup = WarmupLinearDecay(1e-3, warmup_steps=0, total_steps=10)  # the first step at the peak
+    assert [float(no_warmup(step)) for step in (0, 5, 10)] == pytest.approx([1e-3, 5e-4, 0.0])
     assert WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
 
 

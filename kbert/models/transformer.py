@@ -243,6 +243,12 @@ class TransformerGraph:
         differs from bert4keras's truncated normal (std 0.02, made for post-norm stacks, whose layer norms
         rescale every sub-layer's output): nothing here; T5's graph draws as Google's T5."""
 
+    @staticmethod
+    def learning_rate_multipliers(model: keras.Model) -> dict:
+        """`{weight path: multiplier}`: weights of a model kbert trains from random weights that need a larger
+        learning rate than the rest: none here; T5's relative position biases."""
+        return {}
+
     def initializer(self):
         """A new truncated-normal initializer: every weight gets its own (see `clone_initializer`)."""
         return keras.initializers.TruncatedNormal(stddev=self.config.initializer_range)

@@ -232,15 +232,18 @@ def train_task(
     with precision_policy(options.mixed_precision):
         with strategy.scope():
             bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
+            multipliers = {}
             if checkpoint_path is None:
                 graph_class(family).initialise(bert, config)  # the family's own scheme, where it has one (T5)
+                multipliers = graph_class(family).learning_rate_multipliers(bert)
             model = task.build(bert, num_labels, options)
             if options.lora_rank:
                 enable_lora(model, options.lora_rank, options.lora_alpha)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trained = task.training_model(model)
             trainer = Trainer(trained.inputs, trained.outputs, name="trainer")
-            trainer.compile(make_optimizer(options, data.steps_per_epoch, model), **task.compile_args(model),
+            trainer.compile(make_optimizer(options, data.steps_per_epoch, model, multipliers),
+                            **task.compile_args(model),
                             jit_compile=True if options.jit_compile else "auto")
             _add_adversarial_training(trainer, options, strategy)
         # Everything is checked: from here on the run writes, into OUT.partial/.

@@ -1,4 +1,4 @@
-"""The optimizers of `kbert train` and `kbert pretrain`: Keras's AdamW and LAMB, with one fix.
+"""The optimizers of `kbert train` and `kbert pretrain`: Keras's AdamW and LAMB, with one fix and one option.
 
 On TensorFlow the gradient of an embedding lookup is a `tf.IndexedSlices`
 with one slice per occurrence of a token, and Keras 3's moment updates
@@ -8,7 +8,8 @@ sum, so its Adam step is up to √n times too large ([CLS], the segment ids
 and frequent characters move fastest). JAX and PyTorch hand a dense
 gradient, summed first. `SummedSparseGradients` sums the slices before the
 optimizer sees them, so a step is Adam's step on every backend (and the
-one bert4keras's Keras 2 Adam took).
+one bert4keras's Keras 2 Adam took). `learning_rate_multipliers` gives some
+weights (by path) a multiple of the learning rate (`WeightLearningRates`).
 
 Example:
 >>> import numpy as np
@@ -47,22 +48,43 @@ def _summed(gradient):
     return tf.convert_to_tensor(gradient)  # adds the slices of a repeated row
 
 
+class WeightLearningRates:
+    """A mixin for a Keras optimizer: the weights named in `learning_rate_multipliers` (path: multiplier) take
+    their steps at that multiple of the learning rate.
+
+    The update is split by multiplier at the backend's own collective step, so it holds on every backend
+    (PyTorch's Adam updates all weights in one fused call, never through `update_step`).
+    """
+
+    learning_rate_multipliers: dict = {}
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        groups: dict = {}
+        for gradient, variable in zip(grads, trainable_variables):
+            groups.setdefault(self.learning_rate_multipliers.get(variable.path, 1), []).append((gradient, variable))
+        for multiplier, pairs in groups.items():
+            gradients, variables = zip(*pairs)
+            super()._backend_update_step(list(gradients), list(variables),
+                                         learning_rate if multiplier == 1 else learning_rate * multiplier)
+
+
 @keras.saving.register_keras_serializable(package="kbert")
-class AdamW(SummedSparseGradients, keras.optimizers.AdamW):
+class AdamW(WeightLearningRates, SummedSparseGradients, keras.optimizers.AdamW):
     """Keras's `AdamW`, taking Adam's step for repeated tokens on TensorFlow too (see the module)."""
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Lamb(SummedSparseGradients, keras.optimizers.Lamb):
+class Lamb(WeightLearningRates, SummedSparseGradients, keras.optimizers.Lamb):
     """Keras's `Lamb`, taking LAMB's step for repeated tokens on TensorFlow too (see the module)."""
 
 
-def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
-                   model: Optional[keras.Model] = None) -> keras.optimizers.Optimizer:
+def make_optimizer(options: TrainingOptions, steps_per_epoch: int, model: Optional[keras.Model] = None,
+                   learning_rate_multipliers: Optional[dict] = None) -> keras.optimizers.Optimizer:
     """AdamW (or LAMB) with warm-up and linear decay; EMA and accumulation as asked.
 
     No decay on biases, nor on any weight of `model`'s normalisation layers, whatever its name
     (LayerNorm's `gamma`/`beta`, the RMS norms' `scale`, the conditional norms' dense maps).
+    `learning_rate_multipliers`: `{weight path: multiplier}` (`WeightLearningRates`).
     """
     steps = options.epochs * steps_per_epoch
     optimizer_class = Lamb if options.optimizer == "lamb" else AdamW
@@ -72,6 +94,7 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int,
         gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
     optimizer.exclude_from_weight_decay(var_list=normalization_weights(model) if model is not None else None,
                                         var_names=["gamma", "beta", "bias", "trans"])
+    optimizer.learning_rate_multipliers = dict(learning_rate_multipliers or {})
     return optimizer
 
 

@@ -26,8 +26,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
-        warmup = keras.ops.maximum(float(self.warmup_steps), 1.0)
-        rising = step / warmup
+        # No warm-up: the first step at the peak already (step 0 / 0 would give it no step at all).
+        rising = step / float(self.warmup_steps) if self.warmup_steps else 1.0
         falling = (self.total_steps - step) / keras.ops.maximum(float(self.total_steps - self.warmup_steps), 1.0)
         return self.peak * keras.ops.clip(keras.ops.minimum(rising, falling), 0.0, 1.0)
 
