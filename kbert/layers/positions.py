@@ -115,8 +115,11 @@ class RelativePositionEmbedding(keras.layers.Layer):
 
     def distance_rows(self, query_length, key_length):
         """`[query_length, key_length]` table rows: the clipped distance key − query, shifted to ≥ 0."""
+        return self._rows(ops.arange(key_length)[None, :] - ops.arange(query_length)[:, None])
+
+    def _rows(self, distances):
+        """The table row of each distance (key − query): clipped to ±max distance, shifted to ≥ 0."""
         max_distance = (self.input_dim - 1) // 2
-        distances = ops.arange(key_length)[None, :] - ops.arange(query_length)[:, None]
         return ops.clip(distances, -max_distance, max_distance) + max_distance
 
     def call(self, inputs):
@@ -127,8 +130,7 @@ class RelativePositionEmbedding(keras.layers.Layer):
     def call_step(self, inputs, step):
         """`call` in cached decoding (`kbert.layers.decoding`): `[batch, q, slots, output_dim]`, each new
         token's rows against every cache slot."""
-        reach = (self.input_dim - 1) // 2
-        return ops.take(self.embeddings, ops.clip(step.distances(step.slots), -reach, reach) + reach, axis=0)
+        return ops.take(self.embeddings, self._rows(step.distances(step.slots)), axis=0)
 
     def compute_mask(self, inputs, mask=None):
         return None
