@@ -230,7 +230,7 @@ def test_t5_trained_from_start_id_0_sees_and_trains_its_first_target_token():
                               "intermediate_size": 32, "hidden_act": ["gelu", "linear"], "dropout_rate": 0.0},
                              "mt5.1.1")
     config = task.model_config(family.config_to_train(config, initialised=True))
-    assert (config.decoder_mask_zero, config.scale_decoder_outputs) == (False, False)
+    assert (config.decoder_mask_zero, config.scale_decoder_outputs, config.cross_position_bias) == (False,) * 3
     t5 = build_transformer_model(config, model="mt5.1.1")
     source = np.array([[5, 6, 7, 1]])
     first = t5.predict([source, np.array([[0, 9, 4]])], verbose=0)[:, 0]

@@ -85,17 +85,27 @@ class T5Family(BertFamily):
     part = "both"  # or "encoder", "decoder"
 
     def config_to_train(self, config: T5Config, initialised: bool) -> T5Config:
-        """Without the output scale in front of an untied LM head that kbert initialises.
+        """A T5 that kbert initialises is built as Google's: no output scale before an untied
+        LM head, and no position bias in the cross-attention. A checkpoint keeps the graph
+        it was trained with.
 
         bert4keras scales the decoder's output by H^(−1/2) for every version. In front
-        of T5.1.1's own `Decoder-Output-LM`, drawn with std 0.02, that makes the first
-        logits √H times too small, and the head must grow √H-fold before predictions
-        sharpen (a 2-layer H 64 T5.1.1, vocabulary 40, on a toy extraction: validation
-        accuracy 0.695 after 300 steps with the scale, 0.783 without). Google's and Hugging Face's T5
-        scale only before the tied head. A checkpoint keeps the graph it was trained with.
+        of T5.1.1's own `Decoder-Output-LM` that makes the first logits √H times too
+        small, and the head must grow √H-fold before predictions sharpen (a 2-layer H 64
+        T5.1.1, vocabulary 40, on a toy extraction: validation accuracy 0.695 after 300
+        steps with the scale, 0.783 without). Google's and Hugging Face's T5 scale only
+        before the tied head.
+
+        bert4keras also adds the decoder's relative position bias to the cross-attention,
+        where the "distance" is from the decoder's step to a source position: as the
+        decoder's self-attention learns to look at its last tokens, the same table pins
+        the cross-attention to the source positions just before the step's index, which
+        carry nothing about what to copy (docs/generation.md).
         """
-        if initialised and self.version != "t5.1.0" and config.scale_decoder_outputs:
-            return dataclasses.replace(config, scale_decoder_outputs=False)
+        if initialised:
+            untied = self.version != "t5.1.0"
+            return dataclasses.replace(config, cross_position_bias=False,
+                                       scale_decoder_outputs=config.scale_decoder_outputs and not untied)
         return config
 
     @property
