@@ -151,3 +151,27 @@ def test_prediction_batches_cover_every_example_once_within_a_band(bucketing):
             assert tokens.shape[1] - lengths[rows].max() < 16
     else:
         assert order.tolist() == list(range(57)) and [len(rows) for rows, _ in batches] == [8] * 7 + [1]
+
+
+def test_prediction_batches_on_jax_meet_few_shapes():
+    """`few_shapes` (JAX's default): each batch's rows made up to a power of two by repeating its last row, the
+    examples' own rows first, and its length a multiple of 16 whatever the call's longest text, so 200 calls of
+    1 to 16 texts meet at most 5 row counts in each of the 4 bands."""
+    rng = np.random.default_rng(5)
+    shapes, plain = set(), set()
+    for _ in range(200):
+        lengths = rng.integers(1, 60, rng.integers(1, 17))
+        encoded = [(list(range(1, n + 1)), [0] * n) for n in lengths]
+        for (rows, (tokens, segments)), (same, plain_features) in zip(
+                batches_by_length(encoded, 16, few_shapes=True), batches_by_length(encoded, 16, few_shapes=False)):
+            assert rows.tolist() == same.tolist() and len(tokens) in (1, 2, 4, 8, 16) and len(tokens) >= len(rows)
+            width = plain_features[0].shape[1]
+            assert tokens.shape[1] % 16 == 0 and not tokens[:, width:].any()
+            np.testing.assert_array_equal(tokens[:len(rows), :width], plain_features[0])
+            assert (tokens[len(rows):] == tokens[len(rows) - 1]).all() and segments.shape == tokens.shape
+            shapes.add(tokens.shape)
+            plain.add(plain_features[0].shape)
+    assert len(shapes) <= 5 * 4 < len(plain)
+    # `maxlen`, the longest an example may be, is the last band's length: never past a model's positions
+    [(_, (capped, _))] = batches_by_length([(list(range(1, 38)), [0] * 37)], 16, few_shapes=True, maxlen=40)
+    assert capped.shape == (1, 40)

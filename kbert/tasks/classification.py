@@ -81,8 +81,8 @@ class TrainedClassifier:
         probabilities = np.empty((len(encoded), len(self.labels)), dtype=np.float32)
         # Batch by batch with predict_on_batch: `predict`'s set-up (a dataset, its iterator, callbacks)
         # costs more than a small batch's compute, which is what a server runs.
-        for rows, features in batches_by_length(encoded, batch_size, bucketing):
-            probabilities[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))
+        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen):
+            probabilities[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]
         return probabilities
 
 

@@ -127,7 +127,7 @@ class UnitEncoder:
     """
 
     def __init__(self, tokenizer, maxlen: int):
-        self.tokenizer, self.budget = tokenizer, maxlen - 2
+        self.tokenizer, self.maxlen, self.budget = tokenizer, maxlen, maxlen - 2
         self._pieces: Dict[str, List[int]] = {}
         self._unknown = tokenizer.token_to_id("[UNK]")
 
@@ -343,7 +343,7 @@ class Tagger:
                 owners.append(index)
         found: List[List[Span]] = [[] for _ in sentences]
         encoded = [(chunk.token_ids, [0] * len(chunk.token_ids)) for chunk in chunks]
-        for rows, features in batches_by_length(encoded, batch_size, bucketing):
+        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.encoder.maxlen):
             decoded = ops.convert_to_numpy(self._decode(*(ops.convert_to_tensor(f) for f in features)))
             for chunk_index, row in zip(rows, _entity_rows(decoded) if self.head == "global_pointer" else decoded):
                 found[owners[chunk_index]] += self._spans(chunks[chunk_index], row)

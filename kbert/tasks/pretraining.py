@@ -314,7 +314,7 @@ def fill_masks(loaded, texts: Sequence[str], top_k: int = 5, batch_size: int = 6
     mask_id = tokenizer.token_to_id(MASK_MARK)
     encoded = [(_with_mask_ids(tokenizer, text, mask_id, maxlen),) for text in texts]
     filled: List[dict] = [{}] * len(texts)
-    for rows, (ids,) in batches_by_length(encoded, batch_size):
+    for rows, (ids,) in batches_by_length(encoded, batch_size, maxlen=maxlen):
         inputs = [ids, np.zeros_like(ids)] if len(loaded.model.inputs) == 2 else [ids]
         logits = keras.ops.convert_to_numpy(loaded.model.predict_on_batch(inputs))
         for row, row_ids, row_logits in zip(rows, ids, logits):

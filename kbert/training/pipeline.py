@@ -144,8 +144,9 @@ class PaddedBatches(keras.utils.PyDataset):
         return batches + leftovers
 
 
-def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
-                      bucketing: bool = True) -> Iterator[Tuple[np.ndarray, Tuple[np.ndarray, ...]]]:
+def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int, bucketing: bool = True,
+                      few_shapes: Optional[bool] = None,
+                      maxlen: Optional[int] = None) -> Iterator[Tuple[np.ndarray, Tuple[np.ndarray, ...]]]:
     """Prediction's batches: each batch's example numbers and its padded features, in order of length.
 
     With `bucketing`, the examples go in order of length and a batch never
@@ -154,12 +155,27 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
     a few batches of like lengths rather than one padded to its longest
     text. Without, the examples go in their own order, `batch_size` a batch.
 
+    With `few_shapes` (by default on JAX, which compiles a program for each
+    shape it meets), a batch's rows are made up to a power of two (at most
+    `batch_size`) by repeating its last row, and its length is a multiple of
+    16 (or `maxlen`, the longest an example may be), whatever the longest
+    text of the call: a server's batches of 1 to `batch_size` texts then
+    meet a handful of shapes in each band. The outputs of the first
+    `len(rows)` rows are the examples'.
+
     Example:
     >>> encoded = [([2, 5, 3] * 7, [0] * 21), ([2, 3], [0, 0]), ([2, 4, 3], [0, 0, 0])]
-    >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded, batch_size=8)]
+    >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded, 8, few_shapes=False)]
     [([1, 2], (2, 16)), ([0], (1, 21))]
+    >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded * 3, 8, few_shapes=True)]
+    [([1, 4, 7, 2, 5, 8], (8, 16)), ([0, 3, 6], (4, 32))]
     """
+    if few_shapes is None:
+        few_shapes = keras.backend.backend() == "jax"
     columns, longest = _columns(encoded)
+    if few_shapes:
+        longest = [maxlen or -(-most // PAD_MULTIPLE) * PAD_MULTIPLE for most in longest]
+    grids = [_multiples(most) for most in longest]
     lengths = np.array([len(ids) for ids in columns[0]])
     order = np.argsort(lengths, kind="stable") if bucketing else np.arange(len(lengths))
     bands = _band(lengths[order])
@@ -169,8 +185,15 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
         if bucketing:  # the bands are sorted: the batch ends where its first example's band does
             end = start + int(np.searchsorted(bands[start:end], bands[start], side="right"))
         rows = order[start:end]
-        yield rows, _features(columns, [_multiples(most) for most in longest], rows)
+        padded_rows = _rows_to_power_of_two(rows, batch_size) if few_shapes else rows
+        yield rows, _features(columns, grids, padded_rows)
         start = end
+
+
+def _rows_to_power_of_two(rows: np.ndarray, most: int) -> np.ndarray:
+    """`rows`, its last one repeated up to the next power of two (at most `most`)."""
+    size = min(1 << (len(rows) - 1).bit_length(), max(most, len(rows)))
+    return np.concatenate([rows, np.repeat(rows[-1:], size - len(rows))])
 
 
 def padded_lengths(lengths: Sequence[int], most: int) -> np.ndarray:
