@@ -174,7 +174,7 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
         few_shapes = keras.backend.backend() == "jax"
     columns, longest = _columns(encoded)
     if few_shapes:
-        longest = [maxlen or -(-most // PAD_MULTIPLE) * PAD_MULTIPLE for most in longest]
+        longest = [max(maxlen, most) if maxlen else -(-most // PAD_MULTIPLE) * PAD_MULTIPLE for most in longest]
     grids = [_multiples(most) for most in longest]
     lengths = np.array([len(ids) for ids in columns[0]])
     order = np.argsort(lengths, kind="stable") if bucketing else np.arange(len(lengths))
