@@ -231,6 +231,7 @@ def test_t5_trained_from_start_id_0_sees_and_trains_its_first_target_token():
                              "mt5.1.1")
     config = task.model_config(family.config_to_train(config, initialised=True))
     assert (config.decoder_mask_zero, config.scale_decoder_outputs, config.cross_position_bias) == (False,) * 3
+    assert family.hf_differences(config) == []  # it computes as transformers does: exported without a warning
     t5 = build_transformer_model(config, model="mt5.1.1")
     source = np.array([[5, 6, 7, 1]])
     first = t5.predict([source, np.array([[0, 9, 4]])], verbose=0)[:, 0]
