@@ -174,7 +174,7 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
         few_shapes = keras.backend.backend() == "jax"
     columns, longest = _columns(encoded)
     if few_shapes:
-        longest = [max(maxlen, most) if maxlen else -(-most // PAD_MULTIPLE) * PAD_MULTIPLE for most in longest]
+        longest = [max(maxlen, most) if maxlen else (_band(most) + 1) * PAD_MULTIPLE for most in longest]  # band's end
     grids = [_multiples(most) for most in longest]
     lengths = np.array([len(ids) for ids in columns[0]])
     order = np.argsort(lengths, kind="stable") if bucketing else np.arange(len(lengths))
@@ -191,8 +191,8 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
 
 
 def _rows_to_power_of_two(rows: np.ndarray, most: int) -> np.ndarray:
-    """`rows`, its last one repeated up to the next power of two (at most `most`)."""
-    size = min(1 << (len(rows) - 1).bit_length(), max(most, len(rows)))
+    """`rows` (at most `most`), its last one repeated up to the next power of two (at most `most`)."""
+    size = min(1 << (len(rows) - 1).bit_length(), most)
     return np.concatenate([rows, np.repeat(rows[-1:], size - len(rows))])
 
 
