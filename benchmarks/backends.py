@@ -4,6 +4,7 @@
     python -m benchmarks.backends --task train --batches 32
     python -m benchmarks.backends --task generate --precisions fp32
     python -m benchmarks.backends --task beam --precisions fp32 --engines kbert/jax kbert-python/jax keras-hub/jax
+    python -m benchmarks.backends --task sample --precisions fp32 --engines kbert/jax kbert-python/jax keras-hub/jax
     python -m benchmarks.backends --task finetune --precisions fp32 --calls 1
     python -m benchmarks.backends --engines kbert/jax kbert-einsum/jax kbert/torch kbert-fused/torch  # fused or not
     python -m benchmarks.backends --baseline "keras-hub/jax fp32" --peak-tflops tf32=494.7 bf16=989.4   # a GPU
@@ -54,7 +55,7 @@ ENGINES = [f"kbert/{backend}" for backend in BACKENDS] + [f"keras-hub/{backend}"
 # kbert with its attention's einsums and softmax where it would call ops.dot_product_attention, and with
 # ops.dot_product_attention where it would not (encode only).
 ATTENTION_ENGINES = ["kbert-einsum/jax", "kbert-einsum/torch", "kbert-fused/torch"]
-# kbert's beam search with its loop in Python, not compiled (the beam task only).
+# kbert's beam search and sampling with their loops in Python, not compiled (the beam and sample tasks).
 SEARCH_ENGINES = [f"kbert-python/{backend}" for backend in BACKENDS]
 BASELINE = "kbert/tensorflow fp32"
 
@@ -287,8 +288,9 @@ def _keras_hub_fine_tuning(config_path: str, precision: str, batch: int, length:
 
 
 def _kbert_generator(config_path: str, precision: str, batch: int, length: int, beams: int = 1,
-                     compiled: bool = True):
-    """GPT-2 greedy decoding (`beams` 1) or beam search; `compiled` False: the search's loop in Python."""
+                     compiled: bool = True, top_k: Optional[int] = None):
+    """GPT-2 greedy decoding (`beams` 1), beam search, or sampling among the `top_k` most likely tokens;
+    `compiled` False: the search's loop in Python."""
     from kbert import build_transformer_model
     from kbert.generation import engines
 
@@ -296,11 +298,13 @@ def _kbert_generator(config_path: str, precision: str, batch: int, length: int, 
         engines.CachedEngine.compiles_loops = False
     model = build_transformer_model(config_path, model="gpt2")
     prompts = _token_ids(_config(config_path)["vocab_size"], batch, length).tolist()
-    strategy = {"strategy": "beam", "beam_size": beams} if beams > 1 else {}
+    strategy = {"strategy": "beam", "beam_size": beams} if beams > 1 else \
+        {"strategy": "sample", "top_k": top_k, "seed": 0} if top_k else {}
     return lambda: engines.generate(model, prompts, max_new_tokens=NEW_TOKENS, end_id=-1, **strategy)
 
 
-def _keras_hub_generator(config_path: str, precision: str, batch: int, length: int, beams: int = 1):
+def _keras_hub_generator(config_path: str, precision: str, batch: int, length: int, beams: int = 1,
+                         top_k: Optional[int] = None):
     import keras_hub
     import numpy as np
 
@@ -310,7 +314,8 @@ def _keras_hub_generator(config_path: str, precision: str, batch: int, length: i
         num_heads=config["num_attention_heads"], hidden_dim=config["hidden_size"],
         intermediate_dim=config["intermediate_size"], max_sequence_length=config["max_position_embeddings"])
     causal_lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
-    causal_lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=beams) if beams > 1 else "greedy")
+    causal_lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=beams) if beams > 1 else
+                      keras_hub.samplers.TopKSampler(k=top_k, seed=0) if top_k else "greedy")
     # Without a preprocessor, generate fills the positions the padding mask leaves out.
     tokens = np.zeros((batch, length + NEW_TOKENS), "int32")
     tokens[:, :length] = _token_ids(config["vocab_size"], batch, length)
@@ -319,7 +324,8 @@ def _keras_hub_generator(config_path: str, precision: str, batch: int, length: i
 
 
 BEAMS = 4
-GENERATING = ("generate", "beam")  # tasks whose speed is new tokens a second
+TOP_K = 40
+GENERATING = ("generate", "beam", "sample")  # tasks whose speed is new tokens a second
 NEW_TOKENS = 64
 ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_encoder_attending(()),
                             "kbert-fused": _kbert_encoder_attending(BACKENDS),
@@ -330,6 +336,9 @@ ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_enco
                  "beam": {"kbert": functools.partial(_kbert_generator, beams=BEAMS),
                           "kbert-python": functools.partial(_kbert_generator, beams=BEAMS, compiled=False),
                           "keras-hub": functools.partial(_keras_hub_generator, beams=BEAMS)},
+                 "sample": {"kbert": functools.partial(_kbert_generator, top_k=TOP_K),
+                            "kbert-python": functools.partial(_kbert_generator, top_k=TOP_K, compiled=False),
+                            "keras-hub": functools.partial(_keras_hub_generator, top_k=TOP_K)},
                  "finetune": {"kbert": _kbert_fine_tuning, "keras-hub": _keras_hub_fine_tuning}}
 
 
@@ -433,13 +442,14 @@ def print_table(results: dict) -> None:
                         "(greedy)",
             "beam": f"{results['batch']} prompts of {results['length']} tokens, {NEW_TOKENS} new tokens each "
                     f"(beam search, {BEAMS} beams)",
+            "sample": f"{results['batch']} prompts of {results['length']} tokens, {NEW_TOKENS} new tokens each "
+                      f"(sampling among the {TOP_K} most likely)",
             "finetune": f"{REVIEWS} real reviews, batch {results['batch']}, maxlen {results['length']}"}.get(
         results["task"], f"{results['batch']} x {results['length']} tokens")
     step = {"train": "optimizer steps", "finetune": "fine-tuning epochs"}.get(results["task"], "calls")
     print(f"\n{results['config']}, {what}; {results['rounds']} alternating rounds of {results['calls_per_round']} "
           f"{step} each; medians")
-    unit = {"generate": "new tokens/s", "beam": "new tokens/s", "finetune": "reviews/s"}.get(results["task"],
-                                                                                             "tokens/s")
+    unit = {**dict.fromkeys(GENERATING, "new tokens/s"), "finetune": "reviews/s"}.get(results["task"], "tokens/s")
     print(f"{'engine':32} {unit:>12} {'TFLOP/s':>8} {'MFU':>6}  vs {results['baseline']}")
     for name, row in results["engines"].items():
         ratio = describe(row["vs_baseline"]) if "vs_baseline" in row else "-"
@@ -451,7 +461,7 @@ def print_table(results: dict) -> None:
 
 
 CONFIGS = {"encode": ("bert_base_chinese", "bert_tiny"), "train": ("bert_base_chinese", "bert_tiny"),
-           "generate": ("gpt2_chinese_base", "gpt2_chinese_base"), "beam": ("gpt2_chinese_base", "gpt2_chinese_base"),
+           **dict.fromkeys(GENERATING, ("gpt2_chinese_base", "gpt2_chinese_base")),
            "finetune": ("bert_small_chinese", "bert_tiny")}
 
 
@@ -467,7 +477,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=sorted(ENGINE_MAKERS), default="encode",
                         help="encode: BERT-base 8 x 128 forward passes; train: optimizer steps of a BERT-base "
-                             "classifier, 8 x 128; generate (beam): GPT-2-base greedy (beam search, 4 beams), "
+                             "classifier, 8 x 128; generate (beam, sample): GPT-2-base greedy (beam search, 4 beams; "
+                             "sampling among the 40 most likely), "
                              "32-token prompts, 64 new tokens, batch 1 and 8; finetune: an epoch of bert_small on 512 real reviews, "
                              "batch 32, maxlen 128")
     parser.add_argument("--quick", action="store_true", help="encode, train: bert_tiny, 2 x 16 tokens (a smoke test)")
@@ -493,7 +504,7 @@ def main(argv=None) -> None:
 
     config_path = bundled_config_path(CONFIGS[args.task][args.quick])
     quick = args.quick and args.task not in GENERATING
-    batches = args.batches or ([2] if quick else {"generate": [1, 8], "beam": [1, 8], "finetune": [32]}.get(
+    batches = args.batches or ([2] if quick else {**dict.fromkeys(GENERATING, [1, 8]), "finetune": [32]}.get(
         args.task, [8]))
     length = args.length or (16 if quick else 32 if args.task in GENERATING else 128)
     results = []

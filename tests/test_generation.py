@@ -97,6 +97,20 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy(model):
     assert generate(model, PROMPTS, top_k=1, **kwargs) == generate(model, PROMPTS, max_new_tokens=12, end_id=-1)
     nucleus = generate(model, PROMPTS, top_p=0.3, temperature=0.7, **kwargs)
     assert [len(row) for row in nucleus] == [12, 12]
+    # The compiled loop (TensorFlow, JAX) picks as the NumPy sampler does, from the same draws.
+    for options in ({"top_p": 0.3, "temperature": 0.7}, {"top_k": 5, "temperature": 1.5}):
+        assert generate(model, PROMPTS, use_cache=False, **options, **kwargs) == \
+            generate(model, PROMPTS, **options, **kwargs)
+
+
+def test_sampled_rows_end_at_different_steps_as_the_numpy_sampler_ends_them(model):
+    kwargs = dict(max_new_tokens=12, strategy="sample", seed=5, temperature=0.5)
+    reference = generate(model, PROMPTS, end_id=-1, use_cache=False, **kwargs)
+    for end_id in (reference[0][3], reference[1][0]):
+        for minimum in (0, 2):
+            expected = generate(model, PROMPTS, end_id=end_id, min_new_tokens=minimum, use_cache=False, **kwargs)
+            assert generate(model, PROMPTS, end_id=end_id, min_new_tokens=minimum, **kwargs) == expected
+            assert any(len(row) < 12 for row in expected) or minimum
 
 
 def test_end_token_and_minimum_length():

@@ -68,8 +68,8 @@ class CachedGraph:
     parts of a `DecodingStep`). `forward(inputs, last)` is the same output
     from the whole model on whole sequences (T5: `[source ids, decoder
     ids]`). T5's `encode(source_ids)` gives the state's source part;
-    `greedy(...)` and `beam(...)` run greedy decoding's and beam search's
-    remaining steps in one call. Each is
+    `greedy(...)`, `sample(...)` and `beam(...)` run greedy decoding's,
+    sampling's and beam search's remaining steps in one call. Each is
     compiled once on TensorFlow and JAX (`kbert.layers.checks.traced_once`).
     """
 
@@ -99,10 +99,10 @@ class CachedGraph:
         self.calls = len(family.block_indices(self.config))
         self.cache_shape = (self.config.num_attention_heads, self.config.head_size)
         self.mask_layer = next((layer for layer in model.layers if isinstance(layer, AttentionMask)), None)
-        self.encode, self.step, self.forward, self.greedy, self.beam = self._compiled(model)
+        self.encode, self.step, self.forward, self.greedy, self.sample, self.beam = self._compiled(model)
 
     def _compiled(self, model):
-        """`_encode`, `_step`, `_forward`, `_greedy` and `_beam`, each compiled once on TensorFlow and JAX
+        """`_encode`, `_step`, `_forward`, `_greedy`, `_sample` and `_beam`, each compiled once on TensorFlow and JAX
         (`traced_once`)."""
         def cache(tf):
             return tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
@@ -122,15 +122,20 @@ class CachedGraph:
         def scalar(tf, dtype="int32"):
             return tf.TensorSpec([], dtype)
 
+        def one_path(tf):  # `_greedy`'s arguments, the first of `_sample`'s
+            return [last(tf), last(tf), tf.TensorSpec([None], tf.bool), state(tf), *[scalar(tf)] * 5,
+                    scalar(tf, "bool")]
+
         weights = model.weights
         return (traced_once(self._encode, lambda tf: [ids(tf)], weights),
                 traced_once(self._step, lambda tf: [ids(tf), ids(tf), ids(tf),
                                                     tf.TensorSpec([None, None, None], tf.bool), last(tf), state(tf)],
                             weights),
                 traced_once(self._forward, lambda tf: [[ids(tf)] * len(model.inputs), last(tf)], weights),
-                traced_once(self._greedy, lambda tf: [
-                    last(tf), last(tf), tf.TensorSpec([None], tf.bool), state(tf), scalar(tf), scalar(tf),
-                    scalar(tf), scalar(tf), scalar(tf), scalar(tf, "bool")], weights),
+                traced_once(self._greedy, lambda tf: one_path(tf), weights),
+                traced_once(self._sample, lambda tf: [
+                    *one_path(tf), tf.TensorSpec([None, None], tf.float32), scalar(tf), scalar(tf, "float32"),
+                    scalar(tf, "float32"), scalar(tf, "bool")], weights),
                 traced_once(self._beam, lambda tf: [
                     tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.float32), last(tf),
                     state(tf), ids(tf), *[scalar(tf)] * 4, scalar(tf, "bool"), scalar(tf, "bool")], weights))
@@ -175,12 +180,41 @@ class CachedGraph:
         as `kbert.generation.search` does. Returns `[rows, slots]`:
         column i the token chosen i-th (column 0 unused), -1 once a row ended.
         """
+        def most_likely(scores, index):
+            return ops.argmax(scores, axis=-1)
+
+        return self._one_path(most_likely, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad,
+                              segment, hide_start)
+
+    def _sample(self, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad, segment, hide_start,
+                draws, top_k, top_p, temperature, probabilities):
+        """Sampling from the second new token on, as `_greedy` runs greedy decoding: each turn picks as
+        `kbert.generation.search.Sampler` does, with turn i's uniform numbers in `draws[i - 1]` (`[slots,
+        rows]`, from the sampler's generator); `top_k` (the vocabulary: all), `top_p` (above 1: all) and
+        `temperature` as its; `probabilities`: the model's output is a softmax's (else logits)."""
+        def drawn(scores, index):
+            log_probs = ops.where(probabilities, ops.log(ops.maximum(scores, 1e-38)), ops.log_softmax(scores, -1))
+            ranked, order = ops.top_k(ops.softmax(log_probs / temperature, axis=-1), ops.shape(scores)[-1])
+            rank = ops.arange(ops.shape(scores)[-1], dtype="int32")[None, :]
+            keep = (rank < top_k) & (ops.cumsum(ranked, axis=-1) - ranked < top_p)
+            cumulative = ops.cumsum(ops.where(keep, ranked, 0.0), axis=-1)
+            cumulative = cumulative / cumulative[:, -1:]
+            picks = ops.sum(ops.cast(cumulative <= ops.take(draws, index - 1, axis=0)[:, None], "int32"), axis=-1)
+            return ops.take_along_axis(order, picks[:, None], axis=-1)[:, 0]
+
+        return self._one_path(drawn, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad, segment,
+                              hide_start)
+
+    def _one_path(self, choose, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad, segment,
+                  hide_start):
+        """The loop of `_greedy` and `_sample`: `choose(scores, index)` picks each row's token from the
+        step's output with the banned tokens at -inf."""
         rows, slots = ops.shape(state["self"][0][0])[:2]
         out = ops.full([rows, slots], -1, "int32")
 
         def turn(index, tokens, lengths, done, out, state):
             scores, state = self._next_step(ops.where(done, 0, tokens), lengths, state, segment, hide_start)
-            tokens = ops.cast(ops.argmax(_banned(scores, index, end_id, min_new_tokens, pad), axis=-1), "int32")
+            tokens = ops.cast(choose(_banned(scores, index, end_id, min_new_tokens, pad), index), "int32")
             done = done | (tokens == end_id)
             out = ops.slice_update(out, [0, index], ops.where(done, -1, tokens)[:, None])
             return index + 1, tokens, lengths + 1, done, out, state

@@ -118,7 +118,7 @@ class CachedEngine(_Engine):
 
     @property
     def compiles_loops(self) -> bool:
-        """Greedy decoding's and beam search's loops run compiled where the backend compiles them."""
+        """The searches' loops run compiled where the backend compiles them."""
         return keras.backend.backend() in ("tensorflow", "jax")
 
     def start(self, prompts: List[List[int]], segments: List[List[int]]) -> np.ndarray:
@@ -156,13 +156,23 @@ class CachedEngine(_Engine):
                                                          self.new_segment())),
                 ops.convert_to_tensor(self._hides_start)]
 
-    def greedy(self, tokens: np.ndarray, done: np.ndarray, search: "Search") -> np.ndarray:
-        """Greedy decoding on from the first new `tokens`, in one compiled call (TensorFlow, JAX):
-        `[rows, slots]`, column i the i-th new token, -1 once a row has ended."""
-        chosen = self.graph.greedy(
-            _tensor(np.asarray(tokens, np.int32)), _tensor(self.lengths), ops.convert_to_tensor(done),
-            self.state, _tensor(np.int32(search.max_new_tokens)), *self._search_args(search))
-        return ops.convert_to_numpy(chosen)
+    def one_path(self, tokens: np.ndarray, done: np.ndarray, search: "Search",
+                 sampler: Optional["Sampler"]) -> np.ndarray:
+        """Greedy decoding (no `sampler`) or sampling on from the first new `tokens`, in one compiled call
+        (TensorFlow, JAX): `[rows, slots]`, column i the i-th new token, -1 once a row has ended. The sampler's
+        uniform numbers for the remaining steps are drawn here, from its generator, in the order its own
+        calls would draw them."""
+        args = [_tensor(np.asarray(tokens, np.int32)), _tensor(self.lengths), ops.convert_to_tensor(done),
+                self.state, _tensor(np.int32(search.max_new_tokens)), *self._search_args(search)]
+        if sampler is None:
+            return ops.convert_to_numpy(self.graph.greedy(*args))
+        draws = np.zeros([len(self.slots), len(tokens)], np.float32)  # one shape per cache size (JAX)
+        draws[:search.max_new_tokens - 1] = sampler.draws(search.max_new_tokens - 1, len(tokens))
+        every = np.iinfo(np.int32).max  # top_k None: every token
+        return ops.convert_to_numpy(self.graph.sample(
+            *args, _tensor(draws), _tensor(np.int32(min(sampler.top_k or every, every))),
+            _tensor(np.float32(2.0 if sampler.top_p is None else sampler.top_p)),
+            _tensor(np.float32(sampler.temperature)), ops.convert_to_tensor(self.probabilities)))
 
     def beam(self, log_probs: np.ndarray, beam_size: int, search: "Search") -> List[List[int]]:
         """Beam search on from the first step's `log_probs` (`[prompts × beam_size, V]`), in one compiled call

@@ -6,9 +6,9 @@ They run on an engine, anything with:
   after each prompt (a list of id lists, with their segments);
 - `extend(tokens, parents)`: row i continues row `parents[i]` with
   `tokens[i]`; the log-probabilities after it;
-- `compiles_loops`: True where the engine runs greedy decoding's and beam
-  search's loops itself, in one compiled call (`greedy(tokens, done,
-  search)`, `beam(log_probs, beam_size, search)`).
+- `compiles_loops`: True where the engine runs the searches' loops itself,
+  in one compiled call (`one_path(tokens, done, search, sampler)`,
+  `beam(log_probs, beam_size, search)`).
 
 `kbert.generation.engines` run a Keras model; the ONNX export's
 `kbert.serving.generator_export.OnnxGenerator` runs onnxruntime, and imports
@@ -40,6 +40,11 @@ class Sampler:
     """Draws each row's next token from its log-probabilities: `top_k`, `top_p` (nucleus) and `temperature`,
     from one NumPy generator seeded with `seed`, so a seed gives the same tokens on every backend.
 
+    A draw is one uniform number per row, mapped through the cumulative
+    probabilities of the tokens kept, most likely first (inverse transform
+    sampling, as `numpy.random.Generator.choice` does). A compiled loop takes
+    its numbers from `draws` and maps them the same way.
+
     Example:
     >>> Sampler(top_k=1, top_p=None, temperature=1.0, seed=0)(np.log(np.array([[0.2, 0.7, 0.1]]))).tolist()
     [1]
@@ -48,6 +53,10 @@ class Sampler:
     def __init__(self, top_k: Optional[int], top_p: Optional[float], temperature: float, seed: Optional[int]):
         self.top_k, self.top_p, self.temperature = top_k, top_p, temperature
         self.random = np.random.default_rng(seed)
+
+    def draws(self, steps: int, rows: int) -> np.ndarray:
+        """The uniform numbers `steps` more calls on `rows` rows would draw, in order: `[steps, rows]`."""
+        return self.random.random((steps, rows))
 
     def __call__(self, log_probs: np.ndarray) -> np.ndarray:
         probs = np.exp(log_softmax(log_probs / self.temperature))
@@ -58,9 +67,9 @@ class Sampler:
             keep[:, self.top_k:] = False
         if self.top_p is not None:  # the smallest head of the ranking whose sum reaches top_p
             keep &= np.cumsum(ranked, -1) - ranked < self.top_p
-        ranked = np.where(keep, ranked, 0)
-        ranked /= ranked.sum(-1, keepdims=True)
-        picks = [self.random.choice(len(row), p=row) for row in ranked]
+        cumulative = np.cumsum(np.where(keep, ranked, 0), -1)
+        cumulative /= cumulative[:, -1:]
+        picks = (cumulative <= self.draws(1, len(ranked))[0][:, None]).sum(-1)
         return order[np.arange(len(picks)), picks]
 
 
@@ -114,8 +123,8 @@ class Search:
                     generated[row].append(int(tokens[row]))
             if done.all() or step == self.max_new_tokens - 1:
                 break
-            if sampler is None and engine.compiles_loops:  # the rest of the loop in one compiled call
-                for row, chosen in enumerate(engine.greedy(tokens, done, self)):
+            if engine.compiles_loops:  # the rest of the loop in one compiled call
+                for row, chosen in enumerate(engine.one_path(tokens, done, self, sampler)):
                     generated[row] += itertools.takewhile(lambda token: token >= 0, chosen[1:].tolist())
                 break
             log_probs = engine.extend(np.where(done, 0, tokens), rows)
