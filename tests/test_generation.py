@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kbert import KbertError, build_transformer_model, generate
+from kbert.generation import cache
 from kbert.generation.engines import CachedEngine, FullEngine
 
 FAMILIES = ["bert", "albert", "nezha", "roformer", "roformer_v2"]
@@ -101,6 +102,18 @@ def test_sampling_is_reproducible_and_top_k_1_is_greedy(model):
     for options in ({"top_p": 0.3, "temperature": 0.7}, {"top_k": 5, "temperature": 1.5}):
         assert generate(model, PROMPTS, use_cache=False, **options, **kwargs) == \
             generate(model, PROMPTS, **options, **kwargs)
+
+
+def test_compiled_nucleus_sampling_from_the_candidates_and_past_them(monkeypatch):
+    """Nucleus sampling ranks NUCLEUS_CANDIDATES tokens first, and the whole vocabulary where the nucleus is
+    larger: both give the NumPy sampler's tokens."""
+    monkeypatch.setattr(cache, "NUCLEUS_CANDIDATES", 4)
+    model = small_model("gpt2", "lm")  # a new model: its sampling loops are compiled with 4 candidates
+    for top_p, temperature in ((0.05, 0.5), (0.9, 2.0)):  # a nucleus within 4 tokens; one far past them
+        kwargs = dict(max_new_tokens=10, end_id=-1, strategy="sample", seed=1, top_p=top_p, temperature=temperature)
+        expected = generate(model, PROMPTS, use_cache=False, **kwargs)
+        assert generate(model, PROMPTS, **kwargs) == expected
+    assert len(set(expected[0])) > 4  # the wide nucleus did reach past the candidates
 
 
 def test_sampled_rows_end_at_different_steps_as_the_numpy_sampler_ends_them(model):

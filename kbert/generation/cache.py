@@ -20,7 +20,8 @@ values.
 
 from __future__ import annotations
 
-from typing import List, Tuple
+import functools
+from typing import List, Optional, Tuple
 
 import keras
 import numpy as np
@@ -68,8 +69,8 @@ class CachedGraph:
     parts of a `DecodingStep`). `forward(inputs, last)` is the same output
     from the whole model on whole sequences (T5: `[source ids, decoder
     ids]`). T5's `encode(source_ids)` gives the state's source part;
-    `greedy(...)`, `sample(...)` and `beam(...)` run greedy decoding's,
-    sampling's and beam search's remaining steps in one call. Each is
+    `greedy(...)`, `sample(top_k, nucleus)(...)` and `beam(...)` run greedy
+    decoding's, sampling's and beam search's remaining steps in one call. Each is
     compiled once on TensorFlow and JAX (`kbert.layers.checks.traced_once`).
     """
 
@@ -99,10 +100,11 @@ class CachedGraph:
         self.calls = len(family.block_indices(self.config))
         self.cache_shape = (self.config.num_attention_heads, self.config.head_size)
         self.mask_layer = next((layer for layer in model.layers if isinstance(layer, AttentionMask)), None)
-        self.encode, self.step, self.forward, self.greedy, self.sample, self.beam = self._compiled(model)
+        self.encode, self.step, self.forward, self.greedy, self.beam = self._compiled(model)
+        self._samplers = {}  # (top_k, nucleus) -> `_sample` compiled for them
 
     def _compiled(self, model):
-        """`_encode`, `_step`, `_forward`, `_greedy`, `_sample` and `_beam`, each compiled once on TensorFlow and JAX
+        """`_encode`, `_step`, `_forward`, `_greedy` and `_beam`, each compiled once on TensorFlow and JAX
         (`traced_once`)."""
         def cache(tf):
             return tf.TensorSpec([None, None, *self.cache_shape], tf.float32)
@@ -126,16 +128,16 @@ class CachedGraph:
             return [last(tf), last(tf), tf.TensorSpec([None], tf.bool), state(tf), *[scalar(tf)] * 5,
                     scalar(tf, "bool")]
 
+        self._sample_signature = lambda tf: [*one_path(tf), tf.TensorSpec([None, None], tf.float32),
+                                             *[scalar(tf, "float32")] * 2, scalar(tf, "bool")]
+
         weights = model.weights
         return (traced_once(self._encode, lambda tf: [ids(tf)], weights),
                 traced_once(self._step, lambda tf: [ids(tf), ids(tf), ids(tf),
                                                     tf.TensorSpec([None, None, None], tf.bool), last(tf), state(tf)],
                             weights),
                 traced_once(self._forward, lambda tf: [[ids(tf)] * len(model.inputs), last(tf)], weights),
-                traced_once(self._greedy, lambda tf: one_path(tf), weights),
-                traced_once(self._sample, lambda tf: [
-                    *one_path(tf), tf.TensorSpec([None, None], tf.float32), scalar(tf), scalar(tf, "float32"),
-                    scalar(tf, "float32"), scalar(tf, "bool")], weights),
+                traced_once(self._greedy, one_path, weights),
                 traced_once(self._beam, lambda tf: [
                     tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.float32), last(tf),
                     state(tf), ids(tf), *[scalar(tf)] * 4, scalar(tf, "bool"), scalar(tf, "bool")], weights))
@@ -186,21 +188,25 @@ class CachedGraph:
         return self._one_path(most_likely, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad,
                               segment, hide_start)
 
+    def sample(self, top_k: Optional[int], nucleus: bool):
+        """`_sample` for a sampler's `top_k` (None: every token) and whether it has a `top_p`, compiled once for
+        them: the number of tokens kept is a shape."""
+        key = (top_k, nucleus)
+        if key not in self._samplers:
+            self._samplers[key] = traced_once(functools.partial(self._sample, top_k=top_k, nucleus=nucleus),
+                                              self._sample_signature, self.model.weights)
+        return self._samplers[key]
+
     def _sample(self, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad, segment, hide_start,
-                draws, top_k, top_p, temperature, probabilities):
+                draws, top_p, temperature, probabilities, *, top_k, nucleus):
         """Sampling from the second new token on, as `_greedy` runs greedy decoding: each turn picks as
         `kbert.generation.search.Sampler` does, with turn i's uniform numbers in `draws[i - 1]` (`[slots,
-        rows]`, from the sampler's generator); `top_k` (the vocabulary: all), `top_p` (above 1: all) and
-        `temperature` as its; `probabilities`: the model's output is a softmax's (else logits)."""
+        rows]`, from the sampler's generator); `top_k`, `top_p` (where `nucleus`) and `temperature` as its;
+        `probabilities`: the model's output is a softmax's (else logits)."""
         def drawn(scores, index):
             log_probs = ops.where(probabilities, ops.log(ops.maximum(scores, 1e-38)), ops.log_softmax(scores, -1))
-            ranked, order = ops.top_k(ops.softmax(log_probs / temperature, axis=-1), ops.shape(scores)[-1])
-            rank = ops.arange(ops.shape(scores)[-1], dtype="int32")[None, :]
-            keep = (rank < top_k) & (ops.cumsum(ranked, axis=-1) - ranked < top_p)
-            cumulative = ops.cumsum(ops.where(keep, ranked, 0.0), axis=-1)
-            cumulative = cumulative / cumulative[:, -1:]
-            picks = ops.sum(ops.cast(cumulative <= ops.take(draws, index - 1, axis=0)[:, None], "int32"), axis=-1)
-            return ops.take_along_axis(order, picks[:, None], axis=-1)[:, 0]
+            return _drawn(ops.softmax(log_probs / temperature, axis=-1), ops.take(draws, index - 1, axis=0),
+                          top_k, top_p if nucleus else None)
 
         return self._one_path(drawn, tokens, lengths, done, state, steps, end_id, min_new_tokens, pad, segment,
                               hide_start)
@@ -314,6 +320,44 @@ def _banned(scores, index, end_id, min_new_tokens, pad):
     """`scores` `[rows, V]` with the padding id, and `end_id` before `min_new_tokens`, at -inf (-1: none)."""
     vocab = ops.arange(ops.shape(scores)[-1], dtype="int32")[None, :]
     return ops.where((vocab == pad) | ((vocab == end_id) & (index < min_new_tokens)), -np.inf, scores)
+
+
+# Nucleus sampling without top_k ranks the vocabulary's most likely tokens this many first: a full sort
+# of the vocabulary costs a compiled step more than the model on a CPU, and the nucleus is rarely larger.
+NUCLEUS_CANDIDATES = 1024
+
+
+def _drawn(probs, uniforms, top_k: Optional[int], top_p):
+    """Each row's token drawn with its uniform number from `probs` `[rows, V]`, as `Sampler` draws it: the
+    `top_k` most likely (None: all) and of them the head of the ranking whose sum reaches `top_p` (None:
+    all), picked in vocabulary order."""
+    vocab = probs.shape[-1]
+    if top_k is None and top_p is None:
+        return _first_past(probs, uniforms)
+    if top_k is None and vocab > NUCLEUS_CANDIDATES:
+        head, _ = ops.top_k(probs, NUCLEUS_CANDIDATES)
+        within = ops.all(ops.sum(head, axis=-1) >= top_p)  # no token past the candidates is kept
+        return ops.cond(within, lambda: _ranked_draw(probs, uniforms, NUCLEUS_CANDIDATES, top_p),
+                        lambda: _ranked_draw(probs, uniforms, vocab, top_p))
+    return _ranked_draw(probs, uniforms, min(top_k or vocab, vocab), top_p)
+
+
+def _ranked_draw(probs, uniforms, k: int, top_p):
+    """`_drawn` among the `k` most likely tokens (ties: the lower id first, as `ops.top_k` ranks them)."""
+    ranked, ids = ops.top_k(probs, k)
+    if top_p is not None:
+        ranked = ops.where(ops.cumsum(ranked, axis=-1) - ranked < top_p, ranked, 0.0)
+    order = ops.argsort(ids, axis=-1)  # back to vocabulary order
+    ids = ops.take_along_axis(ids, order, axis=-1)
+    picks = _first_past(ops.take_along_axis(ranked, order, axis=-1), uniforms)
+    return ops.take_along_axis(ids, picks[:, None], axis=-1)[:, 0]
+
+
+def _first_past(weights, uniforms):
+    """Per row, the first column whose share of the running total passes the row's uniform number."""
+    cumulative = ops.cumsum(weights, axis=-1)
+    cumulative = cumulative / cumulative[:, -1:]
+    return ops.sum(ops.cast(cumulative <= uniforms[:, None], "int32"), axis=-1)
 
 
 def _at(outputs, last):

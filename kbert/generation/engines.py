@@ -168,11 +168,10 @@ class CachedEngine(_Engine):
             return ops.convert_to_numpy(self.graph.greedy(*args))
         draws = np.zeros([len(self.slots), len(tokens)], np.float32)  # one shape per cache size (JAX)
         draws[:search.max_new_tokens - 1] = sampler.draws(search.max_new_tokens - 1, len(tokens))
-        every = np.iinfo(np.int32).max  # top_k None: every token
-        return ops.convert_to_numpy(self.graph.sample(
-            *args, _tensor(draws), _tensor(np.int32(min(sampler.top_k or every, every))),
-            _tensor(np.float32(2.0 if sampler.top_p is None else sampler.top_p)),
-            _tensor(np.float32(sampler.temperature)), ops.convert_to_tensor(self.probabilities)))
+        top_p = 2.0 if sampler.top_p is None else sampler.top_p
+        return ops.convert_to_numpy(self.graph.sample(sampler.top_k, sampler.top_p is not None)(
+            *args, _tensor(draws), _tensor(np.float32(top_p)), _tensor(np.float32(sampler.temperature)),
+            ops.convert_to_tensor(self.probabilities)))
 
     def beam(self, log_probs: np.ndarray, beam_size: int, search: "Search") -> List[List[int]]:
         """Beam search on from the first step's `log_probs` (`[prompts × beam_size, V]`), in one compiled call

@@ -41,8 +41,10 @@ class Sampler:
     from one NumPy generator seeded with `seed`, so a seed gives the same tokens on every backend.
 
     A draw is one uniform number per row, mapped through the cumulative
-    probabilities of the tokens kept, most likely first (inverse transform
-    sampling, as `numpy.random.Generator.choice` does). A compiled loop takes
+    probabilities of the tokens kept, in vocabulary order (inverse transform
+    sampling): the tokens kept come from the ranking, most likely first (ties:
+    the lower id first), but the pick needs no ranking, so a compiled loop
+    that keeps no more than the top k need not sort the vocabulary. It takes
     its numbers from `draws` and maps them the same way.
 
     Example:
@@ -67,10 +69,11 @@ class Sampler:
             keep[:, self.top_k:] = False
         if self.top_p is not None:  # the smallest head of the ranking whose sum reaches top_p
             keep &= np.cumsum(ranked, -1) - ranked < self.top_p
-        cumulative = np.cumsum(np.where(keep, ranked, 0), -1)
+        kept = np.zeros_like(probs)
+        np.put_along_axis(kept, order, np.where(keep, ranked, 0), -1)
+        cumulative = np.cumsum(kept, -1)
         cumulative /= cumulative[:, -1:]
-        picks = (cumulative <= self.draws(1, len(ranked))[0][:, None]).sum(-1)
-        return order[np.arange(len(picks)), picks]
+        return (cumulative <= self.draws(1, len(kept))[0][:, None]).sum(-1)
 
 
 class Search:
