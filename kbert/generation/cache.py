@@ -205,6 +205,7 @@ class CachedGraph:
         `probabilities`: the model's output is a softmax's (else logits)."""
         def drawn(scores, index):
             log_probs = ops.where(probabilities, ops.log(ops.maximum(scores, 1e-38)), ops.log_softmax(scores, -1))
+            log_probs = ops.where(scores == -np.inf, -np.inf, log_probs)  # a banned token's probability is 0
             return _drawn(ops.softmax(log_probs / temperature, axis=-1), ops.take(draws, index - 1, axis=0),
                           top_k, top_p if nucleus else None)
 
