@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kbert.compat.optimizers import Adam
-from kbert.training.optimizers import AdamW, Lamb, make_optimizer
+from kbert.training.optimizers import Adafactor, AdamW, Lamb, make_optimizer
 from kbert.training.options import TrainingOptions
 
 IDS = np.array([[1, 1, 1, 2], [3, 1, 0, 2]])  # token 1 four times, 2 twice: slices of a repeated row
@@ -29,9 +29,9 @@ def one_step(optimizer, lookup: str) -> np.ndarray:
     return keras.ops.convert_to_numpy(table.embeddings)
 
 
-@pytest.mark.parametrize("make", [lambda: AdamW(0.1), lambda: Lamb(0.1), lambda: Adam(0.1),
+@pytest.mark.parametrize("make", [lambda: AdamW(0.1), lambda: Lamb(0.1), lambda: Adafactor(0.1), lambda: Adam(0.1),
                                   lambda: make_optimizer(TrainingOptions(learning_rate=0.1, warmup_ratio=0.0), 10)],
-                         ids=["AdamW", "Lamb", "compat.Adam", "make_optimizer"])
+                         ids=["AdamW", "Lamb", "Adafactor", "compat.Adam", "make_optimizer"])
 def test_a_repeated_token_takes_the_step_of_its_summed_gradient(make):
     np.testing.assert_allclose(one_step(make(), "gather"), one_step(make(), "one-hot"), atol=1e-6)
 
@@ -45,12 +45,12 @@ def test_keras_own_adam_differs_on_tensorflow():
 
 
 def test_the_optimizers_are_saved_and_loaded_by_name():
-    for optimizer in (AdamW(1e-3, weight_decay=0.02), Lamb(1e-3)):
+    for optimizer in (AdamW(1e-3, weight_decay=0.02), Lamb(1e-3), Adafactor(1e-2)):
         restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
         assert type(restored) is type(optimizer) and restored.get_config() == optimizer.get_config()
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
+@pytest.mark.parametrize("optimizer", ["adamw", "lamb", "adafactor"])
 def test_learning_rate_multipliers_scale_the_named_weights_steps(optimizer):
     """A weight named in learning_rate_multipliers takes its steps at that multiple of the learning rate, on
     every backend (PyTorch's Adam updates in one fused call, past update_step)."""
@@ -74,8 +74,25 @@ def test_a_t5_trained_from_random_weights_gives_its_position_biases_a_larger_lea
     t5 = build_transformer_model({"vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 1,
                                   "num_attention_heads": 2, "intermediate_size": 32,
                                   "hidden_act": ["gelu", "linear"]}, model="t5.1.1")
-    assert T5Graph.learning_rate_multipliers(t5) == {
+    assert T5Graph.learning_rate_multipliers(t5, "adamw") == {
         "Encoder-Embedding-Relative-Position/embeddings": POSITION_BIAS_LEARNING_RATE,
         "Decoder-Embedding-Relative-Position/embeddings": POSITION_BIAS_LEARNING_RATE}
     trainable = {variable.path for variable in t5.trainable_variables}
-    assert set(T5Graph.learning_rate_multipliers(t5)) <= trainable
+    assert set(T5Graph.learning_rate_multipliers(t5, "lamb")) <= trainable
+    assert T5Graph.learning_rate_multipliers(t5, "adafactor") == {}  # its steps follow each weight's scale
+
+
+def test_adafactor_moves_each_weight_by_the_same_share_of_its_scale():
+    """T5's optimizer: weights of scale 1 and 0.01 both move by about the learning rate times their scale (an
+    Adam step would move both by the learning rate)."""
+    layers = [keras.layers.Dense(4, use_bias=False, kernel_initializer=keras.initializers.Constant(scale),
+                                 name=name) for name, scale in (("large", 1.0), ("small", 0.01))]
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Add()([layer(inputs) for layer in layers]))
+    options = TrainingOptions(learning_rate=0.01, warmup_ratio=0.0, weight_decay=0.0, epochs=1,
+                              optimizer="adafactor")
+    model.compile(make_optimizer(options, 100, model), loss="mse")
+    model.train_on_batch(np.ones((8, 4)), np.zeros((8, 4)))
+    moved = [np.abs(scale - keras.ops.convert_to_numpy(layer.kernel)).mean()
+             for layer, scale in zip(layers, (1.0, 0.01))]
+    np.testing.assert_allclose(moved, [0.01, 0.0001], rtol=0.05)

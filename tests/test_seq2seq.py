@@ -169,11 +169,12 @@ def test_t5_trains_evaluates_and_predicts_from_the_command_line(tmp_path):
     out = tmp_path / "t5"
     result = kbert("train", "--task", "seq2seq", "--model", "t5.1.1", "--config", config, "--vocab",
                    shared_path("vocab", "chinese_vocab.txt"), "--train", tmp_path / "train.tsv", "--valid",
-                   tmp_path / "dev.tsv", "--epochs", "1", "--batch-size", "16", "--maxlen", "48", "--lr", "2e-3",
-                   "--out", out)
+                   tmp_path / "dev.tsv", "--epochs", "1", "--batch-size", "16", "--maxlen", "48", "--lr", "1e-2",
+                   "--optimizer", "adafactor", "--weight-decay", "0", "--out", out)
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((out / "training.json").read_text())
     assert state["options"]["model"] == "t5.1.1" and state["best_val_target_accuracy"] > 0
+    assert state["options"]["optimizer"] == "adafactor"
     assert_token_accuracy_is_the_validation_accuracy(out, tmp_path / "train.tsv", tmp_path / "dev.tsv", state)
 
     result = kbert("evaluate", "--model", out, "--data", tmp_path / "dev.tsv", "--json")

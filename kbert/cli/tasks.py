@@ -112,8 +112,6 @@ def _add_pretrain(pretrain) -> None:
                                "none (each token alone)")
     pretrain.add_argument("--mask-rate", type=float, default=defaults.mask_rate,
                           help="share of the tokens predicted (80 %% [MASK], 10 %% random, 10 %% kept)")
-    pretrain.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer,
-                          help="adamw, or lamb for large batches")
     pretrain.set_defaults(run=run_pretrain)
 
 
@@ -137,6 +135,9 @@ def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> 
                         help="share of the steps spent warming up, in [0, 1)")
     parser.add_argument("--weight-decay", type=float, default=defaults.weight_decay,
                         help="decoupled weight decay (not on LayerNorms and biases)")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer,
+                        help="adamw; lamb for large pre-training batches; adafactor, T5's own (steps relative to "
+                             "each weight's scale, no momentum: a T5 from random weights, with --lr 1e-2)")
     parser.add_argument("--maxlen", type=positive_int, default=defaults.maxlen,
                         help="longest sequence in tokens, [CLS] and [SEP] included")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
@@ -184,7 +185,8 @@ def _run_options(args, **task_options) -> TrainingOptions:
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
         warmup_ratio=args.warmup, weight_decay=args.weight_decay, do_lower_case=not args.cased,
         strategy=args.strategy, mixed_precision=args.mixed_precision, shuffle=not args.no_shuffle, seed=args.seed,
-        ema=args.ema, grad_accum=args.grad_accum, jit_compile=args.jit_compile, model=args.model, **task_options)
+        ema=args.ema, grad_accum=args.grad_accum, jit_compile=args.jit_compile, model=args.model,
+        optimizer=args.optimizer, **task_options)
 
 
 def run_train(args) -> int:
@@ -203,8 +205,7 @@ def run_pretrain(args) -> int:
     from kbert.tasks import pretrain
 
     beside = fetch_checkpoint_argument(args)
-    options = _run_options(args, task="mlm", whole_word=args.whole_word, mask_rate=args.mask_rate,
-                           optimizer=args.optimizer)
+    options = _run_options(args, task="mlm", whole_word=args.whole_word, mask_rate=args.mask_rate)
     return _run(args, options, pretrain, beside)
 
 

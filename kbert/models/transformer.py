@@ -244,9 +244,10 @@ class TransformerGraph:
         rescale every sub-layer's output): nothing here; T5's graph draws as Google's T5."""
 
     @staticmethod
-    def learning_rate_multipliers(model: keras.Model) -> dict:
-        """`{weight path: multiplier}`: weights of a model kbert trains from random weights that need a larger
-        learning rate than the rest: none here; T5's relative position biases."""
+    def learning_rate_multipliers(model: keras.Model, optimizer: str) -> dict:
+        """`{weight path: multiplier}`: weights of a model kbert trains from random weights with `optimizer`
+        (`kbert.training.options.OPTIMIZERS`) that need a larger learning rate than the rest: none here; T5's
+        relative position biases under Adam."""
         return {}
 
     def initializer(self):

@@ -235,7 +235,7 @@ def train_task(
             multipliers = {}
             if checkpoint_path is None:
                 graph_class(family).initialise(bert, config)  # the family's own scheme, where it has one (T5)
-                multipliers = graph_class(family).learning_rate_multipliers(bert)
+                multipliers = graph_class(family).learning_rate_multipliers(bert, options.optimizer)
             model = task.build(bert, num_labels, options)
             if options.lora_rank:
                 enable_lora(model, options.lora_rank, options.lora_alpha)

@@ -1,4 +1,5 @@
-"""The optimizers of `kbert train` and `kbert pretrain`: Keras's AdamW and LAMB, with one fix and one option.
+"""The optimizers of `kbert train` and `kbert pretrain`: Keras's AdamW, LAMB and Adafactor, with one fix and one
+option.
 
 On TensorFlow the gradient of an embedding lookup is a `tf.IndexedSlices`
 with one slice per occurrence of a token, and Keras 3's moment updates
@@ -78,20 +79,31 @@ class Lamb(WeightLearningRates, SummedSparseGradients, keras.optimizers.Lamb):
     """Keras's `Lamb`, taking LAMB's step for repeated tokens on TensorFlow too (see the module)."""
 
 
+@keras.saving.register_keras_serializable(package="kbert")
+class Adafactor(WeightLearningRates, SummedSparseGradients, keras.optimizers.Adafactor):
+    """Keras's `Adafactor` (T5's optimizer), with the sparse gradients summed first on TensorFlow (see the module).
+
+    Its step is the learning rate times the weight's root mean square (at least 1e-3), so every weight moves by
+    the same share of its scale: T5's initialisation draws weights from std 1 (the token embedding) to
+    (H · head size)^(-1/2) (the queries), which an Adam step of one size for all moves at very different paces.
+    """
+
+
 def make_optimizer(options: TrainingOptions, steps_per_epoch: int, model: Optional[keras.Model] = None,
                    learning_rate_multipliers: Optional[dict] = None) -> keras.optimizers.Optimizer:
-    """AdamW (or LAMB) with warm-up and linear decay; EMA and accumulation as asked.
+    """AdamW (LAMB, Adafactor) with warm-up and linear decay; EMA and accumulation as asked.
 
     No decay on biases, nor on any weight of `model`'s normalisation layers, whatever its name
     (LayerNorm's `gamma`/`beta`, the RMS norms' `scale`, the conditional norms' dense maps).
     `learning_rate_multipliers`: `{weight path: multiplier}` (`WeightLearningRates`).
     """
     steps = options.epochs * steps_per_epoch
-    optimizer_class = Lamb if options.optimizer == "lamb" else AdamW
+    optimizer_class = {"lamb": Lamb, "adafactor": Adafactor}.get(options.optimizer, AdamW)
     optimizer = optimizer_class(
         WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
-        weight_decay=options.weight_decay, epsilon=1e-6, use_ema=options.ema,
-        gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None)
+        weight_decay=options.weight_decay, use_ema=options.ema,
+        gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None,
+        **({} if optimizer_class is Adafactor else {"epsilon": 1e-6}))
     optimizer.exclude_from_weight_decay(var_list=normalization_weights(model) if model is not None else None,
                                         var_names=["gamma", "beta", "bias", "trans"])
     optimizer.learning_rate_multipliers = dict(learning_rate_multipliers or {})

@@ -12,7 +12,7 @@ from typing import Dict, Optional
 from kbert.models.heads import DEFAULT_TOKEN_HEAD
 
 ADVERSARIAL = ("fgm", "gp")  # --adversarial methods (kbert.training.adversarial)
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "lamb", "adafactor")
 WHOLE_WORDS = ("jieba", "wordpiece", "none")  # pre-training's word boundaries (kbert.tasks.pretraining)
 
 
@@ -61,8 +61,10 @@ class TrainingOptions:
             gradient penalty: loss + ½·epsilon·‖∂loss/∂embeddings‖²); None: off.
         adversarial_epsilon: the perturbation's norm (FGM) or the penalty's
             weight (gp); bert4keras's examples use 0.5 and 1.
-        optimizer: `adamw`, or `lamb` (Keras's `Lamb`: AdamW's step scaled per
-            weight by its norm; for large pre-training batches).
+        optimizer: `adamw`; `lamb` (Keras's `Lamb`: AdamW's step scaled per
+            weight by its norm; for large pre-training batches); or `adafactor`
+            (Keras's `Adafactor`, T5's own: no momentum, each step relative to
+            the weight's scale; for T5 from random weights).
         whole_word: pre-training (`task="mlm"`) masks whole words: `jieba`'s
             (Chinese words, as bert4keras's `pretraining/`; other text splits at
             spaces and punctuation), `wordpiece`'s (a word and its `##` pieces),

@@ -94,8 +94,9 @@ class T5Graph(TransformerGraph):
         initialise_as_t5(model, config)
 
     @staticmethod
-    def learning_rate_multipliers(model: keras.Model) -> dict:
-        """T5's relative position biases learn at `POSITION_BIAS_LEARNING_RATE` times the learning rate.
+    def learning_rate_multipliers(model: keras.Model, optimizer: str) -> dict:
+        """T5's relative position biases learn at `POSITION_BIAS_LEARNING_RATE` times the learning rate under
+        AdamW and LAMB; under Adafactor, whose steps are relative to each weight's scale, at the common rate.
 
         A stack's positions are a table of 32 scalars per head, each moved by at most
         about the learning rate per Adam step: at `kbert train`'s 1e-3 and a few thousand
@@ -104,6 +105,8 @@ class T5Graph(TransformerGraph):
         ±0.19 of zero and the decoder's within ±0.38, and the model copied few characters
         of a name from its source (docs/generation.md).
         """
+        if optimizer == "adafactor":
+            return {}
         return {layer.embeddings.path: POSITION_BIAS_LEARNING_RATE for layer in model.layers
                 if isinstance(layer, T5RelativePositionBias)}
 
