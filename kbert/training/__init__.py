@@ -9,7 +9,7 @@
 - `data`: data files and label maps.
 - `pipeline`: padded batches with length bucketing (`tf.data` on TensorFlow, a `PyDataset` elsewhere).
 - `batches`: bert4keras's `sequence_padding` and `DataGenerator`.
-- `optimizers`: `make_optimizer` (AdamW or LAMB, with sparse gradients summed first on TensorFlow).
+- `optimizers`: `make_optimizer` (AdamW, LAMB or Adafactor, with sparse gradients summed first on TensorFlow).
 - `schedules`: learning-rate schedules.
 - `distribute`: `--strategy` and the multi-worker `Trainer`.
 - `precision`: `--mixed-precision`.
