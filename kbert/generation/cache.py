@@ -204,8 +204,8 @@ class CachedGraph:
         rows]`, from the sampler's generator); `top_k`, `top_p` (where `nucleus`) and `temperature` as its;
         `probabilities`: the model's output is a softmax's (else logits)."""
         def drawn(scores, index):
-            log_probs = ops.where(probabilities, ops.log(ops.maximum(scores, 1e-38)), ops.log_softmax(scores, -1))
-            log_probs = ops.where(scores == -np.inf, -np.inf, log_probs)  # a banned token's probability is 0
+            log_probs = ops.where(scores == -np.inf, -np.inf,  # a banned token's probability is 0
+                                  _log_probabilities(scores, probabilities))
             return _drawn(ops.softmax(log_probs / temperature, axis=-1), ops.take(draws, index - 1, axis=0),
                           top_k, top_p if nucleus else None)
 
@@ -300,8 +300,7 @@ class CachedGraph:
 
             def advance():
                 outputs, next_state = self._next_step(tokens, lengths, state, segment, hide_start)
-                return ops.where(probabilities, ops.log(ops.maximum(outputs, 1e-38)),
-                                 ops.log_softmax(outputs, axis=-1)), next_state
+                return _log_probabilities(outputs, probabilities), next_state
 
             # No step after the last turn, as in the search: its token would need one more position.
             log_probs, state = ops.cond((index + 1 < steps) & ops.logical_not(stop), advance,
@@ -315,6 +314,12 @@ class CachedGraph:
             ops.convert_to_tensor(0, "int32"), log_probs, scores, lengths, history, best, best_tokens, state,
             ops.convert_to_tensor(False)))
         return best, best_tokens, scores, history, index
+
+
+def _log_probabilities(outputs, probabilities):
+    """A step's log-probabilities `[rows, V]` of its LM output: a softmax's probabilities (`probabilities`
+    True) or logits, as `kbert.generation.search.log_probabilities` gives them in NumPy."""
+    return ops.where(probabilities, ops.log(ops.maximum(outputs, 1e-38)), ops.log_softmax(outputs, axis=-1))
 
 
 def _banned(scores, index, end_id, min_new_tokens, pad):
