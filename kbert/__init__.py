@@ -54,6 +54,7 @@ _EXPORTS = {
     "DataGenerator": "kbert.training.batches",
     "PiecewiseLinear": "kbert.training.schedules",
     "WarmupLinearDecay": "kbert.training.schedules",
+    "WarmupConstant": "kbert.training.schedules",
     "extend_with_piecewise_linear_lr": "kbert.training.schedules",
     "TrainingOptions": "kbert.training.options",
     "train": "kbert.tasks",

@@ -19,7 +19,7 @@ import keras
 from conftest import CONFIGS, REPO, kbert_in_process, minilm_dir, shared_path
 from kbert import KbertError
 from kbert.training.data import encode_examples, read_examples
-from kbert import TrainingOptions, WarmupLinearDecay, train
+from kbert import TrainingOptions, WarmupConstant, WarmupLinearDecay, train
 from kbert.serving.export import export_model
 from kbert.tasks.classification import evaluate, load_classifier, predict
 from kbert.training.loop import TrainingInterrupted
@@ -208,6 +208,7 @@ def test_a_rerun_never_harms_the_earlier_run(trained, tiny_run, tmp_path, monkey
     ({"warmup_ratio": 1.0}, "warm-up ratio (--warmup) must be in [0, 1), got 1.0"),
     ({"warmup_ratio": -0.1}, "warm-up ratio (--warmup) must be in [0, 1), got -0.1"),
     ({"batch_size": 0}, "batch_size: expected a positive integer, got 0"),
+    ({"schedule": "cosine"}, "unknown learning-rate schedule 'cosine'; expected one of linear, constant"),
 ])
 def test_bad_options(tiny_run, tmp_path, changes, message):
     with pytest.raises(KbertError) as error:
@@ -277,6 +278,19 @@ def test_warmup_linear_decay():
     no_warmup = WarmupLinearDecay(1e-3, warmup_steps=0, total_steps=10)  # the first step at the peak
     assert [float(no_warmup(step)) for step in (0, 5, 10)] == pytest.approx([1e-3, 5e-4, 0.0])
     assert WarmupLinearDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
+
+
+def test_constant_schedule_holds_the_peak_after_warmup():
+    from kbert.training.optimizers import make_optimizer
+
+    schedule = WarmupConstant(1e-2, warmup_steps=100)
+    assert [float(schedule(step)) for step in (0, 50, 100, 5000)] == pytest.approx([0.0, 5e-3, 1e-2, 1e-2])
+    assert float(WarmupConstant(1e-2, warmup_steps=0)(0)) == pytest.approx(1e-2)
+    assert WarmupConstant.from_config(schedule.get_config()).get_config() == schedule.get_config()
+    options = TrainingOptions(epochs=2, learning_rate=1e-2, optimizer="adafactor", schedule="constant")
+    optimizer = make_optimizer(options, steps_per_epoch=50)
+    assert isinstance(optimizer._learning_rate, WarmupConstant) and optimizer._learning_rate.warmup_steps == 10
+    assert isinstance(make_optimizer(TrainingOptions(epochs=2), 50)._learning_rate, WarmupLinearDecay)
 
 
 def test_bad_data_stops_before_training(tmp_path):

@@ -14,7 +14,7 @@ from kbert.cli.arguments import checkpoint_argument, family_argument, fetch_chec
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
-from kbert.training.options import ADVERSARIAL, OPTIMIZERS, WHOLE_WORDS, TrainingOptions
+from kbert.training.options import ADVERSARIAL, OPTIMIZERS, SCHEDULES, WHOLE_WORDS, TrainingOptions
 from kbert.training.records import ONE_A_LINE, parse_columns
 
 
@@ -133,6 +133,9 @@ def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> 
     parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak learning rate")
     parser.add_argument("--warmup", type=float, default=defaults.warmup_ratio,
                         help="share of the steps spent warming up, in [0, 1)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=defaults.schedule,
+                        help="after the warm-up: linear decay to 0, or constant (with --optimizer adafactor, T5's "
+                             "own schedule)")
     parser.add_argument("--weight-decay", type=float, default=defaults.weight_decay,
                         help="decoupled weight decay (not on LayerNorms and biases)")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer,
@@ -183,7 +186,7 @@ def _run_options(args, **task_options) -> TrainingOptions:
     """`TrainingOptions` from the arguments `_run_arguments` adds, and the task's own."""
     return TrainingOptions(
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
-        warmup_ratio=args.warmup, weight_decay=args.weight_decay, do_lower_case=not args.cased,
+        warmup_ratio=args.warmup, schedule=args.schedule, weight_decay=args.weight_decay, do_lower_case=not args.cased,
         strategy=args.strategy, mixed_precision=args.mixed_precision, shuffle=not args.no_shuffle, seed=args.seed,
         ema=args.ema, grad_accum=args.grad_accum, jit_compile=args.jit_compile, model=args.model,
         optimizer=args.optimizer, **task_options)

@@ -37,7 +37,7 @@ from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FIL
 from kbert.training.adversarial import adversarial_training, gradient_penalty
 from kbert.training.lora import ADAPTERS_FILE, enable_lora, lora_enabled, save_adapters
 from kbert.training.optimizers import make_optimizer
-from kbert.training.options import ADVERSARIAL, OPTIMIZERS, WHOLE_WORDS, TrainingOptions
+from kbert.training.options import ADVERSARIAL, OPTIMIZERS, SCHEDULES, WHOLE_WORDS, TrainingOptions
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.training.run_directory import RunDirectory, data_fingerprints, write_json
 from kbert.training.task import Task
@@ -341,6 +341,8 @@ def _check_options(options: TrainingOptions) -> None:
         raise KbertError(f"weight decay must be a finite number of 0 or more, got {options.weight_decay!r}")
     if options.optimizer not in OPTIMIZERS:
         raise KbertError(f"unknown optimizer {options.optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
+    if options.schedule not in SCHEDULES:
+        raise KbertError(f"unknown learning-rate schedule {options.schedule!r}; expected one of {', '.join(SCHEDULES)}")
     if options.whole_word not in WHOLE_WORDS:
         raise KbertError(f"unknown whole-word masking {options.whole_word!r}; expected one of "
                          f"{', '.join(WHOLE_WORDS)}")

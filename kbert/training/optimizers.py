@@ -31,7 +31,7 @@ import keras
 
 from kbert.layers import ConditionalLayerNormalization, RMSNormalization
 from kbert.training.options import TrainingOptions
-from kbert.training.schedules import WarmupLinearDecay
+from kbert.training.schedules import WarmupConstant, WarmupLinearDecay
 
 
 class SummedSparseGradients:
@@ -91,16 +91,19 @@ class Adafactor(WeightLearningRates, SummedSparseGradients, keras.optimizers.Ada
 
 def make_optimizer(options: TrainingOptions, steps_per_epoch: int, model: Optional[keras.Model] = None,
                    learning_rate_multipliers: Optional[dict] = None) -> keras.optimizers.Optimizer:
-    """AdamW (LAMB, Adafactor) with warm-up and linear decay; EMA and accumulation as asked.
+    """AdamW (LAMB, Adafactor) with warm-up and linear decay (or a constant rate); EMA and accumulation as asked.
 
     No decay on biases, nor on any weight of `model`'s normalisation layers, whatever its name
     (LayerNorm's `gamma`/`beta`, the RMS norms' `scale`, the conditional norms' dense maps).
     `learning_rate_multipliers`: `{weight path: multiplier}` (`WeightLearningRates`).
     """
     steps = options.epochs * steps_per_epoch
+    warmup_steps = int(options.warmup_ratio * steps)
+    schedule = (WarmupConstant(options.learning_rate, warmup_steps) if options.schedule == "constant"
+                else WarmupLinearDecay(options.learning_rate, warmup_steps, steps))
     optimizer_class = {"lamb": Lamb, "adafactor": Adafactor}.get(options.optimizer, AdamW)
     optimizer = optimizer_class(
-        WarmupLinearDecay(options.learning_rate, int(options.warmup_ratio * steps), steps),
+        schedule,
         weight_decay=options.weight_decay, use_ema=options.ema,
         gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None,
         **({} if optimizer_class is Adafactor else {"epsilon": 1e-6}))

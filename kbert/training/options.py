@@ -13,6 +13,7 @@ from kbert.models.heads import DEFAULT_TOKEN_HEAD
 
 ADVERSARIAL = ("fgm", "gp")  # --adversarial methods (kbert.training.adversarial)
 OPTIMIZERS = ("adamw", "lamb", "adafactor")
+SCHEDULES = ("linear", "constant")  # after the warm-up: decay to 0 at the last step, or hold the peak
 WHOLE_WORDS = ("jieba", "wordpiece", "none")  # pre-training's word boundaries (kbert.tasks.pretraining)
 
 
@@ -25,6 +26,9 @@ class TrainingOptions:
         batch_size: global batch size (split across devices).
         learning_rate: peak learning rate, reached after warm-up.
         warmup_ratio: share of all steps spent warming up.
+        schedule: after the warm-up, `linear` decay to 0 at the last step, or
+            `constant` (the peak to the end; with `optimizer="adafactor"`,
+            T5's own schedule: Keras's Adafactor caps the rate at 1/sqrt(step)).
         weight_decay: AdamW's decoupled weight decay (not on LayerNorms, biases).
         maxlen: longest sequence, in tokens, `[CLS]` and `[SEP]` included.
         do_lower_case: lower-case and strip accents in the tokenizer.
@@ -89,6 +93,7 @@ class TrainingOptions:
     batch_size: int = 32
     learning_rate: float = 2e-5
     warmup_ratio: float = 0.1
+    schedule: str = "linear"
     weight_decay: float = 0.01
     maxlen: int = 128
     do_lower_case: bool = True

@@ -1,4 +1,4 @@
-"""Learning-rate schedules: kbert's warm-up then linear decay, and bert4keras's piecewise-linear one.
+"""Learning-rate schedules: kbert's warm-up then linear decay (or a constant rate), and bert4keras's piecewise-linear one.
 
 Both are Keras `LearningRateSchedule`s: pass them as an optimizer's
 `learning_rate`; they are saved with the optimizer.
@@ -33,6 +33,32 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class WarmupConstant(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up from 0 to `peak`, then `peak` to the end (`kbert train --schedule constant`).
+
+    Under Keras's `Adafactor`, which caps each step's rate at 1/sqrt(step), a constant
+    1e-2 is T5's own inverse-square-root schedule (1e-2 for 10,000 steps, then 1/sqrt(step)).
+
+    Example:
+    >>> schedule = WarmupConstant(1e-2, warmup_steps=100)
+    >>> [round(float(schedule(step)), 9) for step in (0, 50, 100, 10_000)]
+    [0.0, 0.005, 0.01, 0.01]
+    """
+
+    def __init__(self, peak: float, warmup_steps: int):
+        self.peak, self.warmup_steps = peak, warmup_steps
+
+    def __call__(self, step):
+        if not self.warmup_steps:
+            return keras.ops.convert_to_tensor(self.peak, "float32")
+        rising = keras.ops.cast(step, "float32") / float(self.warmup_steps)
+        return self.peak * keras.ops.minimum(rising, 1.0)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps}
 
 
 @keras.saving.register_keras_serializable(package="kbert")
