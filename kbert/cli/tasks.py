@@ -140,7 +140,7 @@ def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> 
                         help="decoupled weight decay (not on LayerNorms and biases)")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer,
                         help="adamw; lamb for large pre-training batches; adafactor, T5's own (steps relative to "
-                             "each weight's scale, no momentum: a T5 from random weights, with --lr 1e-2)")
+                             "each weight's scale, no momentum: a T5 from random weights, with --lr 2e-2)")
     parser.add_argument("--maxlen", type=positive_int, default=defaults.maxlen,
                         help="longest sequence in tokens, [CLS] and [SEP] included")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
