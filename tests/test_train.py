@@ -143,6 +143,10 @@ def test_interrupted_training_resumes_from_the_last_epoch(tiny_run, tmp_path, mo
         train(*tiny_run, str(out), options=FAST, resume=True, verbose=0)
     pathlib.Path(data).write_bytes(original)
     assert snapshot(tmp_path / "model.partial") == kept
+    # A run that an earlier kbert started, before --schedule existed, resumes: its schedule was the default.
+    saved = json.loads((tmp_path / "model.partial" / "training.json").read_text())
+    del saved["options"]["schedule"]
+    (tmp_path / "model.partial" / "training.json").write_text(json.dumps(saved))
     state = train(*tiny_run, str(out), options=FAST, resume=True, verbose=0)
     assert [epoch["epoch"] for epoch in state["history"]] == [1, 2]
     assert sorted(os.listdir(out)) == ["bert_config.json", "labels.json", "model.weights.h5", "training.json",

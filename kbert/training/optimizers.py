@@ -103,8 +103,7 @@ def make_optimizer(options: TrainingOptions, steps_per_epoch: int, model: Option
                 else WarmupLinearDecay(options.learning_rate, warmup_steps, steps))
     optimizer_class = {"lamb": Lamb, "adafactor": Adafactor}.get(options.optimizer, AdamW)
     optimizer = optimizer_class(
-        schedule,
-        weight_decay=options.weight_decay, use_ema=options.ema,
+        schedule, weight_decay=options.weight_decay, use_ema=options.ema,
         gradient_accumulation_steps=options.grad_accum if options.grad_accum > 1 else None,
         **({} if optimizer_class is Adafactor else {"epsilon": 1e-6}))
     optimizer.exclude_from_weight_decay(var_list=normalization_weights(model) if model is not None else None,

@@ -8,6 +8,7 @@ refused unless `overwrite`, and even then it is replaced only at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from kbert.io import (atomic_write_text, digest_file, is_occupied, refuse_replac
                       replace_directory)
 from kbert.training.data import LabelMap
 from kbert.training.model_dir import CONFIG_FILE, RESUME_DIR, TRAINING_FILE
+from kbert.training.options import TrainingOptions
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -59,7 +61,8 @@ class RunDirectory:
         saved_config = _read_json(os.path.join(self.partial, CONFIG_FILE))
         differences = [f"{key} {saved.get(key)!r} (now {value!r})" for key, value in state.items()
                        if key not in _NOT_SETTINGS and key != "options" and saved.get(key) != value]
-        options = saved.get("options", {})
+        # An option that the interrupted run's kbert did not have yet was at its default there.
+        options = {**dataclasses.asdict(TrainingOptions()), **saved.get("options", {})}
         differences += [f"{key} {options.get(key)!r} (now {value!r})" for key, value in state["options"].items()
                         if options.get(key) != value]
         if saved_labels != list(labels):

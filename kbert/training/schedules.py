@@ -1,6 +1,6 @@
 """Learning-rate schedules: kbert's warm-up then linear decay (or a constant rate), and bert4keras's piecewise-linear one.
 
-Both are Keras `LearningRateSchedule`s: pass them as an optimizer's
+All three are Keras `LearningRateSchedule`s: pass them as an optimizer's
 `learning_rate`; they are saved with the optimizer.
 """
 
