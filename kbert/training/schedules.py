@@ -26,10 +26,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
-        # No warm-up: the first step at the peak already (step 0 / 0 would give it no step at all).
-        rising = step / float(self.warmup_steps) if self.warmup_steps else 1.0
         falling = (self.total_steps - step) / keras.ops.maximum(float(self.total_steps - self.warmup_steps), 1.0)
-        return self.peak * keras.ops.clip(keras.ops.minimum(rising, falling), 0.0, 1.0)
+        return self.peak * keras.ops.clip(keras.ops.minimum(_rising(step, self.warmup_steps), falling), 0.0, 1.0)
 
     def get_config(self):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
@@ -52,13 +50,16 @@ class WarmupConstant(keras.optimizers.schedules.LearningRateSchedule):
         self.peak, self.warmup_steps = peak, warmup_steps
 
     def __call__(self, step):
-        if not self.warmup_steps:
-            return keras.ops.convert_to_tensor(self.peak, "float32")
-        rising = keras.ops.cast(step, "float32") / float(self.warmup_steps)
-        return self.peak * keras.ops.minimum(rising, 1.0)
+        return self.peak * keras.ops.clip(_rising(keras.ops.cast(step, "float32"), self.warmup_steps), 0.0, 1.0)
 
     def get_config(self):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps}
+
+
+def _rising(step, warmup_steps: int):
+    """The warm-up's share of the peak at `step` (a float32 tensor), past 1 after it. No warm-up: 1, the
+    first step at the peak already (step 0 / 0 would give it no step at all)."""
+    return step / float(warmup_steps) if warmup_steps else keras.ops.ones_like(step)
 
 
 @keras.saving.register_keras_serializable(package="kbert")
