@@ -190,6 +190,35 @@ def test_decoding_steps_give_the_whole_sequences_causal_attention(position_encod
         np.testing.assert_allclose(keras.ops.convert_to_numpy(output)[:, 0], whole[:, position], atol=1e-5)
 
 
+def test_the_key_value_cache_is_an_input_and_an_output_of_the_attention_call():
+    """Through the layer's own call: a 3-token prompt written into the cache at once, then two tokens one at a
+    time, each step returning the updated cache, equal the whole sequence under the lm mask; keys and values
+    computed earlier (T5's cross-attention) are attended as they are; a cache without a mask is refused."""
+    keras.utils.set_random_seed(3)
+    x, context = keras.random.normal((2, 5, 8)), keras.random.normal((2, 4, 8))
+    attention = MultiHeadSelfAttention(2, 4, use_attention_mask=True)
+    whole = keras.ops.convert_to_numpy(attention([x, x, x, AttentionMask("lm")(x[..., 0])]))
+    empty = keras.ops.zeros((2, 5, 2, 4))
+    cache, outputs = (empty, empty), []
+    for start, stop in ((0, 3), (3, 4), (4, 5)):
+        new, slots = x[:, start:stop], keras.ops.arange(start, stop, dtype="int32")
+        allowed = keras.ops.arange(5)[None, None, None, :] <= slots[None, None, :, None]
+        output, cache = attention([new, new, new, allowed], cache=cache,
+                                  cache_slots=keras.ops.broadcast_to(slots, (2, stop - start)))
+        outputs.append(keras.ops.convert_to_numpy(output))
+    np.testing.assert_allclose(np.concatenate(outputs, axis=1), whole, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(cache[0]),
+                               keras.ops.convert_to_numpy(attention.keys_and_values(x)[0]), atol=1e-6)
+
+    cross = MultiHeadSelfAttention(2, 4)
+    hidden_key = keras.ops.convert_to_tensor([[True] * 4, [True, True, False, False]])
+    expected = cross([x, context, context], mask=[None, hidden_key, hidden_key])
+    output, kept = cross([x, x, x], mask=[None, hidden_key, hidden_key], cache=cross.keys_and_values(context))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(output), keras.ops.convert_to_numpy(expected), atol=1e-5)
+    with pytest.raises(ValueError, match="needs an attention mask"):
+        cross([x, x, x], cache=(empty, empty), cache_slots=keras.ops.zeros((2, 5), "int32"))
+
+
 TABLES_CONFIG = {"hidden_size": 24, "num_hidden_layers": 1, "num_attention_heads": 3, "intermediate_size": 40,
                  "max_position_embeddings": 64, "type_vocab_size": 2, "vocab_size": 97, "hidden_act": "gelu",
                  "attention_head_size": 8, "max_relative_position": 64}

@@ -7,7 +7,8 @@ of each row. Each layer computes as in the model, except those with a
 graph calls instead with the step's `kbert.layers.decoding.DecodingStep`: the
 new tokens' positions, the cache slots they may attend to, and a
 `[batch, slots, heads, head_size]` key/value cache per attention call, which
-each self-attention call takes in and gives back updated. Dropout is inert
+each self-attention call takes in and gives back updated (the `cache` and
+`cache_slots` arguments of `MultiHeadSelfAttention`'s call). Dropout is inert
 outside training. The caches have a fixed number of slots, so one compiled
 step serves the prompt (many new tokens) and every later token (one each).
 

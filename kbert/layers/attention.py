@@ -66,11 +66,38 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             layer's scores, the mask and the softmax), for the next layer
             (bert4keras's `residual_attention_scores`).
 
+    Call arguments beside the inputs, for generation (`kbert.generation`
+    runs each step so; keras-hub's cached attention takes the same two):
+        cache: `(keys, values)`, each `[batch, slots, heads, head_size]`. With
+            `cache_slots`, a self-attention's cache: the new tokens' keys and
+            values are written into it and the new tokens attend over it (the
+            attention mask input, `[batch, 1, q, slots]`, hides the slots
+            not written yet and those after each token). Without, keys and
+            values computed earlier (`keys_and_values`; T5's cross-attention
+            over the encoder's output), attended as they are. The call then
+            returns `(output, cache)`, the cache updated. The positions are
+            each example's own: `"rotary"` `[batch, q, head_size]`,
+            `"relative"` `[batch, q, slots, head_size]`, `"t5_relative"`
+            `[batch, q, slots, heads]`.
+        cache_slots: `[batch, q]` int32, where each new token's key and value go.
+
     Example:
-    >>> attention = MultiHeadSelfAttention(num_heads=2, head_size=4)
-    >>> x = ops.ones((1, 3, 8))
-    >>> attention([x, x, x]).shape
-    TensorShape([1, 3, 8])
+    >>> attention = MultiHeadSelfAttention(num_heads=2, head_size=4, use_attention_mask=True)
+    >>> x = keras.random.normal((1, 3, 8), seed=1)
+    >>> lm_mask = ops.tril(ops.ones((3, 3), "bool"))[None, None]  # AttentionMask("lm")'s
+    >>> whole = attention([x, x, x, lm_mask])
+    >>> tuple(whole.shape)
+    (1, 3, 8)
+
+    The same three tokens one at a time, each step over a cache of 3 slots:
+    >>> cache = (ops.zeros((1, 3, 2, 4)), ops.zeros((1, 3, 2, 4)))
+    >>> for position in range(3):
+    ...     new = x[:, position:position + 1]
+    ...     allowed = (ops.arange(3) <= position)[None, None, None, :]  # [batch, 1, q, slots]
+    ...     step, cache = attention([new, new, new, allowed], cache=cache,
+    ...                             cache_slots=ops.full((1, 1), position, "int32"))
+    >>> float(ops.max(ops.abs(step - whole[:, 2:]))) < 1e-6
+    True
     """
 
     def __init__(self, num_heads: int, head_size: int, dropout: float = 0.0,
@@ -109,7 +136,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.value.build(value_shape)
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.head_size))
 
-    def call(self, inputs, mask=None, training=None):
+    def call(self, inputs, mask=None, training=None, cache=None, cache_slots=None):
         query, key, value = inputs[:3]
         attention_mask = inputs[3] if self.use_attention_mask else None
         positions = inputs[-1] if self.position_encoding else None
@@ -117,57 +144,49 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         fixed = 3 + int(self.use_attention_mask) + int(bool(self.position_encoding))
         previous_scores = inputs[fixed - int(bool(self.position_encoding))] if len(inputs) > fixed else None
         q = self._split_heads(self.query(query), query)
-        k = self._split_heads(self.key(key), key)
-        v = self._split_heads(self.value(value), value)
         if self.position_encoding == "rotary":
-            q, k = apply_rotary(q, positions[0]), apply_rotary(k, positions[0])
+            q = apply_rotary(q, positions)
         key_mask = mask[1] if mask is not None else None
+        if cache is not None and cache_slots is None:  # keys and values computed earlier, read as they are
+            k, v = cache
+        else:
+            k, v = self._split_heads(self.key(key), key), self._split_heads(self.value(value), value)
+            if self.position_encoding == "rotary":
+                k = apply_rotary(k, positions)
+            if cache is not None:
+                if attention_mask is None and key_mask is None:
+                    raise ValueError(f"{self.name}: a key/value cache needs an attention mask (use_attention_mask"
+                                     "=True) that hides the slots not written yet")
+                k, v = cache = self._written(cache, k, v, cache_slots)
         # expand_dims, not x[:, None]: LiteRT's converter takes no new-axis slices of booleans
         hidden = None if key_mask is None else ops.expand_dims(ops.logical_not(ops.cast(key_mask, "bool")), (1, 2))
         if attention_mask is not None:
             blocked = ops.logical_not(ops.cast(attention_mask, "bool"))
             hidden = blocked if hidden is None else ops.logical_or(hidden, blocked)
         output, scores = self._attend(q, k, v, hidden, positions, training, previous_scores)
-        return [output, scores] if self.return_attention_scores else output
+        output = [output, scores] if self.return_attention_scores else output
+        return output if cache is None else (output, cache)
 
     def call_step(self, inputs, step):
         """`call` in cached decoding (`kbert.layers.decoding.DecodingStep`), on the new tokens only.
 
-        Self-attention (the same tensor as query and key) writes the new keys
-        and values into its call's cache (`call_cached`) and puts the updated
-        cache back in the step; T5's cross-attention attends over the encoder
-        output's keys and values (`attend_to`). Either way the new tokens see
-        only the slots or source tokens the step allows.
+        Self-attention (the same tensor as query and key) takes its call's
+        cache from the step and puts the updated one back; T5's
+        cross-attention reads the encoder output's keys and values, its
+        source mask as the keys' mask.
         """
-        x, positions = inputs[0], inputs[-1] if self.position_encoding else None
         if inputs[1] is not inputs[0]:
-            return self.attend_to(x, step.next_cross_attention(), step.source[:, None, :], positions)
+            output, _ = self.call(inputs, mask=[None, step.source, step.source], training=False,
+                                  cache=step.next_cross_attention())
+            return output
         call = step.next_self_attention()
-        output, step.caches[call] = self.call_cached(x, step.allowed, step.caches[call], step.positions, positions)
+        output, step.caches[call] = self.call(inputs, training=False, cache=step.caches[call],
+                                              cache_slots=step.positions)
         return output
 
-    def call_cached(self, x, allowed, cache, slots, positions=None):
-        """Attention of new tokens over a key/value cache, for generation (`kbert.generation`).
-
-        The new tokens' keys and values are written into the cache at `slots`,
-        then each new token attends to the cache slots `allowed` marks.
-
-        Args:
-            x: hidden states of the new tokens, `[batch, q, H]`.
-            allowed: `[batch, q, slots]`, True where a new token may attend.
-            cache: `(keys, values)`, each `[batch, slots, heads, head_size]`.
-            slots: `[batch, q]` int32, where each new token's key and value go.
-            positions: as `call`'s position input, but each example's own:
-                `"rotary"`: `[batch, q, head_size]` sinusoids; `"relative"`:
-                `[batch, q, slots, head_size]` vectors; `"t5_relative"`:
-                `[batch, q, slots, heads]` biases.
-
-        Returns:
-            The output `[batch, q, H]` and the updated cache.
-        """
-        k, v = self.keys_and_values(x)
-        if self.position_encoding == "rotary":
-            k = apply_rotary(k, positions)
+    def _written(self, cache, k, v, slots):
+        """The cache `(keys, values)` with the new tokens' keys `k` and values `v` written at `slots` `[batch,
+        q]`."""
         slots = ops.cast(slots, "int32")
         rows = ops.broadcast_to(ops.arange(ops.shape(slots)[0], dtype="int32")[:, None], ops.shape(slots))
         where = ops.reshape(ops.stack([rows, slots], axis=-1), (-1, 2))
@@ -176,26 +195,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             new = ops.reshape(ops.cast(new, table.dtype), (-1, self.num_heads, self.head_size))
             return ops.scatter_update(table, where, new)
 
-        keys, values = written(cache[0], k), written(cache[1], v)
-        return self.attend_to(x, (keys, values), allowed, positions), (keys, values)
+        return written(cache[0], k), written(cache[1], v)
 
     def keys_and_values(self, x):
-        """The heads' keys and values of hidden states `x`, each `[batch, length, heads, head_size]`."""
+        """The heads' keys and values of hidden states `x`, each `[batch, length, heads, head_size]`: a
+        read-only `cache` for `call` (T5's cross-attention over the encoder's output, projected once)."""
         return self._split_heads(self.key(x), x), self._split_heads(self.value(x), x)
-
-    def attend_to(self, x, keys_and_values, allowed, positions=None):
-        """Attention of hidden states `x` over keys and values computed earlier (`keys_and_values`).
-
-        For generation: a cache (`call_cached`), or T5's cross-attention over
-        the encoder's output, projected once per source. `allowed` is
-        `[batch, q or 1, k]`, True where a query may attend; `positions` as in
-        `call_cached`.
-        """
-        q = self._split_heads(self.query(x), x)
-        if self.position_encoding == "rotary":
-            q = apply_rotary(q, positions)
-        hidden = ops.logical_not(ops.cast(allowed, "bool"))[:, None]
-        return self._attend(q, *keys_and_values, hidden, positions, training=False)[0]
 
     def _attend(self, q, k, v, hidden, positions, training, previous_scores=None):
         """Scaled dot-product attention of heads `q` over `k`, `v`; `hidden` [b, 1 or h, q, k] blocks keys.

@@ -44,8 +44,8 @@ def checked(value, condition, message: str):
 
     Example:
     >>> ids = ops.convert_to_tensor([3, 4])
-    >>> checked(ids, ops.all(ids < 5), "ids must be below 5").shape
-    TensorShape([2])
+    >>> tuple(checked(ids, ops.all(ids < 5), "ids must be below 5").shape)
+    (2,)
     """
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf

@@ -9,8 +9,9 @@ instead, with the step's `DecodingStep`:
 - `PositionEmbedding`, `SinusoidalPositionEmbedding`, `RelativePositionEmbedding`,
   `T5RelativePositionBias`: the encodings of each new token's own position;
 - `AttentionMask`: the cache slots each new token may attend to;
-- `MultiHeadSelfAttention`: its call's key/value cache in, the updated cache
-  out; T5's cross-attention reads the encoder output's keys and values.
+- `MultiHeadSelfAttention`: its call's key/value cache handed to the layer's
+  own `call(..., cache=, cache_slots=)`, the updated cache it returns kept for
+  the next step; T5's cross-attention reads the encoder output's keys and values.
 """
 
 from __future__ import annotations

@@ -55,12 +55,13 @@ class Embedding(keras.layers.Embedding):
 
     Example:
     >>> segments = Embedding(2, 4, size_key="type_vocab_size", name="Embedding-Segment")
-    >>> segments(ops.convert_to_tensor([[0, 1, 1]])).shape
-    TensorShape([1, 3, 4])
-    >>> segments(ops.convert_to_tensor([[0, 2]]))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    tensorflow.python.framework.errors_impl.InvalidArgumentError: ...Embedding-Segment (type_vocab_size): ids must be in [0, 2); found one of 2 or more...
+    >>> tuple(segments(ops.convert_to_tensor([[0, 1, 1]])).shape)
+    (1, 3, 4)
+    >>> try:  # kbert's InputError; TensorFlow's InvalidArgumentError where the check runs in its graph
+    ...     segments(ops.convert_to_tensor([[0, 2]]))
+    ... except Exception as error:
+    ...     print("Embedding-Segment (type_vocab_size): ids must be in [0, 2); found one of 2 or more" in str(error))
+    True
     """
 
     def __init__(self, input_dim: int, output_dim: int, size_key: str = "input_dim", **kwargs):
@@ -116,9 +117,9 @@ class TokenEmbedding(Embedding):
     Example:
     >>> embed = TokenEmbedding(100, 8, mask_zero=True)
     >>> hidden = embed(ops.convert_to_tensor([[5, 7, 0]]))
-    >>> embed(hidden, reverse=True).shape
-    TensorShape([1, 3, 100])
-    >>> TokenEmbedding(100, 8, pad_id=1).compute_mask(ops.convert_to_tensor([[5, 1, 0]])).numpy().tolist()
+    >>> tuple(embed(hidden, reverse=True).shape)
+    (1, 3, 100)
+    >>> ops.convert_to_numpy(TokenEmbedding(100, 8, pad_id=1).compute_mask(ops.convert_to_tensor([[5, 1, 0]]))).tolist()
     [[True, False, True]]
     """
 
@@ -192,8 +193,8 @@ class PositionEmbedding(keras.layers.Layer):
 
     Example:
     >>> layer = PositionEmbedding(max_length=16)
-    >>> layer(ops.zeros((2, 5, 8))).shape
-    TensorShape([2, 5, 8])
+    >>> tuple(layer(ops.zeros((2, 5, 8))).shape)
+    (2, 5, 8)
     """
 
     def __init__(self, max_length: int, embeddings_initializer="glorot_uniform", **kwargs):

@@ -28,8 +28,8 @@ class FeedForward(keras.layers.Layer):
 
     Example:
     >>> ffn = FeedForward(intermediate_size=16, activation="gelu")
-    >>> ffn(ops.ones((1, 3, 4))).shape
-    TensorShape([1, 3, 4])
+    >>> tuple(ffn(ops.ones((1, 3, 4))).shape)
+    (1, 3, 4)
     >>> gated = FeedForward(intermediate_size=16, activation=["gelu", "linear"], use_bias=False, name="ffn")
     >>> _ = gated(ops.ones((1, 3, 4)))
     >>> [weight.path for weight in gated.weights]

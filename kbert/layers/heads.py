@@ -20,8 +20,8 @@ class TakeToken(keras.layers.Layer):
         index: the position to take.
 
     Example:
-    >>> TakeToken(0)(ops.ones((2, 5, 8))).shape
-    TensorShape([2, 8])
+    >>> tuple(TakeToken(0)(ops.ones((2, 5, 8))).shape)
+    (2, 8)
     """
 
     def __init__(self, index: int = 0, **kwargs):
@@ -51,7 +51,7 @@ class TakePositions(keras.layers.Layer):
 
     Example:
     >>> states = ops.reshape(ops.arange(12, dtype="float32"), (2, 3, 2))
-    >>> TakePositions()([states, ops.convert_to_tensor([[2, 0], [1, 1]])]).numpy().tolist()
+    >>> ops.convert_to_numpy(TakePositions()([states, ops.convert_to_tensor([[2, 0], [1, 1]])])).tolist()
     [[[4.0, 5.0], [0.0, 1.0]], [[8.0, 9.0], [8.0, 9.0]]]
     """
 
@@ -73,8 +73,8 @@ class BiasAdd(keras.layers.Layer):
     """Adds a learned bias vector over the last axis (BERT's MLM output bias).
 
     Example:
-    >>> BiasAdd()(ops.zeros((2, 3, 10))).shape
-    TensorShape([2, 3, 10])
+    >>> tuple(BiasAdd()(ops.zeros((2, 3, 10))).shape)
+    (2, 3, 10)
     """
 
     def __init__(self, **kwargs):

@@ -32,8 +32,8 @@ class AttentionMask(keras.layers.Layer):
     >>> segments = ops.convert_to_tensor([[0, 0, 1, 1]])
     >>> ops.convert_to_numpy(AttentionMask("unilm")(segments))[0, 0].astype(int).tolist()
     [[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
-    >>> AttentionMask("lm")(segments).shape
-    TensorShape([1, 1, 4, 4])
+    >>> tuple(AttentionMask("lm")(segments).shape)
+    (1, 1, 4, 4)
     """
 
     def __init__(self, kind: str, **kwargs):
@@ -51,8 +51,8 @@ class AttentionMask(keras.layers.Layer):
 
     def call_step(self, ids, step):
         """`call` in cached decoding (`kbert.layers.decoding`): the cache slots each new token may attend to,
-        as the step gives them."""
-        return step.allowed
+        as the step gives them, `[batch, 1, q, slots]`."""
+        return ops.expand_dims(step.allowed, 1)
 
     def compute_mask(self, inputs, mask=None):
         return None

@@ -35,8 +35,8 @@ class MaximumEntropyMarkovModel(keras.layers.Layer):
     >>> tuple(memm.trans.shape), bool(scores[0, 2, 0] == MASKED)
     ((4, 4), True)
     >>> loss = memm.sparse_loss(ops.convert_to_tensor([[1, 2, 0]]), scores)  # the padded position counts not
-    >>> loss.shape, bool(loss > 0)
-    (TensorShape([]), True)
+    >>> tuple(loss.shape), bool(loss > 0)
+    ((), True)
     """
 
     def __init__(self, lr_multiplier: float = 1, hidden_dim: Optional[int] = None, **kwargs):

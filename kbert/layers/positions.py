@@ -51,8 +51,8 @@ class SinusoidalPositionEmbedding(keras.layers.Layer):
         output_dim: width of the encoding (RoFormer: the attention head size).
 
     Example:
-    >>> SinusoidalPositionEmbedding(4)(ops.zeros((2, 3, 8))).shape
-    TensorShape([1, 3, 4])
+    >>> tuple(SinusoidalPositionEmbedding(4)(ops.zeros((2, 3, 8))).shape)
+    (1, 3, 4)
     """
 
     def __init__(self, output_dim: int, **kwargs):
@@ -95,8 +95,8 @@ class RelativePositionEmbedding(keras.layers.Layer):
     Example:
     >>> layer = RelativePositionEmbedding(2 * 2 + 1, 4)
     >>> x = ops.zeros((1, 6, 8))
-    >>> layer([x, x]).shape
-    TensorShape([6, 6, 4])
+    >>> tuple(layer([x, x]).shape)
+    (6, 6, 4)
     >>> [int(row) for row in layer.distance_rows(6, 6)[0]]  # query 0: distances 0..5, clipped at 2
     [2, 3, 4, 4, 4, 4]
     """
@@ -197,8 +197,8 @@ class T5RelativePositionBias(keras.layers.Layer):
 
     Example:
     >>> layer = T5RelativePositionBias(32, num_heads=4, bidirectional=False)
-    >>> layer([ops.zeros((1, 3, 8)), ops.zeros((1, 5, 8))]).shape
-    TensorShape([3, 5, 4])
+    >>> tuple(layer([ops.zeros((1, 3, 8)), ops.zeros((1, 5, 8))]).shape)
+    (3, 5, 4)
     """
 
     def __init__(self, num_buckets: int, num_heads: int, max_distance: int = 128, bidirectional: bool = True,
