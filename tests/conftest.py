@@ -34,6 +34,15 @@ def shared_path(*parts: str) -> pathlib.Path:
     return path
 
 
+def needs_tensorflow(what: str) -> None:
+    """Skips the calling test where TensorFlow cannot be imported: `what` (a Google checkpoint read or
+    written) is the one part of kbert that needs it (docs/backends.md)."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        pytest.skip(f"{what} needs TensorFlow, which this environment cannot import")
+
+
 def write_task_data(directory: pathlib.Path, count: int = 48) -> None:
     """Small real files of each fine-tuning task in `directory`: reviews.tsv (classify), pairs.tsv
     (seq2seq: a review's start and 好/坏), tagged.bmes (MSRA NER) and corpus.txt (the reviews' text)."""

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, minilm_dir
+from conftest import CONFIGS, minilm_dir, needs_tensorflow
 from kbert import CheckpointError, Tokenizer, build_transformer_model, load_hf_weights, save_hf_weights
 from kbert.errors import KbertError
 
@@ -56,6 +56,7 @@ def test_paraphrases_are_closer_than_unrelated_sentences(minilm):
 
 
 def test_hf_to_google_and_back_is_identical(minilm, tmp_path):
+    needs_tensorflow("writing and reading a Google checkpoint")
     directory, bert, _ = minilm
     result = subprocess.run([sys.executable, "-m", "kbert", "convert", directory, tmp_path / "google"],
                             capture_output=True, text=True)

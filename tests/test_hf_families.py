@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from conftest import shared_path
+from conftest import needs_tensorflow, shared_path
 from kbert import CheckpointError, build_transformer_model, load_hf_weights, save_hf_weights
 from kbert.builder.convert import convert
 
@@ -235,6 +235,7 @@ def test_hugging_face_keys_kbert_cannot_build_are_errors(tmp_path, key, value, m
                                             ("roformer_tiny", "roformer"), ("nezha_tiny", "nezha"),
                                             ("gpt2_tiny", "gpt2"), ("t5_tiny", "t5.1.0"), ("t5_11_tiny", "t5.1.1")])
 def test_google_to_hugging_face_and_back_is_bit_identical(tmp_path, fixture, model):
+    needs_tensorflow("reading and writing a Google checkpoint")
     import tensorflow as tf
 
     source = shared_path("fixtures", "bert4keras_families", fixture)
