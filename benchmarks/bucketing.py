@@ -1,64 +1,91 @@
-"""Batch prediction with and without length bucketing, in alternating rounds.
+"""Batch prediction by length (cheapest cut, or a batch per band) and in file order, in alternating rounds.
 
     python -m benchmarks.bucketing --model runs/sentiment-small \\
         --data ../shared/data/sentiment/sentiment.test.data
+    python -m benchmarks.bucketing --model runs/sentiment-base \\
+        --data ../shared/data/sentiment/sentiment.test.data --limit 256 --chunk 16   # a server's batches of 16
 
-Times `predict_proba` on every example of the file, bucketed (batches of
-similar length) and in file order, alternating the two for `--rounds` rounds,
-and prints examples/s, the median per-round ratio with its range, the padded
-tokens per real token of each, and whether the predicted labels agree.
+Times a classifier's prediction of the file's examples three ways, each once
+a round for `--rounds` alternating rounds: by length, cut where the calls
+cost least (`batches_by_length`'s default: each call counted as
+`CALL_COST_TOKENS` padded tokens); by length, a batch per 16-token band
+(call cost 0, kbert's batching before); and in file order. `--chunk N`
+predicts the examples N at a time, as a server does the texts of N
+concurrent requests. Prints examples/s, model calls and padded tokens per
+real token of each, the median per-round ratios with their ranges, and
+whether the predicted labels agree.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from typing import Dict, List
 
+import keras
 import numpy as np
 
-from benchmarks.alternating import alternate, median_ratio
-from kbert.training.data import PAD_MULTIPLE, encode_examples, read_examples
+from benchmarks.alternating import alternate, describe, median_ratio
 from kbert.tasks.classification import load_classifier
+from kbert.training.data import encode_examples, read_examples
+from kbert.training.pipeline import CALL_COST_TOKENS, batches_by_length
 
-
-def padded_tokens(lengths, batch_size: int) -> int:
-    """Tokens in the batches make_dataset builds: each padded to its longest, rounded up to 16."""
-    longest = max(lengths)
-    total = 0
-    for start in range(0, len(lengths), batch_size):
-        batch = lengths[start:start + batch_size]
-        total += len(batch) * min(-(-max(batch) // PAD_MULTIPLE) * PAD_MULTIPLE, longest)
-    return total
+BATCHINGS = {  # name: (bucketing, call_cost)
+    f"by length, cheapest cut (a call = {CALL_COST_TOKENS} tokens)": (True, CALL_COST_TOKENS),
+    "by length, a batch per 16-token band": (True, 0),
+    "in file order": (False, 0),
+}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a model directory from kbert train")
+    parser.add_argument("--model", required=True, help="a classifier's model directory from kbert train")
     parser.add_argument("--data", required=True, help="a labelled or plain data file")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per batch (default: 64)")
-    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (default: 7)")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per batch at most (default: 64)")
+    parser.add_argument("--chunk", type=int, help="predict the examples this many at a time, as a server's batch "
+                                                  "(default: all at once, as kbert predict)")
+    parser.add_argument("--limit", type=int, help="the file's first N examples only (default: all)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default: 5)")
     args = parser.parse_args(argv)
     classifier = load_classifier(args.model)
     examples, _ = read_examples(args.data, labelled=False)
-    lengths = [len(ids) for ids, _ in encode_examples(classifier.tokenizer, examples, classifier.maxlen)]
-    labels = {}
+    encoded = encode_examples(classifier.tokenizer, examples[:args.limit], classifier.maxlen)
+    chunk = args.chunk or len(encoded)
+    chunks = [encoded[start:start + chunk] for start in range(0, len(encoded), chunk)]
+    labels: Dict[str, np.ndarray] = {}
+    calls: Dict[str, int] = {}
+    padded: Dict[str, int] = {}
 
-    def predict(bucketing: bool):
-        labels[bucketing] = classifier.predict_proba(examples, args.batch_size, bucketing).argmax(-1)
+    def predict(name: str) -> None:
+        bucketing, call_cost = BATCHINGS[name]
+        predicted: List[np.ndarray] = []
+        calls[name] = padded[name] = 0
+        for examples_of_chunk in chunks:
+            rows_out = np.empty(len(examples_of_chunk), dtype=np.int64)
+            for rows, features in batches_by_length(examples_of_chunk, args.batch_size, bucketing,
+                                                    maxlen=classifier.maxlen, call_cost=call_cost):
+                probabilities = keras.ops.convert_to_numpy(classifier.model.predict_on_batch(list(features)))
+                rows_out[rows] = probabilities[:len(rows)].argmax(-1)
+                calls[name] += 1
+                padded[name] += features[0].size
+            predicted.append(rows_out)
+        labels[name] = np.concatenate(predicted)
 
-    classifier.predict_proba(examples[:args.batch_size], args.batch_size)  # warm-up: tracing
-    seconds = alternate({True: lambda: predict(True), False: lambda: predict(False)}, args.rounds)
-    ratio = median_ratio(seconds[False], seconds[True])
-    real = sum(lengths)
-    print(f"{len(examples)} examples from {args.data}, batch {args.batch_size}, {args.rounds} alternating rounds\n")
-    print("| batching | examples/s (median) | padded tokens per real token |")
-    print("|---|---:|---:|")
-    for bucketing, name in ((True, "by length (bucketed)"), (False, "in file order")):
-        order = sorted(lengths) if bucketing else lengths
-        rate = len(examples) / statistics.median(seconds[bucketing])
-        print(f"| {name} | {rate:.1f} | {padded_tokens(order, args.batch_size) / real:.3f} |")
-    print(f"\nbucketed / file order: median {ratio['median']:.2f}x (rounds {ratio['min']:.2f}-{ratio['max']:.2f}x); "
-          f"same labels: {bool(np.all(labels[True] == labels[False]))}")
+    for name in BATCHINGS:  # warm-up: tracing each shape once
+        predict(name)
+    seconds = alternate({name: (lambda name=name: predict(name)) for name in BATCHINGS}, args.rounds)
+    real = sum(len(ids) for ids, _ in encoded)
+    cheapest, by_band, in_order = BATCHINGS
+    print(f"{len(encoded)} examples from {args.data}, {chunk} at a time, batches of at most {args.batch_size}, "
+          f"{args.rounds} alternating rounds\n")
+    print("| batching | examples/s (median) | model calls | padded tokens per real token |")
+    print("|---|---:|---:|---:|")
+    for name in BATCHINGS:
+        rate = len(encoded) / statistics.median(seconds[name])
+        print(f"| {name} | {rate:.1f} | {calls[name]} | {padded[name] / real:.3f} |")
+    print(f"\ncheapest cut / a batch per band: {describe(median_ratio(seconds[by_band], seconds[cheapest]))}")
+    print(f"cheapest cut / file order: {describe(median_ratio(seconds[in_order], seconds[cheapest]))}")
+    print(f"same labels: {all(np.array_equal(labels[cheapest], labels[name]) for name in BATCHINGS)}")
     return 0
 
 

@@ -9,7 +9,8 @@ import pytest
 from conftest import shared_path
 from kbert.tokenizers.wordpiece import Tokenizer
 from kbert.training.data import encode_examples, read_examples
-from kbert.training.pipeline import PaddedBatches, _tf_dataset, batches_by_length, make_dataset, padded_lengths
+from kbert.training.pipeline import (CALL_COST_TOKENS, PaddedBatches, _tf_dataset, batches_by_length, cheapest_batches,
+                                     make_dataset, padded_lengths)
 
 
 def tf_dataset(*args, **kwargs):
@@ -131,10 +132,10 @@ def test_label_rows_are_padded_as_tf_data_pads_them(pipeline, labels, expected):
 
 
 @pytest.mark.parametrize("bucketing", [True, False])
-def test_prediction_batches_cover_every_example_once_within_a_band(bucketing):
-    """`batches_by_length`: every example once; with bucketing, in order of length and a batch within one
-    16-token band (a server's batch of mixed lengths runs as batches of like lengths); without, in input
-    order, batch_size a batch."""
+def test_prediction_batches_cover_every_example_once_in_order_of_length(bucketing):
+    """`batches_by_length`: every example once; with bucketing, in order of length, each batch padded to less
+    than 16 past its longest example and cut where the model's calls cost least (`cheapest_batches`); without,
+    in input order, batch_size a batch."""
     lengths = np.random.default_rng(3).integers(1, 100, 57)
     encoded = [(list(range(1, n + 1)), [0] * n) for n in lengths]
     batches = list(batches_by_length(encoded, batch_size=8, bucketing=bucketing))
@@ -146,11 +147,41 @@ def test_prediction_batches_cover_every_example_once_within_a_band(bucketing):
             assert ids[:lengths[row]].tolist() == encoded[row][0] and not ids[lengths[row]:].any()
     if bucketing:
         assert np.all(np.diff(lengths[order]) >= 0)
-        for rows, (tokens, _) in batches:
-            assert len({(length - 1) // 16 for length in lengths[rows]}) == 1
-            assert tokens.shape[1] - lengths[rows].max() < 16
+        padded = [tokens.shape[1] for _, (tokens, _) in batches]
+        assert all(width - lengths[rows].max() < 16 for (rows, _), width in zip(batches, padded))
+        cost = sum(CALL_COST_TOKENS + len(rows) * width for (rows, _), width in zip(batches, padded))
+        by_band = sum(CALL_COST_TOKENS + count * (band + 1) * 16  # a batch per 16-token band, as before
+                      for band, band_count in enumerate(np.bincount((lengths - 1) // 16)) if band_count
+                      for count in [8] * (band_count // 8) + [band_count % 8] if count)
+        assert cost < by_band
     else:
         assert order.tolist() == list(range(57)) and [len(rows) for rows, _ in batches] == [8] * 7 + [1]
+
+
+@pytest.mark.parametrize("few_shapes", [False, True])
+def test_cheapest_batches_is_the_least_cost_of_every_cut(few_shapes):
+    """The dynamic programme's cut against every cut of 9 sorted lengths into batches of at most 4."""
+    rng = np.random.default_rng(11)
+
+    def cost(padded, cut):
+        rows = [end - start for start, end in cut]
+        if few_shapes:
+            rows = [min(1 << (count - 1).bit_length(), 4) for count in rows]
+        return sum(CALL_COST_TOKENS + count * padded[end - 1] for count, (_, end) in zip(rows, cut))
+
+    for _ in range(20):
+        padded = np.sort(rng.choice([16, 32, 48, 64, 128], 9))
+        cuts = []
+        for inner in itertools.product([False, True], repeat=8):  # a cut after example i or not
+            ends = [i + 1 for i, cut in enumerate(inner) if cut] + [9]
+            cut = list(zip([0] + ends[:-1], ends))
+            if all(end - start <= 4 for start, end in cut):
+                cuts.append(cut)
+        chosen = cheapest_batches(padded, 4, few_shapes)
+        assert chosen in cuts and cost(padded, chosen) == min(cost(padded, cut) for cut in cuts)
+    # without a call's cost, a batch per padded length, as bands were; with it, two short texts join the rest
+    assert cheapest_batches([16, 16, 48, 48, 48], 8, call_cost=0) == [(0, 2), (2, 5)]
+    assert cheapest_batches([16, 16, 48, 48, 48], 8) == [(0, 5)]
 
 
 def test_prediction_batches_on_jax_meet_few_shapes():
@@ -162,15 +193,14 @@ def test_prediction_batches_on_jax_meet_few_shapes():
     for _ in range(200):
         lengths = rng.integers(1, 60, rng.integers(1, 17))
         encoded = [(list(range(1, n + 1)), [0] * n) for n in lengths]
-        for (rows, (tokens, segments)), (same, plain_features) in zip(
-                batches_by_length(encoded, 16, few_shapes=True), batches_by_length(encoded, 16, few_shapes=False)):
-            assert rows.tolist() == same.tolist() and len(tokens) in (1, 2, 4, 8, 16) and len(tokens) >= len(rows)
-            width = plain_features[0].shape[1]
-            assert tokens.shape[1] % 16 == 0 and not tokens[:, width:].any()
-            np.testing.assert_array_equal(tokens[:len(rows), :width], plain_features[0])
-            assert (tokens[len(rows):] == tokens[len(rows) - 1]).all() and segments.shape == tokens.shape
+        for rows, (tokens, segments) in batches_by_length(encoded, 16, few_shapes=True):
+            assert len(tokens) in (1, 2, 4, 8, 16) and len(tokens) >= len(rows)
+            assert tokens.shape[1] % 16 == 0 and segments.shape == tokens.shape
+            for row, ids in zip(rows, tokens):
+                assert ids[:lengths[row]].tolist() == encoded[row][0] and not ids[lengths[row]:].any()
+            assert (tokens[len(rows):] == tokens[len(rows) - 1]).all()
             shapes.add(tokens.shape)
-            plain.add(plain_features[0].shape)
+        plain.update(tokens.shape for _, (tokens, _) in batches_by_length(encoded, 16, few_shapes=False))
     assert len(shapes) <= 5 * 4 < len(plain)
     # `maxlen`, the longest an example may be, is the last band's length: never past a model's positions
     [(_, (capped, _))] = batches_by_length([(list(range(1, 38)), [0] * 37)], 16, few_shapes=True, maxlen=40)

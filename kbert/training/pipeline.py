@@ -27,6 +27,10 @@ import numpy as np
 PAD_MULTIPLE = 16
 JAX_LENGTHS = 6  # padded lengths per feature on JAX: few compilations, little padding
 SPAN_PADDING = -1  # a padding row of entity spans: no entity type is -1
+# A model call's own cost, counted in padded tokens: what a call costs beyond its tokens (every weight is read
+# once a call). On a 2-core CPU, about 56 tokens' worth for BERT-base and 150 for BERT-small (docs/performance.md);
+# 64 errs towards the larger model, whose calls are the slow ones.
+CALL_COST_TOKENS = 64
 
 
 def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
@@ -146,14 +150,18 @@ class PaddedBatches(keras.utils.PyDataset):
 
 def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int, bucketing: bool = True,
                       few_shapes: Optional[bool] = None,
-                      maxlen: Optional[int] = None) -> Iterator[Tuple[np.ndarray, Tuple[np.ndarray, ...]]]:
+                      maxlen: Optional[int] = None,
+                      call_cost: int = CALL_COST_TOKENS) -> Iterator[Tuple[np.ndarray, Tuple[np.ndarray, ...]]]:
     """Prediction's batches: each batch's example numbers and its padded features, in order of length.
 
-    With `bucketing`, the examples go in order of length and a batch never
-    leaves the 16-token band of its first example, so no row is padded by
-    more than a band: a server's batch of 16 texts of every length is run as
-    a few batches of like lengths rather than one padded to its longest
-    text. Without, the examples go in their own order, `batch_size` a batch.
+    With `bucketing`, the examples go in order of length and are cut into
+    batches of at most `batch_size` that cost least in all
+    (`cheapest_batches`): a batch costs its padded tokens plus `call_cost`
+    for the call itself (0: a batch per 16-token band). A server's batch of 16 texts of
+    every length then runs as a few batches of like lengths rather than one
+    padded to its longest text, and a band of one or two short texts joins
+    its neighbour rather than paying for a call of its own. Without
+    `bucketing`, the examples go in their own order, `batch_size` a batch.
 
     With `few_shapes` (by default on JAX, which compiles a program for each
     shape it meets), a batch's rows are made up to a power of two (at most
@@ -164,11 +172,11 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
     `len(rows)` rows are the examples'.
 
     Example:
-    >>> encoded = [([2, 5, 3] * 7, [0] * 21), ([2, 3], [0, 0]), ([2, 4, 3], [0, 0, 0])]
+    >>> encoded = [([2, 5, 3] * 30, [0] * 90), ([2, 3], [0, 0]), ([2, 4, 3], [0, 0, 0])]
     >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded, 8, few_shapes=False)]
-    [([1, 2], (2, 16)), ([0], (1, 21))]
-    >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded * 3, 8, few_shapes=True)]
-    [([1, 4, 7, 2, 5, 8], (8, 16)), ([0, 3, 6], (4, 32))]
+    [([1, 2], (2, 16)), ([0], (1, 90))]
+    >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded * 4, 8, few_shapes=True)]
+    [([1, 4, 7, 10, 2, 5, 8, 11], (8, 16)), ([0, 3, 6, 9], (4, 96))]
     """
     if few_shapes is None:
         few_shapes = keras.backend.backend() == "jax"
@@ -177,17 +185,54 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
         longest = [max(maxlen, most) if maxlen else (_band(most) + 1) * PAD_MULTIPLE for most in longest]  # band's end
     grids = [_multiples(most) for most in longest]
     lengths = np.array([len(ids) for ids in columns[0]])
-    order = np.argsort(lengths, kind="stable") if bucketing else np.arange(len(lengths))
-    bands = _band(lengths[order])
-    start = 0
-    while start < len(order):
-        end = min(start + batch_size, len(order))
-        if bucketing:  # the bands are sorted: the batch ends where its first example's band does
-            end = start + int(np.searchsorted(bands[start:end], bands[start], side="right"))
+    if bucketing:
+        order = np.argsort(lengths, kind="stable")
+        padded = grids[0][np.searchsorted(grids[0], lengths[order])]
+        bounds = cheapest_batches(padded, batch_size, few_shapes, call_cost)
+    else:
+        order = np.arange(len(lengths))
+        bounds = [(start, min(start + batch_size, len(order))) for start in range(0, len(order), batch_size)]
+    for start, end in bounds:
         rows = order[start:end]
         padded_rows = _rows_to_power_of_two(rows, batch_size) if few_shapes else rows
         yield rows, _features(columns, grids, padded_rows)
-        start = end
+
+
+def cheapest_batches(padded: Sequence[int], batch_size: int, few_shapes: bool = False,
+                     call_cost: int = CALL_COST_TOKENS) -> List[Tuple[int, int]]:
+    """The `(start, end)` cuts of examples in order of length into batches that cost least in all.
+
+    `padded` is each example's padded length, in order. A batch of at most
+    `batch_size` examples costs `call_cost` plus its rows times the padded
+    length of its last (longest) example; with `few_shapes`, its rows made up
+    to a power of two. Dynamic programming over where the last batch starts.
+    With `call_cost` 0, a batch is one padded length (a 16-token band);
+    with a call's cost, a short band of few texts joins its neighbour.
+
+    Example:
+    >>> cheapest_batches([16, 16, 32, 32, 32, 32, 48], 8, call_cost=0)
+    [(0, 2), (2, 6), (6, 7)]
+    >>> cheapest_batches([16, 16, 32, 32, 32, 32, 48], 8)
+    [(0, 6), (6, 7)]
+    >>> cheapest_batches([16] * 5 + [128] * 5, 8)
+    [(0, 5), (5, 10)]
+    """
+    padded = np.asarray(padded)
+    best = np.zeros(len(padded) + 1)  # best[end]: the least cost of the first `end` examples
+    start_of_last = np.zeros(len(padded) + 1, dtype=int)
+    for end in range(1, len(padded) + 1):
+        starts = np.arange(max(0, end - batch_size), end)
+        rows = end - starts
+        if few_shapes:
+            rows = np.minimum(1 << np.ceil(np.log2(rows)).astype(int), batch_size)
+        options = best[starts] + call_cost + rows * padded[end - 1]
+        pick = int(np.argmin(options))  # the first of equals: the longest batch
+        best[end], start_of_last[end] = options[pick], starts[pick]
+    bounds, end = [], len(padded)
+    while end:
+        bounds.append((int(start_of_last[end]), end))
+        end = bounds[-1][0]
+    return bounds[::-1]
 
 
 def _rows_to_power_of_two(rows: np.ndarray, most: int) -> np.ndarray:
