@@ -71,9 +71,9 @@ class TrainedClassifier:
     def predict_proba(self, examples, batch_size: int = 64, bucketing: bool = True) -> np.ndarray:
         """Class probabilities `[n, labels]`, in the order of `examples`.
 
-        With `bucketing`, the examples are batched in order of length, a batch
-        within one 16-token band (`batches_by_length`; the results are put
-        back in input order), so each batch pads little.
+        With `bucketing`, the examples are batched in order of length, cut
+        where the model's calls cost least (`batches_by_length`; the results
+        are put back in input order), so each batch pads little.
         """
         if not examples:
             raise KbertError("no texts to predict")
