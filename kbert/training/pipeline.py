@@ -224,7 +224,7 @@ def cheapest_batches(padded: Sequence[int], batch_size: int, few_shapes: bool = 
         starts = np.arange(max(0, end - batch_size), end)
         rows = end - starts
         if few_shapes:
-            rows = np.minimum(1 << np.ceil(np.log2(rows)).astype(int), batch_size)
+            rows = np.array([_power_of_two_rows(count, batch_size) for count in rows])
         options = best[starts] + call_cost + rows * padded[end - 1]
         pick = int(np.argmin(options))  # the first of equals: the longest batch
         best[end], start_of_last[end] = options[pick], starts[pick]
@@ -237,8 +237,12 @@ def cheapest_batches(padded: Sequence[int], batch_size: int, few_shapes: bool = 
 
 def _rows_to_power_of_two(rows: np.ndarray, most: int) -> np.ndarray:
     """`rows` (at most `most`), its last one repeated up to the next power of two (at most `most`)."""
-    size = min(1 << (len(rows) - 1).bit_length(), most)
-    return np.concatenate([rows, np.repeat(rows[-1:], size - len(rows))])
+    return np.concatenate([rows, np.repeat(rows[-1:], _power_of_two_rows(len(rows), most) - len(rows))])
+
+
+def _power_of_two_rows(count: int, most: int) -> int:
+    """The rows a batch of `count` examples is made up to with `few_shapes`: the next power of two, at most `most`."""
+    return min(1 << (int(count) - 1).bit_length(), most)
 
 
 def padded_lengths(lengths: Sequence[int], most: int) -> np.ndarray:
