@@ -5,6 +5,7 @@ import json
 import keras
 import numpy as np
 import pytest
+from safetensors import safe_open
 
 from conftest import CONFIGS, shared_path, write_task_data
 from kbert import build_transformer_model
@@ -19,15 +20,21 @@ def classifier():
     return build_classifier(build_transformer_model(str(CONFIGS / "bert_tiny.json"), with_pool=True), 2)
 
 
-def test_adapters_train_and_merge_to_the_same_model(tmp_path):
+@pytest.mark.parametrize("embeddings_rank", [None, 2], ids=["blocks", "blocks-and-token-table"])
+def test_adapters_train_and_merge_to_the_same_model(tmp_path, embeddings_rank):
     model = classifier()
     base = [np.array(w) for w in model.get_weights()]
-    enable_lora(model, rank=4, alpha=8)
+    enable_lora(model, rank=4, alpha=8, embeddings_rank=embeddings_rank)
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
-    assert trainable < 0.1 * model.count_params()
+    table_adapter = (embeddings_rank or 0) * (21128 + 32)  # rank x (vocab + hidden): most of bert_tiny's share
+    assert trainable - table_adapter < 0.1 * model.count_params()
     assert all(layer.lora_enabled and not any(w.path.endswith("/kernel") for w in layer.trainable_weights)
                for layer in block_kernels(model))
-    assert not model.get_layer("Embedding-Token").trainable and model.get_layer("Embedding-Norm").trainable
+    token_table = model.get_layer("Embedding-Token")
+    assert [w.name for w in token_table.trainable_weights] == (["lora_embeddings_a", "lora_embeddings_b"]
+                                                               if embeddings_rank else [])
+    assert not model.get_layer("Embedding-Segment").trainable and model.get_layer("Embedding-Norm").trainable
+    table = keras.ops.convert_to_numpy(token_table.weights[0])
 
     rng = np.random.default_rng(0)
     tokens = rng.integers(100, 5000, (32, 16)).astype("int32")
@@ -36,6 +43,8 @@ def test_adapters_train_and_merge_to_the_same_model(tmp_path):
     frozen = keras.ops.convert_to_numpy(block_kernels(model)[0].weights[0])
     model.fit([tokens, tokens * 0], labels, epochs=2, batch_size=8, verbose=0)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(block_kernels(model)[0].weights[0]), frozen)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(token_table.weights[0]), table)
+    assert np.allclose(keras.ops.convert_to_numpy(token_table.embeddings), table) != bool(embeddings_rank)  # adapted
     adapted = model.predict([tokens, tokens * 0], verbose=0)
     assert not np.allclose(adapted, classifier().predict([tokens, tokens * 0], verbose=0), atol=1e-3)
 
@@ -62,15 +71,19 @@ def test_kbert_train_with_lora_writes_adapters_and_a_directory_that_predicts(tmp
     write_task_data(tmp_path)
     common = ["--config", str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
               "--train", str(tmp_path / "reviews.tsv"), "--epochs", "1", "--batch-size", "16", "--maxlen", "32"]
-    assert main(["train", *common, "--lora-rank", "4", "--out", str(tmp_path / "lora")]) == 0
+    assert main(["train", *common, "--lora-rank", "4", "--lora-embeddings", "2", "--out", str(tmp_path / "lora")]) == 0
     state = json.loads((tmp_path / "lora" / "training.json").read_text(encoding="utf-8"))
-    assert state["options"]["lora_rank"] == 4 and (tmp_path / "lora" / ADAPTERS_FILE).exists()
+    assert state["options"]["lora_rank"] == 4 and state["options"]["lora_embeddings"] == 2
+    with safe_open(str(tmp_path / "lora" / ADAPTERS_FILE), framework="numpy") as adapters:
+        assert json.loads(adapters.metadata()["kbert_lora"]) == {"rank": 4, "alpha": 4, "embeddings_rank": 2}
+        assert "Embedding-Token/lora_embeddings_a" in adapters.keys()
     capsys.readouterr()
     (tmp_path / "texts.txt").write_text("房间很干净\n", encoding="utf-8")
     assert main(["predict", "--json", "--model", str(tmp_path / "lora"), str(tmp_path / "texts.txt")]) == 0
     assert json.loads(capsys.readouterr().out)["label"] in ("0", "1")
 
     for extra, message in ((["--lora-alpha", "8"], "give --lora-rank too"),
+                           (["--lora-embeddings", "2"], "give --lora-rank too"),
                            (["--lora-rank", "4", "--adversarial", "fgm"], "which LoRA freezes")):
         assert main(["train", *common, *extra, "--out", str(tmp_path / "refused")]) == 2
         assert message in capsys.readouterr().err

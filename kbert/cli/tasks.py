@@ -91,6 +91,9 @@ def _add_train(train) -> None:
                             "model.weights.h5 the merged model")
     train.add_argument("--lora-alpha", type=float, metavar="A",
                        help="LoRA's scale numerator: adapters scaled by A/R (default: R)")
+    train.add_argument("--lora-embeddings", type=positive_int, metavar="R",
+                       help="with --lora-rank: a rank-R LoRA adapter on the token embedding table too, instead "
+                            "of keeping it frozen (scaled by A/R)")
     train.add_argument("--adversarial", choices=ADVERSARIAL,
                        help="train against perturbations of the token embeddings: fgm (bert4keras's "
                             "adversarial_training) or gp (gradient penalty)")
@@ -200,7 +203,7 @@ def run_train(args) -> int:
         args, skip_malformed=args.skip_malformed, bucketing=not args.no_bucketing, adversarial=args.adversarial,
         adversarial_epsilon=args.adversarial_epsilon, task=args.task, head=args.head,
         crf_lr_multiplier=args.crf_lr_multiplier, columns=parse_columns(args.columns) or None,
-        lora_rank=args.lora_rank, lora_alpha=args.lora_alpha)
+        lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_embeddings=args.lora_embeddings)
     return _run(args, options, train, beside, num_labels=args.num_labels)
 
 

@@ -238,7 +238,7 @@ def train_task(
                 multipliers = graph_class(family).learning_rate_multipliers(bert, options.optimizer)
             model = task.build(bert, num_labels, options)
             if options.lora_rank:
-                enable_lora(model, options.lora_rank, options.lora_alpha)
+                enable_lora(model, options.lora_rank, options.lora_alpha, options.lora_embeddings)
             # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
             trained = task.training_model(model)
             trainer = Trainer(trained.inputs, trained.outputs, name="trainer")
@@ -322,6 +322,11 @@ def _check_options(options: TrainingOptions) -> None:
         raise KbertError(f"LoRA alpha (--lora-alpha) must be a finite positive number, got {options.lora_alpha!r}")
     if options.lora_alpha is not None and not options.lora_rank:
         raise KbertError("--lora-alpha scales LoRA's adapters: give --lora-rank too")
+    if options.lora_embeddings is not None and not is_whole_number(options.lora_embeddings, 1):
+        raise KbertError(f"LoRA's token-table rank (--lora-embeddings) must be a positive integer, "
+                         f"got {options.lora_embeddings!r}")
+    if options.lora_embeddings and not options.lora_rank:
+        raise KbertError("--lora-embeddings adds a LoRA adapter to the token table: give --lora-rank too")
     if options.lora_rank and options.adversarial:
         raise KbertError(f"--adversarial {options.adversarial} perturbs the token embeddings, which LoRA freezes: "
                          "use one or the other")

@@ -3,9 +3,11 @@
 `enable_lora(model, rank)` gives every `Dense` of the transformer blocks
 (attention's query, key, value and output; the feed-forward's two layers)
 Keras's LoRA: its kernel frozen, a trainable `A·B` of rank `rank` added,
-scaled by `alpha / rank`. The embedding tables are frozen too; biases,
-layer norms and the task's head stay trainable. What trains is then a few per cent
-of the model.
+scaled by `alpha / rank`. The embedding tables are frozen too, or, with
+`embeddings_rank=r`, the token table gets an adapter of rank `r` (a
+`vocab × r` and an `r × hidden` matrix, scaled by `alpha / r`: each token a
+few trained coordinates); biases, layer norms and the task's head stay
+trainable. What trains is then a few per cent of the model.
 
 Keras writes a LoRA layer's kernel merged (`kernel + A·B·scale`), so the
 `model.weights.h5` of a LoRA run is an ordinary model directory's: it loads
@@ -40,8 +42,12 @@ def block_kernels(model: keras.Model) -> List[keras.layers.Dense]:
             and layer.weights[0].path.startswith(BLOCK_PREFIX)]  # the kernel (with LoRA, `kernel` is merged)
 
 
-def enable_lora(model: keras.Model, rank: int, alpha: Optional[float] = None) -> None:
+def enable_lora(model: keras.Model, rank: int, alpha: Optional[float] = None,
+                embeddings_rank: Optional[int] = None) -> None:
     """Adds rank-`rank` adapters to the blocks' kernels and freezes them and the embeddings.
+
+    With `embeddings_rank` the token table gets an adapter of that rank (the
+    other tables stay frozen); `alpha` defaults to `rank` for both.
 
     Example:
     >>> from kbert import build_transformer_model, bundled_config_path
@@ -51,15 +57,27 @@ def enable_lora(model: keras.Model, rank: int, alpha: Optional[float] = None) ->
     >>> trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
     >>> trainable < 0.1 * model.count_params()
     True
+    >>> model = build_classifier(build_transformer_model(bundled_config_path("bert_tiny"), with_pool=True), 2)
+    >>> enable_lora(model, rank=4, embeddings_rank=2)
+    >>> sum(int(np.prod(v.shape)) for v in model.trainable_weights) - trainable  # 2 x (vocab + hidden)
+    42320
     """
     layers = block_kernels(model)
     if not layers:
         raise KbertError("LoRA: the model has no transformer block kernels (layers named Transformer-*)")
     for layer in model._flatten_layers(include_self=False):
-        if layer.name in FROZEN_TABLES:
+        if layer.name == naming.EMBEDDING_TOKEN and embeddings_rank:
+            layer.enable_lora(embeddings_rank, lora_alpha=alpha or rank)  # freezes the table, trains its adapter
+        elif layer.name in FROZEN_TABLES:
             layer.trainable = False
     for layer in layers:
         layer.enable_lora(rank, lora_alpha=alpha)
+
+
+def token_table_rank(model: keras.Model) -> Optional[int]:
+    """The rank of the token embedding table's LoRA adapter (`enable_lora(..., embeddings_rank=r)`); None: none."""
+    return next((layer.lora_rank for layer in model._flatten_layers(include_self=False)
+                 if layer.name == naming.EMBEDDING_TOKEN and getattr(layer, "lora_enabled", False)), None)
 
 
 def lora_enabled(model: keras.Model) -> bool:
@@ -75,7 +93,7 @@ def save_adapters(model: keras.Model, path: str) -> str:
         raise KbertError("save_adapters: the model has no LoRA adapters (enable_lora first)")
     tensors = {variable.path: np.ascontiguousarray(keras.ops.convert_to_numpy(variable))
                for variable in model.trainable_weights}
-    settings = {"rank": layers[0].lora_rank, "alpha": layers[0].lora_alpha}
+    settings = {"rank": layers[0].lora_rank, "alpha": layers[0].lora_alpha, "embeddings_rank": token_table_rank(model)}
     with atomic_path(path) as temporary:
         save_file(tensors, temporary, metadata={"kbert_lora": json.dumps(settings)})
     return path
@@ -97,7 +115,7 @@ def load_adapters(model: keras.Model, path: str) -> None:
             raise KbertError(f"{path}: not a kbert LoRA adapters file (no kbert_lora metadata)")
         tensors = {name: handle.get_tensor(name) for name in handle.keys()}
     if not lora_enabled(model):
-        enable_lora(model, settings["rank"], settings["alpha"])
+        enable_lora(model, settings["rank"], settings["alpha"], settings.get("embeddings_rank"))
     variables = {variable.path: variable for variable in model.trainable_weights}
     missing = sorted(set(variables) - set(tensors))
     unknown = sorted(set(tensors) - set(variables))

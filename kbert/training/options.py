@@ -79,6 +79,9 @@ class TrainingOptions:
             None: full fine-tuning.
         lora_alpha: LoRA's scale numerator (the adapters are scaled by
             `lora_alpha / lora_rank`; default: `lora_rank`, a scale of 1).
+        lora_embeddings: with `lora_rank`, the rank of a LoRA adapter on the
+            token embedding table (scaled by `lora_alpha / lora_embeddings`);
+            None: the table stays frozen.
         jit_compile: compile the training step with XLA on TensorFlow, where
             Keras leaves it uncompiled on a machine without a GPU (JAX's step
             is always compiled; PyTorch's is refused). Faster steps (a UniLM
@@ -117,6 +120,7 @@ class TrainingOptions:
     columns: Optional[Dict[str, str]] = None
     lora_rank: Optional[int] = None
     lora_alpha: Optional[float] = None
+    lora_embeddings: Optional[int] = None
     jit_compile: bool = False
 
     @classmethod
