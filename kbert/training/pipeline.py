@@ -220,12 +220,12 @@ def cheapest_batches(padded: Sequence[int], batch_size: int, few_shapes: bool = 
     padded = np.asarray(padded)
     best = np.zeros(len(padded) + 1)  # best[end]: the least cost of the first `end` examples
     start_of_last = np.zeros(len(padded) + 1, dtype=int)
+    rows_run = np.arange(batch_size + 1)  # rows_run[n]: the rows a batch of n examples runs as
+    if few_shapes:
+        rows_run[1:] = [_power_of_two_rows(count, batch_size) for count in rows_run[1:]]
     for end in range(1, len(padded) + 1):
         starts = np.arange(max(0, end - batch_size), end)
-        rows = end - starts
-        if few_shapes:
-            rows = np.array([_power_of_two_rows(count, batch_size) for count in rows])
-        options = best[starts] + call_cost + rows * padded[end - 1]
+        options = best[starts] + call_cost + rows_run[end - starts] * padded[end - 1]
         pick = int(np.argmin(options))  # the first of equals: the longest batch
         best[end], start_of_last[end] = options[pick], starts[pick]
     bounds, end = [], len(padded)
