@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pathlib
+import shutil
 import sys
 import tarfile
 import threading
@@ -125,21 +126,33 @@ def test_an_archive_over_the_size_limit_is_refused(tmp_path):
 # --- archives over HTTP: resume, checksum, the lock ---------------------------------------------
 
 class _Server:
-    """An HTTP server on loopback serving one file, with Range support; it can cut its first answer short."""
+    """An HTTP server on loopback serving one file, with Range and If-Range support (and ETag when given); it
+    can cut its first answer short, or every answer."""
 
-    def __init__(self, payload: bytes, cut_first_at: int = 0):
-        self.payload, self.cut_first_at, self.requests = payload, cut_first_at, []
+    def __init__(self, payload: bytes, cut_first_at: int = 0, etag: str = "", cut_every: bool = False):
+        self.payload, self.cut_first_at, self.requests, self.etag = payload, cut_first_at, [], etag
+        self.cut_every = cut_every
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 server.requests.append(self.headers.get("Range"))
                 start = int(self.headers["Range"][len("bytes="):].rstrip("-")) if self.headers.get("Range") else 0
+                if self.headers.get("If-Range") not in (None, server.etag):
+                    start = 0  # the file changed since the part began: RFC 9110 sends it whole
+                if start >= len(server.payload) and start:  # as real servers answer a range past the end
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(server.payload)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 body = server.payload[start:]
                 self.send_response(206 if start else 200)
                 self.send_header("Content-Length", str(len(body)))
+                if server.etag:
+                    self.send_header("ETag", server.etag)
                 self.end_headers()
-                if len(server.requests) == 1 and server.cut_first_at:
+                if (len(server.requests) == 1 or server.cut_every) and server.cut_first_at:
                     self.wfile.write(body[:server.cut_first_at])  # then the connection drops
                     self.close_connection = True
                     return
@@ -217,10 +230,186 @@ def test_http_errors_name_the_url(tmp_path):
 
 
 def test_an_unreachable_url_says_how_to_place_the_archive_by_hand(tmp_path):
-    with pytest.raises(SourceError, match=r"127.0.0.1:9/release.zip: download failed .* after 3 tries; 0 bytes "
-                                          r"are kept .* pass file:///PATH/TO/IT, or pass its unpacked directory"):
+    with pytest.raises(SourceError, match=r"127.0.0.1:9/release.zip: download failed .* after 3 tries; nothing "
+                                          r"was kept. .* pass file:///PATH/TO/IT, or pass its unpacked directory"):
         fetch_checkpoint("http://127.0.0.1:9/release.zip", cache_dir=str(tmp_path / "cache"))
     _cache_holds_nothing(tmp_path / "cache")
+
+
+def test_a_pin_is_checked_against_the_cached_copy_too(release_zip, tmp_path):
+    """An unpinned fetch does not stand in for a pinned one: a wrong pin is refused even on a cache hit."""
+    import hashlib
+
+    server = _Server(release_zip)
+    cache = str(tmp_path / "cache")
+    try:
+        first = fetch_checkpoint(server.url, cache_dir=cache).path
+        with pytest.raises(SourceError, match=r"SHA-256 [0-9a-f]{64} does not match the expected 1{64}"):
+            fetch_checkpoint(f"{server.url}#sha256={'1' * 64}", cache_dir=cache)
+        digest = hashlib.sha256(release_zip).hexdigest()
+        assert fetch_checkpoint(f"{server.url}#sha256={digest}", cache_dir=cache).path == first
+        assert fetch_checkpoint(f"{server.url}#sha256={digest.upper()}", cache_dir=cache).path == first
+    finally:
+        server.close()
+    assert server.requests == [None, None]  # the wrong pin fetched again; the right one is a hit
+    assert (pathlib.Path(first) / "bert_model.ckpt.index").exists()  # the refused pin kept the cached copy
+
+
+@pytest.mark.parametrize("fragment", ["#sha256=xyz", "#md5=" + "0" * 32, "#sha256=" + "0" * 63, "#"])
+def test_a_fragment_that_is_not_a_sha256_pin_is_refused(fragment, tmp_path):
+    with pytest.raises(SourceError, match=r"is not a pin kbert checks; expected #sha256="):
+        fetch_checkpoint("https://example.invalid/release.zip" + fragment, cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_stale_part_longer_than_the_new_file_is_not_taken_for_it(release_zip, tmp_path):
+    """A part left by an earlier download (another version of the file) is fetched afresh, never unpacked."""
+    cache = tmp_path / "cache"
+    stale = b"an older, longer release " * (len(release_zip) // 10)
+    assert len(stale) > len(release_zip)
+    for etag in ("", '"v2"'):  # a server with and without ETags
+        server = _Server(stale, cut_first_at=len(release_zip) // 2 + 1, etag='"v1"' if etag else "", cut_every=True)
+        try:
+            # an earlier run: every try cut, so the part is kept for a later resume
+            with pytest.raises(SourceError, match="download failed .* after 3 tries; [0-9,]+ bytes are kept"):
+                fetch_checkpoint(server.url, cache_dir=str(cache))
+            part = next((cache / "downloads").glob("*.part"))
+            assert part.stat().st_size > len(release_zip)
+            # the file at that URL is now another, shorter one
+            server.payload, server.etag, server.cut_first_at, server.requests = release_zip, etag, 0, []
+            fetched = fetch_checkpoint(server.url, cache_dir=str(cache))
+        finally:
+            server.close()
+        assert (pathlib.Path(fetched.path) / "bert_model.ckpt.index").exists()  # the new file, whole
+        shutil.rmtree(cache)
+
+
+def test_a_part_without_its_record_is_not_resumed(release_zip, tmp_path):
+    """A `.part` whose record is missing (written by an older kbert, or by hand) cannot be checked: fetched anew."""
+    server = _Server(release_zip)
+    cache = tmp_path / "cache"
+    key = next(iter(_cache_keys(server.url)))
+    (cache / "downloads").mkdir(parents=True)
+    (cache / "downloads" / f"{key}.part").write_bytes(b"junk" * 10_000)
+    try:
+        fetched = fetch_checkpoint(server.url, cache_dir=str(cache))
+    finally:
+        server.close()
+    assert server.requests == [None]
+    assert (pathlib.Path(fetched.path) / "bert_model.ckpt.index").exists()
+
+
+def _cache_keys(url: str):
+    import hashlib
+    import re
+
+    name = re.sub(r"[^\w.-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:80]
+    yield f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{name}"
+
+
+def _tar_of(path: pathlib.Path, members: list) -> pathlib.Path:
+    with tarfile.open(path, "w") as bundle:
+        for member, content in members:
+            bundle.addfile(member, io.BytesIO(content) if content else None)
+    return path
+
+
+@pytest.mark.parametrize("data_filter", [True, False], ids=["with-data-filter", "without-data-filter"])
+@pytest.mark.parametrize("chain", ["dot-then-parent", "parent-then-dot", "loop"])
+def test_a_chain_of_links_that_climbs_out_is_refused(chain, data_filter, tmp_path, monkeypatch):
+    """Each link looks harmless as text; followed as the file system follows them, they climb out."""
+    if not data_filter:  # Pythons before 3.11.4 have no "data" filter: kbert's own checks must hold alone
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    cache = tmp_path / "deep" / "cache"
+    cache.parent.mkdir()
+    members = {
+        "dot-then-parent": [(_link("s2", "."), b""), (_link("s1", "s2/.."), b""), (_file("s1/x.txt", 1), b"x")],
+        "parent-then-dot": [(_link("a", "b/.."), b""), (_link("b", "."), b""), (_file("a/x.txt", 1), b"x")],
+        "loop": [(_link("a", "b"), b""), (_link("b", "a/c"), b""), (_file("b/x.txt", 1), b"x")],
+    }[chain]
+    archive = _tar_of(tmp_path / "deep" / "chain.tar", members)
+    with pytest.raises(SourceError, match=r"chain.tar: member '\w+' (would be written outside|makes a link where)"):
+        fetch_checkpoint(archive.as_uri(), cache_dir=str(cache))
+    assert not list(tmp_path.rglob("x.txt"))
+    _cache_holds_nothing(cache)
+
+
+def test_links_that_stay_inside_are_unpacked(tmp_path):
+    """A release whose files are links into a folder of blobs (as Hugging Face's cache lays files out) unpacks."""
+    source = shared_path("fixtures", "google_tiny")
+    members = []
+    for number, path in enumerate(sorted(source.iterdir())):
+        members += [(_file(f"blobs/{number}", path.stat().st_size), path.read_bytes()),
+                    (_link(f"release/{path.name}", f"../blobs/{number}"), b"")]
+    fetched = fetch_checkpoint(_tar_of(tmp_path / "linked.tar", members).as_uri(), cache_dir=str(tmp_path / "c"))
+    assert (pathlib.Path(fetched.path) / "bert_model.ckpt.index").is_symlink()
+    from kbert import build_transformer_model
+
+    model = build_transformer_model(str(source / "bert_config.json"), os.path.join(fetched.path, "bert_model.ckpt"))
+    assert model.count_params() > 0
+
+
+def test_a_zip_link_with_a_huge_target_is_refused_unread(tmp_path):
+    archive = tmp_path / "link.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+        info = zipfile.ZipInfo("release/link")
+        info.external_attr, info.compress_type = 0o120777 << 16, zipfile.ZIP_DEFLATED  # a symbolic link
+        bundle.writestr(info, b"a" * 5_000_000)  # 5 MB of "target", a few KB compressed
+    assert archive.stat().st_size < 100_000
+    with pytest.raises(SourceError, match=r"member 'release/link' is a link whose target is over 4,096 bytes"):
+        fetch_checkpoint(archive.as_uri(), cache_dir=str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_an_archive_with_too_many_members_is_refused(kind, tmp_path, monkeypatch):
+    from kbert.hub import archives
+
+    monkeypatch.setattr(archives, "MAX_MEMBERS", 50)
+    names = [f"release/{i}.txt" for i in range(51)]
+    if kind == "zip":
+        archive = _zip(tmp_path / "many.zip", {name: b"x" for name in names})
+    else:
+        archive = _tar_of(tmp_path / "many.tar", [(_file(name, 1), b"x") for name in names])
+    with pytest.raises(SourceError, match=r"holds more than 50 members \(the limit\); nothing was unpacked"):
+        fetch_checkpoint(archive.as_uri(), cache_dir=str(tmp_path / "cache"))
+    _cache_holds_nothing(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("kind", ["tar.gz", "zip"])
+def test_a_truncated_archive_is_named_by_its_url(kind, tmp_path):
+    source = shared_path("fixtures", "google_tiny")
+    archive = tmp_path / f"cut.{kind}"
+    if kind == "zip":
+        _zip(archive, _checkpoint_members(source))
+    else:
+        with tarfile.open(archive, "w:gz") as bundle:
+            bundle.add(source, arcname="release")
+    archive.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    with pytest.raises(SourceError, match=rf"^{archive.as_uri()}: (the archive is truncated or corrupt|not a zip or "
+                                          r"tar archive, or a truncated one)"):
+        fetch_checkpoint(archive.as_uri(), cache_dir=str(tmp_path / "cache"))
+    _cache_holds_nothing(tmp_path / "cache")
+
+
+def test_an_archive_with_two_checkpoints_names_its_folders_not_a_staging_folder(tmp_path):
+    source = shared_path("fixtures", "google_tiny")
+    members = {**_checkpoint_members(source, "one/"), **_checkpoint_members(source, "two/")}
+    archive = _zip(tmp_path / "two.zip", members)
+    with pytest.raises(SourceError, match=r"two.zip: the archive holds 2 checkpoints \(one/, two/\) and kbert takes "
+                                          r"one; nothing was cached") as raised:
+        fetch_checkpoint(archive.as_uri(), cache_dir=str(tmp_path / "cache"))
+    assert ".tmp-" not in str(raised.value)
+    _cache_holds_nothing(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("source, message", [
+    ("file://www/good.zip", r"a file URL names no host: file:///ABSOLUTE/PATH \(three slashes\), e.g. file:///www/good.zip"),
+    ("hf://../etc", r"expected hf://OWNER/NAME\[@REVISION\]"),
+    ("hf://owner/..", r"expected hf://OWNER/NAME\[@REVISION\]"),
+    ("hf://owner/a--b", r"expected hf://OWNER/NAME\[@REVISION\]"),
+])
+def test_malformed_sources_are_refused_with_the_form_expected(source, message, tmp_path):
+    with pytest.raises(SourceError, match=message):
+        fetch_checkpoint(source, cache_dir=str(tmp_path / "cache"))
 
 
 # --- the Hugging Face hub, offline on its own cache ---------------------------------------------

@@ -2,9 +2,14 @@
 
 The bytes go to `<target>.part`; a cut connection keeps them, and the next
 try (at once, up to `ATTEMPTS` times, or a later run) asks the server for the
-rest with an HTTP `Range` request. Only a complete file whose SHA-256 matches
-(when one is given) is renamed to `target`, so an interrupted or corrupt
-download is never taken for a checkpoint.
+rest with an HTTP `Range` request. Beside the part, `<target>.part.json`
+records what it is a part of (the URL, the server's `ETag` or
+`Last-Modified`, the full length): the rest is asked for with `If-Range`, so a
+file that changed on the server is fetched whole again, and a part is taken
+as finished only when the server says the file has exactly its length. Only a
+complete file whose SHA-256 matches (when one is given) is renamed to
+`target`, so an interrupted, stale or corrupt download is never taken for a
+checkpoint.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -62,7 +69,7 @@ def sha256_of(path: str) -> str:
 
 
 def download(url: str, target: str, sha256: Optional[str] = None, progress: Optional[bool] = None) -> str:
-    """Fetches `url` into `target` (resuming `target.part`), checks `sha256`, returns `target`.
+    """Fetches `url` into `target` (resuming `target.part`), checks `sha256`, returns the file's SHA-256.
 
     `progress`: a progress line on stderr (default: when stderr is a terminal).
     """
@@ -73,42 +80,61 @@ def download(url: str, target: str, sha256: Optional[str] = None, progress: Opti
             _fetch(url, partial, show)
             break
         except (OSError, http.client.HTTPException) as error:  # a cut connection, a timeout, a reset
-            if isinstance(error, urllib.error.HTTPError) and error.code != 416:
+            if isinstance(error, urllib.error.HTTPError):
                 raise SourceError(_http_error(url, error)) from None
             if attempt == ATTEMPTS:
                 kept = os.path.getsize(partial) if os.path.exists(partial) else 0
-                raise SourceError(f"{url}: download failed ({error}) after {ATTEMPTS} tries; {kept:,} bytes are "
-                                  f"kept in {partial} and the next run resumes from there. Offline, download "
-                                  "the archive elsewhere and pass file:///PATH/TO/IT, or pass its unpacked "
-                                  "directory") from None
+                what = (f"{kept:,} bytes are kept in {partial} and the next run resumes from there" if kept
+                        else "nothing was kept")
+                raise SourceError(f"{url}: download failed ({error}) after {ATTEMPTS} tries; {what}. Offline, "
+                                  "download the archive elsewhere and pass file:///PATH/TO/IT, or pass its "
+                                  "unpacked directory") from None
             time.sleep(attempt / 2)  # a moment for a dropped connection or a busy server
-    found = sha256_of(partial) if sha256 else None
-    if found and found != sha256.lower():
-        os.remove(partial)  # a wrong file is not resumed: the next run starts afresh
+    found = sha256_of(partial)
+    if sha256 and found != sha256.lower():
+        _discard(partial)  # a wrong file is not resumed: the next run starts afresh
         raise SourceError(f"{url}: SHA-256 {found} does not match the expected {sha256}; the download was "
                           "deleted. The file on the server changed or was corrupted on the way")
     os.replace(partial, target)
-    return target
+    _discard(partial, keep_part=True)
+    return found
+
+
+def _discard(partial: str, keep_part: bool = False) -> None:
+    for path in ((partial + ".json",) if keep_part else (partial, partial + ".json")):
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def _fetch(url: str, partial: str, show: bool) -> None:
     """Appends the rest of `url` to `partial`; returns when the server has sent all it has."""
-    have = os.path.getsize(partial) if os.path.exists(partial) else 0
+    record = _part_record(url, partial)
+    have = os.path.getsize(partial) if record else 0
     request = urllib.request.Request(url, headers={"User-Agent": "kbert"})
     if have:
         request.add_header("Range", f"bytes={have}-")
+        if record.get("validator"):  # the rest only if the file is still the one the part began
+            request.add_header("If-Range", record["validator"])
     try:
         response = urllib.request.urlopen(request, timeout=_TIMEOUT_S)
     except urllib.error.HTTPError as error:
-        if error.code == 416 and have:  # nothing after what we hold: the file is complete
-            return
+        if error.code == 416 and have:
+            if _whole_length(error.headers) == have and _same_file(record, error.headers):
+                return  # nothing after what we hold, and the server's file is that long: complete
+            _discard(partial)  # a part of some other file (changed on the server): start afresh
+            raise ConnectionError("the part kept from an earlier try is not a part of the file on the server now; "
+                                  "starting again") from None
         raise
     with response:
-        resumed = have and getattr(response, "status", None) == 206
-        if not resumed:
-            have = 0  # the server (or a file:// URL) sends the whole file
+        resumed = bool(have) and getattr(response, "status", None) == 206 and _same_file(record, response.headers)
         length = response.headers.get("Content-Length")
-        total = have + int(length) if length else None
+        if not resumed:  # the server (or a file:// URL) sends the whole file: record what it is a part of
+            have = 0
+            record = {"url": url, "validator": _validator(response.headers),
+                      "length": int(length) if length else None}
+            with open(partial + ".json", "w", encoding="utf-8") as handle:
+                json.dump(record, handle)
+        total = have + int(length) if length else record.get("length")
         with open(partial, "ab" if resumed else "wb") as handle:
             meter = _Progress(url, total, have, show)
             for block in iter(lambda: response.read(_CHUNK), b""):
@@ -118,6 +144,39 @@ def _fetch(url: str, partial: str, show: bool) -> None:
         received = os.path.getsize(partial)
     if total is not None and received < total:
         raise ConnectionError(f"the connection closed after {received:,} of {total:,} bytes")
+
+
+def _part_record(url: str, partial: str) -> dict:
+    """What `partial` is a part of, when it is a part of `url`; else {} (and a stale part is dropped)."""
+    try:
+        with open(partial + ".json", encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        record = {}
+    if not (os.path.exists(partial) and isinstance(record, dict) and record.get("url") == url):
+        _discard(partial)  # a part without its record (or of another URL) cannot be checked: not resumed
+        return {}
+    return record
+
+
+def _validator(headers) -> Optional[str]:
+    """The server's name for this version of the file: a strong ETag, else Last-Modified (If-Range's rule)."""
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("Last-Modified")
+
+
+def _same_file(record: dict, headers) -> bool:
+    """False when the server names its file differently from when the part began (a changed file)."""
+    now = _validator(headers)
+    return not (record.get("validator") and now and now != record["validator"])
+
+
+def _whole_length(headers) -> Optional[int]:
+    """The file's length from a 416 answer's `Content-Range: bytes */LENGTH`."""
+    match = re.fullmatch(r"bytes \*/(\d+)", (headers.get("Content-Range") or "").strip())
+    return int(match.group(1)) if match else None
 
 
 def _http_error(url: str, error: urllib.error.HTTPError) -> str:

@@ -23,13 +23,14 @@ import hashlib
 import os
 import re
 import shutil
+import urllib.parse
 from typing import Callable, List, Optional, Tuple
 
-from kbert.errors import SourceError
+from kbert.errors import SourceError, first_line
 from kbert.hub.archives import MAX_UNPACKED_BYTES, unpack
 from kbert.hub.download import download, locked
 from kbert.hub.presets import PRESETS
-from kbert.io import staging_directory
+from kbert.io import atomic_write_text, replace_directory, staging_directory
 
 SCHEMES = ("hf://", "modelscope://", "https://", "http://", "file://")
 # What kbert reads from a hub repository: weights as data (never a pickled pytorch_model.bin), the
@@ -83,8 +84,7 @@ def fetch_checkpoint(name: str, cache_dir: Optional[str] = None,
     elif source.startswith("modelscope://"):
         path = _from_hub(source, _modelscope_snapshot, cache_dir and os.path.join(cache_dir, "modelscope"))
     elif source.startswith(SCHEMES):
-        url, _, fragment = source.partition("#")
-        pinned = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
+        url, pinned = _pinned_url(source)
         path = _from_archive(url, (preset and preset.sha256) or pinned, cache_root(cache_dir), max_unpacked_bytes)
     else:
         raise SourceError(f"{name}: not a checkpoint source; expected a path, hf://OWNER/NAME, "
@@ -94,11 +94,30 @@ def fetch_checkpoint(name: str, cache_dir: Optional[str] = None,
 
 # --- hubs ---------------------------------------------------------------------------------------
 
+def _pinned_url(source: str) -> Tuple[str, Optional[str]]:
+    """`https://.../x.zip#sha256=HEX` → (the URL, the digest); any other fragment, or a malformed one, is refused."""
+    url, hash_mark, fragment = source.partition("#")
+    if url.startswith("file://") and urllib.parse.urlsplit(url).netloc not in ("", "localhost"):
+        raise SourceError(f"{source}: a file URL names no host: file:///ABSOLUTE/PATH (three slashes), e.g. "
+                          f"file:///{urllib.parse.urlsplit(url).netloc}{urllib.parse.urlsplit(url).path}")
+    if not hash_mark:
+        return url, None
+    if not re.fullmatch(r"sha256=[0-9a-fA-F]{64}", fragment):
+        raise SourceError(f"{source}: the fragment {'#' + fragment!r} is not a pin kbert checks; expected "
+                          "#sha256= and the file's 64 hex digits (sha256sum prints them), or no fragment")
+    return url, fragment[len("sha256="):].lower()
+
+
+# A hub repository's owner and name: letters, digits, '_', '-', '.', not starting or ending with '-' or '.',
+# and no '--' or '..' (the hub's own rule, which also keeps '..' out of a cache path).
+_HUB_NAME = r"(?!.*(--|\.\.))[A-Za-z0-9_](?:[\w.-]*[A-Za-z0-9_])?"
+
+
 def _repository(source: str) -> Tuple[str, Optional[str]]:
     """`hf://owner/name@rev` → ("owner/name", "rev")."""
     scheme, _, rest = source.partition("://")
     repository, _, revision = rest.partition("@")
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repository):
+    if not re.fullmatch(f"{_HUB_NAME}/{_HUB_NAME}", repository):
         raise SourceError(f"{source}: expected {scheme}://OWNER/NAME[@REVISION], e.g. "
                           f"{scheme}://hfl/chinese-roberta-wwm-ext")
     return repository, revision or None
@@ -135,6 +154,8 @@ def _hugging_face_snapshot(source: str, repository: str, revision: Optional[str]
                           "repository log in first (hf auth login, or set HF_TOKEN)") from None
     except errors.RevisionNotFoundError:
         raise SourceError(f"{source}: the repository has no revision {revision!r}") from None
+    except errors.HFValidationError as error:
+        raise SourceError(f"{source}: not a Hugging Face repository name ({first_line(error)})") from None
     except errors.LocalEntryNotFoundError:
         raise SourceError(f"{source}: not in the Hugging Face cache and the hub cannot be reached (offline, "
                           "or HF_HUB_OFFLINE=1). Run the command once where the hub is reachable (the files "
@@ -158,27 +179,47 @@ def _modelscope_snapshot(source: str, repository: str, revision: Optional[str], 
 # --- archives -----------------------------------------------------------------------------------
 
 def _from_archive(url: str, sha256: Optional[str], root: str, max_bytes: int) -> str:
+    """The unpacked archive in the cache, fetched first unless a copy with the pinned digest (if any) is there.
+
+    Beside each unpacked archive, `<key>.sha256` records the digest of the archive it came from: a pin is
+    checked against it on every hit, so an unpinned fetch never stands in for a pinned one.
+    """
     name = re.sub(r"[^\w.-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:80]
     key = f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{name}"
     unpacked = os.path.join(root, "archives", key)
+    recorded = unpacked + ".sha256"
     with locked(os.path.join(root, "locks", f"{key}.lock")):
-        if not os.path.isdir(unpacked):  # else another run (perhaps one we waited for) fetched it
+        # else another run (perhaps one we waited for) fetched it
+        if not os.path.isdir(unpacked) or (sha256 and _recorded_digest(recorded) != sha256):
             for folder in ("downloads", "archives"):
                 os.makedirs(os.path.join(root, folder), exist_ok=True)
-            archive = download(url, os.path.join(root, "downloads", key), sha256)
+            archive = os.path.join(root, "downloads", key)
+            digest = download(url, archive, sha256)
             staging = staging_directory(unpacked)
             try:
                 unpack(archive, staging, max_bytes, label=url)
-                checkpoint_directory(staging, url)  # an archive without a checkpoint is not cached
-                os.replace(staging, unpacked)
+                checkpoint_directory(staging, url, shown_root="the archive")  # none: not cached
+                replace_directory(staging, unpacked)
+                atomic_write_text(recorded, digest + "\n")
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
                 os.remove(archive)  # unpacked (or refused): the archive itself is not kept
     return checkpoint_directory(unpacked, url)
 
 
-def checkpoint_directory(root: str, source: str) -> str:
-    """The one directory under `root` that holds a checkpoint (`model.safetensors` or a TF `.index`)."""
+def _recorded_digest(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def checkpoint_directory(root: str, source: str, shown_root: Optional[str] = None) -> str:
+    """The one directory under `root` that holds a checkpoint (`model.safetensors` or a TF `.index`).
+
+    `shown_root`: how errors name `root` when it is a staging folder the user will never see.
+    """
     found = sorted({os.path.dirname(path) for pattern in ("**/*.safetensors", "**/*.index")
                     for path in glob.glob(os.path.join(root, pattern), recursive=True)})
     if len(found) == 1:
@@ -187,8 +228,12 @@ def checkpoint_directory(root: str, source: str) -> str:
         raise SourceError(f"{source}: holds no checkpoint kbert reads (a model.safetensors, or a TF checkpoint's "
                           f".index and .data files); it has {_listing(root)}. kbert never loads a pickled "
                           "pytorch_model.bin: convert one to safetensors with transformers first")
-    raise SourceError(f"{source}: holds {len(found)} checkpoints ({', '.join(os.path.relpath(p, root) for p in found)});"
-                      f" pass the directory of the one to use, under {root}")
+    folders = ", ".join(os.path.relpath(p, root) + "/" for p in found)
+    if shown_root:
+        raise SourceError(f"{source}: {shown_root} holds {len(found)} checkpoints ({folders}) and kbert takes one; "
+                          "nothing was cached. Unpack it yourself and pass the directory of the one to use")
+    raise SourceError(f"{source}: holds {len(found)} checkpoints ({folders}); pass the directory of the one to "
+                      f"use, under {root}")
 
 
 def _listing(root: str, most: int = 8) -> str:
