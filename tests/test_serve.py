@@ -149,6 +149,10 @@ def test_bad_requests_get_4xx_that_say_what_was_wrong(model_dirs):
             ({"texts": ["好" * 51]}, 413, "texts[0]: 51 characters, more than this server's limit of 50"),
             ({"texts": ["好" * 40] * 4 + ["x" * 2000]}, 413, "over this server's limit of 2000 bytes"),
             ({"texts": ["好"], "text_pairs": ["a", "b"]}, 422, "text_pairs: one per text"),
+            ({"texts": ["好"], "text_pairs": [" "]}, 422, "text_pairs[0]: blank"),
+            (b'{"texts": ["\\ud800abc"]}', 422, "texts[0]: a lone surrogate at character 0 is not text"),
+            (b'{"texts": ["ok"], "text_pairs": ["a\\udfff"]}', 422, "text_pairs[0]: a lone surrogate at character 1"),
+            (b"[" * 1900, 400, "the body is JSON nested too deeply"),
         ]
         for body, status, message in cases:
             got, answer = post(url, body, raw=isinstance(body, bytes))
@@ -205,11 +209,11 @@ def test_the_batcher_gathers_concurrent_requests_and_isolates_a_bad_one():
 
     async def scenario():
         batcher = Batcher(predictor, max_batch=4, max_wait_ms=50, max_queue=8)
-        loop = asyncio.create_task(batcher.run())
+        batcher.start()
         answers = await asyncio.gather(batcher.predict(["a"]), batcher.predict(["b", "c"]),
                                        batcher.predict(["bad"]), batcher.predict(["d", "e"]),
                                        return_exceptions=True)
-        await batcher.close(loop)
+        await batcher.close()
         return answers
 
     answers = asyncio.run(scenario())
@@ -217,6 +221,52 @@ def test_the_batcher_gathers_concurrent_requests_and_isolates_a_bad_one():
     assert isinstance(answers[2], KbertError)
     # a, b c, bad: one batch of 4 (which fails), then each of its requests alone; d e the next batch.
     assert calls == [["a", "b", "c", "bad"], ["a"], ["b", "c"], ["bad"], ["d", "e"]]
+
+
+def test_an_app_whose_lifespan_never_ran_still_answers():
+    """Mounted in another app (Starlette runs no mounted app's lifespan), the first request starts the batches."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    from kbert.serving import ServerLimits, create_app
+    from kbert.tasks.predictors import Predictor
+
+    predictor = Predictor("classify", "a-model", lambda texts, pairs=None: [{"text": t, "label": "1"} for t in texts])
+    outer = Starlette(routes=[Mount("/model", app=create_app(predictor, ServerLimits(max_wait_ms=1)))])
+    with TestClient(outer) as client:  # runs the outer app's lifespan only
+        response = client.post("/model/v1/predict", json={"texts": ["好", "差"]})
+    assert response.status_code == 200
+    assert [row["text"] for row in response.json()["predictions"]] == ["好", "差"]
+
+
+def test_a_request_waits_at_most_its_timeout():
+    from kbert.serving import Batcher, QueueFull
+
+    async def scenario():
+        batcher = Batcher(lambda texts, pairs=None: time.sleep(0.5) or texts, max_wait_ms=0, timeout_s=0.1)
+        with pytest.raises(QueueFull, match=r"no answer within 0.1 s"):
+            await batcher.predict(["slow"])
+        await batcher.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--port", "70000"], "expected a port from 0 (any free one) to 65535, got '70000'"),
+    (["--port", "-5"], "expected a non-negative integer, got '-5'"),
+    (["--host", ""], "expected an address (127.0.0.1: this machine only; 0.0.0.0: every interface, said explicitly)"),
+    (["--host", "nosuch.invalid"], "cannot listen on 'nosuch.invalid': the name does not resolve"),
+])
+def test_serve_refuses_an_address_it_cannot_listen_on_before_loading(model_dirs, flags, message, capsys):
+    started = time.perf_counter()
+    try:
+        code = main(["serve", str(model_dirs / "classify"), *flags])
+    except SystemExit as usage:  # argparse's refusal of the option's value
+        code = usage.code
+    error = capsys.readouterr().err
+    assert code == 2 and message in error and "Traceback" not in error, error
+    assert time.perf_counter() - started < 30  # refused before the model loads
 
 
 def test_serve_names_a_missing_model_directory(tmp_path, capsys):
@@ -260,6 +310,14 @@ def test_bert4keras_web_serving_answers_as_it_did(tmp_path):
         request = urllib.request.Request(url + "/gen_synonyms", data=b"text=b&n=3", method="POST")
         with urllib.request.urlopen(request, timeout=60) as response:
             assert json.loads(response.read())["data"] == ["b", "b", "b"]
+        for chunked in (False, True):  # over the body limit, declared or streamed without a length
+            body = b"text=" + b"x" * 1_000_001
+            request = urllib.request.Request(url + "/gen_synonyms", method="POST",
+                                             data=iter([body]) if chunked else body,
+                                             headers={"Transfer-Encoding": "chunked"} if chunked else {})
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answer = json.loads(response.read())
+            assert answer["code"] == 2 and "over this server's limit of 1,000,000 bytes" in answer["desc"], answer
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)

@@ -38,6 +38,22 @@ def positive_int(text: str) -> int:
     return _whole_number(text, minimum=1)
 
 
+def port_number(text: str) -> int:
+    """A TCP port: 0 (any free one) to 65535."""
+    value = _whole_number(text, minimum=0)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 (any free one) to 65535, got {text!r}")
+    return value
+
+
+def host_name(text: str) -> str:
+    """An address to listen on; an empty one (an unset $HOST, say) is refused rather than read as every interface."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected an address (127.0.0.1: this machine only; 0.0.0.0: every "
+                                         "interface, said explicitly), got an empty one")
+    return text.strip()
+
+
 def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kbert.cli.arguments import positive_int, precision_option
+from kbert.cli.arguments import host_name, port_number, positive_int, precision_option
 from kbert.errors import KbertError
-from kbert.serving.app import ServerLimits
+from kbert.serving.app import ServerLimits, check_listen_address
 
 DEFAULTS = ServerLimits()
 LIMITS = {  # ServerLimits' fields, as options
@@ -21,8 +21,9 @@ def add_commands(command) -> None:
     serve = command("serve", "serve a model directory over HTTP: POST /v1/predict {\"texts\": [...]} answers what "
                              "kbert predict --json prints; GET /health; the OpenAPI schema at /docs")
     serve.add_argument("model", metavar="MODEL_DIR", help="model directory from kbert train or kbert pretrain")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one)")
+    serve.add_argument("--host", type=host_name, default="127.0.0.1",
+                       help="address to listen on (0.0.0.0: every interface, said explicitly)")
+    serve.add_argument("--port", type=port_number, default=8000, help="port to listen on (0: any free one)")
     for field, (kind, help) in LIMITS.items():
         serve.add_argument("--" + field.replace("_", "-"), type=kind, default=getattr(DEFAULTS, field), help=help)
     serve.add_argument("--beam-size", type=positive_int, default=1, help="seq2seq: beams (1: greedy)")
@@ -52,6 +53,7 @@ def run_serve(args) -> int:
     if args.quantize and args.mixed_precision:
         raise KbertError(f"--quantize int8 with --mixed-precision {args.mixed_precision}: the int8 file is made from "
                          "the float32 model; pick one")
+    check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
                                   max_new_tokens=args.max_new_tokens, top_k=args.top_k)

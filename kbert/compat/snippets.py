@@ -23,6 +23,7 @@ import numpy as np
 
 from kbert.generation.decoder import AutoRegressiveDecoder
 from kbert.layers.crf import ViterbiDecoder
+from kbert.serving.app import ServerLimits
 from kbert.training import batches
 from kbert.training.batches import sequence_padding
 
@@ -290,6 +291,8 @@ class WebServing:
         host: the address to listen on (bert4keras's default: every interface).
         port: the port (0: any free one).
         server: bert4keras's WSGI server choice; ignored.
+        max_body_bytes: the largest POST body read (kbert serve's limit, 1 MB); a larger one is answered
+            with code 2 and never read whole.
 
     Example:
     >>> web = WebServing(host="127.0.0.1", port=0)
@@ -298,7 +301,8 @@ class WebServing:
     ['/gen_synonyms']
     """
 
-    def __init__(self, host: str = "0.0.0.0", port: int = 8000, server: str = "paste"):
+    def __init__(self, host: str = "0.0.0.0", port: int = 8000, server: str = "paste",
+                 max_body_bytes: int = ServerLimits.max_body_bytes):
         try:
             from fastapi import FastAPI
         except ImportError:
@@ -307,7 +311,7 @@ class WebServing:
 
         from kbert.serving.app import log_request
 
-        self.host, self.port = host, port
+        self.host, self.port, self.max_body_bytes = host, port, max_body_bytes
         self.app = FastAPI(title="kbert WebServing")
         self.app.middleware("http")(log_request)
         self._model_lock = threading.Lock()
@@ -321,7 +325,7 @@ class WebServing:
             outputs = {"code": 0, "desc": "succeeded", "data": {}}
             kwargs = {}
             try:
-                given = request.query_params if method == "GET" else _form(await request.body())
+                given = request.query_params if method == "GET" else _form(await _body(request, self.max_body_bytes))
                 for key, (convert, required) in arguments.items():
                     value = given.get(key)
                     if value is None:
@@ -353,6 +357,19 @@ class WebServing:
     def _call(self, func: Callable, kwargs: dict):
         with self._model_lock:
             return func(**kwargs)
+
+
+async def _body(request, most: int) -> bytes:
+    """The request's body, read as it streams in and refused past `most` bytes (never held whole)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > most:
+        raise ValueError(f"the request body is over this server's limit of {most:,} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > most:
+            raise ValueError(f"the request body is over this server's limit of {most:,} bytes")
+    return bytes(body)
 
 
 def _form(body: bytes) -> dict:

@@ -17,7 +17,6 @@ Endpoints:
 - `GET /openapi.json`, `GET /docs`: the schema and its pages.
 """
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -66,10 +65,10 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     batcher = Batcher(predictor, limits.max_batch, limits.max_wait_ms, limits.max_queue)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app):
-        loop_task = asyncio.create_task(batcher.run())
+    async def lifespan(app):  # not run when the app is mounted in another: the first request starts the loop
+        batcher.start()
         yield
-        await batcher.close(loop_task)  # after uvicorn has let the requests in flight finish
+        await batcher.close()  # after uvicorn has let the requests in flight finish
         logger.info("stopped: every accepted request was answered (%d batches)", batcher.batches)
 
     app = FastAPI(title="kbert", summary=f"a kbert {predictor.task} model: {predictor.model_dir}", lifespan=lifespan)
@@ -107,12 +106,12 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
                          503: {"description": "the queue is full: retry later"}})
     async def predict(request: Request):
         try:
-            body = PredictRequest.model_validate(json.loads(await request.body()))
-        except (ValueError, UnicodeDecodeError) as error:
-            if isinstance(error, ValidationError):
-                return problem(422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
-                                              for item in error.errors()) + ' (expected {"texts": ["...", ...]})')
-            return problem(400, f'the body is not JSON ({error}); expected {{"texts": ["...", ...]}}')
+            body = PredictRequest.model_validate(read_json(await request.body()))
+        except ValidationError as error:
+            return problem(422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
+                                          for item in error.errors()) + ' (expected {"texts": ["...", ...]})')
+        except ValueError as error:
+            return problem(400, f'{error}; expected {{"texts": ["...", ...]}}')
         request.state.texts = len(body.texts)
         refused = _refusal(body.texts, body.text_pairs, limits, predictor.task)
         if refused:
@@ -129,6 +128,25 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     app.middleware("http")(log_request)
     return app
 
+def read_json(body: bytes):
+    """A request body as JSON; `ValueError` that says why not (not JSON, not UTF-8, nested too deeply)."""
+    try:
+        return json.loads(body)
+    except RecursionError:  # e.g. 100,000 "[": Python's parser gives up; the client's fault, not the server's
+        raise ValueError("the body is JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"the body is not JSON ({error})") from None
+
+
+def _unencodable(text: str) -> Optional[int]:
+    """Where `text` holds a lone surrogate (JSON's "\\ud800" escapes can carry one), which no tokenizer reads."""
+    try:
+        text.encode("utf-8")
+        return None
+    except UnicodeEncodeError as error:
+        return error.start
+
+
 def _refusal(texts: List[str], pairs, limits: ServerLimits, task: str):
     """`(status, message)` for a request the server does not take, else None."""
     if not texts:
@@ -138,12 +156,19 @@ def _refusal(texts: List[str], pairs, limits: ServerLimits, task: str):
     if pairs is not None and (task != "classify" or len(pairs) != len(texts)):
         return 422, ("text_pairs: one per text (or null)" if task == "classify"
                      else f"text_pairs: a {task} model takes single texts")
-    for index, text in enumerate(texts):
-        if len(text) > limits.max_text_chars:
-            return 413, (f"texts[{index}]: {len(text)} characters, more than this server's limit of "
-                         f"{limits.max_text_chars} (--max-text-chars)")
-        if not text.strip():
-            return 422, f"texts[{index}]: blank; every text must hold something to predict"
+    for field, column in (("texts", texts), ("text_pairs", pairs or [])):
+        for index, text in enumerate(column):
+            if text is None and field == "text_pairs":
+                continue
+            if len(text) > limits.max_text_chars:
+                return 413, (f"{field}[{index}]: {len(text)} characters, more than this server's limit of "
+                             f"{limits.max_text_chars} (--max-text-chars)")
+            if not text.strip():
+                return 422, (f"{field}[{index}]: blank; every text must hold something to predict"
+                             + (" (null: no second text)" if field == "text_pairs" else ""))
+            if _unencodable(text) is not None:
+                return 422, (f"{field}[{index}]: a lone surrogate at character {_unencodable(text)} is not text "
+                             "(an unpaired \\ud800-\\udfff escape); send valid UTF-16 pairs or UTF-8")
     return None
 
 class _BodyLimit:
@@ -199,19 +224,39 @@ def serve(predictor, host: str = "127.0.0.1", port: int = 8000, limits: Optional
     run_app(create_app(predictor, limits), host, port, ready)
 
 
+def check_listen_address(host: str, port: int) -> None:
+    """Refuses an address the server could not listen on, before anything is loaded: an empty host (which
+    socket libraries read as every interface), a port out of range, a host name that does not resolve."""
+    if not host or not host.strip():
+        raise KbertError("the host to listen on is empty; give an address (127.0.0.1: this machine only; "
+                         "0.0.0.0: every interface, said explicitly)")
+    if not 0 <= port <= 65535:
+        raise KbertError(f"port {port}: expected 0 (any free one) to 65535")
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as error:
+        raise KbertError(f"cannot listen on {host!r}: the name does not resolve ({error}); give an address of this "
+                         "machine (127.0.0.1, 0.0.0.0 for every interface) or a name that resolves to one") from None
+
+
 def run_app(app, host: str, port: int, ready=print) -> None:
     """Runs an ASGI app on uvicorn at host:port until SIGINT or SIGTERM, which let the requests in flight
     finish; `ready(url)` is called once it listens (port 0: any free one)."""
+    import errno
+
     import uvicorn
 
+    check_listen_address(host, port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((host, port))
     except OSError as error:
-        raise KbertError(f"cannot listen on {host}:{port}: {error.strerror}; choose another port "
-                         "(0: any free one)") from None
+        listener.close()
+        advice = ("choose another port (0: any free one)" if error.errno in (errno.EADDRINUSE, errno.EACCES)
+                  else "give an address of this machine (127.0.0.1; 0.0.0.0 for every interface)")
+        raise KbertError(f"cannot listen on {host}:{port}: {error.strerror}; {advice}") from None
     bound = listener.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
                             lifespan="on")

@@ -44,22 +44,30 @@ class Batcher:
         max_batch: the most texts a batch gathers (a larger request is one batch of its own).
         max_wait_ms: how long a batch waits for more requests once its first has arrived.
         max_queue: the most texts waiting; a request beyond it raises `QueueFull`.
+        timeout_s: the longest a request waits for its rows; then `QueueFull` (HTTP 503).
+
+    The batch loop is started by `start()` (a server's lifespan), or by the
+    first request where nothing started it (an app mounted in another, whose
+    lifespan Starlette does not run).
 
     Example:
     >>> async def main():
     ...     batcher = Batcher(lambda texts, pairs=None: [len(text) for text in texts], max_batch=8,
     ...                       max_wait_ms=1, max_queue=16)
-    ...     loop = asyncio.create_task(batcher.run())
+    ...     batcher.start()
     ...     answers = await asyncio.gather(batcher.predict(["ab"]), batcher.predict(["abc", "d"]))
-    ...     await batcher.close(loop)
+    ...     await batcher.close()
     ...     return answers, batcher.batches
     >>> asyncio.run(main())
     ([[2], [3, 1]], 1)
     """
 
-    def __init__(self, predictor, max_batch: int = 32, max_wait_ms: float = 5.0, max_queue: int = 256):
+    def __init__(self, predictor, max_batch: int = 32, max_wait_ms: float = 5.0, max_queue: int = 256,
+                 timeout_s: float = 120.0):
         self.predictor, self.max_batch, self.max_wait, self.max_queue = (
             predictor, max_batch, max_wait_ms / 1000, max_queue)
+        self.timeout_s = timeout_s
+        self._loop_task: "Optional[asyncio.Task]" = None
         self.queue: Deque[_Request] = collections.deque()
         self.waiting = 0  # texts in the queue
         self.batches = 0  # batches run, for the logs and tests
@@ -79,9 +87,20 @@ class Batcher:
         self.queue.append(request)
         self.waiting += len(texts)
         self._arrival.set()
-        return await request.future
+        self.start()
+        try:  # shielded: a request that timed out is still run with its batch; its rows are dropped
+            return await asyncio.wait_for(asyncio.shield(request.future), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise QueueFull(f"no answer within {self.timeout_s:g} s (the server is overloaded); retry later") \
+                from None
 
-    async def run(self) -> None:
+    def start(self) -> "asyncio.Task":
+        """Starts the batch loop on the running event loop, unless it runs already; returns its task."""
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+        return self._loop_task
+
+    async def _run(self) -> None:
         """Runs batches until `close`; every request accepted before it is answered."""
         while True:
             if not self.queue:
@@ -93,11 +112,12 @@ class Batcher:
             batch = await self._gather()
             await self._run_batch(batch)
 
-    async def close(self, loop_task: "asyncio.Task") -> None:
+    async def close(self) -> None:
         """Refuses new requests, lets the loop answer the queued ones, and ends it."""
         self._closing = True
         self._arrival.set()
-        await loop_task
+        if self._loop_task is not None:
+            await self._loop_task
         self._thread.shutdown(wait=True)
 
     async def _gather(self) -> List[_Request]:
