@@ -252,6 +252,39 @@ def test_a_damaged_weights_file_is_named(trained, tmp_path):
         load_classifier(str(copy))
 
 
+def test_a_run_whose_loss_is_not_finite_stops_and_keeps_no_diverged_epoch(tiny_run, tmp_path):
+    from kbert.training.loop import TrainingDiverged
+
+    out = tmp_path / "model"
+    with pytest.raises(TrainingDiverged, match=r"epoch 1 ended with loss nan.*: the run diverged\. The usual cause is "
+                                               r"a learning rate too high .*--lr is 1e\+06.*; stopped before the "
+                                               r"first epoch completed: nothing was kept"):
+        train(*tiny_run, str(out), options=dataclasses.replace(FAST, learning_rate=1e6), verbose=0)
+    assert not out.exists() and not pathlib.Path(f"{out}.partial").exists()
+
+
+def test_a_model_with_non_finite_weights_is_refused_on_load(trained, tmp_path, capsys):
+    import h5py
+
+    from kbert.cli.main import main
+
+    out, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    with h5py.File(copy / "model.weights.h5", "r+") as handle:
+        kernels = []
+        handle.visititems(lambda name, item: kernels.append(name) if isinstance(item, h5py.Dataset)
+                          and item.ndim == 2 else None)
+        handle[kernels[0]][0, 0] = np.nan
+    with pytest.raises(KbertError, match=r"model.weights.h5: 1 weight tensors hold NaN or infinite values .*: the "
+                                         r"run that wrote them diverged"):
+        load_classifier(str(copy))
+    (tmp_path / "texts.txt").write_text("好\n", encoding="utf-8")
+    assert main(["predict", "--json", "--model", str(copy), str(tmp_path / "texts.txt")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "hold NaN or infinite values" in captured.err
+
+
 @pytest.mark.parametrize("names", [["neg", "pos", "neutral"], ["pos"]])
 def test_a_label_map_of_another_model_is_named(trained, tmp_path, names):
     out, _ = trained

@@ -350,9 +350,18 @@ def run_predict(args) -> int:
     rows = [predictor.blank(text) for text in texts]
     for index, row in zip(kept, predictor([texts[i] for i in kept], pairs and [pairs[i] for i in kept])):
         rows[index] = row
-    for row in rows:
-        print(json.dumps(row, ensure_ascii=False) if args.json else _as_text(task, row))
+    for line, row in enumerate(rows, 1):
+        print(_json_line(row, line) if args.json else _as_text(task, row))
     return 0
+
+
+def _json_line(row: dict, line: int) -> str:
+    """A row as one line of strict JSON: NaN and infinities, which JSON has no words for, are refused."""
+    try:
+        return json.dumps(row, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise KbertError(f"input line {line}: the model's answer holds NaN or an infinite number, which JSON cannot "
+                         f"carry ({row}); the model's outputs overflowed (--mixed-precision float16?)") from None
 
 
 def _as_text(task: str, row: dict) -> str:

@@ -75,6 +75,28 @@ class _BestWeights(keras.callbacks.Callback):
         write_json(os.path.join(self.out_dir, TRAINING_FILE), self.state)
 
 
+class TrainingDiverged(KbertError):
+    """The loss stopped being a finite number: the run ends, and the epoch that diverged is not kept."""
+
+
+class _StopWhenDiverged(keras.callbacks.Callback):
+    """Ends the run at the end of an epoch whose loss is NaN or infinite, before that epoch is backed up or
+    kept: the weights it made are not a model (every later prediction would be NaN)."""
+
+    def __init__(self, learning_rate: float):
+        super().__init__()
+        self.learning_rate = learning_rate
+
+    def on_epoch_end(self, epoch, logs=None):
+        bad = {name: float(value) for name, value in (logs or {}).items()
+               if name.endswith("loss") and not math.isfinite(float(value))}
+        if bad:
+            raise TrainingDiverged(
+                f"epoch {epoch + 1} ended with {', '.join(f'{name} {value}' for name, value in bad.items())}: the "
+                f"run diverged. The usual cause is a learning rate too high for the model (this run's --lr is "
+                f"{self.learning_rate:g}; fine-tuning takes 1e-5 to 1e-4) or --mixed-precision float16 overflowing")
+
+
 class AverageAtEpochEnd(keras.callbacks.Callback):
     """With EMA: the model continues from the weights' moving average after the last batch of each epoch.
 
@@ -251,6 +273,7 @@ def train_task(
         interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
         callbacks = [
             interrupt,
+            _StopWhenDiverged(options.learning_rate),  # before the backup and the kept weights: a NaN epoch is neither
             keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
             # Each epoch ends on the average, so what is validated is what is saved.
             *([AverageAtEpochEnd(data.steps_per_epoch)] if options.ema else []),
@@ -267,6 +290,8 @@ def train_task(
                             callbacks=callbacks, verbose=verbose, shuffle=False)
         except KeyboardInterrupt:
             raise TrainingInterrupted(run.stopped(state, options.epochs)) from None
+        except TrainingDiverged as error:
+            raise TrainingDiverged(f"{error}; {run.stopped(state, options.epochs, 'stopped')}") from None
         except BaseException:
             run.stopped(state, options.epochs)
             raise

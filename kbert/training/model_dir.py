@@ -18,6 +18,7 @@ import os
 from typing import Type
 
 import keras
+import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, first_line
@@ -104,4 +105,15 @@ def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
     except Exception as error:  # h5py's and Keras's errors for damaged or foreign files
         raise KbertError(f"{weights}: cannot read the model's weights ({first_line(error)}); "
                          "the file is damaged or belongs to another model") from None
+    refuse_non_finite_weights(loaded.model, weights)
     return loaded
+
+
+def refuse_non_finite_weights(model, path: str) -> None:
+    """Refuses a model with NaN or infinite weights (a diverged run's, saved by a kbert before 0.2 or by hand):
+    every prediction of it would be NaN, which no JSON answer can carry."""
+    bad = [weight.path for weight in model.weights if not np.isfinite(keras.ops.convert_to_numpy(weight.value)).all()]
+    if bad:
+        raise KbertError(f"{path}: {len(bad)} weight tensors hold NaN or infinite values ({', '.join(bad[:3])}"
+                         f"{', ...' if len(bad) > 3 else ''}): the run that wrote them diverged. Train again with a "
+                         "lower --lr")

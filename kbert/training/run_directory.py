@@ -85,14 +85,14 @@ class RunDirectory:
         write_json(path, state)
         return state
 
-    def stopped(self, state: dict, epochs: int) -> str:
-        """Cleans up after a run that did not complete; returns what happened, for the user."""
+    def stopped(self, state: dict, epochs: int, how: str = "interrupted") -> str:
+        """Cleans up after a run that did not complete; returns what happened (`how` it ended), for the user."""
         completed = len(state.get("history", []))
         untouched = f"{self.out} is unchanged" if self.existed else f"{self.out} was not created"
         if not completed:
             shutil.rmtree(self.partial, ignore_errors=True)
-            return f"interrupted before the first epoch completed: nothing was kept, and {untouched}"
-        return (f"interrupted after {completed} of {epochs} epochs: they are kept in {self.partial} "
+            return f"{how} before the first epoch completed: nothing was kept, and {untouched}"
+        return (f"{how} after {completed} of {epochs} epochs: they are kept in {self.partial} "
                 f"({untouched}); run the same command with --resume to continue")
 
     def publish(self) -> None:
