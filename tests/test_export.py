@@ -122,8 +122,9 @@ def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
     np.testing.assert_allclose(litert_runner(str(tmp_path / "classify.int8.tflite"))(tokens, segments),
                                classifier.model.predict_on_batch([tokens, segments]), atol=0.05)
     metadata = json.loads((tmp_path / "classify.metadata.json").read_text("utf-8"))
-    assert metadata == {"kbert_task": "classify", "kbert_output": "probabilities",
-                        "kbert_labels": classifier.labels.names}
+    assert {key: metadata[key] for key in ("kbert_task", "kbert_output", "kbert_labels", "kbert_maxlen")} == {
+        "kbert_task": "classify", "kbert_output": "probabilities", "kbert_labels": classifier.labels.names,
+        "kbert_maxlen": 32}
     for head in ("crf", "global_pointer"):
         tagger = load_tagger(str(model_dirs / head))
         tokens, segments = encoded(tagger.encoder.tokenizer, ["张三去北京大学看望李四", "国务院总理李鹏在北京会见了日本客人"])
@@ -207,7 +208,11 @@ def test_the_onnx_generator_imports_neither_keras_nor_tensorflow():
     (["seq2seq", "out.tflite"], "a seq2seq model exports as ONNX (its cached decoding step"),
     (["classify", "out", "--quantize", "int8"], "export with --format onnx or litert"),
     (["classify", "exists.onnx"], "already exists"),
-    (["classify", "exists.tflite"], "exists.metadata.json: already exists, and a LiteRT export writes its metadata"),
+    (["classify", "exists.tflite"], "exists.metadata.json: already exists; choose a new path (an export never "
+                                    "replaces a file, nor one of the files it writes beside it)"),
+    (["classify", "out.onnx", "--format", "keras"], "out.onnx: --format keras writes a .keras file: name it NAME.keras"),
+    (["classify", "out.tflite", "--format", "onnx"], "out.tflite: --format onnx writes a .onnx file: name it NAME.onnx"),
+    (["classify", "out.onnx", "--format", "saved_model"], "--format saved_model writes a SavedModel directory"),
 ])
 def test_exports_refused_with_the_reason(model_dirs, tmp_path, capsys, arguments, message):
     (tmp_path / "exists.onnx").write_text("mine")
@@ -219,3 +224,59 @@ def test_exports_refused_with_the_reason(model_dirs, tmp_path, capsys, arguments
     assert sorted(path.name for path in tmp_path.iterdir()) == ["exists.metadata.json", "exists.onnx"]  # no more
     with pytest.raises(KbertError, match="expected int8"):
         export_model(str(model_dirs / "classify"), str(tmp_path / "x.onnx"), quantize="int4")
+
+
+def test_onnx_metadata_says_how_to_make_the_input(model_dirs, tmp_path):
+    from kbert.tasks.classification import load_classifier
+
+    assert main(["export", "--model", str(model_dirs / "classify"), str(tmp_path / "model.onnx")]) == 0
+    tokens, segments = encoded(load_classifier(str(model_dirs / "classify")).tokenizer, REVIEWS)
+    _, metadata = run_onnx(tmp_path / "model.onnx", tokens, segments)
+    assert json.loads(metadata["kbert_maxlen"]) == 32 and json.loads(metadata["kbert_do_lower_case"]) is True
+    config = json.loads((model_dirs / "classify" / "bert_config.json").read_text())
+    assert json.loads(metadata["kbert_max_positions"]) == config["max_position_embeddings"]
+
+
+def test_a_check_that_meets_nan_or_a_changed_label_keeps_nothing(model_dirs, monkeypatch, tmp_path):
+    """NaN compares false with any tolerance: it is refused as such; an int8 file must keep every top label."""
+    from kbert.serving import export
+
+    real = export.onnx_runner
+    for broken, quantize, message in (
+            (lambda run: (lambda *ids: run(*ids) * np.nan), None, "hold NaN or infinite values"),
+            (lambda run: (lambda *ids: run(*ids)[:, ::-1]), "int8", r"top labels \[.*\] against \[.*\] \(allowed: "
+                                                                   r"the same labels, 0.1 apart\)")):
+        monkeypatch.setattr(export, "onnx_runner", lambda path, broken=broken: broken(real(path)))
+        with pytest.raises(KbertError, match=message):
+            export_model(str(model_dirs / "classify"), str(tmp_path / "model.onnx"), quantize=quantize)
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_a_graph_export_on_another_backend_says_which_backend_it_needs(model_dirs, monkeypatch, tmp_path):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    for name in ("model.onnx", "model.tflite", "saved"):
+        with pytest.raises(KbertError, match=r"traces the model as a TensorFlow graph, and Keras runs on jax here: "
+                                             r"run the export with KERAS_BACKEND=tensorflow"):
+            export_model(str(model_dirs / "classify"), str(tmp_path / name))
+
+
+def test_sigterm_during_an_export_leaves_no_staging_behind(model_dirs, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    scratch, out = tmp_path / "tmp", tmp_path / "out"
+    scratch.mkdir()
+    out.mkdir()
+    process = subprocess.Popen([sys.executable, "-m", "kbert", "export", "--model", str(model_dirs / "classify"),
+                                str(out / "model.onnx")], env={**os.environ, "TMPDIR": str(scratch)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(scratch.glob("kbert-export-*")) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)  # until the export is staging its files
+    assert list(scratch.glob("kbert-export-*")), "the export never staged anything"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 128 + signal.SIGTERM
+    assert list(out.iterdir()) == [] and list(scratch.glob("kbert-export-*")) == []

@@ -423,7 +423,16 @@ def _text_lines(data: bytes, source: str) -> List[str]:
 
 
 def run_export(args) -> int:
+    import signal
+
     from kbert.serving.export import export_model
 
+    # SIGTERM (a stopped job, a CI timeout) ends the export as Ctrl-C does: its staging folder is removed on the
+    # way out, not left behind (Python's default for SIGTERM is to die without unwinding).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     print(export_model(args.model, args.output, args.format, args.quantize))
     return 0
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)

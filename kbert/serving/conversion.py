@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
-from typing import Optional
+import tempfile
+from typing import Dict, Iterator, Optional
 
 import numpy as np
 
 from kbert.errors import KbertError, first_line
+from kbert.io import atomic_copy
 
 ONNX_OPSET = 17
 FLOAT_TOLERANCE = 1e-4  # an exported file's outputs against Keras's, float32
+# int8 files against Keras's float32: the top label the same on every sample text and each probability within
+# 0.1; decoded tags (or a CRF's best tag per position) differing at no more than 5% of positions; seq2seq's
+# greedy decoding with the same first tokens and no more than 10% of its tokens changed (a near tie of a weak
+# model may flip).
+INT8_PROBABILITY_TOLERANCE = 0.1
+INT8_TAG_SHARE = 0.05
+INT8_TOKEN_SHARE = 0.1
 SAMPLE_TEXTS = ("国务院总理李鹏在北京会见了日本客人", "房间干净，服务热情", "好")  # what each export is checked on
 _converters_registered = False
 
@@ -37,6 +47,36 @@ class ExportReport:
             text += f"; {self.runtime} against Keras on {len(SAMPLE_TEXTS)} texts: largest difference " \
                     f"{self.max_difference:.2e}"
         return text
+
+
+@contextlib.contextmanager
+def export_staging() -> Iterator[str]:
+    """A folder for an export's files until they are checked, in the system's temporary folder: an export that
+    is killed leaves nothing beside its output (its files reach the output by `publish`)."""
+    with tempfile.TemporaryDirectory(prefix="kbert-export-") as staging:
+        yield staging
+
+
+def publish(files: Dict[str, str]) -> None:
+    """Copies each checked file `{staged: output}` to its output, each atomically and all or none: outputs go in
+    the order given (the main file last), and on a failure those already written are removed."""
+    written = []
+    try:
+        for staged, out in files.items():
+            atomic_copy(staged, out)
+            written.append(out)
+    except BaseException:
+        for out in written:
+            os.remove(out)
+        raise
+
+
+def refuse_existing(*paths: str) -> None:
+    """An export never replaces a file: each of `paths` (the output and the files written beside it) must be new."""
+    for path in paths:
+        if os.path.lexists(path):
+            raise KbertError(f"{path}: already exists; choose a new path (an export never replaces a file, nor one "
+                             "of the files it writes beside it)")
 
 
 def convert_to_onnx(function, signature, metadata: dict, staging: str, quantize: Optional[str], what: str,

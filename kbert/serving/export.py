@@ -16,7 +16,8 @@ runtime needs no kbert:
 
 ONNX goes through tf2onnx (so it needs TensorFlow) and is checked before it
 is kept: onnxruntime runs it on real text and its outputs must match Keras's
-(float32: 1e-4; int8 is reported, not bounded). LiteRT (`.tflite`, TensorFlow
+(float32: 1e-4; int8: the same top label and probabilities within 0.1,
+tags differing at no more than 5% of positions; NaN never). LiteRT (`.tflite`, TensorFlow
 Lite's format) goes through TensorFlow's converter from the SavedModel, is
 checked the same way in the LiteRT interpreter (`ai-edge-litert`, else
 TensorFlow's own). `quantize="int8"` is onnxruntime's (or LiteRT's) dynamic
@@ -41,9 +42,10 @@ import keras
 import numpy as np
 
 from kbert.errors import KbertError, first_line, require_tensorflow
-from kbert.io import atomic_path, atomic_write_text
+from kbert.io import atomic_path
 from kbert.models import naming
-from kbert.serving.conversion import FLOAT_TOLERANCE, SAMPLE_TEXTS, ExportReport, convert_to_onnx
+from kbert.serving.conversion import (FLOAT_TOLERANCE, INT8_PROBABILITY_TOLERANCE, INT8_TAG_SHARE, SAMPLE_TEXTS,
+                                      ExportReport, convert_to_onnx, export_staging, publish, refuse_existing)
 
 FORMATS = ("saved_model", "onnx", "litert", "keras")
 VITERBI_NOTE = ("emissions [batch, length, tags]: decode each row with Viterbi over kbert_transitions "
@@ -64,14 +66,25 @@ class _Endpoint:
     metadata: dict = dataclasses.field(default_factory=dict)
 
 
+SUFFIXES = {".onnx": "onnx", ".tflite": "litert", ".keras": "keras"}
+
+
 def format_of(out: str, format: Optional[str]) -> str:
-    """The format asked for, else the one `out` names (`.onnx`, `.tflite`, `.keras`; else a SavedModel directory)."""
-    if format is not None:
-        if format not in FORMATS:
-            raise KbertError(f"--format {format}: expected one of {', '.join(FORMATS)}")
-        return format
-    suffixes = {".onnx": "onnx", ".tflite": "litert", ".keras": "keras"}
-    return suffixes.get(os.path.splitext(out)[1], "saved_model")
+    """The format asked for, else the one `out` names (`.onnx`, `.tflite`, `.keras`; else a SavedModel directory).
+
+    A format and a path that disagree (`--format onnx x.tflite`) are refused: the file's name would lie.
+    """
+    named = SUFFIXES.get(os.path.splitext(out)[1], "saved_model")
+    if format is None:
+        return named
+    if format not in FORMATS:
+        raise KbertError(f"--format {format}: expected one of {', '.join(FORMATS)}")
+    if format != named:
+        wanted = {suffix_format: suffix for suffix, suffix_format in SUFFIXES.items()}.get(format)
+        raise KbertError(f"{out}: --format {format} writes " + (f"a {wanted} file: name it NAME{wanted}"
+                         if wanted else "a SavedModel directory: give a path without .onnx, .tflite or .keras")
+                         + f" (or leave out --format: the path's ending picks {named})")
+    return format
 
 
 def export_model(model_dir: str, out: str, format: Optional[str] = None,
@@ -93,6 +106,8 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     if quantize and format not in ("onnx", "litert"):
         raise KbertError("--quantize int8 is onnxruntime's or LiteRT's dynamic quantization: export with --format "
                          "onnx or litert (a path ending in .onnx or .tflite)")
+    if format != "keras":
+        _require_tensorflow_backend(format)
     task = _task(model_dir)
     if task == "seq2seq":
         if format != "onnx":
@@ -103,6 +118,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         return write_generator_onnx(model_dir, out, quantize)
     endpoint = _endpoint(model_dir, task, crf_emissions=format in ("onnx", "litert"))
+    endpoint.metadata.update(_input_metadata(model_dir))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if format == "keras":
         with atomic_path(out) as temporary:  # the temporary name ends in .keras too
@@ -114,6 +130,15 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     if format == "litert":
         return _write_litert(endpoint, out, quantize)
     return _write_onnx(endpoint, out, quantize)
+
+
+def _require_tensorflow_backend(format: str) -> None:
+    """SavedModel, ONNX (through tf2onnx) and LiteRT files are traced from a TensorFlow graph: Keras must run on
+    TensorFlow. Said first, rather than as a converter's failure to read a JAX or PyTorch model."""
+    if keras.backend.backend() != "tensorflow":
+        raise KbertError(f"--format {format} traces the model as a TensorFlow graph, and Keras runs on "
+                         f"{keras.backend.backend()} here: run the export with KERAS_BACKEND=tensorflow (the model "
+                         "directory is the same on every backend), or --format keras")
 
 
 def _task(model_dir: str) -> str:
@@ -143,6 +168,21 @@ def _endpoint(model_dir: str, task: str, crf_emissions: bool) -> _Endpoint:
     raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers, taggers and seq2seq models")
 
 
+def _input_metadata(model_dir: str) -> dict:
+    """How `kbert predict` makes the model's input, for a runtime without kbert: the cut, the lower-casing, and
+    the longest input the position table takes (longer fails inside the runtime)."""
+    from kbert.models.config import BertConfig
+    from kbert.training.model_dir import CONFIG_FILE, read_training_state
+
+    options = read_training_state(model_dir)["options"]
+    config = BertConfig.from_json_file(os.path.join(model_dir, CONFIG_FILE))
+    return {"kbert_maxlen": options["maxlen"], "kbert_do_lower_case": options["do_lower_case"],
+            "kbert_max_positions": config.max_position_embeddings,
+            "kbert_input_note": "token_ids and segment_ids as kbert's WordPiece tokenizer makes them from the "
+                                "text (lower-cased where kbert_do_lower_case), [CLS] ... [SEP], cut to kbert_maxlen "
+                                "tokens; never longer than kbert_max_positions"}
+
+
 def _classifier_endpoint(classifier) -> _Endpoint:
     """A loaded classifier's probabilities, with its labels and tokenizer."""
     model = classifier.model
@@ -162,12 +202,14 @@ def _signature(tf):
 
 def _write_saved_model(endpoint: _Endpoint, out: str) -> None:
     require_tensorflow("a SavedModel export", "--format onnx or keras")
-    staging = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-")
-    try:
+    with export_staging() as staging:  # written away from the output, then moved in beside it and renamed
         _saved_model(endpoint, os.path.join(staging, "model"))
-        os.replace(os.path.join(staging, "model"), out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        beside = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-")
+        try:
+            shutil.copytree(os.path.join(staging, "model"), os.path.join(beside, "model"))
+            os.replace(os.path.join(beside, "model"), out)
+        finally:
+            shutil.rmtree(beside, ignore_errors=True)
 
 
 def _saved_model(endpoint: _Endpoint, path: str) -> None:
@@ -197,10 +239,8 @@ def metadata_path(litert_file: str) -> str:
 
 def _write_litert(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
     tf = require_tensorflow("a LiteRT export (through TensorFlow's converter)", "--format onnx or keras")
-    if os.path.lexists(metadata_path(out)):
-        raise KbertError(f"{metadata_path(out)}: already exists, and a LiteRT export writes its metadata there; "
-                         "choose a new path (an export never replaces a file)")
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
+    refuse_existing(out, metadata_path(out))
+    with export_staging() as staging:
         _saved_model(endpoint, os.path.join(staging, "saved_model"))
         converter = tf.lite.TFLiteConverter.from_saved_model(os.path.join(staging, "saved_model"))
         if quantize:  # dynamic-range quantization: int8 weights, int8 kernels where LiteRT has them
@@ -210,13 +250,13 @@ def _write_litert(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Exp
         except Exception as error:  # the converter's own errors: an op LiteRT's built-in kernels lack
             raise KbertError(f"TensorFlow's LiteRT converter cannot convert this {endpoint.task} model's graph "
                              f"({first_line(error)}); export it as a SavedModel or ONNX instead") from None
-        path = os.path.join(staging, "model.tflite")
+        path, metadata = os.path.join(staging, "model.tflite"), os.path.join(staging, "metadata.json")
         with open(path, "wb") as handle:
             handle.write(flatbuffer)
-        difference = _check_export(endpoint, litert_runner(path), "LiteRT", bounded=not quantize)
-        atomic_write_text(metadata_path(out), json.dumps(_metadata(endpoint), ensure_ascii=False, indent=1))
-        with atomic_path(out) as temporary:
-            shutil.copyfile(path, temporary)
+        with open(metadata, "w", encoding="utf-8") as handle:
+            json.dump(_metadata(endpoint), handle, ensure_ascii=False, indent=1)
+        difference = _check_export(endpoint, litert_runner(path), "LiteRT", quantize)
+        publish({metadata: metadata_path(out), path: out})
     return ExportReport(out, "litert", quantize, difference, runtime="the LiteRT interpreter")
 
 
@@ -239,11 +279,10 @@ def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Expor
     tf = require_tensorflow("ONNX export (through tf2onnx)", "--format keras")
     function = tf.function(lambda token_ids, segment_ids: {
         endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
+    with export_staging() as staging:
         path = convert_to_onnx(function, _signature(tf), _metadata(endpoint), staging, quantize, endpoint.task)
-        difference = _check_export(endpoint, onnx_runner(path), "ONNX", bounded=not quantize)
-        with atomic_path(out) as temporary:
-            shutil.copyfile(path, temporary)
+        difference = _check_export(endpoint, onnx_runner(path), "ONNX", quantize)
+        publish({path: out})
     return ExportReport(out, "onnx", quantize, difference)
 
 
@@ -276,20 +315,39 @@ def onnx_runner(path: str) -> Callable:
     return lambda token_ids, segment_ids: session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
 
 
-def _check_export(endpoint: _Endpoint, run: Callable, what: str, bounded: bool) -> float:
-    """The largest difference between an exported file's outputs (`run`) and Keras's on real text; an error
-    above the float32 tolerance, or where decoded tags (integers) differ at all."""
+def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optional[str]) -> float:
+    """The largest difference between an exported file's outputs (`run`) and Keras's on real text (for decoded
+    tags, the share of positions that differ). Refused: any NaN or infinity; float32 beyond 1e-4 or tags that
+    differ at all; int8 beyond `INT8_PROBABILITY_TOLERANCE` or another top label, or tags (a CRF's best tag per
+    position) differing at more than `INT8_TAG_SHARE` of positions."""
     from kbert.tokenizers import pad_batch
 
     token_ids, segment_ids = pad_batch([endpoint.tokenizer.encode(text) for text in SAMPLE_TEXTS])
     token_ids, segment_ids = token_ids.astype(np.int32), segment_ids.astype(np.int32)
     expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(token_ids, segment_ids)))
     got = np.asarray(run(token_ids, segment_ids))
+    refused = f"the {what} file's {endpoint.output}" + (" (int8)" if quantize else "")
+    if got.dtype.kind in "fc" and not np.isfinite(got).all():
+        raise KbertError(f"{refused} hold NaN or infinite values on sample text; nothing was written")
     if expected.dtype.kind in "fc":
-        difference, allowed = float(np.abs(got.astype(np.float64) - expected).max()), FLOAT_TOLERANCE
-    else:  # tags or hits: exact, or the share of positions that differ
-        difference, allowed = float(np.mean(got != expected)), 0
-    if bounded and difference > allowed:
-        raise KbertError(f"the {what} file's {endpoint.output} differ from Keras's by {difference:.2e} on sample "
-                         f"text (allowed: {allowed}); nothing was written")
+        difference = float(np.abs(got.astype(np.float64) - expected).max())
+    else:  # tags or hits: the share of positions that differ
+        difference = float(np.mean(got != expected))
+    if not quantize:
+        allowed = FLOAT_TOLERANCE if expected.dtype.kind in "fc" else 0
+        if not difference <= allowed:
+            raise KbertError(f"{refused} differ from Keras's by {difference:.2e} on sample text (allowed: "
+                             f"{allowed}); nothing was written")
+        return difference
+    if endpoint.output == "probabilities":
+        if (got.argmax(-1) != expected.argmax(-1)).any() or not difference <= INT8_PROBABILITY_TOLERANCE:
+            raise KbertError(f"{refused} differ from Keras's float32 by {difference:.2e} on sample text, top labels "
+                             f"{got.argmax(-1).tolist()} against {expected.argmax(-1).tolist()} (allowed: the "
+                             f"same labels, {INT8_PROBABILITY_TOLERANCE} apart); nothing was written. Serve or "
+                             "export this model in float32")
+        return difference
+    changed = float(np.mean(got.argmax(-1) != expected.argmax(-1))) if expected.dtype.kind in "fc" else difference
+    if not changed <= INT8_TAG_SHARE:
+        raise KbertError(f"{refused} give other tags than Keras's float32 at {changed:.1%} of positions on sample "
+                         f"text (allowed: {INT8_TAG_SHARE:.0%}); nothing was written. Export in float32")
     return difference

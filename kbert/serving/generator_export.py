@@ -34,18 +34,17 @@ step's probabilities within 1e-4 of Keras's.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import shutil
-import tempfile
 from typing import List, Optional, Sequence
 
 import numpy as np
 
 from kbert.errors import KbertError, require_tensorflow
 from kbert.generation.search import Search, log_probabilities  # NumPy alone: no Keras is imported
-from kbert.io import atomic_path
-from kbert.serving.conversion import FLOAT_TOLERANCE, SAMPLE_TEXTS, ExportReport, convert_to_onnx
+from kbert.serving.conversion import (FLOAT_TOLERANCE, INT8_PROBABILITY_TOLERANCE, INT8_TOKEN_SHARE, SAMPLE_TEXTS,
+                                      ExportReport, convert_to_onnx, export_staging, publish, refuse_existing)
 from kbert.tokenizers import pad_batch
 
 DECODING_NOTE = ("the prompt first: all its tokens as new tokens at positions 0..n-1, each allowed the prompt's "
@@ -74,9 +73,8 @@ def write_generator_onnx(model_dir: str, out: str, quantize: Optional[str]) -> E
     tf = require_tensorflow("ONNX export (through tf2onnx)", "--format keras")
     loaded = load_generator(model_dir)
     graph, tokenizer = cached_graph(loaded.model), loaded.tokenizer
-    if graph.seq2seq and os.path.lexists(encoder_path(out)):
-        raise KbertError(f"{encoder_path(out)}: already exists, and a T5 export writes its encoder there; choose "
-                         "a new path (an export never replaces a file)")
+    if graph.seq2seq:
+        refuse_existing(encoder_path(out))
     start_id = decoder_start_id(tokenizer) if graph.seq2seq else None
     metadata = {"kbert_task": "seq2seq", "kbert_output": "probabilities", "kbert_application": graph.application,
                 "kbert_calls": graph.calls, "kbert_heads": graph.cache_shape[0],
@@ -108,7 +106,7 @@ def write_generator_onnx(model_dir: str, out: str, quantize: Optional[str]) -> E
     if graph.seq2seq:
         signature += [*cache_specs("cross_"), tf.TensorSpec([None, None], tf.bool, name="source_mask")]
     prompts = [ids for ids, _ in tokenizer.encode_all(list(SAMPLE_TEXTS))]
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out)), prefix=".tmp-export-") as staging:
+    with export_staging() as staging:
         path = convert_to_onnx(tf.function(step, input_signature=signature), signature, metadata,
                                _folder(staging, "step"), quantize, "seq2seq", NOT_EXPORTED)
         encoder = None
@@ -117,13 +115,8 @@ def write_generator_onnx(model_dir: str, out: str, quantize: Optional[str]) -> E
             encoder = convert_to_onnx(tf.function(lambda source_ids: _encoded(graph.encode(source_ids)), source),
                                       source, {"kbert_task": "seq2seq-encoder"}, _folder(staging, "encoder"),
                                       quantize, "seq2seq", NOT_EXPORTED)
-        difference = _check(OnnxGenerator(path, encoder), loaded.model, graph, prompts, start_id,
-                            bounded=not quantize)
-        if encoder:
-            with atomic_path(encoder_path(out)) as temporary:
-                shutil.copyfile(encoder, temporary)
-        with atomic_path(out) as temporary:
-            shutil.copyfile(path, temporary)
+        difference = _check(OnnxGenerator(path, encoder), loaded.model, graph, prompts, start_id, quantize)
+        publish({**({encoder: encoder_path(out)} if encoder else {}), path: out})
     return ExportReport(out, "onnx", quantize, difference, companion=encoder_path(out) if encoder else None)
 
 
@@ -146,25 +139,39 @@ def _encoded(state: dict) -> dict:
 
 
 def _check(generator: "OnnxGenerator", model, graph, prompts: List[List[int]], start_id: Optional[int],
-           bounded: bool) -> float:
-    """The largest difference of the first step's probabilities from Keras's; an error where it is above
-    1e-4 (float32), or where greedy decoding gives other tokens than `kbert.generate`'s."""
+           quantize: Optional[str]) -> float:
+    """The largest difference of the first step's probabilities from Keras's; an error where it is NaN or above
+    1e-4 (float32; int8: `INT8_PROBABILITY_TOLERANCE`), or where greedy decoding gives other tokens than
+    `kbert.generate`'s (int8: other first tokens, or more than `INT8_TOKEN_SHARE` of the rest)."""
     from kbert.generation import generate
 
     first = generator.first_probabilities(prompts)
     expected = np.stack([_keras_probabilities(model, graph, prompt, start_id) for prompt in prompts])
     difference = float(np.abs(first - expected).max())
-    if bounded and difference > FLOAT_TOLERANCE:
-        raise KbertError(f"the ONNX step's probabilities differ from Keras's by {difference:.2e} on sample text "
-                         f"(allowed: {FLOAT_TOLERANCE}); nothing was written")
-    if bounded:
-        wanted = generate(model, prompts, max_new_tokens=8, end_id=generator.end_id, strategy="greedy",
-                          start_id=start_id)
-        got = generator.greedy(prompts, max_new_tokens=8)
-        if got != wanted:
-            raise KbertError(f"greedy decoding on the ONNX step gives {got}, kbert.generate {wanted}, on sample "
-                             "text; nothing was written")
+    allowed = INT8_PROBABILITY_TOLERANCE if quantize else FLOAT_TOLERANCE
+    if not difference <= allowed:  # NaN included
+        raise KbertError(f"the ONNX step's probabilities{' (int8)' if quantize else ''} differ from Keras's by "
+                         f"{difference:.2e} on sample text (allowed: {allowed}); nothing was written")
+    wanted = generate(model, prompts, max_new_tokens=8, end_id=generator.end_id, strategy="greedy",
+                      start_id=start_id)
+    got = generator.greedy(prompts, max_new_tokens=8)
+    if quantize:  # int8 may flip a near tie: the first tokens must agree, and nearly all the rest
+        changed = _changed_share(got, wanted)
+        if [tokens[:1] for tokens in got] == [tokens[:1] for tokens in wanted] and changed <= INT8_TOKEN_SHARE:
+            return difference
+    if got != wanted:
+        raise KbertError(f"greedy decoding on the ONNX step{' (int8)' if quantize else ''} gives {got}, "
+                         f"kbert.generate {wanted}, on sample text" + (
+                             f" ({_changed_share(got, wanted):.0%} of tokens differ; allowed: the same first tokens "
+                             f"and {INT8_TOKEN_SHARE:.0%} of the rest); nothing was written. Export this model in "
+                             "float32" if quantize else "; nothing was written"))
     return difference
+
+
+def _changed_share(got: List[List[int]], wanted: List[List[int]]) -> float:
+    """The share of token positions where two decodings differ (a missing token counts as a difference)."""
+    pairs = [(a, b) for mine, theirs in zip(got, wanted) for a, b in itertools.zip_longest(mine, theirs)]
+    return sum(a != b for a, b in pairs) / max(len(pairs), 1)
 
 
 def _keras_probabilities(model, graph, prompt: List[int], start_id: Optional[int]) -> np.ndarray:
