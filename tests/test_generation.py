@@ -135,6 +135,36 @@ def test_end_token_and_minimum_length():
     assert len(row) >= 2 and end_id not in row[:2]
 
 
+def hf_gpt2(end_id: int):
+    """A tiny GPT-2 from a Hugging Face config whose padding id is its end id (as fine-tuned GPT-2s often have)."""
+    keras.utils.set_random_seed(7)
+    return build_transformer_model({"model_type": "gpt2", "vocab_size": 120, "n_embd": 32, "n_layer": 2, "n_head": 4,
+                                    "n_positions": 64, "activation_function": "gelu_new", "eos_token_id": end_id,
+                                    "pad_token_id": end_id}, model="gpt2")
+
+
+def test_a_padding_id_that_is_the_end_id_is_an_end_not_padding():
+    (first,) = generate(hf_gpt2(end_id=119), PROMPTS[:1], max_new_tokens=1, end_id=-1)
+    model = hf_gpt2(end_id=first[0])  # the same weights; the token greedy decoding picks first ends it at once
+    for use_cache in (True, False):
+        assert generate(model, PROMPTS[:1], max_new_tokens=5, end_id=first[0], use_cache=use_cache) == [[]]
+    # A prompt that ends with that token is taken whole: its next token is the model's choice after it.
+    prompt = PROMPTS[0] + [first[0]]
+    full = keras.ops.convert_to_numpy(model.predict(np.array([prompt]), verbose=0))[0, -1]
+    assert generate(model, [prompt], max_new_tokens=1, end_id=-1) == [[int(full.argmax())]]
+
+
+def test_a_list_prompt_is_taken_whole_and_an_array_is_unpadded():
+    model = small_model("bert", "lm")
+    padded = [PROMPTS[1] + [0, 0]]
+    assert generate(model, np.array(padded), max_new_tokens=4, end_id=-1) == \
+        generate(model, PROMPTS[1:], max_new_tokens=4, end_id=-1)
+    assert generate(model, padded, max_new_tokens=4, end_id=-1) == \
+        generate(model, padded, max_new_tokens=4, end_id=-1, use_cache=False)
+    assert generate(model, padded, max_new_tokens=4, end_id=-1) != generate(model, PROMPTS[1:], max_new_tokens=4,
+                                                                              end_id=-1)
+
+
 def test_rows_ending_at_different_steps_get_the_full_models_tokens(model):
     """Greedy decoding's compiled loop (TensorFlow, JAX): a row that ends stops, the others go on."""
     reference = generate(model, PROMPTS, max_new_tokens=12, end_id=-1, use_cache=False)

@@ -41,6 +41,23 @@ def test_t5_encoder_and_decoder_parts_make_the_whole_model():
         np.testing.assert_allclose(apart[0], together[row], atol=1e-5)
 
 
+@pytest.mark.parametrize("case, model", [("t5_11_tiny", "t5.1.1"), ("t5_11_tiny", "mt5.1.1"), ("t5_tiny", "t5")])
+def test_a_t5_decoder_started_at_its_padding_id_never_sees_ahead(case, model):
+    """bert4keras's T5 hides decoder id 0, T5's own start id: position 0 then has every key hidden, and its output
+    must be the same whatever follows (bert4keras 0.11.5: difference 0.0 between calls), as every position's is."""
+    directory = fixture(case)  # mT5's checkpoints name their variables apart: its model from random weights
+    whole = build_transformer_model(directory / "config.json", None if model == "mt5.1.1" else directory, model=model)
+    sources = np.repeat(TOKENS[:1], 3, axis=0)
+    targets = np.array([[0, 9, 4, 7], [0, 3, 0, 0], [0, 60, 61, 62]])  # the same start, different futures
+    probabilities = whole.predict([sources, targets], verbose=0)
+    assert np.isfinite(probabilities).all()
+    for row in (1, 2):  # float32's noise between rows of a batch; a future seen moves it by ~1e-4
+        np.testing.assert_allclose(probabilities[row, 0], probabilities[0, 0], atol=1e-7, rtol=0)
+    for cut in (1, 2, 3):  # every position: the same with the future cut off
+        np.testing.assert_allclose(whole.predict([sources, targets[:, :cut]], verbose=0), probabilities[:, :cut],
+                                   atol=1e-6)
+
+
 def test_t5_keras_file_round_trip(tmp_path):
     directory = fixture("t5_tiny")
     model = build_transformer_model(directory / "config.json", directory, model="t5")

@@ -138,6 +138,8 @@ class CachedEngine(_Engine):
         rule = self.graph.mask_layer(segment_ids if self.graph.application == "unilm" else token_ids)
         allowed = ops.convert_to_numpy(rule)[:, 0] & real[:, None, :]  # [rows, longest, longest]
         allowed = np.pad(allowed, [(0, 0), (0, 0), (0, slots - longest)])
+        if self._hides_start:  # the start token is hidden from itself too: the model gives it no key at all
+            allowed[:, :, 0] = False
         positions = np.broadcast_to(np.arange(longest, dtype=np.int32), token_ids.shape)
         outputs, self.state = self.graph.step(
             _tensor(token_ids), _tensor(segment_ids), _tensor(positions), _tensor(allowed),
@@ -233,8 +235,9 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
             with_mlm=True or "linear")`, a GPT family's (`model="gpt2"`, ...),
             or a whole T5 (`model="t5.1.1"`, ...).
         token_ids: the prompts (for `unilm`, the sources, e.g. `[CLS] source [SEP]`;
-            for T5, the encoder's input), as lists, or an array padded at the
-            end with the model's `pad_token_id`.
+            for T5, the encoder's input), as lists (each taken whole, whatever
+            ids it ends with), or an array padded at the end with the model's
+            `pad_token_id` (stripped from each row).
         segment_ids: the prompts' segments (default: 0).
         max_new_tokens: the most tokens to add to a prompt.
         end_id: the token that ends a continuation (e.g. `[SEP]`).
@@ -273,7 +276,8 @@ def generate(model, token_ids: Sequence[Sequence[int]], segment_ids: Optional[Se
         raise KbertError(f"top_p must be in (0, 1] (or None: every token), got {top_p!r}")
     engine = (CachedEngine if use_cache else FullEngine)(model, max_new_tokens, start_id)
     pad = engine.graph.config.pad_token_id
-    prompts = [_unpadded(row, pad) for row in token_ids]
+    # Padding is what the caller padded: an array's rows are padded at the end; a list's prompts are as given.
+    prompts = [_unpadded(row, pad if _is_array(token_ids) else None) for row in token_ids]
     if not prompts or not all(prompts):
         raise KbertError("token_ids: every prompt needs at least one token")
     _check_ids(prompts, engine.graph.config.vocab_size)
@@ -293,6 +297,11 @@ def _check_ids(prompts: List[List[int]], vocab_size: int) -> None:
         if wrong:
             raise KbertError(f"token_ids, row {row}: ids must be in [0, {vocab_size}) (the model's vocab_size), "
                              f"found {wrong[0]}")
+
+
+def _is_array(token_ids) -> bool:
+    """A NumPy array or a backend tensor (anything with a shape): prompts padded to one length."""
+    return hasattr(token_ids, "shape")
 
 
 def _unpadded(row, pad: Optional[int]) -> List[int]:

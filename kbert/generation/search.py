@@ -83,7 +83,7 @@ class Search:
         end_id: the token that ends a continuation (left out of it; -1: none).
         max_new_tokens: the most tokens a continuation gets.
         min_new_tokens: `end_id` is not chosen before this many.
-        pad: the padding id, never chosen (None: none).
+        pad: the padding id, never chosen (None: none; nor when it is `end_id`, which ends a continuation).
 
     Example (an engine whose first token is most likely 2, and whose next is most likely the end, 3):
     >>> class Toy:
@@ -95,11 +95,13 @@ class Search:
     >>> search = Search(end_id=3, max_new_tokens=5, min_new_tokens=0, pad=0)
     >>> search.one_path(Toy(), [[1]], [[0]], sampler=None), search.beam(Toy(), [[1]], [[0]], beam_size=2)
     ([[2]], [[2]])
+    >>> Search(end_id=3, max_new_tokens=5, min_new_tokens=0, pad=3).one_path(Toy(), [[2]], [[0]], sampler=None)
+    [[2]]
     """
 
     def __init__(self, end_id: int, max_new_tokens: int, min_new_tokens: int, pad: Optional[int]):
         self.end_id, self.max_new_tokens, self.min_new_tokens = end_id, max_new_tokens, min_new_tokens
-        self.pad = pad
+        self.pad = None if pad == end_id else pad  # an end token that is also the padding id must stay choosable
 
     def _allowed(self, log_probs: np.ndarray, step: int) -> np.ndarray:
         # The padding id: the model would mask it as a key, so it is never generated.

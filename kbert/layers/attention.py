@@ -29,6 +29,19 @@ def _blocked_score(dtype):
     return ops.cast(-1e9 if keras.backend.standardize_dtype(dtype) != "float16" else -6e4, dtype)
 
 
+def _without_empty_rows(context, hidden):
+    """`context` `[b, q, h, d]` with zeros where a query's keys are all `hidden` (`[b or 1, 1 or h, q, k]`).
+
+    Such a row's softmax spreads evenly over keys it must not see: for a T5 decoder started from its padding
+    id (bert4keras's T5 hides that id), position 0 would read every later token. With a zero context its output
+    is the same whatever follows, as in bert4keras.
+    """
+    if hidden is None:
+        return context
+    sees = ops.logical_not(ops.all(hidden, axis=-1))  # [b or 1, 1 or h, q]
+    return context * ops.cast(ops.expand_dims(ops.transpose(sees, (0, 2, 1)), -1), context.dtype)
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product attention with BERT's padding rule.
@@ -163,7 +176,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if attention_mask is not None:
             blocked = ops.logical_not(ops.cast(attention_mask, "bool"))
             hidden = blocked if hidden is None else ops.logical_or(hidden, blocked)
-        output, scores = self._attend(q, k, v, hidden, positions, training, previous_scores)
+        # With an attention mask, a query may have every key hidden (a T5 decoder's first position when it starts
+        # from its padding id): it attends to nothing, rather than evenly to keys it must not see.
+        output, scores = self._attend(q, k, v, hidden, positions, training, previous_scores,
+                                      empty_rows=attention_mask is not None)
         output = [output, scores] if self.return_attention_scores else output
         return output if cache is None else (output, cache)
 
@@ -202,9 +218,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         read-only `cache` for `call` (T5's cross-attention over the encoder's output, projected once)."""
         return self._split_heads(self.key(x), x), self._split_heads(self.value(x), x)
 
-    def _attend(self, q, k, v, hidden, positions, training, previous_scores=None):
+    def _attend(self, q, k, v, hidden, positions, training, previous_scores=None, empty_rows=False):
         """Scaled dot-product attention of heads `q` over `k`, `v`; `hidden` [b, 1 or h, q, k] blocks keys.
 
+        With `empty_rows`, a query whose keys are all hidden gets a zero context (`_without_empty_rows`).
         Returns the output and the scores before `previous_scores`, the mask and the softmax.
         """
         # NEZHA's relative vectors: [q, k, d] for every example, or [b, q, k, d] (cached decoding).
@@ -213,7 +230,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             relative = "qkd" if len(positions.shape) == 3 else "bqkd"
         if relative is None and previous_scores is None and not self.return_attention_scores and \
                 (not training or not self.dropout) and keras.backend.backend() in FUSED_BACKENDS:
-            return self._fused_attend(q, k, v, hidden, positions), None
+            return self._fused_attend(q, k, v, hidden, positions, empty_rows), None
         scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
         if relative:
             scores = scores + ops.einsum(f"bqhd,{relative}->bhqk", q, positions)
@@ -232,19 +249,21 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
         if relative:
             context = context + ops.einsum(f"bhqk,{relative}->bqhd", probs, positions)
+        if empty_rows:
+            context = _without_empty_rows(context, hidden)
         return self._output(context), own_scores
 
-    def _fused_attend(self, q, k, v, hidden, positions):
+    def _fused_attend(self, q, k, v, hidden, positions, empty_rows=False):
         """`_attend` through `ops.dot_product_attention` (the backend's own kernel), where no score is needed
         outside it: no relative vectors, no scores passed on, no attention dropout. The mask enters as a bias
-        (blocked keys at `_blocked_score`), so a row with every key hidden is uniform, as in `_attend`."""
+        (blocked keys at `_blocked_score`); a row with every key hidden is handled after, as in `_attend`."""
         bias = ops.cast(self._t5_bias(positions), q.dtype) if self.position_encoding == "t5_relative" else None
         if hidden is not None:
             blocked = ops.where(hidden, _blocked_score(q.dtype), ops.cast(0, q.dtype))
             bias = blocked if bias is None else bias + blocked
         context = ops.dot_product_attention(q, k, v, bias=bias, scale=1 / math.sqrt(self.head_size) if self.scale
                                             else 1.0)
-        return self._output(context)
+        return self._output(_without_empty_rows(context, hidden) if empty_rows else context)
 
     @staticmethod
     def _t5_bias(positions):

@@ -55,7 +55,7 @@ DECODING_NOTE = ("the prompt first: all its tokens as new tokens at positions 0.
 T5_DECODING_NOTE = ("run kbert_encoder on the sources (padded with kbert_pad_id) once; then the step as for a "
                     "language model, its prompt kbert_start_id alone at position 0, fed the encoder's "
                     "cross_keys_i, cross_values_i and source_mask at every step; where kbert_hide_start is true, "
-                    "no later token is allowed slot 0; never choose kbert_pad_id; stop at kbert_end_id")
+                    "no token (the start itself included) is allowed slot 0; never choose kbert_pad_id; stop at kbert_end_id")
 NOT_EXPORTED = "kbert predict and kbert serve run the model directory itself"
 
 
@@ -259,6 +259,8 @@ class OnnxGenerator:
         allowed = columns < lengths[:, None, None]  # unilm: the whole prompt (the source, segment 0)
         if self.application in ("lm", "t5"):
             allowed = allowed & (columns <= np.arange(longest)[None, :, None])
+        if self.encoder and self.hide_start:  # the start token is hidden from every token, itself included
+            allowed = allowed & (columns != 0)
         caches = [np.zeros([len(prompts), columns.shape[-1], self.heads, self.head_size], np.float32)] * (
             2 * self.calls)
         positions = np.broadcast_to(np.arange(longest, dtype=np.int32), token_ids.shape)

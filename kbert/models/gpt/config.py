@@ -38,8 +38,12 @@ class Gpt2Config(BertConfig):
             translated = {_HF_KEYS.get(key, key): value for key, value in values.items() if value is not None}
             if values.get("n_inner") is None and isinstance(values["n_embd"], int):
                 translated["intermediate_size"] = 4 * values["n_embd"]  # Hugging Face's default
-            # Hugging Face's GPT-2 has no padding id (its id 0 is "!") unless the config names one.
-            values = {**translated, "pad_token_id": values.get("pad_token_id")}
+            # Hugging Face's GPT-2 has no padding id (its id 0 is "!") unless the config names one. A padding id
+            # equal to the end id (fine-tuned GPT-2s often set both to 50256) is no padding id: the end token is
+            # a real token, attended to and generated, as transformers' generate takes it in that case.
+            pad = values.get("pad_token_id")
+            values = {**translated, "pad_token_id": None if pad is not None and pad == values.get("eos_token_id")
+                      else pad}
         return super().from_dict(values, source)
 
     @classmethod
