@@ -88,3 +88,12 @@ def test_kbert_train_with_lora_writes_adapters_and_a_directory_that_predicts(tmp
         assert main(["train", *common, *extra, "--out", str(tmp_path / "refused")]) == 2
         assert message in capsys.readouterr().err
         assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("rank, embeddings_rank, option", [(100, None, "--lora-rank"), (32, None, "--lora-rank"),
+                                                           (4, 64, "--lora-embeddings")])
+def test_a_rank_not_below_the_kernels_it_adapts_is_refused(rank, embeddings_rank, option):
+    model = classifier()
+    with pytest.raises(KbertError, match=rf"LoRA rank {embeddings_rank or rank} \({option}\) is not below the "
+                                         r"narrowest adapted kernel's side \(32,"):
+        enable_lora(model, rank, embeddings_rank=embeddings_rank)

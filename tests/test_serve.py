@@ -118,8 +118,11 @@ def test_each_task_answers_what_predict_prints(model_dirs, task, capsys):
 def test_an_int8_classifier_answers_close_to_float32(model_dirs, capsys):
     pytest.importorskip("tf2onnx", reason="--quantize int8 serves an ONNX file: pip install 'kbert[onnx]'")
     texts = [text for text in TEXTS if "[MASK]" not in text]
-    with running_server(model_dirs / "classify", "--quantize", "int8") as (url, _):
+    with running_server(model_dirs / "classify", "--quantize", "int8") as (url, process):
         status, answer = post(url, {"texts": texts})
+        process.terminate()
+        process.wait(timeout=60)
+        assert "Quantization parameters" not in process.stderr.read()  # the quantizer's lines, one per weight
     assert status == 200
     expected = predicted_by_cli(model_dirs / "classify", texts, capsys)
     labels = sorted({row["label"] for row in expected} | {row["label"] for row in answer["predictions"]})

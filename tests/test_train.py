@@ -240,6 +240,20 @@ def test_predict_refuses_what_it_would_get_wrong(trained):
         predict(str(out), [])
     with pytest.raises(KbertError, match=r"^2 texts but 1 text pairs: give one pair \(or None\) per text$"):
         predict(str(out), ["好", "坏"], ["很"])
+    with pytest.raises(KbertError, match=r"^text pairs given to a classifier trained on single texts"):
+        predict(str(out), ["好", "坏"], [None, "很"])
+    assert len(predict(str(out), ["好", "坏"], [None, None])) == 2
+
+
+def test_inspect_reads_a_model_directory(trained, capsys):
+    from kbert.cli.main import main
+
+    out, _ = trained
+    assert main(["inspect", str(out)]) == 0
+    printed = capsys.readouterr().out
+    model = load_classifier(str(out)).model
+    assert f"{out} (a kbert classify model directory: bert, maxlen 48, best epoch" in printed
+    assert "Embedding-Token" in printed and f"{model.count_params():,} values in all" in printed
 
 
 def test_a_damaged_weights_file_is_named(trained, tmp_path):
@@ -261,6 +275,33 @@ def test_a_run_whose_loss_is_not_finite_stops_and_keeps_no_diverged_epoch(tiny_r
                                                r"first epoch completed: nothing was kept"):
         train(*tiny_run, str(out), options=dataclasses.replace(FAST, learning_rate=1e6), verbose=0)
     assert not out.exists() and not pathlib.Path(f"{out}.partial").exists()
+
+
+@pytest.mark.parametrize("task", ["classify", "ner", "seq2seq"])
+def test_training_on_text_the_vocabulary_does_not_cover_warns_with_the_rate(task, tmp_path, caplog):
+    """A 15-token English vocabulary on Chinese text: every token [UNK]. Training goes on, loudly warned."""
+    from conftest import write_task_data
+    from kbert.training.options import TrainingOptions as Options
+
+    write_task_data(tmp_path, count=32)
+    data = {"classify": "reviews.tsv", "ner": "tagged.bmes", "seq2seq": "pairs.tsv"}[task]
+    vocab = shared_path("fixtures", "google_tiny", "vocab.txt")
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({**json.loads((CONFIGS / "bert_tiny.json").read_text()), "vocab_size": 15}))
+    from kbert.tasks import get_task_class
+    from kbert.tokenizers import load_tokenizer
+
+    options = Options(task=task, epochs=1, batch_size=16, maxlen=32)
+    get_task_class(task).from_options(options).read(load_tokenizer(str(vocab)), str(tmp_path / data), None,
+                                                    None, options)
+    warned = [record.getMessage() for record in caplog.records if "[UNK]" in record.getMessage()]
+    assert warned and re.search(rf"{re.escape(str(tmp_path / data))}: 100% of the text's tokens are \[UNK\] for "
+                                r"this vocabulary \(15 tokens\).*trained on what it cannot read", warned[0]), warned
+    caplog.clear()
+    options = Options(task=task, epochs=1, batch_size=16, maxlen=32)
+    get_task_class(task).from_options(options).read(load_tokenizer(str(shared_path("vocab", "chinese_vocab.txt"))),
+                                                    str(tmp_path / data), None, None, options)
+    assert not [record for record in caplog.records if "[UNK]" in record.getMessage()]
 
 
 def test_a_model_with_non_finite_weights_is_refused_on_load(trained, tmp_path, capsys):

@@ -102,7 +102,8 @@ def convert_to_onnx(function, signature, metadata: dict, staging: str, quantize:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         quantized = os.path.join(staging, "model.int8.onnx")
-        quantize_dynamic(path, quantized, weight_type=QuantType.QInt8)
+        with _root_log_quiet():  # the quantizer logs a line per weight it leaves in float, on the root logger
+            quantize_dynamic(path, quantized, weight_type=QuantType.QInt8)
         path = quantized
     model = onnx.load(path)
     for key, value in metadata.items():  # ONNX metadata values are strings
@@ -110,6 +111,18 @@ def convert_to_onnx(function, signature, metadata: dict, staging: str, quantize:
                                  else json.dumps(value, ensure_ascii=False))
     onnx.save(model, path)
     return path
+
+
+@contextlib.contextmanager
+def _root_log_quiet() -> Iterator[None]:
+    """The root logger at WARNING for a while (kbert's CLI sets it to INFO for its own lines)."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 def _register_missing_converters() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from kbert.builder import build_classifier
 from kbert.errors import DataError, KbertError
 from kbert.tokenizers import Tokenizer
-from kbert.training.data import Example, LabelMap, encode_examples, read_examples
+from kbert.training.data import Example, LabelMap, check_known_tokens, encode_examples, read_examples
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.metrics import precision_recall_f1
 from kbert.training.model_dir import load_model
@@ -41,16 +41,19 @@ class ClassificationTask(Task):
             raise DataError(f"{train_path}: {len(labels)} labels ({', '.join(labels.names)}) but --num-labels "
                             f"is {num_labels}: a classifier learns the labels of its training data; leave "
                             "out --num-labels")
-        train = make_dataset(encode_examples(tokenizer, examples, options.maxlen),
-                             labels.ids(examples, train_path), options.batch_size,
+        encoded = encode_examples(tokenizer, examples, options.maxlen)
+        check_known_tokens(train_path, (token_ids for token_ids, _ in encoded), tokenizer)
+        train = make_dataset(encoded, labels.ids(examples, train_path), options.batch_size,
                              shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)
         valid, valid_report = None, None
         if valid_path:
             valid_examples, valid_report = read_training_file(read_examples, valid_path, options)
             valid = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
                                  labels.ids(valid_examples, valid_path), options.batch_size)
+        # Whether the model reads text pairs: a classifier of single texts refuses pairs at prediction.
         return TrainingData(train, valid, labels, len(train), str(report),
-                            str(valid_report) if valid_report else None)
+                            str(valid_report) if valid_report else None,
+                            {"text_pairs": any(example.text_b is not None for example in examples)})
 
     def build(self, bert, num_labels: int, options):
         return build_classifier(bert, num_labels)
@@ -67,6 +70,7 @@ class TrainedClassifier:
     tokenizer: Tokenizer
     labels: LabelMap
     maxlen: int
+    reads_pairs: Optional[bool] = None  # None: a directory of a kbert that did not record it
 
     def predict_proba(self, examples, batch_size: int = 64, bucketing: bool = True) -> np.ndarray:
         """Class probabilities `[n, labels]`, in the order of `examples`.
@@ -94,6 +98,9 @@ class TrainedClassifier:
         if text_pairs is not None and len(text_pairs) != len(texts):
             raise KbertError(f"{len(texts)} texts but {len(text_pairs)} text pairs: give one pair "
                              "(or None) per text")
+        if self.reads_pairs is False and text_pairs is not None and any(pair is not None for pair in text_pairs):
+            raise KbertError("text pairs given to a classifier trained on single texts (its data had no second "
+                             "text): give the texts alone")
         pairs = text_pairs or [None] * len(texts)
         examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
         probabilities = self.predict_proba(examples, batch_size, bucketing)
@@ -105,7 +112,8 @@ class TrainedClassifier:
 def load_classifier(model_dir: str) -> TrainedClassifier:
     """Loads a classifier's model directory written by `kbert train`."""
     loaded = load_model(model_dir, ClassificationTask)
-    return TrainedClassifier(loaded.model, loaded.tokenizer, loaded.labels, loaded.options.maxlen)
+    return TrainedClassifier(loaded.model, loaded.tokenizer, loaded.labels, loaded.options.maxlen,
+                             loaded.state.get("text_pairs"))
 
 
 def predict(model_dir: str, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,

@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from keras import ops
 
-from kbert.training.data import LabelMap
+from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.errors import DataError, KbertError
 from kbert.layers.checks import traced_once
@@ -198,6 +198,8 @@ class NerTask(Task):
             raise DataError(f"{train_path}: the data makes {len(labels)} labels ({', '.join(labels.names)}) "
                             f"but --num-labels is {num_labels}")
         self.encoder = UnitEncoder(tokenizer, options.maxlen)
+        check_known_tokens(train_path, (tokenizer.encode(" ".join(sentence.tokens))[0] for sentence in sentences),
+                           tokenizer)
         examples = Examples(self.encoder, labels, scheme, self.head)
         train = examples.dataset(sentences, options.batch_size, shuffle=options.shuffle, seed=options.seed,
                                  bucketing=options.bucketing)

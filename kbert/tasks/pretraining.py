@@ -37,7 +37,7 @@ import numpy as np
 from kbert.errors import DataError, KbertError, tensorflow_installed
 from kbert.models.registry import get_family
 from kbert.training.pipeline import batches_by_length
-from kbert.training.data import LabelMap
+from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.masking import TRAINING, VALIDATION, MaskedBatches, max_predictions, pack_sequences
 from kbert.training.model_dir import WEIGHTS_FILE
 from kbert.training.task import Task, TrainingData
@@ -189,24 +189,6 @@ class MaskEpoch(keras.callbacks.Callback):
         self.batches.epoch = epoch
 
 
-UNKNOWN_REFUSED, UNKNOWN_WARNED = 0.5, 0.05  # shares of the text's tokens that are [UNK]
-
-
-def _check_known(path: str, token_ids: np.ndarray, tokenizer) -> None:
-    """Text the vocabulary does not cover (a truncated vocabulary, --cased with an uncased one) teaches
-    the model to predict [UNK]: refused when most of it is unknown, a warning when much is."""
-    unknown_id = tokenizer.token_to_id("[UNK]")
-    text = (token_ids != 0) & (token_ids != tokenizer.cls_id) & (token_ids != tokenizer.sep_id)
-    share = float(np.mean(token_ids[text] == unknown_id)) if unknown_id is not None and text.any() else 0.0
-    message = (f"{path}: {share:.0%} of the text's tokens are [UNK] for this vocabulary ({tokenizer.vocab_size} "
-               "tokens); is it the vocabulary of this text (and its case: --cased keeps capitals an uncased "
-               "vocabulary does not have)?")
-    if share > UNKNOWN_REFUSED:
-        raise DataError(message + " Pre-training on it would teach the model to predict [UNK]")
-    if share > UNKNOWN_WARNED:
-        logging.getLogger("kbert").warning("warning: %s", message)
-
-
 class MaskedLanguageModelTask(Task):
     """Pre-training: predict masked (whole) words of plain text; the backbone with its MLM head is saved."""
 
@@ -253,7 +235,7 @@ class MaskedLanguageModelTask(Task):
             raise DataError(f"{path}: no line has a token of the vocabulary ({tokenizer.vocab_size} tokens); "
                             "is it the vocabulary of this text?")
         tokens = int(np.count_nonzero(token_ids))
-        _check_known(path, token_ids, tokenizer)
+        check_known_tokens(path, token_ids, tokenizer, refuse=True)
         report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding)"
         logging.getLogger("kbert").info("%s", report)
         batches = MaskedBatches(token_ids, word_ids, options.batch_size, seed=options.seed,

@@ -39,7 +39,7 @@ import numpy as np
 
 from kbert.errors import KbertError
 from kbert.models.registry import get_family
-from kbert.training.data import LabelMap
+from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import make_dataset
 from kbert.training.records import DataReport, Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file
@@ -211,6 +211,7 @@ class Seq2SeqTask(Task):
             raise KbertError("--num-labels has no meaning for --task seq2seq")
         pairs, report = read_training_file(read_pairs, train_path, options)
         encoded, labels, cut = encode_pairs(tokenizer, pairs, options.maxlen, self.encoder_decoder)
+        check_known_tokens(train_path, (inputs[0] for inputs in encoded), tokenizer)
         # T5's labels follow the decoder's ids (the second input), UniLM's its target positions (the third).
         follow = 1 if self.encoder_decoder else 2
         train = make_dataset(encoded, labels, options.batch_size, shuffle=options.shuffle, seed=options.seed,

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
-from typing import List, Mapping, Optional, Sequence, Tuple
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -186,3 +187,35 @@ def _label_key(name: str) -> str:
 def encode_examples(tokenizer, examples: Sequence[Example], maxlen: int) -> List[Tuple[List[int], List[int]]]:
     """Token and segment ids of each example, truncated to `maxlen`."""
     return tokenizer.encode_all([e.text for e in examples], [e.text_b for e in examples], maxlen=maxlen)
+
+
+UNKNOWN_REFUSED, UNKNOWN_WARNED = 0.5, 0.05  # shares of the text's tokens that are [UNK]
+
+
+def check_known_tokens(path: str, rows: Iterable[Sequence[int]], tokenizer, refuse: bool = False) -> float:
+    """The share of the text's tokens (`rows` of ids; padding, [CLS] and [SEP] aside) that are [UNK].
+
+    Text the vocabulary does not cover (another language's vocabulary, a truncated one, --cased with an
+    uncased one) teaches the model [UNK] alone: a loud warning with the rate above `UNKNOWN_WARNED`, and above
+    `UNKNOWN_REFUSED` a `DataError` where `refuse` (pre-training, which would learn to predict [UNK]).
+    """
+    unknown_id = tokenizer.token_to_id("[UNK]")
+    if unknown_id is None:
+        return 0.0
+    ignored = {0, getattr(tokenizer, "cls_id", 0), getattr(tokenizer, "sep_id", 0)}
+    tokens = unknown = 0
+    for row in rows:
+        row = np.asarray(row).ravel()
+        text = ~np.isin(row, list(ignored))
+        tokens += int(text.sum())
+        unknown += int(np.count_nonzero(row[text] == unknown_id))
+    share = unknown / tokens if tokens else 0.0
+    message = (f"{path}: {share:.0%} of the text's tokens are [UNK] for this vocabulary ({tokenizer.vocab_size} "
+               "tokens); is it the vocabulary of this text (and its case: --cased keeps capitals an uncased "
+               "vocabulary does not have)?")
+    if refuse and share > UNKNOWN_REFUSED:
+        raise DataError(message + " Pre-training on it would teach the model to predict [UNK]")
+    if share > UNKNOWN_WARNED:
+        logging.getLogger("kbert").warning("warning: %s%s", message, "" if refuse else
+                                           " The model would be trained on what it cannot read")
+    return share

@@ -65,6 +65,13 @@ def enable_lora(model: keras.Model, rank: int, alpha: Optional[float] = None,
     layers = block_kernels(model)
     if not layers:
         raise KbertError("LoRA: the model has no transformer block kernels (layers named Transformer-*)")
+    # A rank as wide as a kernel's narrower side adapts nothing less than the kernel itself (and costs more).
+    narrowest = min(min(int(layer.kernel.shape[0]), int(np.prod(layer.kernel.shape[1:]))) for layer in layers)
+    for option, value in (("--lora-rank", rank), ("--lora-embeddings", embeddings_rank)):
+        if value and value >= narrowest:
+            raise KbertError(f"LoRA rank {value} ({option}) is not below the narrowest adapted kernel's side "
+                             f"({narrowest}, the model's hidden size or a head's width): a low-rank adapter must be "
+                             f"narrower than what it adapts; ranks of 4 to 16 are usual")
     for layer in model._flatten_layers(include_self=False):
         if layer.name == naming.EMBEDDING_TOKEN and embeddings_rank:
             layer.enable_lora(embeddings_rank, lora_alpha=alpha or rank)  # freezes the table, trains its adapter

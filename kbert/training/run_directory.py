@@ -100,7 +100,8 @@ class RunDirectory:
 
 
 # training.json entries that describe a run's data or progress, not its settings.
-_NOT_SETTINGS = {"history", "train_data", "valid_data", "examples", "chunks", "worker", "best_epoch", "data_files"}
+_NOT_SETTINGS = {"history", "train_data", "valid_data", "examples", "chunks", "worker", "best_epoch", "data_files",
+                 "text_pairs"}
 
 
 def data_fingerprints(paths: Dict[str, Optional[str]]) -> Dict[str, Optional[dict]]:
