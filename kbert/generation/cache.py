@@ -29,6 +29,7 @@ import numpy as np
 from keras import ops
 
 from kbert.errors import KbertError
+from kbert.generation.steps import next_step
 from kbert.layers import AttentionMask
 from kbert.layers.checks import traced_once
 from kbert.layers.decoding import DecodingStep
@@ -237,11 +238,7 @@ class CachedGraph:
         """Each row's next token `tokens` fed at its position `lengths`: the LM output after it (float32) and
         the state."""
         rows, slots = ops.shape(state["self"][0][0])[:2]
-        columns = ops.arange(slots, dtype="int32")
-        positions = lengths[:, None]
-        allowed = columns[None, None, :] <= positions[:, :, None]
-        # T5 started from its padding id 0 hides it from every later token, as bert4keras's does.
-        allowed = ops.where(hide_start & (columns == 0)[None, None, :], False, allowed)
+        positions, allowed = next_step(lengths, slots, hide_start, ops)
         fed = tokens[:, None]
         scores, state = self._step(fed, ops.full(ops.shape(fed), segment, "int32"), positions, allowed,
                                    ops.zeros([rows], "int32"), state)

@@ -21,6 +21,7 @@ from keras import ops
 
 from kbert.errors import KbertError
 from kbert.generation.search import Sampler, Search, log_probabilities
+from kbert.generation.steps import next_step
 from kbert.models.registry import get_family
 
 STRATEGIES = ("greedy", "beam", "sample")
@@ -199,10 +200,7 @@ class CachedEngine(_Engine):
             rows = _tensor(np.asarray(parents, np.int32))
             self.state = keras.tree.map_structure(lambda tensor: ops.take(tensor, rows, axis=0), self.state)
             self.lengths = self.lengths[parents]
-        positions = self.lengths[:, None]
-        allowed = self.slots[None, None, :] <= positions[:, :, None]
-        if self._hides_start:
-            allowed[:, :, 0] = False
+        positions, allowed = next_step(self.lengths, len(self.slots), self._hides_start)
         outputs, self.state = self.graph.step(
             _tensor(np.asarray(tokens, np.int32)[:, None]),
             _tensor(np.full_like(positions, self.new_segment())), _tensor(positions),

@@ -43,6 +43,7 @@ import numpy as np
 
 from kbert.errors import KbertError, require_tensorflow
 from kbert.generation.search import Search, log_probabilities  # NumPy alone: no Keras is imported
+from kbert.generation.steps import next_step, prompt_step
 from kbert.serving.conversion import (FLOAT_TOLERANCE, INT8_PROBABILITY_TOLERANCE, INT8_TOKEN_SHARE, SAMPLE_TEXTS,
                                       ExportReport, convert_to_onnx, export_staging, publish, refuse_existing)
 from kbert.tokenizers import pad_batch
@@ -255,14 +256,10 @@ class OnnxGenerator:
         lengths = np.array([len(prompt) for prompt in prompts], np.int32)
         token_ids = pad_batch([(prompt, []) for prompt in prompts])[0]
         longest = token_ids.shape[1]
-        columns = np.arange(longest + new_tokens)[None, None, :]
-        allowed = columns < lengths[:, None, None]  # unilm: the whole prompt (the source, segment 0)
-        if self.application in ("lm", "t5"):
-            allowed = allowed & (columns <= np.arange(longest)[None, :, None])
-        if self.encoder and self.hide_start:  # the start token is hidden from every token, itself included
-            allowed = allowed & (columns != 0)
-        caches = [np.zeros([len(prompts), columns.shape[-1], self.heads, self.head_size], np.float32)] * (
-            2 * self.calls)
+        slots = longest + new_tokens
+        allowed = prompt_step(lengths, longest, slots, causal=self.application in ("lm", "t5"),
+                              hide_start=bool(self.encoder and self.hide_start))
+        caches = [np.zeros([len(prompts), slots, self.heads, self.head_size], np.float32)] * (2 * self.calls)
         positions = np.broadcast_to(np.arange(longest, dtype=np.int32), token_ids.shape)
         probabilities, caches = self._run(token_ids, np.zeros_like(token_ids), positions, allowed, lengths - 1,
                                           caches, sources)
@@ -303,10 +300,8 @@ class _Decoding:
             self.caches = [cache[parents] for cache in self.caches]
             self.sources = {name: value[parents] for name, value in self.sources.items()}
             self.lengths = self.lengths[parents]
-        positions = self.lengths[:, None]
-        allowed = self.slots[None, None, :] <= positions[:, :, None]
-        if self.generator.encoder and self.generator.hide_start:
-            allowed[:, :, 0] = False
+        positions, allowed = next_step(self.lengths, len(self.slots),
+                                       bool(self.generator.encoder and self.generator.hide_start))
         probabilities, self.caches = self.generator._run(
             np.asarray(tokens, np.int32)[:, None], np.full_like(positions, self.generator.new_segment), positions,
             allowed, np.zeros(len(tokens), np.int32), self.caches, self.sources)

@@ -204,16 +204,7 @@ def train_task(
             anything is written.
         TrainingInterrupted: on Ctrl-C, saying what was kept.
     """
-    options = options or TrainingOptions(task=task_class.name)
-    _check_options(options)
-    if options.task != task_class.name:
-        raise KbertError(f"options.task is {options.task!r} but the task is {task_class.name!r}")
-    # The family (the config's model_type, else BERT) is recorded, so the model directory rebuilds it.
-    family, config = resolve(config_path, options.model)
-    options = dataclasses.replace(options, model=options.model or family.name)
-    task = task_class.from_options(options)
-    # What kbert changes in a model it trains (T5: no output scale before an untied head it initialises).
-    config = task.model_config(family.config_to_train(config, initialised=checkpoint_path is None))
+    options, family, config, task = _configured(task_class, config_path, checkpoint_path, options)
     if resume and options.strategy == "multiworker":
         raise KbertError("--resume is not supported with --strategy multiworker: the workers keep no "
                          "common backup; start the run again")
@@ -231,16 +222,7 @@ def train_task(
     if options.maxlen > config.max_position_embeddings and family.has_position_table(config):
         raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
-    tokenizer = load_tokenizer(vocab_path, do_lower_case=options.do_lower_case)
-    if isinstance(tokenizer, SpTokenizer) and not task.reads_sentencepiece:
-        raise KbertError(f"{vocab_path}: a SentencePiece vocabulary is read for --task seq2seq with a T5 "
-                         "(--model t5, t5.1.1 or mt5.1.1) only; this task needs a WordPiece vocab.txt")
-    if isinstance(tokenizer, SpTokenizer) and not tokenizer.has_padding_piece:
-        raise KbertError(f"{vocab_path}: this SentencePiece model has no padding piece, so batches would be "
-                         f"padded with id {tokenizer.pad_id} ({tokenizer._token_pad!r}), a real piece the model "
-                         "would hide, leave out of the loss and never generate. Train the SentencePiece model "
-                         "with a padding piece (spm_train --pad_id=0, as Google's T5 and mT5 have <pad> at 0)")
-    _check_vocab_fits(tokenizer, vocab_path, config, config_path)
+    tokenizer = _tokenizer(task, vocab_path, options, config, config_path)
     data = task.read(tokenizer, train_path, valid_path, num_labels, options)
     num_labels = num_labels or len(data.labels)
     fresh_state = {"task": task.name, "options": dataclasses.asdict(options),
@@ -253,54 +235,102 @@ def train_task(
     warn_if_emulated(options.mixed_precision)
     with precision_policy(options.mixed_precision):
         with strategy.scope():
-            bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
-            multipliers = {}
-            if checkpoint_path is None:
-                graph_class(family).initialise(bert, config)  # the family's own scheme, where it has one (T5)
-                multipliers = graph_class(family).learning_rate_multipliers(bert, options.optimizer)
-            model = task.build(bert, num_labels, options)
-            if options.lora_rank:
-                enable_lora(model, options.lora_rank, options.lora_alpha, options.lora_embeddings)
-            # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
-            trained = task.training_model(model)
-            trainer = Trainer(trained.inputs, trained.outputs, name="trainer")
-            trainer.compile(make_optimizer(options, data.steps_per_epoch, model, multipliers),
-                            **task.compile_args(model),
-                            jit_compile=True if options.jit_compile else "auto")
-            _add_adversarial_training(trainer, options, strategy)
+            model, trainer = _compiled(task, family, config, checkpoint_path, num_labels, options, data, strategy)
         # Everything is checked: from here on the run writes, into OUT.partial/.
         state = run.begin(resume, fresh_state)
-        interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
-        callbacks = [
-            interrupt,
-            _StopWhenDiverged(options.learning_rate),  # before the backup and the kept weights: a NaN epoch is neither
-            keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
-            # Each epoch ends on the average, so what is validated is what is saved.
-            *([AverageAtEpochEnd(data.steps_per_epoch)] if options.ema else []),
-            *task.callbacks(data, run.partial),  # before _BestWeights: what they log is kept in the history
-            _BestWeights(model, run.partial, state, task.score_name, task.validation_score(model, data)),
-        ]
-        try:
+
+        def write_inputs() -> None:  # what the model directory needs beside the weights, once
             if not resume:
                 config.to_json_file(os.path.join(run.partial, CONFIG_FILE))
                 _keep_vocabulary(tokenizer, vocab_path, run.partial)
                 data.labels.save(run.partial)
-            with interrupt:
-                trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
-                            callbacks=callbacks, verbose=verbose, shuffle=False)
-        except KeyboardInterrupt:
-            raise TrainingInterrupted(run.stopped(state, options.epochs)) from None
-        except TrainingDiverged as error:
-            raise TrainingDiverged(f"{error}; {run.stopped(state, options.epochs, 'stopped')}") from None
-        except BaseException:
-            run.stopped(state, options.epochs)
-            raise
+
+        _fit(trainer, model, task, data, options, run, state, verbose, write_inputs)
     if role is None or role.is_chief:
         task.finish(model, run.partial)
         run.publish()
     else:
         shutil.rmtree(os.path.dirname(run.out), ignore_errors=True)
     return state
+
+
+def _configured(task_class: Type[Task], config_path: str, checkpoint_path: Optional[str],
+                options: Optional[TrainingOptions]):
+    """The checked options (the family recorded), the family, the config kbert trains, and the task."""
+    options = options or TrainingOptions(task=task_class.name)
+    _check_options(options)
+    if options.task != task_class.name:
+        raise KbertError(f"options.task is {options.task!r} but the task is {task_class.name!r}")
+    # The family (the config's model_type, else BERT) is recorded, so the model directory rebuilds it.
+    family, config = resolve(config_path, options.model)
+    options = dataclasses.replace(options, model=options.model or family.name)
+    task = task_class.from_options(options)
+    # What kbert changes in a model it trains (T5: no output scale before an untied head it initialises).
+    config = task.model_config(family.config_to_train(config, initialised=checkpoint_path is None))
+    return options, family, config, task
+
+
+def _tokenizer(task: Task, vocab_path: str, options: TrainingOptions, config: BertConfig, config_path: str):
+    """The vocabulary's tokenizer, refused where the task cannot read it or it does not fit the model."""
+    tokenizer = load_tokenizer(vocab_path, do_lower_case=options.do_lower_case)
+    if isinstance(tokenizer, SpTokenizer) and not task.reads_sentencepiece:
+        raise KbertError(f"{vocab_path}: a SentencePiece vocabulary is read for --task seq2seq with a T5 "
+                         "(--model t5, t5.1.1 or mt5.1.1) only; this task needs a WordPiece vocab.txt")
+    if isinstance(tokenizer, SpTokenizer) and not tokenizer.has_padding_piece:
+        raise KbertError(f"{vocab_path}: this SentencePiece model has no padding piece, so batches would be "
+                         f"padded with id {tokenizer.pad_id} ({tokenizer._token_pad!r}), a real piece the model "
+                         "would hide, leave out of the loss and never generate. Train the SentencePiece model "
+                         "with a padding piece (spm_train --pad_id=0, as Google's T5 and mT5 have <pad> at 0)")
+    _check_vocab_fits(tokenizer, vocab_path, config, config_path)
+    return tokenizer
+
+
+def _compiled(task: Task, family, config: BertConfig, checkpoint_path: Optional[str], num_labels: int,
+              options: TrainingOptions, data, strategy):
+    """The task's model (what is saved) and the compiled trainer wrapping it (which owns the optimizer)."""
+    bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
+    multipliers = {}
+    if checkpoint_path is None:
+        graph_class(family).initialise(bert, config)  # the family's own scheme, where it has one (T5)
+        multipliers = graph_class(family).learning_rate_multipliers(bert, options.optimizer)
+    model = task.build(bert, num_labels, options)
+    if options.lora_rank:
+        enable_lora(model, options.lora_rank, options.lora_alpha, options.lora_embeddings)
+    # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
+    trained = task.training_model(model)
+    trainer = Trainer(trained.inputs, trained.outputs, name="trainer")
+    trainer.compile(make_optimizer(options, data.steps_per_epoch, model, multipliers), **task.compile_args(model),
+                    jit_compile=True if options.jit_compile else "auto")
+    _add_adversarial_training(trainer, options, strategy)
+    return model, trainer
+
+
+def _fit(trainer, model, task: Task, data, options: TrainingOptions, run: RunDirectory, state: dict,
+         verbose, write_inputs: Callable[[], None]) -> None:
+    """`write_inputs()`, then Keras's `fit` with kbert's callbacks; a run that stops early (Ctrl-C, divergence,
+    an error) cleans up and says what it kept."""
+    interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
+    callbacks = [
+        interrupt,
+        _StopWhenDiverged(options.learning_rate),  # before the backup and the kept weights: a NaN epoch is not kept
+        keras.callbacks.BackupAndRestore(os.path.join(run.partial, RESUME_DIR), double_checkpoint=True),
+        # Each epoch ends on the average, so what is validated is what is saved.
+        *([AverageAtEpochEnd(data.steps_per_epoch)] if options.ema else []),
+        *task.callbacks(data, run.partial),  # before _BestWeights: what they log is kept in the history
+        _BestWeights(model, run.partial, state, task.score_name, task.validation_score(model, data)),
+    ]
+    try:
+        write_inputs()
+        with interrupt:
+            trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
+                        callbacks=callbacks, verbose=verbose, shuffle=False)
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(run.stopped(state, options.epochs)) from None
+    except TrainingDiverged as error:
+        raise TrainingDiverged(f"{error}; {run.stopped(state, options.epochs, 'stopped')}") from None
+    except BaseException:
+        run.stopped(state, options.epochs)
+        raise
 
 
 def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer", vocab_path: "str | os.PathLike[str]", directory: str) -> None:
