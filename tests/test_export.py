@@ -278,5 +278,5 @@ def test_sigterm_during_an_export_leaves_no_staging_behind(model_dirs, tmp_path)
         time.sleep(0.05)  # until the export is staging its files
     assert list(scratch.glob("kbert-export-*")), "the export never staged anything"
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=120) == 128 + signal.SIGTERM
+    assert process.wait(timeout=120) == 128 + signal.SIGTERM, process.stderr.read().decode()[-2000:]
     assert list(out.iterdir()) == [] and list(scratch.glob("kbert-export-*")) == []

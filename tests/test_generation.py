@@ -203,8 +203,9 @@ def test_clear_errors():
             generate(model, PROMPTS, max_new_tokens=4, end_id=3, strategy="sample", **keywords)
     with pytest.raises(KbertError, match="strategy: expected one of greedy, beam, sample, got 'top'"):
         generate(model, PROMPTS, max_new_tokens=4, end_id=3, strategy="top")
-    with pytest.raises(KbertError, match="every prompt needs at least one token"):
-        generate(model, [[2], [0, 0]], max_new_tokens=4, end_id=3)
+    for empty in ([[2], []], np.array([[2, 0], [0, 0]])):  # an array's padding is stripped; a list is as given
+        with pytest.raises(KbertError, match="every prompt needs at least one token"):
+            generate(model, empty, max_new_tokens=4, end_id=3)
     # Checked before any step: a compiled step (JAX) could not say which id is wrong.
     for row, found in (([2, 120], 120), ([-1, 2], -1)):
         with pytest.raises(KbertError, match=rf"token_ids, row 1: ids must be in \[0, 120\) \(the model's "

@@ -7,6 +7,7 @@ that task's module (`kbert.tasks.classification`, `.ner`, `.seq2seq`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Callable, List, Optional, Tuple
 
@@ -427,12 +428,16 @@ def run_export(args) -> int:
 
     from kbert.serving.export import export_model
 
-    # SIGTERM (a stopped job, a CI timeout) ends the export as Ctrl-C does: its staging folder is removed on the
-    # way out, not left behind (Python's default for SIGTERM is to die without unwinding).
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # SIGTERM (a stopped job, a CI timeout) removes the export's staging folder, then ends the process at once
+    # (Python's default for SIGTERM dies without any cleanup; an exception raised wherever the signal lands,
+    # inside TensorFlow or a converter, might be turned into another error).
+    signal.signal(signal.SIGTERM, _remove_staging_and_exit)
     print(export_model(args.model, args.output, args.format, args.quantize))
     return 0
 
 
-def _exit_on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+def _remove_staging_and_exit(signum, frame) -> None:
+    from kbert.serving.conversion import remove_staging
+
+    remove_staging()
+    os._exit(128 + signum)

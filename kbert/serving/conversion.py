@@ -7,8 +7,9 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import tempfile
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Set
 
 import numpy as np
 
@@ -49,12 +50,25 @@ class ExportReport:
         return text
 
 
+_STAGING: Set[str] = set()  # the staging folders in use, for `remove_staging`
+
+
 @contextlib.contextmanager
 def export_staging() -> Iterator[str]:
     """A folder for an export's files until they are checked, in the system's temporary folder: an export that
     is killed leaves nothing beside its output (its files reach the output by `publish`)."""
     with tempfile.TemporaryDirectory(prefix="kbert-export-") as staging:
-        yield staging
+        _STAGING.add(staging)
+        try:
+            yield staging
+        finally:
+            _STAGING.discard(staging)
+
+
+def remove_staging() -> None:
+    """Removes the staging folders in use: what a SIGTERM handler does before the process exits at once."""
+    for path in list(_STAGING):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def publish(files: Dict[str, str]) -> None:
