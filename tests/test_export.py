@@ -210,8 +210,10 @@ def test_the_onnx_generator_imports_neither_keras_nor_tensorflow():
     (["classify", "exists.onnx"], "already exists"),
     (["classify", "exists.tflite"], "exists.metadata.json: already exists; choose a new path (an export never "
                                     "replaces a file, nor one of the files it writes beside it)"),
-    (["classify", "out.onnx", "--format", "keras"], "out.onnx: --format keras writes a .keras file: name it NAME.keras"),
-    (["classify", "out.tflite", "--format", "onnx"], "out.tflite: --format onnx writes a .onnx file: name it NAME.onnx"),
+    (["classify", "out.onnx", "--format", "keras"],
+     "out.onnx: --format keras writes a .keras file: name it NAME.keras"),
+    (["classify", "out.tflite", "--format", "onnx"],
+     "out.tflite: --format onnx writes a .onnx file: name it NAME.onnx"),
     (["classify", "out.onnx", "--format", "saved_model"], "--format saved_model writes a SavedModel directory"),
 ])
 def test_exports_refused_with_the_reason(model_dirs, tmp_path, capsys, arguments, message):

@@ -402,7 +402,8 @@ def test_an_archive_with_two_checkpoints_names_its_folders_not_a_staging_folder(
 
 
 @pytest.mark.parametrize("source, message", [
-    ("file://www/good.zip", r"a file URL names no host: file:///ABSOLUTE/PATH \(three slashes\), e.g. file:///www/good.zip"),
+    ("file://www/good.zip",
+     r"a file URL names no host: file:///ABSOLUTE/PATH \(three slashes\), e.g. file:///www/good.zip"),
     ("hf://../etc", r"expected hf://OWNER/NAME\[@REVISION\]"),
     ("hf://owner/..", r"expected hf://OWNER/NAME\[@REVISION\]"),
     ("hf://owner/a--b", r"expected hf://OWNER/NAME\[@REVISION\]"),

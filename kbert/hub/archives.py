@@ -51,7 +51,8 @@ def unpack(archive: str, target: str, max_bytes: int = MAX_UNPACKED_BYTES, label
     """Unpacks `archive` into the empty or new directory `target`, once every member has been checked.
 
     `label` names the archive in errors (its URL) when `archive` is a download's temporary file;
-    `max_members` defaults to `MAX_MEMBERS`. On an error, part of the archive may lie in `target`: the caller unpacks into a staging folder.
+    `max_members` defaults to `MAX_MEMBERS`. On an error, part of the archive may lie in `target`: the
+    caller unpacks into a staging folder.
     """
     label, max_members = label or archive, max_members or MAX_MEMBERS
     try:

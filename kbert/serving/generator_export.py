@@ -56,7 +56,8 @@ DECODING_NOTE = ("the prompt first: all its tokens as new tokens at positions 0.
 T5_DECODING_NOTE = ("run kbert_encoder on the sources (padded with kbert_pad_id) once; then the step as for a "
                     "language model, its prompt kbert_start_id alone at position 0, fed the encoder's "
                     "cross_keys_i, cross_values_i and source_mask at every step; where kbert_hide_start is true, "
-                    "no token (the start itself included) is allowed slot 0; never choose kbert_pad_id; stop at kbert_end_id")
+                    "no token (the start itself included) is allowed slot 0; never choose kbert_pad_id; stop at "
+                    "kbert_end_id")
 NOT_EXPORTED = "kbert predict and kbert serve run the model directory itself"
 
 
