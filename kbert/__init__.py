@@ -58,6 +58,7 @@ _EXPORTS = {
     "extend_with_piecewise_linear_lr": "kbert.training.schedules",
     "TrainingOptions": "kbert.training.options",
     "train": "kbert.tasks",
+    "Embedder": "kbert.tasks.embedding",
     "pretrain": "kbert.tasks",
     "adversarial_training": "kbert.training.adversarial",
     "gradient_penalty": "kbert.training.adversarial",

@@ -103,6 +103,9 @@ def minilm_dir() -> pathlib.Path:
 
 HUB_REPOSITORY = "sentence-transformers/all-MiniLM-L6-v2"
 HUB_FILES = ("config.json", "vocab.txt", "model.safetensors")
+# The sentence-transformers modules beside them (what kbert embed reads), in the hub cache too.
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "1_Pooling/config.json", "sentence_bert_config.json", "tokenizer.json",
+                               "tokenizer_config.json")
 
 
 def write_hub_cache(cache: pathlib.Path) -> pathlib.Path:
@@ -116,11 +119,12 @@ def write_hub_cache(cache: pathlib.Path) -> pathlib.Path:
     (repository / "refs" / "main").write_text(commit)
     snapshot = repository / "snapshots" / commit
     snapshot.mkdir(parents=True)
-    for name in HUB_FILES:
-        blob = repository / "blobs" / f"blob-{name}"
-        blob.parent.mkdir(exist_ok=True)
+    (repository / "blobs").mkdir()
+    for name in HUB_FILES + SENTENCE_TRANSFORMERS_FILES:
+        blob = repository / "blobs" / f"blob-{name.replace('/', '-')}"
         shutil.copyfile(minilm_dir() / name, blob)
-        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
+        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+        (snapshot / name).symlink_to(os.path.relpath(blob, (snapshot / name).parent))
     return snapshot
 
 

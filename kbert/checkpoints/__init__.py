@@ -7,4 +7,6 @@
 - `hf`: Hugging Face `model.safetensors`: open, load, save.
 - `formats`: which format a path is, which family and heads a file's names
   belong to, `load_weights` for either format, `inspect_weights`.
+- `sentence_transformers`: a sentence-transformers folder's modules (pooling,
+  projections, normalisation, longest input), read without that library.
 """

@@ -21,7 +21,7 @@ from kbert.cli.arguments import HelpWithDefaults
 from kbert.errors import KbertError
 
 # The commands that run a trained model: they build it under --mixed-precision.
-INFERENCE_COMMANDS = ("evaluate", "predict", "export", "serve")
+INFERENCE_COMMANDS = ("evaluate", "predict", "export", "serve", "embed")
 # The commands that never import TensorFlow.
 PURE_PYTHON_COMMANDS = ("params", "migrate")
 # The commands that say which Keras backend runs them.

@@ -44,6 +44,20 @@ def add_commands(command) -> None:
     predict.add_argument("--json", action="store_true", help="print JSON Lines")
     predict.set_defaults(run=run_predict)
 
+    embed = command("embed", "a vector per input text from a sentence-transformers model (a folder or a name "
+                             "such as hf://sentence-transformers/all-MiniLM-L6-v2): JSON Lines, or --npy")
+    embed.add_argument("--model", required=True, help="a sentence-transformers folder, or a name (hf://OWNER/NAME, "
+                                                       "an archive's URL) fetched once into the cache")
+    embed.add_argument("input", nargs="?", default="-", help="file of texts, one a line; - for standard input")
+    embed.add_argument("--npy", metavar="OUT", help="write one float32 array [texts, dimensions] to OUT (.npy) "
+                                                    "instead of printing; OUT must not exist")
+    embed.add_argument("--batch-size", type=positive_int, default=32, help="texts a model call takes at most")
+    embed.add_argument("--normalize", action="store_true",
+                       help="scale each vector to unit length (a model whose last module is Normalize does)")
+    embed.add_argument("--cache-dir", help="where a named model is kept (default: $KBERT_CACHE, else "
+                                           "~/.cache/kbert; the hub's own cache for hf://)")
+    precision_option(embed)
+    embed.set_defaults(run=run_embed)
     export = command("export", "a classifier or tagger for other runtimes: TF SavedModel, ONNX (int8 too), "
                                "LiteRT, or a .keras file; a UniLM seq2seq model's cached step as ONNX")
     export.add_argument("--model", required=True, help="model directory from kbert train")
@@ -421,6 +435,36 @@ def _text_lines(data: bytes, source: str) -> List[str]:
     if not any(line.strip() for line in lines):
         raise DataError(f"{source}: no texts to predict (expected one text a line)")
     return lines
+
+
+def run_embed(args) -> int:
+    """`kbert embed`: one `{"embedding": [...]}` line per input line, or one `.npy` array."""
+    import numpy as np
+
+    from kbert.io import atomic_path
+    from kbert.tasks.embedding import Embedder
+
+    if args.npy and os.path.lexists(args.npy):
+        raise KbertError(f"{args.npy}: already exists; choose a new path (kbert never writes over an earlier output)")
+    if args.input == "-":
+        texts = _read_standard_input()
+    else:
+        with open(args.input, "rb") as handle:
+            texts = _text_lines(handle.read(), args.input)
+    blank = [number for number, text in enumerate(texts, 1) if not text.strip()]
+    if blank:
+        raise DataError(f"{args.input}: line {blank[0]} is blank ({len(blank)} blank lines in all); every line must "
+                        "hold a text to embed, so that the vectors line up with the lines")
+    vectors = Embedder.load(args.model, args.cache_dir).encode(texts, args.batch_size, normalize=args.normalize)
+    if args.npy:
+        with atomic_path(args.npy) as temporary:
+            with open(temporary, "wb") as handle:
+                np.save(handle, vectors)
+        print(f"kbert: {len(texts)} vectors of {vectors.shape[1]} dimensions written to {args.npy}", file=sys.stderr)
+        return 0
+    for vector in vectors:
+        print(json.dumps({"embedding": vector.tolist()}))
+    return 0
 
 
 def run_export(args) -> int:

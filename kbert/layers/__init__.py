@@ -12,6 +12,7 @@ BERT's layer names: the model builders give the names.
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
 - `memm`: `MaximumEntropyMarkovModel` (bert4keras's bidirectional MEMM)
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
+- `pooling`: `Pooling` (cls, mean, max, mean_sqrt_len, lasttoken), `L2Normalize`: sentence embeddings
 - `masks`: `AttentionMask` (the `lm` and `unilm` applications), `UnmaskingDropout`
   (Hugging Face's T5 decoder)
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
@@ -31,12 +32,13 @@ from kbert.layers.heads import BiasAdd, Scale, TakePositions, TakeToken
 from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
 from kbert.layers.memm import MaximumEntropyMarkovModel
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
+from kbert.layers.pooling import POOLING_MODES, L2Normalize, Pooling
 from kbert.layers.masks import AttentionMask, UnmaskingDropout
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
                                    T5RelativePositionBias, t5_buckets)
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
 
-__all__ = ["AttentionMask", "BiasAdd", "ConditionalLayerNormalization", "ConditionalRandomField",
+__all__ = ["AttentionMask", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling", "ConditionalLayerNormalization", "ConditionalRandomField",
            "DepthScaledTruncatedNormal",
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
            "MultiHeadSelfAttention",

@@ -5,6 +5,8 @@
 - `ner`: the tagger: units and WordPiece chunks, CRF/softmax/GlobalPointer heads, decoding.
 - `seq2seq`: UniLM fine-tuning on source/target pairs; generation, exact match and character F1.
 - `pretraining`: masked-language-model pre-training on plain text, whole-word masking (`pretrain`).
+- `embedding`: sentence embeddings (`Embedder`): a sentence-transformers model's pooling, projection and
+  normalisation on a kbert backbone (`kbert embed`).
 
 Each task is a `kbert.training.task.Task`; the training run
 (`kbert.training.loop.train_task`) receives it and never imports a task.

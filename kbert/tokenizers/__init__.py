@@ -5,6 +5,7 @@
 - `sentence_piece`: `SpTokenizer`, a SentencePiece model (T5, mT5) with
   bert4keras's interface.
 - `vocab`: `load_vocab` (bert4keras's simplified vocabulary), `save_vocab`.
+- `hub`: `TokenizerJson`, a Hugging Face `tokenizer.json` run as transformers runs it (embedding models).
 """
 
 from kbert.tokenizers.sentence_piece import SpTokenizer

@@ -1,0 +1,116 @@
+"""`kbert embed` against sentence-transformers' `encode`, each in its own process, in alternating rounds.
+
+    python -m benchmarks.embedding --model PATH/TO/all-MiniLM-L6-v2 \\
+        --data ../shared/data/sentiment/sentiment.test.data --st-python PYTHON_WITH_SENTENCE_TRANSFORMERS
+
+Each engine is a worker process that loads the model and encodes the texts
+once to warm up; then each round asks every worker in turn to encode all the
+texts (`--count` of the file's lines, of mixed length, `--batch-size` a call)
+and reports its seconds. Prints sentences/s per engine and round, the median
+per-round ratio kbert / sentence-transformers with its range, and the largest
+difference between the two engines' vectors. sentence-transformers needs
+PyTorch: `--st-python` is the interpreter of an environment that has it
+(kbert's own need not); kbert runs on the Keras backend `KERAS_BACKEND` names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import List
+
+import numpy as np
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_texts(path: str, count: int) -> List[str]:
+    """The first `count` texts of a file of `text<TAB>label` or plain lines (the labels left out)."""
+    with open(path, encoding="utf-8") as handle:
+        texts = [line.rstrip("\n").split("\t")[0] for line in handle if line.strip()]
+    return texts[:count]
+
+
+def worker(engine: str, model: str, data: str, count: int, batch_size: int) -> None:
+    """Loads `engine`, then answers each line on stdin with the seconds one encoding of the texts took (and, for
+    the first, the vectors' file)."""
+    texts = read_texts(data, count)
+    if engine == "kbert":
+        from kbert.tasks.embedding import Embedder
+
+        embedder = Embedder.load(model)
+        encode = lambda: embedder.encode(texts, batch_size=batch_size)  # noqa: E731
+    else:
+        from sentence_transformers import SentenceTransformer
+
+        model_object = SentenceTransformer(model, device="cpu")
+        encode = lambda: model_object.encode(texts, batch_size=batch_size)  # noqa: E731
+    vectors = encode()  # the warm-up (a compiled graph, the thread pools)
+    for line in sys.stdin:
+        start = time.perf_counter()
+        encode()
+        answer = {"seconds": time.perf_counter() - start}
+        if line.strip():  # a path: where the vectors go, for the comparison
+            np.save(line.strip(), vectors)
+        print(json.dumps(answer), flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a sentence-transformers folder")
+    parser.add_argument("--data", required=True, help="texts, one a line (text<TAB>label lines: the text)")
+    parser.add_argument("--count", type=int, default=2000, help="texts encoded per round (default: 2000)")
+    parser.add_argument("--batch-size", type=int, default=32, help="texts a call, both engines (default: 32)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default: 5)")
+    parser.add_argument("--st-python", default=sys.executable,
+                        help="the Python that runs sentence-transformers (default: this one)")
+    parser.add_argument("--worker", choices=("kbert", "sentence-transformers"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.model, args.data, args.count, args.batch_size)
+        return 0
+    common = ["-m", "benchmarks.embedding", "--model", args.model, "--data", args.data, "--count", str(args.count),
+              "--batch-size", str(args.batch_size), "--worker"]
+    workers = {name: subprocess.Popen([python, *common, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
+               for name, python in (("kbert", sys.executable), ("sentence-transformers", args.st_python))}
+    seconds = {name: [] for name in workers}
+    vectors = {}
+    try:
+        for round_number in range(args.rounds):
+            for name, process in workers.items():
+                target = os.path.abspath(f".embedding-{name}.npy") if round_number == 0 else ""
+                process.stdin.write(target + "\n")
+                process.stdin.flush()
+                answer = process.stdout.readline()
+                if not answer:
+                    raise SystemExit(f"the {name} worker stopped (run it alone to see why: python -m "
+                                     f"benchmarks.embedding --worker {name} ...)")
+                seconds[name].append(json.loads(answer)["seconds"])
+                if target:
+                    vectors[name] = np.load(target)
+                    os.remove(target)
+    finally:
+        for process in workers.values():
+            process.stdin.close()
+            process.wait(timeout=60)
+    texts = read_texts(args.data, args.count)
+    print(f"{len(texts)} texts of {min(map(len, texts))} to {max(map(len, texts))} characters, batch "
+          f"{args.batch_size}, {args.rounds} alternating rounds")
+    print(f"{'engine':<24} {'sentences/s by round':<48} median")
+    for name, values in seconds.items():
+        rates = [len(texts) / value for value in values]
+        print(f"{name:<24} {' '.join(f'{rate:7.1f}' for rate in rates):<48} {np.median(rates):7.1f}")
+    ratios = [other / mine for mine, other in zip(seconds["kbert"], seconds["sentence-transformers"])]
+    print(f"kbert / sentence-transformers: {np.median(ratios):.2f}x (rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
+    difference = np.abs(vectors["kbert"] - vectors["sentence-transformers"]).max()
+    print(f"largest difference between the engines' vectors: {difference:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

