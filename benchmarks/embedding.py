@@ -11,6 +11,10 @@ per-round ratio kbert / sentence-transformers with its range, and the largest
 difference between the two engines' vectors. sentence-transformers needs
 PyTorch: `--st-python` is the interpreter of an environment that has it
 (kbert's own need not); kbert runs on the Keras backend `KERAS_BACKEND` names.
+
+`--one-batch` times the model call alone instead, on one fixed batch of
+`--batch-size` × 128 token ids (no tokenizing, no batching by length): where a
+gap between the engines lies, in the encoder or around it.
 """
 
 from __future__ import annotations
@@ -35,11 +39,36 @@ def read_texts(path: str, count: int) -> List[str]:
     return texts[:count]
 
 
-def worker(engine: str, model: str, data: str, count: int, batch_size: int) -> None:
+def _one_batch(engine: str, model: str, batch_size: int):
+    """A call of the engine's model on one fixed batch of `batch_size` × 128 token ids."""
+    ids = np.random.default_rng(0).integers(1000, 20000, size=(batch_size, 128)).astype("int32")
+    ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP] of a BERT vocabulary
+    if engine == "kbert":
+        from kbert.tasks.embedding import Embedder
+
+        embedder = Embedder.load(model)
+        return lambda: embedder.model.predict_on_batch([ids, np.zeros_like(ids)])
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model_object = SentenceTransformer(model, device="cpu")
+    features = {"input_ids": torch.tensor(ids, dtype=torch.long), "token_type_ids": torch.zeros_like(
+        torch.tensor(ids, dtype=torch.long)), "attention_mask": torch.ones(ids.shape, dtype=torch.long)}
+
+    def call():
+        with torch.inference_mode():
+            return model_object(features)["sentence_embedding"].numpy()
+
+    return call
+
+
+def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_batch: bool = False) -> None:
     """Loads `engine`, then answers each line on stdin with the seconds one encoding of the texts took (and, for
     the first, the vectors' file)."""
     texts = read_texts(data, count)
-    if engine == "kbert":
+    if one_batch:
+        encode = _one_batch(engine, model, batch_size)
+    elif engine == "kbert":
         from kbert.tasks.embedding import Embedder
 
         embedder = Embedder.load(model)
@@ -68,13 +97,15 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default: 5)")
     parser.add_argument("--st-python", default=sys.executable,
                         help="the Python that runs sentence-transformers (default: this one)")
+    parser.add_argument("--one-batch", action="store_true", help="time the model call alone on one fixed batch of "
+                                                                 "--batch-size x 128 token ids")
     parser.add_argument("--worker", choices=("kbert", "sentence-transformers"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.model, args.data, args.count, args.batch_size)
+        worker(args.worker, args.model, args.data, args.count, args.batch_size, args.one_batch)
         return 0
     common = ["-m", "benchmarks.embedding", "--model", args.model, "--data", args.data, "--count", str(args.count),
-              "--batch-size", str(args.batch_size), "--worker"]
+              "--batch-size", str(args.batch_size), *(["--one-batch"] if args.one_batch else []), "--worker"]
     workers = {name: subprocess.Popen([python, *common, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
                for name, python in (("kbert", sys.executable), ("sentence-transformers", args.st_python))}
@@ -99,6 +130,15 @@ def main(argv=None) -> int:
             process.stdin.close()
             process.wait(timeout=60)
     texts = read_texts(args.data, args.count)
+    if args.one_batch:
+        print(f"one batch of {args.batch_size} x 128 token ids, {args.rounds} alternating rounds")
+        for name, values in seconds.items():
+            print(f"{name:<24} ms per call by round: {' '.join(f'{1000 * value:7.1f}' for value in values)}   "
+                  f"median {1000 * np.median(values):7.1f}")
+        ratios = [other / mine for mine, other in zip(seconds["kbert"], seconds["sentence-transformers"])]
+        print(f"kbert / sentence-transformers (speed): {np.median(ratios):.2f}x (rounds {min(ratios):.2f}-"
+              f"{max(ratios):.2f}x)")
+        return 0
     print(f"{len(texts)} texts of {min(map(len, texts))} to {max(map(len, texts))} characters, batch "
           f"{args.batch_size}, {args.rounds} alternating rounds")
     print(f"{'engine':<24} {'sentences/s by round':<48} median")
