@@ -37,6 +37,16 @@ def _checkpoint_members(folder: pathlib.Path, prefix: str = "release/") -> dict:
     return {prefix + entry.name: entry for entry in sorted(folder.iterdir()) if entry.is_file()}
 
 
+def _release_archive(path: pathlib.Path) -> pathlib.Path:
+    """The tiny Google checkpoint as a release archive at `path`: a zip, or a `.tar.gz` by its name."""
+    source = shared_path("fixtures", "google_tiny")
+    if path.name.endswith(".zip"):
+        return _zip(path, _checkpoint_members(source))
+    with tarfile.open(path, "w:gz") as bundle:
+        bundle.add(source, arcname="release")
+    return path
+
+
 def _cache_holds_nothing(cache: pathlib.Path) -> None:
     """Nothing a later run could take for a checkpoint: no unpacked folder, no download (whole or partial)."""
     for folder in ("archives", "downloads"):
@@ -50,12 +60,7 @@ def test_a_file_url_archive_is_unpacked_into_the_cache_and_loads_as_the_checkpoi
     from kbert import build_transformer_model
 
     source = shared_path("fixtures", "google_tiny")
-    archive = tmp_path / f"google_tiny.{kind}"
-    if kind == "zip":
-        _zip(archive, _checkpoint_members(source))
-    else:
-        with tarfile.open(archive, "w:gz") as bundle:
-            bundle.add(source, arcname="release")
+    archive = _release_archive(tmp_path / f"google_tiny.{kind}")
     cache = tmp_path / "cache"
     fetched = fetch_checkpoint(archive.as_uri(), cache_dir=str(cache))
     assert pathlib.Path(fetched.path).parent.parent == cache / "archives"
@@ -376,13 +381,7 @@ def test_an_archive_with_too_many_members_is_refused(kind, tmp_path, monkeypatch
 
 @pytest.mark.parametrize("kind", ["tar.gz", "zip"])
 def test_a_truncated_archive_is_named_by_its_url(kind, tmp_path):
-    source = shared_path("fixtures", "google_tiny")
-    archive = tmp_path / f"cut.{kind}"
-    if kind == "zip":
-        _zip(archive, _checkpoint_members(source))
-    else:
-        with tarfile.open(archive, "w:gz") as bundle:
-            bundle.add(source, arcname="release")
+    archive = _release_archive(tmp_path / f"cut.{kind}")
     archive.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
     with pytest.raises(SourceError, match=rf"^{archive.as_uri()}: (the archive is truncated or corrupt|not a zip or "
                                           r"tar archive, or a truncated one)"):
