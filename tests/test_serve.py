@@ -226,6 +226,45 @@ def test_the_batcher_gathers_concurrent_requests_and_isolates_a_bad_one():
     assert calls == [["a", "b", "c", "bad"], ["a"], ["b", "c"], ["bad"], ["d", "e"]]
 
 
+def test_a_token_budget_ends_a_batch_before_the_texts_limit():
+    from kbert.serving import Batcher
+
+    calls, observed = [], []
+
+    async def scenario():
+        batcher = Batcher(lambda texts, pairs=None: calls.append(list(texts)) or texts, max_batch=8, max_wait_ms=50,
+                          max_batch_tokens=10, observe=lambda texts, tokens: observed.append((texts, tokens)))
+        batcher.start()
+        await asyncio.gather(batcher.predict(["a"], tokens=6), batcher.predict(["b"], tokens=3),
+                             batcher.predict(["c"], tokens=4), batcher.predict(["d"], tokens=12))
+        await batcher.close()
+
+    asyncio.run(scenario())
+    # a + b fit 10 tokens, c would pass them; c waits for d, whose 12 tokens are over the budget alone.
+    assert calls == [["a", "b"], ["c"], ["d"]]
+    assert observed == [(2, 9), (1, 4), (1, 12)]
+
+
+def test_a_classifier_server_reports_info_and_metrics(model_dirs):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with running_server(model_dirs / "classify", "--max-batch-tokens", "64") as (url, _):
+        assert post(url, {"texts": TEXTS[:2]})[0] == 200
+        assert post(url, {"texts": []})[0] == 422
+        with urllib.request.urlopen(url + "/info", timeout=60) as response:
+            info = json.loads(response.read())
+        with urllib.request.urlopen(url + "/metrics", timeout=60) as response:
+            metrics = response.read().decode()
+    assert (info["task"], info["max_input_length"], info["max_batch_tokens"], info["dimensions"]) == (
+        "classify", 32, 64, None)
+    samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+               for family in text_string_to_metric_families(metrics) for sample in family.samples}
+    assert samples[("kbert_requests_total", (("route", "/v1/predict"), ("status", "200")))] >= 1
+    assert samples[("kbert_requests_total", (("route", "/v1/predict"), ("status", "422")))] == 1
+    assert samples[("kbert_texts_total", ())] >= 2
+    assert samples[("kbert_tokens_total", ())] >= sum(len(text) + 2 for text in TEXTS[:2])  # one a character
+
+
 def test_an_app_whose_lifespan_never_ran_still_answers():
     """Mounted in another app (Starlette runs no mounted app's lifespan), the first request starts the batches."""
     from starlette.applications import Starlette

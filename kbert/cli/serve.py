@@ -1,4 +1,5 @@
-"""`kbert serve MODEL_DIR`: any model directory of `kbert train` or `kbert pretrain`, over HTTP."""
+"""`kbert serve MODEL`: any model directory of `kbert train` or `kbert pretrain`, or an embedding model
+(a sentence-transformers folder or a name of one), over HTTP."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ LIMITS = {  # ServerLimits' fields, as options
     "max_texts": (positive_int, "texts in one request at most (413 beyond)"),
     "max_text_chars": (positive_int, "characters in one text at most (413 beyond)"),
     "max_body_bytes": (positive_int, "bytes in one request body at most (413 beyond)"),
+    "max_batch_tokens": (positive_int, "tokens a batch gathers at most, besides --max-batch (default: no budget)"),
 }
 
 
 def add_commands(command) -> None:
-    serve = command("serve", "serve a model directory over HTTP: POST /v1/predict {\"texts\": [...]} answers what "
-                             "kbert predict --json prints; GET /health; the OpenAPI schema at /docs")
-    serve.add_argument("model", metavar="MODEL_DIR", help="model directory from kbert train or kbert pretrain")
+    serve = command("serve", "serve a model over HTTP: POST /v1/predict {\"texts\": [...]} answers what "
+                             "kbert predict --json prints; an embedding model also answers POST /v1/embeddings "
+                             "(OpenAI's API) and POST /embed (Text Embeddings Inference's); GET /health, /info, "
+                             "/metrics (Prometheus); the OpenAPI schema at /docs")
+    serve.add_argument("model", metavar="MODEL", help="model directory from kbert train or kbert pretrain, or an "
+                                                      "embedding model: a sentence-transformers folder or name")
     serve.add_argument("--host", type=host_name, default="127.0.0.1",
                        help="address to listen on (0.0.0.0: every interface, said explicitly)")
     serve.add_argument("--port", type=port_number, default=8000, help="port to listen on (0: any free one)")
@@ -42,9 +47,11 @@ def run_serve(args) -> int:
     try:
         from kbert.serving.app import serve
         import fastapi  # noqa: F401  (the extra's packages, checked before the model is loaded)
+        import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as error:
-        raise KbertError(f"kbert serve needs {error.name}: pip install 'kbert[serve]' (FastAPI and uvicorn)") \
+        raise KbertError(f"kbert serve needs {error.name}: pip install 'kbert[serve]' (FastAPI, uvicorn and "
+                         "prometheus_client)") \
             from None
     from kbert.tasks.predictors import PredictionSettings, load_predictor
 
@@ -61,8 +68,9 @@ def run_serve(args) -> int:
     predictor([WARM_UP.get(predictor.task, WARM_UP[None])])  # compiled before the first request waits for it
 
     def ready(url: str) -> None:
-        print(f"kbert: serving the {predictor.task} model {args.model} on {url} (POST {url}/v1/predict, "
-              f"GET {url}/health, schema at {url}/docs)", flush=True)
+        routes = f"POST {url}/v1/embeddings, {url}/embed, " if predictor.task == "embed" else "POST "
+        print(f"kbert: serving the {predictor.task} model {args.model} on {url} ({routes}{url}/v1/predict, "
+              f"GET {url}/health, {url}/metrics, schema at {url}/docs)", flush=True)
 
     serve(predictor, args.host, args.port, limits, ready=ready)
     return 0
@@ -76,9 +84,10 @@ def _int8_predictor(model_dir: str, settings):
     from kbert.serving.export import Int8Classifier
     from kbert.tasks.classification import load_classifier
     from kbert.tasks.predictors import classifier_predictor
+    from kbert.tasks.predictors import is_embedding_model
     from kbert.training.model_dir import read_training_state
 
-    task = read_training_state(model_dir)["task"]
+    task = "embed" if is_embedding_model(model_dir) else read_training_state(model_dir)["task"]
     if task != "classify":
         raise KbertError(f"--quantize int8 serves classifiers (an int8 ONNX file); {model_dir} is a {task} model: "
                          "serve it without --quantize")

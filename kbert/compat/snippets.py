@@ -309,11 +309,11 @@ class WebServing:
             raise ImportError("WebServing runs on FastAPI and uvicorn: pip install 'kbert[serve]'") from None
         import threading
 
-        from kbert.serving.app import log_request
+        from kbert.serving.app import RequestLog
 
         self.host, self.port, self.max_body_bytes = host, port, max_body_bytes
         self.app = FastAPI(title="kbert WebServing")
-        self.app.middleware("http")(log_request)
+        self.app.middleware("http")(RequestLog())
         self._model_lock = threading.Lock()
 
     def wraps(self, func: Callable, arguments: dict, method: str = "GET") -> Callable:

@@ -14,19 +14,26 @@ Endpoints:
   `kbert predict --json` prints for it. 413 for a body, request or text
   over the limits, 422 for a blank text or a request the model cannot take,
   503 when the queue is full (with `Retry-After`).
+- an embedding model (`kbert.serving.embeddings`): `POST /v1/embeddings` (OpenAI's form) and
+  `POST /embed` (Text Embeddings Inference's); its `/v1/predict` rows are `{"text", "embedding"}`.
+- `GET /info`: the model, its task, its dimensions and input length, the server's limits.
+- `GET /metrics`: requests by route and status, latency, batch sizes in texts and tokens, the
+  queue, tokens processed, in Prometheus's text format (`kbert.serving.metrics`).
 - `GET /openapi.json`, `GET /docs`: the schema and its pages.
 """
 
 import contextlib
 import dataclasses
-import json
 import logging
 import socket
 import time
 from typing import List, Optional
 
+from kbert import __version__
 from kbert.errors import KbertError
 from kbert.serving.batcher import Batcher, QueueFull
+from kbert.serving.checks import read_json, refusal
+from kbert.serving.metrics import ServerMetrics
 
 logger = logging.getLogger("kbert.serve")
 
@@ -41,6 +48,7 @@ class ServerLimits:
         max_texts: texts in one request at most (413 beyond).
         max_text_chars: characters in one text at most (413 beyond).
         max_body_bytes: bytes in a request body at most (413 beyond).
+        max_batch_tokens: tokens a model call gathers at most (None: only `max_batch` bounds it).
     """
 
     max_batch: int = 32
@@ -49,6 +57,7 @@ class ServerLimits:
     max_texts: int = 64
     max_text_chars: int = 2000
     max_body_bytes: int = 1_000_000
+    max_batch_tokens: Optional[int] = None
 
 def create_app(predictor, limits: Optional[ServerLimits] = None):
     """The FastAPI app serving `predictor` (`kbert.tasks.predictors.load_predictor`).
@@ -58,11 +67,17 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     >>> app = create_app(load_predictor("runs/sentiment"))  # doctest: +SKIP
     """
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
+    from kbert.serving.embeddings import EmbeddingService, add_embedding_routes
     from pydantic import BaseModel, Field, ValidationError
 
     limits = limits or ServerLimits()
-    batcher = Batcher(predictor, limits.max_batch, limits.max_wait_ms, limits.max_queue)
+    embedder = getattr(predictor, "embedder", None)
+    service = EmbeddingService(embedder, limits.max_batch) if embedder is not None else None
+    batcher = Batcher(service or predictor, limits.max_batch, limits.max_wait_ms, limits.max_queue,
+                      max_batch_tokens=limits.max_batch_tokens)
+    metrics = ServerMetrics(queue_depth=lambda: batcher.waiting)
+    batcher.observe = metrics.observe_batch
 
     @contextlib.asynccontextmanager
     async def lifespan(app):  # not run when the app is mounted in another: the first request starts the loop
@@ -72,7 +87,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
         logger.info("stopped: every accepted request was answered (%d batches)", batcher.batches)
 
     app = FastAPI(title="kbert", summary=f"a kbert {predictor.task} model: {predictor.model_dir}", lifespan=lifespan)
-    app.state.batcher = batcher
+    app.state.batcher, app.state.metrics = batcher, metrics
 
     class PredictRequest(BaseModel):
         texts: List[str] = Field(description="the texts to predict, one row of the answer each")
@@ -94,6 +109,21 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     async def health():
         return {"status": "ok", "task": predictor.task, "model": predictor.model_dir}
 
+    @app.get("/info", summary="the model and the server's limits")
+    async def info():
+        return {"model_id": predictor.model_dir, "task": predictor.task, "version": __version__,
+                "dimensions": embedder.dimensions if embedder else None,
+                "max_input_length": embedder.maxlen if embedder else predictor.maxlen,
+                "max_client_batch_size": limits.max_texts, "max_batch_texts": limits.max_batch,
+                "max_batch_tokens": limits.max_batch_tokens, "max_queue_texts": limits.max_queue,
+                "max_text_chars": limits.max_text_chars, "max_body_bytes": limits.max_body_bytes}
+
+    @app.get("/metrics", summary="Prometheus's text format")
+    async def prometheus_metrics():
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
     # The body is read and checked here rather than by FastAPI's parameter, so that any content type
     # is read as JSON and each error says which field was wrong and how.
     @app.post("/v1/predict", response_model=PredictResponse,
@@ -113,63 +143,28 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
         except ValueError as error:
             return problem(400, f'{error}; expected {{"texts": ["...", ...]}}')
         request.state.texts = len(body.texts)
-        refused = _refusal(body.texts, body.text_pairs, limits, predictor.task)
+        refused = refusal(body.texts, body.text_pairs, limits, predictor.task)
         if refused:
             return problem(*refused)
         try:
-            rows = await batcher.predict(body.texts, body.text_pairs)
+            if service is not None:
+                vectors, _ = await service.embed(batcher, body.texts, truncate=True)
+                return {"predictions": [{"text": text, "embedding": vector.tolist()}
+                                        for text, vector in zip(body.texts, vectors)]}
+            tokens = sum(len(ids) for ids, _ in predictor.tokenizer.encode_all(body.texts, body.text_pairs)) \
+                if limits.max_batch_tokens else None
+            rows = await batcher.predict(body.texts, body.text_pairs, tokens=tokens)
         except QueueFull as error:
             return problem(503, str(error), **{"Retry-After": "1"})
         except KbertError as error:
             return problem(422, str(error))
         return {"predictions": rows}
 
+    if service is not None:
+        add_embedding_routes(app, service, batcher, limits, model_name=predictor.model_dir)
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
-    app.middleware("http")(log_request)
+    app.middleware("http")(RequestLog(metrics))
     return app
-
-def read_json(body: bytes):
-    """A request body as JSON; `ValueError` that says why not (not JSON, not UTF-8, nested too deeply)."""
-    try:
-        return json.loads(body)
-    except RecursionError:  # e.g. 100,000 "[": Python's parser gives up; the client's fault, not the server's
-        raise ValueError("the body is JSON nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"the body is not JSON ({error})") from None
-
-
-def _unencodable(text: str) -> Optional[int]:
-    """Where `text` holds a lone surrogate (JSON's "\\ud800" escapes can carry one), which no tokenizer reads."""
-    try:
-        text.encode("utf-8")
-        return None
-    except UnicodeEncodeError as error:
-        return error.start
-
-
-def _refusal(texts: List[str], pairs, limits: ServerLimits, task: str):
-    """`(status, message)` for a request the server does not take, else None."""
-    if not texts:
-        return 422, "texts: expected at least one text"
-    if len(texts) > limits.max_texts:
-        return 413, f"texts: {len(texts)} texts, more than this server's limit of {limits.max_texts} (--max-texts)"
-    if pairs is not None and (task != "classify" or len(pairs) != len(texts)):
-        return 422, ("text_pairs: one per text (or null)" if task == "classify"
-                     else f"text_pairs: a {task} model takes single texts")
-    for field, column in (("texts", texts), ("text_pairs", pairs or [])):
-        for index, text in enumerate(column):
-            if text is None and field == "text_pairs":
-                continue
-            if len(text) > limits.max_text_chars:
-                return 413, (f"{field}[{index}]: {len(text)} characters, more than this server's limit of "
-                             f"{limits.max_text_chars} (--max-text-chars)")
-            if not text.strip():
-                return 422, (f"{field}[{index}]: blank; every text must hold something to predict"
-                             + (" (null: no second text)" if field == "text_pairs" else ""))
-            if _unencodable(text) is not None:
-                return 422, (f"{field}[{index}]: a lone surrogate at character {_unencodable(text)} is not text "
-                             "(an unpaired \\ud800-\\udfff escape); send valid UTF-16 pairs or UTF-8")
-    return None
 
 class _BodyLimit:
     """Answers 413 to a body over `max_bytes`, by its Content-Length or as it streams in."""
@@ -208,15 +203,24 @@ class _BodyLimit:
 class _TooLarge(Exception):
     pass
 
-async def log_request(request, call_next):
-    """A log line per request: client, method, path, status, texts, milliseconds."""
-    start = time.perf_counter()
-    response = await call_next(request)
-    texts = getattr(request.state, "texts", "-")
-    client = request.client.host if request.client else "-"
-    logger.info("%s %s %s %d texts=%s %.1fms", client, request.method, request.url.path, response.status_code,
-                texts, (time.perf_counter() - start) * 1000)
-    return response
+class RequestLog:
+    """An HTTP middleware: a log line per request (client, method, path, status, texts, milliseconds) and,
+    given `metrics`, its count and latency, labelled by the route's template."""
+
+    def __init__(self, metrics: Optional[ServerMetrics] = None):
+        self.metrics = metrics
+
+    async def __call__(self, request, call_next):
+        start = time.perf_counter()
+        response = await call_next(request)
+        texts = getattr(request.state, "texts", "-")
+        client = request.client.host if request.client else "-"
+        if self.metrics is not None:
+            route = getattr(request.scope.get("route"), "path", "unmatched")
+            self.metrics.observe_request(route, response.status_code, start)
+        logger.info("%s %s %s %d texts=%s %.1fms", client, request.method, request.url.path,
+                    response.status_code, texts, (time.perf_counter() - start) * 1000)
+        return response
 
 def serve(predictor, host: str = "127.0.0.1", port: int = 8000, limits: Optional[ServerLimits] = None,
           ready=print) -> None:

@@ -6,7 +6,10 @@ under load. `Batcher` queues requests; its loop takes the oldest, waits up
 to `max_wait_ms` for more to arrive while the batch has room for
 `max_batch` texts, and runs the batch in its one model thread (the
 predictor batches by length inside, so a batch pads little). While a batch
-runs, the next gathers. The queue is bounded: a request that would take it
+runs, the next gathers. With `max_batch_tokens`, a batch also stops
+gathering before its texts' tokens would pass that budget (Text Embeddings
+Inference's `--max-batch-tokens`): a batch of long texts holds fewer of
+them, so its time and memory stay bounded. The queue is bounded: a request that would take it
 past `max_queue` texts is refused at once (`QueueFull`, HTTP 503) instead
 of waiting without end.
 """
@@ -18,7 +21,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import time
-from typing import Deque, List, Optional, Sequence
+from typing import Callable, Deque, List, Optional, Sequence
 
 from kbert.errors import KbertError
 
@@ -33,6 +36,7 @@ class _Request:
     pairs: Optional[List[Optional[str]]]
     future: asyncio.Future
     arrived: float
+    tokens: int
 
 
 class Batcher:
@@ -45,6 +49,9 @@ class Batcher:
         max_wait_ms: how long a batch waits for more requests once its first has arrived.
         max_queue: the most texts waiting; a request beyond it raises `QueueFull`.
         timeout_s: the longest a request waits for its rows; then `QueueFull` (HTTP 503).
+        max_batch_tokens: the most tokens a batch gathers (None: no budget; a larger request is
+            one batch of its own).
+        observe: called with each batch's texts and tokens before it runs (the server's metrics).
 
     The batch loop is started by `start()` (a server's lifespan), or by the
     first request where nothing started it (an app mounted in another, whose
@@ -63,10 +70,11 @@ class Batcher:
     """
 
     def __init__(self, predictor, max_batch: int = 32, max_wait_ms: float = 5.0, max_queue: int = 256,
-                 timeout_s: float = 120.0):
+                 timeout_s: float = 120.0, max_batch_tokens: Optional[int] = None,
+                 observe: Optional[Callable[[int, int], None]] = None):
         self.predictor, self.max_batch, self.max_wait, self.max_queue = (
             predictor, max_batch, max_wait_ms / 1000, max_queue)
-        self.timeout_s = timeout_s
+        self.timeout_s, self.max_batch_tokens, self.observe = timeout_s, max_batch_tokens, observe
         self._loop_task: "Optional[asyncio.Task]" = None
         self.queue: Deque[_Request] = collections.deque()
         self.waiting = 0  # texts in the queue
@@ -75,15 +83,18 @@ class Batcher:
         self._closing = False
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbert-model")
 
-    async def predict(self, texts: Sequence[str], pairs: Optional[Sequence[Optional[str]]] = None) -> list:
-        """The rows of `texts` once their batch has run; `QueueFull` when the queue has no room."""
+    async def predict(self, texts: Sequence[str], pairs: Optional[Sequence[Optional[str]]] = None,
+                      tokens: Optional[int] = None) -> list:
+        """The rows of `texts` once their batch has run; `QueueFull` when the queue has no room.
+        `tokens`: the request's tokens, for the budget (None: one a text)."""
         if self._closing:
             raise QueueFull("the server is shutting down")
         if self.waiting and self.waiting + len(texts) > self.max_queue:
             raise QueueFull(f"{self.waiting} texts are waiting, and {len(texts)} more would pass the server's "
                             f"queue of {self.max_queue} (--max-queue)")
         request = _Request(list(texts), None if pairs is None else list(pairs),
-                           asyncio.get_running_loop().create_future(), time.perf_counter())
+                           asyncio.get_running_loop().create_future(), time.perf_counter(),
+                           len(texts) if tokens is None else tokens)
         self.queue.append(request)
         self.waiting += len(texts)
         self._arrival.set()
@@ -123,14 +134,15 @@ class Batcher:
     async def _gather(self) -> List[_Request]:
         """The oldest request and those that arrive within max_wait of it while the batch has room."""
         batch = [self.queue.popleft()]
-        size = len(batch[0].texts)
+        size, tokens = len(batch[0].texts), batch[0].tokens
+        budget = self.max_batch_tokens or float("inf")
         deadline = batch[0].arrived + self.max_wait
-        while size < self.max_batch:
+        while size < self.max_batch and tokens < budget:
             if self.queue:
-                if size + len(self.queue[0].texts) > self.max_batch:
+                if size + len(self.queue[0].texts) > self.max_batch or tokens + self.queue[0].tokens > budget:
                     break
                 batch.append(self.queue.popleft())
-                size += len(batch[-1].texts)
+                size, tokens = size + len(batch[-1].texts), tokens + batch[-1].tokens
                 continue
             remaining = deadline - time.perf_counter()
             if remaining <= 0 or self._closing:
@@ -150,6 +162,8 @@ class Batcher:
             pairs = [pair for request in batch for pair in (request.pairs or [None] * len(request.texts))]
         loop = asyncio.get_running_loop()
         self.batches += 1
+        if self.observe is not None:
+            self.observe(len(texts), sum(request.tokens for request in batch))
         try:
             rows = await loop.run_in_executor(self._thread, self.predictor, texts, pairs)
         except Exception as error:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -84,9 +84,15 @@ class Embedder:
         """
         if isinstance(texts, str):
             raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
-        if not len(texts):
+        encoded = self.tokenizer.encode_all(list(texts), maxlen=self.maxlen) if len(texts) else []
+        return self.encode_tokens(encoded, batch_size, normalize, bucketing)
+
+    def encode_tokens(self, encoded: Sequence[Tuple[List[int], List[int]]], batch_size: int = 32,
+                      normalize: Optional[bool] = None, bucketing: bool = True) -> np.ndarray:
+        """`encode` for texts already tokenized: `(token_ids, segment_ids)` each, at most `maxlen` long
+        (a server tokenizes on its own threads, to count and check the tokens before the model runs)."""
+        if not len(encoded):
             return np.zeros((0, self.dimensions), np.float32)
-        encoded = self.tokenizer.encode_all(list(texts), maxlen=self.maxlen)
         vectors = np.empty((len(encoded), self.dimensions), np.float32)
         for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen):
             vectors[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]

@@ -9,12 +9,13 @@ one JSON-ready row per text, the row `kbert predict --json` prints:
 - seq2seq: `{"text", "target"}`
 - mlm (a `kbert pretrain` directory): `{"text", "masks": [{"candidates": [...]}], "filled"}`,
   the tokens most probable at each `[MASK]` of the text.
+- embed (a sentence-transformers folder, or a name of one): `{"text", "embedding": [...]}`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from kbert.errors import KbertError
 
@@ -36,9 +37,12 @@ class Predictor:
     """A loaded model directory: `predictor(texts)` gives a row per text (see the module's docstring).
 
     Args:
-        task: the directory's task (`classify`, `ner`, `seq2seq`, `mlm`).
+        task: the directory's task (`classify`, `ner`, `seq2seq`, `mlm`, `embed`).
         model_dir: where it was loaded from.
         rows: the function from texts (and, for classify, text pairs) to rows.
+        tokenizer: the model's tokenizer (a server counts tokens with it).
+        maxlen: the longest input the model takes, in tokens.
+        embedder: an embedding model's `kbert.tasks.embedding.Embedder` (its server's own routes use it).
 
     Example (a classifier `kbert train` wrote):
     >>> predictor = load_predictor("runs/sentiment")  # doctest: +SKIP
@@ -49,6 +53,9 @@ class Predictor:
     task: str
     model_dir: str
     rows: Callable[..., List[dict]]
+    tokenizer: Any = None
+    maxlen: Optional[int] = None
+    embedder: Any = None
 
     def __call__(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None) -> List[dict]:
         if not len(texts):
@@ -62,21 +69,25 @@ class Predictor:
         return {"classify": {"text": text, "label": None, "probability": None},
                 "ner": {"text": text, "entities": []},
                 "seq2seq": {"text": text, "target": None},
-                "mlm": {"text": text, "masks": [], "filled": None}}[self.task]
+                "mlm": {"text": text, "masks": [], "filled": None},
+                "embed": {"text": text, "embedding": None}}[self.task]
 
 
 def classifier_predictor(classifier, model_dir: str, settings: PredictionSettings) -> Predictor:
     """The predictor of a loaded classifier (`kbert serve --quantize int8` gives one whose model is an
     int8 ONNX file's)."""
     return Predictor("classify", model_dir, lambda texts, pairs=None: classifier.labelled(
-        texts, pairs, settings.batch_size, settings.bucketing))
+        texts, pairs, settings.batch_size, settings.bucketing), classifier.tokenizer, classifier.maxlen)
 
 
 def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None) -> Predictor:
-    """The model directory `kbert train` or `kbert pretrain` wrote, loaded for prediction."""
+    """The model directory `kbert train` or `kbert pretrain` wrote, or an embedding model (a
+    sentence-transformers folder or a name of one), loaded for prediction."""
     from kbert.training.model_dir import load_model, read_training_state
 
     settings = settings or PredictionSettings()
+    if is_embedding_model(model_dir):
+        return embedding_predictor(model_dir, settings)
     task = read_training_state(model_dir)["task"]
     if task == "classify":
         from kbert.tasks.classification import load_classifier
@@ -88,15 +99,40 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
         tagger = load_tagger(model_dir)
         return Predictor(task, model_dir, lambda texts: [
             {"text": text, "entities": entities}
-            for text, entities in zip(texts, find_entities(tagger, texts, settings.batch_size, settings.bucketing))])
+            for text, entities in zip(texts, find_entities(tagger, texts, settings.batch_size, settings.bucketing))],
+            tagger.encoder.tokenizer, tagger.encoder.maxlen)
     if task == "seq2seq":
         from kbert.tasks.seq2seq import generate_targets, load_generator
 
         loaded = load_generator(model_dir)
         return Predictor(task, model_dir, lambda texts: [
             {"text": text, "target": target} for text, target in zip(texts, generate_targets(
-                loaded, texts, settings.beam_size, settings.max_new_tokens, settings.batch_size))])
+                loaded, texts, settings.beam_size, settings.max_new_tokens, settings.batch_size))],
+            loaded.tokenizer, loaded.options.maxlen)
     from kbert.tasks.pretraining import MaskedLanguageModelTask, fill_masks
 
     loaded = load_model(model_dir, MaskedLanguageModelTask)
-    return Predictor(task, model_dir, lambda texts: fill_masks(loaded, texts, settings.top_k, settings.batch_size))
+    return Predictor(task, model_dir, lambda texts: fill_masks(loaded, texts, settings.top_k, settings.batch_size),
+                     loaded.tokenizer, loaded.options.maxlen)
+
+
+def is_embedding_model(model: str) -> bool:
+    """Whether `model` names an embedding model: a sentence-transformers folder, or a checkpoint name (a
+    model directory of `kbert train` is a folder with training.json)."""
+    import os
+
+    from kbert.checkpoints.sentence_transformers import is_sentence_transformer
+    from kbert.hub.sources import is_checkpoint_name
+
+    return is_checkpoint_name(model) or (os.path.isdir(model) and is_sentence_transformer(model))
+
+
+def embedding_predictor(model: str, settings: PredictionSettings) -> Predictor:
+    """An embedding model's predictor: a `{"text", "embedding"}` row per text."""
+    from kbert.tasks.embedding import Embedder
+
+    embedder = Embedder.load(model)
+    return Predictor("embed", model, lambda texts: [
+        {"text": text, "embedding": vector.tolist()}
+        for text, vector in zip(texts, embedder.encode(texts, settings.batch_size, bucketing=settings.bucketing))],
+        embedder.tokenizer, embedder.maxlen, embedder)

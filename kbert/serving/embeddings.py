@@ -1,0 +1,176 @@
+"""An embedding model's routes, in the forms search systems and their clients speak.
+
+- `POST /v1/embeddings`, OpenAI's: `{"input": str | [str], "model", "encoding_format": "float" |
+  "base64", "dimensions"}` gives `{"object": "list", "data": [{"object": "embedding", "index",
+  "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}`; errors as OpenAI gives them,
+  `{"error": {"message", "type", "param", "code"}}`, which its client raises as `BadRequestError` and
+  the like. `dimensions` keeps a vector's first n values (Matryoshka models are trained for it),
+  scaled back to unit length when the model's vectors are. `base64`: little-endian float32 bytes
+  (what the `openai` package asks for and decodes by default).
+- `POST /embed`, Text Embeddings Inference's: `{"inputs": str | [str], "normalize": true,
+  "truncate": false}` gives one list of floats per input; errors `{"error", "error_type"}`.
+
+A text longer than the model's `max_seq_length` is refused with 413 (naming it, its tokens and the
+limit) unless the request asks to cut it (`"truncate": true` in TEI's form); OpenAI's API refuses
+over-long input too. Texts are tokenized on worker threads, to count the tokens (the usage, the
+batch's token budget) before a batch is formed; the model then runs the ids.
+"""
+
+import asyncio
+import base64
+from typing import List, Optional, Tuple, Union
+
+import numpy as np
+
+from kbert.errors import KbertError
+from kbert.serving.checks import read_json, refusal
+
+
+class TextTooLong(KbertError):
+    """A text has more tokens than the model takes, and the request did not ask to cut it."""
+
+
+class EmbeddingService:
+    """An `Embedder` behind a server's batcher: texts in, vectors and their token counts out.
+
+    Args:
+        embedder: a `kbert.tasks.embedding.Embedder`.
+        batch_size: texts in one model call at most (the server's `--max-batch`).
+    """
+
+    def __init__(self, embedder, batch_size: int):
+        self.embedder, self.batch_size = embedder, batch_size
+
+    def __call__(self, encoded, pairs=None) -> np.ndarray:
+        """The batcher's model call: vectors of tokenized texts (`Embedder.encode_tokens`)."""
+        return self.embedder.encode_tokens(encoded, self.batch_size, normalize=False)
+
+    def tokenize(self, texts: List[str], truncate: bool) -> Tuple[list, List[int]]:
+        """Each text's ids, cut to the model's length where `truncate` (else `TextTooLong`), and the number
+        of tokens the model reads for each."""
+        tokenizer, maxlen = self.embedder.tokenizer, self.embedder.maxlen
+        encoded = tokenizer.encode_all(texts)
+        for index, (ids, _) in enumerate(encoded):
+            if len(ids) > maxlen:
+                if not truncate:
+                    raise TextTooLong(f"[{index}]: {len(ids)} tokens, more than the model's {maxlen} "
+                                      "(its max_seq_length); shorten it, or ask for it to be cut")
+                encoded[index] = tokenizer.encode(texts[index], maxlen=maxlen)
+        return encoded, [len(ids) for ids, _ in encoded]
+
+    async def embed(self, batcher, texts: List[str], truncate: bool) -> Tuple[np.ndarray, int]:
+        """`[len(texts), dimensions]` vectors (as the model gives them) and the tokens they took."""
+        loop = asyncio.get_running_loop()
+        encoded, counts = await loop.run_in_executor(None, self.tokenize, texts, truncate)
+        vectors = await batcher.predict(encoded, tokens=sum(counts))
+        return np.asarray(vectors, np.float32), sum(counts)
+
+
+def unit_length(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+
+
+def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:
+    """`POST /v1/embeddings` (OpenAI's form) and `POST /embed` (TEI's) on `app`, run through `batcher`."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+    from kbert.serving.batcher import QueueFull
+    from pydantic import BaseModel, Field, ValidationError
+
+    width = service.embedder.dimensions  # not `dimensions`: a class body below has a field of that name
+
+    class OpenAIRequest(BaseModel):
+        input: Union[str, List[str]] = Field(description="a text or a list of texts")
+        model: Optional[str] = Field(None, description="accepted for OpenAI's clients; the served model answers")
+        encoding_format: str = Field("float", pattern="^(float|base64)$",
+                                     description="float: lists of numbers; base64: little-endian float32 bytes")
+        dimensions: Optional[int] = Field(None, ge=1, le=width, description=f"keep the first n of the {width} values")
+        user: Optional[str] = None
+
+    class TEIRequest(BaseModel):
+        inputs: Union[str, List[str]] = Field(description="a text or a list of texts")
+        normalize: bool = Field(True, description="scale each vector to unit length")
+        truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
+        truncation_direction: str = Field("Right", pattern="^(Right|right)$",
+                                          description="where a text is cut: its end (Right) only")
+
+    def openai_error(status: int, message: str, param: Optional[str] = None) -> JSONResponse:
+        kind = {413: "invalid_request_error", 503: "server_error"}.get(status, "invalid_request_error")
+        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+                            status_code=status, headers={"Retry-After": "1"} if status == 503 else None)
+
+    def tei_error(status: int, message: str) -> JSONResponse:
+        kind = {413: "Validation", 422: "Validation", 400: "Validation", 503: "Overloaded"}.get(status, "Backend")
+        return JSONResponse({"error": message, "error_type": kind}, status_code=status,
+                            headers={"Retry-After": "1"} if status == 503 else None)
+
+    async def parsed(request, schema, field: str):
+        """`(body, texts)` of a valid request, else `(error status, message)` as the second item's None."""
+        try:
+            raw = read_json(await request.body())
+        except ValueError as error:
+            return None, (400, str(error))
+        if isinstance(raw, dict) and _token_arrays(raw.get(field)):
+            return None, (422, f"{field}: token ids are not taken here; send the texts themselves")
+        try:
+            body = schema.model_validate(raw)
+        except ValidationError as error:
+            return None, (422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
+                                         for item in error.errors()))
+        texts = getattr(body, field)
+        texts = [texts] if isinstance(texts, str) else texts
+        request.state.texts = len(texts)
+        refused = refusal(texts, None, limits, "embed", field)
+        return (None, refused) if refused else (body, texts)
+
+    async def run(texts: List[str], truncate: bool, field: str):
+        """`(vectors, tokens)`, or `(None, (status, message))` when the batcher or the texts refuse."""
+        try:
+            return await service.embed(batcher, texts, truncate)
+        except TextTooLong as error:
+            return None, (413, f"{field}{error}")
+        except QueueFull as error:
+            return None, (503, str(error))
+        except KbertError as error:
+            return None, (422, str(error))
+
+    @app.post("/v1/embeddings", openapi_extra=_body_schema(OpenAIRequest),
+              summary="OpenAI's embeddings API: a vector per text, with the tokens used")
+    async def openai_embeddings(request: Request):
+        body, texts = await parsed(request, OpenAIRequest, "input")
+        if body is None:
+            return openai_error(*texts, param="input")
+        vectors, tokens = await run(texts, truncate=False, field="input")
+        if vectors is None:
+            return openai_error(*tokens, param="input")
+        if body.dimensions is not None and body.dimensions < width:
+            vectors = vectors[:, :body.dimensions]
+            vectors = unit_length(vectors) if service.embedder.normalize else vectors
+        encode = ((lambda vector: base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"))
+                  if body.encoding_format == "base64" else (lambda vector: vector.tolist()))
+        return {"object": "list", "model": model_name,
+                "data": [{"object": "embedding", "index": index, "embedding": encode(vector)}
+                         for index, vector in enumerate(vectors)],
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    @app.post("/embed", openapi_extra=_body_schema(TEIRequest),
+              summary="Text Embeddings Inference's embed API: a list of floats per input")
+    async def tei_embed(request: Request):
+        body, texts = await parsed(request, TEIRequest, "inputs")
+        if body is None:
+            return tei_error(*texts)
+        vectors, tokens = await run(texts, truncate=body.truncate, field="inputs")
+        if vectors is None:
+            return tei_error(*tokens)
+        return (unit_length(vectors) if body.normalize else vectors).tolist()
+
+
+def _token_arrays(value) -> bool:
+    """Whether an input is OpenAI's other form, token ids (a list of ints, or of lists of them)."""
+    return isinstance(value, list) and any(isinstance(item, (int, list)) and not isinstance(item, bool)
+                                           for item in value)
+
+
+def _body_schema(schema) -> dict:
+    """The OpenAPI entry of a body read by hand (so that any content type is read as JSON)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema.model_json_schema()}}}}

@@ -1,0 +1,167 @@
+"""`kbert serve` of an embedding model: the real all-MiniLM-L6-v2 on a loopback port, asked by the real
+`openai` client and by raw HTTP in Text Embeddings Inference's form; `/info` and `/metrics`.
+
+The vectors served are compared with `Embedder.encode` in this process (itself within 1e-5 of
+sentence-transformers, tests/test_embeddings.py).
+"""
+
+import base64
+import concurrent.futures
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from conftest import minilm_dir
+from test_serve import running_server
+
+pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
+openai = pytest.importorskip("openai", reason="the OpenAI client is a test extra: pip install -e '.[test]'")
+prometheus_parser = pytest.importorskip("prometheus_client.parser", reason="pip install 'kbert[serve]'")
+
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
+             "Someone in a gorilla costume is playing a set of drums.", "好"]
+LONG = "word " * 400  # 400 word pieces and two special tokens: more than MiniLM's max_seq_length of 256
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from kbert.tasks.embedding import Embedder
+
+    return Embedder.load(minilm_dir())
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server(minilm_dir(), "--max-batch", "8", "--max-batch-tokens", "512", "--max-wait-ms", "20") \
+            as (url, _):
+        yield url
+
+
+def call(url: str, path: str, body=None, raw: bool = False):
+    """`(status, answer)` of a GET (no body) or a POST of `body` (JSON, or bytes as they are with `raw`)."""
+    data = None if body is None else body if raw else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            text = response.read().decode()
+            return response.status, text if path == "/metrics" else json.loads(text)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def client(url: str):
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_the_openai_client_gets_the_models_vectors_and_usage(server, embedder):
+    expected = embedder.encode(SENTENCES)
+    answer = client(server).embeddings.create(model="all-MiniLM-L6-v2", input=SENTENCES)  # base64, by default
+    served = np.array([item.embedding for item in answer.data], np.float32)
+    assert [item.index for item in answer.data] == list(range(len(SENTENCES)))
+    np.testing.assert_allclose(served, expected, atol=1e-5)
+    tokens = sum(len(ids) for ids, _ in embedder.tokenizer.encode_all(SENTENCES))
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens == tokens
+    as_floats = client(server).embeddings.create(model="m", input=SENTENCES[0], encoding_format="float")
+    np.testing.assert_allclose(as_floats.data[0].embedding, expected[0], atol=1e-5)
+
+
+def test_dimensions_keep_the_first_values_at_unit_length(server, embedder):
+    answer = client(server).embeddings.create(model="m", input=SENTENCES[:2], dimensions=128, encoding_format="float")
+    vectors = np.array([item.embedding for item in answer.data])
+    assert vectors.shape == (2, 128)
+    head = embedder.encode(SENTENCES[:2])[:, :128]
+    np.testing.assert_allclose(vectors, head / np.linalg.norm(head, axis=1, keepdims=True), atol=1e-5)
+
+
+def test_base64_is_little_endian_float32(server, embedder):
+    status, answer = call(server, "/v1/embeddings", {"input": "好", "encoding_format": "base64"})
+    assert status == 200 and answer["object"] == "list" and answer["data"][0]["object"] == "embedding"
+    vector = np.frombuffer(base64.b64decode(answer["data"][0]["embedding"]), "<f4")
+    np.testing.assert_allclose(vector, embedder.encode(["好"])[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"input": []}, 422, "input: expected at least one text"),
+    ({"input": ["fine", "  "]}, 422, "input[1]: blank"),
+    ({"input": [[101, 102]]}, 422, "token ids are not taken here"),
+    ({"input": "x", "dimensions": 0}, 422, "dimensions"),
+    ({"input": "x", "dimensions": 385}, 422, "dimensions"),
+    ({"input": "x", "encoding_format": "int8"}, 422, "encoding_format"),
+    ({"input": LONG}, 413, "input[0]: 402 tokens, more than the model's 256"),
+    ({"text": "x"}, 422, "input: Field required"),
+])
+def test_bad_openai_requests_get_openais_error_shape(server, body, status, message):
+    answer_status, answer = call(server, "/v1/embeddings", body)
+    assert answer_status == status
+    assert message in answer["error"]["message"] and answer["error"]["type"] == "invalid_request_error"
+
+
+def test_the_openai_client_raises_on_a_refusal(server):
+    with pytest.raises(openai.UnprocessableEntityError, match="blank"):
+        client(server).embeddings.create(model="m", input=[" "])
+
+
+def test_tei_embed_normalizes_and_truncates_on_request(server, embedder):
+    status, vectors = call(server, "/embed", {"inputs": SENTENCES})
+    assert status == 200
+    np.testing.assert_allclose(np.array(vectors), embedder.encode(SENTENCES), atol=1e-5)
+    status, answer = call(server, "/embed", {"inputs": LONG})
+    assert status == 413 and "inputs[0]: 402 tokens" in answer["error"] and answer["error_type"] == "Validation"
+    status, vectors = call(server, "/embed", {"inputs": LONG, "truncate": True})
+    assert status == 200
+    np.testing.assert_allclose(vectors[0], embedder.encode([LONG])[0], atol=1e-5)  # cut as encode cuts it
+    assert call(server, "/embed", b"{not json", raw=True)[0] == 400
+
+
+def test_concurrent_clients_each_get_their_own_vectors(server, embedder):
+    expected = embedder.encode(SENTENCES)
+
+    def ask(index):
+        answer = client(server).embeddings.create(model="m", input=[SENTENCES[index % len(SENTENCES)]])
+        return index, np.array(answer.data[0].embedding)
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        for index, vector in pool.map(ask, range(48)):
+            np.testing.assert_allclose(vector, expected[index % len(SENTENCES)], atol=1e-5)
+
+
+def test_predict_rows_of_an_embedding_model(server, embedder):
+    status, answer = call(server, "/v1/predict", {"texts": SENTENCES[:2]})
+    assert status == 200 and [row["text"] for row in answer["predictions"]] == SENTENCES[:2]
+    np.testing.assert_allclose([row["embedding"] for row in answer["predictions"]], embedder.encode(SENTENCES[:2]),
+                               atol=1e-5)
+
+
+def test_info_describes_the_model_and_limits(server):
+    status, info = call(server, "/info")
+    assert status == 200
+    assert (info["task"], info["dimensions"], info["max_input_length"]) == ("embed", 384, 256)
+    assert (info["max_batch_texts"], info["max_batch_tokens"]) == (8, 512)
+
+
+def test_metrics_count_requests_tokens_and_batches(server, embedder):
+    def samples():
+        text = call(server, "/metrics")[1]
+        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in prometheus_parser.text_string_to_metric_families(text) for sample in family.samples}
+
+    before = samples()
+    client(server).embeddings.create(model="m", input=SENTENCES)
+    call(server, "/v1/embeddings", {"input": []})
+    after = samples()
+
+    def grew(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert grew("kbert_requests_total", route="/v1/embeddings", status="200") == 1
+    assert grew("kbert_requests_total", route="/v1/embeddings", status="422") == 1
+    assert grew("kbert_tokens_total") == sum(len(ids) for ids, _ in embedder.tokenizer.encode_all(SENTENCES))
+    assert grew("kbert_texts_total") == len(SENTENCES)
+    assert grew("kbert_batch_size_count") == 1
+    assert after[("kbert_queue_texts", ())] == 0
+    assert grew("kbert_request_duration_seconds_count", route="/v1/embeddings") == 2
