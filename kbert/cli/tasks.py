@@ -15,7 +15,8 @@ from kbert.cli.arguments import checkpoint_argument, family_argument, fetch_chec
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
-from kbert.training.options import ADVERSARIAL, OPTIMIZERS, SCHEDULES, WHOLE_WORDS, TrainingOptions
+from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, POOLINGS, SCHEDULES, WHOLE_WORDS,
+                                    TrainingOptions)
 from kbert.training.records import ONE_A_LINE, parse_columns
 
 
@@ -80,13 +81,23 @@ def _add_train(train) -> None:
     train.add_argument("--task", choices=[task for task in TASKS if task != "mlm"], default=defaults.task,
                        help="classify: a label per text; ner: entities in tagged text (token<TAB>tag a line, "
                             "a blank line between sentences; BIO, BIOES or BMES); seq2seq: a target text per "
-                            "source text (source<TAB>target, or JSONL with source and target), UniLM or T5 (--model)")
+                            "source text (source<TAB>target, or JSONL with source and target), UniLM or T5 (--model); "
+                            "embed: sentence embeddings trained contrastively (see --loss)")
     family_argument(train, "default: the config's model_type, else bert; t5, t5.1.1 or mt5.1.1 for an "
                            "encoder-decoder --task seq2seq")
     train.add_argument("--head", choices=TOKEN_HEADS, default=defaults.head,
                        help="the tagger's head (--task ner)")
     train.add_argument("--crf-lr-multiplier", type=float, default=defaults.crf_lr_multiplier,
                        help="the CRF transitions' learning rate as a multiple of --lr (--head crf)")
+    train.add_argument("--pooling", choices=POOLINGS, default=defaults.pooling,
+                       help="--task embed: how the token vectors become one")
+    train.add_argument("--loss", dest="contrastive_loss", choices=CONTRASTIVE_LOSSES,
+                       help="--task embed: in_batch (text<TAB>positive[<TAB>negative]), simcse (one text a line) "
+                            "or cosent (text<TAB>text_b<TAB>score); default: the one the data's columns call for")
+    train.add_argument("--temperature", type=float, default=defaults.temperature,
+                       help="--task embed: the cosines are divided by it")
+    train.add_argument("--symmetric", action="store_true",
+                       help="--task embed, in_batch: also score each positive against the queries")
     train.add_argument("--columns", metavar="FIELD=COLUMN,...",
                        help="the columns (or JSON keys) of --train and --valid when their names are not known, "
                             "e.g. text=review,label=sentiment (fields: text, text_b, label; seq2seq: source, "
@@ -218,7 +229,9 @@ def run_train(args) -> int:
         args, skip_malformed=args.skip_malformed, bucketing=not args.no_bucketing, adversarial=args.adversarial,
         adversarial_epsilon=args.adversarial_epsilon, task=args.task, head=args.head,
         crf_lr_multiplier=args.crf_lr_multiplier, columns=parse_columns(args.columns) or None,
-        lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_embeddings=args.lora_embeddings)
+        lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_embeddings=args.lora_embeddings,
+        pooling=args.pooling, contrastive_loss=args.contrastive_loss, temperature=args.temperature,
+        symmetric=args.symmetric)
     return _run(args, options, train, beside, num_labels=args.num_labels)
 
 

@@ -13,6 +13,7 @@ BERT's layer names: the model builders give the names.
 - `memm`: `MaximumEntropyMarkovModel` (bert4keras's bidirectional MEMM)
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
 - `pooling`: `Pooling` (cls, mean, max, mean_sqrt_len, lasttoken), `L2Normalize`: sentence embeddings
+- `views`: `StackViews`, `SplitViews`: an example's several texts through one encoder call (contrastive training)
 - `masks`: `AttentionMask` (the `lm` and `unilm` applications), `UnmaskingDropout`
   (Hugging Face's T5 decoder)
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
@@ -37,8 +38,10 @@ from kbert.layers.masks import AttentionMask, UnmaskingDropout
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
                                    T5RelativePositionBias, t5_buckets)
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
+from kbert.layers.views import SplitViews, StackViews
 
-__all__ = ["AttentionMask", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling", "ConditionalLayerNormalization", "ConditionalRandomField",
+__all__ = ["AttentionMask", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling", "SplitViews", "StackViews",
+           "ConditionalLayerNormalization", "ConditionalRandomField",
            "DepthScaledTruncatedNormal",
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
            "MultiHeadSelfAttention",

@@ -29,7 +29,6 @@ import socket
 import time
 from typing import List, Optional
 
-from kbert import __version__
 from kbert.errors import KbertError
 from kbert.serving.batcher import Batcher, QueueFull
 from kbert.serving.checks import read_json, refusal
@@ -111,7 +110,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
 
     @app.get("/info", summary="the model and the server's limits")
     async def info():
-        return {"model_id": predictor.model_dir, "task": predictor.task, "version": __version__,
+        return {"model_id": predictor.model_dir, "task": predictor.task, "version": _kbert_version(),
                 "dimensions": embedder.dimensions if embedder else None,
                 "max_input_length": embedder.maxlen if embedder else predictor.maxlen,
                 "max_client_batch_size": limits.max_texts, "max_batch_texts": limits.max_batch,
@@ -226,6 +225,16 @@ def serve(predictor, host: str = "127.0.0.1", port: int = 8000, limits: Optional
           ready=print) -> None:
     """Serves `predictor` until SIGINT or SIGTERM; `ready(url)` is called once it listens (port 0: any free one)."""
     run_app(create_app(predictor, limits), host, port, ready)
+
+
+def _kbert_version() -> str:
+    """The installed kbert's version (the package root is the command line's to import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kbert")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def check_listen_address(host: str, port: int) -> None:

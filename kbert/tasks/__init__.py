@@ -6,7 +6,7 @@
 - `seq2seq`: UniLM fine-tuning on source/target pairs; generation, exact match and character F1.
 - `pretraining`: masked-language-model pre-training on plain text, whole-word masking (`pretrain`).
 - `embedding`: sentence embeddings (`Embedder`): a sentence-transformers model's pooling, projection and
-  normalisation on a kbert backbone (`kbert embed`).
+  normalisation on a kbert backbone (`kbert embed`); contrastive training (`--task embed`).
 
 Each task is a `kbert.training.task.Task`; the training run
 (`kbert.training.loop.train_task`) receives it and never imports a task.
@@ -26,6 +26,7 @@ TASK_CLASSES = {
     "ner": "kbert.tasks.ner:NerTask",
     "seq2seq": "kbert.tasks.seq2seq:Seq2SeqTask",
     "mlm": "kbert.tasks.pretraining:MaskedLanguageModelTask",
+    "embed": "kbert.tasks.embedding:EmbeddingTask",
 }
 TASKS = tuple(TASK_CLASSES)
 

@@ -22,11 +22,16 @@ from kbert.builder import build_transformer_model
 from kbert.checkpoints.hf import load_hf_weights
 from kbert.checkpoints.sentence_transformers import (DenseSpec, SentenceTransformerSpec, is_sentence_transformer,
                                                      read_sentence_transformer, write_modules)
-from kbert.errors import KbertError
+from kbert.errors import DataError, KbertError
 from kbert.layers.pooling import L2Normalize, Pooling
+from kbert.layers.views import SplitViews, StackViews
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.hub import TokenizerJson
-from kbert.training.pipeline import batches_by_length
+from kbert.training.contrastive import CoSENT, InBatchNegatives
+from kbert.training.data import LabelMap, check_known_tokens
+from kbert.training.pipeline import batches_by_length, make_dataset
+from kbert.training.records import Fields, parse_rows, read_records
+from kbert.training.task import Task, TrainingData, read_training_file
 
 
 @dataclasses.dataclass
@@ -195,3 +200,217 @@ def write_sentence_transformer(folder: str, embedder: Embedder) -> None:
              for layer in embedder.model.layers if layer.name.startswith("Embedding-Dense-")]
     write_modules(folder, embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]), dense, embedder.normalize,
                   embedder.maxlen)
+
+
+# --- training: kbert train --task embed ----------------------------------------------------------------
+
+PAIR_FIELDS = Fields({"text": ("text", "anchor", "query", "sentence1", "sentence", "text_a"),
+                      "text_b": ("text_b", "positive", "sentence2", "passage", "document"),
+                      "score": ("score", "label", "similarity"),
+                      "negative": ("negative", "hard_negative")},
+                     ("text",), {1: ("text",), 2: ("text", "text_b"), 3: ("text", "text_b", "score")})
+
+
+@dataclasses.dataclass(frozen=True)
+class TextGroup:
+    """One training example of an embedding model: its texts (query, positive, hard negative) and a score."""
+
+    texts: Tuple[str, ...]
+    score: Optional[float]
+    line: int
+
+
+def read_text_groups(path: str, *, skip_malformed: bool = False, columns=None) -> Tuple[List[TextGroup], object]:
+    """An embedding model's training file, by its columns: one text a line (SimCSE: each text and itself),
+    `text<TAB>text_b` (a text and its positive), `text<TAB>text_b<TAB>score` (a pair scored by similarity,
+    CoSENT) or `query<TAB>positive<TAB>negative` (a third column that is not a number: a hard negative).
+    A header may name the columns (`anchor`, `positive`, `negative`, `sentence1`, `sentence2`, `score`, ...)."""
+    rows, layout, header = read_records(path, PAIR_FIELDS, columns)
+    if not header:
+        rows = [(line, row if isinstance(row, ValueError) else _with_negative(row)) for line, row in rows]
+    groups, report = parse_rows(path, rows, _text_group, skip_malformed, "no texts", layout)
+    if len(groups[0].texts) == 3 and layout.endswith("score"):  # a headerless third column read as texts
+        report.layout = layout[:-len("score")] + "negative"
+    widths = {len(group.texts) for group in groups}
+    scored = {group.score is not None for group in groups}
+    if len(widths) > 1 or len(scored) > 1:
+        first = next(group for group in groups if len(group.texts) != len(groups[0].texts)
+                     or (group.score is None) != (groups[0].score is None))
+        raise DataError(f"{path}, line {first.line}: {_shape(first)}, but line {groups[0].line} has "
+                        f"{_shape(groups[0])}; every row of a file must have the same columns")
+    return groups, report
+
+
+def _with_negative(row: dict) -> dict:
+    """A headerless third column is a score where it reads as a number, else a hard negative."""
+    score = row.get("score")
+    if score is not None and not _is_number(score) and "negative" not in row:
+        row = {**{key: value for key, value in row.items() if key != "score"}, "negative": score}
+    return row
+
+
+def _is_number(value) -> bool:
+    try:
+        float(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _text_group(row: dict, line: int) -> TextGroup:
+    texts = [row.get("text"), row.get("text_b"), row.get("negative")]
+    for name, text in zip(("text", "text_b", "negative"), texts):
+        if name in row and (not isinstance(text, str) or not text.strip()):
+            raise ValueError(f"empty or missing {name}")
+    score = row.get("score")
+    if score is not None and not _is_number(score):
+        raise ValueError(f"the score {score!r} is not a number")
+    if score is not None and "text_b" not in row:
+        raise ValueError("a score needs two texts (text<TAB>text_b<TAB>score)")
+    present = tuple(text for text in texts if isinstance(text, str))
+    return TextGroup(present, None if score is None else float(score), line)
+
+
+def _shape(group: TextGroup) -> str:
+    return f"{len(group.texts)} text{'s' if len(group.texts) > 1 else ''}" + (" and a score" if group.score
+                                                                              is not None else "")
+
+
+def loss_for(groups: Sequence[TextGroup], asked: Optional[str], path: str) -> str:
+    """The contrastive loss for the data (`asked`, else the one its columns call for), or a `DataError`
+    naming the columns each loss needs."""
+    found = "cosent" if groups[0].score is not None else "simcse" if len(groups[0].texts) == 1 else "in_batch"
+    loss = asked or found
+    needs = {"cosent": "text<TAB>text_b<TAB>score", "simcse": "one text a line",
+             "in_batch": "text<TAB>positive (and optionally <TAB>hard negative)"}
+    if loss != found:
+        raise DataError(f"{path}: --loss {loss} reads {needs[loss]}; this file has {_shape(groups[0])} a row, "
+                        f"which is --loss {found}'s")
+    return loss
+
+
+class EmbeddingTask(Task):
+    """Sentence embeddings trained contrastively: the backbone pooled (`--pooling`) and scaled to unit length,
+    trained with in-batch negatives, SimCSE or CoSENT (`kbert.training.contrastive`); the model directory is
+    also a sentence-transformers folder (`Embedder.load`, sentence-transformers, `kbert serve` read it).
+    The kept epoch has the best validation score: Spearman's correlation of cosines with the gold scores
+    for scored pairs, else how often a query's nearest positive of the validation set is its own
+    (recall@1)."""
+
+    name = "embed"
+    score_name = "val_score"
+    score_label = "validation score (Spearman of cosines for scored pairs, else recall@1)"
+
+    def __init__(self, options):
+        self.options = options
+        self.loss_name, self.views, self.tokenizer, self.backbone = None, 2, None, None
+
+    @classmethod
+    def from_options(cls, options) -> "EmbeddingTask":
+        return cls(options)
+
+    def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
+             options) -> TrainingData:
+        if num_labels:
+            raise DataError("--num-labels: an embedding model has no labels; leave it out")
+        groups, report = read_training_file(read_text_groups, train_path, options)
+        self.loss_name = loss_for(groups, options.contrastive_loss, train_path)
+        self.views = max(len(groups[0].texts), 2)
+        if self.loss_name != "cosent" and len(groups) < 2:
+            raise DataError(f"{train_path}: one example; in-batch negatives need at least two")
+        self.tokenizer = tokenizer
+        train = self._dataset(groups, shuffle=options.shuffle)
+        check_known_tokens(train_path, (ids for group in groups[:2000] for ids, _ in
+                                        tokenizer.encode_all(list(group.texts), maxlen=options.maxlen)), tokenizer)
+        valid, valid_report, valid_groups = None, None, []
+        if valid_path:
+            valid_groups, valid_report = read_training_file(read_text_groups, valid_path, options)
+            loss_for(valid_groups, self.loss_name, valid_path)
+            valid = self._dataset(valid_groups, shuffle=False)
+        return TrainingData(train, valid, LabelMap([]), len(train), str(report),
+                            str(valid_report) if valid_report else None,
+                            {"loss": self.loss_name, "pooling": options.pooling}, valid_groups)
+
+    def _dataset(self, groups: Sequence[TextGroup], shuffle: bool):
+        """Batches of each example's views (SimCSE: a text twice), token and segment ids per view."""
+        encoded = []
+        for group in groups:
+            texts = group.texts * 2 if len(group.texts) == 1 else group.texts
+            encoded.append(tuple(ids for pair in self.tokenizer.encode_all(list(texts), maxlen=self.options.maxlen)
+                                 for ids in pair))
+        scores = np.array([group.score or 0.0 for group in groups], np.float32)
+        return make_dataset(encoded, scores, self.options.batch_size, shuffle=shuffle, seed=self.options.seed)
+
+    def build(self, bert, num_labels: int, options):
+        self.backbone = bert
+        return embedding_model(bert, options.pooling, normalize=True)
+
+    def training_model(self, model):
+        inputs = [keras.Input((None,), dtype="int32", name=f"View-{view}-{kind}")
+                  for view in range(self.views) for kind in ("Token", "Segment")]
+        tokens = StackViews(name="Stack-Tokens")(inputs[0::2])
+        segments = StackViews(name="Stack-Segments")(inputs[1::2])
+        vectors = SplitViews(self.views, name="Split-Views")(model([tokens, segments]))
+        return keras.Model(inputs, vectors, name="contrastive")
+
+    def compile_args(self, model) -> dict:
+        temperature = self.options.temperature
+        loss = (CoSENT(temperature) if self.loss_name == "cosent"
+                else InBatchNegatives(temperature, symmetric=self.options.symmetric))
+        return {"loss": loss}
+
+    def validation_score(self, model, data: TrainingData):
+        if not data.valid_examples:
+            return lambda logs: None
+        groups = data.valid_examples
+
+        def score(logs: dict) -> float:
+            embedder = Embedder(model, self.tokenizer, self.options.maxlen, True, "", self.backbone,
+                                self.options.pooling)
+            if self.loss_name == "cosent":
+                value = sts_spearman(embedder, [group.texts[0] for group in groups],
+                                     [group.texts[1] for group in groups], [group.score for group in groups])
+            else:
+                value = recall_at_1(embedder, [group.texts[0] for group in groups],
+                                    [group.texts[-1 if len(group.texts) == 1 else 1] for group in groups])
+            logs[self.score_name] = value
+            return value
+
+        return score
+
+    def finish(self, model, directory: str) -> None:
+        """The sentence-transformers files beside kbert's: Hugging Face weights and config, the modules."""
+        write_sentence_transformer(directory, Embedder(model, self.tokenizer, self.options.maxlen, True, directory,
+                                                       self.backbone, self.options.pooling))
+
+
+def sts_spearman(embedder: Embedder, first: Sequence[str], second: Sequence[str], scores: Sequence[float]) -> float:
+    """Spearman's correlation between the cosines of text pairs and their gold scores (MTEB's STS score)."""
+    a, b = embedder.encode(first, normalize=True), embedder.encode(second, normalize=True)
+    return spearman((a * b).sum(1), np.asarray(scores, np.float64))
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson's of the ranks, ties given their average rank.
+
+    >>> spearman(np.array([0.1, 0.5, 0.3]), np.array([1.0, 3.0, 2.0])), spearman(np.array([1, 2]), np.array([2, 1]))
+    (1.0, -1.0)
+    """
+    ranks = [_average_ranks(np.asarray(values, np.float64)) for values in (x, y)]
+    centred = [rank - rank.mean() for rank in ranks]
+    scale = np.sqrt((centred[0] ** 2).sum() * (centred[1] ** 2).sum())
+    return float((centred[0] * centred[1]).sum() / scale) if scale else 0.0
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values), dtype=np.float64)
+    unique, inverse = np.unique(values, return_inverse=True)
+    return (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]
+
+
+def recall_at_1(embedder: Embedder, queries: Sequence[str], positives: Sequence[str]) -> float:
+    """How often a query's nearest positive (by cosine, among all of them) is its own."""
+    a, b = embedder.encode(queries, normalize=True), embedder.encode(positives, normalize=True)
+    return float(np.mean((a @ b.T).argmax(1) == np.arange(len(queries))))

@@ -37,7 +37,8 @@ from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FIL
 from kbert.training.adversarial import adversarial_training, gradient_penalty
 from kbert.training.lora import ADAPTERS_FILE, enable_lora, lora_enabled, save_adapters
 from kbert.training.optimizers import make_optimizer
-from kbert.training.options import ADVERSARIAL, OPTIMIZERS, SCHEDULES, WHOLE_WORDS, TrainingOptions
+from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, SCHEDULES, WHOLE_WORDS,
+                                    TrainingOptions)
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.training.run_directory import RunDirectory, data_fingerprints, write_json
 from kbert.training.task import Task
@@ -364,6 +365,11 @@ def _check_options(options: TrainingOptions) -> None:
         check_whole_number(getattr(options, name), name)
     if options.maxlen < 3:
         raise KbertError(f"maxlen must leave room for [CLS] and [SEP], got {options.maxlen}")
+    if not (_is_number(options.temperature) and 0 < options.temperature < math.inf):
+        raise KbertError(f"temperature (--temperature) must be a finite positive number, got {options.temperature!r}")
+    if options.contrastive_loss not in (None, *CONTRASTIVE_LOSSES):
+        raise KbertError(f"unknown contrastive loss {options.contrastive_loss!r}; expected one of "
+                         f"{', '.join(CONTRASTIVE_LOSSES)}")
     if not (_is_number(options.learning_rate) and 0 < options.learning_rate < math.inf):
         raise KbertError(f"learning rate (--lr) must be a finite positive number, got {options.learning_rate!r}")
     if not (_is_number(options.warmup_ratio) and 0 <= options.warmup_ratio < 1):

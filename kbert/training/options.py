@@ -14,7 +14,9 @@ from kbert.models.heads import DEFAULT_TOKEN_HEAD
 ADVERSARIAL = ("fgm", "gp")  # --adversarial methods (kbert.training.adversarial)
 OPTIMIZERS = ("adamw", "lamb", "adafactor")
 SCHEDULES = ("linear", "constant")  # after the warm-up: decay to 0 at the last step, or hold the peak
-WHOLE_WORDS = ("jieba", "wordpiece", "none")  # pre-training's word boundaries (kbert.tasks.pretraining)
+WHOLE_WORDS = ("jieba", "wordpiece", "none")
+CONTRASTIVE_LOSSES = ("in_batch", "simcse", "cosent")  # --task embed (kbert.training.contrastive)
+POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "lasttoken")  # kbert.layers.pooling's modes  # pre-training's word boundaries (kbert.tasks.pretraining)
 
 
 @dataclasses.dataclass
@@ -87,6 +89,12 @@ class TrainingOptions:
             is always compiled; PyTorch's is refused). Faster steps (a UniLM
             step 1.2x, docs/performance.md) for a compilation per batch shape,
             which bucketing keeps to a few; False: Keras's choice.
+        pooling: `task="embed"`: how token vectors become one (`kbert.layers.pooling.Pooling`).
+        contrastive_loss: `task="embed"`: `in_batch` (a text and its positive, optionally a hard
+            negative), `simcse` (one text a line, itself its positive) or `cosent` (pairs with a
+            similarity score); None: the one the data's columns call for.
+        temperature: `task="embed"`: the cosines are divided by it (0.05: a scale of 20).
+        symmetric: `task="embed"`, `in_batch`: also score each positive against the queries.
         columns: `{field: column}` for data files whose columns (or JSON keys)
             have other names, e.g. `{"text": "review", "label": "sentiment"}`
             (`kbert.training.records`).
@@ -122,6 +130,10 @@ class TrainingOptions:
     lora_alpha: Optional[float] = None
     lora_embeddings: Optional[int] = None
     jit_compile: bool = False
+    pooling: str = "mean"
+    contrastive_loss: Optional[str] = None
+    temperature: float = 0.05
+    symmetric: bool = False
 
     @classmethod
     def for_pretraining(cls, **changes) -> "TrainingOptions":

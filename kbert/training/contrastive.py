@@ -1,0 +1,104 @@
+"""The losses sentence embeddings are trained with, on the vectors of each example's texts.
+
+A contrastive model's output is `[batch, views, dimensions]`: the vectors of
+an example's texts side by side (`kbert.layers.views.SplitViews`).
+
+- `InBatchNegatives` (InfoNCE, sentence-transformers' MultipleNegativesRankingLoss):
+  view 0 is the query; its positive is view 1 of its own example, and every
+  other example's views 1.. (and its own hard negative, view 2, where the
+  data has one) are its negatives. Cross-entropy over cosine similarities
+  divided by a temperature. `symmetric` adds the same loss from each positive
+  to the queries. Unsupervised SimCSE is this loss on a text and itself:
+  dropout makes the two vectors differ.
+- `CoSENT`: for pairs scored by similarity, every two pairs whose gold
+  scores are ordered should have cosines ordered the same way:
+  `log(1 + Σ_{s_i > s_j} exp((cos_j − cos_i) / temperature))`.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+def _unit(vectors):
+    return vectors / ops.maximum(ops.norm(vectors, axis=-1, keepdims=True), 1e-12)
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class InBatchNegatives(keras.losses.Loss):
+    """Cross-entropy of each query against its positive, with the batch's other texts as negatives.
+
+    Args:
+        temperature: the cosines are divided by it (0.05: sentence-transformers' scale of 20).
+        symmetric: also score each positive against every query (CLIP's two-way loss).
+
+    `y_true` is not read (the positives are known by position); `y_pred` is
+    `[batch, views, dimensions]` with views 2 or more.
+
+    Example:
+    >>> import numpy as np
+    >>> aligned = np.eye(4, 8, dtype="float32")[:, None].repeat(2, axis=1)  # each positive is its query
+    >>> float(InBatchNegatives(temperature=0.05)(np.zeros(4), aligned)) < 1e-6
+    True
+    """
+
+    def __init__(self, temperature: float = 0.05, symmetric: bool = False, name: str = "in_batch_negatives",
+                 **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.temperature, self.symmetric = temperature, symmetric
+
+    def call(self, y_true, y_pred):
+        vectors = _unit(ops.cast(y_pred, "float32"))
+        queries = vectors[:, 0]
+        batch = ops.shape(queries)[0]
+        # Every document of the batch: the positives (view 1) first, then any hard negatives (views 2..).
+        documents = ops.reshape(ops.transpose(vectors[:, 1:], (1, 0, 2)), (-1, ops.shape(vectors)[-1]))
+        targets = ops.arange(batch)
+        scores = ops.matmul(queries, ops.transpose(documents)) / self.temperature
+        loss = keras.losses.sparse_categorical_crossentropy(targets, scores, from_logits=True)
+        if self.symmetric:
+            backward = ops.matmul(vectors[:, 1], ops.transpose(queries)) / self.temperature
+            loss = (loss + keras.losses.sparse_categorical_crossentropy(targets, backward, from_logits=True)) / 2
+        return loss
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "temperature": self.temperature, "symmetric": self.symmetric}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class CoSENT(keras.losses.Loss):
+    """CoSENT (Su Jianlin's cosine sentence loss): pairs' cosines ranked as their gold scores are.
+
+    Args:
+        temperature: the cosine differences are divided by it (0.05: CoSENT's scale of 20).
+
+    `y_true` holds each pair's gold score `[batch]`; `y_pred` is `[batch, 2, dimensions]`.
+    The loss is of the whole batch (a ranking), given to every pair alike.
+
+    Example:
+    >>> import numpy as np
+    >>> pairs = np.array([[[1, 0], [1, 0]], [[1, 0], [0, 1]]], "float32")  # cosines 1 and 0
+    >>> ranked, reversed_ = CoSENT()(np.array([5.0, 1.0]), pairs), CoSENT()(np.array([1.0, 5.0]), pairs)
+    >>> float(ranked) < 1e-6 < 19 < float(reversed_)
+    True
+    """
+
+    def __init__(self, temperature: float = 0.05, name: str = "cosent", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.temperature = temperature
+
+    def call(self, y_true, y_pred):
+        vectors = _unit(ops.cast(y_pred, "float32"))
+        cosines = ops.sum(vectors[:, 0] * vectors[:, 1], axis=-1) / self.temperature
+        scores = ops.reshape(ops.cast(y_true, "float32"), (-1,))
+        # Entry (i, j): cos_j - cos_i, counted where pair i should rank above pair j.
+        differences = cosines[None, :] - cosines[:, None]
+        ordered = scores[:, None] > scores[None, :]
+        differences = ops.where(ordered, differences, -1e12)
+        flat = ops.concatenate([ops.zeros((1,)), ops.reshape(differences, (-1,))], axis=0)
+        loss = ops.logsumexp(flat)
+        return ops.ones_like(cosines) * loss
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "temperature": self.temperature}
