@@ -28,9 +28,15 @@ def add_commands(command) -> None:
                                      "masking, jieba for Chinese); the output is a checkpoint kbert train reads"))
 
     evaluate = command("evaluate", "accuracy, per-class P/R/F1, confusion matrix; a tagger's entity P/R/F1; "
-                                   "a generator's exact match and character F1")
+                                   "a generator's exact match and character F1; an embedding model's MTEB-style "
+                                   "scores (STS, retrieval, classification, clustering)")
     _inference_arguments(evaluate, "checked against the model directory (default: its task)")
-    evaluate.add_argument("--data", required=True, help="labelled data file (a tagged file for a tagger)")
+    evaluate.add_argument("--data", required=True, help="labelled data file (a tagged file for a tagger); for an "
+                                                        "embedding model: scored pairs (STS), a BEIR folder "
+                                                        "(retrieval), or labelled texts (clustering; "
+                                                        "classification with --train)")
+    evaluate.add_argument("--train", help="an embedding model: labelled texts a logistic regression on the frozen "
+                                          "vectors is fitted on, then scored on --data")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(run=run_evaluate)
 
@@ -296,6 +302,13 @@ def _model_task(args) -> str:
 
 
 def run_evaluate(args) -> int:
+    from kbert.tasks.predictors import is_embedding_model
+
+    if is_embedding_model(args.model):
+        return _evaluate_embedder(args)
+    if args.train:
+        raise KbertError("--train: for an embedding model (a logistic regression on its vectors); "
+                         f"{args.model} is a model directory of kbert train")
     task = _model_task(args)
     if task == "ner" and args.columns:
         raise KbertError("--columns: a tagger reads token<TAB>tag files, which have no named columns")
@@ -304,6 +317,17 @@ def run_evaluate(args) -> int:
     if task == "seq2seq":
         return _evaluate_generator(args)
     return _evaluate_classifier(args)
+
+
+def _evaluate_embedder(args) -> int:
+    from kbert.tasks.embedding_evaluation import evaluate
+
+    result = evaluate(args.model, args.data, args.train, batch_size=args.batch_size)
+    if _printed_as_json(args, result):
+        return 0
+    print(" ".join(f"{name} {value:.4f}" if isinstance(value, float) else f"{name} {value}"
+                   for name, value in result.items() if name not in ("kind", "data")) + f" ({result['kind']})")
+    return 0
 
 
 def _evaluate_classifier(args) -> int:

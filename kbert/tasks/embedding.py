@@ -27,6 +27,7 @@ from kbert.layers.pooling import L2Normalize, Pooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.hub import TokenizerJson
+from kbert.tasks.embedding_evaluation import sts
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import batches_by_length, make_dataset
@@ -368,8 +369,8 @@ class EmbeddingTask(Task):
             embedder = Embedder(model, self.tokenizer, self.options.maxlen, True, "", self.backbone,
                                 self.options.pooling)
             if self.loss_name == "cosent":
-                value = sts_spearman(embedder, [group.texts[0] for group in groups],
-                                     [group.texts[1] for group in groups], [group.score for group in groups])
+                value = sts(embedder, [group.texts[0] for group in groups], [group.texts[1] for group in groups],
+                            [group.score for group in groups])["spearman"]
             else:
                 value = recall_at_1(embedder, [group.texts[0] for group in groups],
                                     [group.texts[-1 if len(group.texts) == 1 else 1] for group in groups])
@@ -382,32 +383,6 @@ class EmbeddingTask(Task):
         """The sentence-transformers files beside kbert's: Hugging Face weights and config, the modules."""
         write_sentence_transformer(directory, Embedder(model, self.tokenizer, self.options.maxlen, True, directory,
                                                        self.backbone, self.options.pooling))
-
-
-def sts_spearman(embedder: Embedder, first: Sequence[str], second: Sequence[str], scores: Sequence[float]) -> float:
-    """Spearman's correlation between the cosines of text pairs and their gold scores (MTEB's STS score)."""
-    a, b = embedder.encode(first, normalize=True), embedder.encode(second, normalize=True)
-    return spearman((a * b).sum(1), np.asarray(scores, np.float64))
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rank correlation: Pearson's of the ranks, ties given their average rank.
-
-    >>> spearman(np.array([0.1, 0.5, 0.3]), np.array([1.0, 3.0, 2.0])), spearman(np.array([1, 2]), np.array([2, 1]))
-    (1.0, -1.0)
-    """
-    ranks = [_average_ranks(np.asarray(values, np.float64)) for values in (x, y)]
-    centred = [rank - rank.mean() for rank in ranks]
-    scale = np.sqrt((centred[0] ** 2).sum() * (centred[1] ** 2).sum())
-    return float((centred[0] * centred[1]).sum() / scale) if scale else 0.0
-
-
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(len(values), dtype=np.float64)
-    unique, inverse = np.unique(values, return_inverse=True)
-    return (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]
 
 
 def recall_at_1(embedder: Embedder, queries: Sequence[str], positives: Sequence[str]) -> float:

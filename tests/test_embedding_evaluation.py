@@ -1,0 +1,96 @@
+"""`kbert evaluate` of an embedding model: the MTEB-style scores against published values and hand counts,
+and on the real all-MiniLM-L6-v2."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import minilm_dir, write
+from kbert.cli.main import main
+from kbert.errors import DataError
+from kbert.tasks.embedding_evaluation import (fit_logistic_regression, kmeans, predict_logistic_regression,
+                                              ranking_scores, spearman, v_measure)
+
+SENTENCES = ["A man is eating food.", "A man is riding a horse.", "A woman is playing violin.",
+             "Two men pushed carts through the woods.", "A monkey is playing drums.", "The girl is carrying a baby.",
+             "A cat sleeps on the sofa.", "The stock market fell sharply today.", "Rain is expected tomorrow.",
+             "She is reading a book in the library.", "The chef is cooking pasta.", "Children play football."]
+
+
+def test_spearman_and_v_measure_give_the_published_values():
+    # scipy.stats.spearmanr's and scikit-learn's v_measure_score's documented examples.
+    assert spearman(np.array([1, 2, 3, 4, 5]), np.array([5, 6, 7, 8, 7])) == pytest.approx(0.8207826816681233)
+    assert v_measure(np.array([0, 0, 1, 1]), np.array([0, 0, 1, 2])) == pytest.approx(0.8)
+    assert v_measure(np.array([0, 0, 1, 2]), np.array([0, 0, 0, 0])) == pytest.approx(0.0)
+
+
+def test_ranking_scores_count_by_hand():
+    scores = ranking_scores([2, 0, 1] + [0] * 97 + [1], {"a": 2, "b": 1, "c": 1, "d": 0})
+    ideal = 2 + 1 / np.log2(3) + 1 / np.log2(4)
+    assert scores["ndcg@10"] == pytest.approx((2 + 1 / np.log2(4)) / ideal)
+    assert (scores["mrr@10"], scores["recall@100"]) == (1.0, pytest.approx(2 / 3))  # the 101st is past 100
+
+
+def test_logistic_regression_and_kmeans_separate_separable_data():
+    rng = np.random.default_rng(0)
+    centres = np.array([[4.0, 0, 0], [0, 4, 0], [0, 0, 4]])
+    labels = rng.integers(3, size=300)
+    points = centres[labels] + rng.normal(size=(300, 3))
+    weights = fit_logistic_regression(points[:200], labels[:200], 3)
+    assert np.mean(predict_logistic_regression(weights, points[200:]) == labels[200:]) > 0.97
+    assert v_measure(labels, kmeans(points, 3)) > 0.85
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory):
+    """A BEIR folder whose queries are the corpus's own sentences: each must find itself first."""
+    root = tmp_path_factory.mktemp("beir")
+    write(root, "corpus.jsonl", "".join(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n"
+                                        for i, text in enumerate(SENTENCES)))
+    write(root, "queries.jsonl", "".join(json.dumps({"_id": f"q{i}", "text": text}) + "\n"
+                                         for i, text in enumerate(SENTENCES)))
+    (root / "qrels").mkdir()
+    write(root / "qrels", "test.tsv", "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
+                                                                               for i in range(len(SENTENCES))))
+    return root
+
+
+def test_retrieval_of_each_sentence_finds_itself_first(beir, capsys):
+    assert main(["evaluate", "--model", str(minilm_dir()), "--data", str(beir), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["kind"] == "retrieval" and (result["queries"], result["documents"]) == (12, 12)
+    assert (result["ndcg@10"], result["mrr@10"], result["recall@100"]) == (1.0, 1.0, 1.0)
+
+
+def test_sts_classification_and_clustering_from_the_command(tmp_path, capsys):
+    scored = write(tmp_path, "sts.tsv", "A man is eating food.\tA man is eating a meal.\t5\n"
+                                        "A man is eating food.\tA man is riding a horse.\t1\n"
+                                        "A woman plays violin.\tA woman is playing the violin.\t4.8\n"
+                                        "A woman plays violin.\tThe stock market fell.\t0\n")
+    assert main(["evaluate", "--model", str(minilm_dir()), "--data", str(scored), "--json"]) == 0
+    sts = json.loads(capsys.readouterr().out)
+    assert sts["kind"] == "sts" and sts["spearman"] > 0.7
+    topics = ["food"] * 3 + ["music"] * 3
+    texts = ["The chef is cooking pasta.", "He ate a sandwich.", "Fresh bread from the bakery.",
+             "She plays the violin.", "The band played a loud song.", "A pianist gave a concert."]
+    labelled = write(tmp_path, "topics.tsv", "".join(f"{text}\t{topic}\n" for text, topic in zip(texts, topics)))
+    assert main(["evaluate", "--model", str(minilm_dir()), "--data", str(labelled), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["v_measure"] == pytest.approx(1.0)
+    assert main(["evaluate", "--model", str(minilm_dir()), "--data", str(labelled), "--train", str(labelled)]) == 0
+    assert "accuracy 1.0000 macro_f1 1.0000 train 6 test 6 (classification)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("qrels, message", [
+    ("query-id\tcorpus-id\tscore\nq0\td99\t1\n", "line 2: document 'd99' is not in the folder's corpus.jsonl"),
+    ("query-id\tcorpus-id\tscore\nq0\td0\thigh\n", "line 2: expected query-id<TAB>corpus-id<TAB>score"),
+])
+def test_a_bad_beir_folder_is_named(beir, tmp_path, qrels, message):
+    from kbert.tasks.embedding_evaluation import read_beir
+
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        write(tmp_path, name, (beir / name).read_text(encoding="utf-8"))
+    (tmp_path / "qrels").mkdir()
+    write(tmp_path / "qrels", "test.tsv", qrels)
+    with pytest.raises(DataError, match=message):
+        read_beir(str(tmp_path))
