@@ -10,7 +10,8 @@ from conftest import minilm_dir, write
 from kbert.cli.main import main
 from kbert.errors import DataError
 from kbert.tasks.embedding_evaluation import (fit_logistic_regression, kmeans, predict_logistic_regression,
-                                              ranking_scores, spearman, v_measure)
+                                              ranking_scores, v_measure)
+from kbert.training.metrics import spearman
 
 SENTENCES = ["A man is eating food.", "A man is riding a horse.", "A woman is playing violin.",
              "Two men pushed carts through the woods.", "A monkey is playing drums.", "The girl is carrying a baby.",

@@ -64,10 +64,10 @@ def running_server(model_dir, *flags):
         process.stderr.close()
 
 
-def post(url, body, raw: bool = False):
-    """`(status, answer)` of a POST of `body` (JSON, or bytes as they are with `raw`)."""
+def post(url, body, raw: bool = False, path: str = "/v1/predict"):
+    """`(status, answer)` of a POST of `body` (JSON, or bytes as they are with `raw`) to `path`."""
     data = body if raw else json.dumps(body).encode()
-    request = urllib.request.Request(url + "/v1/predict", data=data, method="POST",
+    request = urllib.request.Request(url + path, data=data, method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=120) as response:

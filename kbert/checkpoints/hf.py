@@ -192,8 +192,10 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
     config = _config_of(model, family)
     if config is not None:
         values += list(family.hf_computed_tensors(config).items())
-    with_heads = family.hf_with_heads([name for name, _ in values])
     unprefixed = family.hf_head_scopes + ("classifier.",)
+    # A classifier is a task model too (`...ForSequenceClassification`): its backbone under the prefix.
+    with_heads = family.hf_with_heads([name for name, _ in values]) or any(
+        name.startswith("classifier.") for name, _ in values)
     tensors: Dict[str, np.ndarray] = {}
     for name, value in values:
         name = name if name.startswith(unprefixed) or not with_heads else f"{family.hf_prefix}.{name}"

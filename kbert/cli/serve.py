@@ -22,10 +22,11 @@ LIMITS = {  # ServerLimits' fields, as options
 def add_commands(command) -> None:
     serve = command("serve", "serve a model over HTTP: POST /v1/predict {\"texts\": [...]} answers what "
                              "kbert predict --json prints; an embedding model also answers POST /v1/embeddings "
-                             "(OpenAI's API) and POST /embed (Text Embeddings Inference's); GET /health, /info, "
+                             "(OpenAI's API) and POST /embed (Text Embeddings Inference's), a reranker POST "
+                             "/rerank (TEI's) and POST /v1/rerank (Cohere's and Jina's); GET /health, /info, "
                              "/metrics (Prometheus); the OpenAPI schema at /docs")
-    serve.add_argument("model", metavar="MODEL", help="model directory from kbert train or kbert pretrain, or an "
-                                                      "embedding model: a sentence-transformers folder or name")
+    serve.add_argument("model", metavar="MODEL", help="model directory from kbert train or kbert pretrain, a "
+                                                      "sentence-transformers or CrossEncoder folder, or a name")
     serve.add_argument("--host", type=host_name, default="127.0.0.1",
                        help="address to listen on (0.0.0.0: every interface, said explicitly)")
     serve.add_argument("--port", type=port_number, default=8000, help="port to listen on (0: any free one)")
@@ -65,10 +66,12 @@ def run_serve(args) -> int:
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
                                   max_new_tokens=args.max_new_tokens, top_k=args.top_k)
     predictor = _int8_predictor(args.model, settings) if args.quantize else load_predictor(args.model, settings)
-    predictor([WARM_UP.get(predictor.task, WARM_UP[None])])  # compiled before the first request waits for it
+    warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
+    predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
 
     def ready(url: str) -> None:
-        routes = f"POST {url}/v1/embeddings, {url}/embed, " if predictor.task == "embed" else "POST "
+        routes = {"embed": f"POST {url}/v1/embeddings, {url}/embed, ",
+                  "rerank": f"POST {url}/rerank, {url}/v1/rerank, "}.get(predictor.task, "POST ")
         print(f"kbert: serving the {predictor.task} model {args.model} on {url} ({routes}{url}/v1/predict, "
               f"GET {url}/health, {url}/metrics, schema at {url}/docs)", flush=True)
 
@@ -84,10 +87,12 @@ def _int8_predictor(model_dir: str, settings):
     from kbert.serving.export import Int8Classifier
     from kbert.tasks.classification import load_classifier
     from kbert.tasks.predictors import classifier_predictor
-    from kbert.tasks.predictors import is_embedding_model
+    from kbert.tasks.predictors import is_cross_encoder, is_embedding_model, resolved
     from kbert.training.model_dir import read_training_state
 
-    task = "embed" if is_embedding_model(model_dir) else read_training_state(model_dir)["task"]
+    folder = resolved(model_dir)
+    task = ("embed" if is_embedding_model(folder) else "rerank" if is_cross_encoder(folder)
+            else read_training_state(folder)["task"])
     if task != "classify":
         raise KbertError(f"--quantize int8 serves classifiers (an int8 ONNX file); {model_dir} is a {task} model: "
                          "serve it without --quantize")

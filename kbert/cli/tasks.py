@@ -289,9 +289,12 @@ def _model_files(args, beside) -> Tuple[str, str]:
 
 def _model_task(args) -> str:
     """The model directory's task; a --task that differs is an error."""
+    from kbert.tasks.predictors import is_cross_encoder, is_embedding_model, resolved
     from kbert.training.model_dir import read_training_state
 
-    task = read_training_state(args.model)["task"]
+    folder = resolved(args.model)
+    task = ("embed" if is_embedding_model(folder) else "rerank" if is_cross_encoder(folder)
+            else read_training_state(folder)["task"])
     if task == "mlm" and args.command != "predict":
         raise KbertError(f"{args.model}: a pre-trained model (kbert pretrain), which has no task to "
                          f"{args.command}: fine-tune it with kbert train --checkpoint {args.model} (its "
@@ -302,9 +305,9 @@ def _model_task(args) -> str:
 
 
 def run_evaluate(args) -> int:
-    from kbert.tasks.predictors import is_embedding_model
+    from kbert.tasks.predictors import is_embedding_model, resolved
 
-    if is_embedding_model(args.model):
+    if is_embedding_model(resolved(args.model)):
         return _evaluate_embedder(args)
     if args.train:
         raise KbertError("--train: for an embedding model (a logistic regression on its vectors); "
@@ -427,6 +430,10 @@ def _as_text(task: str, row: dict) -> str:
         return row["target"] or ""
     if task == "mlm":  # the text with each [MASK] filled by its most probable token
         return row["filled"] or ""
+    if task == "rerank":
+        return f"{row['score']:.4f}" if row["score"] is not None else ""
+    if task == "embed":
+        return json.dumps(row["embedding"])
     return "".join(f"{entity['type']}\t{entity['start']}\t{entity['end']}\t{entity['text']}\n"
                    for entity in row["entities"])
 
@@ -437,13 +444,14 @@ def _prediction_input(args, task: str) -> Tuple[List[str], Optional[List[Optiona
     from kbert.training.data import read_examples
 
     columns = parse_columns(args.columns)
+    if task == "rerank":  # query<TAB>passage a line
+        return _query_passage_pairs(_input_lines(args.input), "standard input" if args.input == "-" else args.input)
     if args.input == "-":
         return _read_standard_input(), None
     if task == "seq2seq":
         return read_sources(args.input, columns), None
     if task == "mlm":  # plain lines: a text that starts with [MASK] is not a JSON array
-        with open(args.input, "rb") as handle:
-            return _text_lines(handle.read(), args.input), None
+        return _input_lines(args.input), None
     examples, report = read_examples(args.input, labelled=False, columns=columns)
     if report.layout != ONE_A_LINE:
         return [e.text for e in examples], [e.text_b for e in examples]
@@ -453,6 +461,26 @@ def _prediction_input(args, task: str) -> Tuple[List[str], Optional[List[Optiona
               file=sys.stderr)
     by_line = {e.line: e.text for e in examples}
     return [by_line.get(line, "") for line in range(1, max(by_line) + 1)], None
+
+
+def _query_passage_pairs(lines: List[str], source: str) -> Tuple[List[str], List[Optional[str]]]:
+    """`query<TAB>passage` lines as queries and passages (a blank line: a blank row)."""
+    queries, passages = [], []
+    for number, line in enumerate(lines, 1):
+        query, tab, passage = line.partition("\t")
+        if line.strip() and (not tab or not query.strip() or not passage.strip()):
+            raise DataError(f"{source}, line {number}: expected query<TAB>passage, a reranker scores pairs")
+        queries.append(query if line.strip() else "")
+        passages.append(passage if line.strip() else None)
+    return queries, passages
+
+
+def _input_lines(path: str) -> List[str]:
+    """One text a line of a file, or of standard input for `-`."""
+    if path == "-":
+        return _read_standard_input()
+    with open(path, "rb") as handle:
+        return _text_lines(handle.read(), path)
 
 
 def _read_standard_input() -> List[str]:
@@ -483,11 +511,7 @@ def run_embed(args) -> int:
 
     if args.npy and os.path.lexists(args.npy):
         raise KbertError(f"{args.npy}: already exists; choose a new path (kbert never writes over an earlier output)")
-    if args.input == "-":
-        texts = _read_standard_input()
-    else:
-        with open(args.input, "rb") as handle:
-            texts = _text_lines(handle.read(), args.input)
+    texts = _input_lines(args.input)
     blank = [number for number, text in enumerate(texts, 1) if not text.strip()]
     if blank:
         raise DataError(f"{args.input}: line {blank[0]} is blank ({len(blank)} blank lines in all); every line must "

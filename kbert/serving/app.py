@@ -16,6 +16,8 @@ Endpoints:
   503 when the queue is full (with `Retry-After`).
 - an embedding model (`kbert.serving.embeddings`): `POST /v1/embeddings` (OpenAI's form) and
   `POST /embed` (Text Embeddings Inference's); its `/v1/predict` rows are `{"text", "embedding"}`.
+- a reranker (`kbert.serving.reranking`): `POST /rerank` (TEI's form) and `POST /v1/rerank`
+  (Cohere's and Jina's).
 - `GET /info`: the model, its task, its dimensions and input length, the server's limits.
 - `GET /metrics`: requests by route and status, latency, batch sizes in texts and tokens, the
   queue, tokens processed, in Prometheus's text format (`kbert.serving.metrics`).
@@ -68,6 +70,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
     from kbert.serving.embeddings import EmbeddingService, add_embedding_routes
+    from kbert.serving.reranking import add_rerank_routes
     from pydantic import BaseModel, Field, ValidationError
 
     limits = limits or ServerLimits()
@@ -161,6 +164,8 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
 
     if service is not None:
         add_embedding_routes(app, service, batcher, limits, model_name=predictor.model_dir)
+    if predictor.task == "rerank":
+        add_rerank_routes(app, predictor, batcher, limits, model_name=predictor.model_dir)
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
     app.middleware("http")(RequestLog(metrics))
     return app

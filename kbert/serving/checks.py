@@ -31,8 +31,8 @@ def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts") ->
         return 422, f"{field}: expected at least one text"
     if len(texts) > limits.max_texts:
         return 413, f"{field}: {len(texts)} texts, more than this server's limit of {limits.max_texts} (--max-texts)"
-    if pairs is not None and (task != "classify" or len(pairs) != len(texts)):
-        return 422, ("text_pairs: one per text (or null)" if task == "classify"
+    if pairs is not None and (task not in ("classify", "rerank") or len(pairs) != len(texts)):
+        return 422, ("text_pairs: one per text (or null)" if task in ("classify", "rerank")
                      else f"text_pairs: a {task} model takes single texts")
     for name, column in ((field, texts), ("text_pairs", pairs or [])):
         for index, text in enumerate(column):
@@ -48,3 +48,56 @@ def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts") ->
                 return 422, (f"{name}[{index}]: a lone surrogate at character {unencodable_at(text)} is not text "
                              "(an unpaired \\ud800-\\udfff escape); send valid UTF-16 pairs or UTF-8")
     return None
+
+
+def openai_error(status: int, message: str, param: Optional[str] = None):
+    """An error as OpenAI's API (and Cohere- and Jina-style `/v1/` routes) gives one:
+    `{"error": {"message", "type", "param", "code"}}`, which OpenAI's client raises by status."""
+    from fastapi.responses import JSONResponse
+
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+                        status_code=status, headers={"Retry-After": "1"} if status == 503 else None)
+
+
+def tei_error(status: int, message: str):
+    """An error as Text Embeddings Inference gives one: `{"error", "error_type"}`."""
+    from fastapi.responses import JSONResponse
+
+    kind = "Overloaded" if status == 503 else "Validation" if status < 500 else "Backend"
+    return JSONResponse({"error": message, "error_type": kind}, status_code=status,
+                        headers={"Retry-After": "1"} if status == 503 else None)
+
+
+def body_schema(schema) -> dict:
+    """The OpenAPI entry of a body read by hand (so that any content type is read as JSON)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema.model_json_schema()}}}}
+
+
+async def parse_request(request, schema, field: str, limits, task: str):
+    """`(body, texts)` of a valid request (`schema`, a pydantic model; `field`, its texts: a string, or a list of
+    strings or of objects with a `text`), else `(None, (status, message))`."""
+    from pydantic import ValidationError
+
+    try:
+        raw = read_json(await request.body())
+    except ValueError as error:
+        return None, (400, str(error))
+    if isinstance(raw, dict) and token_arrays(raw.get(field)):
+        return None, (422, f"{field}: token ids are not taken here; send the texts themselves")
+    try:
+        body = schema.model_validate(raw)
+    except ValidationError as error:
+        return None, (422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
+                                     for item in error.errors()))
+    texts = getattr(body, field)
+    texts = [texts] if isinstance(texts, str) else [getattr(text, "text", text) for text in texts]
+    request.state.texts = len(texts)
+    refused = refusal(texts, None, limits, task, field)
+    return (None, refused) if refused else (body, texts)
+
+
+def token_arrays(value) -> bool:
+    """Whether an input is OpenAI's other form, token ids (a list of ints, or of lists of them)."""
+    return isinstance(value, list) and any(isinstance(item, (int, list)) and not isinstance(item, bool)
+                                           for item in value)

@@ -23,7 +23,7 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 
 from kbert.errors import KbertError
-from kbert.serving.checks import read_json, refusal
+from kbert.serving.checks import body_schema, openai_error, parse_request, tei_error
 
 
 class TextTooLong(KbertError):
@@ -73,9 +73,8 @@ def unit_length(vectors: np.ndarray) -> np.ndarray:
 def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:
     """`POST /v1/embeddings` (OpenAI's form) and `POST /embed` (TEI's) on `app`, run through `batcher`."""
     from fastapi import Request
-    from fastapi.responses import JSONResponse
     from kbert.serving.batcher import QueueFull
-    from pydantic import BaseModel, Field, ValidationError
+    from pydantic import BaseModel, Field
 
     width = service.embedder.dimensions  # not `dimensions`: a class body below has a field of that name
 
@@ -94,35 +93,6 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         truncation_direction: str = Field("Right", pattern="^(Right|right)$",
                                           description="where a text is cut: its end (Right) only")
 
-    def openai_error(status: int, message: str, param: Optional[str] = None) -> JSONResponse:
-        kind = {413: "invalid_request_error", 503: "server_error"}.get(status, "invalid_request_error")
-        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
-                            status_code=status, headers={"Retry-After": "1"} if status == 503 else None)
-
-    def tei_error(status: int, message: str) -> JSONResponse:
-        kind = {413: "Validation", 422: "Validation", 400: "Validation", 503: "Overloaded"}.get(status, "Backend")
-        return JSONResponse({"error": message, "error_type": kind}, status_code=status,
-                            headers={"Retry-After": "1"} if status == 503 else None)
-
-    async def parsed(request, schema, field: str):
-        """`(body, texts)` of a valid request, else `(error status, message)` as the second item's None."""
-        try:
-            raw = read_json(await request.body())
-        except ValueError as error:
-            return None, (400, str(error))
-        if isinstance(raw, dict) and _token_arrays(raw.get(field)):
-            return None, (422, f"{field}: token ids are not taken here; send the texts themselves")
-        try:
-            body = schema.model_validate(raw)
-        except ValidationError as error:
-            return None, (422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
-                                         for item in error.errors()))
-        texts = getattr(body, field)
-        texts = [texts] if isinstance(texts, str) else texts
-        request.state.texts = len(texts)
-        refused = refusal(texts, None, limits, "embed", field)
-        return (None, refused) if refused else (body, texts)
-
     async def run(texts: List[str], truncate: bool, field: str):
         """`(vectors, tokens)`, or `(None, (status, message))` when the batcher or the texts refuse."""
         try:
@@ -134,10 +104,10 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         except KbertError as error:
             return None, (422, str(error))
 
-    @app.post("/v1/embeddings", openapi_extra=_body_schema(OpenAIRequest),
+    @app.post("/v1/embeddings", openapi_extra=body_schema(OpenAIRequest),
               summary="OpenAI's embeddings API: a vector per text, with the tokens used")
     async def openai_embeddings(request: Request):
-        body, texts = await parsed(request, OpenAIRequest, "input")
+        body, texts = await parse_request(request, OpenAIRequest, "input", limits, "embed")
         if body is None:
             return openai_error(*texts, param="input")
         vectors, tokens = await run(texts, truncate=False, field="input")
@@ -153,24 +123,13 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
                          for index, vector in enumerate(vectors)],
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    @app.post("/embed", openapi_extra=_body_schema(TEIRequest),
+    @app.post("/embed", openapi_extra=body_schema(TEIRequest),
               summary="Text Embeddings Inference's embed API: a list of floats per input")
     async def tei_embed(request: Request):
-        body, texts = await parsed(request, TEIRequest, "inputs")
+        body, texts = await parse_request(request, TEIRequest, "inputs", limits, "embed")
         if body is None:
             return tei_error(*texts)
         vectors, tokens = await run(texts, truncate=body.truncate, field="inputs")
         if vectors is None:
             return tei_error(*tokens)
         return (unit_length(vectors) if body.normalize else vectors).tolist()
-
-
-def _token_arrays(value) -> bool:
-    """Whether an input is OpenAI's other form, token ids (a list of ints, or of lists of them)."""
-    return isinstance(value, list) and any(isinstance(item, (int, list)) and not isinstance(item, bool)
-                                           for item in value)
-
-
-def _body_schema(schema) -> dict:
-    """The OpenAPI entry of a body read by hand (so that any content type is read as JSON)."""
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema.model_json_schema()}}}}

@@ -27,9 +27,9 @@ from kbert.layers.pooling import L2Normalize, Pooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.hub import TokenizerJson
-from kbert.tasks.embedding_evaluation import sts
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
+from kbert.training.metrics import spearman
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.records import Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file
@@ -369,8 +369,9 @@ class EmbeddingTask(Task):
             embedder = Embedder(model, self.tokenizer, self.options.maxlen, True, "", self.backbone,
                                 self.options.pooling)
             if self.loss_name == "cosent":
-                value = sts(embedder, [group.texts[0] for group in groups], [group.texts[1] for group in groups],
-                            [group.score for group in groups])["spearman"]
+                a = embedder.encode([group.texts[0] for group in groups], normalize=True)
+                b = embedder.encode([group.texts[1] for group in groups], normalize=True)
+                value = spearman((a * b).sum(1), np.array([group.score for group in groups]))
             else:
                 value = recall_at_1(embedder, [group.texts[0] for group in groups],
                                     [group.texts[-1 if len(group.texts) == 1 else 1] for group in groups])

@@ -24,6 +24,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from kbert.errors import DataError
+from kbert.training.metrics import spearman
 
 RANK_DEPTH = 100  # the documents kept per query: recall@100 needs them
 
@@ -32,26 +33,6 @@ def sts(embedder, first: Sequence[str], second: Sequence[str], scores: Sequence[
     """`{"spearman", "pairs"}`: the cosines of each pair ranked against the gold scores."""
     a, b = embedder.encode(first, normalize=True), embedder.encode(second, normalize=True)
     return {"spearman": spearman((a * b).sum(1), np.asarray(scores, np.float64)), "pairs": len(first)}
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rank correlation: Pearson's of the ranks, ties given their average rank.
-
-    >>> spearman(np.array([0.1, 0.5, 0.3]), np.array([1.0, 3.0, 2.0])), spearman(np.array([1, 2]), np.array([2, 1]))
-    (1.0, -1.0)
-    """
-    ranks = [_average_ranks(np.asarray(values, np.float64)) for values in (x, y)]
-    centred = [rank - rank.mean() for rank in ranks]
-    scale = np.sqrt((centred[0] ** 2).sum() * (centred[1] ** 2).sum())
-    return float((centred[0] * centred[1]).sum() / scale) if scale else 0.0
-
-
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(len(values), dtype=np.float64)
-    _, inverse = np.unique(values, return_inverse=True)
-    return (np.bincount(inverse, ranks) / np.bincount(inverse))[inverse]
 
 
 # --- retrieval ---------------------------------------------------------------------------------------
@@ -230,7 +211,8 @@ def kmeans(vectors: np.ndarray, k: int, seed: int = 0, restarts: int = 5, steps:
 def v_measure(truth: np.ndarray, assigned: np.ndarray) -> float:
     """The harmonic mean of homogeneity and completeness (Rosenberg and Hirschberg, 2007).
 
-    >>> v_measure(np.array([0, 0, 1, 1]), np.array([1, 1, 0, 0])), v_measure(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1]))
+    >>> truth = np.array([0, 0, 1, 1])
+    >>> v_measure(truth, np.array([1, 1, 0, 0])), v_measure(truth, np.array([0, 1, 0, 1]))
     (1.0, 0.0)
     """
     table = np.zeros((truth.max() + 1, assigned.max() + 1))

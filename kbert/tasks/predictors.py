@@ -10,6 +10,8 @@ one JSON-ready row per text, the row `kbert predict --json` prints:
 - mlm (a `kbert pretrain` directory): `{"text", "masks": [{"candidates": [...]}], "filled"}`,
   the tokens most probable at each `[MASK]` of the text.
 - embed (a sentence-transformers folder, or a name of one): `{"text", "embedding": [...]}`.
+- rerank (a `kbert train --task rerank` directory or a CrossEncoder folder): `{"text", "text_pair",
+  "score", "logit"}` for each (query, passage) pair.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, List, Optional, Sequence
 
+import numpy as np
+
 from kbert.errors import KbertError
+
+
+PAIR_TASKS = ("classify", "rerank")  # the tasks whose rows may read a second text
 
 
 @dataclasses.dataclass
@@ -60,9 +67,11 @@ class Predictor:
     def __call__(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None) -> List[dict]:
         if not len(texts):
             raise KbertError("no texts to predict")
-        if text_pairs is not None and self.task != "classify":
-            raise KbertError(f"text pairs are for classifiers; {self.model_dir} is a {self.task} model")
-        return self.rows(list(texts), text_pairs) if self.task == "classify" else self.rows(list(texts))
+        if text_pairs is not None and self.task not in PAIR_TASKS:
+            raise KbertError(f"text pairs are for classifiers and rerankers; {self.model_dir} is a {self.task} model")
+        if self.task == "rerank" and (text_pairs is None or any(pair is None for pair in text_pairs)):
+            raise KbertError(f"{self.model_dir} is a reranker: give each query its passage (query<TAB>passage)")
+        return self.rows(list(texts), text_pairs) if self.task in PAIR_TASKS else self.rows(list(texts))
 
     def blank(self, text: str) -> dict:
         """The row of a blank text (which is not predicted), so that outputs line up with inputs."""
@@ -70,7 +79,8 @@ class Predictor:
                 "ner": {"text": text, "entities": []},
                 "seq2seq": {"text": text, "target": None},
                 "mlm": {"text": text, "masks": [], "filled": None},
-                "embed": {"text": text, "embedding": None}}[self.task]
+                "embed": {"text": text, "embedding": None},
+                "rerank": {"text": text, "text_pair": None, "score": None, "logit": None}}[self.task]
 
 
 def classifier_predictor(classifier, model_dir: str, settings: PredictionSettings) -> Predictor:
@@ -86,8 +96,11 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
     from kbert.training.model_dir import load_model, read_training_state
 
     settings = settings or PredictionSettings()
+    model_dir = resolved(model_dir)
     if is_embedding_model(model_dir):
         return embedding_predictor(model_dir, settings)
+    if is_cross_encoder(model_dir):
+        return reranker_predictor(model_dir, settings)
     task = read_training_state(model_dir)["task"]
     if task == "classify":
         from kbert.tasks.classification import load_classifier
@@ -116,15 +129,45 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
                      loaded.tokenizer, loaded.options.maxlen)
 
 
+def resolved(model: str) -> str:
+    """A model's folder: a checkpoint name (`hf://...`, an archive's URL) fetched once into the cache."""
+    from kbert.hub.sources import is_checkpoint_name, resolve_checkpoint
+
+    return resolve_checkpoint(model) if is_checkpoint_name(model) else model
+
+
 def is_embedding_model(model: str) -> bool:
-    """Whether `model` names an embedding model: a sentence-transformers folder, or a checkpoint name (a
-    model directory of `kbert train` is a folder with training.json)."""
+    """Whether a folder holds an embedding model: a sentence-transformers folder (a `kbert train --task embed`
+    directory is one too)."""
     import os
 
     from kbert.checkpoints.sentence_transformers import is_sentence_transformer
-    from kbert.hub.sources import is_checkpoint_name
 
-    return is_checkpoint_name(model) or (os.path.isdir(model) and is_sentence_transformer(model))
+    return os.path.isdir(model) and is_sentence_transformer(model)
+
+
+def is_cross_encoder(model: str) -> bool:
+    """Whether a folder holds a reranker: a one-label sequence classifier (a `kbert train --task rerank`
+    directory is one too)."""
+    import os
+
+    from kbert.tasks.reranking import is_reranker
+
+    return os.path.isdir(model) and is_reranker(model)
+
+
+def reranker_predictor(model: str, settings: PredictionSettings) -> Predictor:
+    """A reranker's predictor: each (query, passage) pair's `{"text", "text_pair", "score", "logit"}`."""
+    from kbert.tasks.reranking import Reranker
+
+    reranker = Reranker.load(model)
+
+    def rows(queries, passages):
+        logits = reranker.logits(queries, passages, settings.batch_size)
+        return [{"text": query, "text_pair": passage, "score": float(1 / (1 + np.exp(-logit))), "logit": float(logit)}
+                for query, passage, logit in zip(queries, passages, logits)]
+
+    return Predictor("rerank", model, rows, reranker.tokenizer, reranker.maxlen)
 
 
 def embedding_predictor(model: str, settings: PredictionSettings) -> Predictor:

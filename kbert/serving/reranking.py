@@ -1,0 +1,90 @@
+"""A reranker's routes, in the forms search systems call them.
+
+- `POST /rerank`, Text Embeddings Inference's: `{"query", "texts", "raw_scores": false,
+  "return_text": false, "truncate": false}` gives `[{"index", "score"(, "text")}]`, most relevant
+  first; a pair longer than the model takes is refused (413) unless `"truncate": true`.
+- `POST /v1/rerank`, Cohere's and Jina's: `{"query", "documents": [str | {"text"}], "top_n",
+  "return_documents"}` gives `{"model", "results": [{"index", "relevance_score"(, "document":
+  {"text"})}], "usage": {"total_tokens"}}`; long pairs are cut, as those services cut them.
+
+Scores are the sigmoid of the model's logit (0 to 1); `raw_scores` gives the logit.
+"""
+
+from typing import List, Optional, Union
+
+import numpy as np
+
+from kbert.errors import KbertError
+from kbert.serving.checks import body_schema, openai_error, parse_request, refusal, tei_error
+
+
+def add_rerank_routes(app, predictor, batcher, limits, model_name: str) -> None:
+    """`POST /rerank` (TEI's form) and `POST /v1/rerank` (Cohere's and Jina's) on `app`, through `batcher`."""
+    from fastapi import Request
+    from kbert.serving.batcher import QueueFull
+    from pydantic import BaseModel, Field
+
+    class TEIRequest(BaseModel):
+        query: str = Field(description="what the texts are ranked for")
+        texts: List[str] = Field(description="the passages to rank")
+        raw_scores: bool = Field(False, description="the model's logits instead of scores from 0 to 1")
+        return_text: bool = Field(False, description="each result carries its text")
+        truncate: bool = Field(False, description="cut a pair longer than the model takes (else 413)")
+
+    class Document(BaseModel):
+        text: str
+
+    class CohereRequest(BaseModel):
+        query: str = Field(description="what the documents are ranked for")
+        documents: List[Union[str, Document]] = Field(description="the passages: strings or {\"text\": ...}")
+        top_n: Optional[int] = Field(None, ge=1, description="the most relevant n only")
+        return_documents: bool = Field(False, description="each result carries its document")
+        model: Optional[str] = None
+
+    async def scored(query: str, texts: List[str], truncate: bool, field: str):
+        """`(logits, tokens)`, or `(None, (status, message))`."""
+        refused = refusal([query], None, limits, "rerank", "query")
+        if refused:
+            return None, refused
+        tokens = [len(ids) for ids, _ in predictor.tokenizer.encode_all([query] * len(texts), texts)]
+        longest = int(np.argmax(tokens))
+        if not truncate and tokens[longest] > predictor.maxlen:
+            return None, (413, f"{field}[{longest}]: the query and it are {tokens[longest]} tokens, more than the "
+                               f"model's {predictor.maxlen}; shorten it, or ask for the pair to be cut")
+        try:
+            rows = await batcher.predict([query] * len(texts), texts, tokens=sum(tokens))
+        except QueueFull as error:
+            return None, (503, str(error))
+        except KbertError as error:
+            return None, (422, str(error))
+        return np.array([row["logit"] for row in rows], np.float64), sum(tokens)
+
+    def ranked(logits: np.ndarray, raw: bool, top_n: Optional[int] = None):
+        scores = logits if raw else 1 / (1 + np.exp(-logits))
+        return [(int(index), float(scores[index])) for index in np.argsort(-scores, kind="stable")[:top_n]]
+
+    @app.post("/rerank", openapi_extra=body_schema(TEIRequest),
+              summary="Text Embeddings Inference's rerank API: the texts by relevance to the query")
+    async def tei_rerank(request: Request):
+        body, texts = await parse_request(request, TEIRequest, "texts", limits, "rerank")
+        if body is None:
+            return tei_error(*texts)
+        logits, tokens = await scored(body.query, texts, body.truncate, "texts")
+        if logits is None:
+            return tei_error(*tokens)
+        return [{"index": index, "score": score, **({"text": texts[index]} if body.return_text else {})}
+                for index, score in ranked(logits, body.raw_scores)]
+
+    @app.post("/v1/rerank", openapi_extra=body_schema(CohereRequest),
+              summary="Cohere's and Jina's rerank API: the documents by relevance to the query")
+    async def cohere_rerank(request: Request):
+        body, texts = await parse_request(request, CohereRequest, "documents", limits, "rerank")
+        if body is None:
+            return openai_error(*texts, param="documents")
+        logits, tokens = await scored(body.query, texts, True, "documents")
+        if logits is None:
+            return openai_error(*tokens, param="documents")
+        return {"model": model_name, "usage": {"total_tokens": tokens},
+                "results": [{"index": index, "relevance_score": score,
+                             **({"document": {"text": texts[index]}} if body.return_documents else {})}
+                            for index, score in ranked(logits, False, body.top_n)]}

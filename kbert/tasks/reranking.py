@@ -1,0 +1,248 @@
+"""Rerankers (cross-encoders): a query and a passage read together, one relevance score per pair.
+
+`kbert train --task rerank` reads `query<TAB>passage<TAB>label` (a label of 0 or 1, or a relevance
+between 0 and 1) and trains BERT's pooled `[CLS]` with one output (`dense_output`), its sigmoid the
+score, on binary cross-entropy (pointwise). The model directory is also a sentence-transformers
+`CrossEncoder` folder (Hugging Face's `BertForSequenceClassification` with one label), and
+`Reranker.load` reads such folders, kbert's or the hub's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Dict, List, Optional, Sequence
+
+import keras
+import numpy as np
+
+from kbert.builder import build_transformer_model
+from kbert.errors import DataError, KbertError
+from kbert.models import naming
+from kbert.training.data import LabelMap, check_known_tokens
+from kbert.training.pipeline import batches_by_length, make_dataset
+from kbert.training.records import Fields, parse_rows, read_records
+from kbert.training.task import Task, TrainingData, read_training_file
+
+PAIR_FIELDS = Fields({"query": ("query", "text", "question", "sentence1"),
+                      "passage": ("passage", "text_b", "document", "answer", "sentence2"),
+                      "label": ("label", "score", "relevance")},
+                     ("query", "passage", "label"), {3: ("query", "passage", "label")})
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgedPair:
+    """A query, a passage and how relevant it is (0 to 1)."""
+
+    query: str
+    passage: str
+    label: float
+    line: int
+
+
+def read_judged_pairs(path: str, *, skip_malformed: bool = False, columns=None):
+    """`query<TAB>passage<TAB>label` rows (a header may name them), each label a number from 0 to 1."""
+    rows, layout, _ = read_records(path, PAIR_FIELDS, columns)
+    return parse_rows(path, rows, _judged_pair, skip_malformed, "no query-passage pairs", layout)
+
+
+def _judged_pair(row: dict, line: int) -> JudgedPair:
+    for name in ("query", "passage"):
+        if not isinstance(row.get(name), str) or not row[name].strip():
+            raise ValueError(f"empty or missing {name}")
+    try:
+        label = float(row["label"])
+    except (TypeError, ValueError):
+        raise ValueError(f"the label {row.get('label')!r} is not a number (0: not relevant, 1: relevant)") from None
+    if not 0 <= label <= 1:
+        raise ValueError(f"the label {label:g} is outside 0 to 1 (0: not relevant, 1: relevant)")
+    return JudgedPair(row["query"], row["passage"], label, line)
+
+
+def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
+    """`bert` (built `with_pool=True`) and one output, the relevance logit: the layout of Hugging Face's
+    `BertForSequenceClassification` with one label (`dense_output` is its `classifier`)."""
+    logit = keras.layers.Dense(1, name=naming.CLASSIFIER_DENSE, dtype="float32")(bert.output)
+    return keras.Model(bert.inputs, logit, name=name)
+
+
+@dataclasses.dataclass
+class Reranker:
+    """A loaded cross-encoder: `score(query, passages)` gives each passage's relevance (0 to 1).
+
+    Args:
+        model: from token and segment ids of `[CLS] query [SEP] passage [SEP]` to the relevance logit.
+        tokenizer: its tokenizer (`tokenizer.json` where the folder has one, else `vocab.txt`).
+        maxlen: the longest pair in tokens (longer ones are cut, the longer text first).
+        source: where it was loaded from.
+
+    Example (a model directory of `kbert train --task rerank`, or a CrossEncoder folder):
+    >>> reranker = Reranker.load("runs/reranker")  # doctest: +SKIP
+    >>> reranker.rank("酒店怎么样", ["房间很干净", "这本书很好看"])  # doctest: +SKIP
+    [{'index': 0, 'score': 0.93}, {'index': 1, 'score': 0.08}]
+    """
+
+    model: keras.Model
+    tokenizer: object
+    maxlen: int
+    source: str
+
+    @classmethod
+    def load(cls, folder: "str | os.PathLike[str]") -> "Reranker":
+        """A cross-encoder folder: Hugging Face's config.json of a `...ForSequenceClassification` with one
+        label, its `model.safetensors` and tokenizer (a `kbert train --task rerank` directory is one)."""
+        from kbert.checkpoints.hf import load_hf_weights
+
+        folder = os.fspath(folder)
+        config = _classifier_config(folder)
+        bert = build_transformer_model(os.path.join(folder, "config.json"), with_pool=True)
+        model = reranker_model(bert)
+        load_hf_weights(model, folder)
+        positions = config.get("max_position_embeddings", 512)
+        return cls(model, _pair_tokenizer(folder), min(positions, _max_length(folder) or positions), folder)
+
+    def logits(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """The relevance logit of each (query, passage) pair."""
+        encoded = self.tokenizer.encode_all(list(queries), list(passages), maxlen=self.maxlen)
+        logits = np.empty(len(encoded), np.float32)
+        for rows, features in batches_by_length(encoded, batch_size, maxlen=self.maxlen):
+            logits[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows), 0]
+        return logits
+
+    def score(self, query: str, passages: Sequence[str], batch_size: int = 32, raw: bool = False) -> np.ndarray:
+        """Each passage's relevance to `query`: the sigmoid of its logit (the logit itself with `raw`)."""
+        logits = self.logits([query] * len(passages), passages, batch_size)
+        return logits if raw else 1 / (1 + np.exp(-logits))
+
+    def rank(self, query: str, passages: Sequence[str], top_n: Optional[int] = None, raw: bool = False,
+             batch_size: int = 32) -> List[Dict[str, float]]:
+        """`[{"index", "score"}]` of the passages, most relevant first (the first `top_n`)."""
+        scores = self.score(query, passages, batch_size, raw)
+        order = np.argsort(-scores, kind="stable")[:top_n]
+        return [{"index": int(index), "score": float(scores[index])} for index in order]
+
+
+def _classifier_config(folder: str) -> dict:
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        raise KbertError(f"{folder}: no config.json; a reranker is a Hugging Face sequence classifier folder "
+                         "(config.json, model.safetensors, its tokenizer) or a kbert train --task rerank directory")
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    architectures = config.get("architectures") or []
+    labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+    if not any(name.endswith("ForSequenceClassification") for name in architectures) or labels != 1:
+        raise KbertError(f"{path}: architectures {architectures} with {labels} labels; a reranker is a "
+                         "...ForSequenceClassification with one label (a CrossEncoder's relevance score)")
+    return config
+
+
+def _max_length(folder: str) -> Optional[int]:
+    path = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            length = json.load(handle).get("model_max_length")
+        return int(length) if isinstance(length, int) and length < 1_000_000 else None
+    return None
+
+
+def _pair_tokenizer(folder: str):
+    from kbert.tokenizers import Tokenizer
+    from kbert.tokenizers.hub import TokenizerJson
+
+    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return TokenizerJson(os.path.join(folder, "tokenizer.json"))
+    config = os.path.join(folder, "tokenizer_config.json")
+    lower = True
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as handle:
+            lower = bool(json.load(handle).get("do_lower_case", True))
+    return Tokenizer(os.path.join(folder, "vocab.txt"), do_lower_case=lower)
+
+
+def is_reranker(folder: str) -> bool:
+    """Whether a folder holds a one-label sequence classifier (a cross-encoder)."""
+    try:
+        _classifier_config(folder)
+        return True
+    except (KbertError, ValueError, OSError):
+        return False
+
+
+class RerankTask(Task):
+    """A cross-encoder trained pointwise: binary cross-entropy of each pair's logit against its label; the
+    kept epoch has the best validation accuracy (a pair called relevant when its score passes 0.5)."""
+
+    name = "rerank"
+    score_name = "val_accuracy"
+    score_label = "validation pair accuracy"
+
+    def __init__(self, options):
+        self.options, self.tokenizer, self.backbone = options, None, None
+
+    @classmethod
+    def from_options(cls, options) -> "RerankTask":
+        return cls(options)
+
+    def backbone_args(self) -> dict:
+        return {"with_pool": True}
+
+    def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
+             options) -> TrainingData:
+        if num_labels not in (None, 1):
+            raise DataError("--num-labels: a reranker gives one score per pair; leave it out")
+        self.tokenizer = tokenizer
+        pairs, report = read_training_file(read_judged_pairs, train_path, options)
+        if len({pair.label > 0.5 for pair in pairs}) < 2:
+            raise DataError(f"{train_path}: every pair is {'relevant' if pairs[0].label > 0.5 else 'irrelevant'}; "
+                            "a reranker learns from both (label 1 and label 0)")
+        train = self._dataset(pairs, options.shuffle)
+        check_known_tokens(train_path, (ids for ids, _ in self._encoded(pairs[:2000])), tokenizer)
+        valid, valid_report = None, None
+        if valid_path:
+            valid_pairs, valid_report = read_training_file(read_judged_pairs, valid_path, options)
+            valid = self._dataset(valid_pairs, False)
+        return TrainingData(train, valid, LabelMap(["relevance"]), len(train), str(report),
+                            str(valid_report) if valid_report else None, {"text_pairs": True})
+
+    def _encoded(self, pairs: Sequence[JudgedPair]):
+        return self.tokenizer.encode_all([pair.query for pair in pairs], [pair.passage for pair in pairs],
+                                         maxlen=self.options.maxlen)
+
+    def _dataset(self, pairs: Sequence[JudgedPair], shuffle: bool):
+        labels = np.array([[pair.label] for pair in pairs], np.float32)
+        return make_dataset(self._encoded(pairs), labels, self.options.batch_size, shuffle=shuffle,
+                            seed=self.options.seed, bucketing=self.options.bucketing)
+
+    def build(self, bert, num_labels: int, options):
+        if bert.family not in ("bert", "roberta"):
+            raise KbertError(f"--task rerank trains BERT-layout models (bert, roberta), whose folders "
+                             f"sentence-transformers' CrossEncoder reads; got --model {bert.family}")
+        self.backbone = bert
+        return reranker_model(bert)
+
+    def compile_args(self, model) -> dict:
+        return {"loss": keras.losses.BinaryCrossentropy(from_logits=True),
+                "metrics": [keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)]}
+
+    def finish(self, model, directory: str) -> None:
+        """The CrossEncoder folder's files beside kbert's: Hugging Face's sequence classifier with one label."""
+        write_cross_encoder(model, self.backbone, self.tokenizer, self.options.maxlen, directory)
+
+
+def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:
+    """`model` (`reranker_model`) as Hugging Face's `BertForSequenceClassification` with one label, which
+    transformers and sentence-transformers' `CrossEncoder` load; its vocabulary and tokenizer settings."""
+    from kbert.checkpoints.hf import save_hf_weights
+    from kbert.io import atomic_write_text
+    from kbert.tokenizers import save_vocab
+
+    save_hf_weights(model, directory)  # the weights (the backbone under `bert.`, the head as `classifier`)
+    config = {**bert.build_spec["config"], "model_type": "bert", "architectures": ["BertForSequenceClassification"],
+              "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}
+    atomic_write_text(os.path.join(directory, "config.json"), json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_vocab(os.path.join(directory, "vocab.txt"), tokenizer.vocab)
+    atomic_write_text(os.path.join(directory, "tokenizer_config.json"), json.dumps(
+        {"do_lower_case": tokenizer.do_lower_case, "tokenizer_class": "BertTokenizer", "model_max_length": maxlen},
+        indent=1))

@@ -1,0 +1,126 @@
+"""`kbert train --task rerank`: cross-encoders trained on real review pairs, loaded as sentence-transformers'
+CrossEncoder loads them, predicted from the command line and served as TEI's `/rerank` and Cohere's
+`/v1/rerank`."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, shared_path, write
+from kbert.cli.main import main
+from kbert.errors import KbertError
+
+QUERY, PASSAGES = "房间很干净", ["服务也很好，下次还来", "这本书的印刷很差", "价格有点贵"]
+
+
+@pytest.fixture(scope="module")
+def reranker_dir(tmp_path_factory):
+    """A tiny reranker trained on real reviews: a review's first half and its own second half are relevant
+    (1), and another review's second half is not (0)."""
+    root = tmp_path_factory.mktemp("rerank")
+    reviews = [line.split("\t")[0] for line in shared_path("data", "sentiment", "sentiment.train.data")
+               .read_text(encoding="utf-8").splitlines()[:120] if len(line.split("\t")[0]) > 8]
+    halves = [(text[:len(text) // 2], text[len(text) // 2:]) for text in reviews]
+    rows = "".join(f"{a}\t{b}\t1\n{a}\t{halves[(i + 5) % len(halves)][1]}\t0\n" for i, (a, b) in enumerate(halves))
+    data = write(root, "pairs.tsv", rows)
+    out = root / "reranker"
+    assert main(["train", "--task", "rerank", "--train", str(data), "--valid", str(data), "--config",
+                 str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                 "--epochs", "2", "--lr", "5e-4", "--batch-size", "16", "--maxlen", "48", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("text, message", [
+    ("好\t很好\t2\n", "line 1: the label 2 is outside 0 to 1"),
+    ("好\t很好\t高\n", "line 1: the label '高' is not a number"),
+    ("好\t很好\t1\n差\t很好\t1\n", "every pair is relevant; a reranker learns from both"),
+])
+def test_bad_training_data_is_named(tmp_path, text, message, capsys):
+    code = main(["train", "--task", "rerank", "--train", str(write(tmp_path, "pairs.tsv", text)), "--config",
+                 str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                 "--maxlen", "32", "--out", str(tmp_path / "never")])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_trained_reranker_ranks_and_predicts(reranker_dir, capsys):
+    from kbert.tasks.reranking import Reranker
+
+    state = json.loads((reranker_dir / "training.json").read_text(encoding="utf-8"))
+    assert state["task"] == "rerank" and state["history"][-1]["loss"] < state["history"][0]["loss"]
+    reranker = Reranker.load(reranker_dir)
+    scores = reranker.score(QUERY, PASSAGES)
+    assert scores.shape == (3,) and np.all((scores > 0) & (scores < 1))
+    ranking = reranker.rank(QUERY, PASSAGES, top_n=2)
+    assert [row["index"] for row in ranking] == list(np.argsort(-scores)[:2])
+    np.testing.assert_allclose(reranker.score(QUERY, PASSAGES, raw=True), np.log(scores / (1 - scores)), atol=1e-4)
+    lines = write(reranker_dir.parent, "input.tsv", "".join(f"{QUERY}\t{passage}\n" for passage in PASSAGES))
+    capsys.readouterr()
+    assert main(["predict", "--model", str(reranker_dir), str(lines)]) == 0
+    assert capsys.readouterr().out.split() == [f"{score:.4f}" for score in scores]
+
+
+def test_a_line_without_its_passage_is_named(reranker_dir, tmp_path, capsys):
+    lines = write(tmp_path, "input.tsv", f"{QUERY}\t{PASSAGES[0]}\n{QUERY}\n")
+    assert main(["predict", "--model", str(reranker_dir), str(lines)]) == 2
+    assert "input.tsv, line 2: expected query<TAB>passage" in capsys.readouterr().err
+
+
+def test_transformers_and_cross_encoder_score_as_kbert(reranker_dir):
+    transformers = pytest.importorskip("transformers", reason="a test extra with torch: pip install '.[hf]'")
+    import torch
+
+    from kbert.tasks.reranking import Reranker
+
+    reranker = Reranker.load(reranker_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(reranker_dir))
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(str(reranker_dir)).eval()
+    features = tokenizer([QUERY] * 3, PASSAGES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**features).logits[:, 0].numpy()
+    np.testing.assert_allclose(reranker.score(QUERY, PASSAGES, raw=True), logits, atol=1e-4)
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    scores = sentence_transformers.CrossEncoder(str(reranker_dir), device="cpu").predict([(QUERY, p) for p in PASSAGES])
+    np.testing.assert_allclose(reranker.score(QUERY, PASSAGES), scores, atol=1e-5)
+
+
+def test_a_classifier_of_several_labels_is_not_a_reranker(tmp_path):
+    from kbert.tasks.reranking import Reranker
+
+    write(tmp_path, "config.json", json.dumps({"architectures": ["BertForSequenceClassification"],
+                                               "id2label": {"0": "neg", "1": "pos"}}))
+    with pytest.raises(KbertError, match="with 2 labels; a reranker is a ...ForSequenceClassification with one"):
+        Reranker.load(tmp_path)
+
+
+# --- serving ---------------------------------------------------------------------------------------
+
+def test_the_server_answers_tei_and_cohere_rerank(reranker_dir):
+    pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
+    from kbert.tasks.reranking import Reranker
+    from test_serve import post, running_server
+
+    def call(url, path, body):
+        return post(url, body, path=path)
+
+    scores = Reranker.load(reranker_dir).score(QUERY, PASSAGES)
+    best_first = list(np.argsort(-scores, kind="stable"))
+    with running_server(reranker_dir) as (url, _):
+        status, answer = call(url, "/rerank", {"query": QUERY, "texts": PASSAGES, "return_text": True})
+        assert status == 200 and [row["index"] for row in answer] == best_first
+        np.testing.assert_allclose([row["score"] for row in answer], scores[best_first], atol=1e-5)
+        assert answer[0]["text"] == PASSAGES[best_first[0]]
+        status, answer = call(url, "/v1/rerank", {"query": QUERY, "documents": [PASSAGES[0], {"text": PASSAGES[1]},
+                                                                                PASSAGES[2]], "top_n": 2})
+        assert status == 200 and [row["index"] for row in answer["results"]] == best_first[:2]
+        assert answer["usage"]["total_tokens"] > 0
+        status, answer = call(url, "/rerank", {"query": QUERY, "texts": ["很" * 100]})
+        assert status == 413
+        assert "texts[0]: the query and it are 108 tokens, more than the model's 48" in answer["error"]
+        assert call(url, "/rerank", {"query": QUERY, "texts": ["很" * 100], "truncate": True})[0] == 200
+        assert call(url, "/rerank", {"query": " ", "texts": PASSAGES})[0] == 422
+        status, answer = call(url, "/v1/predict", {"texts": [QUERY], "text_pairs": [PASSAGES[0]]})
+        assert status == 200 and answer["predictions"][0]["score"] == pytest.approx(float(scores[0]), abs=1e-5)
+        status, answer = call(url, "/v1/predict", {"texts": [QUERY]})
+        assert status == 422 and "give each query its passage" in answer["detail"]
