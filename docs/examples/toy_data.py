@@ -10,7 +10,10 @@ writes into OUT, from templates and a fixed seed (the same files on every run):
 - `reviews.{train,valid,test}.tsv`: `text<TAB>label` hotel reviews, 1 positive, 0 negative;
 - `news.{train,valid,test}.bmes`: sentences tagged per character (BMES, PER/LOC/ORG);
 - `entities.{train,valid,test}.tsv`: `sentence<TAB>its entities` (`人名:张伟；地名:北京`), for seq2seq;
-- `text.{train,valid}.txt`: the reviews and sentences without labels, for `kbert pretrain`.
+- `text.{train,valid}.txt`: the reviews and sentences without labels, for `kbert pretrain` (and
+  `kbert train --task embed`, SimCSE);
+- `questions.{train,valid,test}.tsv`: `query<TAB>review<TAB>label`, a question about an aspect
+  (`房间怎么样`) and a review, 1 when the review speaks of it: for `kbert train --task rerank`.
 
 The sentences are too regular to say anything about a model's quality: they exist so that a
 reader can run each command of the README, end to end, before fetching real data
@@ -87,6 +90,18 @@ def bmes(parts: List[Tuple[str, str]]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def questions(rng: random.Random, size: int) -> List[Tuple[str, str, str]]:
+    """`(query, review, label)`: half the reviews are of the asked aspect (relevant), half of another."""
+    rows = []
+    for index in range(size):
+        aspect = rng.choice(ASPECTS)
+        text, _ = review(rng)
+        if index % 2 == 0:
+            text = aspect + text[len(next(a for a in ASPECTS if text.startswith(a))):]
+        rows.append((f"{aspect}怎么样", text, str(int(text.startswith(aspect)))))
+    return rows
+
+
 def write_corpus(out_dir: str) -> None:
     rng = random.Random(SEED)
     os.makedirs(out_dir, exist_ok=True)
@@ -104,7 +119,11 @@ def write_corpus(out_dir: str) -> None:
                           "".join(f"{text}\t{target}\n" for text, target in zip(texts[size:], entities)))
         if split != "test":
             atomic_write_text(os.path.join(out_dir, f"text.{split}.txt"), "".join(f"{text}\n" for text in texts))
-    characters.update("".join(TYPE_NAMES.values()) + ":；")  # the targets' own characters
+    asked = random.Random(SEED + 1)  # its own draws: the files above stay as they were
+    for split, size in SPLITS.items():
+        atomic_write_text(os.path.join(out_dir, f"questions.{split}.tsv"),
+                          "".join(f"{query}\t{text}\t{label}\n" for query, text, label in questions(asked, size)))
+    characters.update("".join(TYPE_NAMES.values()) + ":；怎么样")  # the targets' and questions' own characters
     vocab = SPECIAL_TOKENS + sorted(characters)
     atomic_write_text(os.path.join(out_dir, "vocab.txt"), "\n".join(vocab) + "\n")
     with open(bundled_config_path("bert_tiny"), encoding="utf-8") as handle:
@@ -117,7 +136,7 @@ def main(argv=None) -> int:
     parser.add_argument("out", help="the folder to write (made if missing; its files of these names replaced)")
     args = parser.parse_args(argv)
     write_corpus(args.out)
-    print(f"{args.out}: reviews, news (BMES), entities and text, {', '.join(f'{n} {s}' for s, n in SPLITS.items())}"
+    print(f"{args.out}: reviews, news (BMES), entities, text and questions, {', '.join(f'{n} {s}' for s, n in SPLITS.items())}"
           " examples each; vocab.txt, config.json")
     return 0
 

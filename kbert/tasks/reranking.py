@@ -19,6 +19,7 @@ import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.errors import DataError, KbertError
+from kbert.layers.heads import TakeToken
 from kbert.models import naming
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import batches_by_length, make_dataset
@@ -61,9 +62,16 @@ def _judged_pair(row: dict, line: int) -> JudgedPair:
 
 
 def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
-    """`bert` (built `with_pool=True`) and one output, the relevance logit: the layout of Hugging Face's
-    `BertForSequenceClassification` with one label (`dense_output` is its `classifier`)."""
-    logit = keras.layers.Dense(1, name=naming.CLASSIFIER_DENSE, dtype="float32")(bert.output)
+    """`bert`'s `[CLS]` through BERT's pooler (`Pooler`, `Pooler-Dense`, tanh) to one output, the relevance logit:
+    the layout of Hugging Face's `BertForSequenceClassification` with one label (`dense_output` is its
+    `classifier`). The pooler is added here, not by the builder, so that a checkpoint without one (kbert
+    pretrain's, most MLM checkpoints) still loads; it then starts from random weights, as the head does."""
+    initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+    cls = TakeToken(0, name=naming.POOLER)(bert.output)
+    pooled = keras.layers.Dense(bert.output.shape[-1], activation="tanh", kernel_initializer=initializer,
+                                name=naming.POOLER_DENSE)(cls)
+    logit = keras.layers.Dense(1, kernel_initializer=initializer, name=naming.CLASSIFIER_DENSE,
+                               dtype="float32")(pooled)
     return keras.Model(bert.inputs, logit, name=name)
 
 
@@ -96,7 +104,7 @@ class Reranker:
 
         folder = os.fspath(folder)
         config = _classifier_config(folder)
-        bert = build_transformer_model(os.path.join(folder, "config.json"), with_pool=True)
+        bert = build_transformer_model(os.path.join(folder, "config.json"))
         model = reranker_model(bert)
         load_hf_weights(model, folder)
         positions = config.get("max_position_embeddings", 512)
@@ -184,9 +192,6 @@ class RerankTask(Task):
     @classmethod
     def from_options(cls, options) -> "RerankTask":
         return cls(options)
-
-    def backbone_args(self) -> dict:
-        return {"with_pool": True}
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
