@@ -2,6 +2,7 @@
 
     python -m benchmarks.serving --model runs/sentiment [--clients 16] [--requests 256] [--rounds 3] [--json OUT]
     python -m benchmarks.serving --model runs/sentiment --quantize int8   # the server on its int8 ONNX file
+    python -m benchmarks.serving --model MINILM_FOLDER --route embeddings  # OpenAI's /v1/embeddings
 
 The server runs in its own process (`kbert serve MODEL --port 0`); this
 process holds the offline engine (the predictor `kbert predict` uses, its
@@ -55,8 +56,12 @@ def start_server(model: str, max_batch: int, max_wait_ms: float,
     return process, match.group(1)
 
 
-def one_request(url: str, text: str) -> Tuple[int, float]:
-    request = urllib.request.Request(url + "/v1/predict", data=json.dumps({"texts": [text]}).encode(),
+ROUTES = {"predict": ("/v1/predict", "texts"), "embeddings": ("/v1/embeddings", "input")}
+
+
+def one_request(url: str, text: str, route: str = "predict") -> Tuple[int, float]:
+    path, field = ROUTES[route]
+    request = urllib.request.Request(url + path, data=json.dumps({field: [text]}).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
     start = time.perf_counter()
     try:
@@ -70,18 +75,21 @@ def one_request(url: str, text: str) -> Tuple[int, float]:
     return status, time.perf_counter() - start
 
 
-def served_round(url: str, texts: List[str], clients: int) -> Tuple[float, List[float], int]:
+def served_round(url: str, texts: List[str], clients: int, route: str = "predict") -> Tuple[float, List[float], int]:
     """Seconds for all texts, each request's latency, and the failed requests."""
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        results = list(pool.map(lambda text: one_request(url, text), texts))
+        results = list(pool.map(lambda text: one_request(url, text, route), texts))
     return time.perf_counter() - start, [latency for _, latency in results], \
         sum(status != 200 for status, _ in results)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a classifier's model directory (kbert train)")
+    parser.add_argument("--model", required=True, help="a classifier's model directory (kbert train), or an "
+                                                       "embedding model with --route embeddings")
+    parser.add_argument("--route", choices=sorted(ROUTES), default="predict",
+                        help="predict: POST /v1/predict; embeddings: POST /v1/embeddings (OpenAI's form)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
@@ -99,13 +107,13 @@ def main(argv=None) -> int:
     predictor(texts[:64])  # compiled for the shapes it will see
     server, url = start_server(args.model, args.max_batch, args.max_wait_ms, args.quantize)
     try:
-        served_round(url, texts[:args.clients * 2], args.clients)  # warm-up
+        served_round(url, texts[:args.clients * 2], args.clients, args.route)  # warm-up
         offline, served, latencies, failed = [], [], [], 0
         for _ in range(args.rounds):
             start = time.perf_counter()
             predictor(texts)
             offline.append(time.perf_counter() - start)
-            seconds, round_latencies, round_failed = served_round(url, texts, args.clients)
+            seconds, round_latencies, round_failed = served_round(url, texts, args.clients, args.route)
             served.append(seconds)
             latencies += round_latencies
             failed += round_failed
@@ -114,7 +122,7 @@ def main(argv=None) -> int:
         server.wait(timeout=60)
     latencies.sort()
     result = {
-        "texts": len(texts), "clients": args.clients, "rounds": args.rounds, "max_batch": args.max_batch,
+        "route": ROUTES[args.route][0], "texts": len(texts), "clients": args.clients, "rounds": args.rounds, "max_batch": args.max_batch,
         "offline_texts_per_second": len(texts) / statistics.median(offline),
         "served_texts_per_second": len(texts) / statistics.median(served),
         "served_over_offline": median_ratio(offline, served),  # a ratio of speeds: offline seconds / served
@@ -123,8 +131,8 @@ def main(argv=None) -> int:
     }
     print(f"| engine | texts/s | p50 ms | p99 ms | failed |\n|---|---|---|---|---|\n"
           f"| kbert predict (batch 64) | {result['offline_texts_per_second']:.1f} | — | — | — |\n"
-          f"| kbert serve{' --quantize ' + args.quantize if args.quantize else ''}, {args.clients} clients, a text "
-          f"a request | {result['served_texts_per_second']:.1f} | "
+          f"| kbert serve{' --quantize ' + args.quantize if args.quantize else ''} {ROUTES[args.route][0]}, "
+          f"{args.clients} clients, a text a request | {result['served_texts_per_second']:.1f} | "
           f"{result['p50_ms']:.0f} | {result['p99_ms']:.0f} | {failed} of {len(texts) * args.rounds} |")
     print(f"served / offline throughput: {describe(result['served_over_offline'])}")
     if args.json:
