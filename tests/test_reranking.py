@@ -21,7 +21,7 @@ def reranker_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("rerank")
     reviews = [line.split("\t")[0] for line in shared_path("data", "sentiment", "sentiment.train.data")
                .read_text(encoding="utf-8").splitlines()[:120] if len(line.split("\t")[0]) > 8]
-    halves = [(text[:len(text) // 2], text[len(text) // 2:]) for text in reviews]
+    halves = list({text[:len(text) // 2]: text[len(text) // 2:] for text in reviews}.items())  # distinct queries
     rows = "".join(f"{a}\t{b}\t1\n{a}\t{halves[(i + 5) % len(halves)][1]}\t0\n" for i, (a, b) in enumerate(halves))
     data = write(root, "pairs.tsv", rows)
     out = root / "reranker"
@@ -59,6 +59,22 @@ def test_a_trained_reranker_ranks_and_predicts(reranker_dir, capsys):
     capsys.readouterr()
     assert main(["predict", "--model", str(reranker_dir), str(lines)]) == 0
     assert capsys.readouterr().out.split() == [f"{score:.4f}" for score in scores]
+
+
+def test_evaluate_reranks_each_querys_passages(reranker_dir, capsys):
+    from kbert.tasks.reranking import Reranker, read_judged_pairs
+
+    data = reranker_dir.parent / "pairs.tsv"
+    assert main(["evaluate", "--model", str(reranker_dir), "--data", str(data), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    pairs, _ = read_judged_pairs(str(data))
+    logits = Reranker.load(reranker_dir).logits([p.query for p in pairs], [p.passage for p in pairs])
+    # Each query has its relevant passage (1) then another (0): first place scores 1, second 1/log2(3).
+    first = np.mean(logits[0::2] > logits[1::2])
+    assert result["queries"] == len(pairs) // 2 and result["kind"] == "reranking"
+    assert result["ndcg@10"] == pytest.approx(first + (1 - first) / np.log2(3))
+    assert result["mrr@10"] == pytest.approx(first + (1 - first) / 2)
+    assert result["accuracy"] == pytest.approx(np.mean((logits > 0) == np.tile([True, False], len(pairs) // 2)))
 
 
 def test_a_line_without_its_passage_is_named(reranker_dir, tmp_path, capsys):

@@ -309,6 +309,8 @@ def run_evaluate(args) -> int:
 
     if is_embedding_model(resolved(args.model)):
         return _evaluate_embedder(args)
+    if _model_task(args) == "rerank":
+        return _evaluate_reranker(args)
     if args.train:
         raise KbertError("--train: for an embedding model (a logistic regression on its vectors); "
                          f"{args.model} is a model directory of kbert train")
@@ -325,7 +327,18 @@ def run_evaluate(args) -> int:
 def _evaluate_embedder(args) -> int:
     from kbert.tasks.embedding_evaluation import evaluate
 
-    result = evaluate(args.model, args.data, args.train, batch_size=args.batch_size)
+    return _print_scores_line(args, evaluate(args.model, args.data, args.train, batch_size=args.batch_size))
+
+
+def _evaluate_reranker(args) -> int:
+    from kbert.tasks.predictors import resolved
+    from kbert.tasks.reranking import evaluate
+
+    return _print_scores_line(args, evaluate(resolved(args.model), args.data, batch_size=args.batch_size))
+
+
+def _print_scores_line(args, result: dict) -> int:
+    """An embedding model's or reranker's scores: JSON with --json, else one line of them."""
     if _printed_as_json(args, result):
         return 0
     print(" ".join(f"{name} {value:.4f}" if isinstance(value, float) else f"{name} {value}"

@@ -251,3 +251,30 @@ def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen
     atomic_write_text(os.path.join(directory, "tokenizer_config.json"), json.dumps(
         {"do_lower_case": tokenizer.do_lower_case, "tokenizer_class": "BertTokenizer", "model_max_length": maxlen},
         indent=1))
+
+
+def evaluate(model: str, data: str, batch_size: int = 32) -> dict:
+    """A reranker on judged pairs (`query<TAB>passage<TAB>label`): each query's passages reranked by score,
+    nDCG@10 and MRR@10 over the queries with a relevant passage (as MTEB's reranking tasks score), and the
+    pair accuracy (a pair called relevant when its score passes 0.5, as its label does)."""
+    from kbert.tasks.embedding_evaluation import ranking_scores
+
+    pairs, _ = read_judged_pairs(data)
+    reranker = Reranker.load(model)
+    logits = reranker.logits([pair.query for pair in pairs], [pair.passage for pair in pairs], batch_size)
+    groups: Dict[str, List[int]] = {}
+    for index, pair in enumerate(pairs):
+        groups.setdefault(pair.query, []).append(index)
+    scores = {"ndcg@10": [], "mrr@10": []}
+    for members in groups.values():
+        if not any(pairs[index].label > 0 for index in members):
+            continue
+        ranked = sorted(members, key=lambda index: -logits[index])
+        judged = {str(index): pairs[index].label for index in members}
+        for name, value in ranking_scores([pairs[index].label for index in ranked], judged).items():
+            if name in scores:
+                scores[name].append(value)
+    accuracy = float(np.mean([(logit > 0) == (pair.label > 0.5) for logit, pair in zip(logits, pairs)]))
+    return {"kind": "reranking", "data": data, **{name: float(np.mean(values)) if values else 0.0
+                                                  for name, values in scores.items()},
+            "accuracy": accuracy, "queries": len(groups), "pairs": len(pairs)}
