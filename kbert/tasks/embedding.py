@@ -26,7 +26,7 @@ from kbert.errors import DataError, KbertError
 from kbert.layers.pooling import L2Normalize, Pooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.tokenizers import Tokenizer
-from kbert.tokenizers.hub import TokenizerJson
+from kbert.tokenizers.hub import TokenizerJson, folder_tokenizer
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.metrics import spearman
@@ -131,7 +131,8 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str) -> Em
     config = os.path.join(spec.transformer, "config.json")
     bert = build_transformer_model(config)
     load_hf_weights(bert, spec.transformer)
-    tokenizer = _tokenizer(spec)
+    # sentence-transformers' own do_lower_case lower-cases whatever the tokenizer's config says.
+    tokenizer = folder_tokenizer(spec.transformer, lower_case_default=spec.do_lower_case, lower_case=spec.do_lower_case)
     positions = getattr(getattr(bert, "config", None), "max_position_embeddings", None) or 512
     maxlen = min(spec.max_seq_length or positions, positions)
     model = embedding_model(bert, spec.pooling, spec.dense, spec.normalize)
@@ -155,31 +156,6 @@ def embedding_model(bert: keras.Model, pooling: str, dense: Sequence[DenseSpec] 
     if normalize:
         vectors = L2Normalize(name="Embedding-Normalize")(vectors)
     return keras.Model(bert.inputs, vectors, name=name)
-
-
-def _tokenizer(spec: SentenceTransformerSpec) -> "Tokenizer | TokenizerJson":
-    """The model's own `tokenizer.json` where it has one (the ids sentence-transformers gives), else kbert's
-    WordPiece tokenizer on its `vocab.txt`."""
-    if os.path.isfile(os.path.join(spec.transformer, "tokenizer.json")):
-        return TokenizerJson(os.path.join(spec.transformer, "tokenizer.json"))
-    if os.path.isfile(os.path.join(spec.transformer, "vocab.txt")):
-        return Tokenizer(os.path.join(spec.transformer, "vocab.txt"), do_lower_case=_lower_cases(spec))
-    raise KbertError(f"{spec.transformer}: neither tokenizer.json nor vocab.txt; the transformer's vocabulary is "
-                     "needed")
-
-
-def _lower_cases(spec: SentenceTransformerSpec) -> bool:
-    """Whether the tokenizer lower-cases: tokenizer_config.json's `do_lower_case` (BERT's uncased
-    vocabularies), else sentence-transformers' own flag."""
-    import json
-
-    path = os.path.join(spec.transformer, "tokenizer_config.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
-        if "do_lower_case" in config:
-            return bool(config["do_lower_case"]) or spec.do_lower_case
-    return spec.do_lower_case
 
 
 def write_sentence_transformer(folder: str, embedder: Embedder) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.errors import DataError, KbertError
 from kbert.layers.heads import TakeToken
+from kbert.tokenizers.hub import folder_tokenizer
 from kbert.models import naming
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import batches_by_length, make_dataset
@@ -108,7 +109,7 @@ class Reranker:
         model = reranker_model(bert)
         load_hf_weights(model, folder)
         positions = config.get("max_position_embeddings", 512)
-        return cls(model, _pair_tokenizer(folder), min(positions, _max_length(folder) or positions), folder)
+        return cls(model, folder_tokenizer(folder), min(positions, _max_length(folder) or positions), folder)
 
     def logits(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """The relevance logit of each (query, passage) pair."""
@@ -153,20 +154,6 @@ def _max_length(folder: str) -> Optional[int]:
             length = json.load(handle).get("model_max_length")
         return int(length) if isinstance(length, int) and length < 1_000_000 else None
     return None
-
-
-def _pair_tokenizer(folder: str):
-    from kbert.tokenizers import Tokenizer
-    from kbert.tokenizers.hub import TokenizerJson
-
-    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
-        return TokenizerJson(os.path.join(folder, "tokenizer.json"))
-    config = os.path.join(folder, "tokenizer_config.json")
-    lower = True
-    if os.path.isfile(config):
-        with open(config, encoding="utf-8") as handle:
-            lower = bool(json.load(handle).get("do_lower_case", True))
-    return Tokenizer(os.path.join(folder, "vocab.txt"), do_lower_case=lower)
 
 
 def is_reranker(folder: str) -> bool:

@@ -71,6 +71,25 @@ class TokenizerJson:
         return self.encode_all([first], None if second is None else [second], maxlen)[0]
 
 
+def folder_tokenizer(folder: str, lower_case_default: bool = True, lower_case: bool = False):
+    """The tokenizer of a Hugging Face model folder: its own `tokenizer.json` where it has one (the ids
+    transformers gives), else kbert's WordPiece `Tokenizer` on its `vocab.txt`, lower-casing as
+    `tokenizer_config.json`'s `do_lower_case` says (else `lower_case_default`), or always with `lower_case`."""
+    from kbert.errors import KbertError
+    from kbert.tokenizers.wordpiece import Tokenizer
+
+    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return TokenizerJson(os.path.join(folder, "tokenizer.json"))
+    if not os.path.isfile(os.path.join(folder, "vocab.txt")):
+        raise KbertError(f"{folder}: neither tokenizer.json nor vocab.txt; the model's vocabulary is needed")
+    config = {}
+    if os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
+        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    lower = lower_case or bool(config.get("do_lower_case", lower_case_default))
+    return Tokenizer(os.path.join(folder, "vocab.txt"), do_lower_case=lower)
+
+
 def _lowercases(normalizer: Optional[dict]) -> bool:
     """Whether a `tokenizer.json` normaliser lower-cases (BERT's, a `Lowercase`, or one inside a `Sequence`)."""
     if not normalizer:
