@@ -54,7 +54,10 @@ ENGINES = [f"kbert/{backend}" for backend in BACKENDS] + [f"keras-hub/{backend}"
     + ["transformers/torch"]
 # kbert with its attention's einsums and softmax where it would call ops.dot_product_attention, and with
 # ops.dot_product_attention where it would not (encode only).
-ATTENTION_ENGINES = ["kbert-einsum/jax", "kbert-einsum/torch", "kbert-fused/torch"]
+# kbert-fused trains without attention dropout, so that training too takes the fused path.
+ATTENTION_ENGINES = ["kbert-einsum/jax", "kbert-einsum/torch", "kbert-fused/torch", "kbert-fused/jax"]
+# kbert's encoder returning [CLS] vectors alone (encode); generation with caches sized in steps of 16 (generate).
+VARIANT_ENGINES = ["kbert-cls/jax", "kbert-slots16/jax"]
 # kbert's beam search and sampling with their loops in Python, not compiled (the beam and sample tasks).
 SEARCH_ENGINES = [f"kbert-python/{backend}" for backend in BACKENDS]
 BASELINE = "kbert/tensorflow fp32"
@@ -111,10 +114,16 @@ def _set_keras_precision(precision: str) -> None:
         tf.config.experimental.enable_tensor_float_32_execution(tf32)
 
 
-def _kbert_encoder(config_path: str, precision: str, batch: int, length: int):
+def _kbert_encoder(config_path: str, precision: str, batch: int, length: int, first_token_only: bool = False):
+    """BERT's hidden states, or (`first_token_only`) its [CLS] vectors alone, as a classifier or an embedding
+    server reads them: then the device sends back a vector a row, not the whole sequence."""
+    import keras
+
     from kbert import build_transformer_model
 
     model = build_transformer_model(config_path)
+    if first_token_only:
+        model = keras.Model(model.inputs, model.output[:, 0])
     tokens = _token_ids(_config(config_path)["vocab_size"], batch, length)
     return lambda: model.predict_on_batch([tokens, tokens * 0])
 
@@ -194,11 +203,14 @@ def _adamw():
     return keras.optimizers.AdamW(learning_rate=2e-5)
 
 
-def _kbert_train_step(config_path: str, precision: str, batch: int, length: int):
+def _kbert_train_step(config_path: str, precision: str, batch: int, length: int, attention_dropout: bool = True):
+    """`attention_dropout` False: the config's attention dropout set to 0, so that training too goes through
+    `ops.dot_product_attention` (a fused kernel on a GPU), as recipes without attention dropout train."""
     from kbert import build_transformer_model
     from kbert.builder import build_classifier
 
-    model = build_classifier(build_transformer_model(config_path), 2)
+    config = _config(config_path) if attention_dropout else {**_config(config_path), "attention_probs_dropout_prob": 0.0}
+    model = build_classifier(build_transformer_model(config), 2)
     model.compile(optimizer=_adamw(), loss="sparse_categorical_crossentropy")
     tokens, labels = _token_ids(_config(config_path)["vocab_size"], batch, length), _labels(batch)
     return lambda: model.train_on_batch([tokens, tokens * 0], labels)
@@ -288,14 +300,15 @@ def _keras_hub_fine_tuning(config_path: str, precision: str, batch: int, length:
 
 
 def _kbert_generator(config_path: str, precision: str, batch: int, length: int, beams: int = 1,
-                     compiled: bool = True, top_k: Optional[int] = None):
+                     compiled: bool = True, top_k: Optional[int] = None, cache_step: int = 64):
     """GPT-2 greedy decoding (`beams` 1), beam search, or sampling among the `top_k` most likely tokens;
-    `compiled` False: the search's loop in Python."""
+    `compiled` False: the search's loop in Python; `cache_step`: the caches' size step (`engines.CACHE_STEP`)."""
     from kbert import build_transformer_model
     from kbert.generation import engines
 
     if not compiled:
         engines.CachedEngine.compiles_loops = False
+    engines.CACHE_STEP = cache_step
     model = build_transformer_model(config_path, model="gpt2")
     prompts = _token_ids(_config(config_path)["vocab_size"], batch, length).tolist()
     strategy = {"strategy": "beam", "beam_size": beams} if beams > 1 else \
@@ -329,10 +342,13 @@ GENERATING = ("generate", "beam", "sample")  # tasks whose speed is new tokens a
 NEW_TOKENS = 64
 ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_encoder_attending(()),
                             "kbert-fused": _kbert_encoder_attending(BACKENDS),
+                            "kbert-cls": functools.partial(_kbert_encoder, first_token_only=True),
                             "keras-hub": _keras_hub_encoder, "transformers": _transformers_encoder},
                  "train": {"kbert": _kbert_train_step, "keras-hub": _keras_hub_train_step,
+                           "kbert-fused": functools.partial(_kbert_train_step, attention_dropout=False),
                            "transformers": _transformers_train_step},
-                 "generate": {"kbert": _kbert_generator, "keras-hub": _keras_hub_generator},
+                 "generate": {"kbert": _kbert_generator, "keras-hub": _keras_hub_generator,
+                              "kbert-slots16": functools.partial(_kbert_generator, cache_step=16)},
                  "beam": {"kbert": functools.partial(_kbert_generator, beams=BEAMS),
                           "kbert-python": functools.partial(_kbert_generator, beams=BEAMS, compiled=False),
                           "keras-hub": functools.partial(_keras_hub_generator, beams=BEAMS)},
@@ -346,7 +362,7 @@ ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_enco
 
 def installed(engine: str) -> bool:
     library, backend = engine.split("/")
-    module = {"kbert": None, "kbert-einsum": None, "kbert-fused": None, "kbert-python": None, "keras-hub": "keras_hub", "transformers": "transformers"}[library]
+    module = {"keras-hub": "keras_hub", "transformers": "transformers"}.get(library)
     return all(importlib.util.find_spec(name) is not None for name in (backend, module) if name)
 
 
@@ -486,7 +502,7 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=3, help="calls timed per engine per round")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "tf32", "bf16"],
                         help="tf32: float32 weights, TensorFloat-32 matmuls (a GPU's; the same as fp32 on a CPU)")
-    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES + ATTENTION_ENGINES + SEARCH_ENGINES)
+    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES + ATTENTION_ENGINES + SEARCH_ENGINES + VARIANT_ENGINES)
     parser.add_argument("--batches", type=int, nargs="+", help="batch sizes (encode, train: 8; generate: 1 and 8)")
     parser.add_argument("--length", type=int, help="tokens a row (encode, train: 128) or a prompt (generate: 32)")
     parser.add_argument("--baseline", default="kbert/tensorflow fp32",

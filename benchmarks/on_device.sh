@@ -70,6 +70,23 @@ bench train 150 --task train --batches 32 --length "$length" --calls $((calls / 
 [ -n "${QUICK:-}" ] || bench generate 200 --task generate --batches 8 1 --calls 2 --precisions tf32 \
   --engines kbert/jax keras-hub/jax --baseline "keras-hub/jax tf32"
 
+# Issue 58's targets, at the sizes a user would choose: BERT-base bf16 training at 256 x 128 (kbert-fused
+# trains without attention dropout, through the fused attention kernel), bf16 inference at 128 x 128 (kbert-cls
+# returns the [CLS] vectors alone), GPT-2 batch-1 greedy generation (kbert-slots16: caches in steps of 16), and
+# where a 256 x 128 step's time goes. ONLY="train256 encode128bf16 generate1 profile256" runs these alone.
+bench train256 200 --task train --batches 256 --length "$length" --calls 5 --precisions bf16 \
+  --engines kbert/jax kbert-fused/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax bf16"
+bench encode128bf16 120 --task encode --batches 128 --length "$length" --calls 10 --precisions bf16 \
+  --engines kbert/jax kbert-cls/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax bf16"
+bench generate1 150 --task generate --batches 1 --calls 3 --precisions tf32 \
+  --engines kbert/jax kbert-slots16/jax keras-hub/jax --baseline "keras-hub/jax tf32"
+if wanted profile256; then
+  if [ -n "${QUICK:-}" ]; then sizes="--config bert_tiny --batch 4 --length 32"; else sizes="--batch 256"; fi
+  timeout 150 python -m benchmarks.step_profile --precisions bf16 --calls 5 $sizes 2>"$out/profile256.log" \
+    | tee "$out/profile256.txt"
+  pack
+fi
+
 # MSRA generative extraction (docs/generation.md) with T5.1.1 small from random weights, at UniLM's budget
 # (2 epochs): the runs of $EXTRACTION side by side on the one GPU, each trained then scored on the test set.
 # .device/msra-ie holds `msra_generative_ie.py pairs`' train/dev/test.tsv and vocab.txt; a run is

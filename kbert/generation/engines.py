@@ -25,6 +25,9 @@ from kbert.generation.steps import next_step
 from kbert.models.registry import get_family
 
 STRATEGIES = ("greedy", "beam", "sample")
+# Cached generation sizes its key/value caches in steps of this many slots: fewer compiled programs, more
+# cache read at each step (benchmarks.backends' kbert-slots16 engine measures a smaller step).
+CACHE_STEP = 64
 
 
 class _Engine:
@@ -128,10 +131,10 @@ class CachedEngine(_Engine):
         state = self.graph.encode(_tensor(self._encoder_input(prompts))) if self.graph.seq2seq else {}
         prompts, segments = self._decoder_prompts(prompts, segments)
         self._check_length(max(map(len, prompts)))
-        # Shapes in steps of 16 (prompt) and 64 (cache), so that a compiled step (JAX compiles one per
+        # Shapes in steps of 16 (prompt) and CACHE_STEP (cache), so that a compiled step (JAX compiles one per
         # shape) serves many prompts; the extra positions are padding, hidden as a short row's are.
         longest = _rounded_up(max(map(len, prompts)), 16, self.limit)
-        slots = _rounded_up(max(map(len, prompts)) + self.max_new_tokens, 64, None)
+        slots = _rounded_up(max(map(len, prompts)) + self.max_new_tokens, CACHE_STEP, None)
         token_ids, segment_ids = (np.pad(ids, [(0, 0), (0, longest - ids.shape[1])])
                                   for ids in pad_batch(list(zip(prompts, segments))))
         self.lengths = np.array([len(p) for p in prompts], dtype=np.int32)
