@@ -1,8 +1,9 @@
 """`kbert train --strategy multiworker` on two real worker processes on 127.0.0.1.
 
-Each worker is its own `python -m kbert train` with its own TF_CONFIG and one
-CPU device; they train a tiny classifier (dropout off) for a few steps on a
-fixed file. The chief's saved weights must equal a single-process run with the
+Each worker is its own `python -m kbert train` with one CPU device, told its
+place by TF_CONFIG on TensorFlow and by Keras's KERAS_DISTRIBUTION_* variables
+on JAX (the backend of the test run); they train a tiny classifier (dropout
+off) for a few steps on a fixed file. The chief's saved weights must equal a single-process run with the
 same global batch, and a single-process run with another batch must not (so
 the comparison can fail).
 """
@@ -14,12 +15,24 @@ import subprocess
 import sys
 
 import h5py
+import keras
 import numpy as np
 import pytest
 
 from conftest import CONFIGS, shared_path
 
 TIMEOUT_S = 240
+pytestmark = pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"),
+                                reason="--strategy multiworker is TensorFlow's tf.distribute or JAX's processes")
+
+
+def cluster_variables(index: int, ports: list) -> dict:
+    """The environment that tells worker `index` of `len(ports)` its place, in the backend's own form."""
+    if keras.backend.backend() == "jax":
+        return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{ports[0]}",
+                "KERAS_DISTRIBUTION_NUM_PROCESSES": str(len(ports)), "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
 
 
 def free_port() -> int:
@@ -61,11 +74,10 @@ def kbert_train(args, out, batch_size, env=None, wait=True):
 
 def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(run_args):
     directory, args = run_args
-    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
-    # All four runs at once: most of each is starting Python and TensorFlow.
-    runs = {f"worker {index}": kbert_train(
-                args + ["--strategy", "multiworker"], directory / "multi", 8, wait=False,
-                env={"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})})
+    ports = [free_port(), free_port()]
+    # All four runs at once: most of each is starting Python and the backend.
+    runs = {f"worker {index}": kbert_train(args + ["--strategy", "multiworker"], directory / "multi", 8,
+                                           wait=False, env=cluster_variables(index, ports))
             for index in range(2)}
     runs["single"] = kbert_train(args, directory / "single", 8, wait=False)
     runs["half batch"] = kbert_train(args, directory / "half-batch", 4, wait=False)
@@ -76,12 +88,13 @@ def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(r
             run.kill()
     for name, run in runs.items():
         assert run.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
+    role = "process" if keras.backend.backend() == "jax" else "worker"
     assert "saved" in outputs["worker 0"][0]
-    assert "worker 1 of 2: done; the chief writes the model" in outputs["worker 1"][0]
+    assert f"{role} 1 of 2: done; the chief writes the model" in outputs["worker 1"][0]
     assert sorted(path.name for path in directory.iterdir()) == [
         "config.json", "half-batch", "multi", "single", "train.data"]
     state = json.loads((directory / "multi" / "training.json").read_text())
-    assert state["worker"] == {"task_type": "worker", "task_id": 0, "num_workers": 2, "is_chief": True}
+    assert state["worker"] == {"task_type": role, "task_id": 0, "num_workers": 2, "is_chief": True}
 
     multi, single = weights(directory / "multi"), weights(directory / "single")
     assert sorted(multi) == sorted(single) and len(multi) == 39
@@ -95,6 +108,7 @@ def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(r
     assert any(not np.allclose(other[name], single[name], rtol=1e-5, atol=1e-7) for name in single)
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TF_CONFIG is TensorFlow's")
 def test_multiworker_refuses_a_bad_tf_config_before_writing(run_args, tmp_path):
     directory, args = run_args
     _, stderr, code = kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 8,
@@ -102,3 +116,48 @@ def test_multiworker_refuses_a_bad_tf_config_before_writing(run_args, tmp_path):
                                                     '"task": {"type": "worker", "index": 3}}'})
     assert code == 2 and "TF_CONFIG: task worker 3 is not in the cluster (worker: 1)" in stderr
     assert "Traceback" not in stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras's process variables are read on JAX")
+@pytest.mark.parametrize("variables, message", [
+    ({}, "missing: KERAS_DISTRIBUTION_JOB_ADDRESSES, KERAS_DISTRIBUTION_NUM_PROCESSES, KERAS_DISTRIBUTION_PROCESS_ID"),
+    ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1:1", "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+      "KERAS_DISTRIBUTION_PROCESS_ID": "2"}, "KERAS_DISTRIBUTION_PROCESS_ID is 2, but processes are numbered 0 to 1"),
+    ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1", "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+      "KERAS_DISTRIBUTION_PROCESS_ID": "1"}, "expected host:port for the coordinator, got '127.0.0.1'"),
+])
+def test_jax_processes_refuse_bad_variables_before_writing(run_args, tmp_path, variables, message):
+    directory, args = run_args
+    clean = {name: "" for name in ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                                   "KERAS_DISTRIBUTION_PROCESS_ID")}
+    _, stderr, code = kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 8,
+                                  env={**clean, **variables})
+    assert code == 2 and message in stderr, stderr[-2000:]
+    assert "Traceback" not in stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras's process variables are read on JAX")
+def test_a_process_without_its_coordinator_stops_with_a_clear_error_in_bounded_time(run_args, tmp_path):
+    directory, args = run_args
+    variables = {**cluster_variables(1, [free_port(), free_port()]), "KBERT_COORDINATOR_TIMEOUT": "3"}
+    _, stderr, code = kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 8, env=variables)
+    assert code == 2 and "the coordinator (process 0) at 127.0.0.1:" in stderr
+    assert "did not answer within 3 s" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras's process variables are read on JAX")
+def test_jax_processes_refuse_a_batch_that_does_not_divide_among_them(run_args, tmp_path):
+    directory, args = run_args
+    ports = [free_port(), free_port()]
+    runs = [kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 7, wait=False,
+                        env=cluster_variables(index, ports)) for index in range(2)]
+    try:
+        outputs = [run.communicate(timeout=TIMEOUT_S) for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+    for run, (_, stderr) in zip(runs, outputs):
+        assert run.returncode == 2 and "--batch-size 7 is the global batch, split evenly among the 2 processes" \
+            in stderr, stderr[-2000:]
+    assert not (tmp_path / "out").exists()

@@ -180,7 +180,9 @@ def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> 
                         help="longest sequence in tokens, [CLS] and [SEP] included")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (cased vocabularies)")
     parser.add_argument("--strategy", choices=["auto", "mirrored", "multiworker"], default=defaults.strategy,
-                        help="tf.distribute strategy (multiworker reads TF_CONFIG)")
+                        help="several devices or machines: auto (every local GPU; on JAX every local device), mirrored "
+                             "(TensorFlow), multiworker (TensorFlow: reads TF_CONFIG; JAX: reads Keras's "
+                             "KERAS_DISTRIBUTION_JOB_ADDRESSES, _NUM_PROCESSES, _PROCESS_ID)")
     precision_option(parser)
     parser.add_argument("--no-shuffle", action="store_true", help="keep the training file's order")
     parser.add_argument("--seed", type=int, default=defaults.seed,

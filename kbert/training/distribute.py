@@ -1,10 +1,15 @@
 """Training on several devices or machines: `--strategy` and the model `fit` runs on.
 
-`make_strategy` picks the `tf.distribute` strategy on TensorFlow. On JAX and
-PyTorch there is no `tf.distribute`: `auto` trains on one device there, except
-that JAX with several devices trains data-parallel
-(`keras.distribution.DataParallel`); `mirrored` and `multiworker` are refused
-with the reason. `Trainer` is the model
+`make_strategy` picks the `tf.distribute` strategy on TensorFlow. On JAX
+there is no `tf.distribute`: `auto` trains data-parallel over the local
+devices (`keras.distribution.DataParallel`) when there are several, and
+`multiworker` joins the processes Keras's own environment variables name
+(`keras.distribution.initialize`'s `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
+`_NUM_PROCESSES`, `_PROCESS_ID`; `jax.distributed` underneath, Gloo
+collectives on CPUs) and trains data-parallel over every process's devices,
+each process feeding its own share of each global batch (`ProcessShare`).
+On PyTorch, whose Keras has no multi-process path, `mirrored` and
+`multiworker` are refused with the reason. `Trainer` is the model
 `kbert.train` compiles and fits: a plain functional `keras.Model` except under
 `MultiWorkerMirroredStrategy`, where Keras 3's `fit` fails before the first
 step (keras-team/keras#20585) in two places, both fixed here:
@@ -19,18 +24,26 @@ step (keras-team/keras#20585) in two places, both fixed here:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
-from typing import Optional
-
-import contextlib
+import socket
+import time
+from typing import Mapping, Optional
 
 import keras
+import numpy as np
 
 from kbert.errors import KbertError
 
 STRATEGIES = ("auto", "mirrored", "multiworker")
+# Keras's names for a multi-process JAX run (keras.distribution.initialize reads the same).
+PROCESS_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                     "KERAS_DISTRIBUTION_PROCESS_ID")
+# How long a process waits for the coordinator (and the coordinator for the others) before it gives up.
+COORDINATOR_TIMEOUT_VARIABLE = "KBERT_COORDINATOR_TIMEOUT"
+DEFAULT_COORDINATOR_TIMEOUT_S = 120
 
 
 class LocalStrategy:
@@ -57,15 +70,17 @@ def make_strategy(name: str):
     process's task from the `TF_CONFIG` environment variable.
     """
     backend = keras.backend.backend()
+    if backend == "jax" and name == "multiworker":
+        return join_processes(os.environ)
     if backend != "tensorflow":
         if name == "auto":
             if backend == "jax" and len(keras.distribution.list_devices()) > 1:
                 keras.distribution.set_distribution(keras.distribution.DataParallel())
             return LocalStrategy()
         if name in STRATEGIES:
-            raise KbertError(f"--strategy {name} is TensorFlow's tf.distribute, and Keras runs on {backend}: "
-                             "set KERAS_BACKEND=tensorflow, or use --strategy auto (on JAX, data-parallel "
-                             "over all local devices)")
+            raise KbertError(f"--strategy {name} has no {backend} implementation in Keras: set KERAS_BACKEND="
+                             "tensorflow (tf.distribute) or jax (multiworker: keras.distribution over processes), "
+                             "or use --strategy auto (on JAX, data-parallel over all local devices)")
         raise KbertError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
     import tensorflow as tf
 
@@ -79,6 +94,153 @@ def make_strategy(name: str):
         _check_tf_config(os.environ.get("TF_CONFIG"))
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise KbertError(f"unknown strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxProcesses:
+    """What `fit` needs of a strategy when JAX trains data-parallel across processes.
+
+    Args:
+        process_id: this process's number, 0 (the coordinator, which writes the model) to `num_processes - 1`.
+        num_processes: the processes training together.
+        num_replicas_in_sync: the devices of all processes, each holding a slice of every global batch.
+
+    Example:
+    >>> strategy = JaxProcesses(process_id=1, num_processes=2, num_replicas_in_sync=2)
+    >>> with strategy.scope():
+    ...     strategy.num_replicas_in_sync
+    2
+    """
+
+    process_id: int
+    num_processes: int
+    num_replicas_in_sync: int
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+
+_joined: Optional[JaxProcesses] = None  # jax.distributed is joined once per process
+
+
+def join_processes(environ: Mapping[str, str]) -> JaxProcesses:
+    """Joins the processes that Keras's variables in `environ` name, and distributes data-parallel over all
+    their devices (`keras.distribution.DataParallel`). A coordinator that does not answer, or processes that
+    do not all come, are an error after `KBERT_COORDINATOR_TIMEOUT` seconds, not a hang."""
+    global _joined
+    address, count, process = _process_variables(environ)
+    if _joined is not None:
+        if (_joined.process_id, _joined.num_processes) != (process, count):
+            raise KbertError(f"this process already trains as process {_joined.process_id} of "
+                             f"{_joined.num_processes}; JAX joins one cluster per process")
+        return _joined
+    import jax
+
+    timeout = _coordinator_timeout(environ)
+    # Collectives between processes on CPUs (a GPU's go through NCCL); set before JAX starts its CPU client.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if process != 0:
+        _wait_for(address, timeout)
+    try:
+        jax.distributed.initialize(coordinator_address=address, num_processes=count, process_id=process,
+                                   initialization_timeout=timeout)
+    except Exception as error:  # jaxlib raises its own XlaRuntimeError (deadline exceeded, refused)
+        raise KbertError(f"process {process} of {count} could not join the cluster at {address} within "
+                         f"{timeout} s ({type(error).__name__}: {str(error).splitlines()[0][:300]}): start "
+                         f"every process with the same KERAS_DISTRIBUTION_JOB_ADDRESSES and NUM_PROCESSES "
+                         f"and its own PROCESS_ID") from None
+    devices = keras.distribution.list_devices()
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False))
+    _joined = JaxProcesses(process_id=process, num_processes=count, num_replicas_in_sync=len(devices))
+    return _joined
+
+
+def _process_variables(environ: Mapping[str, str]) -> tuple:
+    """(coordinator address, number of processes, this process's id) from Keras's variables, checked."""
+    missing = [name for name in PROCESS_VARIABLES if not environ.get(name)]
+    if missing:
+        raise KbertError("--strategy multiworker on JAX reads Keras's variables KERAS_DISTRIBUTION_JOB_ADDRESSES "
+                         "(the coordinator's host:port, process 0's, or every process's, comma-separated), "
+                         "KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID; missing: "
+                         + ", ".join(missing))
+    addresses = [part.strip() for part in environ["KERAS_DISTRIBUTION_JOB_ADDRESSES"].split(",")]
+    try:
+        count, process = (int(environ[name]) for name in PROCESS_VARIABLES[1:])
+    except ValueError:
+        raise KbertError(f"KERAS_DISTRIBUTION_NUM_PROCESSES and KERAS_DISTRIBUTION_PROCESS_ID must be whole "
+                         f"numbers, got {environ['KERAS_DISTRIBUTION_NUM_PROCESSES']!r} and "
+                         f"{environ['KERAS_DISTRIBUTION_PROCESS_ID']!r}") from None
+    if count < 1 or not 0 <= process < count:
+        raise KbertError(f"KERAS_DISTRIBUTION_PROCESS_ID is {process}, but processes are numbered 0 to "
+                         f"{count - 1} (KERAS_DISTRIBUTION_NUM_PROCESSES={count})")
+    if len(addresses) > 1 and len(addresses) != count:
+        raise KbertError(f"KERAS_DISTRIBUTION_JOB_ADDRESSES names {len(addresses)} processes but "
+                         f"KERAS_DISTRIBUTION_NUM_PROCESSES is {count}: name every process, or the coordinator "
+                         "(process 0) alone")
+    host, _, port = addresses[0].rpartition(":")
+    if not host or not port.isdigit():
+        raise KbertError(f"KERAS_DISTRIBUTION_JOB_ADDRESSES: expected host:port for the coordinator, got "
+                         f"{addresses[0]!r}")
+    return addresses[0], count, process
+
+
+def _coordinator_timeout(environ: Mapping[str, str]) -> int:
+    text = environ.get(COORDINATOR_TIMEOUT_VARIABLE, str(DEFAULT_COORDINATOR_TIMEOUT_S))
+    if not text.isdigit() or int(text) < 1:
+        raise KbertError(f"{COORDINATOR_TIMEOUT_VARIABLE} must be a whole number of seconds, got {text!r}")
+    return int(text)
+
+
+def _wait_for(address: str, timeout: int) -> None:
+    """Returns once the coordinator at `address` accepts connections; a clear error after `timeout` seconds."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=5):
+                return
+        except OSError as error:
+            if time.monotonic() > deadline:
+                raise KbertError(f"the coordinator (process 0) at {address} did not answer within {timeout} s "
+                                 f"({error}): start process 0 first, check the address and that the port is "
+                                 f"open, or wait longer ({COORDINATOR_TIMEOUT_VARIABLE})") from None
+            time.sleep(0.5)
+
+
+class ProcessShare(keras.utils.PyDataset):
+    """This process's share of each global batch of `batches`, when several processes train together.
+
+    Process `process_id` of `num_processes` gets rows `[i * m / n, (i + 1) * m / n)` of each batch of `m`
+    rows, so the processes' shares make up the batch one process would train on: the same steps, the same
+    weights. A batch whose rows do not divide among the processes loses its last `m mod n` rows (every
+    process the same ones), as the global batch must be whole on each device.
+
+    Example:
+    >>> batches = [((np.arange(8).reshape(4, 2),), np.arange(4))]
+    >>> (tokens,), labels = ProcessShare(batches, process_id=1, num_processes=2)[0]
+    >>> tokens.tolist(), labels.tolist()
+    ([[4, 5], [6, 7]], [2, 3])
+    """
+
+    def __init__(self, batches, process_id: int, num_processes: int):
+        super().__init__()
+        self.batches, self.process_id, self.num_processes = batches, process_id, num_processes
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index: int):
+        def share(array):
+            rows = len(array) // self.num_processes
+            return np.asarray(array)[self.process_id * rows:(self.process_id + 1) * rows]
+
+        return keras.tree.map_structure(share, self.batches[index])
+
+    def on_epoch_begin(self) -> None:
+        getattr(self.batches, "on_epoch_begin", lambda: None)()
+
+    def on_epoch_end(self) -> None:
+        getattr(self.batches, "on_epoch_end", lambda: None)()
 
 
 def _check_keras_hook() -> None:
@@ -120,7 +282,9 @@ class WorkerRole:
 
 
 def worker_role(strategy) -> Optional[WorkerRole]:
-    """The role of this process under `MultiWorkerMirroredStrategy`; None otherwise."""
+    """The role of this process under `MultiWorkerMirroredStrategy` or JAX's processes; None otherwise."""
+    if isinstance(strategy, JaxProcesses):
+        return WorkerRole("process", strategy.process_id, strategy.num_processes, strategy.process_id == 0)
     if not is_multi_worker(strategy):
         return None
     resolver = strategy.cluster_resolver
@@ -133,7 +297,8 @@ def worker_role(strategy) -> Optional[WorkerRole]:
 
 
 def is_multi_worker(strategy) -> bool:
-    if isinstance(strategy, LocalStrategy):
+    """Under `tf.distribute.MultiWorkerMirroredStrategy` (JAX's processes are `JaxProcesses`)."""
+    if isinstance(strategy, (LocalStrategy, JaxProcesses)):
         return False
     import tensorflow as tf
 

@@ -31,7 +31,7 @@ from kbert.io import atomic_copy, atomic_path, refuse_overlap
 from kbert.models.config import BertConfig
 from kbert.models.registry import graph_class, resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
-from kbert.training.distribute import STRATEGIES, Trainer, make_strategy, worker_role
+from kbert.training.distribute import STRATEGIES, JaxProcesses, ProcessShare, Trainer, make_strategy, worker_role
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
                                       WEIGHTS_FILE)
 from kbert.training.adversarial import adversarial_training, gradient_penalty
@@ -225,6 +225,8 @@ def train_task(
                          f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
     tokenizer = _tokenizer(task, vocab_path, options, config, config_path)
     data = task.read(tokenizer, train_path, valid_path, num_labels, options)
+    if isinstance(strategy, JaxProcesses):
+        _check_process_shares(task, data, options, strategy)
     num_labels = num_labels or len(data.labels)
     fresh_state = {"task": task.name, "options": dataclasses.asdict(options),
                    **({"worker": dataclasses.asdict(role)} if role else {}),
@@ -246,7 +248,7 @@ def train_task(
                 _keep_vocabulary(tokenizer, vocab_path, run.partial)
                 data.labels.save(run.partial)
 
-        _fit(trainer, model, task, data, options, run, state, verbose, write_inputs)
+        _fit(trainer, model, task, data, options, run, state, verbose, write_inputs, strategy)
     if role is None or role.is_chief:
         task.finish(model, run.partial)
         run.publish()
@@ -307,9 +309,9 @@ def _compiled(task: Task, family, config: BertConfig, checkpoint_path: Optional[
 
 
 def _fit(trainer, model, task: Task, data, options: TrainingOptions, run: RunDirectory, state: dict,
-         verbose, write_inputs: Callable[[], None]) -> None:
+         verbose, write_inputs: Callable[[], None], strategy) -> None:
     """`write_inputs()`, then Keras's `fit` with kbert's callbacks; a run that stops early (Ctrl-C, divergence,
-    an error) cleans up and says what it kept."""
+    an error) cleans up and says what it kept. Among JAX's processes each feeds its share of each batch."""
     interrupt = _InterruptBetweenBatches()  # first: an epoch ended by Ctrl-C is not kept
     callbacks = [
         interrupt,
@@ -322,8 +324,12 @@ def _fit(trainer, model, task: Task, data, options: TrainingOptions, run: RunDir
     ]
     try:
         write_inputs()
+        train, valid = data.train, data.valid
+        if isinstance(strategy, JaxProcesses):
+            train, valid = (ProcessShare(batches, strategy.process_id, strategy.num_processes)
+                            if batches is not None else None for batches in (train, valid))
         with interrupt:
-            trainer.fit(data.train, validation_data=data.valid, epochs=options.epochs,
+            trainer.fit(train, validation_data=valid, epochs=options.epochs,
                         callbacks=callbacks, verbose=verbose, shuffle=False)
     except KeyboardInterrupt:
         raise TrainingInterrupted(run.stopped(state, options.epochs)) from None
@@ -332,6 +338,19 @@ def _fit(trainer, model, task: Task, data, options: TrainingOptions, run: RunDir
     except BaseException:
         run.stopped(state, options.epochs)
         raise
+
+
+def _check_process_shares(task: Task, data, options: TrainingOptions, strategy: JaxProcesses) -> None:
+    """Refuses what JAX's processes cannot train as one process would: a batch that does not divide among
+    them, and a validation score computed outside Keras's metrics (each process holds a share of the
+    predictions)."""
+    if options.batch_size % strategy.num_processes:
+        raise KbertError(f"--batch-size {options.batch_size} is the global batch, split evenly among the "
+                         f"{strategy.num_processes} processes: use a multiple of {strategy.num_processes}")
+    if data.valid_examples and type(task).validation_score is not Task.validation_score:
+        raise KbertError(f"--task {task.name} scores its validation data by predicting outside Keras's metrics, "
+                         f"which --strategy multiworker on JAX does not gather from {strategy.num_processes} "
+                         "processes yet: leave --valid out (the last epoch is kept), or train on one process")
 
 
 def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer", vocab_path: "str | os.PathLike[str]", directory: str) -> None:
