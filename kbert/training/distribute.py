@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import socket
+import sys
 import time
 from typing import Mapping, Optional
 
@@ -213,7 +214,7 @@ class ProcessShare(keras.utils.PyDataset):
     Process `process_id` of `num_processes` gets rows `[i * m / n, (i + 1) * m / n)` of each batch of `m`
     rows, so the processes' shares make up the batch one process would train on: the same steps, the same
     weights. A batch whose rows do not divide among the processes loses its last `m mod n` rows (every
-    process the same ones), as the global batch must be whole on each device.
+    process the same ones; process 0 says so), as each device must hold an equal slice of the global batch.
 
     Example:
     >>> batches = [((np.arange(8).reshape(4, 2),), np.arange(4))]
@@ -225,16 +226,23 @@ class ProcessShare(keras.utils.PyDataset):
     def __init__(self, batches, process_id: int, num_processes: int):
         super().__init__()
         self.batches, self.process_id, self.num_processes = batches, process_id, num_processes
+        self.cut = set()  # the batches that lost rows, said once each
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, index: int):
-        def share(array):
-            rows = len(array) // self.num_processes
-            return np.asarray(array)[self.process_id * rows:(self.process_id + 1) * rows]
-
-        return keras.tree.map_structure(share, self.batches[index])
+        batch = self.batches[index]
+        total = len(keras.tree.flatten(batch)[0])
+        rows = total // self.num_processes
+        if total % self.num_processes and index not in self.cut:
+            self.cut.add(index)  # said once a batch, by process 0 alone: every process cuts the same rows
+            if self.process_id == 0:
+                print(f"kbert: batch {index + 1} of {len(self)} has {total} rows, which do not divide among "
+                      f"{self.num_processes} processes: its last {total % self.num_processes} left out",
+                      file=sys.stderr)
+        return keras.tree.map_structure(
+            lambda array: np.asarray(array)[self.process_id * rows:(self.process_id + 1) * rows], batch)
 
     def on_epoch_begin(self) -> None:
         getattr(self.batches, "on_epoch_begin", lambda: None)()

@@ -249,8 +249,10 @@ def train_task(
                 data.labels.save(run.partial)
 
         _fit(trainer, model, task, data, options, run, state, verbose, write_inputs, strategy)
+    # Every worker finishes (the others into their scratch directory): a finish that builds or runs a model
+    # meets collectives that all of JAX's processes must join.
+    task.finish(model, run.partial)
     if role is None or role.is_chief:
-        task.finish(model, run.partial)
         run.publish()
     else:
         shutil.rmtree(os.path.dirname(run.out), ignore_errors=True)
