@@ -28,6 +28,7 @@ import keras
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, check_whole_number, is_whole_number
 from kbert.io import atomic_copy, atomic_path, refuse_overlap
+from kbert.models import naming
 from kbert.models.config import BertConfig
 from kbert.models.registry import graph_class, resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
@@ -293,12 +294,13 @@ def _tokenizer(task: Task, vocab_path: str, options: TrainingOptions, config: Be
 def _compiled(task: Task, family, config: BertConfig, checkpoint_path: Optional[str], num_labels: int,
               options: TrainingOptions, data, strategy):
     """The task's model (what is saved) and the compiled trainer wrapping it (which owns the optimizer)."""
-    bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
-    multipliers = {}
-    if checkpoint_path is None:
-        graph_class(family).initialise(bert, config)  # the family's own scheme, where it has one (T5)
-        multipliers = graph_class(family).learning_rate_multipliers(bert, options.optimizer)
-    model = task.build(bert, num_labels, options)
+    with _remat_scope(options, config):
+        bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
+        multipliers = {}
+        if checkpoint_path is None:
+            graph_class(family).initialise(bert, config)  # the family's own scheme, where it has one (T5)
+            multipliers = graph_class(family).learning_rate_multipliers(bert, options.optimizer)
+        model = task.build(bert, num_labels, options)
     if options.lora_rank:
         enable_lora(model, options.lora_rank, options.lora_alpha, options.lora_embeddings)
     # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
@@ -342,6 +344,19 @@ def _fit(trainer, model, task: Task, data, options: TrainingOptions, run: RunDir
         raise
 
 
+def _remat_scope(options: TrainingOptions, config: BertConfig) -> keras.RematScope:
+    """The scope the model is built in: with `--remat`, the blocks' feed-forward layers recompute their
+    intermediate values (4 H wide, the largest a block keeps beside attention's scores) in the backward pass.
+    Layers that draw random numbers (dropout, attention with its dropout) cannot: `jax.checkpoint` cannot
+    carry their seed generators' updates."""
+    if not options.remat:
+        return keras.RematScope(mode=None)
+    blocks = max(config.num_hidden_layers, getattr(config, "num_decoder_layers", None) or 0)
+    names = [part + naming.block(index, naming.FEED_FORWARD) for part in ("", "Encoder-", "Decoder-")
+             for index in (None, *range(blocks))]
+    return keras.RematScope(mode="list_of_layers", layer_names=names)
+
+
 def _check_process_shares(task: Task, data, options: TrainingOptions, strategy: JaxProcesses) -> None:
     """Refuses what JAX's processes cannot train as one process would: a batch that does not divide among
     them, and a validation score computed outside Keras's metrics (each process holds a share of the
@@ -380,6 +395,10 @@ def _check_vocab_fits(tokenizer: "Tokenizer | SpTokenizer", vocab_path: str, con
 def _check_options(options: TrainingOptions) -> None:
     if options.strategy not in STRATEGIES:
         raise KbertError(f"unknown strategy {options.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if options.remat and keras.backend.backend() == "tensorflow":
+        raise KbertError("--remat (Keras's RematScope) fails on TensorFlow when a layer is called with keyword "
+                         "arguments in a compiled step (tf.custom_gradient), as every Dropout is: train with "
+                         "KERAS_BACKEND=jax (or torch), or leave --remat out")
     if options.mixed_precision not in (None, *PRECISIONS):
         raise KbertError(f"unknown mixed precision {options.mixed_precision!r}; expected bf16 or fp16")
     for name in ("epochs", "batch_size", "maxlen", "grad_accum"):

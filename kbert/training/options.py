@@ -43,6 +43,8 @@ class TrainingOptions:
         bucketing: batch training examples of similar length together (16-token
             bands, drawn in shuffled order): less padding, faster epochs.
         seed: seed of initialisation, shuffling and dropout.
+        remat: the feed-forward layers recompute their intermediate values in the backward pass instead
+            of keeping them (Keras's `RematScope`, gradient checkpointing): less memory, a slower step.
         ema: keep an exponential moving average of the weights (Keras's
             `use_ema`, momentum 0.99) and, at the end of every epoch, continue
             from it; so validation, the kept epoch and the saved weights are
@@ -115,6 +117,7 @@ class TrainingOptions:
     bucketing: bool = True
     seed: int = 0
     ema: bool = False
+    remat: bool = False
     grad_accum: int = 1
     task: str = "classify"
     model: Optional[str] = None

@@ -1,0 +1,86 @@
+"""`--remat` (Keras's `RematScope`): every layer recomputes its intermediate values in the backward pass,
+and training gives the same weights as without it."""
+
+import json
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, shared_path
+from kbert import BertConfig, TrainingOptions, build_transformer_model, train
+from kbert.cli.main import main
+
+
+remat_backends = pytest.mark.skipif(keras.backend.backend() == "tensorflow",
+                                    reason="Keras's RematScope fails on TensorFlow's compiled steps; refused there")
+
+
+@pytest.fixture(scope="module")
+def run_inputs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("remat")
+    config = json.loads((CONFIGS / "bert_tiny.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # the same steps with and without
+    (directory / "config.json").write_text(json.dumps(config))
+    lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
+    (directory / "train.data").write_text("\n".join(lines[:64]) + "\n", encoding="utf-8")
+    return directory
+
+
+def trained_weights(run_inputs, out, remat: bool) -> dict:
+    train(str(run_inputs / "config.json"), str(shared_path("vocab", "chinese_vocab.txt")),
+          str(run_inputs / "train.data"), str(out),
+          options=TrainingOptions(epochs=1, batch_size=16, learning_rate=1e-3, maxlen=32, shuffle=False,
+                                  remat=remat), verbose=0)
+    values = {}
+    with h5py.File(out / "model.weights.h5", "r") as handle:
+        handle.visititems(lambda name, item: values.__setitem__(name, item[()])
+                          if isinstance(item, h5py.Dataset) else None)
+    return values
+
+
+@remat_backends
+def test_remat_trains_to_the_same_weights(run_inputs, tmp_path):
+    plain = trained_weights(run_inputs, tmp_path / "plain", remat=False)
+    remat = trained_weights(run_inputs, tmp_path / "remat", remat=True)
+    assert sorted(plain) == sorted(remat) and len(plain) > 30
+    for name in plain:
+        np.testing.assert_allclose(remat[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    options = json.loads((tmp_path / "remat" / "training.json").read_text())["options"]
+    assert options["remat"] is True
+
+
+def test_the_feed_forward_layers_are_built_to_recompute():
+    """What `--remat` changes (the comparison above cannot tell): the blocks' feed-forward layers recompute."""
+    from kbert.training.loop import _remat_scope
+
+    config = BertConfig.from_json_file(str(CONFIGS / "bert_tiny.json"))
+    for remat in (False, True):
+        with _remat_scope(TrainingOptions(remat=remat), config):
+            bert = build_transformer_model(config)
+        # A layer's mode is its scope's; in "list_of_layers" it recomputes when its name is listed.
+        modes = {layer.name: layer._remat_mode for layer in bert.layers}
+        recomputing = sorted(name for name, mode in modes.items()
+                             if mode.mode == "list_of_layers" and name in mode.layer_names)
+        assert recomputing == ([f"Transformer-{index}-FeedForward" for index in range(config.num_hidden_layers)]
+                               if remat else []), modes
+
+
+@remat_backends
+def test_kbert_train_takes_remat(run_inputs, tmp_path, capsys):
+    code = main(["train", "--config", str(run_inputs / "config.json"), "--vocab",
+                 str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(run_inputs / "train.data"),
+                 "--epochs", "1", "--batch-size", "16", "--maxlen", "32", "--remat", "--out", str(tmp_path / "out")])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert json.loads((tmp_path / "out" / "training.json").read_text())["options"]["remat"] is True
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="refused on TensorFlow only")
+def test_remat_is_refused_on_tensorflow_before_writing(run_inputs, tmp_path, capsys):
+    code = main(["train", "--config", str(run_inputs / "config.json"), "--vocab",
+                 str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(run_inputs / "train.data"),
+                 "--remat", "--out", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert code == 2 and "--remat (Keras's RematScope) fails on TensorFlow" in error and "Traceback" not in error
+    assert not (tmp_path / "out").exists()
