@@ -56,8 +56,9 @@ ENGINES = [f"kbert/{backend}" for backend in BACKENDS] + [f"keras-hub/{backend}"
 # ops.dot_product_attention where it would not (encode only).
 # kbert-fused trains without attention dropout, so that training too takes the fused path.
 ATTENTION_ENGINES = ["kbert-einsum/jax", "kbert-einsum/torch", "kbert-fused/torch", "kbert-fused/jax"]
-# kbert's encoder returning [CLS] vectors alone (encode); generation with caches sized in steps of 16 (generate).
-VARIANT_ENGINES = ["kbert-cls/jax", "kbert-slots16/jax"]
+# kbert's encoder returning [CLS] vectors alone (encode); generation with caches sized in steps of 16 (generate);
+# kbert trained as `--remat` trains (train).
+VARIANT_ENGINES = ["kbert-cls/jax", "kbert-slots16/jax", "kbert-remat/jax", "kbert-remat/torch"]
 # kbert's beam search and sampling with their loops in Python, not compiled (the beam and sample tasks).
 SEARCH_ENGINES = [f"kbert-python/{backend}" for backend in BACKENDS]
 BASELINE = "kbert/tensorflow fp32"
@@ -66,7 +67,8 @@ BASELINE = "kbert/tensorflow fp32"
 # --- worker: one engine in its own process -----------------------------------------------------
 
 def serve(engine: str, task: str, precision: str, config_path: str, batch: int, length: int) -> None:
-    """Builds the engine, warms it up, then answers each `N` on stdin with the seconds of N calls."""
+    """Builds the engine, warms it up, then answers each `N` on stdin with the seconds of N calls, and
+    `memory` with the process's peak memory in MiB."""
     library, _ = engine.split("/")
     _set_keras_precision(precision)
     call = ENGINE_MAKERS[task][library](config_path, precision, batch, length)
@@ -74,11 +76,33 @@ def serve(engine: str, task: str, precision: str, config_path: str, batch: int, 
         call()
     print("ready", flush=True)
     for line in sys.stdin:
+        if line.strip() == "memory":
+            print(_peak_memory_mib(), flush=True)
+            continue
         calls = int(line)
         start = time.perf_counter()
         for _ in range(calls):
             call()
         print((time.perf_counter() - start) / calls, flush=True)
+
+
+def _peak_memory_mib() -> float:
+    """The peak memory of this worker: its GPU's allocator peak where it runs on one, else its resident set."""
+    backend = os.environ.get("KERAS_BACKEND")
+    if backend == "jax":
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            return stats["peak_bytes_in_use"] / 2 ** 20
+    if backend == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.max_memory_allocated() / 2 ** 20
+    from benchmarks.memory import peak_rss_mib
+
+    return peak_rss_mib()
 
 
 def _token_ids(vocab_size: int, batch: int, length: int):
@@ -203,14 +227,18 @@ def _adamw():
     return keras.optimizers.AdamW(learning_rate=2e-5)
 
 
-def _kbert_train_step(config_path: str, precision: str, batch: int, length: int, attention_dropout: bool = True):
+def _kbert_train_step(config_path: str, precision: str, batch: int, length: int, attention_dropout: bool = True,
+                      remat: bool = False):
     """`attention_dropout` False: the config's attention dropout set to 0, so that training too goes through
-    `ops.dot_product_attention` (a fused kernel on a GPU), as recipes without attention dropout train."""
-    from kbert import build_transformer_model
+    `ops.dot_product_attention` (a fused kernel on a GPU), as recipes without attention dropout train;
+    `remat`: built as `kbert train --remat` builds it (the feed-forward layers recompute)."""
+    from kbert import BertConfig, TrainingOptions, build_transformer_model
     from kbert.builder import build_classifier
+    from kbert.training.loop import remat_scope
 
     config = _config(config_path) if attention_dropout else {**_config(config_path), "attention_probs_dropout_prob": 0.0}
-    model = build_classifier(build_transformer_model(config), 2)
+    with remat_scope(TrainingOptions(remat=remat), BertConfig.from_dict(config)):
+        model = build_classifier(build_transformer_model(config), 2)
     model.compile(optimizer=_adamw(), loss="sparse_categorical_crossentropy")
     tokens, labels = _token_ids(_config(config_path)["vocab_size"], batch, length), _labels(batch)
     return lambda: model.train_on_batch([tokens, tokens * 0], labels)
@@ -346,6 +374,7 @@ ENGINE_MAKERS = {"encode": {"kbert": _kbert_encoder, "kbert-einsum": _kbert_enco
                             "keras-hub": _keras_hub_encoder, "transformers": _transformers_encoder},
                  "train": {"kbert": _kbert_train_step, "keras-hub": _keras_hub_train_step,
                            "kbert-fused": functools.partial(_kbert_train_step, attention_dropout=False),
+                           "kbert-remat": functools.partial(_kbert_train_step, remat=True),
                            "transformers": _transformers_train_step},
                  "generate": {"kbert": _kbert_generator, "keras-hub": _keras_hub_generator,
                               "kbert-slots16": functools.partial(_kbert_generator, cache_step=16)},
@@ -396,6 +425,15 @@ class Worker:
         answer = self.process.stdout.readline()
         return float(answer) if answer.strip() else self.failed("stopped")
 
+    def memory(self) -> Optional[float]:
+        """The worker's peak memory in MiB (its GPU's, where it runs on one), or None when it died."""
+        try:
+            self.process.stdin.write("memory\n")
+            self.process.stdin.flush()
+            return float(self.process.stdout.readline())
+        except (BrokenPipeError, ValueError):
+            return None
+
     def failed(self, what: str) -> None:
         self.log.seek(0)
         print(f"{self.name}: {what}:\n{self.log.read()[-2000:]}", file=sys.stderr)
@@ -431,6 +469,7 @@ def run(task: str, config_path: str, batch: int, length: int, rounds: int, calls
                     del seconds[worker.name]
                 else:
                     seconds[worker.name].append(timed)
+        peaks = {worker.name: worker.memory() for worker in workers}
     finally:
         for worker in workers:
             worker.close()
@@ -439,7 +478,8 @@ def run(task: str, config_path: str, batch: int, length: int, rounds: int, calls
     passes = {"encode": 1, "train": 3}.get(task)  # a backward pass costs two forward passes
     rows = {}
     for name, times in seconds.items():
-        rows[name] = {"tokens_per_s": tokens / statistics.median(times), "seconds": times}
+        rows[name] = {"tokens_per_s": tokens / statistics.median(times), "seconds": times,
+                      "peak_mib": peaks.get(name)}
         if passes:
             rate = rows[name]["tokens_per_s"] * passes * forward_flops_per_token(_config(config_path), length)
             rows[name]["tflops"] = rate / 1e12
@@ -466,12 +506,13 @@ def print_table(results: dict) -> None:
     print(f"\n{results['config']}, {what}; {results['rounds']} alternating rounds of {results['calls_per_round']} "
           f"{step} each; medians")
     unit = {**dict.fromkeys(GENERATING, "new tokens/s"), "finetune": "reviews/s"}.get(results["task"], "tokens/s")
-    print(f"{'engine':32} {unit:>12} {'TFLOP/s':>8} {'MFU':>6}  vs {results['baseline']}")
+    print(f"{'engine':32} {unit:>12} {'TFLOP/s':>8} {'MFU':>6} {'peak MiB':>9}  vs {results['baseline']}")
     for name, row in results["engines"].items():
         ratio = describe(row["vs_baseline"]) if "vs_baseline" in row else "-"
         tflops = f"{row['tflops']:8.2f}" if "tflops" in row else f"{'-':>8}"
         mfu = f"{row['mfu']:6.1%}" if "mfu" in row else f"{'-':>6}"
-        print(f"{name:32} {row['tokens_per_s']:12,.1f} {tflops} {mfu}  {ratio}")
+        peak = f"{row['peak_mib']:9,.0f}" if row.get("peak_mib") is not None else f"{'-':>9}"
+        print(f"{name:32} {row['tokens_per_s']:12,.1f} {tflops} {mfu} {peak}  {ratio}")
     if results["not_installed"]:
         print("not installed: " + ", ".join(results["not_installed"]))
 

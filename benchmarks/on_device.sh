@@ -44,7 +44,7 @@ case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) in
   *) peaks="" ;;
 esac
 engines="kbert/jax kbert/torch keras-hub/jax keras-hub/torch"
-if [ -n "${QUICK:-}" ]; then quick=--quick; calls=2; length=32; else quick=; calls=20; length=128; fi
+if [ -n "${QUICK:-}" ]; then quick=--quick; calls=2; length=32; long=64; else quick=; calls=20; length=128; long=512; fi
 pack() {  # the device tool brings back few files: everything measured so far, in one archive
   tar czf "${ARCHIVE:-$out.tar.gz}" -C "$(dirname "$out")" "$(basename "$out")"
 }
@@ -80,6 +80,12 @@ bench encode128bf16 120 --task encode --batches 128 --length "$length" --calls 1
   --engines kbert/jax kbert-cls/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax bf16"
 bench generate1 150 --task generate --batches 1 --calls 3 --precisions tf32 \
   --engines kbert/jax kbert-slots16/jax keras-hub/jax --baseline "keras-hub/jax tf32"
+# --remat's memory and time (peak: each worker's GPU allocator peak), and training at 512 tokens a row, where
+# attention is a larger share of the step. ONLY="remat train512".
+bench remat 150 --task train --batches 256 --length "$length" --calls 5 --precisions bf16 \
+  --engines kbert/jax kbert-remat/jax keras-hub/jax --baseline "kbert/jax bf16"
+bench train512 180 --task train --batches 32 --length "$long" --calls 5 --precisions bf16 \
+  --engines kbert/jax kbert-fused/jax kbert-remat/jax keras-hub/jax transformers/torch --baseline "keras-hub/jax bf16"
 if wanted profile256; then
   if [ -n "${QUICK:-}" ]; then sizes="--config bert_tiny --batch 4 --length 32"; else sizes="--batch 256"; fi
   timeout 150 python -m benchmarks.step_profile --precisions bf16 --calls 5 $sizes 2>"$out/profile256.log" \

@@ -53,11 +53,11 @@ def test_remat_trains_to_the_same_weights(run_inputs, tmp_path):
 
 def test_the_feed_forward_layers_are_built_to_recompute():
     """What `--remat` changes (the comparison above cannot tell): the blocks' feed-forward layers recompute."""
-    from kbert.training.loop import _remat_scope
+    from kbert.training.loop import remat_scope
 
     config = BertConfig.from_json_file(str(CONFIGS / "bert_tiny.json"))
     for remat in (False, True):
-        with _remat_scope(TrainingOptions(remat=remat), config):
+        with remat_scope(TrainingOptions(remat=remat), config):
             bert = build_transformer_model(config)
         # A layer's mode is its scope's; in "list_of_layers" it recomputes when its name is listed.
         modes = {layer.name: layer._remat_mode for layer in bert.layers}

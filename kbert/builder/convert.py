@@ -26,10 +26,13 @@ from kbert.models.tables import GOOGLE, HF
 
 
 def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
-            config_path: Optional[str] = None, overwrite: bool = False, model: Optional[str] = None) -> dict:
+            config_path: Optional[str] = None, overwrite: bool = False, model: Optional[str] = None,
+            max_shard_size: Optional[int] = None) -> dict:
     """Converts a Google checkpoint to Hugging Face safetensors, or the reverse.
 
     `model` is the family (default: the config's `model_type`, else BERT).
+    `max_shard_size` (bytes): safetensors written as shards of at most that
+    size and their index, as transformers writes a large model.
     `out` is a directory, new or empty (or, with `overwrite`, replaced whole);
     it receives the weights, the config in the target format's name, and
     `vocab.txt` when the source has one beside it. The files are written into
@@ -49,6 +52,9 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     source = open_weights(src)
     family, config = resolve(config_path or find_config(source), model)
     check_hf_names(family, f"{source.path}: converting model={family.name!r}", "Nothing was written")
+    if max_shard_size and source.fmt == HF:
+        raise CheckpointError(f"{source.path}: --max-shard-size shards Hugging Face safetensors; this conversion "
+                              "writes a Google checkpoint (one file per kind). Leave it out")
     heads = heads_in(source, family)
     built = build_transformer_model(config, model=family.name, **heads.flags())
     report = load_into(built, source)
@@ -58,7 +64,7 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
     try:
         vocab = os.path.join(os.path.dirname(os.path.abspath(source.path)), VOCAB)
         vocab = vocab if os.path.exists(vocab) else None
-        weights, written_config = _write_converted(built, source, config, staging, vocab)
+        weights, written_config = _write_converted(built, source, config, staging, vocab, max_shard_size)
         if vocab and source.fmt == HF:  # save_hf_weights copies it into an HF directory itself
             atomic_copy(vocab, os.path.join(staging, VOCAB))
         replace_directory(staging, out)
@@ -71,11 +77,12 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
             "heads": {flag: bool(value) for flag, value in heads.flags().items()}, "unused": report.describe_unused()}
 
 
-def _write_converted(model, source: TensorSource, config: BertConfig, out: str, vocab: Optional[str]):
+def _write_converted(model, source: TensorSource, config: BertConfig, out: str, vocab: Optional[str],
+                     max_shard_size: Optional[int] = None):
     """Writes the model in the format that `source` is not (with `vocab`'s framing ids in an HF config);
     returns (weights, config) paths."""
     if source.fmt == GOOGLE:
-        return save_hf_weights(model, out, vocab), os.path.join(out, HF_CONFIG)
+        return save_hf_weights(model, out, vocab, max_shard_size=max_shard_size), os.path.join(out, HF_CONFIG)
     weights = save_google_checkpoint(model, os.path.join(out, GOOGLE_PREFIX))
     written_config = os.path.join(out, GOOGLE_CONFIG)
     config.to_json_file(written_config)

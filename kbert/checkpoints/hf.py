@@ -2,7 +2,8 @@
 
 Reads and writes with the `safetensors` library (NumPy; no PyTorch needed).
 Reads a sharded checkpoint too (`model.safetensors.index.json` and the
-`model-0000i-of-0000n.safetensors` files it names); writes one file.
+`model-0000i-of-0000n.safetensors` files it names); writes one file, or
+shards of at most `max_shard_size` bytes with their index, as transformers does.
 Accepts the tensors of a bare model (`BertModel`: `embeddings.word_embeddings.weight`,
 ...) and of a task model (`BertForPreTraining`: the `bert.` prefix, `cls.*`
 heads), of each family that `kbert.checkpoints.names.hf_families` lists, and
@@ -169,8 +170,14 @@ def load_hf_weights(
 
 
 def save_hf_weights(model, path: "str | os.PathLike[str]",
-                    vocab: "Optional[str | os.PathLike[str]]" = None) -> str:
+                    vocab: "Optional[str | os.PathLike[str]]" = None, max_shard_size: Optional[int] = None) -> str:
     """Writes the model as Hugging Face's `model.safetensors` (atomically); returns its path.
+
+    With `max_shard_size` (bytes; `parse_size("2GB")`), a model larger than
+    that is written as shards `model-0000i-of-0000n.safetensors` of at most
+    that size (a larger tensor alone in its shard) and transformers' index
+    `model.safetensors.index.json`, written last, whose path is returned; the
+    files of the other layout left in the directory by an earlier save go.
 
     `path` is a `.safetensors` file, or a directory. A directory also receives
     `config.json` (Hugging Face's keys, `model_type`, and the class in
@@ -200,8 +207,16 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
     for name, value in values:
         name = name if name.startswith(unprefixed) or not with_heads else f"{family.hf_prefix}.{name}"
         tensors[name] = np.ascontiguousarray(value)
-    with atomic_path(path) as temporary:
-        save_file(tensors, temporary, metadata={"format": "pt"})
+    shards = _shards(tensors, max_shard_size) if max_shard_size else [tensors]
+    if len(shards) > 1 and directory is None:
+        raise CheckpointError(f"{path}: a sharded checkpoint is several files and an index; give a directory")
+    if len(shards) > 1:
+        path = _save_shards(shards, directory)
+    else:
+        with atomic_path(path) as temporary:
+            save_file(tensors, temporary, metadata={"format": "pt"})
+        if directory is not None:
+            _remove_stale(directory, INDEX_NAME)
     if directory is not None and config is not None:
         _write_hf_config(model, family, config, directory, vocab)
     if directory is not None and vocab is not None:  # under the name Hugging Face's tokenizers look for
@@ -210,6 +225,65 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
     for difference in family.hf_differences(config) if config is not None else []:
         logger.warning("%s: transformers will compute otherwise than this kbert model: %s", path, difference)
     return path
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "KIB": 2 ** 10, "MIB": 2 ** 20,
+               "GIB": 2 ** 30}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size as transformers writes it: `5GB`, `500MB`, `2GiB` or a whole number of bytes.
+
+    >>> parse_size("5GB"), parse_size("100KiB"), parse_size("4096")
+    (5000000000, 102400, 4096)
+    """
+    number = text.strip()
+    digits = len(number) - len(number.lstrip("0123456789."))
+    value, unit = number[:digits], number[digits:].strip().upper()
+    if not value or unit not in _SIZE_UNITS or float(value) <= 0:
+        raise CheckpointError(f"max shard size: expected a size such as 5GB, 500MB, 2GiB or a number of bytes, "
+                              f"got {text!r}")
+    return int(float(value) * _SIZE_UNITS[unit])
+
+
+def _shards(tensors: Dict[str, np.ndarray], max_size: int) -> list:
+    """The tensors in order, cut into groups of at most `max_size` bytes (a larger tensor alone in its own)."""
+    shards, size = [{}], 0
+    for name, value in tensors.items():
+        if shards[-1] and size + value.nbytes > max_size:
+            shards.append({})
+            size = 0
+        shards[-1][name] = value
+        size += value.nbytes
+    return shards
+
+
+def _save_shards(shards: list, directory: str) -> str:
+    """Each shard, then the index (last: a reader finds the index only once every shard it names is there)."""
+    from safetensors.numpy import save_file
+
+    weight_map, names = {}, [f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
+    for name, shard in zip(names, shards):
+        with atomic_path(os.path.join(directory, name)) as temporary:
+            save_file(shard, temporary, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, name))
+    total = sum(value.nbytes for shard in shards for value in shard.values())
+    index = os.path.join(directory, INDEX_NAME)
+    atomic_write_text(index, json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+                      + "\n")
+    _remove_stale(directory, WEIGHTS_NAME, keep=set(names))
+    return index
+
+
+def _remove_stale(directory: str, name: str, keep: frozenset = frozenset()) -> None:
+    """Removes the other layout's files that an earlier save left in `directory` (a reader would take the
+    single file before the index, or meet shards that no index names): `name`, and shards not in `keep`."""
+    stale = [name] + [file for file in os.listdir(directory)
+                      if file.startswith("model-") and file.endswith(".safetensors") and file not in keep]
+    for file in stale:
+        if os.path.exists(os.path.join(directory, file)):
+            logger.info("%s: removed %s, left by an earlier save in the other layout", directory, file)
+            os.remove(os.path.join(directory, file))
 
 
 def _whole_tensors(values) -> list:

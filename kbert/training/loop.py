@@ -294,7 +294,7 @@ def _tokenizer(task: Task, vocab_path: str, options: TrainingOptions, config: Be
 def _compiled(task: Task, family, config: BertConfig, checkpoint_path: Optional[str], num_labels: int,
               options: TrainingOptions, data, strategy):
     """The task's model (what is saved) and the compiled trainer wrapping it (which owns the optimizer)."""
-    with _remat_scope(options, config):
+    with remat_scope(options, config):
         bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
         multipliers = {}
         if checkpoint_path is None:
@@ -344,7 +344,7 @@ def _fit(trainer, model, task: Task, data, options: TrainingOptions, run: RunDir
         raise
 
 
-def _remat_scope(options: TrainingOptions, config: BertConfig) -> keras.RematScope:
+def remat_scope(options: TrainingOptions, config: BertConfig) -> keras.RematScope:
     """The scope the model is built in: with `--remat`, the blocks' feed-forward layers recompute their
     intermediate values (4 H wide, the largest a block keeps beside attention's scores) in the backward pass.
     Layers that draw random numbers (dropout, attention with its dropout) cannot: `jax.checkpoint` cannot
