@@ -190,6 +190,9 @@ def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> 
     parser.add_argument("--ema", action="store_true",
                         help="train on an exponential moving average of the weights (Keras's use_ema), "
                              "validated and saved each epoch")
+    parser.add_argument("--model-parallel", type=positive_int, default=defaults.model_parallel, metavar="N",
+                        help="JAX: split each attention and feed-forward kernel and the token table over N devices "
+                             "(keras.distribution.ModelParallel; the other devices split the batch)")
     parser.add_argument("--remat", action="store_true",
                         help="the feed-forward layers recompute their intermediate values in the backward pass "
                              "(Keras's RematScope, gradient checkpointing): less activation memory, slower steps")
@@ -228,7 +231,7 @@ def _run_options(args, **task_options) -> TrainingOptions:
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
         warmup_ratio=args.warmup, schedule=args.schedule, weight_decay=args.weight_decay, do_lower_case=not args.cased,
         strategy=args.strategy, mixed_precision=args.mixed_precision, shuffle=not args.no_shuffle, seed=args.seed,
-        ema=args.ema, remat=args.remat, grad_accum=args.grad_accum, jit_compile=args.jit_compile, model=args.model,
+        ema=args.ema, remat=args.remat, model_parallel=args.model_parallel, grad_accum=args.grad_accum, jit_compile=args.jit_compile, model=args.model,
         optimizer=args.optimizer, **task_options)
 
 

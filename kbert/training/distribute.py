@@ -57,20 +57,75 @@ class LocalStrategy:
     1
     """
 
-    num_replicas_in_sync = 1
+    def __init__(self, replicas: int = 1):
+        self.num_replicas_in_sync = replicas  # the batch's slices: 1, or the batch axis of a model-parallel mesh
 
     def scope(self):
         return contextlib.nullcontext()
 
 
-def make_strategy(name: str):
+# Megatron's split of a block (kbert's variable paths, every family): the projections into heads and the
+# feed-forward's first layer split on their outputs, the layers back to the hidden width on their inputs,
+# so each pair needs one reduction; the token table split on the vocabulary. Everything else is replicated.
+MODEL_PARALLEL_LAYOUT = {
+    r".*MultiHeadSelfAttention/(query|key|value)/kernel": (None, "model"),
+    r".*MultiHeadSelfAttention/(query|key|value)/bias": ("model",),
+    r".*MultiHeadSelfAttention/output/kernel": ("model", None),
+    r".*FeedForward/intermediate[^/]*/kernel": (None, "model"),
+    r".*FeedForward/intermediate[^/]*/bias": ("model",),
+    r".*FeedForward/output/kernel": ("model", None),
+    r"Embedding-Token/embeddings": ("model", None),
+}
+# The config's sizes that the split divides: each must be a multiple of the model axis.
+_SPLIT_SIZES = ("vocab_size", "hidden_size", "intermediate_size")
+
+
+def model_parallel_distribution(model_parallel: int, config=None) -> "keras.distribution.ModelParallel":
+    """A `ModelParallel` distribution over every device: a mesh `(devices / model_parallel, model_parallel)`
+    named `("batch", "model")` and `MODEL_PARALLEL_LAYOUT`. A device count or a config size (`config`'s
+    vocab_size, hidden_size, heads' width, intermediate_size) that the model axis does not divide is refused.
+
+    Example:
+    >>> distribution = model_parallel_distribution(1)
+    >>> distribution.device_mesh.axis_names, distribution.device_mesh.shape[1]
+    (['batch', 'model'], 1)
+    """
+    devices = keras.distribution.list_devices()
+    if len(devices) % model_parallel:
+        raise KbertError(f"--model-parallel {model_parallel} must divide the {len(devices)} devices "
+                         f"({', '.join(map(str, devices[:4]))}{', ...' if len(devices) > 4 else ''})")
+    sizes = {name: getattr(config, name, None) for name in _SPLIT_SIZES}
+    if config is not None and getattr(config, "num_attention_heads", None):
+        sizes["num_attention_heads"] = config.num_attention_heads
+    for name, size in sizes.items():
+        if size is not None and size % model_parallel:
+            raise KbertError(f"--model-parallel {model_parallel}: the config's {name} ({size}) does not divide "
+                             f"into {model_parallel} equal parts; choose a model axis that divides it")
+    mesh = keras.distribution.DeviceMesh((len(devices) // model_parallel, model_parallel), ["batch", "model"],
+                                         devices)
+    layout = keras.distribution.LayoutMap(mesh)
+    for path, axes in MODEL_PARALLEL_LAYOUT.items():
+        layout[path] = axes
+    return keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch")
+
+
+def make_strategy(name: str, model_parallel: int = 1, config=None):
     """The `tf.distribute` strategy for `--strategy` (on JAX and PyTorch, a `LocalStrategy`).
 
     `auto` mirrors over the local GPUs when there are several and is the
     default (no) strategy otherwise; `multiworker` reads the cluster and this
-    process's task from the `TF_CONFIG` environment variable.
+    process's task from the `TF_CONFIG` environment variable. `model_parallel`
+    over 1 (JAX, `auto`): the model split over that many devices
+    (`model_parallel_distribution`), the batch over the rest.
     """
     backend = keras.backend.backend()
+    if model_parallel > 1:
+        if backend != "jax" or name != "auto":
+            raise KbertError(f"--model-parallel runs on JAX (keras.distribution.ModelParallel) with --strategy auto; "
+                             f"this run has KERAS_BACKEND={backend} and --strategy {name}")
+        distribution = model_parallel_distribution(model_parallel, config)
+        keras.distribution.set_distribution(distribution)
+        return LocalStrategy(replicas=distribution.device_mesh.shape[0])
     if backend == "jax" and name == "multiworker":
         return join_processes(os.environ)
     if backend != "tensorflow":

@@ -210,7 +210,7 @@ def train_task(
     if resume and options.strategy == "multiworker":
         raise KbertError("--resume is not supported with --strategy multiworker: the workers keep no "
                          "common backup; start the run again")
-    strategy = make_strategy(options.strategy)
+    strategy = make_strategy(options.strategy, options.model_parallel, config)
     role = worker_role(strategy)
     if role is not None and not role.is_chief:
         # Every worker runs the same steps, but only the chief writes OUT.

@@ -43,6 +43,9 @@ class TrainingOptions:
         bucketing: batch training examples of similar length together (16-token
             bands, drawn in shuffled order): less padding, faster epochs.
         seed: seed of initialisation, shuffling and dropout.
+        model_parallel: split each attention and feed-forward kernel (and the token table) over this
+            many devices, Megatron-style, on JAX (`keras.distribution.ModelParallel`; the devices left over
+            form the batch axis). 1: every device holds the whole model.
         remat: the feed-forward layers recompute their intermediate values in the backward pass instead
             of keeping them (Keras's `RematScope`, gradient checkpointing): less memory, a slower step.
         ema: keep an exponential moving average of the weights (Keras's
@@ -118,6 +121,7 @@ class TrainingOptions:
     seed: int = 0
     ema: bool = False
     remat: bool = False
+    model_parallel: int = 1
     grad_accum: int = 1
     task: str = "classify"
     model: Optional[str] = None

@@ -1,0 +1,77 @@
+"""`--model-parallel` on JAX: the model split Megatron-style over simulated CPU devices trains to one device's
+weights, and sizes the split does not divide are refused with the reason."""
+
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, shared_path
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution.ModelParallel is JAX's")
+TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def run_args(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("model-parallel")
+    config = json.loads((CONFIGS / "bert_tiny.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # the same steps everywhere
+    (directory / "config.json").write_text(json.dumps(config))
+    lines = shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()
+    (directory / "train.data").write_text("\n".join(lines[:48]) + "\n", encoding="utf-8")
+    return directory, ["--config", directory / "config.json", "--vocab", shared_path("vocab", "chinese_vocab.txt"),
+                       "--train", directory / "train.data", "--valid", directory / "train.data", "--epochs", "2",
+                       "--lr", "1e-3", "--maxlen", "32", "--batch-size", "8", "--no-shuffle"]
+
+
+def kbert_train(args, out, devices: int, wait=True):
+    """`kbert train` in a new process that sees `devices` CPU devices."""
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    process = subprocess.Popen([sys.executable, "-m", "kbert", "train", *map(str, args), "--out", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return process.communicate(timeout=TIMEOUT_S) + (process.returncode,) if wait else process
+
+
+def weights(model_dir) -> dict:
+    values = {}
+    with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as handle:
+        handle.visititems(lambda name, item: values.__setitem__(name, item[()])
+                          if isinstance(item, h5py.Dataset) else None)
+    return values
+
+
+def test_a_model_split_over_devices_trains_to_one_devices_weights(run_args):
+    directory, args = run_args
+    runs = {"split": kbert_train(args + ["--model-parallel", "2"], directory / "split", 4, wait=False),
+            "one device": kbert_train(args, directory / "one", 1, wait=False)}
+    try:
+        outputs = {name: run.communicate(timeout=TIMEOUT_S) for name, run in runs.items()}
+    finally:
+        for run in runs.values():
+            run.kill()
+    for name, run in runs.items():
+        assert run.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
+    split, one = weights(directory / "split"), weights(directory / "one")
+    assert sorted(split) == sorted(one) and len(one) == 39
+    for name in one:
+        np.testing.assert_allclose(split[name], one[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    histories = [json.loads((directory / name / "training.json").read_text())["history"] for name in ("split", "one")]
+    assert [round(epoch["val_accuracy"], 4) for epoch in histories[0]] == \
+        [round(epoch["val_accuracy"], 4) for epoch in histories[1]]
+
+
+@pytest.mark.parametrize("model_parallel, devices, message", [
+    (3, 3, "the config's vocab_size (21128) does not divide into 3 equal parts"),
+    (2, 3, "--model-parallel 2 must divide the 3 devices"),
+])
+def test_sizes_that_do_not_divide_are_refused_before_writing(run_args, tmp_path, model_parallel, devices, message):
+    _, args = run_args
+    _, stderr, code = kbert_train(args + ["--model-parallel", str(model_parallel)], tmp_path / "out", devices)
+    assert code == 2 and message in stderr, stderr[-2000:]
+    assert "Traceback" not in stderr and not (tmp_path / "out").exists()
