@@ -236,7 +236,9 @@ def _kbert_train_step(config_path: str, precision: str, batch: int, length: int,
     from kbert.builder import build_classifier
     from kbert.training.loop import remat_scope
 
-    config = _config(config_path) if attention_dropout else {**_config(config_path), "attention_probs_dropout_prob": 0.0}
+    config = _config(config_path)
+    if not attention_dropout:
+        config["attention_probs_dropout_prob"] = 0.0
     with remat_scope(TrainingOptions(remat=remat), BertConfig.from_dict(config)):
         model = build_classifier(build_transformer_model(config), 2)
     model.compile(optimizer=_adamw(), loss="sparse_categorical_crossentropy")

@@ -231,7 +231,8 @@ def _run_options(args, **task_options) -> TrainingOptions:
         epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, maxlen=args.maxlen,
         warmup_ratio=args.warmup, schedule=args.schedule, weight_decay=args.weight_decay, do_lower_case=not args.cased,
         strategy=args.strategy, mixed_precision=args.mixed_precision, shuffle=not args.no_shuffle, seed=args.seed,
-        ema=args.ema, remat=args.remat, model_parallel=args.model_parallel, grad_accum=args.grad_accum, jit_compile=args.jit_compile, model=args.model,
+        ema=args.ema, remat=args.remat, model_parallel=args.model_parallel, grad_accum=args.grad_accum,
+        jit_compile=args.jit_compile, model=args.model,
         optimizer=args.optimizer, **task_options)
 
 

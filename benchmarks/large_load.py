@@ -1,0 +1,77 @@
+"""Peak memory while loading a large safetensors checkpoint, against the weights' own size.
+
+    python -m benchmarks.large_load write DIR [--max-shard-size 2GB]   # a GPT-2 of GPT2-ML 1.5B's shape
+    python -m benchmarks.large_load load DIR                            # prints one table
+
+`write` builds a GPT-2 with GPT2-ML 1.5B's sizes (48 blocks of width 1,536,
+24 heads, feed-forward 6,144, 8,021 tokens, 1,024 positions; GPT2-ML itself
+has no Hugging Face names, so GPT-2's layout stands in at the same size) with
+random weights and saves it with `save_hf_weights`. `load` runs in a process
+of its own: it builds the same model, then reads the resident-set size before
+and its peak during `load_hf_weights`, so the figures are the load's alone:
+the extra peak over the built model, as a multiple of the weights' bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from benchmarks.memory import peak_rss_mib, reset_peak, rss_mib
+
+SHAPE = {"vocab_size": 8021, "hidden_size": 1536, "num_hidden_layers": 48, "num_attention_heads": 24,
+         "intermediate_size": 6144, "max_position_embeddings": 1024, "hidden_act": "gelu",
+         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02}
+
+
+def _model():
+    from kbert import build_transformer_model
+
+    return build_transformer_model(dict(SHAPE), model="gpt2")
+
+
+def write(directory: str, max_shard_size: str | None) -> None:
+    from kbert import save_hf_weights
+    from kbert.checkpoints.hf import parse_size
+
+    model = _model()
+    start = time.perf_counter()
+    path = save_hf_weights(model, directory, max_shard_size=parse_size(max_shard_size) if max_shard_size else None)
+    print(f"wrote {path}: {model.count_params():,} parameters in {time.perf_counter() - start:.0f} s")
+
+
+def load(directory: str) -> None:
+    import numpy as np
+
+    from kbert import load_hf_weights
+
+    model = _model()
+    weights_mib = sum(np.dtype(v.dtype).itemsize * int(np.prod(v.shape)) for v in model.weights) / 2 ** 20
+    before = rss_mib()
+    reset_peak()
+    start = time.perf_counter()
+    report = load_hf_weights(model, directory)
+    seconds = time.perf_counter() - start
+    peak = peak_rss_mib()
+    print(f"{len(report.loaded)} tensors, {model.count_params():,} parameters, {weights_mib:,.0f} MiB of weights; "
+          f"loaded in {seconds:.1f} s")
+    print(f"{'resident before (built model)':34} {before:10,.0f} MiB")
+    print(f"{'peak while loading':34} {peak:10,.0f} MiB")
+    extra = peak - before
+    print(f"{'peak over the built model':34} {extra:10,.0f} MiB = {extra / weights_mib:.2f}x the weights")
+    print(f"{'peak / weights':34} {peak / weights_mib:10.2f}x")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["write", "load"])
+    parser.add_argument("directory")
+    parser.add_argument("--max-shard-size", help="write: shards of at most this size (e.g. 2GB)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    write(args.directory, args.max_shard_size) if args.action == "write" else load(args.directory)
+
+
+if __name__ == "__main__":
+    main()
