@@ -65,6 +65,20 @@ def test_a_model_split_over_devices_trains_to_one_devices_weights(run_args):
     assert [round(epoch["val_accuracy"], 4) for epoch in histories[0]] == \
         [round(epoch["val_accuracy"], 4) for epoch in histories[1]]
 
+    # The trained model predicts the same split over devices as on one.
+    predictions = []
+    for extra, devices in (([], 1), (["--model-parallel", "2"], 4)):
+        result = subprocess.run([sys.executable, "-m", "kbert", "predict", "--model", str(directory / "one"), "--json",
+                                 *extra, str(directory / "train.data")], capture_output=True, text=True,
+                                timeout=TIMEOUT_S, env={**os.environ, "XLA_FLAGS":
+                                                        f"--xla_force_host_platform_device_count={devices}"})
+        assert result.returncode == 0, result.stderr[-3000:]
+        predictions.append([json.loads(line) for line in result.stdout.splitlines()])
+    assert len(predictions[0]) == 48 and [row["label"] for row in predictions[0]] == \
+        [row["label"] for row in predictions[1]]
+    np.testing.assert_allclose([row["probability"] for row in predictions[1]],
+                               [row["probability"] for row in predictions[0]], rtol=1e-5)
+
 
 @pytest.mark.parametrize("model_parallel, devices, message", [
     (3, 3, "the config's vocab_size (21128) does not divide into 3 equal parts"),

@@ -98,8 +98,25 @@ def _run_in_precision(args) -> int:
     from kbert.training.precision import precision_policy, warn_if_emulated
 
     warn_if_emulated(args.mixed_precision)
+    if getattr(args, "model_parallel", 1) > 1:
+        _split_the_model(args.model_parallel, args.model)
     with precision_policy(args.mixed_precision):
         return args.run(args)
+
+
+def _split_the_model(model_parallel: int, model_dir: str) -> None:
+    """`--model-parallel N`: the model directory's model built split over N devices (JAX)."""
+    import keras
+
+    from kbert.models.config import BertConfig
+    from kbert.training.distribute import model_parallel_distribution
+
+    if keras.backend.backend() != "jax":
+        raise KbertError(f"--model-parallel runs on JAX (keras.distribution.ModelParallel); KERAS_BACKEND is "
+                         f"{keras.backend.backend()}")
+    config_path = os.path.join(model_dir, "config.json")
+    config = BertConfig.from_json_file(config_path) if os.path.exists(config_path) else None
+    keras.distribution.set_distribution(model_parallel_distribution(model_parallel, config))
 
 
 def keras_backend_name() -> str:

@@ -222,6 +222,8 @@ def _inference_arguments(parser, task_help: str) -> None:
                              "text=review,label=sentiment")
     parser.add_argument("--top-k", type=positive_int, default=5,
                         help="a pre-trained model (kbert pretrain): the tokens given for each [MASK] of a text")
+    parser.add_argument("--model-parallel", type=positive_int, default=1, metavar="N",
+                        help="JAX: the model split over N devices as kbert train --model-parallel splits it")
     precision_option(parser)
 
 
