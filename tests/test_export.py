@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path, write_task_data
+from conftest import CONFIGS, minilm_dir, shared_path, write_task_data
 from kbert.cli.main import main
 from kbert.errors import KbertError
 from kbert.serving.export import export_model
@@ -282,3 +282,34 @@ def test_sigterm_during_an_export_leaves_no_staging_behind(model_dirs, tmp_path)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 128 + signal.SIGTERM, process.stderr.read().decode()[-2000:]
     assert list(out.iterdir()) == [] and list(scratch.glob("kbert-export-*")) == []
+
+
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
+             "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.",
+             "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums."]
+
+
+def test_an_embedding_model_in_onnx_keeps_its_pooling_and_normalisation(tmp_path):
+    """The real all-MiniLM-L6-v2 (mean pooling, normalised): the ONNX file's vectors are Embedder.encode's."""
+    from kbert.serving.export import int8_embedder
+    from kbert.tasks.embedding import Embedder
+    from kbert.tokenizers import pad_batch
+
+    folder = minilm_dir()
+    report = export_model(str(folder), str(tmp_path / "minilm.onnx"))
+    session = onnxruntime.InferenceSession(str(tmp_path / "minilm.onnx"), providers=["CPUExecutionProvider"])
+    metadata = session.get_modelmeta().custom_metadata_map
+    assert metadata["kbert_task"] == "embed" and metadata["kbert_pooling"] == "mean"
+    assert json.loads(metadata["kbert_normalized"]) is True and json.loads(metadata["kbert_dimensions"]) == 384
+    embedder = Embedder.load(folder)
+    token_ids, segment_ids = (ids.astype(np.int32) for ids in pad_batch(
+        [embedder.tokenizer.encode(sentence) for sentence in SENTENCES]))
+    vectors = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
+    expected = embedder.encode(SENTENCES)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    assert report.max_difference <= 1e-5
+    int8 = int8_embedder(embedder)  # as `kbert serve --quantize int8` makes it
+    quantized = int8.predict_on_batch([token_ids, segment_ids])
+    cosines = np.sum(quantized * expected, 1) / np.linalg.norm(quantized, axis=1)
+    assert cosines.min() >= 0.99 and int8.report.quantized == "int8"  # English sentences: 0.993-0.995 measured

@@ -83,19 +83,25 @@ WARM_UP = {"mlm": "[MASK]", None: "warm up"}
 
 
 def _int8_predictor(model_dir: str, settings):
-    """A classifier whose model is its int8 ONNX export (`kbert.serving.export.Int8Classifier`)."""
-    from kbert.serving.export import Int8Classifier
+    """A classifier or an embedding model whose model is its int8 ONNX export (`kbert.serving.export.Int8Model`),
+    made from the Keras model, which it then replaces."""
+    from kbert.serving.export import int8_classifier, int8_embedder
     from kbert.tasks.classification import load_classifier
-    from kbert.tasks.predictors import classifier_predictor
+    from kbert.tasks.embedding import Embedder
+    from kbert.tasks.predictors import classifier_predictor, embedding_predictor
     from kbert.tasks.predictors import is_cross_encoder, is_embedding_model, resolved
     from kbert.training.model_dir import read_training_state
 
     folder = resolved(model_dir)
     task = ("embed" if is_embedding_model(folder) else "rerank" if is_cross_encoder(folder)
             else read_training_state(folder)["task"])
+    if task == "embed":
+        embedder = Embedder.load(model_dir)
+        embedder.model = int8_embedder(embedder)
+        return embedding_predictor(model_dir, settings, embedder)
     if task != "classify":
-        raise KbertError(f"--quantize int8 serves classifiers (an int8 ONNX file); {model_dir} is a {task} model: "
-                         "serve it without --quantize")
+        raise KbertError(f"--quantize int8 serves classifiers and embedding models (an int8 ONNX file); {model_dir} "
+                         f"is a {task} model: serve it without --quantize")
     classifier = load_classifier(model_dir)
-    classifier.model = Int8Classifier(classifier)  # made from the Keras model, which it then replaces
+    classifier.model = int8_classifier(classifier)
     return classifier_predictor(classifier, model_dir, settings)

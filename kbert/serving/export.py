@@ -44,8 +44,9 @@ import numpy as np
 from kbert.errors import KbertError, first_line, require_tensorflow
 from kbert.io import atomic_path
 from kbert.models import naming
-from kbert.serving.conversion import (FLOAT_TOLERANCE, INT8_PROBABILITY_TOLERANCE, INT8_TAG_SHARE, SAMPLE_TEXTS,
-                                      ExportReport, convert_to_onnx, export_staging, publish, refuse_existing)
+from kbert.serving.conversion import (EMBEDDING_SAMPLE_TEXTS, FLOAT_TOLERANCE, INT8_COSINE,
+                                      INT8_PROBABILITY_TOLERANCE, INT8_TAG_SHARE, SAMPLE_TEXTS, ExportReport,
+                                      convert_to_onnx, export_staging, publish, refuse_existing)
 
 FORMATS = ("saved_model", "onnx", "litert", "keras")
 VITERBI_NOTE = ("emissions [batch, length, tags]: decode each row with Viterbi over kbert_transitions "
@@ -108,6 +109,10 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
                          "onnx or litert (a path ending in .onnx or .tflite)")
     if format != "keras":
         _require_tensorflow_backend(format)
+    if _is_embedding_model(model_dir):  # a sentence-transformers folder: its pooling and normalisation in the graph
+        from kbert.tasks.embedding import Embedder
+
+        return _write(embedder_endpoint(Embedder.load(model_dir)), out, format, quantize)
     task = _task(model_dir)
     if task == "seq2seq":
         if format != "onnx":
@@ -119,6 +124,10 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
         return write_generator_onnx(model_dir, out, quantize)
     endpoint = _endpoint(model_dir, task, crf_emissions=format in ("onnx", "litert"))
     endpoint.metadata.update(_input_metadata(model_dir))
+    return _write(endpoint, out, format, quantize)
+
+
+def _write(endpoint: _Endpoint, out: str, format: str, quantize: Optional[str]) -> ExportReport:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if format == "keras":
         with atomic_path(out) as temporary:  # the temporary name ends in .keras too
@@ -139,6 +148,12 @@ def _require_tensorflow_backend(format: str) -> None:
         raise KbertError(f"--format {format} traces the model as a TensorFlow graph, and Keras runs on "
                          f"{keras.backend.backend()} here: run the export with KERAS_BACKEND=tensorflow (the model "
                          "directory is the same on every backend), or --format keras")
+
+
+def _is_embedding_model(model_dir: str) -> bool:
+    from kbert.tasks.predictors import is_embedding_model, resolved
+
+    return is_embedding_model(resolved(model_dir))
 
 
 def _task(model_dir: str) -> str:
@@ -165,7 +180,8 @@ def _endpoint(model_dir: str, task: str, crf_emissions: bool) -> _Endpoint:
                              {"kbert_transitions": transitions, "kbert_decoding": VITERBI_NOTE})
         output = "entity_hits" if tagger.head == "global_pointer" else "tags"
         return _Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
-    raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers, taggers and seq2seq models")
+    raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers, taggers, seq2seq models and "
+                     "embedding models (sentence-transformers folders)")
 
 
 def _input_metadata(model_dir: str) -> dict:
@@ -181,6 +197,16 @@ def _input_metadata(model_dir: str) -> dict:
             "kbert_input_note": "token_ids and segment_ids as kbert's WordPiece tokenizer makes them from the "
                                 "text (lower-cased where kbert_do_lower_case), [CLS] ... [SEP], cut to kbert_maxlen "
                                 "tokens; never longer than kbert_max_positions"}
+
+
+def embedder_endpoint(embedder) -> _Endpoint:
+    """An embedding model's vectors (pooled, projected and normalised as the model declares, in the graph), with
+    what a runtime without kbert needs to make its input and read its output."""
+    return _Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
+                     {"kbert_pooling": embedder.pooling, "kbert_normalized": embedder.normalize,
+                      "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
+                      "kbert_input_note": "token_ids and segment_ids as the model's own tokenizer (tokenizer.json "
+                                          "or vocab.txt in its folder) makes them, cut to kbert_maxlen tokens"})
 
 
 def _classifier_endpoint(classifier) -> _Endpoint:
@@ -280,31 +306,44 @@ def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Expor
     function = tf.function(lambda token_ids, segment_ids: {
         endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
     with export_staging() as staging:
-        path = convert_to_onnx(function, _signature(tf), _metadata(endpoint), staging, quantize, endpoint.task)
+        # An embedding's every value counts (not only the top label): its weights get a scale per channel.
+        path = convert_to_onnx(function, _signature(tf), _metadata(endpoint), staging, quantize, endpoint.task,
+                               per_channel=endpoint.output == "embeddings")
         difference = _check_export(endpoint, onnx_runner(path), "ONNX", quantize)
         publish({path: out})
     return ExportReport(out, "onnx", quantize, difference)
 
 
-class Int8Classifier:
-    """A classifier's int8 ONNX export run by onnxruntime, answering Keras's `predict_on_batch`: what
-    `kbert serve --quantize int8` puts in place of the Keras model (2.3× its speed on BERT-base here,
-    docs/deployment.md). The file is made, and checked, as `kbert export --quantize int8` makes it.
+class Int8Model:
+    """A model's int8 ONNX export run by onnxruntime, answering Keras's `predict_on_batch`: what
+    `kbert serve --quantize int8` puts in place of a classifier's or an embedding model's Keras model
+    (2.3× its speed on a BERT-base classifier here, docs/deployment.md). The file is made, and checked, as
+    `kbert export --quantize int8` makes it.
 
     Args:
-        classifier: a loaded classifier (`kbert.tasks.classification.load_classifier`), its Keras model
-            still in place.
+        endpoint: what to export (`int8_classifier`, `int8_embedder`), its Keras model still in place.
     """
 
-    def __init__(self, classifier):
+    def __init__(self, endpoint: _Endpoint):
+        self.outputs = endpoint.model.outputs  # the output's shape, for those who read it off the model
         with tempfile.TemporaryDirectory(prefix="kbert-int8-") as directory:
             path = os.path.join(directory, "model.int8.onnx")
-            self.report = _write_onnx(_classifier_endpoint(classifier), path, quantize="int8")
+            self.report = _write_onnx(endpoint, path, quantize="int8")
             self.run = onnx_runner(path)  # onnxruntime holds the model in memory: the file may go
 
     def predict_on_batch(self, features) -> np.ndarray:
         token_ids, segment_ids = (np.asarray(feature, dtype=np.int32) for feature in features)
         return self.run(token_ids, segment_ids)
+
+
+def int8_classifier(classifier) -> Int8Model:
+    """A loaded classifier's (`kbert.tasks.classification.load_classifier`) int8 model."""
+    return Int8Model(_classifier_endpoint(classifier))
+
+
+def int8_embedder(embedder) -> Int8Model:
+    """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) int8 model."""
+    return Int8Model(embedder_endpoint(embedder))
 
 
 def onnx_runner(path: str) -> Callable:
@@ -322,7 +361,8 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
     position) differing at more than `INT8_TAG_SHARE` of positions."""
     from kbert.tokenizers import pad_batch
 
-    token_ids, segment_ids = pad_batch([endpoint.tokenizer.encode(text) for text in SAMPLE_TEXTS])
+    texts = SAMPLE_TEXTS + (EMBEDDING_SAMPLE_TEXTS if endpoint.output == "embeddings" else ())
+    token_ids, segment_ids = pad_batch([endpoint.tokenizer.encode(text) for text in texts])
     token_ids, segment_ids = token_ids.astype(np.int32), segment_ids.astype(np.int32)
     expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(token_ids, segment_ids)))
     got = np.asarray(run(token_ids, segment_ids))
@@ -338,6 +378,14 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
         if not difference <= allowed:
             raise KbertError(f"{refused} differ from Keras's by {difference:.2e} on sample text (allowed: "
                              f"{allowed}); nothing was written")
+        return difference
+    if endpoint.output == "embeddings":
+        cosines = np.sum(got * expected, -1) / np.maximum(
+            np.linalg.norm(got, axis=-1) * np.linalg.norm(expected, axis=-1), 1e-12)
+        if not cosines.min() >= INT8_COSINE:
+            raise KbertError(f"{refused} have a cosine of {cosines.min():.4f} with Keras's float32 vectors on sample "
+                             f"text (allowed: at least {INT8_COSINE}); nothing was written. Serve or export this "
+                             "model in float32")
         return difference
     if endpoint.output == "probabilities":
         if (got.argmax(-1) != expected.argmax(-1)).any() or not difference <= INT8_PROBABILITY_TOLERANCE:

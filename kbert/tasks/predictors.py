@@ -170,11 +170,12 @@ def reranker_predictor(model: str, settings: PredictionSettings) -> Predictor:
     return Predictor("rerank", model, rows, reranker.tokenizer, reranker.maxlen)
 
 
-def embedding_predictor(model: str, settings: PredictionSettings) -> Predictor:
-    """An embedding model's predictor: a `{"text", "embedding"}` row per text."""
+def embedding_predictor(model: str, settings: PredictionSettings, embedder=None) -> Predictor:
+    """An embedding model's predictor: a `{"text", "embedding"}` row per text (`embedder`: `model` loaded
+    already, e.g. with its int8 model in place)."""
     from kbert.tasks.embedding import Embedder
 
-    embedder = Embedder.load(model)
+    embedder = embedder or Embedder.load(model)
     return Predictor("embed", model, lambda texts: [
         {"text": text, "embedding": vector.tolist()}
         for text, vector in zip(texts, embedder.encode(texts, settings.batch_size, bucketing=settings.bucketing))],
