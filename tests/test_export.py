@@ -7,6 +7,8 @@ metadata to the tagger's own tags.
 """
 
 import json
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -290,26 +292,30 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The 
 
 
 def test_an_embedding_model_in_onnx_keeps_its_pooling_and_normalisation(tmp_path):
-    """The real all-MiniLM-L6-v2 (mean pooling, normalised): the ONNX file's vectors are Embedder.encode's."""
-    from kbert.serving.export import int8_embedder
+    """The real all-MiniLM-L6-v2 (mean pooling, normalised): the ONNX file's vectors are Embedder.encode's, and
+    its int8 file's (as `kbert serve --quantize int8` makes it) close. Each export runs in a process of its own,
+    as a user runs it: tf2onnx's conversions keep memory a long-lived test worker would carry on."""
     from kbert.tasks.embedding import Embedder
     from kbert.tokenizers import pad_batch
 
     folder = minilm_dir()
-    report = export_model(str(folder), str(tmp_path / "minilm.onnx"))
-    session = onnxruntime.InferenceSession(str(tmp_path / "minilm.onnx"), providers=["CPUExecutionProvider"])
-    metadata = session.get_modelmeta().custom_metadata_map
-    assert metadata["kbert_task"] == "embed" and metadata["kbert_pooling"] == "mean"
-    assert json.loads(metadata["kbert_normalized"]) is True and json.loads(metadata["kbert_dimensions"]) == 384
+    for name, extra in (("minilm.onnx", []), ("minilm.int8.onnx", ["--quantize", "int8"])):
+        result = subprocess.run([sys.executable, "-m", "kbert", "export", "--model", str(folder), str(tmp_path / name),
+                                 *extra], capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
     embedder = Embedder.load(folder)
     token_ids, segment_ids = (ids.astype(np.int32) for ids in pad_batch(
         [embedder.tokenizer.encode(sentence) for sentence in SENTENCES]))
-    vectors = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
     expected = embedder.encode(SENTENCES)
-    np.testing.assert_allclose(vectors, expected, atol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
-    assert report.max_difference <= 1e-5
-    int8 = int8_embedder(embedder)  # as `kbert serve --quantize int8` makes it
-    quantized = int8.predict_on_batch([token_ids, segment_ids])
+    vectors = {}
+    for name in ("minilm.onnx", "minilm.int8.onnx"):
+        session = onnxruntime.InferenceSession(str(tmp_path / name), providers=["CPUExecutionProvider"])
+        metadata = session.get_modelmeta().custom_metadata_map
+        assert metadata["kbert_task"] == "embed" and metadata["kbert_pooling"] == "mean"
+        assert json.loads(metadata["kbert_normalized"]) is True and json.loads(metadata["kbert_dimensions"]) == 384
+        vectors[name] = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
+    np.testing.assert_allclose(vectors["minilm.onnx"], expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(vectors["minilm.onnx"], axis=1), 1, atol=1e-5)
+    quantized = vectors["minilm.int8.onnx"]
     cosines = np.sum(quantized * expected, 1) / np.linalg.norm(quantized, axis=1)
-    assert cosines.min() >= 0.99 and int8.report.quantized == "int8"  # English sentences: 0.993-0.995 measured
+    assert cosines.min() >= 0.99  # English sentences: 0.993-0.995 measured
