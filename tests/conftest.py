@@ -160,3 +160,27 @@ def kbert_in_process(*args, stdin: "str | None" = None) -> subprocess.CompletedP
         logger.setLevel(level)
         logger.propagate = propagate
     return subprocess.CompletedProcess(["kbert", *map(str, args)], status, out.getvalue(), err.getvalue())
+
+
+def saved_weights(model_dir) -> dict:
+    """Every array of a model directory's `model.weights.h5`, by its path in the file."""
+    import h5py
+
+    values = {}
+    with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as handle:
+        handle.visititems(lambda name, item: values.__setitem__(name, item[()])
+                          if isinstance(item, h5py.Dataset) else None)
+    return values
+
+
+def finish_together(runs: dict, timeout: float) -> dict:
+    """Waits for every started process of `runs` (name → `subprocess.Popen`), kills any left on the way out, and
+    asserts each exited 0; returns each one's (stdout, stderr)."""
+    try:
+        outputs = {name: run.communicate(timeout=timeout) for name, run in runs.items()}
+    finally:
+        for run in runs.values():
+            run.kill()
+    for name, run in runs.items():
+        assert run.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
+    return outputs

@@ -6,12 +6,11 @@ import os
 import subprocess
 import sys
 
-import h5py
 import keras
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path
+from conftest import CONFIGS, finish_together, saved_weights, shared_path
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution.ModelParallel is JAX's")
 TIMEOUT_S = 300
@@ -38,26 +37,13 @@ def kbert_train(args, out, devices: int, wait=True):
     return process.communicate(timeout=TIMEOUT_S) + (process.returncode,) if wait else process
 
 
-def weights(model_dir) -> dict:
-    values = {}
-    with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as handle:
-        handle.visititems(lambda name, item: values.__setitem__(name, item[()])
-                          if isinstance(item, h5py.Dataset) else None)
-    return values
-
 
 def test_a_model_split_over_devices_trains_to_one_devices_weights(run_args):
     directory, args = run_args
     runs = {"split": kbert_train(args + ["--model-parallel", "2"], directory / "split", 4, wait=False),
             "one device": kbert_train(args, directory / "one", 1, wait=False)}
-    try:
-        outputs = {name: run.communicate(timeout=TIMEOUT_S) for name, run in runs.items()}
-    finally:
-        for run in runs.values():
-            run.kill()
-    for name, run in runs.items():
-        assert run.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
-    split, one = weights(directory / "split"), weights(directory / "one")
+    finish_together(runs, TIMEOUT_S)
+    split, one = saved_weights(directory / "split"), saved_weights(directory / "one")
     assert sorted(split) == sorted(one) and len(one) == 39
     for name in one:
         np.testing.assert_allclose(split[name], one[name], rtol=1e-4, atol=1e-6, err_msg=name)

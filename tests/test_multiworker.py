@@ -14,12 +14,11 @@ import socket
 import subprocess
 import sys
 
-import h5py
 import keras
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path
+from conftest import CONFIGS, finish_together, saved_weights, shared_path
 
 TIMEOUT_S = 240
 pytestmark = pytest.mark.skipif(keras.backend.backend() not in ("tensorflow", "jax"),
@@ -40,13 +39,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
-
-def weights(model_dir) -> dict:
-    values = {}
-    with h5py.File(os.path.join(model_dir, "model.weights.h5"), "r") as handle:
-        handle.visititems(lambda name, item: values.__setitem__(name, item[()])
-                          if isinstance(item, h5py.Dataset) else None)
-    return values
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +73,7 @@ def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(r
             for index in range(2)}
     runs["single"] = kbert_train(args, directory / "single", 8, wait=False)
     runs["half batch"] = kbert_train(args, directory / "half-batch", 4, wait=False)
-    try:
-        outputs = {name: run.communicate(timeout=TIMEOUT_S) for name, run in runs.items()}
-    finally:
-        for run in runs.values():
-            run.kill()
-    for name, run in runs.items():
-        assert run.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
+    outputs = finish_together(runs, TIMEOUT_S)
     role = "process" if keras.backend.backend() == "jax" else "worker"
     assert "saved" in outputs["worker 0"][0]
     assert f"{role} 1 of 2: done; the chief writes the model" in outputs["worker 1"][0]
@@ -96,7 +82,7 @@ def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(r
     state = json.loads((directory / "multi" / "training.json").read_text())
     assert state["worker"] == {"task_type": role, "task_id": 0, "num_workers": 2, "is_chief": True}
 
-    multi, single = weights(directory / "multi"), weights(directory / "single")
+    multi, single = saved_weights(directory / "multi"), saved_weights(directory / "single")
     assert sorted(multi) == sorted(single) and len(multi) == 39
     for name in single:
         np.testing.assert_allclose(multi[name], single[name], rtol=1e-5, atol=1e-7, err_msg=name)
@@ -104,7 +90,7 @@ def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(r
     assert [round(epoch["loss"], 5) for epoch in state["history"]] == \
         [round(epoch["loss"], 5) for epoch in single_state["history"]]
     # The comparison can fail: half the global batch trains to other weights.
-    other = weights(directory / "half-batch")
+    other = saved_weights(directory / "half-batch")
     assert any(not np.allclose(other[name], single[name], rtol=1e-5, atol=1e-7) for name in single)
 
 

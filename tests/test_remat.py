@@ -3,12 +3,11 @@ and training gives the same weights as without it."""
 
 import json
 
-import h5py
 import keras
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path
+from conftest import CONFIGS, saved_weights, shared_path
 from kbert import BertConfig, TrainingOptions, build_transformer_model, train
 from kbert.cli.main import main
 
@@ -33,11 +32,7 @@ def trained_weights(run_inputs, out, remat: bool) -> dict:
           str(run_inputs / "train.data"), str(out),
           options=TrainingOptions(epochs=1, batch_size=16, learning_rate=1e-3, maxlen=32, shuffle=False,
                                   remat=remat), verbose=0)
-    values = {}
-    with h5py.File(out / "model.weights.h5", "r") as handle:
-        handle.visititems(lambda name, item: values.__setitem__(name, item[()])
-                          if isinstance(item, h5py.Dataset) else None)
-    return values
+    return saved_weights(out)
 
 
 @remat_backends
