@@ -1,4 +1,4 @@
-"""Hugging Face safetensors of ALBERT, ELECTRA, RoFormer, NEZHA, GPT-2, T5 and mT5, both ways.
+"""Hugging Face safetensors of ALBERT, ELECTRA, RoFormer, NEZHA, GPT-2, T5, mT5, RoBERTa and XLM-R, both ways.
 
 Two kinds of test:
 
@@ -130,6 +130,12 @@ LAYOUTS = {
                                                         **layer_norm("ln_f")}), "GPT2LMHeadModel"),
     "mt5": (MT5_CONFIG, {}, {"shared.weight": (V, H), **t5_stack("encoder"), **t5_stack("decoder"),
                              "lm_head.weight": (V, H)}, "MT5ForConditionalGeneration"),
+    "roberta": ({**CONFIG, "model_type": "roberta", "type_vocab_size": 1, "pad_token_id": 1}, {"with_mlm": True},
+                {**prefixed("roberta", {**embeddings(H), **bert_blocks()}),
+                 "roberta.embeddings.token_type_embeddings.weight": (1, H), "lm_head.bias": (V,),
+                 **linear("lm_head.dense", H, H), **layer_norm("lm_head.layer_norm")}, "RobertaForMaskedLM"),
+    "xlm-roberta_pooler": ({**CONFIG, "model_type": "xlm-roberta", "pad_token_id": 1}, {"with_pool": True},
+                           {**embeddings(H), **bert_blocks(), **linear("pooler.dense", H, H)}, "XLMRobertaModel"),
     "nezha": ({**CONFIG, "model_type": "nezha", "max_relative_position": 64}, {"with_mlm": True, "with_nsp": True},
               {**prefixed("nezha", {**embeddings(H, positions=False), **bert_blocks(), **linear("pooler.dense", H, H)}),
                **bert_mlm_head(), **linear("cls.seq_relationship", 2, H)},
@@ -262,14 +268,21 @@ def transformers_outputs(model, torch):
         return model(input_ids=torch.tensor(TOKENS), attention_mask=torch.tensor(REAL.astype(np.int64)), **segments)
 
 
-@pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"nezha", "mt5"}))
-def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
+def saved_reference(directory, layout):
+    """torch, transformers, and the layout's model made by transformers (seed 0), saved in `directory`."""
     torch = pytest.importorskip("torch", reason="the [hf] extra (transformers, torch) is not installed")
     transformers = pytest.importorskip("transformers", reason="the [hf] extra is not installed")
-    config, flags, _, architecture = LAYOUTS[layout]
+    config, _, _, architecture = LAYOUTS[layout]
     torch.manual_seed(0)
     reference = getattr(transformers, architecture)(transformers.AutoConfig.for_model(**config)).eval()
-    reference.save_pretrained(tmp_path / "hf")
+    reference.save_pretrained(directory)
+    return torch, transformers, reference
+
+
+@pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"nezha", "mt5", "roberta", "xlm-roberta_pooler"}))
+def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
+    torch, transformers, reference = saved_reference(tmp_path / "hf", layout)
+    _, flags, _, architecture = LAYOUTS[layout]
     expected = transformers_outputs(reference, torch)
 
     model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
@@ -378,3 +391,86 @@ def test_t5_config_names_the_framing_of_its_vocabulary(tmp_path, vocabulary):
     expected = (3, 4) if vocab else (0, 1)
     assert (written["decoder_start_token_id"], written["eos_token_id"]) == expected
     assert written["pad_token_id"] == 0
+
+
+ROBERTA_TOKENS = np.array([[0, 5, 7, 9, 11, 2], [0, 8, 6, 2, 1, 1], [1, 1, 0, 8, 6, 2]])  # right and left padded
+ROBERTA_REAL = ROBERTA_TOKENS != 1  # <pad> is id 1, <s> id 0
+
+
+@pytest.mark.parametrize("layout", ["roberta", "xlm-roberta_pooler"])
+def test_roberta_and_xlm_r_give_transformers_outputs_both_ways(tmp_path, layout):
+    """Positions after the padding id, counted over the real tokens whichever side the padding is on."""
+    torch, transformers, reference = saved_reference(tmp_path / "hf", layout)
+    _, flags, _, architecture = LAYOUTS[layout]
+
+    def outputs(model):
+        with torch.no_grad():
+            result = model(input_ids=torch.tensor(ROBERTA_TOKENS),
+                           attention_mask=torch.tensor(ROBERTA_REAL.astype(np.int64)))
+        return (result.logits.softmax(-1) if flags.get("with_mlm") else result.pooler_output).numpy()
+
+    expected = outputs(reference)
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
+    assert model.family == "hf_roberta"
+    ours = model.predict([ROBERTA_TOKENS, np.zeros_like(ROBERTA_TOKENS)], verbose=0)
+    if flags.get("with_mlm"):
+        np.testing.assert_allclose(ours[ROBERTA_REAL], expected[ROBERTA_REAL], atol=1e-4)
+    else:
+        np.testing.assert_allclose(ours, expected, atol=1e-4)
+    save_hf_weights(model, tmp_path / "kbert")
+    again, info = getattr(transformers, architecture).from_pretrained(tmp_path / "kbert", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    np.testing.assert_allclose(outputs(again.eval()), expected, atol=1e-6)
+
+
+def test_roberta_positions_do_not_move_with_padding(tmp_path):
+    """Without transformers: a left- or right-padded text gives the hidden states it gives alone."""
+    write_layout(tmp_path / "hf", "xlm-roberta_pooler")
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf")
+    padded = model.predict([ROBERTA_TOKENS, np.zeros_like(ROBERTA_TOKENS)], verbose=0)
+    for row, tokens in enumerate(ROBERTA_TOKENS):
+        alone = model.predict([tokens[ROBERTA_REAL[row]][None], np.zeros((1, ROBERTA_REAL[row].sum()), int)],
+                              verbose=0)
+        np.testing.assert_allclose(padded[row][ROBERTA_REAL[row]], alone[0], atol=1e-5)
+    # The position rows read are 2, 3, ... for the real tokens: not BERT's 0, 1, ...
+    bert_like = build_transformer_model({**LAYOUTS["xlm-roberta_pooler"][0], "model_type": "bert",
+                                         "pad_token_id": 1})
+    bert_like.set_weights(model.get_weights())
+    first = ROBERTA_TOKENS[:1]
+    assert np.abs(bert_like.predict([first, np.zeros_like(first)], verbose=0)
+                  - model.predict([first, np.zeros_like(first)], verbose=0)).max() > 1e-3
+
+
+def test_the_two_robertas_are_kept_apart(tmp_path):
+    """bert4keras's model='roberta' (BERT's layout) and Hugging Face's (`hf_roberta`) refuse each other's
+    weights, each error naming the evidence; a config's model_type picks the family."""
+    from kbert import ConfigError
+    from kbert.models.registry import resolve
+
+    write_layout(tmp_path / "hf", "roberta")
+    assert resolve(tmp_path / "hf" / "config.json")[0].name == "hf_roberta"
+    assert resolve({**CONFIG, "model_type": "bert"}, model="roberta")[0].name == "roberta"
+    with pytest.raises(ConfigError, match="key 'model_type' is 'roberta' but model='roberta' was asked for "
+                                          "\\(Hugging Face's RoBERTa: positions after the padding id"):
+        resolve(tmp_path / "hf" / "config.json", model="roberta")
+    bert = build_transformer_model({**CONFIG, "model_type": "bert"})
+    save_hf_weights(bert, tmp_path / "bert")
+    roberta = build_transformer_model(tmp_path / "hf" / "config.json")
+    with pytest.raises(CheckpointError, match="not Hugging Face's RoBERTa layout "
+                                              "\\(model_type 'bert' in .*config.json\\).*Nothing was loaded"):
+        load_hf_weights(roberta, tmp_path / "bert")
+    with pytest.raises(CheckpointError, match="kbert writes no Google checkpoint of it"):
+        from kbert.checkpoints.google import save_google_checkpoint
+        save_google_checkpoint(roberta, tmp_path / "google" / "model.ckpt")
+
+
+def test_kbert_train_refuses_hugging_face_roberta_before_writing_anything(tmp_path, capsys):
+    from kbert.cli.main import main
+
+    write_layout(tmp_path / "hf", "xlm-roberta_pooler")
+    data = tmp_path / "train.tsv"
+    data.write_text("good\t1\nbad\t0\n", encoding="utf-8")
+    code = main(["train", "--config", str(tmp_path / "hf" / "config.json"), "--vocab",
+                 str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(data), "--out", str(tmp_path / "out")])
+    assert code != 0 and not (tmp_path / "out").exists()
+    assert "(model_type 'xlm-roberta') is read by kbert embed, serve and convert" in capsys.readouterr().err

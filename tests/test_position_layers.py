@@ -257,3 +257,31 @@ def test_mixed_bfloat16_steps_cast_the_rows_looked_up_not_the_tables(family):
                        equation.invars] for index, variable in enumerate(variables) if any(variable is t for t in tables)}
     for index, names in readers.items():
         assert names and "convert_element_type" not in names, (variables[index].path, names)
+
+
+def test_roberta_positions_count_real_tokens_after_the_padding_id(tmp_path):
+    """Hugging Face's RoBERTa numbering, left or right padded, from the token embedding's mask (id 1 is
+    padding); the length check, get_config, and a model with it through .keras with safe_mode=True."""
+    from conftest import bad_input_errors
+    from kbert.layers import RobertaPositionEmbedding, TokenEmbedding
+
+    keras.utils.set_random_seed(3)
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = TokenEmbedding(50, 8, pad_id=1)(tokens)
+    layer = RobertaPositionEmbedding(max_length=10, padding_idx=1, name="positions")
+    model = keras.Model(tokens, layer(hidden))
+    ids = np.array([[0, 5, 6, 2, 1, 1], [1, 1, 0, 7, 8, 2]])
+    table = keras.ops.convert_to_numpy(layer.embeddings)
+    expected_rows = np.array([[2, 3, 4, 5, 1, 1], [1, 1, 2, 3, 4, 5]])
+    embedded = keras.ops.convert_to_numpy(model.layers[1](ids))
+    np.testing.assert_allclose(model.predict(ids, verbose=0), embedded + table[expected_rows], rtol=1e-6)
+    # The same rows as the unpadded text alone: padding moves no real token's position.
+    alone = model.predict(np.array([[0, 7, 8, 2]]), verbose=0)
+    np.testing.assert_allclose(model.predict(ids, verbose=0)[1, 2:], alone[0], rtol=1e-6)
+    assert layer.longest_input == 8
+    with pytest.raises(bad_input_errors(), match="longer than 8 tokens \\(max_position_embeddings 10, less the 2 rows"):
+        model.predict(np.full((1, 9), 5), verbose=0)
+    assert RobertaPositionEmbedding.from_config(layer.get_config()).get_config() == layer.get_config()
+    model.save(tmp_path / "model.keras")
+    restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_allclose(restored.predict(ids, verbose=0), model.predict(ids, verbose=0), rtol=1e-6)

@@ -99,9 +99,10 @@ def detect_family(source: TensorSource, model: Optional[str] = None):
 
     ELECTRA, ALBERT, GPT, GPT-2, GPT2-ML, T5 and RoFormer-v2 checkpoints are
     recognised (`kbert.checkpoints.names.family_named_by`); NEZHA and RoFormer
-    use BERT's names, so they are read as BERT unless `model` says otherwise.
+    use BERT's names, so they are read as BERT unless `model` says otherwise;
+    Hugging Face's RoBERTa layout (`source.roberta`) as `hf_roberta`.
     """
-    return get_family(model or family_named_by(source.shapes))
+    return get_family(model or ("hf_roberta" if source.roberta else family_named_by(source.shapes)))
 
 
 def kbert_paths(source: TensorSource, family=None) -> Dict[str, str]:

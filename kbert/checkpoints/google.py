@@ -127,15 +127,14 @@ def save_google_checkpoint(model, path: "str | os.PathLike[str]") -> str:
 
     Returns the prefix written.
     """
+    values = values_for(model, GOOGLE)  # a family with no Google layout is refused before TensorFlow is needed
     tf = require_tensorflow("writing a Google (TF) checkpoint", "save Hugging Face safetensors (save_hf_weights)")
 
     prefix = os.path.abspath(os.fspath(path))
     directory = os.path.dirname(prefix)
     os.makedirs(directory, exist_ok=True)
-    names, tensors = [], []
-    for row, value in values_for(model, GOOGLE):
-        names.append(row.google)
-        tensors.append(tf.constant(value))
+    names = [row.google for row, _ in values]
+    tensors = [tf.constant(value) for _, value in values]
     staging = tempfile.mkdtemp(dir=directory, prefix=".tmp-ckpt-")
     try:
         staged = os.path.join(staging, os.path.basename(prefix))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -66,7 +66,7 @@ def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
         if files.get(name) != file:
             raise CheckpointError(f"{path}: names {name!r} in {os.path.basename(file)}, which does not hold it; "
                                   "the index and its shards are from different downloads: fetch them again")
-    _refuse_roberta_layout(path, stored)
+    roberta, evidence = _roberta_layout(path, stored)
     canonical = {_canonical_name(name): name for name in stored}
     shapes = {name: stored[original] for name, original in canonical.items()}
     dtypes = {name: stored_dtypes[original] for name, original in canonical.items()}
@@ -75,7 +75,7 @@ def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
         with safe_open(files[canonical[name]], framework="np") as handle:
             return handle.get_tensor(canonical[name])
 
-    return TensorSource(path, HF, shapes, dtypes, read)
+    return TensorSource(path, HF, shapes, dtypes, read, roberta, evidence)
 
 
 def _header(path: str) -> tuple:
@@ -108,19 +108,19 @@ def _shard_index(path: str) -> Dict[str, str]:
     return {name: os.path.join(directory, file) for name, file in weight_map.items()}
 
 
-# Hugging Face's RobertaModel (and XLM-R): positions from padding_idx + 1 = 2, `<s>` = 0, padding = 1.
+# Hugging Face's RobertaModel (and XLM-R, CamemBERT): positions from padding_idx + 1 = 2, `<s>` = 0, padding = 1.
 _ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 
 
-def _refuse_roberta_layout(path: str, names) -> None:
-    """HF's RoBERTa layout loads into BERT's names but computes otherwise: refused, with the reason.
+def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
+    """Whether a safetensors file is Hugging Face's RoBERTa layout (True), another's (False) or cannot tell
+    (None), and the evidence: RoBERTa's task-model prefixes, the `model_type` of the config.json beside it,
+    BERT's task-model prefixes.
 
-    kbert (as bert4keras) masks token 0 as padding and numbers positions from
-    0; HF RoBERTa's `<s>` is token 0 and its positions start at 2, so its
-    outputs would be silently wrong. Chinese RoBERTa on the hub
-    (`hfl/chinese-roberta-wwm-ext`) is a BERT checkpoint and is not affected.
+    The bare models' tensor names are the same in both (`embeddings.word_embeddings.weight`, ...), but the
+    computations differ (positions from 2, `<s>` at 0), so a file is loaded into the family it was made by.
     """
-    config_path = os.path.join(os.path.dirname(path), "config.json")
+    config_path = os.path.join(os.path.dirname(path), CONFIG_NAME)
     model_type = None
     if os.path.exists(config_path):
         try:
@@ -128,15 +128,13 @@ def _refuse_roberta_layout(path: str, names) -> None:
                 model_type = json.load(handle).get("model_type")
         except (OSError, ValueError, AttributeError):
             model_type = None  # the config is checked, with its own errors, where it is read
-    prefixed = any(name.startswith(("roberta.", "lm_head.dense.")) for name in names)  # not T5's lm_head.weight
-    if model_type in _ROBERTA_TYPES or prefixed:
-        found = f"model_type {model_type!r} in {config_path}" if model_type in _ROBERTA_TYPES \
-            else "tensors named roberta.* / lm_head.dense.*"
-        raise CheckpointError(
-            f"{path}: Hugging Face's RoBERTa layout ({found}): its positions start at 2 and its <s> is token 0, "
-            "which kbert, as bert4keras, masks as padding, so the outputs would be wrong. Nothing was loaded. "
-            "kbert's model='roberta' reads RoBERTa released as BERT checkpoints (Chinese RoBERTa-wwm, also "
-            "hfl/chinese-roberta-wwm-ext on the hub, whose model_type is 'bert')")
+    if any(name.startswith(("roberta.", "lm_head.dense.")) for name in names):  # not T5's lm_head.weight
+        return True, "tensors named roberta.* / lm_head.dense.*"
+    if isinstance(model_type, str):
+        return model_type in _ROBERTA_TYPES, f"model_type {model_type!r} in {config_path}"
+    if any(name.startswith(("bert.", "cls.")) for name in names):
+        return False, "tensors named bert.* / cls.*"
+    return None, ""
 
 
 def load_hf_weights(

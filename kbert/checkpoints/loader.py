@@ -41,6 +41,9 @@ class TensorSource:
         shapes: tensor name -> shape.
         dtypes: tensor name -> dtype name (e.g. "float32").
         read: reads one tensor as a NumPy array.
+        roberta: the file is Hugging Face's RoBERTa layout (True), another
+            layout (False), or nothing tells (None).
+        layout_evidence: what told (a config's model_type, the names).
     """
 
     path: str
@@ -48,6 +51,8 @@ class TensorSource:
     shapes: Dict[str, Tuple[int, ...]]
     dtypes: Dict[str, str]
     read: Callable[[str], np.ndarray]
+    roberta: Optional[bool] = None
+    layout_evidence: str = ""
 
 
 @dataclasses.dataclass
@@ -83,6 +88,7 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     plan, missing, mismatched, notes = [], [], [], []
     if source.fmt != GOOGLE:
         check_hf_names(family_of(model), source.path, "Nothing was loaded")
+    _check_layout(family_of(model), source)
     for row in weight_names(model):
         variable = variables[row.path]
         row = _tied_if_absent(row, source, notes)
@@ -124,6 +130,27 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     if report.unused:
         logger.info("%s: not used by the model: %s", source.path, report.describe_unused())
     return report
+
+
+def _check_layout(family, source: TensorSource) -> None:
+    """Refuses Hugging Face's RoBERTa weights for another family, and other weights for `hf_roberta`: the
+    names match, but one model numbers positions from 2 and pads with id 1, the other from 0 with id 0."""
+    wants_roberta = family.positions_after_padding
+    if source.fmt == GOOGLE and family.google_absent:
+        raise CheckpointError(f"{source.path}: a Google checkpoint, and model={family.name!r} has none: "
+                              f"{family.google_absent}. Nothing was loaded")
+    if source.roberta is None or source.roberta == wants_roberta:
+        return
+    if source.roberta:
+        raise CheckpointError(
+            f"{source.path}: Hugging Face's RoBERTa layout ({source.layout_evidence}): its positions start at 2 "
+            f"and its <s> is token 0, which model={family.name!r} masks as padding, so the outputs would be "
+            "wrong. Nothing was loaded. Build it with model='hf_roberta' (its config.json picks it); kbert's "
+            "model='roberta' (bert4keras's) reads RoBERTa released as BERT checkpoints (Chinese RoBERTa-wwm)")
+    raise CheckpointError(
+        f"{source.path}: not Hugging Face's RoBERTa layout ({source.layout_evidence}), and model='hf_roberta' "
+        "numbers positions from 2 and pads with id 1, so the outputs would be wrong. Nothing was loaded. Build "
+        "it with the family its config.json names (a Chinese RoBERTa-wwm checkpoint: model='roberta')")
 
 
 # A position table itself (Google's `…/position_embeddings`, HF's `….position_embeddings.weight`), not

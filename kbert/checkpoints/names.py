@@ -79,6 +79,10 @@ def weight_names_in(model, fmt: str) -> List[WeightName]:
     rows = weight_names(model)
     if fmt == HF:
         check_hf_names(family, f"model={family.name!r}", "Nothing was written")
+    elif family.google_absent:
+        raise CheckpointError(f"model={family.name!r}: {family.google_absent}, so kbert writes no Google "
+                              "checkpoint of it (it would be read back as BERT). Nothing was written. Save it as "
+                              "Hugging Face safetensors (save_hf_weights, kbert convert OUT_DIR)")
     seen: Dict[Tuple[str, Tuple[int, int]], str] = {}
     for row in rows:
         name = row.name(fmt)

@@ -4,7 +4,7 @@ Each layer has a `get_config` and is registered under the `kbert` package, so
 a model saved as `.keras` loads back with `safe_mode=True`. None of them knows
 BERT's layer names: the model builders give the names.
 
-- `embeddings`: `Embedding`, `TokenEmbedding`, `PositionEmbedding`, `MaskedAdd`
+- `embeddings`: `Embedding`, `TokenEmbedding`, `PositionEmbedding` (`RobertaPositionEmbedding`), `MaskedAdd`
 - `attention`: `MultiHeadSelfAttention`
 - `feed_forward`: `FeedForward`
 - `norms`: `RMSNormalization` (T5, RoFormer-v2), `ConditionalLayerNormalization` (`layer_norm_cond`)
@@ -27,7 +27,8 @@ BERT's layer names: the model builders give the names.
 from kbert.layers.attention import MultiHeadSelfAttention
 from kbert.layers.common import DepthScaledTruncatedNormal, clone_initializer, gelu_tanh, get_activation
 from kbert.layers.crf import ConditionalRandomField, ViterbiDecoder, viterbi_decode
-from kbert.layers.embeddings import Embedding, MaskedAdd, PositionEmbedding, TokenEmbedding, checked_ids
+from kbert.layers.embeddings import (Embedding, MaskedAdd, PositionEmbedding, RobertaPositionEmbedding, TokenEmbedding,
+                                     checked_ids)
 from kbert.layers.feed_forward import FeedForward
 from kbert.layers.heads import BiasAdd, Scale, TakePositions, TakeToken
 from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
@@ -45,7 +46,8 @@ __all__ = ["AttentionMask", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling"
            "DepthScaledTruncatedNormal",
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
            "MultiHeadSelfAttention",
-           "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "Scale", "Sinusoidal",
+           "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "RobertaPositionEmbedding", "Scale",
+           "Sinusoidal",
            "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakePositions", "TakeToken", "TokenEmbedding", "UnmaskingDropout", "ViterbiDecoder",
            "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh", "get_activation", "sinusoidal_positions",
            "t5_buckets", "viterbi_decode"]

@@ -128,6 +128,8 @@ class TokenEmbedding(Embedding):
         if pad_id is not None and self.mask_zero:
             raise ValueError("TokenEmbedding: give mask_zero=True (padding id 0) or pad_id, not both")
         self.pad_id = pad_id
+        if pad_id is not None:  # Keras sets a layer's mask on its output only when it supports masking
+            self.supports_masking = True
 
     def call(self, inputs, reverse=False):
         if reverse:
@@ -212,14 +214,22 @@ class PositionEmbedding(keras.layers.Layer):
         )
 
     def call(self, inputs):
+        table = self.checked_table(inputs)
+        positions = ops.slice(table, (0, 0), (ops.shape(inputs)[1], ops.shape(table)[1]))
+        return inputs + ops.cast(positions, self.compute_dtype)[None]
+
+    def checked_table(self, inputs):
+        """The table, once the input's length is checked against `longest_input`."""
         length = ops.shape(inputs)[1]
         if isinstance(length, int):  # a static length (JAX, torch, a fixed-length Input): checked here
             self.check_length(length)
-            table = self.embeddings.value
-        else:
-            table = checked(self.embeddings.value, ops.less_equal(length, self.max_length), self._too_long)
-        positions = ops.slice(table, (0, 0), (length, ops.shape(table)[1]))
-        return inputs + ops.cast(positions, self.compute_dtype)[None]
+            return self.embeddings.value
+        return checked(self.embeddings.value, ops.less_equal(length, self.longest_input), self._too_long)
+
+    @property
+    def longest_input(self) -> int:
+        """The most tokens a row may hold: the table's rows."""
+        return self.max_length
 
     def call_step(self, inputs, step):
         """`call` in cached decoding (`kbert.layers.decoding`): each new token's own position's row."""
@@ -230,7 +240,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     def check_length(self, length: int) -> None:
         """Raises `InputError` for a sequence longer than the table (for `IdModel` to run before a compiled step)."""
-        if length > self.max_length:
+        if length > self.longest_input:
             raise InputError(self._too_long)
 
     @property
@@ -243,3 +253,58 @@ class PositionEmbedding(keras.layers.Layer):
             "max_length": self.max_length,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
         }
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class RobertaPositionEmbedding(PositionEmbedding):
+    """`PositionEmbedding` as Hugging Face's RoBERTa and XLM-RoBERTa number positions: after the padding id.
+
+    Positions are counted over the real tokens only: the k-th real token of
+    a row (k from 1) reads row `padding_idx + k`, a padded one row
+    `padding_idx`, wherever the padding is (transformers'
+    `create_position_ids_from_input_ids`). The input's mask (the padding the
+    token embedding hides) says which tokens are real; without one, all are.
+    A row holds at most `max_length - padding_idx - 1` tokens.
+
+    Args:
+        max_length: number of positions P (`max_position_embeddings`, 514 in roberta-base).
+        padding_idx: the padding id (`pad_token_id`, 1 in RoBERTa and XLM-R).
+        **kwargs: as for `PositionEmbedding` (`embeddings_initializer`).
+
+    Example:
+    >>> layer = RobertaPositionEmbedding(max_length=8, padding_idx=1)
+    >>> ops.convert_to_numpy(layer.positions(ops.convert_to_tensor([[True, True, False], [False, True, True]])))
+    array([[2, 3, 1],
+           [1, 2, 3]], dtype=int32)
+    >>> layer.longest_input
+    6
+    """
+
+    def __init__(self, max_length: int, padding_idx: int, **kwargs):
+        super().__init__(max_length, **kwargs)
+        self.padding_idx = padding_idx
+
+    def call(self, inputs, mask=None):
+        table = self.checked_table(inputs)
+        real = ops.ones(ops.shape(inputs)[:2], "bool") if mask is None else mask
+        return inputs + ops.cast(ops.take(table, self.positions(real), axis=0), self.compute_dtype)
+
+    def positions(self, real):
+        """`[batch, length]` table rows: the running count of real tokens after `padding_idx`, and
+        `padding_idx` itself where `real` (a boolean mask) is False."""
+        real = ops.cast(real, "int32")
+        return ops.cumsum(real, axis=1) * real + self.padding_idx
+
+    @property
+    def longest_input(self) -> int:
+        """The table's rows less those at and below `padding_idx`."""
+        return self.max_length - self.padding_idx - 1
+
+    @property
+    def _too_long(self) -> str:
+        return (f"{self.name}: the sequence is longer than {self.longest_input} tokens (max_position_embeddings "
+                f"{self.max_length}, less the {self.padding_idx + 1} rows at and below padding id "
+                f"{self.padding_idx}, where this model's positions start)")
+
+    def get_config(self):
+        return {**super().get_config(), "padding_idx": self.padding_idx}

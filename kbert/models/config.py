@@ -124,6 +124,11 @@ class BertConfig:
         return self.embedding_size or self.hidden_size
 
     @property
+    def longest_input(self) -> int:
+        """The most tokens a row may hold (the position table's rows; RoBERTa's reserve some)."""
+        return self.max_position_embeddings
+
+    @property
     def activation(self) -> str:
         """The canonical activation name (`gelu`, `gelu_tanh`, `relu`, ...)."""
         return ACTIVATIONS[self.hidden_act]

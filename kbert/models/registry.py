@@ -38,7 +38,11 @@ FAMILIES = {
     "mt5.1.1": "kbert.models.t5.family:Mt5Family",
     "mt5.1.1_encoder": "kbert.models.t5.family:Mt5EncoderFamily",
     "mt5.1.1_decoder": "kbert.models.t5.family:Mt5DecoderFamily",
+    "hf_roberta": "kbert.models.hf_roberta.family:HfRobertaFamily",
 }
+# Families that share another's model_type and are built only when named: ALBERT's configs build albert,
+# and a config with model_type "bert" builds BERT (bert4keras's roberta is BERT's layout).
+_NAMED_ONLY = ("albert_unshared", "roberta")
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,16 +107,20 @@ def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -
         return model or "bert"
     if model_type == "t5" and str(values.get("feed_forward_proj", "")).startswith("gated"):
         model_type = "t5.1.1"  # Hugging Face's T5.1.1: model_type "t5" with the gated feed-forward
-    # One name per model_type: albert_unshared reads ALBERT's configs; "t5" is "t5.1.0"'s alias.
-    by_type = {get_family(name).model_type: name for name in FAMILIES if name != "albert_unshared"}
+    # One name per model_type (and its aliases: xlm-roberta is hf_roberta's); "t5" is "t5.1.0"'s alias.
+    by_type = {model_type: name for name in FAMILIES if name not in _NAMED_ONLY
+               for model_type in (get_family(name).model_type, *get_family(name).model_type_aliases)}
     if model_type not in by_type:
         raise ConfigError(f"{source}: key 'model_type': kbert builds {', '.join(sorted(by_type))}; "
                           f"got {model_type!r}")
     if model is None:
         return by_type[model_type]
-    if _whole_model_type(get_family(model).model_type) != model_type:
+    family = get_family(model)
+    if model_type not in (_whole_model_type(family.model_type), *family.model_type_aliases):
+        why = (" (Hugging Face's RoBERTa: positions after the padding id, <s> at 0; bert4keras's model='roberta' "
+               "is BERT's layout, for the Chinese RoBERTa releases)" if by_type[model_type] == "hf_roberta" else "")
         raise ConfigError(f"{source}: key 'model_type' is {model_type!r} but model={model!r} was asked "
-                          f"for; pass model={by_type[model_type]!r}, or remove 'model_type' from the config")
+                          f"for{why}; pass model={by_type[model_type]!r}, or remove 'model_type' from the config")
     return model
 
 

@@ -362,7 +362,7 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
     from kbert.tokenizers import pad_batch
 
     texts = SAMPLE_TEXTS + (EMBEDDING_SAMPLE_TEXTS if endpoint.output == "embeddings" else ())
-    token_ids, segment_ids = pad_batch([endpoint.tokenizer.encode(text) for text in texts])
+    token_ids, segment_ids = pad_batch([endpoint.tokenizer.encode(text) for text in texts], endpoint.tokenizer.pad_id)
     token_ids, segment_ids = token_ids.astype(np.int32), segment_ids.astype(np.int32)
     expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(token_ids, segment_ids)))
     got = np.asarray(run(token_ids, segment_ids))

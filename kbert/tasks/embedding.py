@@ -100,7 +100,8 @@ class Embedder:
         if not len(encoded):
             return np.zeros((0, self.dimensions), np.float32)
         vectors = np.empty((len(encoded), self.dimensions), np.float32)
-        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen):
+        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen,
+                                                pad_id=self.tokenizer.pad_id):
             vectors[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]
         if normalize and not self.normalize:
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
@@ -133,7 +134,7 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str) -> Em
     load_hf_weights(bert, spec.transformer)
     # sentence-transformers' own do_lower_case lower-cases whatever the tokenizer's config says.
     tokenizer = folder_tokenizer(spec.transformer, lower_case_default=spec.do_lower_case, lower_case=spec.do_lower_case)
-    positions = getattr(getattr(bert, "config", None), "max_position_embeddings", None) or 512
+    positions = getattr(getattr(bert, "config", None), "longest_input", None) or 512
     maxlen = min(spec.max_seq_length or positions, positions)
     model = embedding_model(bert, spec.pooling, spec.dense, spec.normalize)
     return Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, spec.pooling)
@@ -167,16 +168,31 @@ def write_sentence_transformer(folder: str, embedder: Embedder) -> None:
     from kbert.tokenizers import save_vocab
 
     save_hf_weights(embedder.backbone, folder)
-    save_vocab(os.path.join(folder, "vocab.txt"), embedder.tokenizer.vocab)
+    tokenizer_config = {"do_lower_case": embedder.tokenizer.do_lower_case, "tokenizer_class": "BertTokenizer"}
     if isinstance(embedder.tokenizer, TokenizerJson):  # the same ids, read back by kbert and by transformers
         shutil.copyfile(embedder.tokenizer.path, os.path.join(folder, "tokenizer.json"))
+        tokenizer_config = _tokenizer_config_beside(embedder.tokenizer.path) or tokenizer_config
+    if "tokenizer_class" not in tokenizer_config or tokenizer_config["tokenizer_class"].startswith("Bert"):
+        save_vocab(os.path.join(folder, "vocab.txt"), embedder.tokenizer.vocab)  # WordPiece's own file
     with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
-        json.dump({"do_lower_case": embedder.tokenizer.do_lower_case, "tokenizer_class": "BertTokenizer",
-                   "model_max_length": embedder.maxlen}, handle, indent=1)
+        json.dump({**tokenizer_config, "model_max_length": embedder.maxlen}, handle, indent=1)
     dense = [(layer.get_weights(), layer.activation.__name__ if layer.activation else None)
              for layer in embedder.model.layers if layer.name.startswith("Embedding-Dense-")]
     write_modules(folder, embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]), dense, embedder.normalize,
                   embedder.maxlen)
+
+
+def _tokenizer_config_beside(tokenizer_json: str) -> dict:
+    """The `tokenizer_config.json` beside a `tokenizer.json` (its class and special tokens: RoBERTa's
+    `<pad>` is transformers' padding only when the class says so), or {} where there is none."""
+    import json
+
+    path = os.path.join(os.path.dirname(tokenizer_json), "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    return config if isinstance(config, dict) else {}
 
 
 # --- training: kbert train --task embed ----------------------------------------------------------------

@@ -115,7 +115,7 @@ class Reranker:
         """The relevance logit of each (query, passage) pair."""
         encoded = self.tokenizer.encode_all(list(queries), list(passages), maxlen=self.maxlen)
         logits = np.empty(len(encoded), np.float32)
-        for rows, features in batches_by_length(encoded, batch_size, maxlen=self.maxlen):
+        for rows, features in batches_by_length(encoded, batch_size, maxlen=self.maxlen, pad_id=self.tokenizer.pad_id):
             logits[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows), 0]
         return logits
 

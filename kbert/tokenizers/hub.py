@@ -37,8 +37,13 @@ class TokenizerJson:
         self.vocab = self._backend.get_vocab()
         with open(self.path, encoding="utf-8") as handle:
             self.do_lower_case = _lowercases(json.load(handle).get("normalizer"))
-        self.cls_id, self.sep_id = self.token_to_id("[CLS]"), self.token_to_id("[SEP]")
-        self.pad_id = self.vocab.get("[PAD]", 0)
+        # BERT's special tokens, or RoBERTa's and XLM-R's (`<s>` 0, `<pad>` 1, `</s>` 2).
+        self.cls_id, self.sep_id = (self._first_of("[CLS]", "<s>"), self._first_of("[SEP]", "</s>"))
+        self.pad_id = self._first_of("[PAD]", "<pad>")
+        self.pad_id = 0 if self.pad_id is None else self.pad_id
+
+    def _first_of(self, *tokens: str) -> Optional[int]:
+        return next((self.vocab[token] for token in tokens if token in self.vocab), None)
 
     def token_to_id(self, token: str) -> Optional[int]:
         return self._backend.token_to_id(token)

@@ -151,7 +151,8 @@ class PaddedBatches(keras.utils.PyDataset):
 def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int, bucketing: bool = True,
                       few_shapes: Optional[bool] = None,
                       maxlen: Optional[int] = None,
-                      call_cost: int = CALL_COST_TOKENS) -> Iterator[Tuple[np.ndarray, Tuple[np.ndarray, ...]]]:
+                      call_cost: int = CALL_COST_TOKENS,
+                      pad_id: int = 0) -> Iterator[Tuple[np.ndarray, Tuple[np.ndarray, ...]]]:
     """Prediction's batches: each batch's example numbers and its padded features, in order of length.
 
     With `bucketing`, the examples go in order of length and are cut into
@@ -169,7 +170,9 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
     16 (or `maxlen`, the longest an example may be), whatever the longest
     text of the call: a server's batches of 1 to `batch_size` texts then
     meet a handful of shapes in each band. The outputs of the first
-    `len(rows)` rows are the examples'.
+    `len(rows)` rows are the examples'. Token ids (the first feature) are
+    padded with `pad_id` (the tokenizer's: 1 for RoBERTa's `<pad>`), the
+    other features with 0.
 
     Example:
     >>> encoded = [([2, 5, 3] * 30, [0] * 90), ([2, 3], [0, 0]), ([2, 4, 3], [0, 0, 0])]
@@ -195,7 +198,7 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
     for start, end in bounds:
         rows = order[start:end]
         padded_rows = _rows_to_power_of_two(rows, batch_size) if few_shapes else rows
-        yield rows, _features(columns, grids, padded_rows)
+        yield rows, _features(columns, grids, padded_rows, pad_id)
 
 
 def cheapest_batches(padded: Sequence[int], batch_size: int, few_shapes: bool = False,
@@ -292,14 +295,15 @@ def _columns(encoded: Sequence[Tuple[List[int], ...]]) -> Tuple[list, List[int]]
     return columns, [max(len(ids) for ids in column) for column in columns]
 
 
-def _features(columns: Sequence[Sequence[np.ndarray]], lengths: Sequence[np.ndarray], rows: np.ndarray) -> tuple:
+def _features(columns: Sequence[Sequence[np.ndarray]], lengths: Sequence[np.ndarray], rows: np.ndarray,
+              pad_id: int = 0) -> tuple:
     """The examples `rows` of each feature column, padded as one batch to the first of the column's padded
-    `lengths` that holds them all."""
+    `lengths` that holds them all (the token ids with `pad_id`, the rest with 0)."""
     batch = []
-    for column, padded in zip(columns, lengths):
+    for index, (column, padded) in enumerate(zip(columns, lengths)):
         picked = [column[row] for row in rows]
         longest = max(len(ids) for ids in picked)
-        batch.append(_pad(picked, int(padded[np.searchsorted(padded, longest)])))
+        batch.append(_pad(picked, int(padded[np.searchsorted(padded, longest)]), pad_id if index == 0 else 0))
     return tuple(batch)
 
 

@@ -48,6 +48,12 @@ class BertFamily:
             (LayerNorm families; not T5's or RoFormer-v2's RMS norms, yet).
         residual_scores: it can be built with `residual_attention_scores`
             (the encoder families; not the GPT families or T5).
+        model_type_aliases: other Hugging Face `model_type`s that build this
+            family (`xlm-roberta` for `hf_roberta`).
+        positions_after_padding: real tokens' positions are counted from
+            `pad_token_id + 1` (Hugging Face's RoBERTa), not from 0.
+        google_absent: why the family has no original TF checkpoint (None:
+            it has one).
     """
 
     name = "bert"
@@ -71,6 +77,9 @@ class BertFamily:
     lm_output = naming.MLM_ACTIVATION
     conditional_norms = True
     residual_scores = True
+    model_type_aliases: tuple = ()
+    positions_after_padding = False
+    google_absent: Optional[str] = None
 
     # --- structure -----------------------------------------------------------------
     def config_to_train(self, config: BertConfig, initialised: bool) -> BertConfig:
@@ -258,8 +267,10 @@ class RobertaFamily(BertFamily):
     """RoBERTa as bert4keras builds it (`model="roberta"`): BERT's layout and checkpoint names.
 
     Chinese RoBERTa releases (e.g. `chinese_roberta_wwm_ext`) are BERT checkpoints,
-    and are written as such for Hugging Face (`model_type` "bert").
+    and are written as such for Hugging Face (`model_type` "bert"), so a
+    config with `model_type` "bert" builds it. A config with `model_type`
+    "roberta" is Hugging Face's RoBERTa, which computes otherwise: `hf_roberta`.
     """
 
     name = "roberta"
-    model_type = "roberta"
+    model_type = "bert"

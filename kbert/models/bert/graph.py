@@ -24,6 +24,7 @@ from kbert.layers import (
     MaskedAdd,
     MultiHeadSelfAttention,
     PositionEmbedding,
+    RobertaPositionEmbedding,
     TakeToken,
     TokenEmbedding,
     get_activation,
@@ -91,6 +92,10 @@ class BertGraph(TransformerGraph):
         """Adds learned absolute positions, unless positions enter the attention instead."""
         if self.position_encoding:
             return x
+        if self.family.positions_after_padding:  # Hugging Face's RoBERTa
+            return self.apply(x, RobertaPositionEmbedding, naming.EMBEDDING_POSITION,
+                              max_length=self.config.max_position_embeddings, padding_idx=self.config.pad_token_id,
+                              embeddings_initializer=self.initializer())
         return self.apply(x, PositionEmbedding, naming.EMBEDDING_POSITION,
                           max_length=self.config.max_position_embeddings,
                           embeddings_initializer=self.initializer())
