@@ -85,3 +85,17 @@ def test_bert4keras_examples_run_after_migrate_and_after_a_prefix_change():
     prefixed = subprocess.run(harness + ["basic_masked_language_model", "--mode", "prefix"],
                               capture_output=True, text=True, cwd=REPO, timeout=1200)
     assert "1 of 1 examples ran to completion (prefix)." in prefixed.stdout, prefixed.stdout[-3000:]
+
+
+def test_packing_benchmark_runs():
+    result = subprocess.run([sys.executable, "-m", "benchmarks.packing", "--train",
+                             str(shared_path("data", "sentiment", "sentiment.valid.data")), "--config",
+                             "configs/bert_tiny.json", "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                             "--documents", "64", "--maxlen", "64", "--steps", "2", "--rounds", "1"],
+                            capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|") for line in result.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| --pack")}
+    assert set(rows) == {"none", "documents", "stream"} and "documents / none, real tokens/s: median" in result.stdout
+    # Documents several a row pad less than one a row.
+    assert 1 <= float(rows["documents"][3]) < float(rows["none"][3])

@@ -19,8 +19,8 @@ from kbert.models import naming
 from kbert.tasks.pretraining import read_text, tokenize_words
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.wordpiece import pad_batch
-from kbert.training.masking import (NOT_A_WORD, TRAINING, mask_generator, mask_whole_words, max_predictions,
-                                   pack_sequences)
+from kbert.training.masking import (NOT_A_WORD, TRAINING, MaskedBatches, mask_generator, mask_whole_words,
+                                   max_predictions, pack_documents, pack_sequences, prediction_slots)
 
 from conftest import CONFIGS, shared_path, write
 
@@ -316,3 +316,68 @@ def test_text_the_vocabulary_does_not_cover(tokenizer, tmp_path, caplog, text, r
     read()
     warned = [record.getMessage() for record in caplog.records if "[UNK]" in record.getMessage()]
     assert bool(warned) == (refused is False), warned
+
+
+# --- documents apart: several a row, or one a row ------------------------------------------------------
+
+def test_documents_are_packed_whole_with_their_own_positions(tokenizer):
+    lines = [(np.arange(100, 130), np.arange(30)), (np.array([7, 8]), np.array([0, 0])),
+             (np.array([9]), np.array([0]))]
+    packed = pack_documents(lines, maxlen=16, cls_id=1, sep_id=2)
+    # The 30-token line is cut into documents of 14, 14 and 2 tokens; the rest fit behind the last piece.
+    assert [[(end - start) for start, end, _ in row] for row in packed.spans] == [[16], [16], [4, 4, 3]]
+    assert packed.positions[2].tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 0, 0, 0, 0, 0]
+    assert packed.word_ids[2, :11].tolist() == [NOT_A_WORD, 0, 1, NOT_A_WORD, NOT_A_WORD, 0, 0, NOT_A_WORD,
+                                                NOT_A_WORD, 0, NOT_A_WORD]
+    one_a_row = pack_documents(lines, maxlen=16, cls_id=1, sep_id=2, several=False)
+    assert len(one_a_row.token_ids) == 5 and all(len(row) == 1 for row in one_a_row.spans)
+    # Twelve one-token documents in a 36-token row: one prediction each, more than maxlen's 15 % (6).
+    tiny = pack_documents([(np.array([5]), np.array([0]))] * 12, maxlen=36, cls_id=1, sep_id=2)
+    assert prediction_slots(tiny, 0.15) == 12 > max_predictions(36, 0.15)
+
+
+@pytest.mark.parametrize("family", ["bert", "nezha"])
+def test_documents_several_a_row_give_the_loss_they_give_one_a_row(tokenizer, reviews, family):
+    """The same reviews, packed several a row (positions restarted, attention within each) and one a row
+    (padded): every document is masked alike, and the model predicts each masked token alike, so the
+    masked-token loss over all of them agrees."""
+    _, texts = reviews
+    words = list(tokenize_words(tokenizer, texts["valid"][:40], "jieba"))
+    keras.utils.set_random_seed(5)
+    bert = build_transformer_model({**TINY, "model_type": family}, with_mlm="linear")
+    mask_args = {"rate": 0.15, "mask_id": tokenizer.token_to_id("[MASK]"), "vocab_size": 21128}
+    totals = {}
+    for several in (True, False):
+        documents = pack_documents(words, 64, tokenizer.cls_id, tokenizer.sep_id, several=several)
+        batches = MaskedBatches(documents.token_ids, documents.word_ids, 8, documents=documents,
+                                positions=several, segments=True, **mask_args)
+        model = build_masked_lm(bert, batches.slots, packed=several)
+        losses, labels = [], []
+        for index in range(len(batches)):
+            inputs, targets, weights = batches[index]
+            logits = model.predict_on_batch([inputs[tensor.name] for tensor in model.inputs])
+            logits = keras.ops.convert_to_numpy(logits).astype(np.float64)
+            chosen = np.take_along_axis(logits, targets[..., None], -1)[..., 0]
+            each = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1) - chosen
+            losses += list(each[weights > 0])
+            labels += list(targets[weights > 0])
+        totals[several] = (np.sort(losses), sorted(labels), len(batches))
+    packed, padded = totals[True], totals[False]
+    assert packed[2] < padded[2]  # fewer rows
+    assert packed[1] == padded[1] and len(packed[1]) > 40  # the same tokens masked
+    np.testing.assert_allclose(packed[0], padded[0], rtol=1e-5)
+    np.testing.assert_allclose(packed[0].mean(), padded[0].mean(), rtol=1e-6)
+
+
+def test_pretraining_with_documents_apart_writes_a_plain_backbone(reviews, tmp_path):
+    directory, texts = reviews
+    config = write(tmp_path, "config.json", json.dumps(TINY))
+    out = tmp_path / "packed"
+    code = main(["pretrain", "--config", str(config), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                 "--train", str(directory / "valid.txt"), "--valid", str(directory / "valid.txt"), "--pack",
+                 "documents", "--out", str(out), "--epochs", "1", "--batch-size", "8", "--maxlen", "64"])
+    assert code == 0
+    state = json.loads((out / "training.json").read_text(encoding="utf-8"))
+    assert state["pack"] == "documents" and state["options"]["pack"] == "documents"
+    model = build_transformer_model(out / "bert_config.json", out, with_mlm=True)  # its checkpoint, either format
+    assert [tensor.name for tensor in model.inputs] == ["Input-Token", "Input-Segment"]

@@ -140,3 +140,60 @@ def test_the_server_answers_tei_and_cohere_rerank(reranker_dir):
         assert status == 200 and answer["predictions"][0]["score"] == pytest.approx(float(scores[0]), abs=1e-5)
         status, answer = call(url, "/v1/predict", {"texts": [QUERY]})
         assert status == 422 and "give each query its passage" in answer["detail"]
+
+
+def xlm_r_cross_encoder(folder):
+    """An XLMRobertaForSequenceClassification of one label: kbert's random XLM-R backbone under `roberta.`, a
+    random RobertaClassificationHead (`classifier.dense`, `classifier.out_proj`), the BPE tokenizer of
+    test_embeddings' XLM-R folder."""
+    from safetensors.numpy import load_file, save_file
+
+    from test_embeddings import xlm_roberta_embedder_folder
+
+    xlm_roberta_embedder_folder(folder)
+    backbone = load_file(str(folder / "model.safetensors"))
+    rng = np.random.default_rng(0)
+    head = {"classifier.dense.weight": rng.normal(0, 0.2, (32, 32)), "classifier.dense.bias": rng.normal(0, 0.2, 32),
+            "classifier.out_proj.weight": rng.normal(0, 0.2, (1, 32)), "classifier.out_proj.bias": np.array([0.1])}
+    save_file({**{f"roberta.{name}": value for name, value in backbone.items()},
+               **{name: value.astype(np.float32) for name, value in head.items()}}, str(folder / "model.safetensors"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["XLMRobertaForSequenceClassification"],
+                                                    "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}))
+    return head
+
+
+def test_an_xlm_r_cross_encoder_scores_with_its_classification_head(tmp_path):
+    """RobertaClassificationHead on <s>: tanh(dense), then out_proj; the pairs padded with <pad> (id 1)."""
+    from kbert import build_transformer_model, load_hf_weights
+    from kbert.tasks.reranking import Reranker
+
+    head = xlm_r_cross_encoder(tmp_path / "xlmr")
+    reranker = Reranker.load(tmp_path / "xlmr")
+    assert reranker.model.get_layer("Classifier-Hidden") is not None and reranker.maxlen == 64
+    queries, passages = ["A man is eating food."] * 3, ["A man is eating a piece of bread.", "A man is eating.",
+                                                        "The girl is carrying a baby."]
+    logits = reranker.logits(queries, passages)
+    backbone = build_transformer_model(tmp_path / "xlmr" / "config.json")
+    load_hf_weights(backbone, tmp_path / "xlmr")
+    expected = []
+    for query, passage in zip(queries, passages):
+        ids, segments = reranker.tokenizer.encode(query, passage)
+        first = backbone.predict([np.array([ids]), np.array([segments])], verbose=0)[0, 0]
+        hidden = np.tanh(first @ head["classifier.dense.weight"].T + head["classifier.dense.bias"])
+        expected.append(float(hidden @ head["classifier.out_proj.weight"][0] + head["classifier.out_proj.bias"][0]))
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+
+
+def test_an_xlm_r_cross_encoder_scores_as_transformers_does(tmp_path):
+    torch = pytest.importorskip("torch", reason="a test extra with torch: pip install '.[hf]'")
+    transformers = pytest.importorskip("transformers", reason="a test extra with torch: pip install '.[hf]'")
+    from kbert.tasks.reranking import Reranker
+
+    xlm_r_cross_encoder(tmp_path / "xlmr")
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "xlmr")).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "xlmr"))
+    queries, passages = ["A man is eating food."] * 2, ["A man is eating a piece of bread.", "Someone plays."]
+    with torch.no_grad():
+        expected = reference(**tokenizer(queries, passages, padding=True, return_tensors="pt")).logits[:, 0].numpy()
+    np.testing.assert_allclose(Reranker.load(tmp_path / "xlmr").logits(queries, passages), expected, atol=1e-4)

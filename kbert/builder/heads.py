@@ -50,7 +50,7 @@ def build_classifier(bert: keras.Model, num_labels: int, *, name: str = "classif
     return id_model(bert.inputs, probabilities, getattr(bert, "family", "bert"), name)
 
 
-def build_masked_lm(bert: keras.Model, max_predictions: Optional[int] = None, *,
+def build_masked_lm(bert: keras.Model, max_predictions: Optional[int] = None, *, packed: bool = False,
                     name: str = "masked_lm") -> keras.Model:
     """The backbone's MLM (or LM) head on given positions only: the model pre-training and seq2seq train.
 
@@ -68,6 +68,13 @@ def build_masked_lm(bert: keras.Model, max_predictions: Optional[int] = None, *,
         bert: a model from `build_transformer_model(..., with_mlm=...)` with no
             other head; `application` `"encoder"`, `"lm"` or `"unilm"`.
         max_predictions: positions per row (None: any number, batch by batch).
+        packed: rows hold several documents (packed pre-training): the model
+            takes `Input-Position` too, each token's position within its
+            document (0 where one starts), which restarts the positions and
+            keeps each token's attention within its document
+            (`Attention-Packed-Mask`), so a document gives what it gives
+            alone in a row. For an `"encoder"` of a family with bert4keras's
+            attention masks (those with `unilm`).
         name: the model's name.
 
     Example:
@@ -85,6 +92,12 @@ def build_masked_lm(bert: keras.Model, max_predictions: Optional[int] = None, *,
                          "'linear') with no other head")
     family = get_family(bert.family)
     graph = graph_class(family).from_model(bert, family)
+    if packed:
+        if "unilm" not in family.applications or graph.application != "encoder":
+            raise ValueError(f"packed: rows of several documents need an encoder of a family with attention masks "
+                             f"(bert, roberta, albert, nezha, roformer, roformer_v2), not model={family.name!r} "
+                             f"with application={graph.application!r}")
+        graph.application = "packed"
     graph.inputs = graph.get_inputs()
     positions = keras.Input((max_predictions,), dtype="int32", name=naming.INPUT_MASKED_POSITIONS)
     x = graph.apply_embeddings(graph.inputs)

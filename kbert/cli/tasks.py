@@ -15,8 +15,8 @@ from kbert.cli.arguments import checkpoint_argument, family_argument, fetch_chec
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
-from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, POOLINGS, SCHEDULES, WHOLE_WORDS,
-                                    TrainingOptions)
+from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, PACKINGS, POOLINGS, SCHEDULES,
+                                    WHOLE_WORDS, TrainingOptions)
 from kbert.training.records import ONE_A_LINE, parse_columns
 
 
@@ -147,6 +147,11 @@ def _add_pretrain(pretrain) -> None:
                                "none (each token alone)")
     pretrain.add_argument("--mask-rate", type=float, default=defaults.mask_rate,
                           help="share of the tokens predicted (80 %% [MASK], 10 %% random, 10 %% kept)")
+    pretrain.add_argument("--pack", choices=PACKINGS, default=defaults.pack,
+                          help="how lines share a row: stream (end to end, a line continuing into the next row, "
+                               "attention across lines: Google's and bert4keras's data), documents (each line a "
+                               "document: several a row, positions restarted, attention within it), none (one "
+                               "line a row, padded)")
     pretrain.set_defaults(run=run_pretrain)
 
 
@@ -256,7 +261,7 @@ def run_pretrain(args) -> int:
     from kbert.tasks import pretrain
 
     beside = fetch_checkpoint_argument(args)
-    options = _run_options(args, task="mlm", whole_word=args.whole_word, mask_rate=args.mask_rate)
+    options = _run_options(args, task="mlm", whole_word=args.whole_word, mask_rate=args.mask_rate, pack=args.pack)
     return _run(args, options, pretrain, beside)
 
 

@@ -93,6 +93,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             `"relative"` `[batch, q, slots, head_size]`, `"t5_relative"`
             `[batch, q, slots, heads]`.
         cache_slots: `[batch, q]` int32, where each new token's key and value go.
+    And for packed pre-training (`kbert.builder.build_masked_lm(packed=True)`),
+    which runs an encoder's own layers on rows of several documents:
+        attention_mask: an attention mask as for `use_attention_mask`, given
+            to a layer built without that input (a keyword, so the encoder's
+            wiring, bert4keras's, is unchanged).
 
     Example:
     >>> attention = MultiHeadSelfAttention(num_heads=2, head_size=4, use_attention_mask=True)
@@ -149,9 +154,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.value.build(value_shape)
         self.output_dense.build((*query_shape[:-1], self.num_heads * self.head_size))
 
-    def call(self, inputs, mask=None, training=None, cache=None, cache_slots=None):
+    def call(self, inputs, mask=None, training=None, cache=None, cache_slots=None, attention_mask=None):
         query, key, value = inputs[:3]
-        attention_mask = inputs[3] if self.use_attention_mask else None
+        if self.use_attention_mask:
+            attention_mask = inputs[3]
         positions = inputs[-1] if self.position_encoding else None
         # The previous layer's scores: an input beyond the mask and the positions (none in a first layer).
         fixed = 3 + int(self.use_attention_mask) + int(bool(self.position_encoding))

@@ -187,7 +187,9 @@ class PositionEmbedding(keras.layers.Layer):
     """Adds a learned absolute position embedding to its input.
 
     The input may be shorter than `max_length`; the first rows of the table
-    are used.
+    are used. Called with `positions` (`[batch, length]` ids, as packed
+    pre-training gives each token's position within its document), the
+    rows of those positions are added instead.
 
     Args:
         max_length: number of positions P (`max_position_embeddings`).
@@ -197,6 +199,9 @@ class PositionEmbedding(keras.layers.Layer):
     >>> layer = PositionEmbedding(max_length=16)
     >>> tuple(layer(ops.zeros((2, 5, 8))).shape)
     (2, 5, 8)
+    >>> restarted = layer(ops.zeros((1, 4, 8)), positions=ops.convert_to_tensor([[0, 1, 0, 1]]))
+    >>> bool(ops.all(restarted[0, 2] == restarted[0, 0]))
+    True
     """
 
     def __init__(self, max_length: int, embeddings_initializer="glorot_uniform", **kwargs):
@@ -213,7 +218,10 @@ class PositionEmbedding(keras.layers.Layer):
             autocast=False,  # as `Embedding`'s: the rows used are cast, not the table
         )
 
-    def call(self, inputs):
+    def call(self, inputs, positions=None):
+        if positions is not None:
+            rows = checked_ids(positions, self.max_length, f"{self.name}: a position (max_position_embeddings)")
+            return inputs + ops.cast(ops.take(self.embeddings, rows, axis=0), self.compute_dtype)
         table = self.checked_table(inputs)
         positions = ops.slice(table, (0, 0), (ops.shape(inputs)[1], ops.shape(table)[1]))
         return inputs + ops.cast(positions, self.compute_dtype)[None]
@@ -235,8 +243,8 @@ class PositionEmbedding(keras.layers.Layer):
         """`call` in cached decoding (`kbert.layers.decoding`): each new token's own position's row."""
         return inputs + ops.cast(ops.take(self.embeddings, step.positions, axis=0), inputs.dtype)
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_spec(self, inputs, **kwargs):  # `positions`, and RoBERTa's `mask`, leave the shape as it is
+        return keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
 
     def check_length(self, length: int) -> None:
         """Raises `InputError` for a sequence longer than the table (for `IdModel` to run before a compiled step)."""

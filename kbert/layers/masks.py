@@ -1,4 +1,4 @@
-"""Attention masks of the `lm` and `unilm` applications, as layers (no Python lambdas in the graph).
+"""Attention masks of the `lm` and `unilm` applications and of packed rows, as layers (no Python lambdas).
 
 Each gives a boolean `[batch or 1, 1, length, length]` mask, True where query i
 may attend to key j; the attention layers combine it with the padding mask.
@@ -11,12 +11,13 @@ from keras import ops
 
 from kbert.layers.common import _PACKAGE
 
-MASK_KINDS = ("lm", "unilm")
+MASK_KINDS = ("lm", "unilm", "packed")
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class AttentionMask(keras.layers.Layer):
-    """Which keys each query may attend to: left-to-right (`lm`) or UniLM's seq2seq rule (`unilm`).
+    """Which keys each query may attend to: left-to-right (`lm`), UniLM's seq2seq rule (`unilm`), or
+    within its own document of a packed row (`packed`).
 
     - `"lm"`, called on token ids: each token attends to itself and the tokens
       before it.
@@ -24,9 +25,13 @@ class AttentionMask(keras.layers.Layer):
       the whole source; segment-1 tokens (the target) attend to the source and
       to the target tokens up to themselves (the rule of bert4keras: the
       cumulative segment sum of the key is at most the query's).
+    - `"packed"`, called on each token's position within its document (a
+      row of several documents, as packed pre-training lays them out): a
+      document starts where the position is 0, and each token attends to
+      the tokens of its own document only.
 
     Args:
-        kind: `"lm"` or `"unilm"`.
+        kind: `"lm"`, `"unilm"` or `"packed"`.
 
     Example:
     >>> segments = ops.convert_to_tensor([[0, 0, 1, 1]])
@@ -34,6 +39,9 @@ class AttentionMask(keras.layers.Layer):
     [[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
     >>> tuple(AttentionMask("lm")(segments).shape)
     (1, 1, 4, 4)
+    >>> positions = ops.convert_to_tensor([[0, 1, 0, 1, 2]])  # two documents: 2 and 3 tokens
+    >>> ops.convert_to_numpy(AttentionMask("packed")(positions))[0, 0, [0, 2]].astype(int).tolist()
+    [[1, 1, 0, 0, 0], [0, 0, 1, 1, 1]]
     """
 
     def __init__(self, kind: str, **kwargs):
@@ -46,6 +54,9 @@ class AttentionMask(keras.layers.Layer):
         if self.kind == "lm":
             positions = ops.arange(ops.shape(ids)[1])
             return (positions[None, :] <= positions[:, None])[None, None]
+        if self.kind == "packed":
+            documents = ops.cumsum(ops.cast(ops.equal(ids, 0), "int32"), axis=1)
+            return ops.equal(documents[:, None, :], documents[:, :, None])[:, None]
         steps = ops.cumsum(ops.cast(ids, "int32"), axis=1)
         return (steps[:, None, :] <= steps[:, :, None])[:, None]
 

@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 INPUT_TOKEN = "Input-Token"
 INPUT_SEGMENT = "Input-Segment"
 INPUT_MASKED_POSITIONS = "Input-Masked-Positions"  # pre-training: where the MLM head predicts
+INPUT_POSITION = "Input-Position"  # packed pre-training: each token's position within its document
 EMBEDDING_TOKEN = "Embedding-Token"
 EMBEDDING_SEGMENT = "Embedding-Segment"
 EMBEDDING_TOKEN_SEGMENT = "Embedding-Token-Segment"
@@ -22,6 +23,7 @@ EMBEDDING_RELATIVE_POSITION = "Embedding-Relative-Position"  # NEZHA
 EMBEDDING_ROTARY_POSITION = "Embedding-Rotary-Position"  # RoFormer
 ATTENTION_LM_MASK = "Attention-LM-Mask"  # application="lm"
 ATTENTION_UNILM_MASK = "Attention-UniLM-Mask"  # application="unilm"
+ATTENTION_PACKED_MASK = "Attention-Packed-Mask"  # packed pre-training: attention within a document only
 
 POOLER = "Pooler"
 POOLER_DENSE = "Pooler-Dense"
@@ -46,6 +48,7 @@ OUTPUT_DROPOUT = "Output-Dropout"
 # tutorials): the [CLS] vector, then a softmax Dense.
 CLS_TOKEN = "CLS-token"
 CLASSIFIER_DENSE = "dense_output"
+CLASSIFIER_HIDDEN = "Classifier-Hidden"  # RoBERTa's sequence-classification head: its dense before the output
 # A tagger's heads (`build_token_classifier`): emissions then a CRF, or span scores.
 EMISSIONS_DENSE = "dense_emissions"
 CRF = "CRF"

@@ -175,7 +175,10 @@ class TransformerGraph:
         config: its config.
         heads: the heads to build.
         segment_vocab_size: segment ids the model takes (0: no segment input).
-        application: `"encoder"`, `"lm"` or `"unilm"` (bert4keras's names).
+        application: `"encoder"`, `"lm"` or `"unilm"` (bert4keras's names); `"packed"`: an encoder
+            over rows of several documents (`build_masked_lm(packed=True)`), with a third input, each
+            token's position within its document, which restarts the positions and keeps attention
+            within each document.
         condition: conditional layer norms (`NormCondition`), or None.
         residual_attention_scores: each attention layer adds the previous one's
             scores to its own (RealFormer; bert4keras's option of that name).
@@ -263,6 +266,8 @@ class TransformerGraph:
         inputs = [keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_TOKEN)]
         if self.segment_vocab_size:
             inputs.append(keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_SEGMENT))
+        if self.application == "packed":
+            inputs.append(keras.Input(shape=(None,), dtype="int32", name=naming.INPUT_POSITION))
         return inputs
 
     def apply_embeddings(self, inputs):

@@ -12,6 +12,11 @@ once and its words numbered (`whole_word`):
 
 The lines are packed into full `maxlen` sequences and masked afresh every
 epoch (`kbert.training.masking`); the validation text's masks are drawn once.
+How lines share a row is `pack`: end to end, attention across them
+(`stream`, the default, as Google's and bert4keras's pre-training data), or
+each line a document of its own (`documents`: several to a row, positions
+restarted, attention within it, masked as it would be alone; `none`: one a
+row, padded).
 The model is the backbone's MLM head on the masked positions
 (`kbert.builder.build_masked_lm`), trained with cross-entropy on them; its
 masked-token accuracy is the validation score.
@@ -38,7 +43,8 @@ from kbert.errors import DataError, KbertError, tensorflow_installed
 from kbert.models.registry import get_family
 from kbert.training.pipeline import batches_by_length
 from kbert.training.data import LabelMap, check_known_tokens
-from kbert.training.masking import TRAINING, VALIDATION, MaskedBatches, max_predictions, pack_sequences
+from kbert.training.masking import (TRAINING, VALIDATION, MaskedBatches, max_predictions, pack_documents,
+                                   pack_sequences)
 from kbert.training.model_dir import WEIGHTS_FILE
 from kbert.training.task import Task, TrainingData
 
@@ -196,12 +202,14 @@ class MaskedLanguageModelTask(Task):
     score_name = "val_accuracy"
     score_label = "validation masked-token accuracy"
 
-    def __init__(self, family: str = "bert", whole_word: str = "jieba", mask_rate: float = 0.15):
-        self.family, self.whole_word, self.mask_rate = get_family(family), whole_word, mask_rate
+    def __init__(self, family: str = "bert", whole_word: str = "jieba", mask_rate: float = 0.15,
+                 pack: str = "stream"):
+        self.family, self.whole_word, self.mask_rate, self.pack = get_family(family), whole_word, mask_rate, pack
         if "with_mlm" not in self.family.heads or "encoder" not in self.family.applications:
             raise KbertError(f"pre-training trains an MLM head, which model={self.family.name!r} does not have; "
                              "kbert pretrain trains the encoder families (bert, roberta, albert, "
                              "albert_unshared, nezha, roformer, roformer_v2)")
+        self.max_predictions: Optional[int] = None  # with documents apart: from the data (`read`)
         if not self.family.knows_hf_names and not tensorflow_installed():
             raise KbertError(f"kbert pretrain --model {self.family.name} without TensorFlow: its pre-trained "
                              "weights are written as a Google checkpoint, which needs TensorFlow (pip install "
@@ -210,7 +218,7 @@ class MaskedLanguageModelTask(Task):
 
     @classmethod
     def from_options(cls, options) -> "MaskedLanguageModelTask":
-        return cls(options.model or "bert", options.whole_word, options.mask_rate)
+        return cls(options.model or "bert", options.whole_word, options.mask_rate, options.pack)
 
     def backbone_args(self) -> dict:
         return {"with_mlm": "linear"}  # logits: the loss takes the softmax itself, stably
@@ -223,35 +231,51 @@ class MaskedLanguageModelTask(Task):
         train, train_report, steps, tokens = dataset(train_path, training=True)
         valid, valid_report = dataset(valid_path, training=False)[:2] if valid_path else (None, None)
         self.tokens_per_batch = tokens / steps
+        if train.documents is not None:  # a row of short documents may hold more masks than maxlen's share
+            self.max_predictions = max(batches.slots for batches in (train, valid) if batches is not None)
+            for batches in (train, valid):
+                if batches is not None:
+                    batches.slots = self.max_predictions
         return TrainingData(train, valid, LabelMap([]), steps, train_report, valid_report,
-                            state={"whole_word": self.whole_word, "mask_rate": self.mask_rate})
+                            state={"whole_word": self.whole_word, "mask_rate": self.mask_rate, "pack": self.pack})
 
     def _dataset(self, tokenizer, options, path: str, training: bool):
         """The masked batches of a text file, its report, batches per epoch and real tokens."""
         lines, report = read_text(path)
-        token_ids, word_ids = pack_sequences(tokenize_words(tokenizer, lines, self.whole_word), options.maxlen,
-                                             tokenizer.cls_id, tokenizer.sep_id)
+        words = tokenize_words(tokenizer, lines, self.whole_word)
+        documents = None
+        if self.pack == "stream":
+            token_ids, word_ids = pack_sequences(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id)
+        else:
+            documents = pack_documents(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id,
+                                       several=self.pack == "documents")
+            token_ids, word_ids = documents.token_ids, documents.word_ids
         if not len(token_ids):
             raise DataError(f"{path}: no line has a token of the vocabulary ({tokenizer.vocab_size} tokens); "
                             "is it the vocabulary of this text?")
         tokens = int(np.count_nonzero(token_ids))
         check_known_tokens(path, token_ids, tokenizer, refuse=True)
-        report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding)"
+        report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding"
+        report += f", {sum(map(len, documents.spans))} documents)" if documents else ")"
         logging.getLogger("kbert").info("%s", report)
         batches = MaskedBatches(token_ids, word_ids, options.batch_size, seed=options.seed,
                                 stream=TRAINING if training else VALIDATION, shuffle=training and options.shuffle,
-                                segments=self.family.takes_segments, rate=self.mask_rate,
+                                segments=self.family.takes_segments, documents=documents,
+                                positions=self.pack == "documents", rate=self.mask_rate,
                                 mask_id=tokenizer.token_to_id("[MASK]"), vocab_size=tokenizer.vocab_size)
         return batches, report, len(batches), tokens
 
     def build(self, bert, num_labels: int, options):
-        self.max_predictions = max_predictions(options.maxlen, self.mask_rate)
-        return bert  # the backbone and its MLM head: what is saved
+        if self.pack == "documents" and "unilm" not in self.family.applications:
+            raise KbertError(f"--pack documents keeps attention within each document with an attention mask, "
+                             f"which model={self.family.name!r} does not take; use --pack stream or none")
+        self.max_predictions = self.max_predictions or max_predictions(options.maxlen, self.mask_rate)
+        return bert  # the backbone and its MLM head: what is saved (a plain encoder however rows are packed)
 
     def training_model(self, model):
         from kbert.builder import build_masked_lm
 
-        return build_masked_lm(model, self.max_predictions)
+        return build_masked_lm(model, self.max_predictions, packed=self.pack == "documents")
 
     def compile_args(self, model) -> dict:
         # Averaged over the masked positions (the weights), not over all max_predictions slots.

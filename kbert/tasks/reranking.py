@@ -22,6 +22,8 @@ from kbert.errors import DataError, KbertError
 from kbert.layers.heads import TakeToken
 from kbert.tokenizers.hub import folder_tokenizer
 from kbert.models import naming
+from kbert.models.registry import get_family, load_config
+from kbert.models.transformer import id_model
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.records import Fields, parse_rows, read_records
@@ -66,14 +68,16 @@ def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
     """`bert`'s `[CLS]` through BERT's pooler (`Pooler`, `Pooler-Dense`, tanh) to one output, the relevance logit:
     the layout of Hugging Face's `BertForSequenceClassification` with one label (`dense_output` is its
     `classifier`). The pooler is added here, not by the builder, so that a checkpoint without one (kbert
-    pretrain's, most MLM checkpoints) still loads; it then starts from random weights, as the head does."""
+    pretrain's, most MLM checkpoints) still loads; it then starts from random weights, as the head does.
+    For Hugging Face's RoBERTa (`hf_roberta`) the tanh dense is its classification head's own
+    (`Classifier-Hidden`: `RobertaForSequenceClassification`'s `classifier.dense`, then `out_proj`)."""
     initializer = keras.initializers.TruncatedNormal(stddev=0.02)
     cls = TakeToken(0, name=naming.POOLER)(bert.output)
     pooled = keras.layers.Dense(bert.output.shape[-1], activation="tanh", kernel_initializer=initializer,
-                                name=naming.POOLER_DENSE)(cls)
+                                name=get_family(bert.family).classifier_hidden)(cls)
     logit = keras.layers.Dense(1, kernel_initializer=initializer, name=naming.CLASSIFIER_DENSE,
                                dtype="float32")(pooled)
-    return keras.Model(bert.inputs, logit, name=name)
+    return id_model(bert.inputs, logit, getattr(bert, "family", "bert"), name)  # the family names its weights
 
 
 @dataclasses.dataclass
@@ -104,11 +108,11 @@ class Reranker:
         from kbert.checkpoints.hf import load_hf_weights
 
         folder = os.fspath(folder)
-        config = _classifier_config(folder)
+        _classifier_config(folder)  # a one-label sequence classifier, else an error saying what the folder is
         bert = build_transformer_model(os.path.join(folder, "config.json"))
         model = reranker_model(bert)
         load_hf_weights(model, folder)
-        positions = config.get("max_position_embeddings", 512)
+        positions = load_config(os.path.join(folder, "config.json")).longest_input
         return cls(model, folder_tokenizer(folder), min(positions, _max_length(folder) or positions), folder)
 
     def logits(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:

@@ -38,8 +38,8 @@ from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FIL
 from kbert.training.adversarial import adversarial_training, gradient_penalty
 from kbert.training.lora import ADAPTERS_FILE, enable_lora, lora_enabled, save_adapters
 from kbert.training.optimizers import make_optimizer
-from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, SCHEDULES, WHOLE_WORDS,
-                                    TrainingOptions)
+from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, PACKINGS, SCHEDULES,
+                                    WHOLE_WORDS, TrainingOptions)
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.training.run_directory import RunDirectory, data_fingerprints, write_json
 from kbert.training.task import Task
@@ -457,6 +457,8 @@ def _check_options(options: TrainingOptions) -> None:
     if options.whole_word not in WHOLE_WORDS:
         raise KbertError(f"unknown whole-word masking {options.whole_word!r}; expected one of "
                          f"{', '.join(WHOLE_WORDS)}")
+    if options.pack not in PACKINGS:
+        raise KbertError(f"unknown packing {options.pack!r}; expected one of {', '.join(PACKINGS)}")
     if not (_is_number(options.mask_rate) and 0 < options.mask_rate < 1):
         raise KbertError(f"mask rate must be in (0, 1), got {options.mask_rate!r}")
 

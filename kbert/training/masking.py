@@ -6,6 +6,12 @@ WordPiece's). `pack_sequences` lays the lines end to end as
 `[CLS] line [SEP] line [SEP] ...` up to `maxlen` tokens, so that no compute goes
 to padding; a line longer than a sequence continues in the next.
 
+`pack_documents` keeps documents (lines) apart instead: each is
+`[CLS] line [SEP]` with positions from 0, several to a row (or one, padded),
+and the model's attention stays within each (`build_masked_lm(packed=True)`);
+`mask_documents` masks each document on its own, keyed on its number, so a
+document is masked and predicted alike however the rows are laid out.
+
 `mask_whole_words` then picks the tokens to predict, a whole word at a time,
 as Google's whole-word masking does: words in a random order are taken while
 their tokens fit within `rate` (15 %) of the sequence's real tokens; of the
@@ -21,8 +27,9 @@ original tokens there (`kbert.layers.TakePositions`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Iterable, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import keras
 import numpy as np
@@ -80,6 +87,115 @@ def pack_sequences(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, 
         close()
     return np.array(sequences, dtype=np.int32).reshape(-1, maxlen), \
         np.array(numbers, dtype=np.int32).reshape(-1, maxlen)
+
+
+@dataclasses.dataclass
+class PackedDocuments:
+    """Rows of whole documents, from `pack_documents`.
+
+    Attributes:
+        token_ids: `[rows, maxlen]` int32, each document `[CLS] tokens [SEP]`, padding 0 after the last.
+        word_ids: `[rows, maxlen]` int32 word numbers, from 0 within each document (`NOT_A_WORD` at
+            `[CLS]`, `[SEP]` and padding).
+        positions: `[rows, maxlen]` int32, each token's position within its document (0 at padding).
+        spans: per row, `(start, end, document number)` of each document in it.
+    """
+
+    token_ids: np.ndarray
+    word_ids: np.ndarray
+    positions: np.ndarray
+    spans: List[List[Tuple[int, int, int]]]
+
+
+def pack_documents(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, cls_id: int, sep_id: int,
+                   several: bool = True) -> PackedDocuments:
+    """Each tokenised line a document `[CLS] line [SEP]`; with `several`, as many as fit in a row, in order
+    (the next row starts when the next document does not fit), else one a row, padded.
+
+    A line longer than `maxlen - 2` tokens is cut into documents of that many (the last shorter).
+
+    Example:
+    >>> lines = [(np.array([7, 8, 9]), np.array([0, 0, 1])), (np.array([5, 6]), np.array([0, 1]))]
+    >>> packed = pack_documents(lines, maxlen=10, cls_id=1, sep_id=2)
+    >>> packed.token_ids.tolist(), packed.positions.tolist(), packed.spans
+    ([[1, 7, 8, 9, 2, 1, 5, 6, 2, 0]], [[0, 1, 2, 3, 4, 0, 1, 2, 3, 0]], [[(0, 5, 0), (5, 9, 1)]])
+    >>> pack_documents(lines, maxlen=10, cls_id=1, sep_id=2, several=False).spans
+    [[(0, 5, 0)], [(0, 4, 1)]]
+    """
+    if maxlen < 3:
+        raise ValueError(f"maxlen must leave room for [CLS], a token and [SEP], got {maxlen}")
+    documents = []
+    for line_tokens, line_words in lines:
+        for start in range(0, len(line_tokens), maxlen - 2):
+            words = np.asarray(line_words[start:start + maxlen - 2])
+            documents.append(([cls_id, *line_tokens[start:start + maxlen - 2], sep_id],
+                              [NOT_A_WORD, *(words - words[0]), NOT_A_WORD]))
+    rows: List[List[int]] = []
+    used = maxlen
+    for number, (tokens, _) in enumerate(documents):
+        if not several or used + len(tokens) > maxlen:
+            rows.append([])
+            used = 0
+        rows[-1].append(number)
+        used += len(tokens)
+    token_ids, word_ids, positions = (np.zeros((len(rows), maxlen), np.int32) for _ in range(3))
+    word_ids[:] = NOT_A_WORD
+    spans = []
+    for row, numbers in enumerate(rows):
+        spans.append([])
+        start = 0
+        for number in numbers:
+            tokens, words = documents[number]
+            end = start + len(tokens)
+            token_ids[row, start:end], word_ids[row, start:end] = tokens, words
+            positions[row, start:end] = np.arange(len(tokens))
+            spans[-1].append((start, end, number))
+            start = end
+    return PackedDocuments(token_ids, word_ids, positions, spans)
+
+
+def mask_documents(token_ids: np.ndarray, word_ids: np.ndarray, spans: List[Tuple[int, int, int]], slots: int, *,
+                   seed: int, stream: int, epoch: int, **mask_args):
+    """`mask_whole_words` for each document of a row (`spans`: `pack_documents`'), each with its own generator
+    keyed on the document's number: the same masks whether it shares its row or not. The positions,
+    labels and weights of all of them, in `slots` entries (`prediction_slots`).
+
+    Example:
+    >>> packed = pack_documents([(np.arange(5, 25), np.arange(20))] * 2, 24, cls_id=1, sep_id=2)
+    >>> _, positions, _, weights = mask_documents(packed.token_ids[0], packed.word_ids[0], packed.spans[0], 8,
+    ...                                           seed=0, stream=TRAINING, epoch=0, rate=0.15, mask_id=4,
+    ...                                           vocab_size=30)
+    >>> int(weights.sum()), bool(positions[weights > 0].min() > 0)
+    (3, True)
+    """
+    masked, positions, labels = token_ids.copy(), [], []
+    for start, end, number in spans:
+        piece, where, original, weights = mask_whole_words(
+            token_ids[start:end], word_ids[start:end], mask_generator(seed, stream, epoch, number), **mask_args)
+        masked[start:end] = piece
+        used = weights > 0
+        positions.append(where[used] + start)
+        labels.append(original[used])
+    positions, labels = np.concatenate(positions), np.concatenate(labels)
+    padding = (0, slots - len(positions))
+    return (masked, np.pad(positions, padding).astype(np.int32), np.pad(labels, padding).astype(np.int32),
+            np.pad(np.ones(len(positions), np.float32), padding))
+
+
+def prediction_slots(packed: PackedDocuments, rate: float) -> int:
+    """The most positions `mask_documents` can pick in a row of `packed`: each document's most, summed.
+
+    A document's most is its `mask_whole_words` count, `round(rate · real tokens)` kept within 1 and its own
+    `max_predictions`; a row of many short documents may need more than `max_predictions(maxlen)`.
+    """
+    most = 1
+    for row, spans in enumerate(packed.spans):
+        total = 0
+        for start, end, _ in spans:
+            real = int(np.count_nonzero(packed.word_ids[row, start:end] >= 0))
+            total += int(np.clip(round(real * rate), 1, max_predictions(end - start, rate)))
+        most = max(most, total)
+    return most
 
 
 def max_predictions(maxlen: int, rate: float) -> int:
@@ -162,6 +278,11 @@ class MaskedBatches(keras.utils.PyDataset):
         stream: `TRAINING` or `VALIDATION`.
         shuffle: a new order of the sequences each epoch.
         segments: add segment ids (the family takes them).
+        documents: rows from `pack_documents` instead (`token_ids` and
+            `word_ids` are then its own): each document masked on its own
+            (`mask_documents`), in `prediction_slots` entries a row.
+        positions: with `documents`, give each token's position within its
+            document too (`Input-Position`, for `build_masked_lm(packed=True)`).
         mask_args: `rate`, `mask_id` and `vocab_size` for `mask_whole_words`.
 
     Example:
@@ -173,10 +294,13 @@ class MaskedBatches(keras.utils.PyDataset):
     """
 
     def __init__(self, token_ids: np.ndarray, word_ids: np.ndarray, batch_size: int, *, seed: int = 0,
-                 stream: int = TRAINING, shuffle: bool = False, segments: bool = False, **mask_args):
+                 stream: int = TRAINING, shuffle: bool = False, segments: bool = False,
+                 documents: Optional[PackedDocuments] = None, positions: bool = False, **mask_args):
         super().__init__()
         self.token_ids, self.word_ids, self.batch_size = token_ids, word_ids, batch_size
         self.seed, self.stream, self.shuffle, self.segments = seed, stream, shuffle, segments
+        self.documents, self.positions = documents, positions
+        self.slots = prediction_slots(documents, mask_args["rate"]) if documents else None
         self.mask_args = mask_args
         self.epoch = 0
 
@@ -189,11 +313,19 @@ class MaskedBatches(keras.utils.PyDataset):
         epoch = self.epoch if self.stream == TRAINING else 0
         order = np.random.default_rng([self.seed % 2 ** 32, epoch]).permutation(len(self.token_ids)) \
             if self.shuffle else np.arange(len(self.token_ids))
-        masked = [mask_whole_words(self.token_ids[example], self.word_ids[example],
-                                   mask_generator(self.seed, self.stream, epoch, int(example)), **self.mask_args)
-                  for example in order[index * self.batch_size:(index + 1) * self.batch_size]]
+        examples = order[index * self.batch_size:(index + 1) * self.batch_size]
+        masked = [self._masked(int(example), epoch) for example in examples]
         masked_ids, positions, labels, weights = (np.stack(column) for column in zip(*masked))
         inputs = {naming.INPUT_TOKEN: masked_ids, naming.INPUT_MASKED_POSITIONS: positions}
         if self.segments:
             inputs[naming.INPUT_SEGMENT] = np.zeros_like(masked_ids)
+        if self.positions:
+            inputs[naming.INPUT_POSITION] = self.documents.positions[examples]
         return inputs, labels, weights
+
+    def _masked(self, example: int, epoch: int):
+        if self.documents is None:
+            return mask_whole_words(self.token_ids[example], self.word_ids[example],
+                                    mask_generator(self.seed, self.stream, epoch, example), **self.mask_args)
+        return mask_documents(self.token_ids[example], self.word_ids[example], self.documents.spans[example],
+                              self.slots, seed=self.seed, stream=self.stream, epoch=epoch, **self.mask_args)

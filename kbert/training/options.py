@@ -15,6 +15,8 @@ ADVERSARIAL = ("fgm", "gp")  # --adversarial methods (kbert.training.adversarial
 OPTIMIZERS = ("adamw", "lamb", "adafactor")
 SCHEDULES = ("linear", "constant")  # after the warm-up: decay to 0 at the last step, or hold the peak
 WHOLE_WORDS = ("jieba", "wordpiece", "none")
+# kbert pretrain's rows: lines end to end (Google's and bert4keras's), documents apart several to a row, or one a row
+PACKINGS = ("stream", "documents", "none")
 CONTRASTIVE_LOSSES = ("in_batch", "simcse", "cosent")  # --task embed (kbert.training.contrastive)
 POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "lasttoken")  # kbert.layers.pooling's modes  # pre-training's word boundaries (kbert.tasks.pretraining)
 
@@ -81,6 +83,12 @@ class TrainingOptions:
             spaces and punctuation), `wordpiece`'s (a word and its `##` pieces),
             or `none` (each token alone).
         mask_rate: pre-training predicts this share of the tokens.
+        pack: pre-training's rows (`PACKINGS`): `stream` lays the lines end
+            to end, a line continuing into the next row, attention across
+            them (Google's and bert4keras's pre-training data); `documents`
+            keeps each line a document of its own, several to a row, with
+            positions restarted and attention within it; `none`, one
+            document a row, padded.
         lora_rank: train rank-`lora_rank` LoRA adapters on the transformer
             blocks' kernels instead of the whole model (`kbert.training.lora`);
             None: full fine-tuning.
@@ -132,6 +140,7 @@ class TrainingOptions:
     optimizer: str = "adamw"
     whole_word: str = "jieba"
     mask_rate: float = 0.15
+    pack: str = "stream"
     columns: Optional[Dict[str, str]] = None
     lora_rank: Optional[int] = None
     lora_alpha: Optional[float] = None

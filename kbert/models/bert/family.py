@@ -54,6 +54,9 @@ class BertFamily:
             `pad_token_id + 1` (Hugging Face's RoBERTa), not from 0.
         google_absent: why the family has no original TF checkpoint (None:
             it has one).
+        classifier_hidden: the tanh dense of a sequence classifier (a
+            reranker) between `[CLS]` and its output: BERT's pooler;
+            RoBERTa's classification head has its own.
     """
 
     name = "bert"
@@ -80,6 +83,7 @@ class BertFamily:
     model_type_aliases: tuple = ()
     positions_after_padding = False
     google_absent: Optional[str] = None
+    classifier_hidden = naming.POOLER_DENSE
 
     # --- structure -----------------------------------------------------------------
     def config_to_train(self, config: BertConfig, initialised: bool) -> BertConfig:

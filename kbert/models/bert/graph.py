@@ -96,9 +96,11 @@ class BertGraph(TransformerGraph):
             return self.apply(x, RobertaPositionEmbedding, naming.EMBEDDING_POSITION,
                               max_length=self.config.max_position_embeddings, padding_idx=self.config.pad_token_id,
                               embeddings_initializer=self.initializer())
-        return self.apply(x, PositionEmbedding, naming.EMBEDDING_POSITION,
-                          max_length=self.config.max_position_embeddings,
-                          embeddings_initializer=self.initializer())
+        settings = {"max_length": self.config.max_position_embeddings, "embeddings_initializer": self.initializer()}
+        if self.application == "packed":  # positions restart with each document of the row
+            return self.apply(None, PositionEmbedding, naming.EMBEDDING_POSITION, **settings)(
+                x, positions=self.inputs[-1])
+        return self.apply(x, PositionEmbedding, naming.EMBEDDING_POSITION, **settings)
 
     def apply_position_bias(self, x):
         """The attention's fourth input (None: none), made by `make_position_bias` for the first block."""
@@ -111,11 +113,12 @@ class BertGraph(TransformerGraph):
         raise NotImplementedError(f"{type(self).__name__} sets position_encoding but makes no positions")
 
     def apply_attention_mask(self):
-        """The `lm` mask (from the token ids) or `unilm` mask (from the segment ids); None for `encoder`."""
+        """The `lm` mask (from the token ids), `unilm` mask (from the segment ids) or `packed` mask (from the
+        positions within each document); None for `encoder`."""
         if self.application != "encoder" and self.attention_mask is None:
-            name, source = ((naming.ATTENTION_LM_MASK, self.inputs[0]) if self.application == "lm"
-                            else (naming.ATTENTION_UNILM_MASK, self.inputs[1]))
-            self.attention_mask = self.apply(source, AttentionMask, name, kind=self.application)
+            name, source = {"lm": (naming.ATTENTION_LM_MASK, 0), "unilm": (naming.ATTENTION_UNILM_MASK, 1),
+                            "packed": (naming.ATTENTION_PACKED_MASK, -1)}[self.application]
+            self.attention_mask = self.apply(self.inputs[source], AttentionMask, name, kind=self.application)
         return self.attention_mask
 
     def apply_main_layers(self, x, index: Optional[int]):
@@ -128,13 +131,20 @@ class BertGraph(TransformerGraph):
         """Self-attention over `x`, with the application's mask, the previous layer's scores
         (`residual_attention_scores`) and the family's positions."""
         config = self.config
-        extra = [tensor for tensor in (self.apply_attention_mask(), self.attention_scores, self.apply_position_bias(x))
+        # A packed run reuses an encoder's layers, built without a mask input: its mask goes as a keyword.
+        packed = self.application == "packed"
+        mask = self.apply_attention_mask()
+        extra = [tensor for tensor in (None if packed else mask, self.attention_scores, self.apply_position_bias(x))
                  if tensor is not None]
-        output = self.apply([x, x, x] + extra, MultiHeadSelfAttention, name, num_heads=config.num_attention_heads,
-                            head_size=config.head_size, dropout=config.attention_probs_dropout_prob,
-                            kernel_initializer=self.initializer(), position_encoding=self.position_encoding,
-                            use_attention_mask=self.application != "encoder", use_bias=self.use_bias,
-                            return_attention_scores=self.residual_attention_scores)
+        settings = dict(num_heads=config.num_attention_heads, head_size=config.head_size,
+                        dropout=config.attention_probs_dropout_prob, kernel_initializer=self.initializer(),
+                        position_encoding=self.position_encoding, use_bias=self.use_bias,
+                        use_attention_mask=self.application not in ("encoder", "packed"),
+                        return_attention_scores=self.residual_attention_scores)
+        if packed:
+            output = self.apply(None, MultiHeadSelfAttention, name, **settings)([x, x, x] + extra, attention_mask=mask)
+        else:
+            output = self.apply([x, x, x] + extra, MultiHeadSelfAttention, name, **settings)
         if not self.residual_attention_scores:
             return output
         output, self.attention_scores = output  # RealFormer: the next layer adds these scores to its own

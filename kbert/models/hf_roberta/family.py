@@ -49,6 +49,7 @@ class HfRobertaFamily(BertFamily):
     hf_head_scopes = ("lm_head.",)
     conditional_norms = False
     residual_scores = False
+    classifier_hidden = naming.CLASSIFIER_HIDDEN  # RobertaForSequenceClassification: classifier.dense
 
     def hf_config(self, config: RobertaConfig, heads: Heads) -> dict:
         """The config's own model_type (roberta, xlm-roberta or camembert) and its class."""
@@ -57,8 +58,14 @@ class HfRobertaFamily(BertFamily):
         return {**config.to_dict(), "model_type": model_type,
                 "architectures": [f"{stem}ForMaskedLM" if heads.mlm else f"{stem}Model"]}
 
+    def weight_layers(self, num_blocks: int) -> List[str]:
+        return super().weight_layers(num_blocks) + [naming.CLASSIFIER_HIDDEN]
+
     def layer_weights(self, layer: str) -> List[WeightName]:
         heads = {
+            # RobertaClassificationHead: [CLS] (`<s>`), dense and tanh, then out_proj to the labels.
+            naming.CLASSIFIER_HIDDEN: dense(layer, "classifier/dense", "classifier.dense", (H, H)),
+            naming.CLASSIFIER_DENSE: dense(layer, "classifier/out_proj", "classifier.out_proj", (H, "num_labels")),
             naming.MLM_DENSE: dense(layer, "cls/predictions/transform/dense", "lm_head.dense", (H, H)),
             naming.MLM_NORM: norm(layer, "cls/predictions/transform/LayerNorm", "lm_head.layer_norm"),
             naming.MLM_BIAS: [WeightName(f"{layer}/bias", "cls/predictions/output_bias", "lm_head.bias", False,
