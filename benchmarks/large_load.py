@@ -1,7 +1,7 @@
 """Peak memory while loading a large safetensors checkpoint, against the weights' own size.
 
     python -m benchmarks.large_load write DIR [--max-shard-size 2GB]   # a GPT-2 of GPT2-ML 1.5B's shape
-    python -m benchmarks.large_load load DIR                            # prints one table
+    python -m benchmarks.large_load load DIR [--dtype bfloat16]         # prints one table
 
 `write` builds a GPT-2 with GPT2-ML 1.5B's sizes (48 blocks of width 1,536,
 24 heads, feed-forward 6,144, 8,021 tokens, 1,024 positions; GPT2-ML itself
@@ -10,6 +10,9 @@ random weights and saves it with `save_hf_weights`. `load` runs in a process
 of its own: it builds the same model, then reads the resident-set size before
 and its peak during `load_hf_weights`, so the figures are the load's alone:
 the extra peak over the built model, as a multiple of the weights' bytes.
+With `--dtype bfloat16` the model is built holding its weights in bfloat16
+(`build_transformer_model(dtype=...)`, `kbert predict --dtype`), and the
+whole peak is also given against the checkpoint's float32 bytes.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ SHAPE = {"vocab_size": 8021, "hidden_size": 1536, "num_hidden_layers": 48, "num_
          "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02}
 
 
-def _model():
+def _model(dtype: str | None = None):
     from kbert import build_transformer_model
 
-    return build_transformer_model(dict(SHAPE), model="gpt2")
+    return build_transformer_model(dict(SHAPE), model="gpt2", dtype=dtype)
 
 
 def write(directory: str, max_shard_size: str | None) -> None:
@@ -41,12 +44,14 @@ def write(directory: str, max_shard_size: str | None) -> None:
     print(f"wrote {path}: {model.count_params():,} parameters in {time.perf_counter() - start:.0f} s")
 
 
-def load(directory: str) -> None:
+def load(directory: str, dtype: str | None) -> None:
     import numpy as np
 
     from kbert import load_hf_weights
 
-    model = _model()
+    stored_mib = sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
+                     if name.endswith(".safetensors")) / 2 ** 20
+    model = _model(dtype)
     weights_mib = sum(np.dtype(v.dtype).itemsize * int(np.prod(v.shape)) for v in model.weights) / 2 ** 20
     before = rss_mib()
     reset_peak()
@@ -61,6 +66,7 @@ def load(directory: str) -> None:
     extra = peak - before
     print(f"{'peak over the built model':34} {extra:10,.0f} MiB = {extra / weights_mib:.2f}x the weights")
     print(f"{'peak / weights':34} {peak / weights_mib:10.2f}x")
+    print(f"{'peak / the checkpoint':34} {peak / stored_mib:10.2f}x ({stored_mib:,.0f} MiB of safetensors)")
 
 
 def main(argv=None) -> None:
@@ -68,9 +74,10 @@ def main(argv=None) -> None:
     parser.add_argument("action", choices=["write", "load"])
     parser.add_argument("directory")
     parser.add_argument("--max-shard-size", help="write: shards of at most this size (e.g. 2GB)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], help="load: the dtype the model holds")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    write(args.directory, args.max_shard_size) if args.action == "write" else load(args.directory)
+    write(args.directory, args.max_shard_size) if args.action == "write" else load(args.directory, args.dtype)
 
 
 if __name__ == "__main__":

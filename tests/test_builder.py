@@ -168,3 +168,24 @@ def test_weights_file_layout_is_stable(tmp_path):
                 + ["masked_add", "multi_head_self_attention", "multi_head_self_attention_1",
                    "position_embedding", "take_token", "token_embedding"])
     assert groups == sorted(expected)
+
+
+def test_a_model_built_in_bfloat16_holds_the_checkpoints_weights_rounded(tmp_path):
+    """`dtype="bfloat16"`: every weight bfloat16 (half the bytes), each the checkpoint's float32 value rounded;
+    the global policy is left as it was; the same layer table."""
+    from kbert import save_hf_weights
+
+    keras.utils.set_random_seed(2)
+    full = build_transformer_model(CONFIGS / "bert_tiny.json", with_mlm=True)
+    save_hf_weights(full, tmp_path)
+    half = build_transformer_model(CONFIGS / "bert_tiny.json", tmp_path, with_mlm=True, dtype="bfloat16")
+    assert keras.config.dtype_policy().name == "float32"
+    assert {variable.dtype for variable in half.weights} == {"bfloat16"}
+    assert layer_table(half) == layer_table(full)
+    for ours, theirs in zip(half.weights, full.weights):
+        rounded = keras.ops.convert_to_numpy(keras.ops.cast(theirs.value, "bfloat16")).astype(np.float32)
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours.value).astype(np.float32), rounded)
+    ids = np.array([[101, 2769, 4263, 102, 0]])
+    expected = full.predict([ids, np.zeros_like(ids)], verbose=0)
+    got = half.predict([ids, np.zeros_like(ids)], verbose=0).astype(np.float32)
+    assert np.abs(got - expected).max() < 0.01

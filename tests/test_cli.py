@@ -389,3 +389,15 @@ def test_wrong_family_is_a_clear_error():
                    "--checkpoint", str(shared_path("fixtures", "bert4keras_families", "albert_tiny")))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "build the model with model='albert'" in result.stderr
+
+
+def test_predict_with_the_weights_in_bfloat16(trained_model):
+    """A model directory's float32 weights held in bfloat16 (`--dtype`): nearly the same probabilities."""
+    data = trained_model.parent / "valid.data"
+    probabilities = {}
+    for dtype in ("float32", "bfloat16"):
+        result = kbert("predict", "--model", trained_model, "--json", data, "--dtype", dtype)
+        assert result.returncode == 0, result.stderr
+        probabilities[dtype] = np.array([json.loads(line)["probability"] for line in result.stdout.splitlines()])
+    difference = np.abs(probabilities["bfloat16"] - probabilities["float32"])
+    assert len(difference) == 100 and 0 < difference.max() < 0.05, difference.max()

@@ -289,3 +289,26 @@ def test_an_xlm_r_embedder_matches_sentence_transformers_both_ways(tmp_path):
     saved = embedder.save(tmp_path / "saved")
     again = sentence_transformers.SentenceTransformer(saved, device="cpu").encode(SENTENCES)
     assert np.abs(again - reference).max() <= 1e-5
+
+
+def test_kbert_embed_holds_the_weights_in_bfloat16_when_asked(minilm, tmp_path, capsys):
+    """`--dtype bfloat16`: half the memory for the weights; each vector's cosine with float32's ≥ 0.999."""
+    from kbert.tasks.embedding import Embedder
+    from kbert.training.precision import precision_policy
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--dtype", "bfloat16"]) == 0
+    vectors = np.array([json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()])
+    reference = minilm.encode(SENTENCES)
+    cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosine.min() >= 0.999 and np.abs(vectors - reference).max() > 1e-5  # rounded, not float32
+    with precision_policy(None, "bfloat16"):
+        half = Embedder.load(minilm_dir())
+    assert {variable.dtype for variable in half.backbone.weights} == {"bfloat16"}
+    assert sum(variable.numpy().nbytes for variable in half.backbone.weights) * 2 == sum(
+        variable.numpy().nbytes for variable in minilm.backbone.weights)
+    assert keras.config.dtype_policy().name == "float32"  # restored
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--dtype", "bfloat16",
+                 "--mixed-precision", "bf16"]) == 2
+    assert "keeps the weights in float32, --dtype bfloat16 holds them in bfloat16; pick one" in capsys.readouterr().err

@@ -197,3 +197,30 @@ def test_an_xlm_r_cross_encoder_scores_as_transformers_does(tmp_path):
     with torch.no_grad():
         expected = reference(**tokenizer(queries, passages, padding=True, return_tensors="pt")).logits[:, 0].numpy()
     np.testing.assert_allclose(Reranker.load(tmp_path / "xlmr").logits(queries, passages), expected, atol=1e-4)
+
+
+def test_listwise_training_ranks_each_querys_group(tmp_path, capsys):
+    """--rerank-loss listwise: each query's relevant passage against 3 others in a group of 4; the kept epoch
+    is the one with the best validation nDCG@10, which kbert evaluate gives again on the written folder."""
+    reviews = [line.split("\t")[0] for line in shared_path("data", "sentiment", "sentiment.train.data")
+               .read_text(encoding="utf-8").splitlines()[:80] if len(line.split("\t")[0]) > 8]
+    halves = list({text[:len(text) // 2]: text[len(text) // 2:] for text in reviews}.items())
+    rows = "".join(f"{a}\t{b}\t1\n" + "".join(f"{a}\t{halves[(i + k) % len(halves)][1]}\t0\n" for k in (3, 7, 11))
+                   for i, (a, b) in enumerate(halves))
+    data = write(tmp_path, "pairs.tsv", rows)
+    common = ["train", "--task", "rerank", "--rerank-loss", "listwise", "--train", str(data), "--config",
+              str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+              "--maxlen", "48", "--lr", "5e-4"]
+    assert main([*common, "--batch-size", "10", "--out", str(tmp_path / "refused")]) == 2
+    assert "--batch-size 10 counts pairs, whole groups of --group-size 4 passages" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "listwise"
+    assert main([*common, "--valid", str(data), "--batch-size", "16", "--epochs", "2", "--out", str(out)]) == 0
+    state = json.loads((out / "training.json").read_text(encoding="utf-8"))
+    assert state["rerank_loss"] == "listwise" and state["options"]["group_size"] == 4
+    assert state["history"][-1]["loss"] < state["history"][0]["loss"]
+    kept = max(epoch["val_ndcg@10"] for epoch in state["history"])
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["queries"] == len(halves) and result["ndcg@10"] == pytest.approx(kept, abs=1e-4)

@@ -16,6 +16,7 @@ import keras
 from kbert.checkpoints.formats import checkpoint_files, load_weights
 from kbert.checkpoints.loader import compound_rows
 from kbert.errors import ConfigError
+from kbert.layers.common import global_dtype_policy
 from kbert.models.config import BertConfig
 from kbert.models.heads import Heads
 from kbert.models.registry import graph_class, resolve
@@ -44,6 +45,7 @@ def build_transformer_model(
     additional_input_layers=None,
     residual_attention_scores: bool = False,
     name: str = "bert",
+    dtype: Optional[str] = None,
 ) -> "keras.Model | Transformer":
     """Builds a BERT-family model, optionally loading its original checkpoint.
 
@@ -110,6 +112,11 @@ def build_transformer_model(
             softmax: RealFormer, as bert4keras's option of that name; the
             encoder application of the encoder families.
         name: the model's name.
+        dtype: the dtype policy the model is built under (None: Keras's
+            global one, float32 by default). `"bfloat16"` holds every weight
+            in bfloat16, half the memory, and computes in it (the heads that
+            must stay exact are float32 under any policy); a checkpoint's
+            float32 tensors are rounded as each is assigned.
 
     Returns:
         A `keras.Model` on inputs `[token_ids, segment_ids]` (or
@@ -157,7 +164,8 @@ def build_transformer_model(
                           "bert4keras 0.11.5's code would Add the scores to its boolean mask")
     graph = graph_class(family)(family, config, heads, segment_vocab_size, application, condition,
                                 residual_attention_scores)
-    built = graph.build(name)
+    with global_dtype_policy(dtype):
+        built = graph.build(name)
     if checkpoint_path is not None:
         load_weights(built, checkpoint_path, keep_tokens=keep_tokens, compound_tokens=compound_tokens)
     return built if return_keras_model else Transformer(built, config)

@@ -134,7 +134,12 @@ def resolve_config(argument: Optional[str], model: Optional[str] = None) -> Bert
     return resolve(argument, model)[1]
 
 
-def precision_option(parser: argparse.ArgumentParser) -> None:
+def precision_option(parser: argparse.ArgumentParser, weights: bool = False) -> None:
+    """`--mixed-precision`, and with `weights` (commands that run a model, not train or export it) `--dtype`."""
     parser.add_argument("--mixed-precision", choices=["bf16", "fp16"],
                         help="compute in this precision, weights and softmax/loss/CRF in float32 (default: "
                              "none, all float32); bf16 pays on CPUs with avx512_bf16/amx_bf16 and on GPUs")
+    if weights:
+        parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                            help="hold the weights in this dtype: bfloat16 loads the model in half the memory and "
+                                 "computes in bfloat16 (softmax/CRF heads stay float32)")

@@ -94,13 +94,13 @@ def _cache_jax_compilations() -> None:
 
 
 def _run_in_precision(args) -> int:
-    """Runs an inference command with its model built under --mixed-precision."""
+    """Runs an inference command with its model built under --mixed-precision (and --dtype)."""
     from kbert.training.precision import precision_policy, warn_if_emulated
 
     warn_if_emulated(args.mixed_precision)
     if getattr(args, "model_parallel", 1) > 1:
         _split_the_model(args.model_parallel, args.model)
-    with precision_policy(args.mixed_precision):
+    with precision_policy(args.mixed_precision, getattr(args, "dtype", None)):
         return args.run(args)
 
 

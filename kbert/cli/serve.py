@@ -40,7 +40,7 @@ def add_commands(command) -> None:
     serve.add_argument("--quantize", choices=("int8",),
                        help="a classifier: serve its int8 ONNX export through onnxruntime (made at start-up; "
                             "pip install 'kbert[onnx]'), faster on CPU, within a few hundredths of float32")
-    precision_option(serve)
+    precision_option(serve, weights=True)
     serve.set_defaults(run=run_serve)
 
 
@@ -58,9 +58,9 @@ def run_serve(args) -> int:
 
     if args.max_wait_ms < 0:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
-    if args.quantize and args.mixed_precision:
-        raise KbertError(f"--quantize int8 with --mixed-precision {args.mixed_precision}: the int8 file is made from "
-                         "the float32 model; pick one")
+    if args.quantize and (args.mixed_precision or args.dtype != "float32"):
+        raise KbertError(f"--quantize int8 with --mixed-precision {args.mixed_precision} / --dtype {args.dtype}: the "
+                         "int8 file is made from the float32 model; pick one")
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,

@@ -15,8 +15,8 @@ from kbert.cli.arguments import checkpoint_argument, family_argument, fetch_chec
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
-from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, PACKINGS, POOLINGS, SCHEDULES,
-                                    WHOLE_WORDS, TrainingOptions)
+from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, PACKINGS, POOLINGS,
+                                    RERANK_LOSSES, SCHEDULES, WHOLE_WORDS, TrainingOptions)
 from kbert.training.records import ONE_A_LINE, parse_columns
 
 
@@ -63,7 +63,7 @@ def add_commands(command) -> None:
                        help="scale each vector to unit length (a model whose last module is Normalize does)")
     embed.add_argument("--cache-dir", help="where a named model is kept (default: $KBERT_CACHE, else "
                                            "~/.cache/kbert; the hub's own cache for hf://)")
-    precision_option(embed)
+    precision_option(embed, weights=True)
     embed.set_defaults(run=run_embed)
     export = command("export", "a classifier or tagger for other runtimes: TF SavedModel, ONNX (int8 too), "
                                "LiteRT, or a .keras file; a UniLM seq2seq model's cached step as ONNX")
@@ -104,6 +104,11 @@ def _add_train(train) -> None:
                        help="--task embed: the cosines are divided by it")
     train.add_argument("--symmetric", action="store_true",
                        help="--task embed, in_batch: also score each positive against the queries")
+    train.add_argument("--rerank-loss", choices=RERANK_LOSSES, default=defaults.rerank_loss,
+                       help="--task rerank: pointwise (each pair's label) or listwise (a softmax over each query's "
+                            "group of --group-size passages: a relevant one and others of the same query)")
+    train.add_argument("--group-size", type=positive_int, default=defaults.group_size,
+                       help="--rerank-loss listwise: passages a group (--batch-size counts pairs: a multiple)")
     train.add_argument("--columns", metavar="FIELD=COLUMN,...",
                        help="the columns (or JSON keys) of --train and --valid when their names are not known, "
                             "e.g. text=review,label=sentiment (fields: text, text_b, label; seq2seq: source, "
@@ -229,7 +234,7 @@ def _inference_arguments(parser, task_help: str) -> None:
                         help="a pre-trained model (kbert pretrain): the tokens given for each [MASK] of a text")
     parser.add_argument("--model-parallel", type=positive_int, default=1, metavar="N",
                         help="JAX: the model split over N devices as kbert train --model-parallel splits it")
-    precision_option(parser)
+    precision_option(parser, weights=True)
 
 
 def _run_options(args, **task_options) -> TrainingOptions:
@@ -253,7 +258,7 @@ def run_train(args) -> int:
         crf_lr_multiplier=args.crf_lr_multiplier, columns=parse_columns(args.columns) or None,
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_embeddings=args.lora_embeddings,
         pooling=args.pooling, contrastive_loss=args.contrastive_loss, temperature=args.temperature,
-        symmetric=args.symmetric)
+        symmetric=args.symmetric, rerank_loss=args.rerank_loss, group_size=args.group_size)
     return _run(args, options, train, beside, num_labels=args.num_labels)
 
 

@@ -1,7 +1,11 @@
-"""What every kbert layer shares: the serialization package, activations, initializer copies.
+"""What every kbert layer shares: the serialization package, activations, initializer copies, the dtype policy
+layers are built under.
 """
 
 from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional
 
 import keras
 from keras import ops  # noqa: F401 (the docstring examples use it)
@@ -71,3 +75,22 @@ class DepthScaledTruncatedNormal(keras.initializers.TruncatedNormal):
 
     def get_config(self):
         return {"num_layers": self.num_layers, "seed": self.seed}
+
+
+@contextlib.contextmanager
+def global_dtype_policy(policy: Optional[str]) -> Iterator[None]:
+    """Keras's global dtype policy for the layers built inside (None: left as it is), restored afterwards.
+
+    Example:
+    >>> with global_dtype_policy("bfloat16"):
+    ...     layer = keras.layers.Dense(2)
+    >>> layer.variable_dtype, keras.config.dtype_policy().name
+    ('bfloat16', 'float32')
+    """
+    previous = keras.config.dtype_policy()
+    if policy:
+        keras.config.set_dtype_policy(policy)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)

@@ -45,7 +45,6 @@ from kbert.training.pipeline import batches_by_length
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.masking import (TRAINING, VALIDATION, MaskedBatches, max_predictions, pack_documents,
                                    pack_sequences)
-from kbert.training.model_dir import WEIGHTS_FILE
 from kbert.training.task import Task, TrainingData
 
 CHECKPOINT_FILE = "bert_model.ckpt"  # the pre-trained weights' prefix in the model directory
@@ -287,8 +286,8 @@ class MaskedLanguageModelTask(Task):
 
     def finish(self, model, directory: str) -> None:
         """The kept epoch's backbone and MLM head as an original-format checkpoint, `bert_model.ckpt`, where
-        TensorFlow is installed (it writes that format); else as Hugging Face's `model.safetensors`."""
-        model.load_weights(os.path.join(directory, WEIGHTS_FILE))
+        TensorFlow is installed (it writes that format); else as Hugging Face's `model.safetensors`. The
+        training loop has loaded the kept epoch's weights."""
         if tensorflow_installed():
             from kbert.checkpoints.google import save_google_checkpoint
 

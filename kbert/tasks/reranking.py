@@ -25,6 +25,7 @@ from kbert.models import naming
 from kbert.models.registry import get_family, load_config
 from kbert.models.transformer import id_model
 from kbert.training.data import LabelMap, check_known_tokens
+from kbert.training.losses import ListwiseSoftmaxLoss
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.records import Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file
@@ -62,6 +63,51 @@ def _judged_pair(row: dict, line: int) -> JudgedPair:
     if not 0 <= label <= 1:
         raise ValueError(f"the label {label:g} is outside 0 to 1 (0: not relevant, 1: relevant)")
     return JudgedPair(row["query"], row["passage"], label, line)
+
+
+def listwise_groups(pairs: Sequence[JudgedPair], group_size: int, seed: int = 0) -> List[List[JudgedPair]]:
+    """Each query's group for listwise training: its most relevant passage first, then `group_size - 1` of
+    its other passages (drawn without repeats while there are enough, with repeats when fewer), in a
+    seeded order of queries. Queries with no relevant passage (label > 0) or no other passage are left out.
+
+    Example:
+    >>> pairs = [JudgedPair("q", "a", 1.0, 1), JudgedPair("q", "b", 0.0, 2), JudgedPair("r", "c", 0.0, 3)]
+    >>> [[pair.passage for pair in group] for group in listwise_groups(pairs, 3)]
+    [['a', 'b', 'b']]
+    """
+    rng = np.random.default_rng(seed)
+    by_query: Dict[str, List[JudgedPair]] = {}
+    for pair in pairs:
+        by_query.setdefault(pair.query, []).append(pair)
+    groups = []
+    for members in by_query.values():
+        best = max(members, key=lambda pair: pair.label)
+        others = [pair for pair in members if pair is not best]
+        if best.label <= 0 or not others:
+            continue
+        picks = rng.choice(len(others), size=group_size - 1, replace=len(others) < group_size - 1)
+        groups.append([best] + [others[index] for index in picks])
+    return [groups[index] for index in rng.permutation(len(groups))]
+
+
+def ranking_of(pairs: Sequence[JudgedPair], logits: np.ndarray) -> Dict[str, float]:
+    """nDCG@10 and MRR@10 (means over the queries with a relevant passage) of each query's passages ranked
+    by their logits, as MTEB's reranking tasks score."""
+    from kbert.tasks.embedding_evaluation import ranking_scores
+
+    groups: Dict[str, List[int]] = {}
+    for index, pair in enumerate(pairs):
+        groups.setdefault(pair.query, []).append(index)
+    scores: Dict[str, List[float]] = {"ndcg@10": [], "mrr@10": []}
+    for members in groups.values():
+        if not any(pairs[index].label > 0 for index in members):
+            continue
+        ranked = sorted(members, key=lambda index: -logits[index])
+        judged = {str(index): pairs[index].label for index in members}
+        for name, value in ranking_scores([pairs[index].label for index in ranked], judged).items():
+            if name in scores:
+                scores[name].append(value)
+    return {name: float(np.mean(values)) if values else 0.0 for name, values in scores.items()}
 
 
 def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
@@ -171,7 +217,13 @@ def is_reranker(folder: str) -> bool:
 
 class RerankTask(Task):
     """A cross-encoder trained pointwise: binary cross-entropy of each pair's logit against its label; the
-    kept epoch has the best validation accuracy (a pair called relevant when its score passes 0.5)."""
+    kept epoch has the best validation accuracy (a pair called relevant when its score passes 0.5).
+
+    Or listwise (`rerank_loss="listwise"`): each step sees groups of `group_size` passages of one query (its
+    most relevant passage and others of the query, `listwise_groups`), and the loss is the softmax
+    cross-entropy over each group (`ListwiseSoftmaxLoss`); the logits then rank but are not calibrated
+    around 0, so the kept epoch has the best validation nDCG@10 of each query's passages reranked.
+    """
 
     name = "rerank"
     score_name = "val_accuracy"
@@ -179,6 +231,9 @@ class RerankTask(Task):
 
     def __init__(self, options):
         self.options, self.tokenizer, self.backbone = options, None, None
+        self.listwise = options.rerank_loss == "listwise"
+        if self.listwise:
+            self.score_name, self.score_label = "val_ndcg@10", "validation nDCG@10"
 
     @classmethod
     def from_options(cls, options) -> "RerankTask":
@@ -193,23 +248,34 @@ class RerankTask(Task):
         if len({pair.label > 0.5 for pair in pairs}) < 2:
             raise DataError(f"{train_path}: every pair is {'relevant' if pairs[0].label > 0.5 else 'irrelevant'}; "
                             "a reranker learns from both (label 1 and label 0)")
-        train = self._dataset(pairs, options.shuffle)
         check_known_tokens(train_path, (ids for ids, _ in self._encoded(pairs[:2000])), tokenizer)
-        valid, valid_report = None, None
+        valid, valid_pairs, valid_report = None, [], None
         if valid_path:
             valid_pairs, valid_report = read_training_file(read_judged_pairs, valid_path, options)
-            valid = self._dataset(valid_pairs, False)
+        state = {"text_pairs": True, "rerank_loss": self.options.rerank_loss}
+        if self.listwise:  # the validation pairs are reranked by the task itself (validation_score)
+            groups = listwise_groups(pairs, options.group_size, options.seed)
+            if not groups:
+                raise DataError(f"{train_path}: no query has both a relevant passage (label > 0) and another "
+                                "passage; --rerank-loss listwise ranks each query's passages against each other")
+            report = f"{report}; {len(groups)} queries in groups of {options.group_size} passages"
+            train = self._dataset([pair for group in groups for pair in group], False, bucketing=False)
+            return TrainingData(train, None, LabelMap(["relevance"]), len(train), str(report),
+                                str(valid_report) if valid_report else None, state, valid_pairs)
+        train = self._dataset(pairs, options.shuffle)
+        valid = self._dataset(valid_pairs, False) if valid_pairs else None
         return TrainingData(train, valid, LabelMap(["relevance"]), len(train), str(report),
-                            str(valid_report) if valid_report else None, {"text_pairs": True})
+                            str(valid_report) if valid_report else None, state)
 
     def _encoded(self, pairs: Sequence[JudgedPair]):
         return self.tokenizer.encode_all([pair.query for pair in pairs], [pair.passage for pair in pairs],
                                          maxlen=self.options.maxlen)
 
-    def _dataset(self, pairs: Sequence[JudgedPair], shuffle: bool):
+    def _dataset(self, pairs: Sequence[JudgedPair], shuffle: bool, bucketing: Optional[bool] = None):
         labels = np.array([[pair.label] for pair in pairs], np.float32)
         return make_dataset(self._encoded(pairs), labels, self.options.batch_size, shuffle=shuffle,
-                            seed=self.options.seed, bucketing=self.options.bucketing)
+                            seed=self.options.seed,
+                            bucketing=self.options.bucketing if bucketing is None else bucketing)
 
     def build(self, bert, num_labels: int, options):
         if bert.family not in ("bert", "roberta"):
@@ -219,8 +285,25 @@ class RerankTask(Task):
         return reranker_model(bert)
 
     def compile_args(self, model) -> dict:
+        if self.listwise:
+            return {"loss": ListwiseSoftmaxLoss(self.options.group_size)}
         return {"loss": keras.losses.BinaryCrossentropy(from_logits=True),
                 "metrics": [keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)]}
+
+    def validation_score(self, model, data: TrainingData):
+        if not self.listwise:
+            return super().validation_score(model, data)
+        if not data.valid_examples:
+            return lambda logs: None
+        pairs = data.valid_examples
+
+        def score(logs: dict) -> float:
+            reranker = Reranker(model, self.tokenizer, self.options.maxlen, "")
+            logits = reranker.logits([pair.query for pair in pairs], [pair.passage for pair in pairs])
+            logs[self.score_name] = value = ranking_of(pairs, logits)["ndcg@10"]
+            return value
+
+        return score
 
     def finish(self, model, directory: str) -> None:
         """The CrossEncoder folder's files beside kbert's: Hugging Face's sequence classifier with one label."""
@@ -248,24 +331,9 @@ def evaluate(model: str, data: str, batch_size: int = 32) -> dict:
     """A reranker on judged pairs (`query<TAB>passage<TAB>label`): each query's passages reranked by score,
     nDCG@10 and MRR@10 over the queries with a relevant passage (as MTEB's reranking tasks score), and the
     pair accuracy (a pair called relevant when its score passes 0.5, as its label does)."""
-    from kbert.tasks.embedding_evaluation import ranking_scores
-
     pairs, _ = read_judged_pairs(data)
     reranker = Reranker.load(model)
     logits = reranker.logits([pair.query for pair in pairs], [pair.passage for pair in pairs], batch_size)
-    groups: Dict[str, List[int]] = {}
-    for index, pair in enumerate(pairs):
-        groups.setdefault(pair.query, []).append(index)
-    scores = {"ndcg@10": [], "mrr@10": []}
-    for members in groups.values():
-        if not any(pairs[index].label > 0 for index in members):
-            continue
-        ranked = sorted(members, key=lambda index: -logits[index])
-        judged = {str(index): pairs[index].label for index in members}
-        for name, value in ranking_scores([pairs[index].label for index in ranked], judged).items():
-            if name in scores:
-                scores[name].append(value)
     accuracy = float(np.mean([(logit > 0) == (pair.label > 0.5) for logit, pair in zip(logits, pairs)]))
-    return {"kind": "reranking", "data": data, **{name: float(np.mean(values)) if values else 0.0
-                                                  for name, values in scores.items()},
-            "accuracy": accuracy, "queries": len(groups), "pairs": len(pairs)}
+    return {"kind": "reranking", "data": data, **ranking_of(pairs, logits), "accuracy": accuracy,
+            "queries": len({pair.query for pair in pairs}), "pairs": len(pairs)}

@@ -38,8 +38,8 @@ from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FIL
 from kbert.training.adversarial import adversarial_training, gradient_penalty
 from kbert.training.lora import ADAPTERS_FILE, enable_lora, lora_enabled, save_adapters
 from kbert.training.optimizers import make_optimizer
-from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, PACKINGS, SCHEDULES,
-                                    WHOLE_WORDS, TrainingOptions)
+from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, PACKINGS, RERANK_LOSSES,
+                                    SCHEDULES, WHOLE_WORDS, TrainingOptions)
 from kbert.training.precision import PRECISIONS, precision_policy, warn_if_emulated
 from kbert.training.run_directory import RunDirectory, data_fingerprints, write_json
 from kbert.training.task import Task
@@ -250,6 +250,12 @@ def train_task(
                 data.labels.save(run.partial)
 
         _fit(trainer, model, task, data, options, run, state, verbose, write_inputs, strategy)
+    # What finish writes (a CrossEncoder's or sentence-transformers' safetensors, a pre-trained checkpoint) is
+    # the kept epoch's, as model.weights.h5 is, not the last epoch's. (Keras zeroes LoRA adapters as it
+    # loads the merged kernels.)
+    kept = os.path.join(run.partial, WEIGHTS_FILE)
+    if state.get("best_epoch") != len(state.get("history", [])) and os.path.exists(kept):
+        model.load_weights(kept)
     # Every worker finishes (the others into their scratch directory): a finish that builds or runs a model
     # meets collectives that all of JAX's processes must join.
     task.finish(model, run.partial)
@@ -406,12 +412,17 @@ def _check_options(options: TrainingOptions) -> None:
                          "KERAS_BACKEND=jax (or torch), or leave --remat out")
     if options.mixed_precision not in (None, *PRECISIONS):
         raise KbertError(f"unknown mixed precision {options.mixed_precision!r}; expected bf16 or fp16")
-    for name in ("epochs", "batch_size", "maxlen", "grad_accum"):
+    for name in ("epochs", "batch_size", "maxlen", "grad_accum", "group_size"):
         check_whole_number(getattr(options, name), name)
     if options.maxlen < 3:
         raise KbertError(f"maxlen must leave room for [CLS] and [SEP], got {options.maxlen}")
     if not (_is_number(options.temperature) and 0 < options.temperature < math.inf):
         raise KbertError(f"temperature (--temperature) must be a finite positive number, got {options.temperature!r}")
+    if options.rerank_loss not in RERANK_LOSSES:
+        raise KbertError(f"unknown rerank loss {options.rerank_loss!r}; expected one of {', '.join(RERANK_LOSSES)}")
+    if options.rerank_loss == "listwise" and (options.group_size < 2 or options.batch_size % options.group_size):
+        raise KbertError(f"--rerank-loss listwise: --batch-size {options.batch_size} counts pairs, whole groups of "
+                         f"--group-size {options.group_size} passages (at least 2): use a multiple of it")
     if options.contrastive_loss not in (None, *CONTRASTIVE_LOSSES):
         raise KbertError(f"unknown contrastive loss {options.contrastive_loss!r}; expected one of "
                          f"{', '.join(CONTRASTIVE_LOSSES)}")

@@ -109,10 +109,12 @@ class PackedDocuments:
 
 def pack_documents(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, cls_id: int, sep_id: int,
                    several: bool = True) -> PackedDocuments:
-    """Each tokenised line a document `[CLS] line [SEP]`; with `several`, as many as fit in a row, in order
-    (the next row starts when the next document does not fit), else one a row, padded.
+    """Each tokenised line a document `[CLS] line [SEP]`; with `several`, as many as fit in a row, else one a
+    row, padded.
 
-    A line longer than `maxlen - 2` tokens is cut into documents of that many (the last shorter).
+    Several a row are placed best fit decreasing: the longest documents first, each into the row it
+    fills best (the fullest with room for it), a new row when none has room. A line longer than
+    `maxlen - 2` tokens is cut into documents of that many (the last shorter).
 
     Example:
     >>> lines = [(np.array([7, 8, 9]), np.array([0, 0, 1])), (np.array([5, 6]), np.array([0, 1]))]
@@ -130,14 +132,8 @@ def pack_documents(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, 
             words = np.asarray(line_words[start:start + maxlen - 2])
             documents.append(([cls_id, *line_tokens[start:start + maxlen - 2], sep_id],
                               [NOT_A_WORD, *(words - words[0]), NOT_A_WORD]))
-    rows: List[List[int]] = []
-    used = maxlen
-    for number, (tokens, _) in enumerate(documents):
-        if not several or used + len(tokens) > maxlen:
-            rows.append([])
-            used = 0
-        rows[-1].append(number)
-        used += len(tokens)
+    rows = _best_fit_rows([len(tokens) for tokens, _ in documents], maxlen) if several \
+        else [[number] for number in range(len(documents))]
     token_ids, word_ids, positions = (np.zeros((len(rows), maxlen), np.int32) for _ in range(3))
     word_ids[:] = NOT_A_WORD
     spans = []
@@ -152,6 +148,24 @@ def pack_documents(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, 
             spans[-1].append((start, end, number))
             start = end
     return PackedDocuments(token_ids, word_ids, positions, spans)
+
+
+def _best_fit_rows(lengths: List[int], maxlen: int) -> List[List[int]]:
+    """The documents of each row, best fit decreasing: the rows with each room left are kept by that room, so
+    finding the fullest row that takes a document looks at no more than `maxlen` rooms."""
+    rows: List[List[int]] = []
+    by_room: List[List[int]] = [[] for _ in range(maxlen + 1)]  # room left -> the rows with that much
+    for number in sorted(range(len(lengths)), key=lambda index: -lengths[index]):
+        length = lengths[number]
+        room = next((room for room in range(length, maxlen + 1) if by_room[room]), None)
+        if room is None:
+            rows.append([])
+            row, room = len(rows) - 1, maxlen
+        else:
+            row = by_room[room].pop()
+        rows[row].append(number)
+        by_room[room - length].append(row)
+    return rows
 
 
 def mask_documents(token_ids: np.ndarray, word_ids: np.ndarray, spans: List[Tuple[int, int, int]], slots: int, *,

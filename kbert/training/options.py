@@ -14,11 +14,12 @@ from kbert.models.heads import DEFAULT_TOKEN_HEAD
 ADVERSARIAL = ("fgm", "gp")  # --adversarial methods (kbert.training.adversarial)
 OPTIMIZERS = ("adamw", "lamb", "adafactor")
 SCHEDULES = ("linear", "constant")  # after the warm-up: decay to 0 at the last step, or hold the peak
-WHOLE_WORDS = ("jieba", "wordpiece", "none")
+WHOLE_WORDS = ("jieba", "wordpiece", "none")  # pre-training's word boundaries (kbert.tasks.pretraining)
 # kbert pretrain's rows: lines end to end (Google's and bert4keras's), documents apart several to a row, or one a row
 PACKINGS = ("stream", "documents", "none")
 CONTRASTIVE_LOSSES = ("in_batch", "simcse", "cosent")  # --task embed (kbert.training.contrastive)
-POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "lasttoken")  # kbert.layers.pooling's modes  # pre-training's word boundaries (kbert.tasks.pretraining)
+RERANK_LOSSES = ("pointwise", "listwise")  # --task rerank (kbert.tasks.reranking)
+POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "lasttoken")  # kbert.layers.pooling's modes
 
 
 @dataclasses.dataclass
@@ -108,6 +109,10 @@ class TrainingOptions:
             similarity score); None: the one the data's columns call for.
         temperature: `task="embed"`: the cosines are divided by it (0.05: a scale of 20).
         symmetric: `task="embed"`, `in_batch`: also score each positive against the queries.
+        rerank_loss: `task="rerank"`: `pointwise` (binary cross-entropy of each pair's logit) or
+            `listwise` (softmax cross-entropy over each query's group of `group_size` passages,
+            the relevant one and others of the same query; `kbert.training.losses.ListwiseSoftmaxLoss`).
+        group_size: `rerank_loss="listwise"`: passages a group; `batch_size` counts pairs, a multiple of it.
         columns: `{field: column}` for data files whose columns (or JSON keys)
             have other names, e.g. `{"text": "review", "label": "sentiment"}`
             (`kbert.training.records`).
@@ -149,6 +154,8 @@ class TrainingOptions:
     pooling: str = "mean"
     contrastive_loss: Optional[str] = None
     temperature: float = 0.05
+    rerank_loss: str = "pointwise"
+    group_size: int = 4
     symmetric: bool = False
 
     @classmethod

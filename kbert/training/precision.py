@@ -17,6 +17,7 @@ from typing import Iterator, List, Optional
 import keras
 
 from kbert.errors import KbertError
+from kbert.layers.common import global_dtype_policy
 
 logger = logging.getLogger("kbert")
 
@@ -24,12 +25,18 @@ PRECISIONS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+WEIGHT_DTYPES = ("float32", "bfloat16")  # --dtype: what the weights are held in
+
+
 @contextlib.contextmanager
-def precision_policy(mixed_precision: Optional[str]) -> Iterator[None]:
+def precision_policy(mixed_precision: Optional[str], dtype: Optional[str] = None) -> Iterator[None]:
     """Keras's global dtype policy for what is built inside, restored afterwards.
 
     Args:
-        mixed_precision: None (float32), `"bf16"` or `"fp16"`.
+        mixed_precision: None (float32), `"bf16"` or `"fp16"`: the compute dtype.
+        dtype: None or `"float32"`, or `"bfloat16"`: the weights held (and
+            computed) in bfloat16, half the memory (`--dtype`); a loaded
+            checkpoint's float32 tensors are rounded to it one at a time.
 
     Example:
 
@@ -41,13 +48,13 @@ def precision_policy(mixed_precision: Optional[str]) -> Iterator[None]:
     """
     if mixed_precision not in (None, *PRECISIONS):
         raise KbertError(f"unknown mixed precision {mixed_precision!r}; expected bf16 or fp16")
-    previous = keras.mixed_precision.global_policy()
-    if mixed_precision:
-        keras.mixed_precision.set_global_policy(PRECISIONS[mixed_precision])
-    try:
+    if dtype not in (None, *WEIGHT_DTYPES):
+        raise KbertError(f"unknown weight dtype {dtype!r}; expected {' or '.join(WEIGHT_DTYPES)}")
+    if mixed_precision and dtype == "bfloat16":
+        raise KbertError(f"--mixed-precision {mixed_precision} keeps the weights in float32, --dtype bfloat16 holds "
+                         "them in bfloat16; pick one")
+    with global_dtype_policy(PRECISIONS[mixed_precision] if mixed_precision else dtype):
         yield
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
 
 
 def cpu_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> List[str]:
