@@ -199,7 +199,7 @@ def test_an_xlm_r_cross_encoder_scores_as_transformers_does(tmp_path):
     np.testing.assert_allclose(Reranker.load(tmp_path / "xlmr").logits(queries, passages), expected, atol=1e-4)
 
 
-def test_listwise_training_ranks_each_querys_group(tmp_path, capsys):
+def test_listwise_training_keeps_the_epoch_of_the_best_ndcg(tmp_path, capsys):
     """--rerank-loss listwise: each query's relevant passage against 3 others in a group of 4; the kept epoch
     is the one with the best validation nDCG@10, which kbert evaluate gives again on the written folder."""
     reviews = [line.split("\t")[0] for line in shared_path("data", "sentiment", "sentiment.train.data")
@@ -218,9 +218,35 @@ def test_listwise_training_ranks_each_querys_group(tmp_path, capsys):
     assert main([*common, "--valid", str(data), "--batch-size", "16", "--epochs", "2", "--out", str(out)]) == 0
     state = json.loads((out / "training.json").read_text(encoding="utf-8"))
     assert state["rerank_loss"] == "listwise" and state["options"]["group_size"] == 4
-    assert state["history"][-1]["loss"] < state["history"][0]["loss"]
+    # A tiny BERT from random weights barely moves from ln 4 (uniform over a group) in two epochs; that the
+    # objective learns is the next test's. Here: what is kept and written is what is scored.
+    assert all(abs(epoch["loss"] - np.log(4)) < 0.1 for epoch in state["history"])
     kept = max(epoch["val_ndcg@10"] for epoch in state["history"])
     capsys.readouterr()
     assert main(["evaluate", "--model", str(out), "--data", str(data), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["queries"] == len(halves) and result["ndcg@10"] == pytest.approx(kept, abs=1e-4)
+
+
+def test_the_listwise_loss_learns_to_put_the_relevant_passage_first():
+    """ListwiseSoftmaxLoss on groups of 4 consecutive rows, the first relevant: a linear scorer trained with it
+    ranks the relevant row of each group first, which it could not at the start."""
+    import keras
+
+    from kbert.training.losses import ListwiseSoftmaxLoss
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(400, 8)).astype("float32")
+    features[0::4, 0] += 4  # the relevant rows stand out along one direction
+    labels = np.zeros((400, 1), "float32")
+    labels[0::4] = 1
+    keras.utils.set_random_seed(0)
+    scorer = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    scorer.compile(keras.optimizers.Adam(1e-2), loss=ListwiseSoftmaxLoss(group_size=4))
+
+    def first_place():
+        return np.mean(scorer.predict(features, verbose=0).reshape(-1, 4).argmax(1) == 0)
+
+    before = first_place()
+    history = scorer.fit(features, labels, batch_size=16, epochs=5, shuffle=False, verbose=0).history["loss"]
+    assert history[-1] < history[0] - 0.3 and first_place() > max(0.9, before + 0.2)
