@@ -473,4 +473,4 @@ def test_kbert_train_refuses_hugging_face_roberta_before_writing_anything(tmp_pa
     code = main(["train", "--config", str(tmp_path / "hf" / "config.json"), "--vocab",
                  str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(data), "--out", str(tmp_path / "out")])
     assert code != 0 and not (tmp_path / "out").exists()
-    assert "(model_type 'xlm-roberta') is read by kbert embed, serve and convert" in capsys.readouterr().err
+    assert "(model_type 'xlm-roberta') is read by kbert embed, serve, evaluate and inspect" in capsys.readouterr().err

@@ -82,7 +82,7 @@ def weight_names_in(model, fmt: str) -> List[WeightName]:
     elif family.google_absent:
         raise CheckpointError(f"model={family.name!r}: {family.google_absent}, so kbert writes no Google "
                               "checkpoint of it (it would be read back as BERT). Nothing was written. Save it as "
-                              "Hugging Face safetensors (save_hf_weights, kbert convert OUT_DIR)")
+                              "Hugging Face safetensors (save_hf_weights): its own layout, which it came in")
     seen: Dict[Tuple[str, Tuple[int, int]], str] = {}
     for row in rows:
         name = row.name(fmt)

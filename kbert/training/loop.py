@@ -277,9 +277,9 @@ def _configured(task_class: Type[Task], config_path: str, checkpoint_path: Optio
     family, config = resolve(config_path, options.model)
     if family.positions_after_padding:
         raise KbertError(f"{config_path}: Hugging Face's RoBERTa / XLM-R (model_type {config.model_type!r}) is read "
-                         "by kbert embed, serve and convert and by the Python API, not trained yet: kbert train "
-                         "reads WordPiece and SentencePiece vocabularies and pads with id 0, which RoBERTa reads as "
-                         "<s>. Fine-tune a BERT-layout model (a Chinese RoBERTa-wwm is one: model='roberta')")
+                         "by kbert embed, serve, evaluate and inspect and by the Python API, not trained yet: kbert "
+                         "train reads WordPiece and SentencePiece vocabularies and pads with id 0, which RoBERTa reads "
+                         "as <s>. Fine-tune a BERT-layout model (a Chinese RoBERTa-wwm is one: model='roberta')")
     options = dataclasses.replace(options, model=options.model or family.name)
     task = task_class.from_options(options)
     # What kbert changes in a model it trains (T5: no output scale before an untied head it initialises).
