@@ -34,11 +34,11 @@ PACKINGS = ("none", "documents", "stream")
 def batches(packing: str, words, tokenizer, args) -> MaskedBatches:
     mask_args = {"rate": 0.15, "mask_id": tokenizer.token_to_id("[MASK]"), "vocab_size": tokenizer.vocab_size}
     if packing == "stream":
-        token_ids, word_ids = pack_sequences(words, args.maxlen, tokenizer.cls_id, tokenizer.sep_id)
-        return MaskedBatches(token_ids, word_ids, args.batch_size, shuffle=True, segments=True, **mask_args)
+        rows = pack_sequences(words, args.maxlen, tokenizer.cls_id, tokenizer.sep_id)
+        return MaskedBatches(rows, args.batch_size, shuffle=True, segments=True, **mask_args)
     documents = pack_documents(words, args.maxlen, tokenizer.cls_id, tokenizer.sep_id, several=packing == "documents")
-    return MaskedBatches(documents.token_ids, documents.word_ids, args.batch_size, shuffle=True, segments=True,
-                         documents=documents, positions=packing == "documents", **mask_args)
+    return MaskedBatches(documents, args.batch_size, shuffle=True, segments=True, positions=packing == "documents",
+                         **mask_args)
 
 
 def engine(packing: str, data: MaskedBatches, args):

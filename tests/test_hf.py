@@ -196,7 +196,7 @@ def test_hugging_face_roberta_layout_is_refused_with_the_reason(tmp_path, layout
     with pytest.raises(CheckpointError) as error:
         load_hf_weights(target, tmp_path)
     assert "Hugging Face's RoBERTa layout" in str(error.value)
-    assert "its positions start at 2 and its <s> is token 0" in str(error.value)
+    assert "numbers positions from 2, after its padding id 1, and its <s> is id 0" in str(error.value)
     assert "Nothing was loaded" in str(error.value)
     for old, variable in zip(before, target.weights):
         np.testing.assert_array_equal(old, keras.ops.convert_to_numpy(variable))

@@ -451,7 +451,7 @@ def test_the_two_robertas_are_kept_apart(tmp_path):
     assert resolve(tmp_path / "hf" / "config.json")[0].name == "hf_roberta"
     assert resolve({**CONFIG, "model_type": "bert"}, model="roberta")[0].name == "roberta"
     with pytest.raises(ConfigError, match="key 'model_type' is 'roberta' but model='roberta' was asked for "
-                                          "\\(Hugging Face's RoBERTa: positions after the padding id"):
+                                          "\\(Hugging Face's RoBERTa \\(model='hf_roberta'\\) numbers positions"):
         resolve(tmp_path / "hf" / "config.json", model="roberta")
     bert = build_transformer_model({**CONFIG, "model_type": "bert"})
     save_hf_weights(bert, tmp_path / "bert")

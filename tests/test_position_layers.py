@@ -278,6 +278,13 @@ def test_roberta_positions_count_real_tokens_after_the_padding_id(tmp_path):
     # The same rows as the unpadded text alone: padding moves no real token's position.
     alone = model.predict(np.array([[0, 7, 8, 2]]), verbose=0)
     np.testing.assert_allclose(model.predict(ids, verbose=0)[1, 2:], alone[0], rtol=1e-6)
+    # Cached decoding, a token at a time, reads the rows `call` reads for an unpadded row.
+    from kbert.layers.decoding import DecodingStep
+
+    stepped = [layer.call_step(keras.ops.convert_to_tensor(embedded[1:, 2 + slot][:, None]),
+                               DecodingStep(keras.ops.convert_to_tensor([[slot]]), keras.ops.ones((1, 1, 4), "bool"),
+                                            caches=[])) for slot in range(4)]
+    np.testing.assert_allclose(np.concatenate([keras.ops.convert_to_numpy(s) for s in stepped], 1), alone, rtol=1e-6)
     assert RobertaPositionEmbedding.from_config(layer.get_config()).get_config() == layer.get_config()
     model.save(tmp_path / "model.keras")
     restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)

@@ -268,7 +268,7 @@ def test_shuffled_batches_hold_every_sequence_once_in_a_new_order_each_epoch(tok
 
     tokens, words = pack_sequences([(np.arange(100, 110) + 10 * line, np.arange(10)) for line in range(9)], 12, tokenizer.cls_id,
                                    tokenizer.sep_id)
-    batches = MaskedBatches(tokens, words, 4, seed=1, shuffle=True, segments=True, rate=0.15, mask_id=103,
+    batches = MaskedBatches((tokens, words), 4, seed=1, shuffle=True, segments=True, rate=0.15, mask_id=103,
                             vocab_size=21128)
     orders = []
     for epoch in range(2):
@@ -349,8 +349,7 @@ def test_documents_several_a_row_give_the_loss_they_give_one_a_row(tokenizer, re
     totals = {}
     for several in (True, False):
         documents = pack_documents(words, 64, tokenizer.cls_id, tokenizer.sep_id, several=several)
-        batches = MaskedBatches(documents.token_ids, documents.word_ids, 8, documents=documents,
-                                positions=several, segments=True, **mask_args)
+        batches = MaskedBatches(documents, 8, positions=several, segments=True, **mask_args)
         model = build_masked_lm(bert, batches.slots, packed=several)
         losses, labels = [], []
         for index in range(len(batches)):

@@ -22,6 +22,7 @@ import numpy as np
 
 from kbert.errors import CheckpointError, KbertError, first_line
 from kbert.models import naming
+from kbert.models.registry import get_family
 from kbert.checkpoints.names import (block_count, check_hf_names, config_key_for, family_named_by, family_of,
                                     layer_of, weight_names)
 from kbert.models.tables import GOOGLE, HF, WeightName
@@ -141,16 +142,14 @@ def _check_layout(family, source: TensorSource) -> None:
                               f"{family.google_absent}. Nothing was loaded")
     if source.roberta is None or source.roberta == wants_roberta:
         return
+    difference = get_family("hf_roberta").layout_difference
     if source.roberta:
-        raise CheckpointError(
-            f"{source.path}: Hugging Face's RoBERTa layout ({source.layout_evidence}): its positions start at 2 "
-            f"and its <s> is token 0, which model={family.name!r} masks as padding, so the outputs would be "
-            "wrong. Nothing was loaded. Build it with model='hf_roberta' (its config.json picks it); kbert's "
-            "model='roberta' (bert4keras's) reads RoBERTa released as BERT checkpoints (Chinese RoBERTa-wwm)")
-    raise CheckpointError(
-        f"{source.path}: not Hugging Face's RoBERTa layout ({source.layout_evidence}), and model='hf_roberta' "
-        "numbers positions from 2 and pads with id 1, so the outputs would be wrong. Nothing was loaded. Build "
-        "it with the family its config.json names (a Chinese RoBERTa-wwm checkpoint: model='roberta')")
+        raise CheckpointError(f"{source.path}: Hugging Face's RoBERTa layout ({source.layout_evidence}), which "
+                              f"model={family.name!r} would compute wrong: {difference}. Nothing was loaded. Build "
+                              "it with model='hf_roberta' (its config.json picks it)")
+    raise CheckpointError(f"{source.path}: not Hugging Face's RoBERTa layout ({source.layout_evidence}), which "
+                          f"model='hf_roberta' would compute wrong: {difference}. Nothing was loaded. Build it with "
+                          "the family its config.json names")
 
 
 # A position table itself (Google's `…/position_embeddings`, HF's `….position_embeddings.weight`), not

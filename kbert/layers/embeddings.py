@@ -303,6 +303,12 @@ class RobertaPositionEmbedding(PositionEmbedding):
         real = ops.cast(real, "int32")
         return ops.cumsum(real, axis=1) * real + self.padding_idx
 
+    def call_step(self, inputs, step):
+        """`call` in cached decoding: the token at slot p (counted from 0, no padding before it) reads row
+        `padding_idx + 1 + p`, as it does in `call`."""
+        rows = step.positions + self.padding_idx + 1
+        return inputs + ops.cast(ops.take(self.embeddings, rows, axis=0), inputs.dtype)
+
     @property
     def longest_input(self) -> int:
         """The table's rows less those at and below `padding_idx`."""

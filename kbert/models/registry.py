@@ -117,8 +117,8 @@ def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -
         return by_type[model_type]
     family = get_family(model)
     if model_type not in (_whole_model_type(family.model_type), *family.model_type_aliases):
-        why = (" (Hugging Face's RoBERTa: positions after the padding id, <s> at 0; bert4keras's model='roberta' "
-               "is BERT's layout, for the Chinese RoBERTa releases)" if by_type[model_type] == "hf_roberta" else "")
+        difference = get_family(by_type[model_type]).layout_difference or family.layout_difference
+        why = f" ({difference})" if difference else ""
         raise ConfigError(f"{source}: key 'model_type' is {model_type!r} but model={model!r} was asked "
                           f"for{why}; pass model={by_type[model_type]!r}, or remove 'model_type' from the config")
     return model

@@ -242,13 +242,13 @@ class MaskedLanguageModelTask(Task):
         """The masked batches of a text file, its report, batches per epoch and real tokens."""
         lines, report = read_text(path)
         words = tokenize_words(tokenizer, lines, self.whole_word)
-        documents = None
         if self.pack == "stream":
-            token_ids, word_ids = pack_sequences(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id)
+            rows = pack_sequences(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id)
+            token_ids, documents = rows[0], None
         else:
-            documents = pack_documents(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id,
-                                       several=self.pack == "documents")
-            token_ids, word_ids = documents.token_ids, documents.word_ids
+            rows = documents = pack_documents(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id,
+                                              several=self.pack == "documents")
+            token_ids = documents.token_ids
         if not len(token_ids):
             raise DataError(f"{path}: no line has a token of the vocabulary ({tokenizer.vocab_size} tokens); "
                             "is it the vocabulary of this text?")
@@ -257,10 +257,10 @@ class MaskedLanguageModelTask(Task):
         report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding"
         report += f", {sum(map(len, documents.spans))} documents)" if documents else ")"
         logging.getLogger("kbert").info("%s", report)
-        batches = MaskedBatches(token_ids, word_ids, options.batch_size, seed=options.seed,
+        batches = MaskedBatches(rows, options.batch_size, seed=options.seed,
                                 stream=TRAINING if training else VALIDATION, shuffle=training and options.shuffle,
-                                segments=self.family.takes_segments, documents=documents,
-                                positions=self.pack == "documents", rate=self.mask_rate,
+                                segments=self.family.takes_segments, positions=self.pack == "documents",
+                                rate=self.mask_rate,
                                 mask_id=tokenizer.token_to_id("[MASK]"), vocab_size=tokenizer.vocab_size)
         return batches, report, len(batches), tokens
 

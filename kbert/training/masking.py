@@ -286,32 +286,35 @@ class MaskedBatches(keras.utils.PyDataset):
     in every epoch, so their scores compare.
 
     Args:
-        token_ids, word_ids: `[count, maxlen]` from `pack_sequences`.
+        rows: the `(token_ids, word_ids)` of `pack_sequences` (`[count, maxlen]` each), masked
+            word by word (`mask_whole_words`); or the `PackedDocuments` of `pack_documents`, each
+            document masked on its own (`mask_documents`) in `prediction_slots` entries a row.
         batch_size: sequences per batch.
         seed: the run's seed.
         stream: `TRAINING` or `VALIDATION`.
         shuffle: a new order of the sequences each epoch.
         segments: add segment ids (the family takes them).
-        documents: rows from `pack_documents` instead (`token_ids` and
-            `word_ids` are then its own): each document masked on its own
-            (`mask_documents`), in `prediction_slots` entries a row.
-        positions: with `documents`, give each token's position within its
+        positions: with `PackedDocuments`, give each token's position within its
             document too (`Input-Position`, for `build_masked_lm(packed=True)`).
         mask_args: `rate`, `mask_id` and `vocab_size` for `mask_whole_words`.
 
     Example:
     >>> tokens, words = pack_sequences([(np.arange(5, 25), np.arange(20))], 16, cls_id=1, sep_id=2)
-    >>> batches = MaskedBatches(tokens, words, 2, rate=0.15, mask_id=4, vocab_size=30)
+    >>> batches = MaskedBatches((tokens, words), 2, rate=0.15, mask_id=4, vocab_size=30)
     >>> inputs, labels, weights = batches[0]
     >>> len(batches), inputs[naming.INPUT_TOKEN].shape, labels.shape
     (1, (2, 16), (2, 3))
     """
 
-    def __init__(self, token_ids: np.ndarray, word_ids: np.ndarray, batch_size: int, *, seed: int = 0,
-                 stream: int = TRAINING, shuffle: bool = False, segments: bool = False,
-                 documents: Optional[PackedDocuments] = None, positions: bool = False, **mask_args):
+    def __init__(self, rows: "Tuple[np.ndarray, np.ndarray] | PackedDocuments", batch_size: int, *, seed: int = 0,
+                 stream: int = TRAINING, shuffle: bool = False, segments: bool = False, positions: bool = False,
+                 **mask_args):
         super().__init__()
-        self.token_ids, self.word_ids, self.batch_size = token_ids, word_ids, batch_size
+        documents = rows if isinstance(rows, PackedDocuments) else None
+        if positions and documents is None:
+            raise ValueError("positions come with PackedDocuments (pack_documents), not with a pack_sequences pair")
+        self.token_ids, self.word_ids = (documents.token_ids, documents.word_ids) if documents else rows
+        self.batch_size = batch_size
         self.seed, self.stream, self.shuffle, self.segments = seed, stream, shuffle, segments
         self.documents, self.positions = documents, positions
         self.slots = prediction_slots(documents, mask_args["rate"]) if documents else None

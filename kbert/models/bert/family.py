@@ -54,6 +54,8 @@ class BertFamily:
             `pad_token_id + 1` (Hugging Face's RoBERTa), not from 0.
         google_absent: why the family has no original TF checkpoint (None:
             it has one).
+        layout_difference: how this family's model differs from another that reads
+            the same tensor names (None: none does); every refusal of the crossing says it.
         classifier_hidden: the tanh dense of a sequence classifier (a
             reranker) between `[CLS]` and its output: BERT's pooler;
             RoBERTa's classification head has its own.
@@ -83,6 +85,7 @@ class BertFamily:
     model_type_aliases: tuple = ()
     positions_after_padding = False
     google_absent: Optional[str] = None
+    layout_difference: Optional[str] = None
     classifier_hidden = naming.POOLER_DENSE
 
     # --- structure -----------------------------------------------------------------

@@ -43,6 +43,9 @@ class HfRobertaFamily(BertFamily):
     positions_after_padding = True
     google_absent = ("RoBERTa in Hugging Face's layout was released for fairseq and transformers, never as a "
                      "Google TF checkpoint")
+    layout_difference = ("Hugging Face's RoBERTa (model='hf_roberta') numbers positions from 2, after its padding id 1, "
+                         "and its <s> is id 0; bert4keras's model='roberta' is BERT's layout (positions from 0, "
+                         "padding id 0), for RoBERTa released as BERT checkpoints such as Chinese RoBERTa-wwm")
     hf_model_type = "roberta"
     hf_class = "Roberta"
     hf_prefix = "roberta"
