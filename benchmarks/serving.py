@@ -1,6 +1,7 @@
 """`kbert serve` under load against `kbert predict` on the same texts.
 
     python -m benchmarks.serving --model runs/sentiment [--clients 16] [--requests 256] [--rounds 3] [--json OUT]
+    python -m benchmarks.serving --model runs/sentiment --runtime onnxruntime  # the server on its float32 ONNX file
     python -m benchmarks.serving --model runs/sentiment --quantize int8   # the server on its int8 ONNX file
     python -m benchmarks.serving --model MINILM_FOLDER --route embeddings  # OpenAI's /v1/embeddings
 
@@ -42,11 +43,11 @@ def review_texts(count: int) -> List[str]:
     return (texts * (count // len(texts) + 1))[:count]
 
 
-def start_server(model: str, max_batch: int, max_wait_ms: float,
-                 quantize: "str | None" = None) -> Tuple[subprocess.Popen, str]:
+def start_server(model: str, max_batch: int, max_wait_ms: float, quantize: "str | None" = None,
+                 runtime: str = "keras") -> Tuple[subprocess.Popen, str]:
     process = subprocess.Popen([sys.executable, "-m", "kbert", "serve", model, "--port", "0", "--max-batch",
                                 str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "4096",
-                                *(["--quantize", quantize] if quantize else [])],
+                                "--runtime", runtime, *(["--quantize", quantize] if quantize else [])],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = process.stdout.readline()
     match = re.search(r"on (http://[\d.]+:\d+) ", line)
@@ -97,6 +98,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
     parser.add_argument("--quantize", choices=["int8"], help="serve the classifier's int8 ONNX file (the offline "
                                                              "engine stays float32 Keras)")
+    parser.add_argument("--runtime", choices=["keras", "onnxruntime"], default="keras",
+                        help="what runs the server's batches (the offline engine stays Keras)")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
 
@@ -105,7 +108,7 @@ def main(argv=None) -> int:
     texts = review_texts(args.requests)
     predictor = load_predictor(args.model, PredictionSettings(batch_size=64))
     predictor(texts[:64])  # compiled for the shapes it will see
-    server, url = start_server(args.model, args.max_batch, args.max_wait_ms, args.quantize)
+    server, url = start_server(args.model, args.max_batch, args.max_wait_ms, args.quantize, args.runtime)
     try:
         served_round(url, texts[:args.clients * 2], args.clients, args.route)  # warm-up
         offline, served, latencies, failed = [], [], [], 0
@@ -122,7 +125,7 @@ def main(argv=None) -> int:
         server.wait(timeout=60)
     latencies.sort()
     result = {
-        "route": ROUTES[args.route][0], "texts": len(texts), "clients": args.clients, "rounds": args.rounds, "max_batch": args.max_batch,
+        "route": ROUTES[args.route][0], "runtime": "onnxruntime" if args.quantize else args.runtime, "texts": len(texts), "clients": args.clients, "rounds": args.rounds, "max_batch": args.max_batch,
         "offline_texts_per_second": len(texts) / statistics.median(offline),
         "served_texts_per_second": len(texts) / statistics.median(served),
         "served_over_offline": median_ratio(offline, served),  # a ratio of speeds: offline seconds / served
@@ -131,7 +134,8 @@ def main(argv=None) -> int:
     }
     print(f"| engine | texts/s | p50 ms | p99 ms | failed |\n|---|---|---|---|---|\n"
           f"| kbert predict (batch 64) | {result['offline_texts_per_second']:.1f} | — | — | — |\n"
-          f"| kbert serve{' --quantize ' + args.quantize if args.quantize else ''} {ROUTES[args.route][0]}, "
+          f"| kbert serve{' --quantize ' + args.quantize if args.quantize else ''}"
+          f"{' --runtime onnxruntime' if args.runtime == 'onnxruntime' else ''} {ROUTES[args.route][0]}, "
           f"{args.clients} clients, a text a request | {result['served_texts_per_second']:.1f} | "
           f"{result['p50_ms']:.0f} | {result['p99_ms']:.0f} | {failed} of {len(texts) * args.rounds} |")
     print(f"served / offline throughput: {describe(result['served_over_offline'])}")

@@ -135,8 +135,26 @@ def test_an_int8_classifier_answers_close_to_float32(model_dirs, capsys):
                                [first_label_probability(row) for row in expected], atol=0.05)
     for task in ("ner", "seq2seq"):
         assert main(["serve", str(model_dirs / task), "--quantize", "int8"]) == 2
-        assert (f"--quantize int8 serves classifiers and embedding models (an int8 ONNX file); {model_dirs / task} "
+        assert (f"--quantize int8 serves classifiers and embedding models (an ONNX file); {model_dirs / task} "
                 f"is a {task} model") in capsys.readouterr().err
+
+
+def test_onnxruntime_serves_a_classifier_as_keras_predicts_it(model_dirs, capsys):
+    """`--runtime onnxruntime`: the float32 ONNX export answers what `kbert predict` prints (probabilities
+    within 1e-5); with --dtype bfloat16 it is refused before anything loads."""
+    pytest.importorskip("tf2onnx", reason="--runtime onnxruntime serves an ONNX file: pip install 'kbert[onnx]'")
+    texts = [text for text in TEXTS if "[MASK]" not in text]
+    with running_server(model_dirs / "classify", "--runtime", "onnxruntime") as (url, _):
+        with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:  # gathered into batches, as under load
+            answers = list(pool.map(lambda text: post(url, {"texts": [text]}), texts))
+    assert all(status == 200 for status, _ in answers), answers
+    served = [answer["predictions"][0] for _, answer in answers]
+    expected = predicted_by_cli(model_dirs / "classify", texts, capsys)
+    assert [(row["text"], row["label"]) for row in served] == [(row["text"], row["label"]) for row in expected]
+    np.testing.assert_allclose([row["probability"] for row in served], [row["probability"] for row in expected],
+                               atol=1e-5)
+    assert main(["serve", str(model_dirs / "classify"), "--runtime", "onnxruntime", "--dtype", "bfloat16"]) == 2
+    assert "--runtime onnxruntime with --dtype bfloat16: the ONNX file is made from the float32 model" in capsys.readouterr().err
 
 
 def test_bad_requests_get_4xx_that_say_what_was_wrong(model_dirs):

@@ -8,6 +8,7 @@ from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
 
 DEFAULTS = ServerLimits()
+RUNTIMES = ("keras", "onnxruntime")  # what runs a classifier's or an embedding model's batches
 LIMITS = {  # ServerLimits' fields, as options
     "max_batch": (positive_int, "texts of concurrent requests predicted together"),
     "max_wait_ms": (float, "how long a batch waits for more requests"),
@@ -37,9 +38,13 @@ def add_commands(command) -> None:
                        help="seq2seq: the longest target (default: the room --maxlen of training leaves)")
     serve.add_argument("--top-k", type=positive_int, default=5,
                        help="a pre-trained model: the tokens given for each [MASK]")
+    serve.add_argument("--runtime", choices=RUNTIMES, default="keras",
+                       help="a classifier or an embedding model: onnxruntime serves its float32 ONNX export (made "
+                            "and checked against Keras at start-up; pip install 'kbert[onnx]'), whose small "
+                            "batches cost about half Keras's on TensorFlow (default: keras)")
     serve.add_argument("--quantize", choices=("int8",),
-                       help="a classifier: serve its int8 ONNX export through onnxruntime (made at start-up; "
-                            "pip install 'kbert[onnx]'), faster on CPU, within a few hundredths of float32")
+                       help="a classifier or an embedding model: serve its int8 ONNX export through onnxruntime "
+                            "(implies --runtime onnxruntime), faster on CPU, within a few hundredths of float32")
     precision_option(serve, weights=True)
     serve.set_defaults(run=run_serve)
 
@@ -58,21 +63,24 @@ def run_serve(args) -> int:
 
     if args.max_wait_ms < 0:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
-    if args.quantize and (args.mixed_precision or args.dtype != "float32"):
-        raise KbertError(f"--quantize int8 with --mixed-precision {args.mixed_precision} / --dtype {args.dtype}: the "
-                         "int8 file is made from the float32 model; pick one")
+    onnx = args.runtime == "onnxruntime" or args.quantize
+    if onnx and (args.mixed_precision or args.dtype != "float32"):
+        what = "--quantize int8" if args.quantize else "--runtime onnxruntime"
+        given = f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else f"--dtype {args.dtype}"
+        raise KbertError(f"{what} with {given}: the ONNX file is made from the float32 model; pick one")
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
                                   max_new_tokens=args.max_new_tokens, top_k=args.top_k)
-    predictor = _int8_predictor(args.model, settings) if args.quantize else load_predictor(args.model, settings)
+    predictor = _onnx_predictor(args.model, settings, args.quantize) if onnx else load_predictor(args.model, settings)
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
 
     def ready(url: str) -> None:
         routes = {"embed": f"POST {url}/v1/embeddings, {url}/embed, ",
                   "rerank": f"POST {url}/rerank, {url}/v1/rerank, "}.get(predictor.task, "POST ")
-        print(f"kbert: serving the {predictor.task} model {args.model} on {url} ({routes}{url}/v1/predict, "
+        runtime = f" through onnxruntime ({args.quantize or 'float32'})" if onnx else ""
+        print(f"kbert: serving the {predictor.task} model {args.model}{runtime} on {url} ({routes}{url}/v1/predict, "
               f"GET {url}/health, {url}/metrics, schema at {url}/docs)", flush=True)
 
     serve(predictor, args.host, args.port, limits, ready=ready)
@@ -82,10 +90,10 @@ def run_serve(args) -> int:
 WARM_UP = {"mlm": "[MASK]", None: "warm up"}
 
 
-def _int8_predictor(model_dir: str, settings):
-    """A classifier or an embedding model whose model is its int8 ONNX export (`kbert.serving.export.Int8Model`),
-    made from the Keras model, which it then replaces."""
-    from kbert.serving.export import int8_classifier, int8_embedder
+def _onnx_predictor(model_dir: str, settings, quantize: "str | None"):
+    """A classifier or an embedding model whose model is its ONNX export, float32 or int8
+    (`kbert.serving.export.OnnxModel`), made from the Keras model, which it then replaces."""
+    from kbert.serving.export import onnx_classifier, onnx_embedder
     from kbert.tasks.classification import load_classifier
     from kbert.tasks.embedding import Embedder
     from kbert.tasks.predictors import classifier_predictor, embedding_predictor
@@ -97,11 +105,12 @@ def _int8_predictor(model_dir: str, settings):
             else read_training_state(folder)["task"])
     if task == "embed":
         embedder = Embedder.load(model_dir)
-        embedder.model = int8_embedder(embedder)
+        embedder.model = onnx_embedder(embedder, quantize)
         return embedding_predictor(model_dir, settings, embedder)
     if task != "classify":
-        raise KbertError(f"--quantize int8 serves classifiers and embedding models (an int8 ONNX file); {model_dir} "
-                         f"is a {task} model: serve it without --quantize")
+        option = "--quantize int8" if quantize else "--runtime onnxruntime"
+        raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {model_dir} is a {task} "
+                         f"model: serve it without {option}")
     classifier = load_classifier(model_dir)
-    classifier.model = int8_classifier(classifier)
+    classifier.model = onnx_classifier(classifier, quantize)
     return classifier_predictor(classifier, model_dir, settings)

@@ -313,7 +313,7 @@ class WebServing:
 
         self.host, self.port, self.max_body_bytes = host, port, max_body_bytes
         self.app = FastAPI(title="kbert WebServing")
-        self.app.middleware("http")(RequestLog())
+        self.app.add_middleware(RequestLog)
         self._model_lock = threading.Lock()
 
     def wraps(self, func: Callable, arguments: dict, method: str = "GET") -> Callable:

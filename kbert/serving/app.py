@@ -167,7 +167,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     if predictor.task == "rerank":
         add_rerank_routes(app, predictor, batcher, limits, model_name=predictor.model_dir)
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
-    app.middleware("http")(RequestLog(metrics))
+    app.add_middleware(RequestLog, metrics=metrics)
     return app
 
 class _BodyLimit:
@@ -208,23 +208,43 @@ class _TooLarge(Exception):
     pass
 
 class RequestLog:
-    """An HTTP middleware: a log line per request (client, method, path, status, texts, milliseconds) and,
-    given `metrics`, its count and latency, labelled by the route's template."""
+    """An ASGI middleware: a log line per request (client, method, path, status, texts, milliseconds) and,
+    given `metrics`, its count and latency, labelled by the route's template.
 
-    def __init__(self, metrics: Optional[ServerMetrics] = None):
-        self.metrics = metrics
+    Plain ASGI rather than Starlette's `BaseHTTPMiddleware`, which runs every request in a task group of
+    its own: under load that was a tenth of the server's event-loop time (docs/deployment.md).
 
-    async def __call__(self, request, call_next):
-        start = time.perf_counter()
-        response = await call_next(request)
-        texts = getattr(request.state, "texts", "-")
-        client = request.client.host if request.client else "-"
+    Args:
+        app: the ASGI app it wraps.
+        metrics: the server's `ServerMetrics` (None: the log line only).
+    """
+
+    def __init__(self, app, metrics: Optional[ServerMetrics] = None):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500  # what the client gets if the app fails before answering
+
+        async def send_and_note(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            self._record(scope, status, start)
+
+    def _record(self, scope, status: int, start: float) -> None:
         if self.metrics is not None:
-            route = getattr(request.scope.get("route"), "path", "unmatched")
-            self.metrics.observe_request(route, response.status_code, start)
-        logger.info("%s %s %s %d texts=%s %.1fms", client, request.method, request.url.path,
-                    response.status_code, texts, (time.perf_counter() - start) * 1000)
-        return response
+            self.metrics.observe_request(getattr(scope.get("route"), "path", "unmatched"), status, start)
+        client = scope["client"][0] if scope.get("client") else "-"
+        texts = scope.get("state", {}).get("texts", "-")  # what a handler put in `request.state`
+        logger.info("%s %s %s %d texts=%s %.1fms", client, scope["method"], scope["path"], status, texts,
+                    (time.perf_counter() - start) * 1000)
 
 def serve(predictor, host: str = "127.0.0.1", port: int = 8000, limits: Optional[ServerLimits] = None,
           ready=print) -> None:

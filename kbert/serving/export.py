@@ -314,21 +314,23 @@ def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Expor
     return ExportReport(out, "onnx", quantize, difference)
 
 
-class Int8Model:
-    """A model's int8 ONNX export run by onnxruntime, answering Keras's `predict_on_batch`: what
-    `kbert serve --quantize int8` puts in place of a classifier's or an embedding model's Keras model
-    (2.3× its speed on a BERT-base classifier here, docs/deployment.md). The file is made, and checked, as
-    `kbert export --quantize int8` makes it.
+class OnnxModel:
+    """A model's ONNX export run by onnxruntime, answering Keras's `predict_on_batch`: what `kbert serve
+    --runtime onnxruntime` (float32) and `--quantize int8` put in place of a classifier's or an embedding
+    model's Keras model. The file is made, and checked against Keras, as `kbert export` makes it (float32
+    within 1e-4). onnxruntime's calls cost little beyond their compute, where TensorFlow's graph costs
+    several milliseconds a call: the small batches a server forms run about twice as fast (docs/deployment.md).
 
     Args:
-        endpoint: what to export (`int8_classifier`, `int8_embedder`), its Keras model still in place.
+        endpoint: what to export (`onnx_classifier`, `onnx_embedder`), its Keras model still in place.
+        quantize: None (float32) or `int8` (onnxruntime's dynamic quantization).
     """
 
-    def __init__(self, endpoint: _Endpoint):
+    def __init__(self, endpoint: _Endpoint, quantize: Optional[str] = None):
         self.outputs = endpoint.model.outputs  # the output's shape, for those who read it off the model
-        with tempfile.TemporaryDirectory(prefix="kbert-int8-") as directory:
-            path = os.path.join(directory, "model.int8.onnx")
-            self.report = _write_onnx(endpoint, path, quantize="int8")
+        with tempfile.TemporaryDirectory(prefix="kbert-onnx-") as directory:
+            path = os.path.join(directory, "model.int8.onnx" if quantize else "model.onnx")
+            self.report = _write_onnx(endpoint, path, quantize=quantize)
             self.run = onnx_runner(path)  # onnxruntime holds the model in memory: the file may go
 
     def predict_on_batch(self, features) -> np.ndarray:
@@ -336,14 +338,14 @@ class Int8Model:
         return self.run(token_ids, segment_ids)
 
 
-def int8_classifier(classifier) -> Int8Model:
-    """A loaded classifier's (`kbert.tasks.classification.load_classifier`) int8 model."""
-    return Int8Model(_classifier_endpoint(classifier))
+def onnx_classifier(classifier, quantize: Optional[str] = None) -> OnnxModel:
+    """A loaded classifier's (`kbert.tasks.classification.load_classifier`) ONNX model."""
+    return OnnxModel(_classifier_endpoint(classifier), quantize)
 
 
-def int8_embedder(embedder) -> Int8Model:
-    """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) int8 model."""
-    return Int8Model(embedder_endpoint(embedder))
+def onnx_embedder(embedder, quantize: Optional[str] = None) -> OnnxModel:
+    """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) ONNX model."""
+    return OnnxModel(embedder_endpoint(embedder), quantize)
 
 
 def onnx_runner(path: str) -> Callable:
