@@ -70,12 +70,16 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
     from kbert.serving.embeddings import EmbeddingService, add_embedding_routes
-    from kbert.serving.reranking import add_rerank_routes
+    from kbert.serving.reranking import RerankService, add_rerank_routes
+    from kbert.tasks.predictors import rerank_rows
     from pydantic import BaseModel, Field, ValidationError
 
     limits = limits or ServerLimits()
-    embedder = getattr(predictor, "embedder", None)
-    service = EmbeddingService(embedder, limits.max_batch) if embedder is not None else None
+    embedder, reranker = getattr(predictor, "embedder", None), getattr(predictor, "reranker", None)
+    # An embedding model's and a reranker's batches run tokenized texts: each route tokenizes once, off the
+    # event loop, and counts the tokens before the batch forms; other tasks' predictors take the texts.
+    service = (EmbeddingService(embedder, limits.max_batch) if embedder is not None
+               else RerankService(reranker, limits.max_batch) if reranker is not None else None)
     batcher = Batcher(service or predictor, limits.max_batch, limits.max_wait_ms, limits.max_queue,
                       max_batch_tokens=limits.max_batch_tokens)
     metrics = ServerMetrics(queue_depth=lambda: batcher.waiting)
@@ -149,10 +153,14 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
         if refused:
             return problem(*refused)
         try:
-            if service is not None:
+            if embedder is not None:
                 vectors, _ = await service.embed(batcher, body.texts, truncate=True)
                 return {"predictions": [{"text": text, "embedding": vector.tolist()}
                                         for text, vector in zip(body.texts, vectors)]}
+            if reranker is not None:
+                predictor.check_pairs(body.text_pairs)
+                logits, _ = await service.logits(batcher, body.texts, body.text_pairs, truncate=True)
+                return {"predictions": rerank_rows(body.texts, body.text_pairs, logits)}
             tokens = sum(len(ids) for ids, _ in predictor.tokenizer.encode_all(body.texts, body.text_pairs)) \
                 if limits.max_batch_tokens else None
             rows = await batcher.predict(body.texts, body.text_pairs, tokens=tokens)
@@ -162,10 +170,10 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
             return problem(422, str(error))
         return {"predictions": rows}
 
-    if service is not None:
+    if embedder is not None:
         add_embedding_routes(app, service, batcher, limits, model_name=predictor.model_dir)
-    if predictor.task == "rerank":
-        add_rerank_routes(app, predictor, batcher, limits, model_name=predictor.model_dir)
+    if reranker is not None:
+        add_rerank_routes(app, service, batcher, limits, model_name=predictor.model_dir)
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(RequestLog, metrics=metrics)
     return app

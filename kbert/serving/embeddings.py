@@ -16,21 +16,17 @@ over-long input too. Texts are tokenized on worker threads, to count the tokens 
 batch's token budget) before a batch is formed; the model then runs the ids.
 """
 
-import asyncio
 import base64
 from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
 from kbert.errors import KbertError
+from kbert.serving.batcher import TokenizedService, TooLong
 from kbert.serving.checks import body_schema, openai_error, parse_request, tei_error
 
 
-class TextTooLong(KbertError):
-    """A text has more tokens than the model takes, and the request did not ask to cut it."""
-
-
-class EmbeddingService:
+class EmbeddingService(TokenizedService):
     """An `Embedder` behind a server's batcher: texts in, vectors and their token counts out.
 
     Args:
@@ -39,31 +35,20 @@ class EmbeddingService:
     """
 
     def __init__(self, embedder, batch_size: int):
-        self.embedder, self.batch_size = embedder, batch_size
+        super().__init__(embedder, batch_size)
+        self.embedder = embedder
 
     def __call__(self, encoded, pairs=None) -> np.ndarray:
         """The batcher's model call: vectors of tokenized texts (`Embedder.encode_tokens`)."""
         return self.embedder.encode_tokens(encoded, self.batch_size, normalize=False)
 
-    def tokenize(self, texts: List[str], truncate: bool) -> Tuple[list, List[int]]:
-        """Each text's ids, cut to the model's length where `truncate` (else `TextTooLong`), and the number
-        of tokens the model reads for each."""
-        tokenizer, maxlen = self.embedder.tokenizer, self.embedder.maxlen
-        encoded = tokenizer.encode_all(texts)
-        for index, (ids, _) in enumerate(encoded):
-            if len(ids) > maxlen:
-                if not truncate:
-                    raise TextTooLong(f"[{index}]: {len(ids)} tokens, more than the model's {maxlen} "
-                                      "(its max_seq_length); shorten it, or ask for it to be cut")
-                encoded[index] = tokenizer.encode(texts[index], maxlen=maxlen)
-        return encoded, [len(ids) for ids, _ in encoded]
+    def too_long(self, tokens: int) -> str:
+        return f"{super().too_long(tokens)} (its max_seq_length)"
 
     async def embed(self, batcher, texts: List[str], truncate: bool) -> Tuple[np.ndarray, int]:
         """`[len(texts), dimensions]` vectors (as the model gives them) and the tokens they took."""
-        loop = asyncio.get_running_loop()
-        encoded, counts = await loop.run_in_executor(None, self.tokenize, texts, truncate)
-        vectors = await batcher.predict(encoded, tokens=sum(counts))
-        return np.asarray(vectors, np.float32), sum(counts)
+        vectors, tokens = await self.run(batcher, texts, None, truncate)
+        return np.asarray(vectors, np.float32), tokens
 
 
 def unit_length(vectors: np.ndarray) -> np.ndarray:
@@ -97,7 +82,7 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         """`(vectors, tokens)`, or `(None, (status, message))` when the batcher or the texts refuse."""
         try:
             return await service.embed(batcher, texts, truncate)
-        except TextTooLong as error:
+        except TooLong as error:
             return None, (413, f"{field}{error}")
         except QueueFull as error:
             return None, (503, str(error))

@@ -7,18 +7,46 @@
   "return_documents"}` gives `{"model", "results": [{"index", "relevance_score"(, "document":
   {"text"})}], "usage": {"total_tokens"}}`; long pairs are cut, as those services cut them.
 
-Scores are the sigmoid of the model's logit (0 to 1); `raw_scores` gives the logit.
+Scores are the sigmoid of the model's logit (0 to 1); `raw_scores` gives the logit. Each pair is
+tokenized once, on a worker thread (to count its tokens and check its length before a batch is
+formed); the model then runs the ids.
 """
 
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
 from kbert.errors import KbertError
+from kbert.serving.batcher import TokenizedService, TooLong
 from kbert.serving.checks import body_schema, openai_error, parse_request, refusal, tei_error
 
 
-def add_rerank_routes(app, predictor, batcher, limits, model_name: str) -> None:
+class RerankService(TokenizedService):
+    """A `Reranker` behind a server's batcher: (query, passage) pairs in, logits and their token counts out.
+
+    Args:
+        reranker: a `kbert.tasks.reranking.Reranker`.
+        batch_size: pairs in one model call at most (the server's `--max-batch`).
+    """
+
+    def __init__(self, reranker, batch_size: int):
+        super().__init__(reranker, batch_size)
+        self.reranker = reranker
+
+    def __call__(self, encoded, pairs=None) -> np.ndarray:
+        """The batcher's model call: logits of tokenized pairs (`Reranker.logits_of_tokens`)."""
+        return self.reranker.logits_of_tokens(encoded, self.batch_size)
+
+    def too_long(self, tokens: int) -> str:
+        return f"the query and it are {super().too_long(tokens)}"
+
+    async def logits(self, batcher, queries: List[str], passages: List[str], truncate: bool) -> Tuple[np.ndarray, int]:
+        """Each pair's logit and the tokens they took."""
+        logits, tokens = await self.run(batcher, queries, passages, truncate)
+        return np.asarray(logits, np.float64), tokens
+
+
+def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: str) -> None:
     """`POST /rerank` (TEI's form) and `POST /v1/rerank` (Cohere's and Jina's) on `app`, through `batcher`."""
     from fastapi import Request
     from kbert.serving.batcher import QueueFull
@@ -46,18 +74,14 @@ def add_rerank_routes(app, predictor, batcher, limits, model_name: str) -> None:
         refused = refusal([query], None, limits, "rerank", "query")
         if refused:
             return None, refused
-        tokens = [len(ids) for ids, _ in predictor.tokenizer.encode_all([query] * len(texts), texts)]
-        longest = int(np.argmax(tokens))
-        if not truncate and tokens[longest] > predictor.maxlen:
-            return None, (413, f"{field}[{longest}]: the query and it are {tokens[longest]} tokens, more than the "
-                               f"model's {predictor.maxlen}; shorten it, or ask for the pair to be cut")
         try:
-            rows = await batcher.predict([query] * len(texts), texts, tokens=sum(tokens))
+            return await service.logits(batcher, [query] * len(texts), texts, truncate)
+        except TooLong as error:
+            return None, (413, f"{field}{error}")
         except QueueFull as error:
             return None, (503, str(error))
         except KbertError as error:
             return None, (422, str(error))
-        return np.array([row["logit"] for row in rows], np.float64), sum(tokens)
 
     def ranked(logits: np.ndarray, raw: bool, top_n: Optional[int] = None):
         scores = logits if raw else 1 / (1 + np.exp(-logits))

@@ -50,6 +50,7 @@ class Predictor:
         tokenizer: the model's tokenizer (a server counts tokens with it).
         maxlen: the longest input the model takes, in tokens.
         embedder: an embedding model's `kbert.tasks.embedding.Embedder` (its server's own routes use it).
+        reranker: a reranker's `kbert.tasks.reranking.Reranker` (likewise).
 
     Example (a classifier `kbert train` wrote):
     >>> predictor = load_predictor("runs/sentiment")  # doctest: +SKIP
@@ -63,15 +64,20 @@ class Predictor:
     tokenizer: Any = None
     maxlen: Optional[int] = None
     embedder: Any = None
+    reranker: Any = None
 
     def __call__(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None) -> List[dict]:
         if not len(texts):
             raise KbertError("no texts to predict")
+        self.check_pairs(text_pairs)
+        return self.rows(list(texts), text_pairs) if self.task in PAIR_TASKS else self.rows(list(texts))
+
+    def check_pairs(self, text_pairs: Optional[Sequence[Optional[str]]]) -> None:
+        """Raises `KbertError` where the model does not take these text pairs (or needs them)."""
         if text_pairs is not None and self.task not in PAIR_TASKS:
             raise KbertError(f"text pairs are for classifiers and rerankers; {self.model_dir} is a {self.task} model")
         if self.task == "rerank" and (text_pairs is None or any(pair is None for pair in text_pairs)):
             raise KbertError(f"{self.model_dir} is a reranker: give each query its passage (query<TAB>passage)")
-        return self.rows(list(texts), text_pairs) if self.task in PAIR_TASKS else self.rows(list(texts))
 
     def blank(self, text: str) -> dict:
         """The row of a blank text (which is not predicted), so that outputs line up with inputs."""
@@ -161,13 +167,16 @@ def reranker_predictor(model: str, settings: PredictionSettings) -> Predictor:
     from kbert.tasks.reranking import Reranker
 
     reranker = Reranker.load(model)
+    return Predictor("rerank", model, lambda queries, passages: rerank_rows(
+        queries, passages, reranker.logits(queries, passages, settings.batch_size)), reranker.tokenizer,
+        reranker.maxlen, reranker=reranker)
 
-    def rows(queries, passages):
-        logits = reranker.logits(queries, passages, settings.batch_size)
-        return [{"text": query, "text_pair": passage, "score": float(1 / (1 + np.exp(-logit))), "logit": float(logit)}
-                for query, passage, logit in zip(queries, passages, logits)]
 
-    return Predictor("rerank", model, rows, reranker.tokenizer, reranker.maxlen)
+def rerank_rows(queries: Sequence[str], passages: Sequence[str], logits: Sequence[float]) -> List[dict]:
+    """A reranker's rows: `{"text", "text_pair", "score", "logit"}` of each (query, passage) pair, the score
+    the sigmoid of its logit."""
+    return [{"text": query, "text_pair": passage, "score": float(1 / (1 + np.exp(-logit))), "logit": float(logit)}
+            for query, passage, logit in zip(queries, passages, logits)]
 
 
 def embedding_predictor(model: str, settings: PredictionSettings, embedder=None) -> Predictor:

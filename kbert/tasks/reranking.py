@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -164,6 +164,11 @@ class Reranker:
     def logits(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """The relevance logit of each (query, passage) pair."""
         encoded = self.tokenizer.encode_all(list(queries), list(passages), maxlen=self.maxlen)
+        return self.logits_of_tokens(encoded, batch_size)
+
+    def logits_of_tokens(self, encoded: Sequence[Tuple[List[int], List[int]]], batch_size: int = 32) -> np.ndarray:
+        """`logits` of pairs already tokenized: `(token_ids, segment_ids)` each, at most `maxlen` long (a
+        server tokenizes on its own threads, to count and check the tokens before the model runs)."""
         logits = np.empty(len(encoded), np.float32)
         for rows, features in batches_by_length(encoded, batch_size, maxlen=self.maxlen, pad_id=self.tokenizer.pad_id):
             logits[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows), 0]
