@@ -170,14 +170,16 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
     16 (or `maxlen`, the longest an example may be), whatever the longest
     text of the call: a server's batches of 1 to `batch_size` texts then
     meet a handful of shapes in each band. The outputs of the first
-    `len(rows)` rows are the examples'. Token ids (the first feature) are
+    `len(rows)` rows are the examples'. Without it (TensorFlow's graph and
+    PyTorch take any shape), a batch is padded to its own longest example
+    only: the cuts are chosen by 16-token bands, the padding is exact. Token ids (the first feature) are
     padded with `pad_id` (the tokenizer's: 1 for RoBERTa's `<pad>`), the
     other features with 0.
 
     Example:
     >>> encoded = [([2, 5, 3] * 30, [0] * 90), ([2, 3], [0, 0]), ([2, 4, 3], [0, 0, 0])]
     >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded, 8, few_shapes=False)]
-    [([1, 2], (2, 16)), ([0], (1, 90))]
+    [([1, 2], (2, 3)), ([0], (1, 90))]
     >>> [(rows.tolist(), features[0].shape) for rows, features in batches_by_length(encoded * 4, 8, few_shapes=True)]
     [([1, 4, 7, 10, 2, 5, 8, 11], (8, 16)), ([0, 3, 6, 9], (4, 96))]
     """
@@ -197,8 +199,10 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
         bounds = [(start, min(start + batch_size, len(order))) for start in range(0, len(order), batch_size)]
     for start, end in bounds:
         rows = order[start:end]
-        padded_rows = _rows_to_power_of_two(rows, batch_size) if few_shapes else rows
-        yield rows, _features(columns, grids, padded_rows, pad_id)
+        if few_shapes:
+            yield rows, _features(columns, grids, _rows_to_power_of_two(rows, batch_size), pad_id)
+        else:  # each feature to its batch's own longest row: a graph that takes any shape pads no more
+            yield rows, _features(columns, [None] * len(columns), rows, pad_id)
 
 
 def cheapest_batches(padded: Sequence[int], batch_size: int, few_shapes: bool = False,
@@ -298,12 +302,13 @@ def _columns(encoded: Sequence[Tuple[List[int], ...]]) -> Tuple[list, List[int]]
 def _features(columns: Sequence[Sequence[np.ndarray]], lengths: Sequence[np.ndarray], rows: np.ndarray,
               pad_id: int = 0) -> tuple:
     """The examples `rows` of each feature column, padded as one batch to the first of the column's padded
-    `lengths` that holds them all (the token ids with `pad_id`, the rest with 0)."""
+    `lengths` that holds them all (None: to the longest of them); the token ids with `pad_id`, the rest with 0."""
     batch = []
     for index, (column, padded) in enumerate(zip(columns, lengths)):
         picked = [column[row] for row in rows]
         longest = max(len(ids) for ids in picked)
-        batch.append(_pad(picked, int(padded[np.searchsorted(padded, longest)]), pad_id if index == 0 else 0))
+        width = longest if padded is None else int(padded[np.searchsorted(padded, longest)])
+        batch.append(_pad(picked, width, pad_id if index == 0 else 0))
     return tuple(batch)
 
 
