@@ -12,6 +12,10 @@ difference between the two engines' vectors. sentence-transformers needs
 PyTorch: `--st-python` is the interpreter of an environment that has it
 (kbert's own need not); kbert runs on the Keras backend `KERAS_BACKEND` names.
 
+`--dtype bfloat16` holds both engines' weights in bfloat16 (`kbert embed --dtype bfloat16`;
+sentence-transformers' `model_kwargs={"dtype": torch.bfloat16}`): worth it where the CPU has
+bfloat16 units (`amx_bf16`), and on kbert's side on the PyTorch backend (`KERAS_BACKEND=torch`).
+
 `--one-batch` times the model call alone instead, on one fixed batch of
 `--batch-size` × 128 token ids (no tokenizing, no batching by length): where a
 gap between the engines lies, in the encoder or around it.
@@ -39,45 +43,49 @@ def read_texts(path: str, count: int) -> List[str]:
     return texts[:count]
 
 
-def _one_batch(engine: str, model: str, batch_size: int):
-    """A call of the engine's model on one fixed batch of `batch_size` × 128 token ids."""
-    ids = np.random.default_rng(0).integers(1000, 20000, size=(batch_size, 128)).astype("int32")
-    ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP] of a BERT vocabulary
+def _load(engine: str, model: str, dtype: str):
+    """The engine's loaded model: a kbert `Embedder`, or a `SentenceTransformer` on the CPU."""
     if engine == "kbert":
         from kbert.tasks.embedding import Embedder
+        from kbert.training.precision import precision_policy
 
-        embedder = Embedder.load(model)
-        return lambda: embedder.model.predict_on_batch([ids, np.zeros_like(ids)])
+        with precision_policy(None, dtype):
+            return Embedder.load(model)
     import torch
     from sentence_transformers import SentenceTransformer
 
-    model_object = SentenceTransformer(model, device="cpu")
+    return SentenceTransformer(model, device="cpu", model_kwargs={"dtype": getattr(torch, dtype)})
+
+
+def _one_batch(engine: str, model: str, batch_size: int, dtype: str):
+    """A call of the engine's model on one fixed batch of `batch_size` × 128 token ids."""
+    ids = np.random.default_rng(0).integers(1000, 20000, size=(batch_size, 128)).astype("int32")
+    ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP] of a BERT vocabulary
+    loaded = _load(engine, model, dtype)
+    if engine == "kbert":
+        return lambda: loaded.model.predict_on_batch([ids, np.zeros_like(ids)])
+    import torch
+
     features = {"input_ids": torch.tensor(ids, dtype=torch.long), "token_type_ids": torch.zeros_like(
         torch.tensor(ids, dtype=torch.long)), "attention_mask": torch.ones(ids.shape, dtype=torch.long)}
 
     def call():
         with torch.inference_mode():
-            return model_object(features)["sentence_embedding"].numpy()
+            return loaded(features)["sentence_embedding"].float().numpy()
 
     return call
 
 
-def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_batch: bool = False) -> None:
+def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_batch: bool = False,
+           dtype: str = "float32") -> None:
     """Loads `engine`, then answers each line on stdin with the seconds one encoding of the texts took (and, for
     the first, the vectors' file)."""
     texts = read_texts(data, count)
     if one_batch:
-        encode = _one_batch(engine, model, batch_size)
-    elif engine == "kbert":
-        from kbert.tasks.embedding import Embedder
-
-        embedder = Embedder.load(model)
-        encode = lambda: embedder.encode(texts, batch_size=batch_size)  # noqa: E731
+        encode = _one_batch(engine, model, batch_size, dtype)
     else:
-        from sentence_transformers import SentenceTransformer
-
-        model_object = SentenceTransformer(model, device="cpu")
-        encode = lambda: model_object.encode(texts, batch_size=batch_size)  # noqa: E731
+        loaded = _load(engine, model, dtype)
+        encode = lambda: np.asarray(loaded.encode(texts, batch_size=batch_size), np.float32)  # noqa: E731
     vectors = encode()  # the warm-up (a compiled graph, the thread pools)
     for line in sys.stdin:
         start = time.perf_counter()
@@ -99,13 +107,16 @@ def main(argv=None) -> int:
                         help="the Python that runs sentence-transformers (default: this one)")
     parser.add_argument("--one-batch", action="store_true", help="time the model call alone on one fixed batch of "
                                                                  "--batch-size x 128 token ids")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="both engines' weights (and compute) in this dtype (default: float32)")
     parser.add_argument("--worker", choices=("kbert", "sentence-transformers"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.model, args.data, args.count, args.batch_size, args.one_batch)
+        worker(args.worker, args.model, args.data, args.count, args.batch_size, args.one_batch, args.dtype)
         return 0
     common = ["-m", "benchmarks.embedding", "--model", args.model, "--data", args.data, "--count", str(args.count),
-              "--batch-size", str(args.batch_size), *(["--one-batch"] if args.one_batch else []), "--worker"]
+              "--batch-size", str(args.batch_size), "--dtype", args.dtype, *(["--one-batch"] if args.one_batch else []),
+              "--worker"]
     workers = {name: subprocess.Popen([python, *common, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
                for name, python in (("kbert", sys.executable), ("sentence-transformers", args.st_python))}
