@@ -185,7 +185,6 @@ def answer(future: asyncio.Future, rows: list) -> None:
         future.set_result(rows)
 
 
-
 class TooLong(KbertError):
     """An input has more tokens than the model takes, and the request did not ask to cut it."""
 

@@ -30,17 +30,13 @@ class EmbeddingService(TokenizedService):
     """An `Embedder` behind a server's batcher: texts in, vectors and their token counts out.
 
     Args:
-        embedder: a `kbert.tasks.embedding.Embedder`.
+        model: a `kbert.tasks.embedding.Embedder`.
         batch_size: texts in one model call at most (the server's `--max-batch`).
     """
 
-    def __init__(self, embedder, batch_size: int):
-        super().__init__(embedder, batch_size)
-        self.embedder = embedder
-
     def __call__(self, encoded, pairs=None) -> np.ndarray:
         """The batcher's model call: vectors of tokenized texts (`Embedder.encode_tokens`)."""
-        return self.embedder.encode_tokens(encoded, self.batch_size, normalize=False)
+        return self.model.encode_tokens(encoded, self.batch_size, normalize=False)
 
     def too_long(self, tokens: int) -> str:
         return f"{super().too_long(tokens)} (its max_seq_length)"
@@ -61,7 +57,7 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
     from kbert.serving.batcher import QueueFull
     from pydantic import BaseModel, Field
 
-    width = service.embedder.dimensions  # not `dimensions`: a class body below has a field of that name
+    width = service.model.dimensions  # not `dimensions`: a class body below has a field of that name
 
     class OpenAIRequest(BaseModel):
         input: Union[str, List[str]] = Field(description="a text or a list of texts")
@@ -100,7 +96,7 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
             return openai_error(*tokens, param="input")
         if body.dimensions is not None and body.dimensions < width:
             vectors = vectors[:, :body.dimensions]
-            vectors = unit_length(vectors) if service.embedder.normalize else vectors
+            vectors = unit_length(vectors) if service.model.normalize else vectors
         encode = ((lambda vector: base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"))
                   if body.encoding_format == "base64" else (lambda vector: vector.tolist()))
         return {"object": "list", "model": model_name,

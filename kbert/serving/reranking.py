@@ -25,17 +25,13 @@ class RerankService(TokenizedService):
     """A `Reranker` behind a server's batcher: (query, passage) pairs in, logits and their token counts out.
 
     Args:
-        reranker: a `kbert.tasks.reranking.Reranker`.
+        model: a `kbert.tasks.reranking.Reranker`.
         batch_size: pairs in one model call at most (the server's `--max-batch`).
     """
 
-    def __init__(self, reranker, batch_size: int):
-        super().__init__(reranker, batch_size)
-        self.reranker = reranker
-
     def __call__(self, encoded, pairs=None) -> np.ndarray:
         """The batcher's model call: logits of tokenized pairs (`Reranker.logits_of_tokens`)."""
-        return self.reranker.logits_of_tokens(encoded, self.batch_size)
+        return self.model.logits_of_tokens(encoded, self.batch_size)
 
     def too_long(self, tokens: int) -> str:
         return f"the query and it are {super().too_long(tokens)}"
