@@ -61,7 +61,9 @@ def test_unilm_trains_its_head_on_the_target_positions_only():
     encoded, labels, _ = encode_pairs(tokenizer, pairs, maxlen=64)
     (tokens, segments, positions), padded_labels = next(iter(make_dataset(encoded, labels, 2, labels_follow=2)))
     assert positions.shape == padded_labels.shape
-    on_targets, everywhere = trained([tokens, segments, positions]), bert([tokens, segments])
+    # predict_on_batch, not a call: numpy arrays on every backend (a PyTorch call's output keeps its gradient)
+    on_targets = trained.predict_on_batch([tokens, segments, positions])
+    everywhere = bert.predict_on_batch([tokens, segments])
     for row, (_, _, row_positions) in enumerate(encoded):
         np.testing.assert_allclose(np.asarray(on_targets[row, :len(row_positions)]),
                                    np.asarray(everywhere[row])[row_positions], atol=1e-6)

@@ -19,9 +19,10 @@ POSITION_ENCODINGS = ("relative", "rotary", "t5_relative")
 
 
 # Backends where inference goes through `ops.dot_product_attention`: JAX's (fused on a GPU; on this
-# project's CPU as fast as the einsums, docs/backends.md). PyTorch's scaled_dot_product_attention with
-# a bias was 0.92x the einsums in bf16 on that CPU, and TensorFlow's is the same einsums and softmax.
-FUSED_BACKENDS = ("jax",)
+# project's CPU as fast as the einsums, docs/backends.md) and PyTorch's scaled_dot_product_attention
+# (with the padding as a boolean mask, faster than the einsums on that CPU in float32 and bfloat16,
+# docs/embeddings.md). TensorFlow's is the same einsums and softmax.
+FUSED_BACKENDS = ("jax", "torch")
 
 
 def _blocked_score(dtype):
@@ -39,7 +40,8 @@ def _without_empty_rows(context, hidden):
     if hidden is None:
         return context
     sees = ops.logical_not(ops.all(hidden, axis=-1))  # [b or 1, 1 or h, q]
-    return context * ops.cast(ops.expand_dims(ops.transpose(sees, (0, 2, 1)), -1), context.dtype)
+    # `where`, not a product: a fused kernel may leave such a row NaN, and NaN * 0 is NaN.
+    return ops.where(ops.expand_dims(ops.transpose(sees, (0, 2, 1)), -1), context, ops.zeros_like(context))
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -261,14 +263,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _fused_attend(self, q, k, v, hidden, positions, empty_rows=False):
         """`_attend` through `ops.dot_product_attention` (the backend's own kernel), where no score is needed
-        outside it: no relative vectors, no scores passed on, no attention dropout. The mask enters as a bias
-        (blocked keys at `_blocked_score`); a row with every key hidden is handled after, as in `_attend`."""
-        bias = ops.cast(self._t5_bias(positions), q.dtype) if self.position_encoding == "t5_relative" else None
-        if hidden is not None:
-            blocked = ops.where(hidden, _blocked_score(q.dtype), ops.cast(0, q.dtype))
-            bias = blocked if bias is None else bias + blocked
-        context = ops.dot_product_attention(q, k, v, bias=bias, scale=1 / math.sqrt(self.head_size) if self.scale
-                                            else 1.0)
+        outside it: no relative vectors, no scores passed on, no attention dropout. The padding enters as a
+        boolean mask; T5's position bias, with the padding folded in (a backend may refuse both), as a bias. A
+        row with every key hidden is handled after, as in `_attend`."""
+        allowed = None if hidden is None else ops.logical_not(hidden)
+        bias = None
+        if self.position_encoding == "t5_relative":
+            bias = ops.cast(self._t5_bias(positions), q.dtype)
+            if hidden is not None:
+                bias, allowed = ops.where(hidden, _blocked_score(q.dtype), bias), None
+        context = ops.dot_product_attention(q, k, v, bias=bias, mask=allowed,
+                                            scale=1 / math.sqrt(self.head_size) if self.scale else 1.0)
         return self._output(_without_empty_rows(context, hidden) if empty_rows else context)
 
     @staticmethod
