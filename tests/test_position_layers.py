@@ -158,6 +158,15 @@ def test_the_fused_attention_is_the_einsum_attention(scale, t5_bias, dtype):
     tolerance = 1e-5 if dtype == "float32" else 2e-2
     np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(fused, "float32")),
                                ops.convert_to_numpy(ops.cast(einsums, "float32")), atol=tolerance, rtol=tolerance)
+    # With an attention mask's empty rows (a T5 decoder started from its padding id), such a row reads nothing.
+    hidden = ops.convert_to_tensor(hidden)
+    context = ops.convert_to_numpy(ops.cast(attention._fused_attend(q, k, v, hidden, positions, empty_rows=True),
+                                            "float32"))
+    assert np.isfinite(context).all()
+    einsums, _ = attention._attend(q, k, v, hidden, positions, training=False, empty_rows=True,
+                                   previous_scores=ops.zeros((1, 1, 1, 1), dtype))
+    np.testing.assert_allclose(context, ops.convert_to_numpy(ops.cast(einsums, "float32")), atol=tolerance,
+                               rtol=tolerance)
 
 
 def position_layer(position_encoding):
