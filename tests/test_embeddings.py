@@ -135,6 +135,21 @@ def test_a_model_with_tokenizer_json_is_tokenized_as_transformers_tokenizes(mini
     assert len(reference.encode(text).ids) == len(minilm.tokenizer.encode_all([text.replace("\ue139", "")])[0][0])
 
 
+def test_threads_tokenizing_at_once_each_get_their_own_cut(minilm):
+    """A server tokenizes requests on several threads at once, some cut to the model's length and some not
+    (to find the over-long ones): no call may see another's cut."""
+    import concurrent.futures
+
+    text = "the quick brown fox jumps over the lazy dog " * 8
+    tokenizer = minilm.tokenizer
+    whole, cut = tokenizer.encode_all([text])[0][0], tokenizer.encode_all([text], maxlen=16)[0][0]
+    assert len(whole) > 16 == len(cut)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        lengths = list(pool.map(lambda call: len(tokenizer.encode_all([text] * 4, maxlen=16 if call % 2 else None)
+                                                 [0][0]), range(400)))
+    assert lengths == [16 if call % 2 else len(whole) for call in range(400)]
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda folder: (folder / "modules.json").unlink(), "no modules.json, so not a sentence-transformers folder"),
     (lambda folder: (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "weightedmean"})),

@@ -77,7 +77,6 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
 
     limits = limits or ServerLimits()
     embedder, reranker = getattr(predictor, "embedder", None), getattr(predictor, "reranker", None)
-    classifier = getattr(predictor, "classifier", None)
     service = tokenized_service(predictor, limits.max_batch)
     batcher = Batcher(service or predictor, limits.max_batch, limits.max_wait_ms, limits.max_queue,
                       max_batch_tokens=limits.max_batch_tokens)
@@ -160,9 +159,9 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
                 predictor.check_pairs(body.text_pairs)
                 logits, _ = await service.logits(batcher, body.texts, body.text_pairs, truncate=True)
                 return {"predictions": rerank_rows(body.texts, body.text_pairs, logits)}
-            if classifier is not None:
-                return {"predictions": await service.labelled(batcher, body.texts, body.text_pairs)}
-            # Other tasks' predictors take the texts; the tokens are counted off the event loop for the budget.
+            # Other tasks' predictors take the texts (a classifier tokenizes its batch in the model thread: moved to
+            # worker threads, as an embedding model's are, its onnxruntime server measured slower, docs/deployment.md);
+            # the tokens are counted off the event loop for the budget.
             tokens = await asyncio.get_running_loop().run_in_executor(
                 None, count_tokens, predictor.tokenizer, body.texts, body.text_pairs) \
                 if limits.max_batch_tokens else None
@@ -258,15 +257,13 @@ class RequestLog:
                     (time.perf_counter() - start) * 1000)
 
 def tokenized_service(predictor, batch_size: int) -> Optional[TokenizedService]:
-    """What a predictor's batches run on, where they run token ids: a classifier, an embedding model, a
-    reranker. Their routes tokenize each request once, off the event loop, and count its tokens before the
-    batch forms. None for the other tasks, whose predictors take the texts."""
-    from kbert.serving.classification import ClassifyService
+    """What a predictor's batches run on, where they run token ids: an embedding model, a reranker. Their
+    routes tokenize each request once, off the event loop, and count its tokens before the batch forms.
+    None for the other tasks, whose predictors take the texts."""
     from kbert.serving.embeddings import EmbeddingService
     from kbert.serving.reranking import RerankService
 
-    for field, service in (("embedder", EmbeddingService), ("reranker", RerankService),
-                           ("classifier", ClassifyService)):
+    for field, service in (("embedder", EmbeddingService), ("reranker", RerankService)):
         model = getattr(predictor, field, None)
         if model is not None:
             return service(model, batch_size)

@@ -8,7 +8,7 @@ labelled file and export a SavedModel.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import keras
 import numpy as np
@@ -81,13 +81,7 @@ class TrainedClassifier:
         """
         if not examples:
             raise KbertError("no texts to predict")
-        return self.probabilities_of_tokens(encode_examples(self.tokenizer, examples, self.maxlen), batch_size,
-                                            bucketing)
-
-    def probabilities_of_tokens(self, encoded: Sequence[Tuple[List[int], List[int]]], batch_size: int = 64,
-                                bucketing: bool = True) -> np.ndarray:
-        """`predict_proba` of texts already tokenized: `(token_ids, segment_ids)` each, at most `maxlen` long
-        (a server tokenizes on its own threads, to count the tokens before the model runs)."""
+        encoded = encode_examples(self.tokenizer, examples, self.maxlen)
         probabilities = np.empty((len(encoded), len(self.labels)), dtype=np.float32)
         # Batch by batch with predict_on_batch: `predict`'s set-up (a dataset, its iterator, callbacks)
         # costs more than a small batch's compute, which is what a server runs.
@@ -95,9 +89,10 @@ class TrainedClassifier:
             probabilities[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]
         return probabilities
 
-    def check_texts(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None) -> None:
-        """Raises `KbertError` where the classifier cannot take these texts: none, a pair per text missing,
-        or pairs given to a classifier of single texts."""
+
+    def labelled(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
+                 batch_size: int = 64, bucketing: bool = True) -> List[dict]:
+        """`{"text", "label", "probability"}` for each text (or pair): the most probable label."""
         if not len(texts):
             raise KbertError("no texts to predict")
         if text_pairs is not None and len(text_pairs) != len(texts):
@@ -106,17 +101,9 @@ class TrainedClassifier:
         if self.reads_pairs is False and text_pairs is not None and any(pair is not None for pair in text_pairs):
             raise KbertError("text pairs given to a classifier trained on single texts (its data had no second "
                              "text): give the texts alone")
-
-    def labelled(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
-                 batch_size: int = 64, bucketing: bool = True) -> List[dict]:
-        """`{"text", "label", "probability"}` for each text (or pair): the most probable label."""
-        self.check_texts(texts, text_pairs)
         pairs = text_pairs or [None] * len(texts)
         examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
-        return self.label_rows(texts, self.predict_proba(examples, batch_size, bucketing))
-
-    def label_rows(self, texts: Sequence[str], probabilities: np.ndarray) -> List[dict]:
-        """`labelled`'s rows from the texts' class probabilities."""
+        probabilities = self.predict_proba(examples, batch_size, bucketing)
         best = probabilities.argmax(-1)
         return [{"text": text, "label": self.labels.names[index], "probability": float(row[index])}
                 for text, index, row in zip(texts, best, probabilities)]

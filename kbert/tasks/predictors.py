@@ -51,8 +51,6 @@ class Predictor:
         maxlen: the longest input the model takes, in tokens.
         embedder: an embedding model's `kbert.tasks.embedding.Embedder` (its server's own routes use it).
         reranker: a reranker's `kbert.tasks.reranking.Reranker` (likewise).
-        classifier: a classifier's `kbert.tasks.classification.TrainedClassifier` (its server batches
-            token ids).
 
     Example (a classifier `kbert train` wrote):
     >>> predictor = load_predictor("runs/sentiment")  # doctest: +SKIP
@@ -67,7 +65,6 @@ class Predictor:
     maxlen: Optional[int] = None
     embedder: Any = None
     reranker: Any = None
-    classifier: Any = None
 
     def __call__(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None) -> List[dict]:
         if not len(texts):
@@ -96,8 +93,7 @@ def classifier_predictor(classifier, model_dir: str, settings: PredictionSetting
     """The predictor of a loaded classifier (`kbert serve --quantize int8` gives one whose model is an
     int8 ONNX file's)."""
     return Predictor("classify", model_dir, lambda texts, pairs=None: classifier.labelled(
-        texts, pairs, settings.batch_size, settings.bucketing), classifier.tokenizer, classifier.maxlen,
-        classifier=classifier)
+        texts, pairs, settings.batch_size, settings.bucketing), classifier.tokenizer, classifier.maxlen)
 
 
 def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None) -> Predictor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 class TokenizerJson:
@@ -33,7 +33,8 @@ class TokenizerJson:
         self.path = os.fspath(path)
         self._backend = Backend.from_file(self.path)
         self._backend.no_padding()  # batches are padded by kbert, each to its own longest text
-        self._backend.no_truncation()  # and cut to `maxlen` here, as the caller asks
+        self._backend.no_truncation()  # and cut to `maxlen` by a copy of it (`_cutting`), as the caller asks
+        self._cutters: Dict[int, object] = {}
         self.vocab = self._backend.get_vocab()
         with open(self.path, encoding="utf-8") as handle:
             self.do_lower_case = _lowercases(json.load(handle).get("normalizer"))
@@ -55,14 +56,22 @@ class TokenizerJson:
                    maxlen: Optional[int] = None) -> List[Tuple[List[int], List[int]]]:
         """Token and segment ids of each text (or pair), cut to `maxlen` tokens with the file's own special
         tokens, as transformers' tokenizer cuts them (`longest_first`)."""
-        if maxlen:
-            self._backend.enable_truncation(maxlen, strategy="longest_first")
-        try:
-            inputs = list(first) if second is None else [(a, b) if b is not None else a for a, b in zip(first, second)]
-            encodings = self._backend.encode_batch(inputs)
-        finally:
-            self._backend.no_truncation()
+        inputs = list(first) if second is None else [(a, b) if b is not None else a for a, b in zip(first, second)]
+        encodings = (self._cutting(maxlen) if maxlen else self._backend).encode_batch(inputs)
         return [(encoding.ids, encoding.type_ids) for encoding in encodings]
+
+    def _cutting(self, maxlen: int):
+        """A copy of the file's tokenizer that cuts to `maxlen`, one a length. Truncation is a setting of a
+        `tokenizers` object, not of a call: set and unset around a call, a server's threads, which tokenize
+        at once, would cut (or not cut) each other's texts."""
+        backend = self._cutters.get(maxlen)
+        if backend is None:
+            from tokenizers import Tokenizer as Backend
+
+            backend = Backend.from_str(self._backend.to_str())
+            backend.enable_truncation(maxlen, strategy="longest_first")
+            self._cutters[maxlen] = backend  # two threads may both make one: the same copy, either kept
+        return backend
 
     def encode_batch(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
                      maxlen: Optional[int] = None):
