@@ -33,7 +33,7 @@ import time
 from typing import List, Optional
 
 from kbert.errors import KbertError
-from kbert.serving.batcher import Batcher, QueueFull, TokenizedService
+from kbert.serving.batcher import Batcher, QueueFull
 from kbert.serving.checks import read_json, refusal
 from kbert.serving.metrics import ServerMetrics
 
@@ -70,14 +70,17 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     """
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
-    from kbert.serving.embeddings import add_embedding_routes
-    from kbert.serving.reranking import add_rerank_routes
+    from kbert.serving.embeddings import EmbeddingService, add_embedding_routes
+    from kbert.serving.reranking import RerankService, add_rerank_routes
     from kbert.tasks.predictors import rerank_rows
     from pydantic import BaseModel, Field, ValidationError
 
     limits = limits or ServerLimits()
     embedder, reranker = getattr(predictor, "embedder", None), getattr(predictor, "reranker", None)
-    service = tokenized_service(predictor, limits.max_batch)
+    # An embedding model's and a reranker's batches run tokenized texts: each route tokenizes once, off the
+    # event loop, and counts the tokens before the batch forms; other tasks' predictors take the texts.
+    service = (EmbeddingService(embedder, limits.max_batch) if embedder is not None
+               else RerankService(reranker, limits.max_batch) if reranker is not None else None)
     batcher = Batcher(service or predictor, limits.max_batch, limits.max_wait_ms, limits.max_queue,
                       max_batch_tokens=limits.max_batch_tokens)
     metrics = ServerMetrics(queue_depth=lambda: batcher.waiting)
@@ -159,9 +162,8 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
                 predictor.check_pairs(body.text_pairs)
                 logits, _ = await service.logits(batcher, body.texts, body.text_pairs, truncate=True)
                 return {"predictions": rerank_rows(body.texts, body.text_pairs, logits)}
-            # Other tasks' predictors take the texts (a classifier tokenizes its batch in the model thread: moved to
-            # worker threads, as an embedding model's are, its onnxruntime server measured slower, docs/deployment.md);
-            # the tokens are counted off the event loop for the budget.
+            # The texts go to the predictor, which tokenizes its batch in the model thread (a classifier served the
+            # embedding model's way measured slower, docs/deployment.md); the budget's count runs off the event loop.
             tokens = await asyncio.get_running_loop().run_in_executor(
                 None, count_tokens, predictor.tokenizer, body.texts, body.text_pairs) \
                 if limits.max_batch_tokens else None
@@ -255,19 +257,6 @@ class RequestLog:
         texts = scope.get("state", {}).get("texts", "-")  # what a handler put in `request.state`
         logger.info("%s %s %s %d texts=%s %.1fms", client, scope["method"], scope["path"], status, texts,
                     (time.perf_counter() - start) * 1000)
-
-def tokenized_service(predictor, batch_size: int) -> Optional[TokenizedService]:
-    """What a predictor's batches run on, where they run token ids: an embedding model, a reranker. Their
-    routes tokenize each request once, off the event loop, and count its tokens before the batch forms.
-    None for the other tasks, whose predictors take the texts."""
-    from kbert.serving.embeddings import EmbeddingService
-    from kbert.serving.reranking import RerankService
-
-    for field, service in (("embedder", EmbeddingService), ("reranker", RerankService)):
-        model = getattr(predictor, field, None)
-        if model is not None:
-            return service(model, batch_size)
-    return None
 
 
 def count_tokens(tokenizer, texts: List[str], pairs: Optional[List[Optional[str]]]) -> int:

@@ -66,9 +66,7 @@ class TokenizerJson:
         at once, would cut (or not cut) each other's texts."""
         backend = self._cutters.get(maxlen)
         if backend is None:
-            from tokenizers import Tokenizer as Backend
-
-            backend = Backend.from_str(self._backend.to_str())
+            backend = type(self._backend).from_str(self._backend.to_str())
             backend.enable_truncation(maxlen, strategy="longest_first")
             self._cutters[maxlen] = backend  # two threads may both make one: the same copy, either kept
         return backend
