@@ -22,6 +22,7 @@ from kbert.serving.export import export_model
 onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export: pip install 'kbert[onnx]'")
 pytest.importorskip("tf2onnx", reason="ONNX export: pip install 'kbert[onnx]'")
 tf = pytest.importorskip("tensorflow", reason="SavedModel and ONNX export go through TensorFlow")
+onnx = pytest.importorskip("onnx", reason="ONNX export: pip install 'kbert[onnx]'")
 
 REVIEWS = ["这家酒店很好，下次还来", "房间太小了，隔音也差", "早餐一般", "服务员态度很好，位置方便，推荐"]
 
@@ -70,6 +71,11 @@ def test_a_classifier_in_onnx_float32_and_int8(model_dirs, tmp_path):
     probabilities, metadata = run_onnx(tmp_path / "model.onnx", tokens, segments)
     np.testing.assert_allclose(probabilities, expected, atol=1e-4)
     assert json.loads(metadata["kbert_labels"]) == classifier.labels.names and metadata["kbert_task"] == "classify"
+    # Each layer norm one node (the embeddings' and two a block), each GELU in the form onnxruntime fuses.
+    layers = json.loads((CONFIGS / "bert_tiny.json").read_text())["num_hidden_layers"]
+    ops = [node.op_type for node in onnx.load(str(tmp_path / "model.onnx")).graph.node]
+    assert ops.count("LayerNormalization") == 2 * layers + 1 and "GlobalAveragePool" not in ops
+    assert ops.count("Erf") == layers and "Neg" not in ops
 
     assert main(["export", "--model", str(model_dirs / "classify"), str(tmp_path / "model.int8.onnx"),
                  "--quantize", "int8"]) == 0
@@ -319,3 +325,40 @@ def test_an_embedding_model_in_onnx_keeps_its_pooling_and_normalisation(tmp_path
     quantized = vectors["minilm.int8.onnx"]
     cosines = np.sum(quantized * expected, 1) / np.linalg.norm(quantized, axis=1)
     assert cosines.min() >= 0.99  # English sentences: 0.993-0.995 measured
+
+
+def _onnx_ops_and_outputs(function, x, staging):
+    """`function` of one float32 tensor exported as `kbert export` converts it: its node types, and its outputs
+    on `x` in onnxruntime."""
+    from kbert.serving.conversion import convert_to_onnx
+
+    signature = [tf.TensorSpec(x.shape, tf.float32, name="x")]
+    staging.mkdir()
+    path = convert_to_onnx(tf.function(function, input_signature=signature), signature, {}, str(staging), None, "test")
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return [node.op_type for node in onnx.load(path).graph.node], session.run(None, {"x": x})
+
+
+def test_layer_norms_and_gelus_rewritten_for_onnxruntime_compute_the_same(tmp_path):
+    """Keras's layer norm and exact GELU, as tf2onnx writes them, become one `LayerNormalization` and the GELU
+    form onnxruntime fuses, computing what TensorFlow does; a layer norm whose mean is read elsewhere is kept."""
+    norm = keras.layers.LayerNormalization(epsilon=1e-12, gamma_initializer="random_normal",
+                                           beta_initializer="random_normal")
+    x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype(np.float32) * 3
+    block = lambda x: norm(keras.activations.gelu(x, approximate=False))  # noqa: E731
+    ops, outputs = _onnx_ops_and_outputs(block, x, tmp_path / "block")
+    assert ops.count("LayerNormalization") == 1 and "GlobalAveragePool" not in ops and "Neg" not in ops
+    assert ops.count("Erf") == 1 and ops[ops.index("Erf") - 1] == "Div"
+    np.testing.assert_allclose(outputs[0], np.asarray(block(x)), atol=1e-5)
+
+    def norm_and_its_mean(x):  # as Keras's layer norm computes it on TensorFlow
+        mean, variance = keras.ops.moments(x, axes=[-1], keepdims=True)
+        scale = keras.ops.rsqrt(variance + 1e-6) * norm.gamma
+        return x * scale + (-mean * scale + norm.beta), mean
+
+    ops, _ = _onnx_ops_and_outputs(lambda x: norm_and_its_mean(x)[0], x, tmp_path / "norm")
+    assert "LayerNormalization" in ops  # the same layer norm, alone, is rewritten
+    ops, outputs = _onnx_ops_and_outputs(norm_and_its_mean, x, tmp_path / "norm_and_mean")
+    assert "LayerNormalization" not in ops and "GlobalAveragePool" in ops  # its mean is an output too: kept
+    for got, want in zip(outputs, norm_and_its_mean(x)):
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-5)

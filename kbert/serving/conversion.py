@@ -15,6 +15,7 @@ import numpy as np
 
 from kbert.errors import KbertError, first_line
 from kbert.io import atomic_copy
+from kbert.serving.onnx_graph import fuse_for_onnxruntime
 
 ONNX_OPSET = 17
 FLOAT_TOLERANCE = 1e-4  # an exported file's outputs against Keras's, float32
@@ -115,10 +116,12 @@ def convert_to_onnx(function, signature, metadata: dict, staging: str, quantize:
     logging.getLogger("tf2onnx").setLevel(logging.WARNING)  # its optimizer's counts of rewritten nodes
     path = os.path.join(staging, "model.onnx")
     try:
-        tf2onnx.convert.from_function(function, input_signature=signature, opset=ONNX_OPSET, output_path=path)
+        model, _ = tf2onnx.convert.from_function(function, input_signature=signature, opset=ONNX_OPSET)
     except Exception as error:  # tf2onnx's own errors: an op or a loop it cannot convert
         raise KbertError(f"tf2onnx cannot convert this {what} model's graph ({first_line(error)}); "
                          f"{instead}") from None
+    fuse_for_onnxruntime(model)  # layer norms and GELUs in forms onnxruntime runs in one pass
+    onnx.save(model, path)
     if quantize:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
