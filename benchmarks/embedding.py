@@ -43,25 +43,30 @@ def read_texts(path: str, count: int) -> List[str]:
     return texts[:count]
 
 
-def _load(engine: str, model: str, dtype: str):
-    """The engine's loaded model: a kbert `Embedder`, or a `SentenceTransformer` on the CPU."""
+def _load(engine: str, model: str, dtype: str, runtime: str = "keras"):
+    """The engine's loaded model: a kbert `Embedder` (its model on `runtime`: keras, or onnxruntime float32 or
+    int8), or a `SentenceTransformer` on the CPU."""
     if engine == "kbert":
+        from kbert.serving.export import onnx_embedder
         from kbert.tasks.embedding import Embedder
         from kbert.training.precision import precision_policy
 
         with precision_policy(None, dtype):
-            return Embedder.load(model)
+            embedder = Embedder.load(model)
+        if runtime != "keras":
+            embedder.model = onnx_embedder(embedder, "int8" if runtime == "onnxruntime-int8" else None)
+        return embedder
     import torch
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(model, device="cpu", model_kwargs={"dtype": getattr(torch, dtype)})
 
 
-def _one_batch(engine: str, model: str, batch_size: int, dtype: str):
+def _one_batch(engine: str, model: str, batch_size: int, dtype: str, runtime: str):
     """A call of the engine's model on one fixed batch of `batch_size` × 128 token ids."""
     ids = np.random.default_rng(0).integers(1000, 20000, size=(batch_size, 128)).astype("int32")
     ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP] of a BERT vocabulary
-    loaded = _load(engine, model, dtype)
+    loaded = _load(engine, model, dtype, runtime)
     if engine == "kbert":
         return lambda: loaded.model.predict_on_batch([ids, np.zeros_like(ids)])
     import torch
@@ -77,14 +82,14 @@ def _one_batch(engine: str, model: str, batch_size: int, dtype: str):
 
 
 def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_batch: bool = False,
-           dtype: str = "float32") -> None:
+           dtype: str = "float32", runtime: str = "keras") -> None:
     """Loads `engine`, then answers each line on stdin with the seconds one encoding of the texts took (and, for
     the first, the vectors' file)."""
     texts = read_texts(data, count)
     if one_batch:
-        encode = _one_batch(engine, model, batch_size, dtype)
+        encode = _one_batch(engine, model, batch_size, dtype, runtime)
     else:
-        loaded = _load(engine, model, dtype)
+        loaded = _load(engine, model, dtype, runtime)
         encode = lambda: np.asarray(loaded.encode(texts, batch_size=batch_size), np.float32)  # noqa: E731
     vectors = encode()  # the warm-up (a compiled graph, the thread pools)
     for line in sys.stdin:
@@ -109,13 +114,18 @@ def main(argv=None) -> int:
                                                                  "--batch-size x 128 token ids")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="both engines' weights (and compute) in this dtype (default: float32)")
+    parser.add_argument("--runtime", choices=("keras", "onnxruntime", "onnxruntime-int8"), default="keras",
+                        help="what runs kbert's model: Keras, or its ONNX export in onnxruntime (`kbert embed "
+                             "--runtime onnxruntime`, `--quantize int8`); sentence-transformers stays PyTorch")
     parser.add_argument("--worker", choices=("kbert", "sentence-transformers"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.model, args.data, args.count, args.batch_size, args.one_batch, args.dtype)
+        worker(args.worker, args.model, args.data, args.count, args.batch_size, args.one_batch, args.dtype,
+               args.runtime)
         return 0
     common = ["-m", "benchmarks.embedding", "--model", args.model, "--data", args.data, "--count", str(args.count),
-              "--batch-size", str(args.batch_size), "--dtype", args.dtype, *(["--one-batch"] if args.one_batch else []),
+              "--batch-size", str(args.batch_size), "--dtype", args.dtype, "--runtime", args.runtime,
+              *(["--one-batch"] if args.one_batch else []),
               "--worker"]
     workers = {name: subprocess.Popen([python, *common, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
@@ -158,8 +168,11 @@ def main(argv=None) -> int:
         print(f"{name:<24} {' '.join(f'{rate:7.1f}' for rate in rates):<48} {np.median(rates):7.1f}")
     ratios = [other / mine for mine, other in zip(seconds["kbert"], seconds["sentence-transformers"])]
     print(f"kbert / sentence-transformers: {np.median(ratios):.2f}x (rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
-    difference = np.abs(vectors["kbert"] - vectors["sentence-transformers"]).max()
-    print(f"largest difference between the engines' vectors: {difference:.2e}")
+    mine, theirs = vectors["kbert"], vectors["sentence-transformers"]
+    print(f"largest difference between the engines' vectors: {np.abs(mine - theirs).max():.2e}")
+    cosines = np.sum(mine * theirs, 1) / np.maximum(np.linalg.norm(mine, axis=1) * np.linalg.norm(theirs, axis=1),
+                                                    1e-12)
+    print(f"cosine of the engines' vectors of a text: lowest {cosines.min():.5f}, median {np.median(cosines):.5f}")
     return 0
 
 

@@ -362,3 +362,21 @@ def test_layer_norms_and_gelus_rewritten_for_onnxruntime_compute_the_same(tmp_pa
     assert "LayerNormalization" not in ops and "GlobalAveragePool" in ops  # its mean is an output too: kept
     for got, want in zip(outputs, norm_and_its_mean(x)):
         np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+
+
+def test_kbert_embed_through_onnxruntime_gives_kerass_vectors(tmp_path, capsys):
+    """`kbert embed --runtime onnxruntime`: the vectors of the model's float32 ONNX export, as Keras's (in a
+    process of its own, as a user runs it); beside a precision other than float32 it is refused."""
+    from kbert.tasks.embedding import Embedder
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    out = tmp_path / "vectors.npy"
+    result = subprocess.run([sys.executable, "-m", "kbert", "embed", "--model", str(minilm_dir()), str(texts),
+                             "--runtime", "onnxruntime", "--npy", str(out)], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(np.load(out), Embedder.load(minilm_dir()).encode(SENTENCES), atol=1e-5)
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--quantize", "int8", "--dtype", "bfloat16"]) == 2
+    assert "--quantize int8 with --dtype bfloat16: the ONNX file is made from the float32 model" in \
+        capsys.readouterr().err

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Optional
 
-from kbert.errors import ConfigError, is_whole_number
+from kbert.errors import ConfigError, KbertError, is_whole_number
 from kbert.models.config import BertConfig, bundled_config_names, bundled_config_path
 from kbert.models.registry import FAMILIES, resolve
 
@@ -143,3 +143,27 @@ def precision_option(parser: argparse.ArgumentParser, weights: bool = False) -> 
         parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                             help="hold the weights in this dtype: bfloat16 loads the model in half the memory and "
                                  "computes in bfloat16 (softmax/CRF heads stay float32)")
+
+
+RUNTIMES = ("keras", "onnxruntime")  # what runs a classifier's or an embedding model's batches
+
+
+def runtime_options(parser: argparse.ArgumentParser, what: str, why: str) -> None:
+    """`--runtime` and `--quantize`: run `what` through onnxruntime, on its ONNX export made (and checked against
+    Keras) as the command starts; `why` says what that buys here."""
+    parser.add_argument("--runtime", choices=RUNTIMES, default="keras",
+                        help=f"{what}: onnxruntime runs its float32 ONNX export (made and checked against Keras "
+                             f"as the command starts; pip install 'kbert[onnx]'), {why} (default: keras)")
+    parser.add_argument("--quantize", choices=("int8",),
+                        help=f"{what}: run its int8 ONNX export through onnxruntime (implies --runtime "
+                             "onnxruntime), faster on CPU, within a few hundredths of float32")
+
+
+def onnx_runtime_chosen(args: argparse.Namespace) -> bool:
+    """Whether `runtime_options` ask for onnxruntime; refused beside a precision other than float32."""
+    onnx = args.runtime == "onnxruntime" or bool(args.quantize)
+    if onnx and (args.mixed_precision or args.dtype != "float32"):
+        what = "--quantize int8" if args.quantize else "--runtime onnxruntime"
+        given = f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else f"--dtype {args.dtype}"
+        raise KbertError(f"{what} with {given}: the ONNX file is made from the float32 model; pick one")
+    return onnx

@@ -145,7 +145,11 @@ def _import_tensorflow_quietly() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401
+        import tensorflow
+
+        # The devices are probed once, on first use (cuInit on a machine without a GPU logs an error line
+        # past the log level now and then): done here, while stderr is closed.
+        tensorflow.config.list_physical_devices()
     finally:
         os.dup2(saved, 2)
         os.close(saved)

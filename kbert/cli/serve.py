@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from kbert.cli.arguments import host_name, port_number, positive_int, precision_option
+from kbert.cli.arguments import (host_name, onnx_runtime_chosen, port_number, positive_int, precision_option,
+                                 runtime_options)
 from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
 
 DEFAULTS = ServerLimits()
-RUNTIMES = ("keras", "onnxruntime")  # what runs a classifier's or an embedding model's batches
 LIMITS = {  # ServerLimits' fields, as options
     "max_batch": (positive_int, "texts of concurrent requests predicted together"),
     "max_wait_ms": (float, "how long a batch waits for more requests"),
@@ -38,13 +38,8 @@ def add_commands(command) -> None:
                        help="seq2seq: the longest target (default: the room --maxlen of training leaves)")
     serve.add_argument("--top-k", type=positive_int, default=5,
                        help="a pre-trained model: the tokens given for each [MASK]")
-    serve.add_argument("--runtime", choices=RUNTIMES, default="keras",
-                       help="a classifier or an embedding model: onnxruntime serves its float32 ONNX export (made "
-                            "and checked against Keras at start-up; pip install 'kbert[onnx]'), whose small "
-                            "batches cost about half Keras's on TensorFlow (default: keras)")
-    serve.add_argument("--quantize", choices=("int8",),
-                       help="a classifier or an embedding model: serve its int8 ONNX export through onnxruntime "
-                            "(implies --runtime onnxruntime), faster on CPU, within a few hundredths of float32")
+    runtime_options(serve, "a classifier or an embedding model", "whose small batches cost about half Keras's on "
+                    "TensorFlow")
     precision_option(serve, weights=True)
     serve.set_defaults(run=run_serve)
 
@@ -63,11 +58,7 @@ def run_serve(args) -> int:
 
     if args.max_wait_ms < 0:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
-    onnx = args.runtime == "onnxruntime" or args.quantize
-    if onnx and (args.mixed_precision or args.dtype != "float32"):
-        what = "--quantize int8" if args.quantize else "--runtime onnxruntime"
-        given = f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else f"--dtype {args.dtype}"
-        raise KbertError(f"{what} with {given}: the ONNX file is made from the float32 model; pick one")
+    onnx = onnx_runtime_chosen(args)
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,

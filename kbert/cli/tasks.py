@@ -11,7 +11,8 @@ import os
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from kbert.cli.arguments import checkpoint_argument, family_argument, fetch_checkpoint_argument, positive_int, precision_option
+from kbert.cli.arguments import (checkpoint_argument, family_argument, fetch_checkpoint_argument, onnx_runtime_chosen,
+                                 positive_int, precision_option, runtime_options)
 from kbert.errors import DataError, KbertError
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
@@ -63,6 +64,8 @@ def add_commands(command) -> None:
                        help="scale each vector to unit length (a model whose last module is Normalize does)")
     embed.add_argument("--cache-dir", help="where a named model is kept (default: $KBERT_CACHE, else "
                                            "~/.cache/kbert; the hub's own cache for hf://)")
+    runtime_options(embed, "the model", "worth it for a long file on a CPU: the export takes seconds "
+                    "(docs/embeddings.md)")
     precision_option(embed, weights=True)
     embed.set_defaults(run=run_embed)
     export = command("export", "a classifier or tagger for other runtimes: TF SavedModel, ONNX (int8 too), "
@@ -545,12 +548,18 @@ def run_embed(args) -> int:
 
     if args.npy and os.path.lexists(args.npy):
         raise KbertError(f"{args.npy}: already exists; choose a new path (kbert never writes over an earlier output)")
+    onnx = onnx_runtime_chosen(args)
     texts = _input_lines(args.input)
     blank = [number for number, text in enumerate(texts, 1) if not text.strip()]
     if blank:
         raise DataError(f"{args.input}: line {blank[0]} is blank ({len(blank)} blank lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
-    vectors = Embedder.load(args.model, args.cache_dir).encode(texts, args.batch_size, normalize=args.normalize)
+    embedder = Embedder.load(args.model, args.cache_dir)
+    if onnx:
+        from kbert.serving.export import onnx_embedder
+
+        embedder.model = onnx_embedder(embedder, args.quantize)
+    vectors = embedder.encode(texts, args.batch_size, normalize=args.normalize)
     if args.npy:
         with atomic_path(args.npy) as temporary:
             with open(temporary, "wb") as handle:
