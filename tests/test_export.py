@@ -262,12 +262,18 @@ def test_a_check_that_meets_nan_or_a_changed_label_keeps_nothing(model_dirs, mon
         assert list(tmp_path.iterdir()) == []
 
 
-def test_a_graph_export_on_another_backend_says_which_backend_it_needs(model_dirs, monkeypatch, tmp_path):
+def test_a_graph_export_on_another_backend_says_which_backend_it_needs(model_dirs, monkeypatch, tmp_path,
+                                                                        capsys):
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     for name in ("model.onnx", "model.tflite", "saved"):
         with pytest.raises(KbertError, match=r"traces the model as a TensorFlow graph, and Keras runs on jax here: "
-                                             r"run the export with KERAS_BACKEND=tensorflow"):
+                                             r"run it with KERAS_BACKEND=tensorflow .*, or --format keras"):
             export_model(str(model_dirs / "classify"), str(tmp_path / name))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("一段话\n", encoding="utf-8")
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--runtime", "onnxruntime"]) == 2
+    assert "--runtime onnxruntime traces the model as a TensorFlow graph, and Keras runs on jax here" in \
+        capsys.readouterr().err
 
 
 def test_sigterm_during_an_export_leaves_no_staging_behind(model_dirs, tmp_path):

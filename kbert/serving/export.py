@@ -108,7 +108,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
         raise KbertError("--quantize int8 is onnxruntime's or LiteRT's dynamic quantization: export with --format "
                          "onnx or litert (a path ending in .onnx or .tflite)")
     if format != "keras":
-        _require_tensorflow_backend(format)
+        _require_tensorflow_backend(f"--format {format}")
     if _is_embedding_model(model_dir):  # a sentence-transformers folder: its pooling and normalisation in the graph
         from kbert.tasks.embedding import Embedder
 
@@ -141,13 +141,13 @@ def _write(endpoint: _Endpoint, out: str, format: str, quantize: Optional[str]) 
     return _write_onnx(endpoint, out, quantize)
 
 
-def _require_tensorflow_backend(format: str) -> None:
+def _require_tensorflow_backend(option: str, instead: str = ", or --format keras") -> None:
     """SavedModel, ONNX (through tf2onnx) and LiteRT files are traced from a TensorFlow graph: Keras must run on
     TensorFlow. Said first, rather than as a converter's failure to read a JAX or PyTorch model."""
     if keras.backend.backend() != "tensorflow":
-        raise KbertError(f"--format {format} traces the model as a TensorFlow graph, and Keras runs on "
-                         f"{keras.backend.backend()} here: run the export with KERAS_BACKEND=tensorflow (the model "
-                         "directory is the same on every backend), or --format keras")
+        raise KbertError(f"{option} traces the model as a TensorFlow graph, and Keras runs on "
+                         f"{keras.backend.backend()} here: run it with KERAS_BACKEND=tensorflow (the model "
+                         f"directory is the same on every backend){instead}")
 
 
 def _is_embedding_model(model_dir: str) -> bool:
@@ -327,6 +327,8 @@ class OnnxModel:
     """
 
     def __init__(self, endpoint: _Endpoint, quantize: Optional[str] = None):
+        _require_tensorflow_backend("--quantize int8" if quantize else "--runtime onnxruntime",
+                                    instead=", or without the option")
         self.outputs = endpoint.model.outputs  # the output's shape, for those who read it off the model
         with tempfile.TemporaryDirectory(prefix="kbert-onnx-") as directory:
             path = os.path.join(directory, "model.int8.onnx" if quantize else "model.onnx")

@@ -99,7 +99,7 @@ def _layer_norm(graph: _Graph, mean) -> Optional[tuple]:
     gamma = graph.constant(_other(scale, inverse.output[0]))
     beta = graph.constant(_other(offset, scaled_mean[0].output[0]))
     epsilon = graph.constant(_other(plus_epsilon, variance.output[0]))
-    if gamma is None or beta is None or epsilon is None or epsilon.size != 1:
+    if gamma is None or beta is None or epsilon is None or epsilon.size != 1 or gamma.dtype != beta.dtype:
         return None
     nodes = [mean, sub, neg, square, variance, plus_epsilon, root, inverse, scale, scaled_x[0], scaled_mean[0],
              offset, total]
@@ -107,7 +107,7 @@ def _layer_norm(graph: _Graph, mean) -> Optional[tuple]:
 
 
 def _erfc_gelu(graph: _Graph, erf) -> Optional[tuple]:
-    """The nodes of TensorFlow's `0.5 · x · erfc(−x/√2)` around `erf`, and (nodes, x, output)."""
+    """The nodes of TensorFlow's `0.5 · x · erfc(−x/√2)` around `erf`, and (nodes, x, output, x's dtype)."""
     scaled = graph.producer.get(erf.input[0])
     if scaled is None or scaled.op_type != "Mul" or len(graph.readers[scaled.output[0]]) != 1:
         return None
@@ -127,7 +127,8 @@ def _erfc_gelu(graph: _Graph, erf) -> Optional[tuple]:
             or not graph.is_scalar(_other(half_x, x), 0.5) or len(graph.readers[half_x.output[0]]) != 1 \
             or len(graph.readers[negated.output[0]]) != 1:
         return None
-    return [negated, scaled, erf, complement, half_x, product], x, product.output[0]
+    dtype = graph.constant(_other(half_x, x)).dtype  # x's: the new constants are made in it
+    return [negated, scaled, erf, complement, half_x, product], x, product.output[0], dtype
 
 
 def fuse_for_onnxruntime(model) -> dict:
@@ -139,7 +140,7 @@ def fuse_for_onnxruntime(model) -> dict:
     replaced, new_nodes, constants = set(), {}, []
 
     def constant(name: str, value: np.ndarray) -> str:
-        constants.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+        constants.append(numpy_helper.from_array(value, name))
         return name
 
     counts = {"layer_norms": 0, "gelus": 0}
@@ -154,15 +155,16 @@ def fuse_for_onnxruntime(model) -> dict:
                 [output], name=name, axis=-1, epsilon=epsilon)]
             counts["layer_norms"] += 1
         elif node.op_type == "Erf" and (found := _erfc_gelu(graph, node)):
-            nodes, x, output = found
+            nodes, x, output, dtype = found
             name = node.name + "/Gelu"
             new_nodes[id(nodes[-1])] = [
-                helper.make_node("Div", [x, constant(name + "/sqrt2", SQRT_2)], [name + "/div"], name=name + "/Div"),
+                helper.make_node("Div", [x, constant(name + "/sqrt2", np.asarray(SQRT_2, dtype))], [name + "/div"],
+                                 name=name + "/Div"),
                 helper.make_node("Erf", [name + "/div"], [name + "/erf"], name=name + "/Erf"),
-                helper.make_node("Add", [name + "/erf", constant(name + "/one", 1.0)], [name + "/add"],
-                                 name=name + "/Add"),
+                helper.make_node("Add", [name + "/erf", constant(name + "/one", np.asarray(1, dtype))],
+                                 [name + "/add"], name=name + "/Add"),
                 helper.make_node("Mul", [x, name + "/add"], [name + "/mul"], name=name + "/Mul"),
-                helper.make_node("Mul", [name + "/mul", constant(name + "/half", 0.5)], [output],
+                helper.make_node("Mul", [name + "/mul", constant(name + "/half", np.asarray(0.5, dtype))], [output],
                                  name=name + "/Half")]
             counts["gelus"] += 1
         else:
