@@ -70,8 +70,9 @@ def _other(node, name: str) -> str:
 
 
 def _layer_norm(graph: _Graph, mean) -> Optional[tuple]:
-    """The nodes of TensorFlow's layer norm whose first node is `mean` (`GlobalAveragePool` of x over its last
-    axis), and what one `LayerNormalization` needs in their place: (nodes, x, gamma, beta, epsilon, output)."""
+    """The nodes of TensorFlow's layer norm whose first node is `mean` (`GlobalAveragePool`: x's mean over its
+    axes from the third on, for kbert's `[batch, length, hidden]` the hidden axis), and what one
+    `LayerNormalization` over those axes needs in their place: (nodes, x, gamma, beta, epsilon, output)."""
     x, mean_out = mean.input[0], mean.output[0]
     readers = {node.op_type: node for node in graph.readers[mean_out]}
     sub, neg = readers.get("Sub"), readers.get("Neg")
@@ -152,7 +153,7 @@ def fuse_for_onnxruntime(model) -> dict:
             name = node.name.rsplit("/moments", 1)[0] + "/LayerNormalization"
             new_nodes[id(nodes[-1])] = [helper.make_node(
                 "LayerNormalization", [x, constant(name + "/gamma", gamma), constant(name + "/beta", beta)],
-                [output], name=name, axis=-1, epsilon=epsilon)]
+                [output], name=name, axis=2, epsilon=epsilon)]  # the axes GlobalAveragePool averages: 2 onwards
             counts["layer_norms"] += 1
         elif node.op_type == "Erf" and (found := _erfc_gelu(graph, node)):
             nodes, x, output, dtype = found
