@@ -121,15 +121,15 @@ def convert_to_onnx(function, signature, metadata: dict, staging: str, quantize:
         raise KbertError(f"tf2onnx cannot convert this {what} model's graph ({first_line(error)}); "
                          f"{instead}") from None
     fuse_for_onnxruntime(model)  # layer norms and GELUs in forms onnxruntime runs in one pass
-    onnx.save(model, path)
     if quantize:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        onnx.save(model, path)  # the quantizer reads the float32 file
         quantized = os.path.join(staging, "model.int8.onnx")
         with _root_log_quiet():  # the quantizer logs a line per weight it leaves in float, on the root logger
             quantize_dynamic(path, quantized, weight_type=QuantType.QInt8, per_channel=per_channel)
         path = quantized
-    model = onnx.load(path)
+        model = onnx.load(path)
     for key, value in metadata.items():  # ONNX metadata values are strings
         model.metadata_props.add(key=key, value=value if isinstance(value, str)
                                  else json.dumps(value, ensure_ascii=False))

@@ -32,7 +32,6 @@ class _Graph:
     """An ONNX graph's nodes indexed by what they produce and what reads it."""
 
     def __init__(self, graph):
-        self.graph = graph
         self.producer = {name: node for node in graph.node for name in node.output}
         self.readers = collections.defaultdict(list)
         for node in graph.node:
