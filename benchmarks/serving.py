@@ -4,6 +4,7 @@
     python -m benchmarks.serving --model runs/sentiment --runtime onnxruntime  # the server on its float32 ONNX file
     python -m benchmarks.serving --model runs/sentiment --quantize int8   # the server on its int8 ONNX file
     python -m benchmarks.serving --model MINILM_FOLDER --route embeddings  # OpenAI's /v1/embeddings
+    python -m benchmarks.serving --model runs/sentiment --instances 1  # the server's batches one at a time
 
 The server runs in its own process (`kbert serve MODEL --port 0`); this
 process holds the offline engine (the predictor `kbert predict` uses, its
@@ -47,9 +48,10 @@ def review_texts(count: int) -> List[str]:
 
 
 def start_server(model: str, max_batch: int, max_wait_ms: float, quantize: "str | None" = None,
-                 runtime: str = "keras") -> Tuple[subprocess.Popen, str]:
+                 runtime: str = "keras", instances: int = 2) -> Tuple[subprocess.Popen, str]:
     process = subprocess.Popen([sys.executable, "-m", "kbert", "serve", model, "--port", "0", "--max-batch",
                                 str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "4096",
+                                "--instances", str(instances),
                                 "--runtime", runtime, *(["--quantize", quantize] if quantize else [])],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = process.stdout.readline()
@@ -105,6 +107,8 @@ def main(argv=None) -> int:
                                                              "engine stays float32 Keras)")
     parser.add_argument("--runtime", choices=["keras", "onnxruntime"], default="keras",
                         help="what runs the server's batches (the offline engine stays Keras)")
+    parser.add_argument("--instances", type=int, default=2, help="the server's batches run at once (kbert serve "
+                                                                     "--instances)")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
 
@@ -113,7 +117,8 @@ def main(argv=None) -> int:
     texts = review_texts(args.requests)
     predictor = load_predictor(args.model, PredictionSettings(batch_size=64))
     predictor(texts[:64])  # compiled for the shapes it will see
-    server, url = start_server(args.model, args.max_batch, args.max_wait_ms, args.quantize, args.runtime)
+    server, url = start_server(args.model, args.max_batch, args.max_wait_ms, args.quantize, args.runtime,
+                               args.instances)
     try:
         served_round(url, texts[:args.clients * 2], args.clients, args.route)  # warm-up
         offline, served, latencies, failed = [], [], [], collections.Counter()
@@ -132,6 +137,7 @@ def main(argv=None) -> int:
     result = {
         "route": ROUTES[args.route][0], "runtime": "onnxruntime" if args.quantize else args.runtime,
         "texts": len(texts), "clients": args.clients, "rounds": args.rounds, "max_batch": args.max_batch,
+        "instances": args.instances,
         "offline_texts_per_second": len(texts) / statistics.median(offline),
         "served_texts_per_second": len(texts) / statistics.median(served),
         "served_over_offline": median_ratio(offline, served),  # a ratio of speeds: offline seconds / served
@@ -143,7 +149,8 @@ def main(argv=None) -> int:
     print(f"| engine | texts/s | p50 ms | p99 ms | failed |\n|---|---|---|---|---|\n"
           f"| kbert predict (batch 64) | {result['offline_texts_per_second']:.1f} | — | — | — |\n"
           f"| kbert serve{' --quantize ' + args.quantize if args.quantize else ''}"
-          f"{' --runtime onnxruntime' if args.runtime == 'onnxruntime' else ''} {ROUTES[args.route][0]}, "
+          f"{' --runtime onnxruntime' if args.runtime == 'onnxruntime' else ''} --instances {args.instances} "
+          f"{ROUTES[args.route][0]}, "
           f"{args.clients} clients, a text a request | {result['served_texts_per_second']:.1f} | "
           f"{result['p50_ms']:.0f} | {result['p99_ms']:.0f} | "
           f"{sum(failed.values())} of {len(texts) * args.rounds}{statuses} |")

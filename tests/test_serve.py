@@ -102,7 +102,7 @@ def assert_same_rows(served, printed):
 @pytest.mark.parametrize("task", ["classify", "ner", "seq2seq", "mlm"])
 def test_each_task_answers_what_predict_prints(model_dirs, task, capsys):
     texts = [text for text in TEXTS if ("[MASK]" in text) == (task == "mlm")]
-    with running_server(model_dirs / task) as (url, _):
+    with running_server(model_dirs / task) as (url, process):
         with urllib.request.urlopen(url + "/health", timeout=30) as response:
             assert response.status == 200 and json.loads(response.read())["task"] == task
         # Each text in a request of its own, all at once: the batcher gathers them.
@@ -112,7 +112,14 @@ def test_each_task_answers_what_predict_prints(model_dirs, task, capsys):
         served = [answer["predictions"][0] for _, answer in answers]
         schema = json.loads(urllib.request.urlopen(url + "/openapi.json", timeout=30).read())
         assert {"/health", "/v1/predict"} <= set(schema["paths"])
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        log = process.stderr.read()
     assert_same_rows(served, predicted_by_cli(model_dirs / task, texts, capsys))
+    # Two batches at once (--instances' default), each on its share of the cores; seq2seq and JAX one at a time.
+    one_at_a_time = task == "seq2seq" or os.environ.get("KERAS_BACKEND") == "jax"
+    assert re.search(r"1 batch at once, on the backend's threads \(" if one_at_a_time
+                     else r"2 batches at once, on \d+ threads each", log), log[-2000:]
 
 
 def test_an_int8_classifier_answers_close_to_float32(model_dirs, capsys):
@@ -242,6 +249,50 @@ def test_the_batcher_gathers_concurrent_requests_and_isolates_a_bad_one():
     assert isinstance(answers[2], KbertError)
     # a, b c, bad: one batch of 4 (which fails), then each of its requests alone; d e the next batch.
     assert calls == [["a", "b", "c", "bad"], ["a"], ["b", "c"], ["bad"], ["d", "e"]]
+
+
+def _two_batches(instances: int, wait_s: float):
+    """The answers to two requests of one batch each, whose calls wait (up to `wait_s`) for each other."""
+    import threading
+
+    from kbert.serving import Batcher
+
+    both_running = threading.Barrier(2, timeout=wait_s)
+
+    def predictor(texts, pairs=None):
+        both_running.wait()  # broken (an error for the batch) unless the other call runs meanwhile
+        return [len(text) for text in texts]
+
+    async def scenario():
+        batcher = Batcher(predictor, max_batch=2, max_wait_ms=1, max_queue=8, instances=instances)
+        batcher.start()
+        requests = [asyncio.ensure_future(batcher.predict(texts)) for texts in (["a", "bb"], ["ccc", "dddd"])]
+        await asyncio.sleep(0.05)  # both batches gathered
+        await batcher.close()  # answers every accepted request before it returns
+        assert all(request.done() for request in requests)
+        return [request.result() if not request.exception() else type(request.exception()) for request in requests]
+
+    return asyncio.run(scenario())
+
+
+def test_two_instances_run_two_batches_at_once_and_close_waits_for_both():
+    import threading
+
+    assert _two_batches(instances=2, wait_s=10) == [[1, 2], [3, 4]]
+    # One instance: the first batch waits alone until the barrier breaks, and so fails.
+    assert _two_batches(instances=1, wait_s=0.5) == [threading.BrokenBarrierError] * 2
+
+
+def test_a_seq2seq_model_and_keras_on_jax_run_their_batches_one_at_a_time():
+    import keras
+
+    from kbert.serving.instances import serial_reason
+
+    assert "seq2seq" in serial_reason("seq2seq")
+    if keras.backend.backend() == "jax":  # Keras's predict_on_batch donates the weights to its call
+        assert "JAX" in serial_reason("classify")
+    else:
+        assert serial_reason("classify") is None and serial_reason("embed") is None
 
 
 def test_a_token_budget_ends_a_batch_before_the_texts_limit():

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from kbert.cli.arguments import (host_name, onnx_runtime_chosen, port_number, positive_int, precision_option,
                                  runtime_options)
 from kbert.errors import KbertError
@@ -17,6 +19,8 @@ LIMITS = {  # ServerLimits' fields, as options
     "max_text_chars": (positive_int, "characters in one text at most (413 beyond)"),
     "max_body_bytes": (positive_int, "bytes in one request body at most (413 beyond)"),
     "max_batch_tokens": (positive_int, "tokens a batch gathers at most, besides --max-batch (default: no budget)"),
+    "instances": (positive_int, "batches run at once, each on an equal share of the CPU cores: a small batch "
+                                "leaves cores idle (on JAX and for seq2seq, one at a time)"),
 }
 
 
@@ -54,16 +58,23 @@ def run_serve(args) -> int:
         raise KbertError(f"kbert serve needs {error.name}: pip install 'kbert[serve]' (FastAPI, uvicorn and "
                          "prometheus_client)") \
             from None
-    from kbert.tasks.predictors import PredictionSettings, load_predictor
+    from kbert.serving.instances import serial_reason, share_cores
+    from kbert.tasks.predictors import PredictionSettings, load_predictor, model_task, resolved
 
     if args.max_wait_ms < 0:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
     onnx = onnx_runtime_chosen(args)
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
+    serial = serial_reason(model_task(resolved(args.model)))
+    if serial:
+        limits.instances = 1
+    # Before the model loads: TensorFlow's pool of threads is fixed once it runs an operation.
+    threads = share_cores(limits.instances)
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
                                   max_new_tokens=args.max_new_tokens, top_k=args.top_k)
-    predictor = _onnx_predictor(args.model, settings, args.quantize) if onnx else load_predictor(args.model, settings)
+    predictor = (_onnx_predictor(args.model, settings, args.quantize, threads) if onnx
+                 else load_predictor(args.model, settings))
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
 
@@ -73,6 +84,9 @@ def run_serve(args) -> int:
         runtime = f" through onnxruntime ({args.quantize or 'float32'})" if onnx else ""
         print(f"kbert: serving the {predictor.task} model {args.model}{runtime} on {url} ({routes}{url}/v1/predict, "
               f"GET {url}/health, {url}/metrics, schema at {url}/docs)", flush=True)
+        batches = f"{limits.instances} batch{'es' if limits.instances > 1 else ''} at once"
+        on = f"{threads} threads each" if threads else "the backend's threads"
+        logging.getLogger("kbert.serve").info("%s, on %s%s", batches, on, f" ({serial})" if serial else "")
 
     serve(predictor, args.host, args.port, limits, ready=ready)
     return 0
@@ -81,27 +95,25 @@ def run_serve(args) -> int:
 WARM_UP = {"mlm": "[MASK]", None: "warm up"}
 
 
-def _onnx_predictor(model_dir: str, settings, quantize: "str | None"):
+def _onnx_predictor(model_dir: str, settings, quantize: "str | None", threads: "int | None"):
     """A classifier or an embedding model whose model is its ONNX export, float32 or int8
-    (`kbert.serving.export.OnnxModel`), made from the Keras model, which it then replaces."""
+    (`kbert.serving.export.OnnxModel`, on `threads` threads a call; None: every core), made from the Keras
+    model, which it then replaces."""
     from kbert.serving.export import onnx_classifier, onnx_embedder
     from kbert.tasks.classification import load_classifier
     from kbert.tasks.embedding import Embedder
     from kbert.tasks.predictors import classifier_predictor, embedding_predictor
-    from kbert.tasks.predictors import is_cross_encoder, is_embedding_model, resolved
-    from kbert.training.model_dir import read_training_state
+    from kbert.tasks.predictors import model_task, resolved
 
-    folder = resolved(model_dir)
-    task = ("embed" if is_embedding_model(folder) else "rerank" if is_cross_encoder(folder)
-            else read_training_state(folder)["task"])
+    task = model_task(resolved(model_dir))
     if task == "embed":
         embedder = Embedder.load(model_dir)
-        embedder.model = onnx_embedder(embedder, quantize)
+        embedder.model = onnx_embedder(embedder, quantize, threads)
         return embedding_predictor(model_dir, settings, embedder)
     if task != "classify":
         option = "--quantize int8" if quantize else "--runtime onnxruntime"
         raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {model_dir} is a {task} "
                          f"model: serve it without {option}")
     classifier = load_classifier(model_dir)
-    classifier.model = onnx_classifier(classifier, quantize)
+    classifier.model = onnx_classifier(classifier, quantize, threads)
     return classifier_predictor(classifier, model_dir, settings)

@@ -51,6 +51,7 @@ class ServerLimits:
         max_text_chars: characters in one text at most (413 beyond).
         max_body_bytes: bytes in a request body at most (413 beyond).
         max_batch_tokens: tokens a model call gathers at most (None: only `max_batch` bounds it).
+        instances: batches run at once (`kbert.serving.instances`; one where `serial_reason` says why).
     """
 
     max_batch: int = 32
@@ -60,6 +61,7 @@ class ServerLimits:
     max_text_chars: int = 2000
     max_body_bytes: int = 1_000_000
     max_batch_tokens: Optional[int] = None
+    instances: int = 2
 
 def create_app(predictor, limits: Optional[ServerLimits] = None):
     """The FastAPI app serving `predictor` (`kbert.tasks.predictors.load_predictor`).
@@ -71,6 +73,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
     from kbert.serving.embeddings import EmbeddingService, add_embedding_routes
+    from kbert.serving.instances import serial_reason
     from kbert.serving.reranking import RerankService, add_rerank_routes
     from kbert.tasks.predictors import rerank_rows
     from pydantic import BaseModel, Field, ValidationError
@@ -82,7 +85,8 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     service = (EmbeddingService(embedder, limits.max_batch) if embedder is not None
                else RerankService(reranker, limits.max_batch) if reranker is not None else None)
     batcher = Batcher(service or predictor, limits.max_batch, limits.max_wait_ms, limits.max_queue,
-                      max_batch_tokens=limits.max_batch_tokens)
+                      max_batch_tokens=limits.max_batch_tokens,
+                      instances=1 if serial_reason(predictor.task) else limits.instances)
     metrics = ServerMetrics(queue_depth=lambda: batcher.waiting)
     batcher.observe = metrics.observe_batch
 

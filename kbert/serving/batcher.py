@@ -4,9 +4,11 @@ A model predicts a batch of 32 texts in far less than 32 times the time of
 one, so a server that runs each request alone wastes most of the machine
 under load. `Batcher` queues requests; its loop takes the oldest, waits up
 to `max_wait_ms` for more to arrive while the batch has room for
-`max_batch` texts, and runs the batch in its one model thread (the
-predictor batches by length inside, so a batch pads little). While a batch
-runs, the next gathers. With `max_batch_tokens`, a batch also stops
+`max_batch` texts, and runs the batch on a model thread (the predictor
+batches by length inside, so a batch pads little). With `instances` > 1,
+that many batches run at once, each on its own thread (a small batch
+leaves cores idle: `kbert.serving.instances`); while they run, the next
+gathers. With `max_batch_tokens`, a batch also stops
 gathering before its texts' tokens would pass that budget (Text Embeddings
 Inference's `--max-batch-tokens`): a batch of long texts holds fewer of
 them, so its time and memory stay bounded. The queue is bounded: a request that would take it
@@ -52,6 +54,8 @@ class Batcher:
         max_batch_tokens: the most tokens a batch gathers (None: no budget; a larger request is
             one batch of its own).
         observe: called with each batch's texts and tokens before it runs (the server's metrics).
+        instances: batches run at once, each on a thread of its own (the predictor must allow
+            concurrent calls; Keras models and onnxruntime sessions do).
 
     The batch loop is started by `start()` (a server's lifespan), or by the
     first request where nothing started it (an app mounted in another, whose
@@ -71,7 +75,7 @@ class Batcher:
 
     def __init__(self, predictor, max_batch: int = 32, max_wait_ms: float = 5.0, max_queue: int = 256,
                  timeout_s: float = 120.0, max_batch_tokens: Optional[int] = None,
-                 observe: Optional[Callable[[int, int], None]] = None):
+                 observe: Optional[Callable[[int, int], None]] = None, instances: int = 1):
         self.predictor, self.max_batch, self.max_wait, self.max_queue = (
             predictor, max_batch, max_wait_ms / 1000, max_queue)
         self.timeout_s, self.max_batch_tokens, self.observe = timeout_s, max_batch_tokens, observe
@@ -81,7 +85,10 @@ class Batcher:
         self.batches = 0  # batches run, for the logs and tests
         self._arrival = asyncio.Event()
         self._closing = False
-        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbert-model")
+        self.instances = instances
+        self._free_instances: "Optional[asyncio.Semaphore]" = None  # made on the loop that runs the batches
+        self._running: "set[asyncio.Task]" = set()
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=instances, thread_name_prefix="kbert-model")
 
     async def predict(self, texts: Sequence[str], pairs: Optional[Sequence[Optional[str]]] = None,
                       tokens: Optional[int] = None) -> list:
@@ -116,12 +123,21 @@ class Batcher:
         while True:
             if not self.queue:
                 if self._closing:
+                    await asyncio.gather(*self._running)
                     return
                 self._arrival.clear()
                 await self._arrival.wait()
                 continue
-            batch = await self._gather()
-            await self._run_batch(batch)
+            if self._free_instances is None:
+                self._free_instances = asyncio.Semaphore(self.instances)
+            await self._free_instances.acquire()  # a batch gathers once an instance is free to run it
+            running = asyncio.get_running_loop().create_task(self._run_batch(await self._gather()))
+            self._running.add(running)
+            running.add_done_callback(self._instance_freed)
+
+    def _instance_freed(self, running: "asyncio.Task") -> None:
+        self._running.discard(running)
+        self._free_instances.release()
 
     async def close(self) -> None:
         """Refuses new requests, lets the loop answer the queued ones, and ends it."""
@@ -129,7 +145,7 @@ class Batcher:
         self._arrival.set()
         if self._loop_task is not None:
             await self._loop_task
-        self._thread.shutdown(wait=True)
+        self._threads.shutdown(wait=True)
 
     async def _gather(self) -> List[_Request]:
         """The oldest request and those that arrive within max_wait of it while the batch has room."""
@@ -165,7 +181,7 @@ class Batcher:
         if self.observe is not None:
             self.observe(len(texts), sum(request.tokens for request in batch))
         try:
-            rows = await loop.run_in_executor(self._thread, self.predictor, texts, pairs)
+            rows = await loop.run_in_executor(self._threads, self.predictor, texts, pairs)
         except Exception as error:
             if len(batch) > 1:  # one bad request fails alone: the others are run again on their own
                 for request in batch:

@@ -324,37 +324,42 @@ class OnnxModel:
     Args:
         endpoint: what to export (`onnx_classifier`, `onnx_embedder`), its Keras model still in place.
         quantize: None (float32) or `int8` (onnxruntime's dynamic quantization).
+        threads: onnxruntime's threads a call (None: its default, every core); a server running several
+            batches at once gives each a share (`kbert.serving.instances`).
     """
 
-    def __init__(self, endpoint: _Endpoint, quantize: Optional[str] = None):
+    def __init__(self, endpoint: _Endpoint, quantize: Optional[str] = None, threads: Optional[int] = None):
         _require_tensorflow_backend("--quantize int8" if quantize else "--runtime onnxruntime",
                                     instead=", or without the option")
         self.outputs = endpoint.model.outputs  # the output's shape, for those who read it off the model
         with tempfile.TemporaryDirectory(prefix="kbert-onnx-") as directory:
             path = os.path.join(directory, "model.int8.onnx" if quantize else "model.onnx")
             self.report = _write_onnx(endpoint, path, quantize=quantize)
-            self.run = onnx_runner(path)  # onnxruntime holds the model in memory: the file may go
+            self.run = onnx_runner(path, threads)  # onnxruntime holds the model in memory: the file may go
 
     def predict_on_batch(self, features) -> np.ndarray:
         token_ids, segment_ids = (np.asarray(feature, dtype=np.int32) for feature in features)
         return self.run(token_ids, segment_ids)
 
 
-def onnx_classifier(classifier, quantize: Optional[str] = None) -> OnnxModel:
+def onnx_classifier(classifier, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
     """A loaded classifier's (`kbert.tasks.classification.load_classifier`) ONNX model."""
-    return OnnxModel(_classifier_endpoint(classifier), quantize)
+    return OnnxModel(_classifier_endpoint(classifier), quantize, threads)
 
 
-def onnx_embedder(embedder, quantize: Optional[str] = None) -> OnnxModel:
+def onnx_embedder(embedder, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
     """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) ONNX model."""
-    return OnnxModel(embedder_endpoint(embedder), quantize)
+    return OnnxModel(embedder_endpoint(embedder), quantize, threads)
 
 
-def onnx_runner(path: str) -> Callable:
-    """A function of token and segment ids (int32 arrays) running the ONNX file in onnxruntime on the CPU."""
+def onnx_runner(path: str, threads: Optional[int] = None) -> Callable:
+    """A function of token and segment ids (int32 arrays) running the ONNX file in onnxruntime on the CPU, on
+    `threads` threads a call (None: onnxruntime's default, every core)."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or 0  # 0: onnxruntime's default
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     return lambda token_ids, segment_ids: session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
 
 

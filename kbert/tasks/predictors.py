@@ -99,15 +99,15 @@ def classifier_predictor(classifier, model_dir: str, settings: PredictionSetting
 def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None) -> Predictor:
     """The model directory `kbert train` or `kbert pretrain` wrote, or an embedding model (a
     sentence-transformers folder or a name of one), loaded for prediction."""
-    from kbert.training.model_dir import load_model, read_training_state
+    from kbert.training.model_dir import load_model
 
     settings = settings or PredictionSettings()
     model_dir = resolved(model_dir)
-    if is_embedding_model(model_dir):
+    task = model_task(model_dir)
+    if task == "embed":
         return embedding_predictor(model_dir, settings)
-    if is_cross_encoder(model_dir):
+    if task == "rerank":
         return reranker_predictor(model_dir, settings)
-    task = read_training_state(model_dir)["task"]
     if task == "classify":
         from kbert.tasks.classification import load_classifier
 
@@ -133,6 +133,15 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
     loaded = load_model(model_dir, MaskedLanguageModelTask)
     return Predictor(task, model_dir, lambda texts: fill_masks(loaded, texts, settings.top_k, settings.batch_size),
                      loaded.tokenizer, loaded.options.maxlen)
+
+
+def model_task(folder: str) -> str:
+    """The task of a model's folder (`resolved` already): an embedding model's, a reranker's, or the one its
+    training state records."""
+    from kbert.training.model_dir import read_training_state
+
+    return ("embed" if is_embedding_model(folder) else "rerank" if is_cross_encoder(folder)
+            else read_training_state(folder)["task"])
 
 
 def resolved(model: str) -> str:
