@@ -3,11 +3,12 @@
 A server's batches are small (16 clients waiting on their answers make batches of about 8 texts),
 and the operations of a small batch are too small to keep every core busy: one batch at a time on
 a 2-core CPU used 1.55 of the cores. Two batches at once, each on half the cores, keep them all
-busy (Triton calls these model instances; a CPU server of TorchServe runs a worker per core).
-`kbert serve --instances N` runs N batches at once and gives each `cores // N` threads where the
-backend lets kbert set it: TensorFlow's intra-op pool (before TensorFlow starts running
-operations), PyTorch's, and onnxruntime's session. On JAX, and for seq2seq, batches run one at a
-time (`serial_reason`).
+busy (Triton Inference Server calls these model instances). `kbert serve --instances N` runs N
+batches at once and gives each `cores // N` threads where the backend lets kbert set it:
+TensorFlow's intra-op pool (before TensorFlow starts running operations), PyTorch's, and
+onnxruntime's session. An app made in Python (`kbert.serving.create_app`) around a model loaded
+already runs its instances on the threads the backend has. On JAX, and for seq2seq, batches run
+one at a time (`serial_reason`).
 """
 
 from __future__ import annotations
