@@ -86,7 +86,7 @@ class Batcher:
         self._arrival = asyncio.Event()
         self._closing = False
         self.instances = instances
-        self._free_instances: "Optional[asyncio.Semaphore]" = None  # made on the loop that runs the batches
+        self._free_instances = asyncio.Semaphore(instances)
         self._running: "set[asyncio.Task]" = set()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=instances, thread_name_prefix="kbert-model")
 
@@ -128,8 +128,6 @@ class Batcher:
                 self._arrival.clear()
                 await self._arrival.wait()
                 continue
-            if self._free_instances is None:
-                self._free_instances = asyncio.Semaphore(self.instances)
             await self._free_instances.acquire()  # a batch gathers once an instance is free to run it
             running = asyncio.get_running_loop().create_task(self._run_batch(await self._gather()))
             self._running.add(running)
