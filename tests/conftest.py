@@ -101,6 +101,34 @@ def minilm_dir() -> pathlib.Path:
     return pathlib.Path(spec.submodule_search_locations[0]) / "model"
 
 
+def xlm_roberta_embedder_folder(folder: pathlib.Path, texts) -> pathlib.Path:
+    """A sentence-transformers folder of a random XLM-R (kbert's weights) with mean pooling and Normalize, and a
+    byte-level BPE `tokenizer.json` (RoBERTa's framing: <s> 0, <pad> 1, </s> 2) trained here on `texts`."""
+    import keras
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    from kbert import build_transformer_model, save_hf_weights
+    from kbert.checkpoints.sentence_transformers import write_modules
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.train_from_iterator(list(texts) * 4, trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    keras.utils.set_random_seed(4)
+    bert = build_transformer_model({"model_type": "xlm-roberta", "vocab_size": tokenizer.get_vocab_size(),
+                                    "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                    "intermediate_size": 64, "max_position_embeddings": 66, "type_vocab_size": 1,
+                                    "pad_token_id": 1, "layer_norm_eps": 1e-5})
+    save_hf_weights(bert, folder)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    # RobertaTokenizer: transformers' class for a BPE tokenizer.json (XLM-R's own is a Unigram one).
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}))
+    write_modules(str(folder), "mean", 32, [], True, 64)
+    return folder
+
+
 HUB_REPOSITORY = "sentence-transformers/all-MiniLM-L6-v2"
 HUB_FILES = ("config.json", "vocab.txt", "model.safetensors")
 # The sentence-transformers modules beside them (what kbert embed reads), in the hub cache too.

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import minilm_dir
+from conftest import minilm_dir, xlm_roberta_embedder_folder
 from kbert.cli.main import main
 from kbert.errors import CheckpointError, KbertError
 from kbert.layers.pooling import POOLING_MODES, L2Normalize, Pooling
@@ -251,39 +251,12 @@ def test_sentence_transformers_loads_what_kbert_saves(minilm, tmp_path):
 
 # --- XLM-RoBERTa backbones (multilingual-e5, bge-m3 are built on them) ---------------------------------
 
-def xlm_roberta_embedder_folder(folder: pathlib.Path) -> pathlib.Path:
-    """A sentence-transformers folder of a random XLM-R (kbert's weights) with mean pooling and Normalize, and a
-    byte-level BPE `tokenizer.json` (RoBERTa's framing: <s> 0, <pad> 1, </s> 2) trained here on SENTENCES."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-
-    from kbert import build_transformer_model, save_hf_weights
-    from kbert.checkpoints.sentence_transformers import write_modules
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.train_from_iterator(SENTENCES * 4, trainers.BpeTrainer(
-        vocab_size=320, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    keras.utils.set_random_seed(4)
-    bert = build_transformer_model({"model_type": "xlm-roberta", "vocab_size": tokenizer.get_vocab_size(),
-                                    "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                    "intermediate_size": 64, "max_position_embeddings": 66, "type_vocab_size": 1,
-                                    "pad_token_id": 1, "layer_norm_eps": 1e-5})
-    save_hf_weights(bert, folder)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    # RobertaTokenizer: transformers' class for a BPE tokenizer.json (XLM-R's own is a Unigram one).
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}))
-    write_modules(str(folder), "mean", 32, [], True, 64)
-    return folder
-
-
 def test_an_xlm_r_embedder_pads_with_its_own_padding_id(tmp_path):
     """Texts of several lengths in one batch give the vectors each gives alone: the batch is padded with
     <pad> (id 1), which the model hides, not with <s> (id 0), a real token to RoBERTa."""
     from kbert.tasks.embedding import Embedder
 
-    embedder = Embedder.load(xlm_roberta_embedder_folder(tmp_path / "xlmr"))
+    embedder = Embedder.load(xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES))
     assert embedder.backbone.family == "hf_roberta" and embedder.tokenizer.pad_id == 1
     assert embedder.maxlen == 64  # 66 position rows less <pad>'s and the one below it
     together = embedder.encode(SENTENCES, batch_size=len(SENTENCES))
@@ -297,7 +270,7 @@ def test_an_xlm_r_embedder_matches_sentence_transformers_both_ways(tmp_path):
                                                 "(with torch) for the parity tests")
     from kbert.tasks.embedding import Embedder
 
-    folder = xlm_roberta_embedder_folder(tmp_path / "xlmr")
+    folder = xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES)
     reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
     embedder = Embedder.load(folder)
     assert np.abs(embedder.encode(SENTENCES) - reference).max() <= 1e-5

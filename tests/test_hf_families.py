@@ -464,13 +464,14 @@ def test_the_two_robertas_are_kept_apart(tmp_path):
         save_google_checkpoint(roberta, tmp_path / "google" / "model.ckpt")
 
 
-def test_kbert_train_refuses_hugging_face_roberta_before_writing_anything(tmp_path, capsys):
+def test_kbert_train_refuses_hugging_face_roberta_with_a_wordpiece_vocabulary_before_writing_anything(tmp_path, capsys):
     from kbert.cli.main import main
 
     write_layout(tmp_path / "hf", "xlm-roberta_pooler")
     data = tmp_path / "train.tsv"
     data.write_text("good\t1\nbad\t0\n", encoding="utf-8")
     code = main(["train", "--config", str(tmp_path / "hf" / "config.json"), "--vocab",
-                 str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(data), "--out", str(tmp_path / "out")])
+                 str(shared_path("vocab", "chinese_vocab.txt")), "--train", str(data), "--out", str(tmp_path / "out"),
+                 "--maxlen", "16"])
     assert code != 0 and not (tmp_path / "out").exists()
-    assert "(model_type 'xlm-roberta') is read by kbert embed, serve, evaluate and inspect" in capsys.readouterr().err
+    assert "is tokenized by its own tokenizer.json (its <pad> is id 1" in capsys.readouterr().err

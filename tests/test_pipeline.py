@@ -15,7 +15,7 @@ from kbert.training.pipeline import (CALL_COST_TOKENS, PaddedBatches, _tf_datase
 
 def tf_dataset(*args, **kwargs):
     pytest.importorskip("tensorflow", reason="the tf.data pipeline needs TensorFlow")
-    defaults = {"shuffle": False, "seed": 0, "bucketing": False, "labels_follow": 0}
+    defaults = {"shuffle": False, "seed": 0, "bucketing": False, "labels_follow": 0, "pad_ids": ()}
     return _tf_dataset(*args, **{**defaults, **kwargs})
 
 
@@ -63,6 +63,16 @@ def test_bucketed_batches_hold_one_length_band_and_every_example(pipeline):
         seen += labels.tolist()
     assert sorted(seen) == list(range(300))
     assert len(dataset) == len(numpy_batches(dataset))
+
+
+@PIPELINES
+def test_each_feature_is_padded_with_its_own_value(pipeline):
+    """RoBERTa's token ids pad with <pad> (1), since its 0 is <s>; segment ids and per-token labels with 0."""
+    encoded = [([0, 7, 8, 9, 2], [0] * 5, [0, 5, 2]), ([0, 7, 2], [0] * 3, [0, 2])]
+    (features, labels), = numpy_batches(pipeline(encoded, [[3, 4, 5, 6, 7], [3, 4, 5]], 2, pad_ids=(1, 0, 1)))
+    tokens, segments, views = features
+    assert tokens[1].tolist() == [0, 7, 2, 1, 1] and views[1].tolist() == [0, 2, 1]
+    assert not segments.any() and labels[1].tolist() == [3, 4, 5, 0, 0]
 
 
 def test_pydataset_reshuffles_each_epoch_from_its_seed():

@@ -148,12 +148,13 @@ def test_the_server_answers_tei_and_cohere_rerank(reranker_dir):
 def xlm_r_cross_encoder(folder):
     """An XLMRobertaForSequenceClassification of one label: kbert's random XLM-R backbone under `roberta.`, a
     random RobertaClassificationHead (`classifier.dense`, `classifier.out_proj`), the BPE tokenizer of
-    test_embeddings' XLM-R folder."""
+    conftest's XLM-R folder (on test_embeddings' sentences)."""
     from safetensors.numpy import load_file, save_file
 
-    from test_embeddings import xlm_roberta_embedder_folder
+    from conftest import xlm_roberta_embedder_folder
+    from test_embeddings import SENTENCES
 
-    xlm_roberta_embedder_folder(folder)
+    xlm_roberta_embedder_folder(folder, SENTENCES)
     backbone = load_file(str(folder / "model.safetensors"))
     rng = np.random.default_rng(0)
     head = {"classifier.dense.weight": rng.normal(0, 0.2, (32, 32)), "classifier.dense.bias": rng.normal(0, 0.2, 32),

@@ -16,6 +16,7 @@ import numpy as np
 from kbert.builder import build_classifier
 from kbert.errors import DataError, KbertError
 from kbert.tokenizers import Tokenizer
+from kbert.tokenizers.hub import TokenizerJson
 from kbert.training.data import Example, LabelMap, check_known_tokens, encode_examples, read_examples
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.metrics import precision_recall_f1
@@ -29,6 +30,7 @@ class ClassificationTask(Task):
     name = "classify"
     score_name = "val_accuracy"
     score_label = "validation accuracy"
+    reads_tokenizer_json = True
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
@@ -44,12 +46,14 @@ class ClassificationTask(Task):
         encoded = encode_examples(tokenizer, examples, options.maxlen)
         check_known_tokens(train_path, (token_ids for token_ids, _ in encoded), tokenizer)
         train = make_dataset(encoded, labels.ids(examples, train_path), options.batch_size,
-                             shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing)
+                             shuffle=options.shuffle, seed=options.seed, bucketing=options.bucketing,
+                             pad_ids=(tokenizer.pad_id,))
         valid, valid_report = None, None
         if valid_path:
             valid_examples, valid_report = read_training_file(read_examples, valid_path, options)
             valid = make_dataset(encode_examples(tokenizer, valid_examples, options.maxlen),
-                                 labels.ids(valid_examples, valid_path), options.batch_size)
+                                 labels.ids(valid_examples, valid_path), options.batch_size,
+                                 pad_ids=(tokenizer.pad_id,))
         # Whether the model reads text pairs: a classifier of single texts refuses pairs at prediction.
         return TrainingData(train, valid, labels, len(train), str(report),
                             str(valid_report) if valid_report else None,
@@ -67,7 +71,7 @@ class TrainedClassifier:
     """A model directory, loaded: the classifier, its tokenizer, labels and maxlen."""
 
     model: keras.Model
-    tokenizer: Tokenizer
+    tokenizer: "Tokenizer | TokenizerJson"
     labels: LabelMap
     maxlen: int
     reads_pairs: Optional[bool] = None  # None: a directory of a kbert that did not record it
@@ -85,7 +89,8 @@ class TrainedClassifier:
         probabilities = np.empty((len(encoded), len(self.labels)), dtype=np.float32)
         # Batch by batch with predict_on_batch: `predict`'s set-up (a dataset, its iterator, callbacks)
         # costs more than a small batch's compute, which is what a server runs.
-        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen):
+        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen,
+                                                pad_id=self.tokenizer.pad_id):
             probabilities[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]
         return probabilities
 

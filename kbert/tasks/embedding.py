@@ -26,7 +26,7 @@ from kbert.errors import DataError, KbertError
 from kbert.layers.pooling import L2Normalize, Pooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.tokenizers import Tokenizer
-from kbert.tokenizers.hub import TokenizerJson, folder_tokenizer
+from kbert.tokenizers.hub import TokenizerJson, folder_tokenizer, save_tokenizer_files
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.metrics import spearman
@@ -55,7 +55,7 @@ class Embedder:
     """
 
     model: keras.Model
-    tokenizer: Tokenizer
+    tokenizer: "Tokenizer | TokenizerJson"
     maxlen: int
     normalize: bool
     source: str
@@ -160,39 +160,16 @@ def embedding_model(bert: keras.Model, pooling: str, dense: Sequence[DenseSpec] 
 
 
 def write_sentence_transformer(folder: str, embedder: Embedder) -> None:
-    """The embedder's files in `folder`: the backbone as Hugging Face weights with its config and vocabulary,
-    then the modules (`kbert.checkpoints.sentence_transformers.write_modules`)."""
-    import json
-
+    """The embedder's files in `folder`: the backbone as Hugging Face weights with its config and tokenizer
+    files (`save_tokenizer_files`), then the modules (`kbert.checkpoints.sentence_transformers.write_modules`)."""
     from kbert.checkpoints.hf import save_hf_weights
-    from kbert.tokenizers import save_vocab
 
     save_hf_weights(embedder.backbone, folder)
-    tokenizer_config = {"do_lower_case": embedder.tokenizer.do_lower_case, "tokenizer_class": "BertTokenizer"}
-    if isinstance(embedder.tokenizer, TokenizerJson):  # the same ids, read back by kbert and by transformers
-        shutil.copyfile(embedder.tokenizer.path, os.path.join(folder, "tokenizer.json"))
-        tokenizer_config = _tokenizer_config_beside(embedder.tokenizer.path) or tokenizer_config
-    if "tokenizer_class" not in tokenizer_config or tokenizer_config["tokenizer_class"].startswith("Bert"):
-        save_vocab(os.path.join(folder, "vocab.txt"), embedder.tokenizer.vocab)  # WordPiece's own file
-    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
-        json.dump({**tokenizer_config, "model_max_length": embedder.maxlen}, handle, indent=1)
+    save_tokenizer_files(embedder.tokenizer, folder, embedder.maxlen)
     dense = [(layer.get_weights(), layer.activation.__name__ if layer.activation else None)
              for layer in embedder.model.layers if layer.name.startswith("Embedding-Dense-")]
     write_modules(folder, embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]), dense, embedder.normalize,
                   embedder.maxlen)
-
-
-def _tokenizer_config_beside(tokenizer_json: str) -> dict:
-    """The `tokenizer_config.json` beside a `tokenizer.json` (its class and special tokens: RoBERTa's
-    `<pad>` is transformers' padding only when the class says so), or {} where there is none."""
-    import json
-
-    path = os.path.join(os.path.dirname(tokenizer_json), "tokenizer_config.json")
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    return config if isinstance(config, dict) else {}
 
 
 # --- training: kbert train --task embed ----------------------------------------------------------------
@@ -293,6 +270,7 @@ class EmbeddingTask(Task):
     name = "embed"
     score_name = "val_score"
     score_label = "validation score (Spearman of cosines for scored pairs, else recall@1)"
+    reads_tokenizer_json = True
 
     def __init__(self, options):
         self.options = options
@@ -332,7 +310,8 @@ class EmbeddingTask(Task):
             encoded.append(tuple(ids for pair in self.tokenizer.encode_all(list(texts), maxlen=self.options.maxlen)
                                  for ids in pair))
         scores = np.array([group.score or 0.0 for group in groups], np.float32)
-        return make_dataset(encoded, scores, self.options.batch_size, shuffle=shuffle, seed=self.options.seed)
+        return make_dataset(encoded, scores, self.options.batch_size, shuffle=shuffle, seed=self.options.seed,
+                            pad_ids=(self.tokenizer.pad_id, 0) * self.views)
 
     def build(self, bert, num_labels: int, options):
         self.backbone = bert
@@ -341,7 +320,8 @@ class EmbeddingTask(Task):
     def training_model(self, model):
         inputs = [keras.Input((None,), dtype="int32", name=f"View-{view}-{kind}")
                   for view in range(self.views) for kind in ("Token", "Segment")]
-        tokens = StackViews(name="Stack-Tokens")(inputs[0::2])
+        pad_id = 0 if self.tokenizer is None else self.tokenizer.pad_id  # before `read`: BERT's [PAD]
+        tokens = StackViews(pad_id, name="Stack-Tokens")(inputs[0::2])
         segments = StackViews(name="Stack-Segments")(inputs[1::2])
         vectors = SplitViews(self.views, name="Split-Views")(model([tokens, segments]))
         return keras.Model(inputs, vectors, name="contrastive")

@@ -20,7 +20,7 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.errors import DataError, KbertError
 from kbert.layers.heads import TakeToken
-from kbert.tokenizers.hub import folder_tokenizer
+from kbert.tokenizers.hub import folder_tokenizer, save_tokenizer_files
 from kbert.models import naming
 from kbert.models.registry import get_family, load_config
 from kbert.models.transformer import id_model
@@ -233,6 +233,7 @@ class RerankTask(Task):
     name = "rerank"
     score_name = "val_accuracy"
     score_label = "validation pair accuracy"
+    reads_tokenizer_json = True
 
     def __init__(self, options):
         self.options, self.tokenizer, self.backbone = options, None, None
@@ -280,12 +281,13 @@ class RerankTask(Task):
         labels = np.array([[pair.label] for pair in pairs], np.float32)
         return make_dataset(self._encoded(pairs), labels, self.options.batch_size, shuffle=shuffle,
                             seed=self.options.seed,
-                            bucketing=self.options.bucketing if bucketing is None else bucketing)
+                            bucketing=self.options.bucketing if bucketing is None else bucketing,
+                            pad_ids=(self.tokenizer.pad_id,))
 
     def build(self, bert, num_labels: int, options):
-        if bert.family not in ("bert", "roberta"):
-            raise KbertError(f"--task rerank trains BERT-layout models (bert, roberta), whose folders "
-                             f"sentence-transformers' CrossEncoder reads; got --model {bert.family}")
+        if bert.family not in CROSS_ENCODER_CLASSES:
+            raise KbertError(f"--task rerank trains the families whose folders sentence-transformers' CrossEncoder "
+                             f"reads ({', '.join(CROSS_ENCODER_CLASSES)}); got --model {bert.family}")
         self.backbone = bert
         return reranker_model(bert)
 
@@ -315,21 +317,27 @@ class RerankTask(Task):
         write_cross_encoder(model, self.backbone, self.tokenizer, self.options.maxlen, directory)
 
 
+# The families a reranker trains for: the Hugging Face model_type of its folder, by family (bert4keras's
+# roberta is BERT's layout), or None where the config's own model_type (roberta, xlm-roberta) names it.
+CROSS_ENCODER_CLASSES = {"bert": "bert", "roberta": "bert", "hf_roberta": None}
+
+
 def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:
-    """`model` (`reranker_model`) as Hugging Face's `BertForSequenceClassification` with one label, which
-    transformers and sentence-transformers' `CrossEncoder` load; its vocabulary and tokenizer settings."""
+    """`model` (`reranker_model`) as Hugging Face's `...ForSequenceClassification` with one label (BERT's, or
+    RoBERTa's and XLM-R's, with the classification head's `classifier.dense` and `out_proj`), which transformers
+    and sentence-transformers' `CrossEncoder` load; its tokenizer files (`save_tokenizer_files`)."""
     from kbert.checkpoints.hf import save_hf_weights
     from kbert.io import atomic_write_text
-    from kbert.tokenizers import save_vocab
+    from kbert.models.hf_roberta.family import HF_CLASSES
 
-    save_hf_weights(model, directory)  # the weights (the backbone under `bert.`, the head as `classifier`)
-    config = {**bert.build_spec["config"], "model_type": "bert", "architectures": ["BertForSequenceClassification"],
+    save_hf_weights(model, directory)  # the backbone under `bert.` or `roberta.`, the head as `classifier`
+    config = bert.build_spec["config"]
+    model_type = CROSS_ENCODER_CLASSES[bert.family] or config["model_type"]
+    stem = HF_CLASSES.get(model_type, "Bert")
+    config = {**config, "model_type": model_type, "architectures": [f"{stem}ForSequenceClassification"],
               "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}
     atomic_write_text(os.path.join(directory, "config.json"), json.dumps(config, indent=2, sort_keys=True) + "\n")
-    save_vocab(os.path.join(directory, "vocab.txt"), tokenizer.vocab)
-    atomic_write_text(os.path.join(directory, "tokenizer_config.json"), json.dumps(
-        {"do_lower_case": tokenizer.do_lower_case, "tokenizer_class": "BertTokenizer", "model_max_length": maxlen},
-        indent=1))
+    save_tokenizer_files(tokenizer, directory, maxlen)
 
 
 def evaluate(model: str, data: str, batch_size: int = 32) -> dict:

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from kbert.tokenizers.wordpiece import Tokenizer
 
 
 class TokenizerJson:
@@ -42,6 +45,11 @@ class TokenizerJson:
         self.cls_id, self.sep_id = (self._first_of("[CLS]", "<s>"), self._first_of("[SEP]", "</s>"))
         self.pad_id = self._first_of("[PAD]", "<pad>")
         self.pad_id = 0 if self.pad_id is None else self.pad_id
+        self.unk_id = self._first_of("[UNK]", "<unk>")
+
+    @property
+    def vocab_size(self) -> int:
+        return self._backend.get_vocab_size()
 
     def _first_of(self, *tokens: str) -> Optional[int]:
         return next((self.vocab[token] for token in tokens if token in self.vocab), None)
@@ -100,6 +108,33 @@ def folder_tokenizer(folder: str, lower_case_default: bool = True, lower_case: b
             config = json.load(handle)
     lower = lower_case or bool(config.get("do_lower_case", lower_case_default))
     return Tokenizer(os.path.join(folder, "vocab.txt"), do_lower_case=lower)
+
+
+def save_tokenizer_files(tokenizer: "TokenizerJson | Tokenizer", folder: str, maxlen: int) -> None:
+    """The tokenizer files transformers reads beside a model in `folder`: a `tokenizer.json`'s own file and
+    the `tokenizer_config.json` beside it (its class and special tokens: RoBERTa's are not BERT's), else
+    WordPiece's `vocab.txt` with `BertTokenizer`'s settings; `model_max_length` is `maxlen`."""
+    from kbert.io import atomic_copy, atomic_write_text
+    from kbert.tokenizers.vocab import save_vocab
+
+    config = {"do_lower_case": tokenizer.do_lower_case, "tokenizer_class": "BertTokenizer"}
+    if isinstance(tokenizer, TokenizerJson):  # the same ids, read back by kbert and by transformers
+        atomic_copy(tokenizer.path, os.path.join(folder, "tokenizer.json"))
+        config = _tokenizer_config_beside(tokenizer.path) or config
+    if "tokenizer_class" not in config or config["tokenizer_class"].startswith("Bert"):
+        save_vocab(os.path.join(folder, "vocab.txt"), tokenizer.vocab)  # WordPiece's own file
+    atomic_write_text(os.path.join(folder, "tokenizer_config.json"),
+                      json.dumps({**config, "model_max_length": maxlen}, indent=1))
+
+
+def _tokenizer_config_beside(tokenizer_json: str) -> dict:
+    """The `tokenizer_config.json` beside a `tokenizer.json`, or {} where there is none."""
+    path = os.path.join(os.path.dirname(tokenizer_json), "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    return config if isinstance(config, dict) else {}
 
 
 def _lowercases(normalizer: Optional[dict]) -> bool:

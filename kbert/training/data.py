@@ -199,10 +199,11 @@ def check_known_tokens(path: str, rows: Iterable[Sequence[int]], tokenizer, refu
     uncased one) teaches the model [UNK] alone: a loud warning with the rate above `UNKNOWN_WARNED`, and above
     `UNKNOWN_REFUSED` a `DataError` where `refuse` (pre-training, which would learn to predict [UNK]).
     """
-    unknown_id = tokenizer.token_to_id("[UNK]")
+    # A `tokenizer.json`'s unknown token has its own name (RoBERTa's `<unk>`).
+    unknown_id = tokenizer.unk_id if hasattr(tokenizer, "unk_id") else tokenizer.token_to_id("[UNK]")
     if unknown_id is None:
         return 0.0
-    ignored = {0, getattr(tokenizer, "cls_id", 0), getattr(tokenizer, "sep_id", 0)}
+    ignored = {0, getattr(tokenizer, "pad_id", 0), getattr(tokenizer, "cls_id", 0), getattr(tokenizer, "sep_id", 0)}
     tokens = unknown = 0
     for row in rows:
         row = np.asarray(row).ravel()

@@ -32,9 +32,10 @@ from kbert.models import naming
 from kbert.models.config import BertConfig
 from kbert.models.registry import graph_class, resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
+from kbert.tokenizers.hub import TokenizerJson
 from kbert.training.distribute import STRATEGIES, JaxProcesses, ProcessShare, Trainer, make_strategy, worker_role
-from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TRAINING_FILE, VOCAB_FILE,
-                                      WEIGHTS_FILE)
+from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TOKENIZER_JSON_FILE,
+                                      TRAINING_FILE, VOCAB_FILE, WEIGHTS_FILE)
 from kbert.training.adversarial import adversarial_training, gradient_penalty
 from kbert.training.lora import ADAPTERS_FILE, enable_lora, lora_enabled, save_adapters
 from kbert.training.optimizers import make_optimizer
@@ -221,10 +222,10 @@ def train_task(
     run.check(resume=resume, overwrite=overwrite)
     # Before any dataset exists: tf.data's shuffle order follows the global seed.
     keras.utils.set_random_seed(options.seed)
-    if options.maxlen > config.max_position_embeddings and family.has_position_table(config):
-        raise KbertError(f"maxlen {options.maxlen} is longer than the model's "
-                         f"max_position_embeddings ({config.max_position_embeddings}, {config_path})")
-    tokenizer = _tokenizer(task, vocab_path, options, config, config_path)
+    if options.maxlen > config.longest_input and family.has_position_table(config):
+        raise KbertError(f"maxlen {options.maxlen} is longer than the model's longest input, {config.longest_input} "
+                         f"tokens (max_position_embeddings {config.max_position_embeddings}, {config_path})")
+    tokenizer = _tokenizer(task, family, vocab_path, options, config, config_path)
     data = task.read(tokenizer, train_path, valid_path, num_labels, options)
     if isinstance(strategy, JaxProcesses):
         _check_process_shares(task, data, options, strategy)
@@ -275,11 +276,12 @@ def _configured(task_class: Type[Task], config_path: str, checkpoint_path: Optio
         raise KbertError(f"options.task is {options.task!r} but the task is {task_class.name!r}")
     # The family (the config's model_type, else BERT) is recorded, so the model directory rebuilds it.
     family, config = resolve(config_path, options.model)
-    if family.positions_after_padding:
-        raise KbertError(f"{config_path}: Hugging Face's RoBERTa / XLM-R (model_type {config.model_type!r}) is read "
-                         "by kbert embed, serve, evaluate and inspect and by the Python API, not trained yet: kbert "
-                         "train reads WordPiece and SentencePiece vocabularies and pads with id 0, which RoBERTa reads "
-                         "as <s>. Fine-tune a BERT-layout model (a Chinese RoBERTa-wwm is one: model='roberta')")
+    if family.positions_after_padding and not task_class.reads_tokenizer_json:
+        asked = "kbert pretrain" if task_class.name == "mlm" else f"--task {task_class.name}"
+        raise KbertError(f"{config_path}: Hugging Face's RoBERTa / XLM-R (model_type {config.model_type!r}) trains "
+                         f"for --task classify, embed and rerank, not {asked}, which reads WordPiece's [UNK] and "
+                         "[MASK] tokens or its character offsets, not a tokenizer.json's pieces. Fine-tune a "
+                         "BERT-layout model for it (a Chinese RoBERTa-wwm is one: model='roberta')")
     options = dataclasses.replace(options, model=options.model or family.name)
     task = task_class.from_options(options)
     # What kbert changes in a model it trains (T5: no output scale before an untied head it initialises).
@@ -287,9 +289,15 @@ def _configured(task_class: Type[Task], config_path: str, checkpoint_path: Optio
     return options, family, config, task
 
 
-def _tokenizer(task: Task, vocab_path: str, options: TrainingOptions, config: BertConfig, config_path: str):
-    """The vocabulary's tokenizer, refused where the task cannot read it or it does not fit the model."""
-    tokenizer = load_tokenizer(vocab_path, do_lower_case=options.do_lower_case)
+def _tokenizer(task: Task, family, vocab_path: str, options: TrainingOptions, config: BertConfig,
+               config_path: str):
+    """The vocabulary's tokenizer, refused where the task cannot read it or it does not fit the model.
+    Hugging Face's RoBERTa / XLM-R is tokenized by its own `tokenizer.json` (byte-level BPE or SentencePiece
+    pieces, `<pad>` at 1): the ids it was pre-trained on."""
+    if family.positions_after_padding:
+        tokenizer = _tokenizer_json(vocab_path, config_path)
+    else:
+        tokenizer = load_tokenizer(vocab_path, do_lower_case=options.do_lower_case)
     if isinstance(tokenizer, SpTokenizer) and not task.reads_sentencepiece:
         raise KbertError(f"{vocab_path}: a SentencePiece vocabulary is read for --task seq2seq with a T5 "
                          "(--model t5, t5.1.1 or mt5.1.1) only; this task needs a WordPiece vocab.txt")
@@ -381,12 +389,25 @@ def _check_process_shares(task: Task, data, options: TrainingOptions, strategy: 
                          "processes yet: leave --valid out (the last epoch is kept), or train on one process")
 
 
-def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer", vocab_path: "str | os.PathLike[str]", directory: str) -> None:
-    """The vocabulary, into the model directory: the file itself (`vocab.txt`, `spiece.model`), or a
-    `vocab.txt` written from a Hugging Face `tokenizer.json`."""
+def _tokenizer_json(vocab_path: str, config_path: str) -> TokenizerJson:
+    """The `tokenizer.json` of `--vocab` (the file, or the folder that holds it)."""
+    path = os.path.join(vocab_path, TOKENIZER_JSON_FILE) if os.path.isdir(vocab_path) else os.fspath(vocab_path)
+    if os.path.basename(path) != TOKENIZER_JSON_FILE or not os.path.isfile(path):
+        raise KbertError(f"{vocab_path}: Hugging Face's RoBERTa / XLM-R ({config_path}) is tokenized by its own "
+                         f"{TOKENIZER_JSON_FILE} (its <pad> is id 1, its pieces byte-level BPE or SentencePiece): "
+                         f"give --vocab the model's {TOKENIZER_JSON_FILE}, or the folder it is in")
+    return TokenizerJson(path)
+
+
+def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer | TokenizerJson", vocab_path: "str | os.PathLike[str]",
+                     directory: str) -> None:
+    """The vocabulary, into the model directory: the file itself (`vocab.txt`, `spiece.model`, RoBERTa's
+    `tokenizer.json`), or a `vocab.txt` written from a WordPiece `tokenizer.json`."""
     vocab_path = os.fspath(vocab_path)
     source = vocab_in_directory(vocab_path) if os.path.isdir(vocab_path) else vocab_path
-    if isinstance(tokenizer, SpTokenizer):
+    if isinstance(tokenizer, TokenizerJson):
+        atomic_copy(tokenizer.path, os.path.join(directory, TOKENIZER_JSON_FILE))
+    elif isinstance(tokenizer, SpTokenizer):
         atomic_copy(source, os.path.join(directory, SENTENCEPIECE_FILE))
     elif source.endswith(".json"):
         save_vocab(os.path.join(directory, VOCAB_FILE), tokenizer.vocab)

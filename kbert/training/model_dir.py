@@ -1,7 +1,8 @@
 """A model directory: what `kbert train` writes, and reading it back.
 
     bert_config.json   the backbone's config
-    vocab.txt          the tokenizer's vocabulary (spiece.model: a SentencePiece model, for T5)
+    vocab.txt          the tokenizer's vocabulary (spiece.model: a SentencePiece model, for T5;
+                       tokenizer.json: Hugging Face's RoBERTa / XLM-R's own tokenizer)
     labels.json        class id -> label name (a tagger's tags or entity types)
     model.weights.h5   the model's weights (the best epoch on validation)
     training.json      the task, maxlen, lower-casing, options, per-epoch history
@@ -22,7 +23,8 @@ import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, first_line
-from kbert.tokenizers import SENTENCEPIECE_NAME, Tokenizer, load_tokenizer
+from kbert.tokenizers import SENTENCEPIECE_NAME, SpTokenizer, Tokenizer, load_tokenizer
+from kbert.tokenizers.hub import TokenizerJson
 from kbert.training.data import LabelMap
 from kbert.training.options import TrainingOptions
 from kbert.training.task import Task
@@ -30,12 +32,24 @@ from kbert.training.task import Task
 CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE, RESUME_DIR = (
     "bert_config.json", "vocab.txt", "model.weights.h5", "training.json", "resume")
 SENTENCEPIECE_FILE = SENTENCEPIECE_NAME  # instead of vocab.txt, for a T5 trained on a SentencePiece vocabulary
+TOKENIZER_JSON_FILE = "tokenizer.json"  # instead of vocab.txt, for Hugging Face's RoBERTa / XLM-R
 
 
 def vocab_file(model_dir: str) -> str:
-    """The model directory's vocabulary: its SentencePiece model if it has one, else vocab.txt."""
-    sentencepiece = os.path.join(model_dir, SENTENCEPIECE_FILE)
-    return sentencepiece if os.path.exists(sentencepiece) else os.path.join(model_dir, VOCAB_FILE)
+    """The model directory's vocabulary: its SentencePiece model if it has one, else vocab.txt, else (RoBERTa's
+    pieces; an embedding model trained on WordPiece holds both) tokenizer.json."""
+    for name in (SENTENCEPIECE_FILE, VOCAB_FILE, TOKENIZER_JSON_FILE):
+        if os.path.exists(os.path.join(model_dir, name)):
+            return os.path.join(model_dir, name)
+    return os.path.join(model_dir, VOCAB_FILE)
+
+
+def model_tokenizer(model_dir: str, do_lower_case: bool) -> "Tokenizer | SpTokenizer | TokenizerJson":
+    """The tokenizer a model directory was trained with (`vocab_file`)."""
+    path = vocab_file(model_dir)
+    if os.path.basename(path) == TOKENIZER_JSON_FILE:
+        return TokenizerJson(path)
+    return load_tokenizer(path, do_lower_case=do_lower_case)
 
 
 def check_model_dir(model_dir: str) -> None:
@@ -45,8 +59,8 @@ def check_model_dir(model_dir: str) -> None:
             raise KbertError(f"{model_dir}: not a kbert model directory (no {name})")
     if not os.path.exists(vocab_file(model_dir)):
         raise KbertError(f"{model_dir}: the vocabulary is missing: a model directory holds {VOCAB_FILE} "
-                         f"(WordPiece) or {SENTENCEPIECE_FILE} (a T5 trained on SentencePiece); copy back the "
-                         "one the model was trained with")
+                         f"(WordPiece), {SENTENCEPIECE_FILE} (a T5 trained on SentencePiece) or {TOKENIZER_JSON_FILE} "
+                         "(Hugging Face's RoBERTa / XLM-R); copy back the one the model was trained with")
 
 
 @dataclasses.dataclass
@@ -54,7 +68,7 @@ class TrainedModel:
     """A model directory, loaded: the task's model, its tokenizer, labels and training.json."""
 
     model: keras.Model
-    tokenizer: Tokenizer
+    tokenizer: "Tokenizer | SpTokenizer | TokenizerJson"
     labels: LabelMap
     state: dict
 
@@ -93,7 +107,7 @@ def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
         raise KbertError(f"{os.path.join(model_dir, LabelMap.FILE_NAME)}: {len(labels)} labels, but the model was "
                          f"trained with {state.get('num_labels') or 0} ({TRAINING_FILE}); the label map belongs to "
                          "another model: put back the one its training wrote")
-    tokenizer = load_tokenizer(vocab_file(model_dir), do_lower_case=state["options"]["do_lower_case"])
+    tokenizer = model_tokenizer(model_dir, state["options"]["do_lower_case"])
     loaded = TrainedModel(None, tokenizer, labels, state)
     task = task_class.from_options(loaded.options)
     bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE), model=loaded.options.model,

@@ -34,7 +34,8 @@ CALL_COST_TOKENS = 64
 
 
 def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
-                 shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0):
+                 shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0,
+                 pad_ids: Sequence[int] = ()):
     """Batches of `(features, labels)`, or of `(features,)` without labels, for Keras's `fit`/`predict`.
 
     Each example of `encoded` is a tuple of id sequences: usually token and
@@ -50,6 +51,11 @@ def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: i
     data), which pads far less when lengths vary. `len()` of the result is
     the number of batches in one pass.
 
+    `pad_ids` is each feature's padding value, in order (features past its
+    end, and every feature by default, are padded with 0): token ids take
+    the tokenizer's `pad_id`, which is 1 for RoBERTa's `<pad>` (its id 0,
+    `<s>`, is a token the model reads).
+
     Returns:
         a `tf.data.Dataset` on the TensorFlow backend, else `PaddedBatches`.
 
@@ -62,9 +68,10 @@ def make_dataset(encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: i
     backend = keras.backend.backend()
     if backend == "tensorflow":
         return _tf_dataset(encoded, labels, batch_size, shuffle=shuffle, seed=seed, bucketing=bucketing,
-                           labels_follow=labels_follow)
+                           labels_follow=labels_follow, pad_ids=pad_ids)
     return PaddedBatches(encoded, labels, batch_size, shuffle=shuffle, seed=seed, bucketing=bucketing,
-                         labels_follow=labels_follow, lengths=JAX_LENGTHS if backend == "jax" else None)
+                         labels_follow=labels_follow, lengths=JAX_LENGTHS if backend == "jax" else None,
+                         pad_ids=pad_ids)
 
 
 class PaddedBatches(keras.utils.PyDataset):
@@ -86,6 +93,7 @@ class PaddedBatches(keras.utils.PyDataset):
             from the data (`padded_lengths`); bucketing then takes those as
             its bands, and the bands' last, partial batches are pooled into
             full ones. None: every multiple of 16.
+        pad_ids: each feature's padding value (see `make_dataset`).
 
     Example:
     >>> batches = PaddedBatches([([2, 5, 3], [0, 0, 0])] * 3 + [([2, 3], [0, 0])], None, batch_size=2)
@@ -95,8 +103,9 @@ class PaddedBatches(keras.utils.PyDataset):
 
     def __init__(self, encoded: Sequence[Tuple[List[int], ...]], labels, batch_size: int, *,
                  shuffle: bool = False, seed: int = 0, bucketing: bool = False, labels_follow: int = 0,
-                 lengths: Optional[int] = None):
+                 lengths: Optional[int] = None, pad_ids: Sequence[int] = ()):
         super().__init__()
+        self.pad_ids = tuple(pad_ids)
         self.columns, longest = _columns(encoded)
         self.pools_leftovers = lengths is not None
         self.lengths = [padded_lengths([len(row) for row in column], lengths) for column in self.columns] \
@@ -111,7 +120,7 @@ class PaddedBatches(keras.utils.PyDataset):
 
     def __getitem__(self, index: int):
         rows = self._batches[index]  # an IndexError past the end also ends plain iteration
-        features = _features(self.columns, self.lengths, rows)
+        features = _features(self.columns, self.lengths, rows, self.pad_ids)
         if self.labels is None:
             return (features,)  # a 1-tuple: Keras reads a pair as (inputs, labels)
         if isinstance(self.labels, np.ndarray):
@@ -200,9 +209,9 @@ def batches_by_length(encoded: Sequence[Tuple[List[int], ...]], batch_size: int,
     for start, end in bounds:
         rows = order[start:end]
         if few_shapes:
-            yield rows, _features(columns, grids, _rows_to_power_of_two(rows, batch_size), pad_id)
+            yield rows, _features(columns, grids, _rows_to_power_of_two(rows, batch_size), (pad_id,))
         else:  # each feature to its batch's own longest row: a graph that takes any shape pads no more
-            yield rows, _features(columns, [None] * len(columns), rows, pad_id)
+            yield rows, _features(columns, [None] * len(columns), rows, (pad_id,))
 
 
 def cheapest_batches(padded: Sequence[int], batch_size: int, few_shapes: bool = False,
@@ -300,16 +309,22 @@ def _columns(encoded: Sequence[Tuple[List[int], ...]]) -> Tuple[list, List[int]]
 
 
 def _features(columns: Sequence[Sequence[np.ndarray]], lengths: Sequence[np.ndarray], rows: np.ndarray,
-              pad_id: int = 0) -> tuple:
+              pad_ids: Sequence[int] = ()) -> tuple:
     """The examples `rows` of each feature column, padded as one batch to the first of the column's padded
-    `lengths` that holds them all (None: to the longest of them); the token ids with `pad_id`, the rest with 0."""
+    `lengths` that holds them all (None: to the longest of them); with the feature's value of `pad_ids`
+    (`_padding_values`)."""
     batch = []
-    for index, (column, padded) in enumerate(zip(columns, lengths)):
+    for column, padded, value in zip(columns, lengths, _padding_values(pad_ids, len(columns))):
         picked = [column[row] for row in rows]
         longest = max(len(ids) for ids in picked)
         width = longest if padded is None else int(padded[np.searchsorted(padded, longest)])
-        batch.append(_pad(picked, width, pad_id if index == 0 else 0))
+        batch.append(_pad(picked, width, value))
     return tuple(batch)
+
+
+def _padding_values(pad_ids: Sequence[int], features: int) -> Tuple[int, ...]:
+    """Each of `features` features' padding value: its own in `pad_ids`, else 0."""
+    return tuple(pad_ids[:features]) + (0,) * max(features - len(pad_ids), 0)
 
 
 def _pad(rows: Sequence[np.ndarray], length: int, value: int = 0) -> np.ndarray:
@@ -329,7 +344,7 @@ def _label_rows(labels) -> "Optional[np.ndarray | List[np.ndarray]]":
 
 
 def _tf_dataset(encoded, labels, batch_size: int, *, shuffle: bool, seed: int, bucketing: bool,
-                labels_follow: int):
+                labels_follow: int, pad_ids: Sequence[int]):
     """`make_dataset` in `tf.data`: ragged batches made dense in the graph."""
     import tensorflow as tf
 
@@ -344,7 +359,8 @@ def _tf_dataset(encoded, labels, batch_size: int, *, shuffle: bool, seed: int, b
     dataset = features if rows is None else tf.data.Dataset.zip(features, tf.data.Dataset.from_tensor_slices(rows))
     if shuffle:
         dataset = dataset.shuffle(len(encoded), seed=seed, reshuffle_each_iteration=True)
-    pad = _TfPadder([int(column_lengths.max()) for column_lengths in lengths], labels_follow)
+    pad = _TfPadder([int(column_lengths.max()) for column_lengths in lengths], labels_follow,
+                    _padding_values(pad_ids, len(columns)))
     if bucketing:
         def band(features, labels=None):
             tokens = features[0] if isinstance(features, tuple) else features
@@ -364,18 +380,18 @@ def _tf_dataset(encoded, labels, batch_size: int, *, shuffle: bool, seed: int, b
 class _TfPadder:
     """Makes ragged batches dense in `tf.data`, as `_multiples` pads them."""
 
-    def __init__(self, longest: List[int], labels_follow: int = 0):
-        self.longest, self.labels_follow = longest, labels_follow
+    def __init__(self, longest: List[int], labels_follow: int, values: Sequence[int]):
+        self.longest, self.labels_follow, self.values = longest, labels_follow, values
 
     def features(self, *ragged):
         import tensorflow as tf
 
         dense = []
-        for ids, longest in zip(ragged, self.longest):
+        for ids, longest, value in zip(ragged, self.longest, self.values):
             length = tf.cast(tf.reduce_max(ids.row_lengths()), tf.int32)
             rounded = tf.minimum((length + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE, longest)
             shape = tf.stack([tf.cast(ids.nrows(), tf.int32), tf.maximum(rounded, length)])
-            dense.append(ids.to_tensor(shape=shape))
+            dense.append(ids.to_tensor(default_value=value, shape=shape))
         return tuple(dense)
 
     def unlabelled(self, *ragged):

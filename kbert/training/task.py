@@ -61,6 +61,9 @@ class Task(abc.ABC):
     score_name = ""
     score_label = ""
     reads_sentencepiece = False  # a SentencePiece vocabulary (`SpTokenizer`) serves it
+    # Hugging Face's RoBERTa / XLM-R trains for it: tokenized by its own tokenizer.json (`TokenizerJson`), padded
+    # with its <pad>; tasks that read WordPiece's [UNK], [MASK] or character offsets do not take it.
+    reads_tokenizer_json = False
 
     @classmethod
     def from_options(cls, options) -> "Task":
