@@ -167,7 +167,8 @@ def _run_arguments(parser, defaults: TrainingOptions, data: str, valid: str) -> 
     """What `train` and `pretrain` share: the model's files, the data, the output and the run's options."""
     parser.add_argument("--config", help="the backbone's bert_config.json / config.json (default: the one beside "
                                          "--checkpoint)")
-    parser.add_argument("--vocab", help="its vocab.txt (default: the one beside --checkpoint)")
+    parser.add_argument("--vocab", help="its vocab.txt (Hugging Face's RoBERTa / XLM-R: its tokenizer.json; default: "
+                                        "the one beside --checkpoint)")
     parser.add_argument("--train", required=True, help=data)
     parser.add_argument("--valid", help=f"{valid}; the best epoch on it is kept "
                                         "(default: none, every epoch is kept in turn)")
