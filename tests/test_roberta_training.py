@@ -144,6 +144,8 @@ def test_xlm_r_refuses_a_wordpiece_vocabulary_and_the_tasks_that_read_wordpiece(
     data = "".join(f"{text}\t1\n{other}\t0\n" for text, other in zip(MEN, WOMEN))
     assert train(xlmr, tmp_path, data, "--vocab", str(shared_path("vocab", "chinese_vocab.txt"))) != 0
     assert "is tokenized by its own tokenizer.json (its <pad> is id 1" in capsys.readouterr().err
+    assert train(xlmr, tmp_path, data, "--vocab", str(write(tmp_path, "other.json", '{"a": 1}'))) != 0
+    assert "other.json: not a Hugging Face tokenizer.json (" in capsys.readouterr().err
     ner = write(tmp_path, "ner.txt", "A B-PER\nman O\n\n")
     code = main(["train", "--task", "ner", "--checkpoint", str(xlmr), "--train", str(ner), "--maxlen", "32",
                  "--out", str(tmp_path / "ner-run")])

@@ -33,8 +33,13 @@ class TokenizerJson:
     def __init__(self, path: "str | os.PathLike[str]"):
         from tokenizers import Tokenizer as Backend
 
+        from kbert.errors import KbertError, first_line
+
         self.path = os.fspath(path)
-        self._backend = Backend.from_file(self.path)
+        try:
+            self._backend = Backend.from_file(self.path)
+        except Exception as error:  # the tokenizers library's own error, for a file it cannot read
+            raise KbertError(f"{self.path}: not a Hugging Face tokenizer.json ({first_line(error)})") from None
         self._backend.no_padding()  # batches are padded by kbert, each to its own longest text
         self._backend.no_truncation()  # and cut to `maxlen` by a copy of it (`_cutting`), as the caller asks
         self._cutters: Dict[int, object] = {}

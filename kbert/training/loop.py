@@ -392,7 +392,7 @@ def _check_process_shares(task: Task, data, options: TrainingOptions, strategy: 
 def _tokenizer_json(vocab_path: str, config_path: str) -> TokenizerJson:
     """The `tokenizer.json` of `--vocab` (the file, or the folder that holds it)."""
     path = os.path.join(vocab_path, TOKENIZER_JSON_FILE) if os.path.isdir(vocab_path) else os.fspath(vocab_path)
-    if os.path.basename(path) != TOKENIZER_JSON_FILE or not os.path.isfile(path):
+    if not path.endswith(".json") or not os.path.isfile(path):
         raise KbertError(f"{vocab_path}: Hugging Face's RoBERTa / XLM-R ({config_path}) is tokenized by its own "
                          f"{TOKENIZER_JSON_FILE} (its <pad> is id 1, its pieces byte-level BPE or SentencePiece): "
                          f"give --vocab the model's {TOKENIZER_JSON_FILE}, or the folder it is in")
