@@ -140,14 +140,43 @@ def test_an_xlm_r_reranker_trains_and_is_a_cross_encoder_folder(xlmr, tmp_path):
     np.testing.assert_allclose(together, logits, atol=1e-4)
 
 
+def test_an_xlm_r_tagger_trains_on_words_and_finds_entities_by_character(xlmr, tmp_path):
+    """Each word is tokenized on its own (byte-level pieces, several a word) and its tag covers its pieces;
+    chunks are padded with <pad>, so a sentence's entities do not depend on the batch it is in."""
+    from kbert.tasks.ner import load_tagger, predict
+
+    sentences = [[("A", "O"), ("man", "B-PER"), ("is", "O"), ("riding", "O"), ("a", "O"), ("horse", "O")],
+                 [("The", "O"), ("girl", "B-PER"), ("is", "O"), ("playing", "O"), ("drums", "O")],
+                 [("A", "O"), ("woman", "B-PER"), ("is", "O"), ("eating", "O"), ("food", "O")]]
+    data = "\n".join("".join(f"{word}\t{tag}\n" for word, tag in sentence) for sentence in sentences) * 8
+    assert train(xlmr, tmp_path, data, "--task", "ner", "--head", "softmax", "--epochs", "12", "--batch-size", "8",
+                 "--lr", "3e-3") == 0
+    run = tmp_path / "run"
+    assert (run / "tokenizer.json").exists() and not (run / "vocab.txt").exists()
+    tagger = load_tagger(str(run))
+    assert tagger.encoder.tokenizer.pad_id == 1
+    words = [[word for word, _ in sentence] for sentence in sentences]
+    chunks = [tagger.encoder.chunks(units)[0] for units in words]
+    (rows, features), = tagger.batches(chunks, len(chunks), bucketing=False)
+    together = tagger.model.predict_on_batch(list(features))
+    for row, chunk in zip(rows, chunks):
+        (_, alone), = tagger.batches([chunk])
+        size = len(chunk.token_ids)
+        np.testing.assert_allclose(together[row, :size], tagger.model.predict_on_batch(list(alone))[0], atol=1e-5)
+    assert tagger.entities(words, batch_size=len(words)) == [[("PER", 1, 2)]] * 3
+    found = predict(str(run), ["A man is riding a horse"])[0]
+    assert [(entity["type"], entity["text"], entity["start"]) for entity in found] == [("PER", "man", 2)]
+
+
 def test_xlm_r_refuses_a_wordpiece_vocabulary_and_the_tasks_that_read_wordpiece(xlmr, tmp_path, capsys):
     data = "".join(f"{text}\t1\n{other}\t0\n" for text, other in zip(MEN, WOMEN))
     assert train(xlmr, tmp_path, data, "--vocab", str(shared_path("vocab", "chinese_vocab.txt"))) != 0
     assert "is tokenized by its own tokenizer.json (its <pad> is id 1" in capsys.readouterr().err
     assert train(xlmr, tmp_path, data, "--vocab", str(write(tmp_path, "other.json", '{"a": 1}'))) != 0
     assert "other.json: not a Hugging Face tokenizer.json (" in capsys.readouterr().err
-    ner = write(tmp_path, "ner.txt", "A B-PER\nman O\n\n")
-    code = main(["train", "--task", "ner", "--checkpoint", str(xlmr), "--train", str(ner), "--maxlen", "32",
-                 "--out", str(tmp_path / "ner-run")])
-    assert code != 0 and "trains for --task classify, embed and rerank, not --task ner" in capsys.readouterr().err
-    assert not (tmp_path / "run").exists() and not (tmp_path / "ner-run").exists()
+    corpus = write(tmp_path, "corpus.txt", "\n".join(MEN) + "\n")
+    code = main(["pretrain", "--checkpoint", str(xlmr), "--train", str(corpus), "--maxlen", "32",
+                 "--out", str(tmp_path / "pretrained")])
+    assert code != 0 and "trains for --task classify, embed, rerank and ner, not kbert pretrain: kbert's " \
+                         "pre-training masks WordPiece's [MASK]" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "pretrained").exists()

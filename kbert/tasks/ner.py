@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from keras import ops
 
-from kbert.training.data import LabelMap, check_known_tokens
+from kbert.training.data import LabelMap, check_known_tokens, unknown_token_id
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.errors import DataError, KbertError
 from kbert.layers.checks import traced_once
@@ -129,7 +129,7 @@ class UnitEncoder:
     def __init__(self, tokenizer, maxlen: int):
         self.tokenizer, self.maxlen, self.budget = tokenizer, maxlen, maxlen - 2
         self._pieces: Dict[str, List[int]] = {}
-        self._unknown = tokenizer.token_to_id("[UNK]")
+        self._unknown = unknown_token_id(tokenizer)
 
     def pieces(self, units: Sequence[str]) -> List[List[int]]:
         """The piece ids of each unit; one that normalizes to nothing is `[UNK]`, so that it keeps a place."""
@@ -174,6 +174,7 @@ class NerTask(Task):
     name = "ner"
     score_name = "val_entity_f1"
     score_label = "validation entity F1"
+    reads_tokenizer_json = True  # each unit is tokenized on its own, as transformers' is_split_into_words does
 
     def __init__(self, head: str = DEFAULT_TOKEN_HEAD):
         if head not in TOKEN_HEADS:
@@ -284,7 +285,8 @@ class Examples:
             for chunk in self.encoder.chunks(sentence.tokens):
                 encoded.append((chunk.token_ids, [0] * len(chunk.token_ids)))
                 targets.append(self._target(chunk, chunk_entities(chunk, entities)))
-        batches = make_dataset(encoded, targets, batch_size, shuffle=shuffle, seed=seed, bucketing=bucketing)
+        batches = make_dataset(encoded, targets, batch_size, shuffle=shuffle, seed=seed, bucketing=bucketing,
+                               pad_ids=(self.encoder.tokenizer.pad_id,))
         return EncodedBatches(batches, len(encoded))
 
     def _target(self, chunk: Chunk, entities: List[Span]) -> List:
@@ -344,12 +346,18 @@ class Tagger:
                 chunks.append(chunk)
                 owners.append(index)
         found: List[List[Span]] = [[] for _ in sentences]
-        encoded = [(chunk.token_ids, [0] * len(chunk.token_ids)) for chunk in chunks]
-        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.encoder.maxlen):
+        for rows, features in self.batches(chunks, batch_size, bucketing):
             decoded = ops.convert_to_numpy(self._decode(*(ops.convert_to_tensor(f) for f in features)))
             for chunk_index, row in zip(rows, _entity_rows(decoded) if self.head == "global_pointer" else decoded):
                 found[owners[chunk_index]] += self._spans(chunks[chunk_index], row)
         return [sorted(set(entities), key=lambda e: (e[1], e[2], e[0])) for entities in found]
+
+    def batches(self, chunks: Sequence[Chunk], batch_size: int = 64, bucketing: bool = True):
+        """`(rows, (token_ids, segment_ids))` of the chunks, batched by length and padded with the tokenizer's
+        padding id (`batches_by_length`)."""
+        encoded = [(chunk.token_ids, [0] * len(chunk.token_ids)) for chunk in chunks]
+        return batches_by_length(encoded, batch_size, bucketing, maxlen=self.encoder.maxlen,
+                                 pad_id=self.encoder.tokenizer.pad_id)
 
     def _spans(self, chunk: Chunk, decoded: Sequence) -> List[Span]:
         """The sentence's entities in one chunk's decoded output: tag ids, or `(type, first, last)` rows."""

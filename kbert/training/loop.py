@@ -279,8 +279,8 @@ def _configured(task_class: Type[Task], config_path: str, checkpoint_path: Optio
     if family.positions_after_padding and not task_class.reads_tokenizer_json:
         asked = "kbert pretrain" if task_class.name == "mlm" else f"--task {task_class.name}"
         raise KbertError(f"{config_path}: Hugging Face's RoBERTa / XLM-R (model_type {config.model_type!r}) trains "
-                         f"for --task classify, embed and rerank, not {asked}, which reads WordPiece's [UNK] and "
-                         "[MASK] tokens or its character offsets, not a tokenizer.json's pieces. Fine-tune a "
+                         f"for --task classify, embed, rerank and ner, not {asked}: kbert's pre-training masks "
+                         "WordPiece's [MASK] over its words, and seq2seq needs a UniLM or T5 decoder. Use a "
                          "BERT-layout model for it (a Chinese RoBERTa-wwm is one: model='roberta')")
     options = dataclasses.replace(options, model=options.model or family.name)
     task = task_class.from_options(options)
