@@ -162,7 +162,8 @@ def test_an_xlm_r_tagger_trains_on_words_and_finds_entities_by_character(xlmr, t
     for row, chunk in zip(rows, chunks):
         (_, alone), = tagger.batches([chunk])
         size = len(chunk.token_ids)
-        np.testing.assert_allclose(together[row, :size], tagger.model.predict_on_batch(list(alone))[0], atol=1e-5)
+        alone = tagger.model.predict_on_batch(list(alone))[0, :size]  # JAX pads a lone chunk to 16 tokens too
+        np.testing.assert_allclose(together[row, :size], alone, atol=1e-5)
     assert tagger.entities(words, batch_size=len(words)) == [[("PER", 1, 2)]] * 3
     found = predict(str(run), ["A man is riding a horse"])[0]
     assert [(entity["type"], entity["text"], entity["start"]) for entity in found] == [("PER", "man", 2)]
