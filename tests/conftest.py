@@ -103,9 +103,10 @@ def minilm_dir() -> pathlib.Path:
 
 def xlm_roberta_embedder_folder(folder: pathlib.Path, texts) -> pathlib.Path:
     """A sentence-transformers folder of a random XLM-R (kbert's weights) with mean pooling and Normalize, and a
-    byte-level BPE `tokenizer.json` (RoBERTa's framing: <s> 0, <pad> 1, </s> 2) trained here on `texts`."""
+    byte-level BPE `tokenizer.json` (RoBERTa's framing: <s> 0, <pad> 1, </s> 2, then <unk> and <mask>) trained
+    here on `texts`."""
     import keras
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     from kbert import build_transformer_model, save_hf_weights
     from kbert.checkpoints.sentence_transformers import write_modules
@@ -113,9 +114,10 @@ def xlm_roberta_embedder_folder(folder: pathlib.Path, texts) -> pathlib.Path:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.train_from_iterator(list(texts) * 4, trainers.BpeTrainer(
-        vocab_size=320, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        vocab_size=320, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tokenizer.decoder = decoders.ByteLevel()
     keras.utils.set_random_seed(4)
     bert = build_transformer_model({"model_type": "xlm-roberta", "vocab_size": tokenizer.get_vocab_size(),
                                     "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,

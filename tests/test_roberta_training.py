@@ -169,15 +169,53 @@ def test_an_xlm_r_tagger_trains_on_words_and_finds_entities_by_character(xlmr, t
     assert [(entity["type"], entity["text"], entity["start"]) for entity in found] == [("PER", "man", 2)]
 
 
+def test_xlm_r_pre_trains_with_its_mask_and_pad_then_fine_tunes_from_what_it_wrote(xlmr, tmp_path, capsys):
+    """Whole words by the pieces' space marks (`Ġ`), masked with <mask>, the last row padded with <pad>; the
+    directory holds Hugging Face's safetensors (there is no Google checkpoint of RoBERTa), fills masks with
+    decoded pieces, and is a checkpoint `kbert train` fine-tunes."""
+    from kbert.tasks.pretraining import MaskedLanguageModelTask, tokenize_words
+    from kbert.tokenizers.hub import TokenizerJson
+    from kbert.training.options import TrainingOptions
+
+    tokenizer = TokenizerJson(xlmr / "tokenizer.json")
+    (ids, words), = tokenize_words(tokenizer, ["A man is riding a horse."], "wordpiece")
+    pieces = [tokenizer.id_to_token(int(index)) for index in ids]
+    starts = [index == 0 or piece.startswith("Ġ") for index, piece in enumerate(pieces)]
+    assert words.tolist() == (np.cumsum(starts) - 1).tolist() and len(set(words.tolist())) < len(ids)
+    corpus = write(tmp_path, "corpus.txt", "\n".join(MEN + WOMEN) * 3 + "\n")
+    options = TrainingOptions(task="mlm", model="hf_roberta", whole_word="wordpiece", pack="none", maxlen=32,
+                              batch_size=64)
+    data = MaskedLanguageModelTask.from_options(options).read(tokenizer, str(corpus), None, None, options)
+    inputs, labels, weights = data.train[0]
+    masked_ids = inputs["Input-Token"]
+    assert (masked_ids == tokenizer.mask_id).any() and (masked_ids[:, 0] == tokenizer.cls_id).all()
+    for row in masked_ids:  # one line a row: </s>, then <pad> to the end
+        end = np.flatnonzero(row == tokenizer.sep_id)[-1] + 1
+        assert end < len(row) and (row[end:] == tokenizer.pad_id).all() and tokenizer.pad_id == 1
+
+    out = tmp_path / "pretrained"
+    assert main(["pretrain", "--config", str(xlmr / "config.json"), "--vocab", str(xlmr / "tokenizer.json"),
+                 "--train", str(corpus), "--out", str(out), "--maxlen", "32", "--whole-word", "wordpiece",
+                 "--epochs", "2", "--batch-size", "4"]) == 0
+    assert (out / "model.safetensors").exists() and not (out / "bert_model.ckpt.index").exists()
+    capsys.readouterr()
+    assert main(["predict", "--model", str(out), "--json", str(write(tmp_path, "masked.txt",
+                                                                       "A man is [MASK] food.\n"))]) == 0
+    candidates = json.loads(capsys.readouterr().out.splitlines()[0])["masks"][0]["candidates"]
+    assert len(candidates) == 5 and not any(candidate["token"].startswith("Ġ") for candidate in candidates)
+    data = write(tmp_path, "labelled.tsv", "".join(f"{man}\t1\n{woman}\t0\n" for man, woman in zip(MEN, WOMEN)))
+    assert main(["train", "--checkpoint", str(out), "--train", str(data), "--out", str(tmp_path / "tuned"),
+                 "--maxlen", "32", "--epochs", "1"]) == 0
+
+
 def test_xlm_r_refuses_a_wordpiece_vocabulary_and_the_tasks_that_read_wordpiece(xlmr, tmp_path, capsys):
     data = "".join(f"{text}\t1\n{other}\t0\n" for text, other in zip(MEN, WOMEN))
     assert train(xlmr, tmp_path, data, "--vocab", str(shared_path("vocab", "chinese_vocab.txt"))) != 0
     assert "is tokenized by its own tokenizer.json (its <pad> is id 1" in capsys.readouterr().err
     assert train(xlmr, tmp_path, data, "--vocab", str(write(tmp_path, "other.json", '{"a": 1}'))) != 0
     assert "other.json: not a Hugging Face tokenizer.json (" in capsys.readouterr().err
-    corpus = write(tmp_path, "corpus.txt", "\n".join(MEN) + "\n")
-    code = main(["pretrain", "--checkpoint", str(xlmr), "--train", str(corpus), "--maxlen", "32",
-                 "--out", str(tmp_path / "pretrained")])
-    assert code != 0 and "trains for --task classify, embed, rerank and ner, not kbert pretrain: kbert's " \
-                         "pre-training masks WordPiece's [MASK]" in capsys.readouterr().err
-    assert not (tmp_path / "run").exists() and not (tmp_path / "pretrained").exists()
+    pairs = write(tmp_path, "pairs.tsv", "".join(f"{man}\t{woman}\n" for man, woman in zip(MEN, WOMEN)))
+    code = main(["train", "--task", "seq2seq", "--checkpoint", str(xlmr), "--train", str(pairs), "--maxlen", "32",
+                 "--out", str(tmp_path / "seq2seq")])
+    assert code != 0 and "is an encoder only, and --task seq2seq needs a decoder" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "seq2seq").exists()

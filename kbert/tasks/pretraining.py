@@ -24,8 +24,9 @@ masked-token accuracy is the validation score.
 The model directory is one `build_transformer_model` and `kbert train
 --checkpoint` read: besides kbert's files it holds `bert_model.ckpt`, the
 backbone and its MLM head under the family's original checkpoint names (or,
-where TensorFlow is not installed, `model.safetensors` under Hugging Face's
-names), so it can be fine-tuned or pre-trained further.
+where TensorFlow is not installed or the family has no original checkpoint,
+as Hugging Face's RoBERTa, `model.safetensors` under Hugging Face's names),
+so it can be fine-tuned or pre-trained further.
 """
 
 from __future__ import annotations
@@ -109,8 +110,7 @@ def tokenize_words(tokenizer, lines: Sequence[str], whole_word: str) -> Iterator
             if whole_word == "none":
                 words = np.arange(len(ids))
             elif whole_word == "wordpiece":
-                continues = np.array([tokenizer.id_to_token(i).startswith("##") for i in ids], dtype=bool)
-                words = np.cumsum(~continues) - 1
+                words = np.cumsum(_starts_word(tokenizer, ids)) - 1
             else:
                 starts = np.array([span[0] for span in spans], dtype=np.int64)
                 word_starts = np.array([word_start for _, word_start, _ in split(line)], dtype=np.int64)
@@ -118,6 +118,28 @@ def tokenize_words(tokenizer, lines: Sequence[str], whole_word: str) -> Iterator
                 # that have tokens (jieba also returns the spaces between words).
                 words = np.unique(np.searchsorted(word_starts, starts, side="right") - 1, return_inverse=True)[1]
             yield ids, words.astype(np.int32)
+
+
+def _starts_word(tokenizer, ids: np.ndarray) -> np.ndarray:
+    """Whether each piece begins a word: all but WordPiece's `##` pieces, or (a `tokenizer.json` of byte-level
+    BPE or SentencePiece pieces) those marked as following a space, `Ġ` or `▁`; the line's first always."""
+    pieces = [tokenizer.id_to_token(int(index)) for index in ids]
+    if getattr(tokenizer, "wordpiece", True):
+        starts = np.array([not piece.startswith("##") for piece in pieces], dtype=bool)
+    else:
+        starts = np.array([piece.startswith(("Ġ", "▁")) for piece in pieces], dtype=bool)
+    starts[:1] = True
+    return starts
+
+
+def mask_token_id(tokenizer) -> int:
+    """The id of the tokenizer's mask token: WordPiece's `[MASK]`, or a `tokenizer.json`'s own (RoBERTa's
+    `<mask>`)."""
+    found = tokenizer.mask_id if hasattr(tokenizer, "mask_id") else tokenizer.token_to_id(MASK_MARK)
+    if found is None:
+        raise KbertError("the vocabulary has no mask token ([MASK] or <mask>), which pre-training puts in place "
+                         "of the words it predicts; use the vocabulary the model was pre-trained with")
+    return found
 
 
 def _jieba_words():
@@ -200,6 +222,7 @@ class MaskedLanguageModelTask(Task):
     name = "mlm"
     score_name = "val_accuracy"
     score_label = "validation masked-token accuracy"
+    reads_tokenizer_json = True
 
     def __init__(self, family: str = "bert", whole_word: str = "jieba", mask_rate: float = 0.15,
                  pack: str = "stream"):
@@ -243,16 +266,16 @@ class MaskedLanguageModelTask(Task):
         lines, report = read_text(path)
         words = tokenize_words(tokenizer, lines, self.whole_word)
         if self.pack == "stream":
-            rows = pack_sequences(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id)
+            rows = pack_sequences(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
             token_ids, documents = rows[0], None
         else:
             rows = documents = pack_documents(words, options.maxlen, tokenizer.cls_id, tokenizer.sep_id,
-                                              several=self.pack == "documents")
+                                              several=self.pack == "documents", pad_id=tokenizer.pad_id)
             token_ids = documents.token_ids
         if not len(token_ids):
             raise DataError(f"{path}: no line has a token of the vocabulary ({tokenizer.vocab_size} tokens); "
                             "is it the vocabulary of this text?")
-        tokens = int(np.count_nonzero(token_ids))
+        tokens = int(np.count_nonzero(token_ids != tokenizer.pad_id))
         check_known_tokens(path, token_ids, tokenizer, refuse=True)
         report += f"; {len(token_ids)} sequences of {options.maxlen} tokens ({tokens} not padding"
         report += f", {sum(map(len, documents.spans))} documents)" if documents else ")"
@@ -261,7 +284,7 @@ class MaskedLanguageModelTask(Task):
                                 stream=TRAINING if training else VALIDATION, shuffle=training and options.shuffle,
                                 segments=self.family.takes_segments, positions=self.pack == "documents",
                                 rate=self.mask_rate,
-                                mask_id=tokenizer.token_to_id("[MASK]"), vocab_size=tokenizer.vocab_size)
+                                mask_id=mask_token_id(tokenizer), vocab_size=tokenizer.vocab_size)
         return batches, report, len(batches), tokens
 
     def build(self, bert, num_labels: int, options):
@@ -286,9 +309,9 @@ class MaskedLanguageModelTask(Task):
 
     def finish(self, model, directory: str) -> None:
         """The kept epoch's backbone and MLM head as an original-format checkpoint, `bert_model.ckpt`, where
-        TensorFlow is installed (it writes that format); else as Hugging Face's `model.safetensors`. The
-        training loop has loaded the kept epoch's weights."""
-        if tensorflow_installed():
+        TensorFlow is installed (it writes that format) and the family has one; else as Hugging Face's
+        `model.safetensors`. The training loop has loaded the kept epoch's weights."""
+        if tensorflow_installed() and self.family.google_absent is None:
             from kbert.checkpoints.google import save_google_checkpoint
 
             save_google_checkpoint(model, os.path.join(directory, CHECKPOINT_FILE))
@@ -316,10 +339,10 @@ def fill_masks(loaded, texts: Sequence[str], top_k: int = 5, batch_size: int = 6
         "filled"}`: the marks in order, and the text with each mark replaced by its best token.
     """
     tokenizer, maxlen = loaded.tokenizer, loaded.options.maxlen
-    mask_id = tokenizer.token_to_id(MASK_MARK)
+    mask_id = mask_token_id(tokenizer)
     encoded = [(_with_mask_ids(tokenizer, text, mask_id, maxlen),) for text in texts]
     filled: List[dict] = [{}] * len(texts)
-    for rows, (ids,) in batches_by_length(encoded, batch_size, maxlen=maxlen):
+    for rows, (ids,) in batches_by_length(encoded, batch_size, maxlen=maxlen, pad_id=tokenizer.pad_id):
         inputs = [ids, np.zeros_like(ids)] if len(loaded.model.inputs) == 2 else [ids]
         logits = keras.ops.convert_to_numpy(loaded.model.predict_on_batch(inputs))
         for row, row_ids, row_logits in zip(rows, ids, logits):
@@ -343,11 +366,19 @@ def _with_mask_ids(tokenizer, text: str, mask_id: int, maxlen: int) -> List[int]
     return ids + [tokenizer.sep_id]
 
 
+def _token_text(tokenizer, index: int) -> str:
+    """A candidate token as text: WordPiece's token (`##` pieces as they are), or a `tokenizer.json`'s piece
+    decoded (`Ġeating` is `eating`)."""
+    if getattr(tokenizer, "wordpiece", True):
+        return tokenizer.id_to_token(index)
+    return tokenizer.decode([index]).strip()
+
+
 def _filled(tokenizer, text: str, logits: np.ndarray, top_k: int) -> dict:
     probabilities = np.exp(logits - logits.max(-1, keepdims=True))
     probabilities /= probabilities.sum(-1, keepdims=True)
     best = np.argsort(-probabilities, axis=-1)[:, :top_k]
-    masks = [{"candidates": [{"token": tokenizer.id_to_token(int(index)), "probability": float(row[index])}
+    masks = [{"candidates": [{"token": _token_text(tokenizer, int(index)), "probability": float(row[index])}
                              for index in indices]} for row, indices in zip(probabilities, best)]
     pieces = text.split(MASK_MARK)
     filled = pieces[0] + "".join(mask["candidates"][0]["token"] + piece for mask, piece in zip(masks, pieces[1:]))

@@ -45,12 +45,16 @@ class TokenizerJson:
         self._cutters: Dict[int, object] = {}
         self.vocab = self._backend.get_vocab()
         with open(self.path, encoding="utf-8") as handle:
-            self.do_lower_case = _lowercases(json.load(handle).get("normalizer"))
+            spec = json.load(handle)
+        self.do_lower_case = _lowercases(spec.get("normalizer"))
+        # Whether pieces continue a word with `##` (WordPiece), else begin one with a mark (`Ġ`, `▁`).
+        self.wordpiece = (spec.get("model") or {}).get("type") == "WordPiece"
         # BERT's special tokens, or RoBERTa's and XLM-R's (`<s>` 0, `<pad>` 1, `</s>` 2).
         self.cls_id, self.sep_id = (self._first_of("[CLS]", "<s>"), self._first_of("[SEP]", "</s>"))
         self.pad_id = self._first_of("[PAD]", "<pad>")
         self.pad_id = 0 if self.pad_id is None else self.pad_id
         self.unk_id = self._first_of("[UNK]", "<unk>")
+        self.mask_id = self._first_of("[MASK]", "<mask>")
 
     @property
     def vocab_size(self) -> int:
@@ -83,6 +87,15 @@ class TokenizerJson:
             backend.enable_truncation(maxlen, strategy="longest_first")
             self._cutters[maxlen] = backend  # two threads may both make one: the same copy, either kept
         return backend
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids, as the file's decoder writes it (byte-level BPE's `Ġ` as a space)."""
+        return self._backend.decode([int(index) for index in ids])
+
+    def ids_and_offsets(self, texts: Sequence[str]) -> List[Tuple[List[int], List[Tuple[int, int]]]]:
+        """For each text, its token ids (no special tokens) and their character spans in the text."""
+        return [(encoding.ids, list(encoding.offsets))
+                for encoding in self._backend.encode_batch(list(texts), add_special_tokens=False)]
 
     def encode_batch(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
                      maxlen: Optional[int] = None):

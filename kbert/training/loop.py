@@ -277,11 +277,9 @@ def _configured(task_class: Type[Task], config_path: str, checkpoint_path: Optio
     # The family (the config's model_type, else BERT) is recorded, so the model directory rebuilds it.
     family, config = resolve(config_path, options.model)
     if family.positions_after_padding and not task_class.reads_tokenizer_json:
-        asked = "kbert pretrain" if task_class.name == "mlm" else f"--task {task_class.name}"
-        raise KbertError(f"{config_path}: Hugging Face's RoBERTa / XLM-R (model_type {config.model_type!r}) trains "
-                         f"for --task classify, embed, rerank and ner, not {asked}: kbert's pre-training masks "
-                         "WordPiece's [MASK] over its words, and seq2seq needs a UniLM or T5 decoder. Use a "
-                         "BERT-layout model for it (a Chinese RoBERTa-wwm is one: model='roberta')")
+        raise KbertError(f"{config_path}: Hugging Face's RoBERTa / XLM-R (model_type {config.model_type!r}) is an "
+                         f"encoder only, and --task {task_class.name} needs a decoder (UniLM's masks or T5's): use "
+                         "a BERT-layout model for it (a Chinese RoBERTa-wwm is one: model='roberta'), or a T5")
     options = dataclasses.replace(options, model=options.model or family.name)
     task = task_class.from_options(options)
     # What kbert changes in a model it trains (T5: no output scale before an untied head it initialises).

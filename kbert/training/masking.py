@@ -40,7 +40,7 @@ NOT_A_WORD = -1  # the word number of [CLS], [SEP] and padding: never masked
 
 
 def pack_sequences(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, cls_id: int,
-                   sep_id: int) -> Tuple[np.ndarray, np.ndarray]:
+                   sep_id: int, pad_id: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Packs tokenised lines into `[count, maxlen]` token ids and word numbers.
 
     Args:
@@ -48,10 +48,11 @@ def pack_sequences(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, 
             from 0 within the line; the tokens of one word share it).
         maxlen: tokens per sequence, `[CLS]` and `[SEP]`s included.
         cls_id, sep_id: the ids of `[CLS]` and `[SEP]`.
+        pad_id: the padding's id (RoBERTa's `<pad>` is 1).
 
     Returns:
         `(token_ids, word_ids)`, int32. Word numbers restart in each sequence;
-        `[CLS]`, `[SEP]` and the last sequence's padding (id 0) have `NOT_A_WORD`.
+        `[CLS]`, `[SEP]` and the last sequence's padding (`pad_id`) have `NOT_A_WORD`.
 
     Example:
     >>> lines = [(np.array([7, 8, 9]), np.array([0, 0, 1])), (np.array([5, 6]), np.array([0, 1]))]
@@ -68,7 +69,7 @@ def pack_sequences(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, 
 
     def close():
         nonlocal tokens, words, next_word
-        sequences.append(tokens + [0] * (maxlen - len(tokens)))
+        sequences.append(tokens + [pad_id] * (maxlen - len(tokens)))
         numbers.append(words + [NOT_A_WORD] * (maxlen - len(words)))
         tokens, words, next_word = [cls_id], [NOT_A_WORD], 0
 
@@ -94,7 +95,7 @@ class PackedDocuments:
     """Rows of whole documents, from `pack_documents`.
 
     Attributes:
-        token_ids: `[rows, maxlen]` int32, each document `[CLS] tokens [SEP]`, padding 0 after the last.
+        token_ids: `[rows, maxlen]` int32, each document `[CLS] tokens [SEP]`, padding after the last.
         word_ids: `[rows, maxlen]` int32 word numbers, from 0 within each document (`NOT_A_WORD` at
             `[CLS]`, `[SEP]` and padding).
         positions: `[rows, maxlen]` int32, each token's position within its document (0 at padding).
@@ -108,9 +109,9 @@ class PackedDocuments:
 
 
 def pack_documents(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, cls_id: int, sep_id: int,
-                   several: bool = True) -> PackedDocuments:
+                   several: bool = True, pad_id: int = 0) -> PackedDocuments:
     """Each tokenised line a document `[CLS] line [SEP]`; with `several`, as many as fit in a row, else one a
-    row, padded.
+    row, padded with `pad_id`.
 
     Several a row are placed best fit decreasing: the longest documents first, each into the row it
     fills best (the fullest with room for it), a new row when none has room. A line longer than
@@ -135,7 +136,7 @@ def pack_documents(lines: Iterable[Tuple[np.ndarray, np.ndarray]], maxlen: int, 
     rows = _best_fit_rows([len(tokens) for tokens, _ in documents], maxlen) if several \
         else [[number] for number in range(len(documents))]
     token_ids, word_ids, positions = (np.zeros((len(rows), maxlen), np.int32) for _ in range(3))
-    word_ids[:] = NOT_A_WORD
+    token_ids[:], word_ids[:] = pad_id, NOT_A_WORD
     spans = []
     for row, numbers in enumerate(rows):
         spans.append([])

@@ -62,7 +62,7 @@ class Task(abc.ABC):
     score_label = ""
     reads_sentencepiece = False  # a SentencePiece vocabulary (`SpTokenizer`) serves it
     # Hugging Face's RoBERTa / XLM-R trains for it: tokenized by its own tokenizer.json (`TokenizerJson`), padded
-    # with its <pad>; pre-training (WordPiece's [MASK] over its words) and seq2seq (a decoder) do not take it.
+    # with its <pad>; seq2seq, which needs a decoder, does not take it.
     reads_tokenizer_json = False
 
     @classmethod
