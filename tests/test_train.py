@@ -339,13 +339,14 @@ def test_a_label_map_of_another_model_is_named(trained, tmp_path, names):
     assert result.returncode == 2 and "Traceback" not in result.stderr
 
 
-def test_a_missing_vocabulary_names_both_kinds(trained, tmp_path):
+def test_a_missing_vocabulary_names_every_kind(trained, tmp_path):
     out, _ = trained
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     (copy / "vocab.txt").unlink()
     with pytest.raises(KbertError, match=f"{re.escape(str(copy))}: the vocabulary is missing: a model directory "
-                                         "holds vocab.txt \\(WordPiece\\) or spiece.model"):
+                                         "holds vocab.txt \\(WordPiece\\), spiece.model \\(a T5 .*\\) or "
+                                         "tokenizer.json \\(Hugging Face's RoBERTa / XLM-R\\)"):
         load_classifier(str(copy))
 
 
@@ -378,8 +379,8 @@ def test_bad_data_stops_before_training(tmp_path):
                  str(bad), str(tmp_path / "out"))
     with pytest.raises(KbertError, match=f"{bad}, line 2: expected text<TAB>label"):
         train(*arguments, options=TrainingOptions(maxlen=32))
-    with pytest.raises(KbertError, match=r"maxlen 128 is longer than the model's max_position_embeddings "
-                                         r"\(64, .*bert_tiny.json\)"):
+    with pytest.raises(KbertError, match=r"maxlen 128 is longer than the model's longest input, 64 tokens "
+                                         r"\(max_position_embeddings 64, .*bert_tiny.json\)"):
         train(*arguments, options=TrainingOptions(maxlen=128))
     assert not (tmp_path / "out").exists()
 
