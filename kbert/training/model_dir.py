@@ -36,8 +36,8 @@ TOKENIZER_JSON_FILE = "tokenizer.json"  # instead of vocab.txt, for Hugging Face
 
 
 def vocab_file(model_dir: str) -> str:
-    """The model directory's vocabulary: its SentencePiece model if it has one, else vocab.txt, else (RoBERTa's
-    pieces; an embedding model trained on WordPiece holds both) tokenizer.json."""
+    """The model directory's vocabulary: its SentencePiece model if it has one, else vocab.txt, else (Hugging
+    Face's RoBERTa / XLM-R) tokenizer.json."""
     for name in (SENTENCEPIECE_FILE, VOCAB_FILE, TOKENIZER_JSON_FILE):
         if os.path.exists(os.path.join(model_dir, name)):
             return os.path.join(model_dir, name)
