@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from keras import ops
 
-from kbert.training.data import LabelMap, check_known_tokens, unknown_token_id
+from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.errors import DataError, KbertError
 from kbert.layers.checks import traced_once
@@ -129,7 +129,7 @@ class UnitEncoder:
     def __init__(self, tokenizer, maxlen: int):
         self.tokenizer, self.maxlen, self.budget = tokenizer, maxlen, maxlen - 2
         self._pieces: Dict[str, List[int]] = {}
-        self._unknown = unknown_token_id(tokenizer)
+        self._unknown = tokenizer.unk_id
 
     def pieces(self, units: Sequence[str]) -> List[List[int]]:
         """The piece ids of each unit; one that normalizes to nothing is `[UNK]`, so that it keeps a place."""

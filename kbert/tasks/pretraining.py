@@ -124,7 +124,7 @@ def _starts_word(tokenizer, ids: np.ndarray) -> np.ndarray:
     """Whether each piece begins a word: all but WordPiece's `##` pieces, or (a `tokenizer.json` of byte-level
     BPE or SentencePiece pieces) those marked as following a space, `Ġ` or `▁`; the line's first always."""
     pieces = [tokenizer.id_to_token(int(index)) for index in ids]
-    if getattr(tokenizer, "wordpiece", True):
+    if tokenizer.wordpiece:
         starts = np.array([not piece.startswith("##") for piece in pieces], dtype=bool)
     else:
         starts = np.array([piece.startswith(("Ġ", "▁")) for piece in pieces], dtype=bool)
@@ -135,7 +135,7 @@ def _starts_word(tokenizer, ids: np.ndarray) -> np.ndarray:
 def mask_token_id(tokenizer) -> int:
     """The id of the tokenizer's mask token: WordPiece's `[MASK]`, or a `tokenizer.json`'s own (RoBERTa's
     `<mask>`)."""
-    found = tokenizer.mask_id if hasattr(tokenizer, "mask_id") else tokenizer.token_to_id(MASK_MARK)
+    found = tokenizer.mask_id
     if found is None:
         raise KbertError("the vocabulary has no mask token ([MASK] or <mask>), which pre-training puts in place "
                          "of the words it predicts; use the vocabulary the model was pre-trained with")
@@ -369,7 +369,7 @@ def _with_mask_ids(tokenizer, text: str, mask_id: int, maxlen: int) -> List[int]
 def _token_text(tokenizer, index: int) -> str:
     """A candidate token as text: WordPiece's token (`##` pieces as they are), or a `tokenizer.json`'s piece
     decoded (`Ġeating` is `eating`)."""
-    if getattr(tokenizer, "wordpiece", True):
+    if tokenizer.wordpiece:
         return tokenizer.id_to_token(index)
     return tokenizer.decode([index]).strip()
 

@@ -55,7 +55,7 @@ class SpTokenizer:
             raise KbertError(f"{path}: cannot read a SentencePiece model ({str(error).strip()})") from None
         self.path = path
         self._vocab_size = self.sp_model.get_piece_size()
-        self._token_unk_id = self.sp_model.unk_id()
+        self._token_unk_id = self.unk_id = self.sp_model.unk_id()
         # SentencePiece may have no padding piece (pad_id -1); ids are then padded with 0, as bert4keras's
         # are, which `kbert train` refuses (`has_padding_piece`): 0 is then a real piece.
         self.has_padding_piece = self.sp_model.pad_id() >= 0

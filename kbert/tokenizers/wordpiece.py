@@ -141,6 +141,8 @@ def _pre_tokenizer():
 class Tokenizer:
     """WordPiece tokenizer for a BERT `vocab.txt`, equal to Google's `FullTokenizer`.
 
+    Its pieces continue a word with `##` (`wordpiece`, as a `TokenizerJson` says of its own).
+
     Args:
         vocab: the vocabulary: the path of a `vocab.txt` (one token a line; a
             token's id is its line number, from 0), of a Hugging Face
@@ -162,6 +164,8 @@ class Tokenizer:
     (2, 3, 7)
     """
 
+    wordpiece = True
+
     def __init__(self, vocab: "str | os.PathLike[str] | Mapping[str, int]", do_lower_case: bool = True):
         from tokenizers import Tokenizer as _Backend
         from tokenizers import models
@@ -176,6 +180,7 @@ class Tokenizer:
         self._backend = backend
         self.cls_id, self.sep_id, self.pad_id = (self.vocab[CLS], self.vocab[SEP],
                                                  self.vocab.get(PAD, 0))
+        self.unk_id, self.mask_id = self.vocab[UNK], self.token_to_id(MASK)  # no [MASK]: [UNK]'s, as ever
         # bert4keras's names, which scripts written for it read: `_token_<name>` for each special
         # token, `_token_<name>_id` for those the vocabulary has, and `_vocab_size`.
         self._token_pad, self._token_unk, self._token_mask, self._token_start, self._token_end = \

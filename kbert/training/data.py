@@ -192,12 +192,6 @@ def encode_examples(tokenizer, examples: Sequence[Example], maxlen: int) -> List
 UNKNOWN_REFUSED, UNKNOWN_WARNED = 0.5, 0.05  # shares of the text's tokens that are [UNK]
 
 
-def unknown_token_id(tokenizer) -> Optional[int]:
-    """The id of the tokenizer's unknown token: WordPiece's `[UNK]`, or a `tokenizer.json`'s own (RoBERTa's
-    `<unk>`); None where it has none (a byte-level BPE, which reads every byte)."""
-    return tokenizer.unk_id if hasattr(tokenizer, "unk_id") else tokenizer.token_to_id("[UNK]")
-
-
 def check_known_tokens(path: str, rows: Iterable[Sequence[int]], tokenizer, refuse: bool = False) -> float:
     """The share of the text's tokens (`rows` of ids; padding, [CLS] and [SEP] aside) that are [UNK].
 
@@ -205,7 +199,7 @@ def check_known_tokens(path: str, rows: Iterable[Sequence[int]], tokenizer, refu
     uncased one) teaches the model [UNK] alone: a loud warning with the rate above `UNKNOWN_WARNED`, and above
     `UNKNOWN_REFUSED` a `DataError` where `refuse` (pre-training, which would learn to predict [UNK]).
     """
-    unknown_id = unknown_token_id(tokenizer)
+    unknown_id = tokenizer.unk_id  # a byte-level BPE's tokenizer.json has none: it reads every byte
     if unknown_id is None:
         return 0.0
     ignored = {0, getattr(tokenizer, "pad_id", 0), getattr(tokenizer, "cls_id", 0), getattr(tokenizer, "sep_id", 0)}
