@@ -248,7 +248,16 @@ def test_train_bad_data_exit_2(tmp_path):
                              "the column to one of text, sentence, text_a, sentence1, content, review\n")
     result = kbert("predict", "--model", tmp_path / "nowhere", "-")
     assert result.returncode == 2
-    assert "not a kbert model directory (no bert_config.json)" in result.stderr
+    assert result.stderr.startswith(f"kbert: error: {tmp_path / 'nowhere'}: no such directory; expected a model "
+                                    "directory of kbert train or kbert pretrain, a sentence-transformers folder")
+    (tmp_path / "empty").mkdir()
+    result = kbert("predict", "--model", tmp_path / "empty", "-")
+    assert result.returncode == 2
+    assert f"{tmp_path / 'empty'}: holds no model (no training.json, bert_config.json or modules.json)" \
+        in result.stderr
+    (tmp_path / "empty" / "bert_config.json").write_text("{}", encoding="utf-8")  # a kbert directory, half there
+    result = kbert("predict", "--model", tmp_path / "empty", "-")
+    assert "not a kbert model directory (no model.weights.h5)" in result.stderr
 
 
 def test_every_option_says_its_default():

@@ -183,6 +183,19 @@ def test_kbert_embed_prints_a_json_line_per_text_and_writes_npy(minilm, tmp_path
     assert "already exists" in capsys.readouterr().err
 
 
+def test_kbert_embed_checks_the_model_before_reading_standard_input(tmp_path, capsys, monkeypatch):
+    class Unread:  # standard input that fails the test if it is read: the model is refused first
+        @property
+        def buffer(self):
+            raise AssertionError("standard input was read before the model was checked")
+
+    monkeypatch.setattr("sys.stdin", Unread())
+    assert main(["embed", "--model", str(tmp_path), "-"]) == 2
+    assert capsys.readouterr().err == (f"kbert: error: {tmp_path}: no modules.json, so not a sentence-transformers "
+                                       "folder; kbert embed reads those (its pooling and normalisation are declared "
+                                       "there)\n")
+
+
 # --- parity with sentence-transformers itself -------------------------------------------------
 
 def test_all_minilm_matches_sentence_transformers(minilm):

@@ -439,7 +439,7 @@ def test_hf_offline_without_the_files_says_how_to_place_them(hub_cache):
         fetch_checkpoint("hf://someone/not-cached")
     message = str(caught.value)
     assert message.startswith("hf://someone/not-cached: not in the Hugging Face cache and the hub cannot be reached")
-    assert "HF_HUB_OFFLINE=1" in message and "--checkpoint DIR" in message
+    assert "HF_HUB_OFFLINE=1" in message and "pass DIR in the name's place" in message
 
 
 def test_hf_without_huggingface_hub_says_what_to_install(monkeypatch):

@@ -382,7 +382,7 @@ def test_serve_refuses_an_address_it_cannot_listen_on_before_loading(model_dirs,
 
 def test_serve_names_a_missing_model_directory(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "nothing"), "--port", "0"]) == 2
-    assert "not a kbert model directory" in capsys.readouterr().err
+    assert f"{tmp_path / 'nothing'}: no such directory; expected a model directory" in capsys.readouterr().err
 
 
 WEB_SERVING_SCRIPT = """

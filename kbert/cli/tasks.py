@@ -314,12 +314,9 @@ def _model_files(args, beside) -> Tuple[str, str]:
 
 def _model_task(args) -> str:
     """The model directory's task; a --task that differs is an error."""
-    from kbert.tasks.predictors import is_cross_encoder, is_embedding_model, resolved
-    from kbert.training.model_dir import read_training_state
+    from kbert.tasks.predictors import model_task, resolved
 
-    folder = resolved(args.model)
-    task = ("embed" if is_embedding_model(folder) else "rerank" if is_cross_encoder(folder)
-            else read_training_state(folder)["task"])
+    task = model_task(resolved(args.model))
     if task == "mlm" and args.command != "predict":
         raise KbertError(f"{args.model}: a pre-trained model (kbert pretrain), which has no task to "
                          f"{args.command}: fine-tune it with kbert train --checkpoint {args.model} (its "
@@ -550,12 +547,13 @@ def run_embed(args) -> int:
     if args.npy and os.path.lexists(args.npy):
         raise KbertError(f"{args.npy}: already exists; choose a new path (kbert never writes over an earlier output)")
     onnx = onnx_runtime_chosen(args)
+    folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
     texts = _input_lines(args.input)
     blank = [number for number, text in enumerate(texts, 1) if not text.strip()]
     if blank:
         raise DataError(f"{args.input}: line {blank[0]} is blank ({len(blank)} blank lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
-    embedder = Embedder.load(args.model, args.cache_dir)
+    embedder = Embedder.load(folder)
     if onnx:
         from kbert.serving.export import onnx_embedder
 

@@ -132,8 +132,8 @@ def _from_hub(source: str, snapshot: Callable[[str, str, Optional[str], Optional
     return checkpoint_directory(snapshot(source, repository, revision, cache_dir), source)
 
 
-_PLACE_BY_HAND = ("or download config.json, vocab.txt and model.safetensors yourself and pass their directory "
-                  "(--checkpoint DIR)")
+_PLACE_BY_HAND = ("or download the repository's files yourself (e.g. hf download OWNER/NAME --local-dir DIR) and "
+                  "pass DIR in the name's place")
 
 
 def _missing(source: str, hub: str, package: str) -> SourceError:

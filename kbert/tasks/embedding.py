@@ -65,6 +65,12 @@ class Embedder:
     @classmethod
     def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> "Embedder":
         """A sentence-transformers folder, or a name of one (`hf://OWNER/NAME`, an archive's URL), loaded."""
+        return _from_sentence_transformer(read_sentence_transformer(cls.folder(model, cache_dir)), os.fspath(model))
+
+    @staticmethod
+    def folder(model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> str:
+        """The sentence-transformers folder `model` names (a name is fetched into the cache once); anything
+        else is refused saying what is expected."""
         from kbert.hub.sources import is_checkpoint_name, resolve_checkpoint
 
         source = os.fspath(model)
@@ -75,7 +81,7 @@ class Embedder:
         if not is_sentence_transformer(folder):
             raise KbertError(f"{source}: no modules.json, so not a sentence-transformers folder; kbert embed reads "
                              "those (its pooling and normalisation are declared there)")
-        return _from_sentence_transformer(read_sentence_transformer(folder), source)
+        return folder
 
     def encode(self, texts: Sequence[str], batch_size: int = 32, normalize: Optional[bool] = None,
                bucketing: bool = True) -> np.ndarray:

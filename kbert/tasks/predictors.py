@@ -135,13 +135,29 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
                      loaded.tokenizer, loaded.options.maxlen)
 
 
+MODEL_KINDS = ("a model directory of kbert train or kbert pretrain, a sentence-transformers folder (modules.json), "
+               "a CrossEncoder folder, or a name such as hf://OWNER/NAME")
+
+
 def model_task(folder: str) -> str:
     """The task of a model's folder (`resolved` already): an embedding model's, a reranker's, or the one its
-    training state records."""
-    from kbert.training.model_dir import read_training_state
+    training state records. A path that is no folder, or a folder that is none of these, is refused naming
+    what a model may be."""
+    import os
 
-    return ("embed" if is_embedding_model(folder) else "rerank" if is_cross_encoder(folder)
-            else read_training_state(folder)["task"])
+    from kbert.training.model_dir import CONFIG_FILE, TRAINING_FILE, read_training_state
+
+    if not os.path.isdir(folder):
+        raise KbertError(f"{folder}: {'not a directory' if os.path.exists(folder) else 'no such directory'}; "
+                         f"expected {MODEL_KINDS}")
+    if is_embedding_model(folder):
+        return "embed"
+    if is_cross_encoder(folder):
+        return "rerank"
+    if not any(os.path.exists(os.path.join(folder, name)) for name in (CONFIG_FILE, TRAINING_FILE)):
+        raise KbertError(f"{folder}: holds no model (no {TRAINING_FILE}, {CONFIG_FILE} or modules.json); expected "
+                         f"{MODEL_KINDS}")
+    return read_training_state(folder)["task"]
 
 
 def resolved(model: str) -> str:
