@@ -5,6 +5,7 @@ The vectors served are compared with `Embedder.encode` in this process (itself w
 sentence-transformers, tests/test_embeddings.py).
 """
 
+import asyncio
 import base64
 import concurrent.futures
 import json
@@ -24,6 +25,23 @@ prometheus_parser = pytest.importorskip("prometheus_client.parser", reason="pip 
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
              "Someone in a gorilla costume is playing a set of drums.", "好"]
 LONG = "word " * 400  # 400 word pieces and two special tokens: more than MiniLM's max_seq_length of 256
+
+
+@pytest.mark.parametrize("name, status, message", [("TooLong", 413, "input[0]: 300 tokens"),
+                                                    ("QueueFull", 503, "[0]: 300 tokens"),
+                                                    ("KbertError", 422, "[0]: 300 tokens")])
+def test_a_refused_batch_call_is_answered_with_its_status(name, status, message):
+    from kbert.serving import batcher
+    from kbert.serving.checks import served
+
+    async def refused():
+        raise getattr(batcher, name)("[0]: 300 tokens")
+
+    async def answered():
+        return "rows", 3
+
+    assert asyncio.run(served(refused(), "input")) == (None, (status, message))
+    assert asyncio.run(served(answered(), "input")) == ("rows", 3)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,10 @@
 within the server's limits, not blank, and real text."""
 
 import json
-from typing import List, Optional, Tuple
+from typing import Awaitable, List, Optional, Tuple
+
+from kbert.errors import KbertError
+from kbert.serving.batcher import QueueFull, TooLong
 
 
 def read_json(body: bytes):
@@ -95,6 +98,20 @@ async def parse_request(request, schema, field: str, limits, task: str):
     request.state.texts = len(texts)
     refused = refusal(texts, None, limits, task, field)
     return (None, refused) if refused else (body, texts)
+
+
+async def served(call: Awaitable, field: str):
+    """What `call` (a model service's batched call) gives, or `(None, (status, message))` where it refuses:
+    413 for an input longer than the model takes (`field` names it), 503 when the server is too busy, 422 for
+    any other refusal."""
+    try:
+        return await call
+    except TooLong as error:
+        return None, (413, f"{field}{error}")
+    except QueueFull as error:
+        return None, (503, str(error))
+    except KbertError as error:
+        return None, (422, str(error))
 
 
 def token_arrays(value) -> bool:

@@ -21,9 +21,8 @@ from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
-from kbert.errors import KbertError
-from kbert.serving.batcher import TokenizedService, TooLong
-from kbert.serving.checks import body_schema, openai_error, parse_request, tei_error
+from kbert.serving.batcher import TokenizedService
+from kbert.serving.checks import body_schema, openai_error, parse_request, served, tei_error
 
 
 class EmbeddingService(TokenizedService):
@@ -54,7 +53,6 @@ def unit_length(vectors: np.ndarray) -> np.ndarray:
 def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:
     """`POST /v1/embeddings` (OpenAI's form) and `POST /embed` (TEI's) on `app`, run through `batcher`."""
     from fastapi import Request
-    from kbert.serving.batcher import QueueFull
     from pydantic import BaseModel, Field
 
     width = service.model.dimensions  # not `dimensions`: a class body below has a field of that name
@@ -74,16 +72,9 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         truncation_direction: str = Field("Right", pattern="^(Right|right)$",
                                           description="where a text is cut: its end (Right) only")
 
-    async def run(texts: List[str], truncate: bool, field: str):
+    def run(texts: List[str], truncate: bool, field: str):
         """`(vectors, tokens)`, or `(None, (status, message))` when the batcher or the texts refuse."""
-        try:
-            return await service.embed(batcher, texts, truncate)
-        except TooLong as error:
-            return None, (413, f"{field}{error}")
-        except QueueFull as error:
-            return None, (503, str(error))
-        except KbertError as error:
-            return None, (422, str(error))
+        return served(service.embed(batcher, texts, truncate), field)
 
     @app.post("/v1/embeddings", openapi_extra=body_schema(OpenAIRequest),
               summary="OpenAI's embeddings API: a vector per text, with the tokens used")

@@ -16,9 +16,8 @@ from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
-from kbert.errors import KbertError
-from kbert.serving.batcher import TokenizedService, TooLong
-from kbert.serving.checks import body_schema, openai_error, parse_request, refusal, tei_error
+from kbert.serving.batcher import TokenizedService
+from kbert.serving.checks import body_schema, openai_error, parse_request, refusal, served, tei_error
 
 
 class RerankService(TokenizedService):
@@ -45,7 +44,6 @@ class RerankService(TokenizedService):
 def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: str) -> None:
     """`POST /rerank` (TEI's form) and `POST /v1/rerank` (Cohere's and Jina's) on `app`, through `batcher`."""
     from fastapi import Request
-    from kbert.serving.batcher import QueueFull
     from pydantic import BaseModel, Field
 
     class TEIRequest(BaseModel):
@@ -70,14 +68,7 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
         refused = refusal([query], None, limits, "rerank", "query")
         if refused:
             return None, refused
-        try:
-            return await service.logits(batcher, [query] * len(texts), texts, truncate)
-        except TooLong as error:
-            return None, (413, f"{field}{error}")
-        except QueueFull as error:
-            return None, (503, str(error))
-        except KbertError as error:
-            return None, (422, str(error))
+        return await served(service.logits(batcher, [query] * len(texts), texts, truncate), field)
 
     def ranked(logits: np.ndarray, raw: bool, top_n: Optional[int] = None):
         scores = logits if raw else 1 / (1 + np.exp(-logits))
