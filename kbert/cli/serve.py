@@ -66,14 +66,19 @@ def run_serve(args) -> int:
     onnx = onnx_runtime_chosen(args)
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
-    serial = serial_reason(model_task(resolved(args.model)))
+    task = model_task(resolved(args.model))
+    if onnx and task not in ("classify", "embed"):
+        option = "--quantize int8" if args.quantize else "--runtime onnxruntime"
+        raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {args.model} is a {task} "
+                         f"model: serve it without {option}")
+    serial = serial_reason(task)
     if serial:
         limits.instances = 1
     # Before the model loads: TensorFlow's pool of threads is fixed once it runs an operation.
     threads = share_cores(limits.instances)
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
                                   max_new_tokens=args.max_new_tokens, top_k=args.top_k)
-    predictor = (_onnx_predictor(args.model, settings, args.quantize, threads) if onnx
+    predictor = (_onnx_predictor(args.model, task, settings, args.quantize, threads) if onnx
                  else load_predictor(args.model, settings))
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
@@ -95,25 +100,19 @@ def run_serve(args) -> int:
 WARM_UP = {"mlm": "[MASK]", None: "warm up"}
 
 
-def _onnx_predictor(model_dir: str, settings, quantize: "str | None", threads: "int | None"):
-    """A classifier or an embedding model whose model is its ONNX export, float32 or int8
+def _onnx_predictor(model_dir: str, task: str, settings, quantize: "str | None", threads: "int | None"):
+    """A classifier or an embedding model (`task`) whose model is its ONNX export, float32 or int8
     (`kbert.serving.export.OnnxModel`, on `threads` threads a call; None: every core), made from the Keras
     model, which it then replaces."""
     from kbert.serving.export import onnx_classifier, onnx_embedder
     from kbert.tasks.classification import load_classifier
     from kbert.tasks.embedding import Embedder
     from kbert.tasks.predictors import classifier_predictor, embedding_predictor
-    from kbert.tasks.predictors import model_task, resolved
 
-    task = model_task(resolved(model_dir))
     if task == "embed":
         embedder = Embedder.load(model_dir)
         embedder.model = onnx_embedder(embedder, quantize, threads)
         return embedding_predictor(model_dir, settings, embedder)
-    if task != "classify":
-        option = "--quantize int8" if quantize else "--runtime onnxruntime"
-        raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {model_dir} is a {task} "
-                         f"model: serve it without {option}")
     classifier = load_classifier(model_dir)
     classifier.model = onnx_classifier(classifier, quantize, threads)
     return classifier_predictor(classifier, model_dir, settings)
