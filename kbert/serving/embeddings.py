@@ -72,9 +72,9 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         truncation_direction: str = Field("Right", pattern="^(Right|right)$",
                                           description="where a text is cut: its end (Right) only")
 
-    def run(texts: List[str], truncate: bool, field: str):
+    async def run(texts: List[str], truncate: bool, field: str):
         """`(vectors, tokens)`, or `(None, (status, message))` when the batcher or the texts refuse."""
-        return served(service.embed(batcher, texts, truncate), field)
+        return await served(service.embed(batcher, texts, truncate), field)
 
     @app.post("/v1/embeddings", openapi_extra=body_schema(OpenAIRequest),
               summary="OpenAI's embeddings API: a vector per text, with the tokens used")
