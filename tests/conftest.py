@@ -25,6 +25,23 @@ SHARED = pathlib.Path(os.environ.get("KBERT_SHARED", REPO.parent / "shared"))
 CONFIGS = REPO / "configs"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-examples", action="store_true",
+                     help="also run the tests marked `examples`: whole examples end to end (CI runs them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Whole examples run end to end (the README's commands, the notebooks, bert4keras's scripts, the
+    benchmarks' quick runs) are left out of the default suite: they took about a quarter of its time (550 of
+    2,350 test-seconds), trainings of minutes that run examples rather than test a part. `--run-examples`
+    runs them."""
+    if config.getoption("--run-examples"):
+        return
+    skip = pytest.mark.skip(reason="an example run end to end: pytest --run-examples -m examples runs it (CI does)")
+    for item in items:
+        if item.get_closest_marker("examples"):
+            item.add_marker(skip)
+
 
 def shared_path(*parts: str) -> pathlib.Path:
     """A path under ../shared; skips the calling test if it is not there."""
@@ -163,7 +180,7 @@ def tiny_checkpoint_dir() -> pathlib.Path:
     return shared_path("fixtures", "google_tiny")
 
 
-def kbert_in_process(*args, stdin: "str | None" = None) -> subprocess.CompletedProcess:
+def kbert_in_process(*args, stdin: "str | bytes | None" = None) -> subprocess.CompletedProcess:
     """`kbert ARGS` run in this process (no TensorFlow start-up per call), as `subprocess.run` reports it.
 
     Standard output and error are captured, the `kbert` logger's lines included
@@ -180,10 +197,14 @@ def kbert_in_process(*args, stdin: "str | None" = None) -> subprocess.CompletedP
     logger.setLevel(logging.INFO)
     logger.propagate = False
     saved_stdin = sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO((stdin or "").encode("utf-8")), encoding="utf-8")
+    raw = stdin if isinstance(stdin, bytes) else (stdin or "").encode("utf-8")
+    sys.stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = main([str(arg) for arg in args])
+            try:
+                status = main([str(arg) for arg in args])
+            except SystemExit as exit:  # argparse's refusals (status 2) and --help, as a process ends
+                status = exit.code
     finally:
         sys.stdin = saved_stdin
         logger.removeHandler(handler)

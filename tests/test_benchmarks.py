@@ -1,4 +1,5 @@
-"""The benchmark script runs (quick mode); its figures are for people, not assertions on speed."""
+"""The benchmark scripts run (quick mode); their figures are for people, not assertions on speed. Each run is an
+example run, left out unless `pytest --run-examples` (CI runs them)."""
 
 import json
 import subprocess
@@ -9,6 +10,7 @@ import pytest
 from conftest import REPO, shared_path
 
 
+@pytest.mark.examples
 def test_quick_benchmark_writes_every_figure(tmp_path):
     out = tmp_path / "results.json"
     result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--no-peers", "--json", str(out)],
@@ -37,6 +39,7 @@ def test_alternating_rounds_and_median_ratio():
     assert median_ratio([2.0, 6.0, 3.0], [1.0, 2.0, 3.0]) == {"median": 2.0, "min": 1.0, "max": 3.0}
 
 
+@pytest.mark.examples
 def test_quick_input_checks_benchmark():
     result = subprocess.run([sys.executable, "-m", "benchmarks.input_checks", "--quick"],
                             capture_output=True, text=True, cwd=REPO, timeout=600)
@@ -44,6 +47,7 @@ def test_quick_input_checks_benchmark():
     assert "| forward pass (with checks) |" in result.stdout and "checks / forward pass: median " in result.stdout
 
 
+@pytest.mark.examples
 def test_training_bucketing_benchmark_runs(tmp_path):
     from conftest import shared_path
 
@@ -61,6 +65,7 @@ def test_training_bucketing_benchmark_runs(tmp_path):
     assert 1 <= padding[0] < padding[1]
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("case, family, kind", [("gpt2_tiny", "gpt2", "gpt2 LM, 6,016 parameters"),
                                                 ("t5_11_tiny", "t5.1.1", "t5.1.1 encoder-decoder")])
 def test_generation_benchmark_runs_gpt2_and_t5(capsys, case, family, kind):
@@ -74,6 +79,7 @@ def test_generation_benchmark_runs_gpt2_and_t5(capsys, case, family, kind):
     assert table.strip().splitlines()[-1].endswith("| True |")  # cached and recomputed: the same tokens
 
 
+@pytest.mark.examples
 def test_bert4keras_examples_run_after_migrate_and_after_a_prefix_change():
     """Two of bert4keras's own examples through `kbert migrate` (FGM adversarial training; UniLM seq2seq with
     the Loss layer and AutoRegressiveDecoder), and one with only `bert4keras.` → `kbert.compat.`."""
@@ -87,6 +93,7 @@ def test_bert4keras_examples_run_after_migrate_and_after_a_prefix_change():
     assert "1 of 1 examples ran to completion (prefix)." in prefixed.stdout, prefixed.stdout[-3000:]
 
 
+@pytest.mark.examples
 def test_packing_benchmark_runs():
     result = subprocess.run([sys.executable, "-m", "benchmarks.packing", "--train",
                              str(shared_path("data", "sentiment", "sentiment.valid.data")), "--config",

@@ -7,16 +7,21 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path
+from conftest import CONFIGS, kbert_in_process, shared_path
+
+# Most commands run in this process (`kbert.cli.main`, as the entry point calls it): a process each would spend
+# 4 s of the suite importing TensorFlow. What only a process shows (`python -m kbert`, a closed pipe, Ctrl-C,
+# the exported file loaded afresh) runs in one.
+kbert = kbert_in_process
 
 
-def kbert(*args):
-    return subprocess.run([sys.executable, "-m", "kbert", *map(str, args)],
-                          capture_output=True, text=True, timeout=600)
+def kbert_process(*args):
+    return subprocess.run([sys.executable, "-m", "kbert", *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
 
 
 def test_summary_default_is_the_mission_classifier():
-    result = kbert("summary")
+    result = kbert_process("summary")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "Total params: 101,678,594" in out
@@ -165,8 +170,7 @@ def test_evaluate_predict_export(trained_model, tmp_path):
     assert out[-4] == "confusion matrix (rows: true label, columns: predicted)"
 
     texts = "这家酒店很好，服务周到\n太差了，再也不来了\n"
-    result = subprocess.run([sys.executable, "-m", "kbert", "predict", "--model", str(trained_model),
-                             "--json", "-"], input=texts, capture_output=True, text=True)
+    result = kbert("predict", "--model", trained_model, "--json", "-", stdin=texts)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [row["text"] for row in rows] == texts.split()
@@ -292,10 +296,9 @@ def test_batch_size_must_be_positive(args):
     ("好".encode("gbk") + b"\n", "kbert: error: standard input: not UTF-8 text (invalid start byte at byte 0)\n"),
 ])
 def test_predict_standard_input_errors(trained_model, data, message):
-    result = subprocess.run([sys.executable, "-m", "kbert", "predict", "--model", str(trained_model), "-"],
-                            input=data, capture_output=True, timeout=600)
+    result = kbert("predict", "--model", trained_model, "-", stdin=data)
     assert result.returncode == 2
-    assert result.stderr.decode() == message
+    assert result.stderr == message
 
 
 def test_ctrl_c_tells_the_truth(tmp_path):
@@ -350,19 +353,18 @@ def test_convert_never_mixes_two_models(tmp_path, tiny_checkpoint_dir):
     assert [p.name for p in tmp_path.iterdir()] == ["other-model"]  # no temporary directory left
 
 
-def test_convert_or_train_into_the_directory_it_runs_in_is_refused(tmp_path, tiny_checkpoint_dir):
+def test_convert_or_train_into_the_directory_it_runs_in_is_refused(tmp_path, tiny_checkpoint_dir, monkeypatch):
     """`kbert convert SRC . --overwrite` from inside the target: refused with the reason, nothing left beside it."""
     target = tmp_path / "target"
     (target / "inner").mkdir(parents=True)
     (target / "notes.txt").write_text("mine\n")
     (tmp_path / "x.tsv").write_text("很好\t1\n很差\t0\n" * 4, encoding="utf-8")
     for where, out in ((target, "."), (target / "inner", "..")):
-        result = subprocess.run([sys.executable, "-m", "kbert", "convert", str(tiny_checkpoint_dir), out, "--overwrite"],
-                                capture_output=True, text=True, timeout=600, cwd=where)
+        monkeypatch.chdir(where)
+        result = kbert("convert", tiny_checkpoint_dir, out, "--overwrite")
         assert result.returncode == 2 and "is the current directory or holds it" in result.stderr, result.stderr
-        result = subprocess.run([sys.executable, "-m", "kbert", "train", "--config", str(CONFIGS / "bert_tiny.json"),
-                                 "--vocab", str(tiny_checkpoint_dir / "vocab.txt"), "--train", str(tmp_path / "x.tsv"),
-                                 "--out", out, "--overwrite"], capture_output=True, text=True, timeout=600, cwd=where)
+        result = kbert("train", "--config", CONFIGS / "bert_tiny.json", "--vocab", tiny_checkpoint_dir / "vocab.txt",
+                       "--train", tmp_path / "x.tsv", "--out", out, "--overwrite")
         assert result.returncode == 2 and "is the current directory or holds it" in result.stderr, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target", "x.tsv"]  # no .old- or .tmp- folder
     assert (target / "notes.txt").read_text() == "mine\n"

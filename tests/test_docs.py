@@ -5,7 +5,8 @@ Python blocks with `import kbert` first), in a scratch folder that holds the clo
 and `docs/`: its commands use bundled configs and the toy corpus it makes, and its one hub name
 (`hf://sentence-transformers/all-MiniLM-L6-v2`) reads, offline, a Hugging Face cache holding that
 model's real files (`conftest.write_hub_cache`). Only its set-up lines (`pip install ...`) are
-left to `.ci/run`, which runs them as written.
+left to `.ci/run`, which runs them as written. The README's run is an example run, left out unless
+`pytest --run-examples` (CI runs it).
 
 Of docs/ pages, every `kbert params` and `kbert summary` line of a bash block runs and must
 succeed. A Python block runs (with `import kbert` first, as the pages assume) when every file it names exists:
@@ -23,7 +24,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, write_hub_cache
+from conftest import REPO, kbert_in_process, write_hub_cache
 
 README = REPO / "README.md"
 PAGES = sorted((REPO / "docs").glob("*.md"))
@@ -73,8 +74,9 @@ def run(args, **kwargs):
 
 
 @pytest.mark.parametrize("where, args", list(cli_lines()), ids=[where for where, _ in cli_lines()])
-def test_command_lines(where, args):
-    result = run(["-m", "kbert", *args])
+def test_command_lines(where, args, monkeypatch):
+    monkeypatch.chdir(REPO)  # the pages' paths are the checkout's
+    result = kbert_in_process(*args)
     assert result.returncode == 0, f"{where}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     assert "✗" not in result.stdout, where
 
@@ -87,6 +89,7 @@ def test_python_blocks(where, code):
     assert result.returncode == 0, f"{where}:\n{result.stderr[-3000:]}"
 
 
+@pytest.mark.examples
 def test_readme_runs_as_written(tmp_path):
     pytest.importorskip("huggingface_hub", reason="the README's hf:// names: pip install '.[hub]'")
     for name in ("configs", "docs"):

@@ -2,14 +2,12 @@
 
 import json
 import shutil
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, minilm_dir, needs_tensorflow
+from conftest import CONFIGS, kbert_in_process, minilm_dir, needs_tensorflow
 from kbert import CheckpointError, Tokenizer, build_transformer_model, load_hf_weights, save_hf_weights
 from kbert.errors import KbertError
 
@@ -58,8 +56,7 @@ def test_paraphrases_are_closer_than_unrelated_sentences(minilm):
 def test_hf_to_google_and_back_is_identical(minilm, tmp_path):
     needs_tensorflow("writing and reading a Google checkpoint")
     directory, bert, _ = minilm
-    result = subprocess.run([sys.executable, "-m", "kbert", "convert", directory, tmp_path / "google"],
-                            capture_output=True, text=True)
+    result = kbert_in_process("convert", directory, tmp_path / "google")
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "google").iterdir()) == [
         "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
@@ -69,8 +66,7 @@ def test_hf_to_google_and_back_is_identical(minilm, tmp_path):
     tokens, segments = Tokenizer(directory / "vocab.txt").encode_batch(SENTENCES)
     np.testing.assert_array_equal(again.predict([tokens, segments], verbose=0),
                                   bert.predict([tokens, segments], verbose=0))
-    result = subprocess.run([sys.executable, "-m", "kbert", "convert", tmp_path / "google",
-                             tmp_path / "hf"], capture_output=True, text=True)
+    result = kbert_in_process("convert", tmp_path / "google", tmp_path / "hf")
     assert result.returncode == 0, result.stderr
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["model_type"] == "bert" and config["architectures"] == ["BertModel"]

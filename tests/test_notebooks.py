@@ -1,5 +1,7 @@
 """The notebooks are stored executed, with their figures; they run again top to bottom on CPU (as a
-student would run them) and show their results: the figures, and figures of merit above chance."""
+student would run them) and show their results: the figures, and figures of merit above chance. The runs are
+example runs, left out unless `pytest --run-examples` (CI runs them); that each is stored executed is always
+checked."""
 
 import pathlib
 import re
@@ -57,6 +59,7 @@ def outputs_text(notebook) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
 def test_notebook_runs_and_shows_its_results(name):
     if name in DATA:

@@ -1,9 +1,6 @@
 """`kbert summary --style keras2`: Keras 2's text layout, as in bert4keras's tables."""
 
-import subprocess
-import sys
-
-from conftest import CONFIGS
+from conftest import CONFIGS, kbert_in_process
 
 # Keras 2 (tf.keras 2.x) print_summary of a functional model: 98 columns, cells cut at
 # 32/53/65, connections `name[node][tensor]` one per line, inputs as [(None, None)].
@@ -80,9 +77,7 @@ Non-trainable params: 0
 """
 
 
-def kbert(*args):
-    return subprocess.run([sys.executable, "-m", "kbert", *map(str, args)],
-                          capture_output=True, text=True, timeout=600)
+kbert = kbert_in_process  # `kbert.cli.main` in this process: no TensorFlow start-up a call
 
 
 def test_keras2_layout_of_the_tiny_classifier():
