@@ -64,6 +64,25 @@ def test_retrieval_of_each_sentence_finds_itself_first(beir, capsys):
     assert (result["ndcg@10"], result["mrr@10"], result["recall@100"]) == (1.0, 1.0, 1.0)
 
 
+
+def test_retrieval_puts_the_models_query_and_document_prompts_before_each():
+    """e5's kind of model: queries after its `query` prompt, documents after its `passage` one (the scores equal
+    those of the texts written with them), which ranks otherwise than without them."""
+    import dataclasses
+
+    from kbert.tasks.embedding import Embedder
+    from kbert.tasks.embedding_evaluation import retrieval
+
+    embedder = Embedder.load(minilm_dir())
+    prompted = dataclasses.replace(embedder, prompts={"query": "query: ", "passage": "passage: "})
+    corpus = {f"d{i}": text for i, text in enumerate(SENTENCES)}
+    queries = {f"q{i}": text for i, text in enumerate(reversed(SENTENCES))}
+    judgements = {f"q{i}": {f"d{(3 * i + 1) % len(SENTENCES)}": 1} for i in range(len(SENTENCES))}
+    written = retrieval(embedder, {key: "passage: " + text for key, text in corpus.items()},
+                        {key: "query: " + text for key, text in queries.items()}, judgements)
+    assert retrieval(prompted, corpus, queries, judgements) == written
+    assert retrieval(embedder, corpus, queries, judgements) != written
+
 def test_sts_classification_and_clustering_from_the_command(tmp_path, capsys):
     scored = write(tmp_path, "sts.tsv", "A man is eating food.\tA man is eating a meal.\t5\n"
                                         "A man is eating food.\tA man is riding a horse.\t1\n"

@@ -6,6 +6,7 @@ random models of each pooling mode is the reference.
 """
 
 import json
+import os
 import pathlib
 import shutil
 
@@ -261,6 +262,87 @@ def test_sentence_transformers_loads_what_kbert_saves(minilm, tmp_path):
         reference = sentence_transformers.SentenceTransformer(folder, device="cpu").encode(SENTENCES)
         assert np.abs(embedder.encode(SENTENCES) - reference).max() <= 1e-5
 
+
+
+# --- prompts (config_sentence_transformers.json) ------------------------------------------------
+
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+def test_prompts_go_before_the_texts_as_sentence_transformers_puts_them(tmp_path):
+    """A model with prompts and a default one, saved by sentence-transformers: kbert's vectors with its default
+    prompt, a named one and a prompt's text match sentence-transformers' `encode`; kbert writes them back."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    from kbert.tasks.embedding import Embedder
+
+    theirs = sentence_transformers.SentenceTransformer(str(minilm_dir()), device="cpu", prompts=PROMPTS,
+                                                       default_prompt_name="query")
+    theirs.save(str(tmp_path / "theirs"))
+    embedder = Embedder.load(tmp_path / "theirs")
+    # sentence-transformers 5 on adds empty "query" and "document" prompts of its own where a model has none
+    assert PROMPTS.items() <= embedder.prompts.items() and embedder.default_prompt_name == "query"
+    for asked in ({}, {"prompt_name": "passage"}, {"prompt": "Represent this sentence: "}, {"prompt": ""}):
+        assert np.abs(embedder.encode(SENTENCES, **asked) - theirs.encode(SENTENCES, **asked)).max() <= 1e-5, asked
+    saved = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "kbert"), device="cpu")
+    assert saved.prompts == embedder.prompts and saved.default_prompt_name == "query"
+    assert np.abs(saved.encode(SENTENCES) - embedder.encode(SENTENCES)).max() <= 1e-5
+
+
+def test_the_default_prompt_a_named_one_and_kbert_embeds_options(minilm, tmp_path, capsys):
+    """kbert's own check of the same: a prompt's vectors are the vectors of the text after it, whichever way
+    it is asked for (the default, a name, `--prompt-name`, `--prompt`), and a saved model keeps its prompts."""
+    import dataclasses
+
+    from kbert.tasks.embedding import Embedder
+
+    prompted = dataclasses.replace(minilm, prompts=PROMPTS, default_prompt_name="query")
+    as_written = {name: minilm.encode([text + s for s in SENTENCES]) for name, text in PROMPTS.items()}
+    np.testing.assert_allclose(prompted.encode(SENTENCES), as_written["query"], atol=1e-6)
+    np.testing.assert_allclose(prompted.encode(SENTENCES, prompt_name="passage"), as_written["passage"], atol=1e-6)
+    np.testing.assert_allclose(prompted.encode(SENTENCES, prompt=""), minilm.encode(SENTENCES), atol=1e-6)
+    assert prompted.prompt_name_for("query") == "query" and prompted.prompt_name_for("document") == "passage"
+    folder = prompted.save(tmp_path / "prompted")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    for options, expected in ((["--prompt-name", "passage"], as_written["passage"]), ([], as_written["query"]),
+                              (["--prompt", ""], minilm.encode(SENTENCES))):
+        assert main(["embed", "--model", folder, str(texts), *options]) == 0
+        rows = [json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()]
+        np.testing.assert_allclose(np.array(rows), expected, atol=1e-5, err_msg=str(options))
+    assert Embedder.load(folder).prompts == PROMPTS
+
+
+def test_an_unknown_prompt_and_a_pooling_that_leaves_prompts_out_are_refused(minilm, tmp_path, capsys):
+    import dataclasses
+
+    from kbert.tasks.embedding import Embedder
+
+    prompted = dataclasses.replace(minilm, prompts=PROMPTS, source="e5-like")
+    with pytest.raises(KbertError, match=r"prompt_name 'document': e5-like has the prompts 'query', 'passage' "
+                                         r"\(config_sentence_transformers.json\); name one of them"):
+        prompted.encode(SENTENCES, prompt_name="document")
+    with pytest.raises(KbertError, match="has no prompts"):
+        minilm.encode(SENTENCES, prompt_name="query")
+    with pytest.raises(KbertError, match="give one of them, not both"):
+        prompted.encode(SENTENCES, prompt_name="query", prompt="q: ")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("好\n", encoding="utf-8")
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--prompt-name", "query"]) == 2
+    assert "kbert: error: prompt_name 'query'" in capsys.readouterr().err
+    folder = tmp_path / "left-out"
+    shutil.copytree(minilm_dir(), folder, copy_function=os.symlink)  # the weights are linked, not copied
+    for name, value in (("config_sentence_transformers.json", {"prompts": PROMPTS, "default_prompt_name": "query"}),
+                        ("1_Pooling/config.json", {"pooling_mode_mean_tokens": True, "include_prompt": False})):
+        (folder / name).unlink()
+        (folder / name).write_text(json.dumps(value))
+    with pytest.raises(KbertError, match=r"pooling leaves a prompt's tokens out \(include_prompt false"):
+        Embedder.load(folder)
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS,
+                                                                         "default_prompt_name": "doc"}))
+    with pytest.raises(CheckpointError, match=r"config_sentence_transformers.json: default_prompt_name 'doc' is not "
+                                              "one of its prompts"):
+        Embedder.load(folder)
 
 # --- XLM-RoBERTa backbones (multilingual-e5, bge-m3 are built on them) ---------------------------------
 

@@ -27,12 +27,12 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The 
 LONG = "word " * 400  # 400 word pieces and two special tokens: more than MiniLM's max_seq_length of 256
 
 
-@pytest.mark.parametrize("name, status, message", [("TooLong", 413, "input[0]: 300 tokens"),
-                                                    ("QueueFull", 503, "[0]: 300 tokens"),
-                                                    ("KbertError", 422, "[0]: 300 tokens")])
-def test_a_refused_batch_call_is_answered_with_its_status(name, status, message):
+@pytest.mark.parametrize("name, status, message, field", [("TooLong", 413, "input[0]: 300 tokens", "input"),
+                                                           ("QueueFull", 503, "[0]: 300 tokens", None),
+                                                           ("KbertError", 422, "[0]: 300 tokens", "input")])
+def test_a_refused_batch_call_is_answered_with_its_status(name, status, message, field):
     from kbert.serving import batcher
-    from kbert.serving.checks import served
+    from kbert.serving.checks import Refusal, served
 
     async def refused():
         raise getattr(batcher, name)("[0]: 300 tokens")
@@ -40,7 +40,7 @@ def test_a_refused_batch_call_is_answered_with_its_status(name, status, message)
     async def answered():
         return "rows", 3
 
-    assert asyncio.run(served(refused(), "input")) == (None, (status, message))
+    assert asyncio.run(served(refused(), "input")) == (None, Refusal(status, message, field))
     assert asyncio.run(served(answered(), "input")) == ("rows", 3)
 
 
@@ -102,20 +102,22 @@ def test_base64_is_little_endian_float32(server, embedder):
     np.testing.assert_allclose(vector, embedder.encode(["好"])[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("body, status, message", [
-    ({"input": []}, 422, "input: expected at least one text"),
-    ({"input": ["fine", "  "]}, 422, "input[1]: blank"),
-    ({"input": [[101, 102]]}, 422, "token ids are not taken here"),
-    ({"input": "x", "dimensions": 0}, 422, "dimensions"),
-    ({"input": "x", "dimensions": 385}, 422, "dimensions"),
-    ({"input": "x", "encoding_format": "int8"}, 422, "encoding_format"),
-    ({"input": LONG}, 413, "input[0]: 402 tokens, more than the model's 256"),
-    ({"text": "x"}, 422, "input: Field required"),
+@pytest.mark.parametrize("body, status, message, param", [
+    ({"input": []}, 422, "input: expected at least one text", "input"),
+    ({"input": ["fine", "  "]}, 422, "input[1]: blank", "input"),
+    ({"input": [[101, 102]]}, 422, "token ids are not taken here", "input"),
+    ({"input": "x", "dimensions": 0}, 422, "dimensions", "dimensions"),
+    ({"input": "x", "dimensions": 385}, 422, "dimensions", "dimensions"),
+    ({"input": "x", "encoding_format": "int8"}, 422, "encoding_format", "encoding_format"),
+    ({"input": LONG}, 413, "input[0]: 402 tokens, more than the model's 256", "input"),
+    ({"text": "x"}, 422, "input: Field required", "input"),
+    (["x"], 422, "body: Input should be a valid dictionary", None),
 ])
-def test_bad_openai_requests_get_openais_error_shape(server, body, status, message):
+def test_bad_openai_requests_get_openais_error_shape(server, body, status, message, param):
     answer_status, answer = call(server, "/v1/embeddings", body)
     assert answer_status == status
     assert message in answer["error"]["message"] and answer["error"]["type"] == "invalid_request_error"
+    assert answer["error"]["param"] == param  # the field at fault, as OpenAI's API names it
 
 
 def test_the_openai_client_raises_on_a_refusal(server):
@@ -183,3 +185,30 @@ def test_metrics_count_requests_tokens_and_batches(server, embedder):
     assert grew("kbert_batch_size_count") == 1
     assert after[("kbert_queue_texts", ())] == 0
     assert grew("kbert_request_duration_seconds_count", route="/v1/embeddings") == 2
+
+
+def test_the_models_default_prompt_is_served_and_tei_picks_another_by_name(embedder):
+    """A model with prompts (e5's kind), served in this process: both routes put its default prompt before
+    each text, as `Embedder.encode` does; TEI's `prompt_name` picks another, and an unknown one is a 422."""
+    import dataclasses
+
+    from starlette.testclient import TestClient
+
+    from kbert.serving import ServerLimits, create_app
+    from kbert.tasks.predictors import PredictionSettings, embedding_predictor
+
+    prompted = dataclasses.replace(embedder, prompts={"query": "query: ", "passage": "passage: "},
+                                   default_prompt_name="query")
+    app = create_app(embedding_predictor("e5-like", PredictionSettings(), prompted), ServerLimits(max_wait_ms=1))
+    with TestClient(app) as test_client:
+        openai_answer = test_client.post("/v1/embeddings", json={"input": SENTENCES, "encoding_format": "float"})
+        tei_answer = test_client.post("/embed", json={"inputs": SENTENCES, "prompt_name": "passage"})
+        unknown = test_client.post("/embed", json={"inputs": SENTENCES, "prompt_name": "document"})
+    np.testing.assert_allclose([row["embedding"] for row in openai_answer.json()["data"]],
+                               embedder.encode(["query: " + text for text in SENTENCES]), atol=1e-5)
+    tokens = sum(len(ids) for ids, _ in embedder.tokenizer.encode_all(["query: " + text for text in SENTENCES]))
+    assert openai_answer.json()["usage"]["prompt_tokens"] == tokens  # the prompt's tokens are read, so counted
+    np.testing.assert_allclose(tei_answer.json(), embedder.encode(["passage: " + text for text in SENTENCES]),
+                               atol=1e-5)
+    assert unknown.status_code == 422 and "has the prompts 'query', 'passage'" \
+        in unknown.json()["error"]

@@ -4,7 +4,9 @@ A sentence-transformers folder lists its modules in `modules.json`, in order:
 the transformer (the folder itself, or a sub-folder), a `Pooling` (its
 `config.json` names the mode), optionally a `Dense` projection (its
 `config.json` and `model.safetensors`) and a `Normalize`; its
-`sentence_bert_config.json` gives the longest input (`max_seq_length`).
+`sentence_bert_config.json` gives the longest input (`max_seq_length`), and
+`config_sentence_transformers.json` the prompts put before texts (`prompts`,
+by name, and the one used when none is asked for, `default_prompt_name`).
 Versions 2 to 6 of sentence-transformers wrote the module types under
 different names (`sentence_transformers.models.Pooling`,
 `sentence_transformers.models.pooling.Pooling.Pooling`, ...): a type is
@@ -17,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from kbert.errors import CheckpointError
 
@@ -52,6 +54,9 @@ class SentenceTransformerSpec:
         normalize: whether the vectors are scaled to unit length last.
         max_seq_length: the longest input in tokens (None: the model's own limit).
         do_lower_case: sentence-transformers' own lower-casing of the text before tokenizing.
+        prompts: texts put before the inputs, by name (e5's `{"query": "query: ", "document": "passage: "}`).
+        default_prompt_name: the prompt used when none is asked for (None: no prompt).
+        include_prompt: whether the pooling counts the prompt's tokens (the Pooling's `include_prompt`).
     """
 
     transformer: str
@@ -60,6 +65,9 @@ class SentenceTransformerSpec:
     normalize: bool
     max_seq_length: Optional[int]
     do_lower_case: bool = False
+    prompts: Dict[str, str] = dataclasses.field(default_factory=dict)
+    default_prompt_name: Optional[str] = None
+    include_prompt: bool = True
 
 
 def is_sentence_transformer(path: "str | os.PathLike[str]") -> bool:
@@ -74,14 +82,14 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     modules = _json(os.path.join(folder, MODULES_FILE))
     if not isinstance(modules, list) or not modules:
         raise CheckpointError(f"{os.path.join(folder, MODULES_FILE)}: expected a list of modules")
-    transformer, pooling, dense, normalize = None, None, [], False
+    transformer, pooling, include_prompt, dense, normalize = None, None, True, [], False
     for module in sorted(modules, key=lambda entry: entry.get("idx", 0)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         path = os.path.join(folder, module.get("path", ""))
         if kind in ("Transformer", "MLMTransformer"):
             transformer = path
         elif kind == "Pooling":
-            pooling = _pooling_mode(os.path.join(path, "config.json"))
+            pooling, include_prompt = _pooling(os.path.join(path, "config.json"))
         elif kind == "Dense":
             dense.append(_dense(path))
         elif kind == "Normalize":
@@ -94,16 +102,31 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
         raise CheckpointError(f"{os.path.join(folder, MODULES_FILE)}: expected a Transformer and a Pooling module")
     config = _optional_json(os.path.join(transformer, "sentence_bert_config.json")) or \
         _optional_json(os.path.join(folder, "sentence_bert_config.json")) or {}
+    prompts, default_prompt_name = _prompts(os.path.join(folder, "config_sentence_transformers.json"))
     return SentenceTransformerSpec(transformer, pooling, dense, normalize, config.get("max_seq_length"),
-                                   bool(config.get("do_lower_case", False)))
+                                   bool(config.get("do_lower_case", False)), prompts, default_prompt_name,
+                                   include_prompt)
+
+
+def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
+    """The prompts by name and the default one's name, checked as sentence-transformers checks them."""
+    config = _optional_json(path) or {}
+    prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
+    if not isinstance(prompts, dict) or not all(isinstance(text, str) for text in prompts.values()):
+        raise CheckpointError(f"{path}: prompts: expected an object of prompt names and their texts, got {prompts!r}")
+    if default is not None and default not in prompts:
+        raise CheckpointError(f"{path}: default_prompt_name {default!r} is not one of its prompts "
+                              f"({', '.join(map(repr, prompts)) or 'none'})")
+    return prompts, default
 
 
 def write_modules(folder: str, pooling: str, dimensions: int, dense: Sequence[Tuple[list, Optional[str]]],
-                  normalize: bool, max_seq_length: int) -> None:
+                  normalize: bool, max_seq_length: int, prompts: Optional[Dict[str, str]] = None,
+                  default_prompt_name: Optional[str] = None) -> None:
     """A sentence-transformers folder's module files beside the transformer's, in the names every version from 2
     on reads: `modules.json`, `1_Pooling/config.json`, a `N_Dense` folder per projection (`(weights, Keras
-    activation)`: its `config.json` and `model.safetensors`), `Normalize` where asked, and
-    `sentence_bert_config.json`."""
+    activation)`: its `config.json` and `model.safetensors`), `Normalize` where asked,
+    `sentence_bert_config.json`, and `config_sentence_transformers.json` where there are `prompts`."""
     from safetensors.numpy import save_file
 
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -129,6 +152,9 @@ def write_modules(folder: str, pooling: str, dimensions: int, dense: Sequence[Tu
     _write_json(os.path.join(folder, MODULES_FILE), modules)
     _write_json(os.path.join(folder, "sentence_bert_config.json"), {"max_seq_length": max_seq_length,
                                                                    "do_lower_case": False})
+    if prompts:
+        _write_json(os.path.join(folder, "config_sentence_transformers.json"),
+                    {"prompts": prompts, "default_prompt_name": default_prompt_name, "similarity_fn_name": "cosine"})
 
 
 def _write_json(path: str, value) -> None:
@@ -137,7 +163,8 @@ def _write_json(path: str, value) -> None:
         json.dump(value, handle, indent=2)
 
 
-def _pooling_mode(path: str) -> str:
+def _pooling(path: str) -> Tuple[str, bool]:
+    """The Pooling's mode, and whether it counts a prompt's tokens."""
     config = _json(path)
     if config.get("pooling_mode"):  # sentence-transformers 6 writes the mode (or a list of modes) by name
         named = config["pooling_mode"]
@@ -148,7 +175,7 @@ def _pooling_mode(path: str) -> str:
     if len(chosen) != 1 or chosen[0] not in _POOLING_FLAGS.values():
         raise CheckpointError(f"{path}: expected exactly one pooling mode of {', '.join(_POOLING_FLAGS)} (true), "
                               f"got {chosen or 'none'}; kbert pools one way (concatenated modes are not read)")
-    return chosen[0]
+    return chosen[0], bool(config.get("include_prompt", True))
 
 
 def _dense(path: str) -> DenseSpec:

@@ -62,6 +62,11 @@ def add_commands(command) -> None:
     embed.add_argument("--batch-size", type=positive_int, default=32, help="texts a model call takes at most")
     embed.add_argument("--normalize", action="store_true",
                        help="scale each vector to unit length (a model whose last module is Normalize does)")
+    prompt = embed.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt-name", metavar="NAME", help="put the model's prompt NAME before each text (the "
+                                                              "prompts of its config_sentence_transformers.json; "
+                                                              "default: its default_prompt_name, if any)")
+    prompt.add_argument("--prompt", metavar="TEXT", help="put TEXT before each text instead ('' for no prompt)")
     embed.add_argument("--cache-dir", help="where a named model is kept (default: $KBERT_CACHE, else "
                                            "~/.cache/kbert; the hub's own cache for hf://)")
     runtime_options(embed, "the model", "worth it for a long file on a CPU: the export takes seconds "
@@ -554,11 +559,12 @@ def run_embed(args) -> int:
         raise DataError(f"{args.input}: line {blank[0]} is blank ({len(blank)} blank lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
     embedder = Embedder.load(folder)
+    texts = embedder.prompted(texts, args.prompt_name, args.prompt)  # an unknown name is refused before an export
     if onnx:
         from kbert.serving.export import onnx_embedder
 
         embedder.model = onnx_embedder(embedder, args.quantize)
-    vectors = embedder.encode(texts, args.batch_size, normalize=args.normalize)
+    vectors = embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt="")
     if args.npy:
         with atomic_path(args.npy) as temporary:
             with open(temporary, "wb") as handle:

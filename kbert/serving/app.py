@@ -156,7 +156,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
         request.state.texts = len(body.texts)
         refused = refusal(body.texts, body.text_pairs, limits, predictor.task)
         if refused:
-            return problem(*refused)
+            return problem(refused.status, refused.message)
         try:
             if embedder is not None:
                 vectors, _ = await service.embed(batcher, body.texts, truncate=True)

@@ -2,10 +2,19 @@
 within the server's limits, not blank, and real text."""
 
 import json
-from typing import Awaitable, List, Optional, Tuple
+from typing import Awaitable, List, NamedTuple, Optional
 
 from kbert.errors import KbertError
 from kbert.serving.batcher import QueueFull, TooLong
+
+
+class Refusal(NamedTuple):
+    """A request the server does not take: the HTTP status, the message, and the field at fault (OpenAI's
+    `param`; None for the body as a whole)."""
+
+    status: int
+    message: str
+    field: Optional[str] = None
 
 
 def read_json(body: bytes):
@@ -27,49 +36,50 @@ def unencodable_at(text: str) -> Optional[int]:
         return error.start
 
 
-def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts") -> Optional[Tuple[int, str]]:
-    """`(status, message)` for a request the server does not take (`limits`: a `ServerLimits`), else None;
+def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts") -> Optional[Refusal]:
+    """The `Refusal` of a request the server does not take (`limits`: a `ServerLimits`), else None;
     `field`: the texts' name in the request (`input` in OpenAI's API, `inputs` in TEI's)."""
     if not texts:
-        return 422, f"{field}: expected at least one text"
+        return Refusal(422, f"{field}: expected at least one text", field)
     if len(texts) > limits.max_texts:
-        return 413, f"{field}: {len(texts)} texts, more than this server's limit of {limits.max_texts} (--max-texts)"
+        return Refusal(413, f"{field}: {len(texts)} texts, more than this server's limit of {limits.max_texts} "
+                       "(--max-texts)", field)
     if pairs is not None and (task not in ("classify", "rerank") or len(pairs) != len(texts)):
-        return 422, ("text_pairs: one per text (or null)" if task in ("classify", "rerank")
-                     else f"text_pairs: a {task} model takes single texts")
+        return Refusal(422, "text_pairs: one per text (or null)" if task in ("classify", "rerank")
+                       else f"text_pairs: a {task} model takes single texts", "text_pairs")
     for name, column in ((field, texts), ("text_pairs", pairs or [])):
         for index, text in enumerate(column):
             if text is None and name == "text_pairs":
                 continue
             if len(text) > limits.max_text_chars:
-                return 413, (f"{name}[{index}]: {len(text)} characters, more than this server's limit of "
-                             f"{limits.max_text_chars} (--max-text-chars)")
+                return Refusal(413, f"{name}[{index}]: {len(text)} characters, more than this server's limit of "
+                               f"{limits.max_text_chars} (--max-text-chars)", name)
             if not text.strip():
-                return 422, (f"{name}[{index}]: blank; every text must hold something to predict"
-                             + (" (null: no second text)" if name == "text_pairs" else ""))
+                return Refusal(422, f"{name}[{index}]: blank; every text must hold something to predict"
+                               + (" (null: no second text)" if name == "text_pairs" else ""), name)
             if unencodable_at(text) is not None:
-                return 422, (f"{name}[{index}]: a lone surrogate at character {unencodable_at(text)} is not text "
-                             "(an unpaired \\ud800-\\udfff escape); send valid UTF-16 pairs or UTF-8")
+                return Refusal(422, f"{name}[{index}]: a lone surrogate at character {unencodable_at(text)} is not "
+                               "text (an unpaired \\ud800-\\udfff escape); send valid UTF-16 pairs or UTF-8", name)
     return None
 
 
-def openai_error(status: int, message: str, param: Optional[str] = None):
-    """An error as OpenAI's API (and Cohere- and Jina-style `/v1/` routes) gives one:
+def openai_error(refused: Refusal):
+    """A refusal as OpenAI's API (and Cohere- and Jina-style `/v1/` routes) gives one:
     `{"error": {"message", "type", "param", "code"}}`, which OpenAI's client raises by status."""
     from fastapi.responses import JSONResponse
 
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
-                        status_code=status, headers={"Retry-After": "1"} if status == 503 else None)
+    kind = "server_error" if refused.status >= 500 else "invalid_request_error"
+    return JSONResponse({"error": {"message": refused.message, "type": kind, "param": refused.field, "code": None}},
+                        status_code=refused.status, headers={"Retry-After": "1"} if refused.status == 503 else None)
 
 
-def tei_error(status: int, message: str):
-    """An error as Text Embeddings Inference gives one: `{"error", "error_type"}`."""
+def tei_error(refused: Refusal):
+    """A refusal as Text Embeddings Inference gives one: `{"error", "error_type"}`."""
     from fastapi.responses import JSONResponse
 
-    kind = "Overloaded" if status == 503 else "Validation" if status < 500 else "Backend"
-    return JSONResponse({"error": message, "error_type": kind}, status_code=status,
-                        headers={"Retry-After": "1"} if status == 503 else None)
+    kind = "Overloaded" if refused.status == 503 else "Validation" if refused.status < 500 else "Backend"
+    return JSONResponse({"error": refused.message, "error_type": kind}, status_code=refused.status,
+                        headers={"Retry-After": "1"} if refused.status == 503 else None)
 
 
 def body_schema(schema) -> dict:
@@ -79,20 +89,21 @@ def body_schema(schema) -> dict:
 
 async def parse_request(request, schema, field: str, limits, task: str):
     """`(body, texts)` of a valid request (`schema`, a pydantic model; `field`, its texts: a string, or a list of
-    strings or of objects with a `text`), else `(None, (status, message))`."""
+    strings or of objects with a `text`), else `(None, Refusal)`."""
     from pydantic import ValidationError
 
     try:
         raw = read_json(await request.body())
     except ValueError as error:
-        return None, (400, str(error))
+        return None, Refusal(400, str(error))
     if isinstance(raw, dict) and token_arrays(raw.get(field)):
-        return None, (422, f"{field}: token ids are not taken here; send the texts themselves")
+        return None, Refusal(422, f"{field}: token ids are not taken here; send the texts themselves", field)
     try:
         body = schema.model_validate(raw)
     except ValidationError as error:
-        return None, (422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
-                                     for item in error.errors()))
+        first = error.errors()[0]["loc"]
+        return None, Refusal(422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
+                                            for item in error.errors()), str(first[0]) if first else None)
     texts = getattr(body, field)
     texts = [texts] if isinstance(texts, str) else [getattr(text, "text", text) for text in texts]
     request.state.texts = len(texts)
@@ -101,17 +112,16 @@ async def parse_request(request, schema, field: str, limits, task: str):
 
 
 async def served(call: Awaitable, field: str):
-    """What `call` (a model service's batched call) gives, or `(None, (status, message))` where it refuses:
-    413 for an input longer than the model takes (`field` names it), 503 when the server is too busy, 422 for
-    any other refusal."""
+    """What `call` (a model service's batched call) gives, or `(None, Refusal)` where it refuses: 413 for an input
+    longer than the model takes (`field` names it), 503 when the server is too busy, 422 for any other refusal."""
     try:
         return await call
     except TooLong as error:
-        return None, (413, f"{field}{error}")
+        return None, Refusal(413, f"{field}{error}", field)
     except QueueFull as error:
-        return None, (503, str(error))
+        return None, Refusal(503, str(error))
     except KbertError as error:
-        return None, (422, str(error))
+        return None, Refusal(422, str(error), field)
 
 
 def token_arrays(value) -> bool:

@@ -8,7 +8,12 @@
   scaled back to unit length when the model's vectors are. `base64`: little-endian float32 bytes
   (what the `openai` package asks for and decodes by default).
 - `POST /embed`, Text Embeddings Inference's: `{"inputs": str | [str], "normalize": true,
-  "truncate": false}` gives one list of floats per input; errors `{"error", "error_type"}`.
+  "truncate": false, "prompt_name": null}` gives one list of floats per input; errors `{"error",
+  "error_type"}`.
+
+Both put the model's default prompt (`default_prompt_name` of its `config_sentence_transformers.json`)
+before each text, as sentence-transformers' `encode` does; TEI's `prompt_name` picks another of its
+prompts.
 
 A text longer than the model's `max_seq_length` is refused with 413 (naming it, its tokens and the
 limit) unless the request asks to cut it (`"truncate": true` in TEI's form); OpenAI's API refuses
@@ -40,9 +45,11 @@ class EmbeddingService(TokenizedService):
     def too_long(self, tokens: int) -> str:
         return f"{super().too_long(tokens)} (its max_seq_length)"
 
-    async def embed(self, batcher, texts: List[str], truncate: bool) -> Tuple[np.ndarray, int]:
-        """`[len(texts), dimensions]` vectors (as the model gives them) and the tokens they took."""
-        vectors, tokens = await self.run(batcher, texts, None, truncate)
+    async def embed(self, batcher, texts: List[str], truncate: bool,
+                    prompt_name: Optional[str] = None) -> Tuple[np.ndarray, int]:
+        """`[len(texts), dimensions]` vectors (as the model gives them) of the texts after their prompt
+        (`Embedder.prompted`), and the tokens they took."""
+        vectors, tokens = await self.run(batcher, self.model.prompted(texts, prompt_name), None, truncate)
         return np.asarray(vectors, np.float32), tokens
 
 
@@ -71,20 +78,22 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
         truncation_direction: str = Field("Right", pattern="^(Right|right)$",
                                           description="where a text is cut: its end (Right) only")
+        prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text "
+                                           "(config_sentence_transformers.json); null: its default one")
 
-    async def run(texts: List[str], truncate: bool, field: str):
-        """`(vectors, tokens)`, or `(None, (status, message))` when the batcher or the texts refuse."""
-        return await served(service.embed(batcher, texts, truncate), field)
+    async def run(texts: List[str], truncate: bool, field: str, prompt_name: Optional[str] = None):
+        """`(vectors, tokens)`, or `(None, Refusal)` when the batcher, the texts or the prompt refuse."""
+        return await served(service.embed(batcher, texts, truncate, prompt_name), field)
 
     @app.post("/v1/embeddings", openapi_extra=body_schema(OpenAIRequest),
               summary="OpenAI's embeddings API: a vector per text, with the tokens used")
     async def openai_embeddings(request: Request):
         body, texts = await parse_request(request, OpenAIRequest, "input", limits, "embed")
         if body is None:
-            return openai_error(*texts, param="input")
+            return openai_error(texts)
         vectors, tokens = await run(texts, truncate=False, field="input")
         if vectors is None:
-            return openai_error(*tokens, param="input")
+            return openai_error(tokens)
         if body.dimensions is not None and body.dimensions < width:
             vectors = vectors[:, :body.dimensions]
             vectors = unit_length(vectors) if service.model.normalize else vectors
@@ -100,8 +109,8 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
     async def tei_embed(request: Request):
         body, texts = await parse_request(request, TEIRequest, "inputs", limits, "embed")
         if body is None:
-            return tei_error(*texts)
-        vectors, tokens = await run(texts, truncate=body.truncate, field="inputs")
+            return tei_error(texts)
+        vectors, tokens = await run(texts, truncate=body.truncate, field="inputs", prompt_name=body.prompt_name)
         if vectors is None:
-            return tei_error(*tokens)
+            return tei_error(tokens)
         return (unit_length(vectors) if body.normalize else vectors).tolist()

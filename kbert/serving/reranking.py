@@ -64,7 +64,7 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
         model: Optional[str] = None
 
     async def scored(query: str, texts: List[str], truncate: bool, field: str):
-        """`(logits, tokens)`, or `(None, (status, message))`."""
+        """`(logits, tokens)`, or `(None, Refusal)`."""
         refused = refusal([query], None, limits, "rerank", "query")
         if refused:
             return None, refused
@@ -79,10 +79,10 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
     async def tei_rerank(request: Request):
         body, texts = await parse_request(request, TEIRequest, "texts", limits, "rerank")
         if body is None:
-            return tei_error(*texts)
+            return tei_error(texts)
         logits, tokens = await scored(body.query, texts, body.truncate, "texts")
         if logits is None:
-            return tei_error(*tokens)
+            return tei_error(tokens)
         return [{"index": index, "score": score, **({"text": texts[index]} if body.return_text else {})}
                 for index, score in ranked(logits, body.raw_scores)]
 
@@ -91,10 +91,10 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
     async def cohere_rerank(request: Request):
         body, texts = await parse_request(request, CohereRequest, "documents", limits, "rerank")
         if body is None:
-            return openai_error(*texts, param="documents")
+            return openai_error(texts)
         logits, tokens = await scored(body.query, texts, True, "documents")
         if logits is None:
-            return openai_error(*tokens, param="documents")
+            return openai_error(tokens)
         return {"model": model_name, "usage": {"total_tokens": tokens},
                 "results": [{"index": index, "relevance_score": score,
                              **({"document": {"text": texts[index]}} if body.return_documents else {})}

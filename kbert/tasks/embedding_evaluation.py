@@ -84,11 +84,14 @@ def _json_lines(path: str) -> List[dict]:
 def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgements: Dict[str, Dict[str, int]],
               batch_size: int = 64) -> Dict[str, float]:
     """`{"ndcg@10", "mrr@10", "recall@100", "queries", "documents"}` of exact cosine search, averaged over
-    the judged queries."""
+    the judged queries. Queries and documents each get the model's prompt for their role, where it has one
+    (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `)."""
     ids = list(corpus)
-    documents = embedder.encode([corpus[key] for key in ids], batch_size, normalize=True)
+    documents = embedder.encode([corpus[key] for key in ids], batch_size, normalize=True,
+                                prompt_name=embedder.prompt_name_for("document"))
     asked = [key for key in queries if key in judgements]
-    vectors = embedder.encode([queries[key] for key in asked], batch_size, normalize=True)
+    vectors = embedder.encode([queries[key] for key in asked], batch_size, normalize=True,
+                              prompt_name=embedder.prompt_name_for("query"))
     scores = {"ndcg@10": [], "mrr@10": [], "recall@100": []}
     for start in range(0, len(asked), 256):  # a block of queries at a time: [256, documents] scores in memory
         similarity = vectors[start:start + 256] @ documents.T
