@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, minilm_dir, shared_path, write_task_data
+from conftest import CONFIGS, minilm_dir, shared_path, write_task_data, xlm_roberta_embedder_folder
 from kbert.cli.main import main
 from kbert.errors import KbertError
 from kbert.serving.export import export_model
@@ -303,24 +303,29 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The 
              "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums."]
 
 
-def test_an_embedding_model_in_onnx_keeps_its_pooling_and_normalisation(tmp_path):
-    """The real all-MiniLM-L6-v2 (mean pooling, normalised): the ONNX file's vectors are Embedder.encode's. The
-    export runs in a process of its own, as a user runs it: tf2onnx's conversions keep memory a long-lived test
-    worker would carry on. (Its int8 form: the `kbert embed --quantize int8` test below.)"""
+def test_an_embedding_model_in_onnx_keeps_its_pooling_projection_and_normalisation(tmp_path):
+    """A small XLM-R sentence-transformers model (max pooling, a Tanh projection, Normalize; padded with its <pad>,
+    id 1): the ONNX file's vectors are Embedder.encode's. The export runs in a process of its own, as a user runs
+    it: tf2onnx's conversions keep memory a long-lived test worker would carry on. (The real all-MiniLM-L6-v2
+    goes through ONNX in the `kbert embed --quantize int8` test below.)"""
+    from kbert.checkpoints.sentence_transformers import write_modules
     from kbert.tasks.embedding import Embedder
     from kbert.tokenizers import pad_batch
 
-    folder = minilm_dir()
+    folder = xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES)
+    rng = np.random.default_rng(2)
+    projection = [rng.normal(scale=0.3, size=(32, 24)).astype(np.float32), rng.normal(size=24).astype(np.float32)]
+    write_modules(str(folder), "max", 32, [(projection, "tanh")], True, 64)
     result = subprocess.run([sys.executable, "-m", "kbert", "export", "--model", str(folder),
-                             str(tmp_path / "minilm.onnx")], capture_output=True, text=True, timeout=600)
+                             str(tmp_path / "xlmr.onnx")], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     embedder = Embedder.load(folder)
-    token_ids, segment_ids = (ids.astype(np.int32) for ids in pad_batch(
-        [embedder.tokenizer.encode(sentence) for sentence in SENTENCES]))
-    session = onnxruntime.InferenceSession(str(tmp_path / "minilm.onnx"), providers=["CPUExecutionProvider"])
+    token_ids, segment_ids = pad_batch([embedder.tokenizer.encode(sentence) for sentence in SENTENCES],
+                                       pad_id=embedder.tokenizer.pad_id)
+    session = onnxruntime.InferenceSession(str(tmp_path / "xlmr.onnx"), providers=["CPUExecutionProvider"])
     metadata = session.get_modelmeta().custom_metadata_map
-    assert metadata["kbert_task"] == "embed" and metadata["kbert_pooling"] == "mean"
-    assert json.loads(metadata["kbert_normalized"]) is True and json.loads(metadata["kbert_dimensions"]) == 384
+    assert metadata["kbert_task"] == "embed" and metadata["kbert_pooling"] == "max"
+    assert json.loads(metadata["kbert_normalized"]) is True and json.loads(metadata["kbert_dimensions"]) == 24
     vectors = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
     np.testing.assert_allclose(vectors, embedder.encode(SENTENCES), atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)

@@ -156,6 +156,11 @@ def test_predict_rows_of_an_embedding_model(server, embedder):
                                atol=1e-5)
 
 
+def test_the_openai_client_lists_the_one_model_served(server):
+    listed = client(server).models.list().data
+    assert [(model.id, model.object, model.owned_by) for model in listed] == [(str(minilm_dir()), "model", "kbert")]
+
+
 def test_info_describes_the_model_and_limits(server):
     status, info = call(server, "/info")
     assert status == 200

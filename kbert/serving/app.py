@@ -19,6 +19,7 @@ Endpoints:
 - a reranker (`kbert.serving.reranking`): `POST /rerank` (TEI's form) and `POST /v1/rerank`
   (Cohere's and Jina's).
 - `GET /info`: the model, its task, its dimensions and input length, the server's limits.
+- `GET /v1/models`: OpenAI's model list, the served model alone (what OpenAI-speaking tools ask first).
 - `GET /metrics`: requests by route and status, latency, batch sizes in texts and tokens, the
   queue, tokens processed, in Prometheus's text format (`kbert.serving.metrics`).
 - `GET /openapi.json`, `GET /docs`: the schema and its pages.
@@ -128,6 +129,13 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
                 "max_client_batch_size": limits.max_texts, "max_batch_texts": limits.max_batch,
                 "max_batch_tokens": limits.max_batch_tokens, "max_queue_texts": limits.max_queue,
                 "max_text_chars": limits.max_text_chars, "max_body_bytes": limits.max_body_bytes}
+
+    started = int(time.time())
+
+    @app.get("/v1/models", summary="OpenAI's model list: the one model this server answers with")
+    async def models():
+        return {"object": "list", "data": [{"id": predictor.model_dir, "object": "model", "created": started,
+                                            "owned_by": "kbert"}]}
 
     @app.get("/metrics", summary="Prometheus's text format")
     async def prometheus_metrics():
