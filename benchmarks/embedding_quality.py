@@ -93,16 +93,29 @@ def scores(embedder, train, test) -> dict:
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def common_arguments(description: str) -> argparse.ArgumentParser:
+    """The options the quality benchmarks share: the work folder, the backbone, the results file."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--work", required=True, help="a new folder for the data, models and results")
     parser.add_argument("--backbone", help="a kbert pretrain directory (default: pre-train BERT-small here)")
     parser.add_argument("--pretrain-epochs", type=int, default=3)
+    parser.add_argument("--json", help="write the results here")
+    return parser
+
+
+def write_results(args, results: dict, seconds: dict) -> None:
+    """The results, the seconds each model trained and the options, as JSON in `--json` (where given)."""
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"results": results, "seconds": seconds, "args": vars(args)}, handle, indent=1)
+
+
+def main() -> int:
+    parser = common_arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=1, help="contrastive training's epochs")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--maxlen", type=int, default=64)
     parser.add_argument("--lr", default="5e-5")
-    parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     train, test = read_reviews("train"), read_reviews("test")
@@ -128,9 +141,7 @@ def main() -> int:
     for name, result in results.items():
         print(f"{name:<28}" + "".join(f"{result[column]:>11.4f}" for column in columns)
               + f"{seconds.get(name, 0):>10.0f}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"results": results, "seconds": seconds, "args": vars(args)}, handle, indent=1)
+    write_results(args, results, seconds)
     return 0
 
 

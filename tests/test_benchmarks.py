@@ -106,3 +106,20 @@ def test_packing_benchmark_runs():
     assert set(rows) == {"none", "documents", "stream"} and "documents / none, real tokens/s: median" in result.stdout
     # Documents several a row pad less than one a row.
     assert 1 <= float(rows["documents"][3]) < float(rows["none"][3])
+
+
+@pytest.mark.examples
+def test_reranking_quality_benchmark_runs(tmp_path):
+    shared_path("data", "sentiment", "sentiment.test.data")
+    out = tmp_path / "results.json"
+    result = subprocess.run([sys.executable, "-m", "benchmarks.reranking_quality", "--quick", "--work",
+                             str(tmp_path / "work"), "--json", str(out)], capture_output=True, text=True, cwd=REPO,
+                            timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"chance (mean of 5 shuffles)", "characters shared (first stage)", "raw backbone, cosine",
+                            "reranker, pointwise", "reranker, listwise"}
+    assert all(0 < row["ndcg@10"] <= 1 and 0 < row["mrr@10"] <= 1 for row in results.values())
+    assert results["reranker, listwise"]["queries"] == 50 and results["reranker, listwise"]["pairs"] == 500
+    assert 0 <= results["reranker, pointwise"]["pair accuracy"] <= 1
+    assert "reranker, listwise" in result.stdout
