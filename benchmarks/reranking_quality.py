@@ -90,7 +90,8 @@ def baselines(pairs_path: str, backbone: str, maxlen: int, seed: int) -> Dict[st
     pairs, _ = read_judged_pairs(pairs_path)
     rng = np.random.default_rng(seed)
     chance = [ranking_of(pairs, rng.random(len(pairs))) for _ in range(5)]
-    lexical = np.array([len(set(pair.query) & set(pair.passage)) + 1e-6 * rng.random() for pair in pairs])
+    # Ties broken at random: in file order the relevant passage, written first, would win every tie.
+    lexical = np.array([overlaps(pair.query, [set(pair.passage)])[0] + 1e-6 * rng.random() for pair in pairs])
     embedder = raw_embedder(backbone, maxlen)
     texts = sorted({pair.query for pair in pairs} | {pair.passage for pair in pairs})
     vectors = dict(zip(texts, embedder.encode(texts, normalize=True)))
@@ -119,7 +120,8 @@ def main() -> int:
         config, pretraining_reviews = "configs/bert_tiny.json", 2000
         args.train_queries, args.test_queries, args.maxlen = 200, 50, 64
     os.makedirs(args.work, exist_ok=True)
-    train_queries, train_passages = split_reviews(read_reviews("train"))
+    train_reviews = read_reviews("train")
+    train_queries, train_passages = split_reviews(train_reviews)
     order = np.random.default_rng(args.seed).permutation(len(train_queries))[:args.train_queries]
     train_queries, train_passages = [train_queries[i] for i in order], [train_passages[i] for i in order]
     test_queries, test_passages = split_reviews(read_reviews("test"))
@@ -140,7 +142,7 @@ def main() -> int:
     if not args.backbone:
         corpus = os.path.join(args.work, "corpus.txt")
         with open(corpus, "w", encoding="utf-8") as handle:
-            handle.writelines(f"{text}\n" for text, _ in read_reviews("train")[:pretraining_reviews])
+            handle.writelines(f"{text}\n" for text, _ in train_reviews[:pretraining_reviews])
         vocab = os.path.join(SHARED, "vocab", "chinese_vocab.txt")
         seconds["pretrain"] = kbert("pretrain", "--config", config, "--vocab", vocab,
                                     "--train", corpus, "--epochs", str(args.pretrain_epochs), "--maxlen", "64",
@@ -150,17 +152,18 @@ def main() -> int:
 
     for loss in RERANK_LOSSES:
         out = os.path.join(args.work, f"rerank-{loss}")
-        seconds[loss] = kbert("train", "--task", "rerank", "--rerank-loss", loss, "--group-size",
+        name = f"reranker, {loss}"
+        seconds[name] = kbert("train", "--task", "rerank", "--rerank-loss", loss, "--group-size",
                               str(args.negatives + 1), "--checkpoint", backbone, "--train", train_file,
                               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--maxlen",
                               str(args.maxlen), "--lr", args.lr, "--seed", str(args.seed), "--out", out)
-        results[f"reranker, {loss}"] = {**evaluate(out, ranking_file, 64),
-                                        "pair accuracy": evaluate(out, pairs_file, 64)["accuracy"]}
+        results[name] = {**evaluate(out, ranking_file, 64),
+                         "pair accuracy": evaluate(out, pairs_file, 64)["accuracy"]}
     print(f"\n{'ranked by':<34}{'nDCG@10':>10}{'MRR@10':>10}{'pair accuracy':>15}{'train s':>10}")
     for name, result in results.items():
         accuracy = f"{result['pair accuracy']:.4f}" if "pair accuracy" in result else "-"
         print(f"{name:<34}{result['ndcg@10']:>10.4f}{result['mrr@10']:>10.4f}{accuracy:>15}"
-              f"{seconds.get(name.rsplit(', ', 1)[-1], 0):>10.0f}")
+              f"{seconds.get(name, 0):>10.0f}")
     write_results(args, results, seconds)
     return 0
 

@@ -35,7 +35,7 @@ from typing import List, Optional
 
 from kbert.errors import KbertError
 from kbert.serving.batcher import Batcher, QueueFull
-from kbert.serving.checks import read_json, refusal
+from kbert.serving.checks import read_json, refusal, validation_message
 from kbert.serving.metrics import ServerMetrics
 
 logger = logging.getLogger("kbert.serve")
@@ -157,8 +157,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
         try:
             body = PredictRequest.model_validate(read_json(await request.body()))
         except ValidationError as error:
-            return problem(422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
-                                          for item in error.errors()) + ' (expected {"texts": ["...", ...]})')
+            return problem(422, validation_message(error) + ' (expected {"texts": ["...", ...]})')
         except ValueError as error:
             return problem(400, f'{error}; expected {{"texts": ["...", ...]}}')
         request.state.texts = len(body.texts)

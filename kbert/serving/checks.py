@@ -87,6 +87,11 @@ def body_schema(schema) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema.model_json_schema()}}}}
 
 
+def validation_message(error) -> str:
+    """A pydantic `ValidationError` as one line: each wrong field's path and what was expected of it."""
+    return "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}" for item in error.errors())
+
+
 async def parse_request(request, schema, field: str, limits, task: str):
     """`(body, texts)` of a valid request (`schema`, a pydantic model; `field`, its texts: a string, or a list of
     strings or of objects with a `text`), else `(None, Refusal)`."""
@@ -102,8 +107,7 @@ async def parse_request(request, schema, field: str, limits, task: str):
         body = schema.model_validate(raw)
     except ValidationError as error:
         first = error.errors()[0]["loc"]
-        return None, Refusal(422, "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}"
-                                            for item in error.errors()), str(first[0]) if first else None)
+        return None, Refusal(422, validation_message(error), str(first[0]) if first else None)
     texts = getattr(body, field)
     texts = [texts] if isinstance(texts, str) else [getattr(text, "text", text) for text in texts]
     request.state.texts = len(texts)
