@@ -35,6 +35,32 @@ class InputError(KbertError, ValueError):
     """
 
 
+def shown(value, limit: int = 80) -> str:
+    """`repr(value)` cut to about `limit` characters: what a message quotes of a client's or a file's value,
+    which may be megabytes long.
+
+    >>> shown("x" * 1000, 12)
+    "'xxxxxxxxx…' (1000 characters)"
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return text[:limit - 2] + "…" + text[0] + size
+
+
+def is_blank(text: str) -> bool:
+    """Whether a text holds nothing to read: only white space and invisible format or control characters
+    (zero-width spaces and joiners, U+FEFF), which tokenizers drop.
+
+    >>> is_blank(" \u200b\u200d\ufeff "), is_blank("a\u200b")
+    (True, False)
+    """
+    import unicodedata
+
+    return all(character.isspace() or unicodedata.category(character) in ("Cf", "Cc") for character in text)
+
+
 def first_line(error: BaseException) -> str:
     """The first line of a library's error message (TensorFlow's run long)."""
     text = str(error).strip().splitlines()

@@ -28,6 +28,20 @@ CONFIGS = REPO / "configs"
 def pytest_addoption(parser):
     parser.addoption("--run-examples", action="store_true",
                      help="also run the tests marked `examples`: whole examples end to end (CI runs them)")
+    parser.addoption("--require-parity", action="store_true",
+                     help="a `parity` test that skips fails instead (CI's parity venv: a skipped comparison "
+                          "with transformers or sentence-transformers would check nothing)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under --require-parity, a skipped `parity` test is a failure that says why it skipped."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and item.get_closest_marker("parity") and item.config.getoption("--require-parity"):
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"a parity test skipped under --require-parity: {reason}"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -173,6 +173,7 @@ def test_a_loss_the_data_cannot_feed_is_refused(data_files, tmp_path, capsys):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.parity
 def test_a_trained_model_matches_sentence_transformers(data_files, tmp_path):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="a test extra with torch")
     from kbert.tasks.embedding import Embedder

@@ -199,6 +199,7 @@ def test_kbert_embed_checks_the_model_before_reading_standard_input(tmp_path, ca
 
 # --- parity with sentence-transformers itself -------------------------------------------------
 
+@pytest.mark.parity
 def test_all_minilm_matches_sentence_transformers(minilm):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
                                                 "(with torch) for the parity tests")
@@ -209,6 +210,7 @@ def test_all_minilm_matches_sentence_transformers(minilm):
 
 
 @pytest.mark.parametrize("mode", POOLING_MODES)
+@pytest.mark.parity
 def test_models_of_each_pooling_mode_match_sentence_transformers(mode, tmp_path):
     """A random BERT with the mode's pooling, a Dense projection and Normalize, saved by sentence-transformers."""
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
@@ -242,6 +244,7 @@ def test_a_saved_embedder_is_a_sentence_transformers_folder_kbert_reads_back(min
         minilm.save(folder)
 
 
+@pytest.mark.parity
 def test_sentence_transformers_loads_what_kbert_saves(minilm, tmp_path):
     """Both ways: kbert saves a folder (a projection included) that sentence-transformers encodes alike."""
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
@@ -269,6 +272,7 @@ def test_sentence_transformers_loads_what_kbert_saves(minilm, tmp_path):
 PROMPTS = {"query": "query: ", "passage": "passage: "}
 
 
+@pytest.mark.parity
 def test_prompts_go_before_the_texts_as_sentence_transformers_puts_them(tmp_path):
     """A model with prompts and a default one, saved by sentence-transformers: kbert's vectors with its default
     prompt, a named one and a prompt's text match sentence-transformers' `encode`; kbert writes them back."""
@@ -360,6 +364,7 @@ def test_an_xlm_r_embedder_pads_with_its_own_padding_id(tmp_path):
     assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.parity
 def test_an_xlm_r_embedder_matches_sentence_transformers_both_ways(tmp_path):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
                                                 "(with torch) for the parity tests")

@@ -280,6 +280,7 @@ def saved_reference(directory, layout):
 
 
 @pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"nezha", "mt5", "roberta", "xlm-roberta_pooler"}))
+@pytest.mark.parity
 def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
     torch, transformers, reference = saved_reference(tmp_path / "hf", layout)
     _, flags, _, architecture = LAYOUTS[layout]
@@ -305,6 +306,7 @@ def test_same_outputs_as_transformers_both_ways(tmp_path, layout):
 
 
 @pytest.mark.parametrize("version, untied", [("t5.1.0", False), ("t5.1.1", True), ("mt5", True), ("mt5", False)])
+@pytest.mark.parity
 def test_t5_outputs_and_greedy_decoding_are_transformers_both_ways(tmp_path, version, untied):
     """The decoder starts at id 0, as Hugging Face's T5 does; T5.1.1 and mT5 with their own LM head, as
     released, or (a new model of transformers 5) tied to `shared` and saved without `lm_head`."""
@@ -348,6 +350,7 @@ def test_t5_outputs_and_greedy_decoding_are_transformers_both_ways(tmp_path, ver
     np.testing.assert_allclose(reference_outputs(again.eval())[real], expected[real], atol=1e-6)
 
 
+@pytest.mark.parity
 def test_gpt2_reads_id_0_as_a_token_as_transformers_does(tmp_path):
     """Hugging Face's GPT-2 has no padding id (its id 0 is `!`): id 0 at real positions is a token like any."""
     from kbert import generate
@@ -398,6 +401,7 @@ ROBERTA_REAL = ROBERTA_TOKENS != 1  # <pad> is id 1, <s> id 0
 
 
 @pytest.mark.parametrize("layout", ["roberta", "xlm-roberta_pooler"])
+@pytest.mark.parity
 def test_roberta_and_xlm_r_give_transformers_outputs_both_ways(tmp_path, layout):
     """Positions after the padding id, counted over the real tokens whichever side the padding is on."""
     torch, transformers, reference = saved_reference(tmp_path / "hf", layout)

@@ -83,6 +83,7 @@ def test_a_line_without_its_passage_is_named(reranker_dir, tmp_path, capsys):
     assert "input.tsv, line 2: expected query<TAB>passage" in capsys.readouterr().err
 
 
+@pytest.mark.parity
 def test_transformers_and_cross_encoder_score_as_kbert(reranker_dir):
     transformers = pytest.importorskip("transformers", reason="a test extra with torch: pip install '.[hf]'")
     import torch
@@ -189,6 +190,7 @@ def test_an_xlm_r_cross_encoder_scores_with_its_classification_head(tmp_path):
     np.testing.assert_allclose(logits, expected, atol=1e-4)
 
 
+@pytest.mark.parity
 def test_an_xlm_r_cross_encoder_scores_as_transformers_does(tmp_path):
     torch = pytest.importorskip("torch", reason="a test extra with torch: pip install '.[hf]'")
     transformers = pytest.importorskip("transformers", reason="a test extra with torch: pip install '.[hf]'")

@@ -94,6 +94,7 @@ def test_a_contrastive_batch_gives_each_text_the_vector_it_has_alone(xlmr):
         np.testing.assert_allclose(vectors[:, view], alone, atol=1e-5)
 
 
+@pytest.mark.parity
 def test_an_xlm_r_embedding_model_trains_and_is_a_sentence_transformers_folder(xlmr, tmp_path):
     from kbert.tasks.embedding import Embedder
 
@@ -113,6 +114,7 @@ def test_an_xlm_r_embedding_model_trains_and_is_a_sentence_transformers_folder(x
     assert np.abs(together - reference).max() <= 1e-5
 
 
+@pytest.mark.parity
 def test_an_xlm_r_reranker_trains_and_is_a_cross_encoder_folder(xlmr, tmp_path):
     """Query and passage pairs padded with <pad>; the directory is an `XLMRobertaForSequenceClassification` of
     one label with its tokenizer.json, which transformers and CrossEncoder score as kbert does."""

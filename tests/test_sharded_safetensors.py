@@ -90,6 +90,7 @@ def test_kbert_convert_writes_shards(tmp_path, tiny_checkpoint_dir):
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.parity
 def test_transformers_loads_kbert_shards(bert, tmp_path):
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")

@@ -109,6 +109,7 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
         if _in_keras_layout(row, source.fmt, selected) != wanted:
             mismatched.append((row, stored, wanted))
             continue
+        _check_dtype(source, name, variable)
         plan.append((variable, row, rows))
     if missing or mismatched:
         raise CheckpointError(_mismatch_message(source, missing, mismatched, family_of(model)))
@@ -119,7 +120,7 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     # untouched; then each is read again and assigned at once, so the load holds one tensor beyond the model
     # rather than a second copy of all its weights (benchmarks.large_load measures the peak).
     for variable, row, rows in plan:
-        _read(source, row, rows, variable)
+        _check_finite(source, row.name(source.fmt), _read(source, row, rows, variable))
     for variable, row, rows in plan:
         variable.assign(_with_compound_rows(_read(source, row, rows, variable), row, compound))
 
@@ -246,6 +247,24 @@ def _part_shape(row: WeightName, fmt: str, stored: tuple) -> tuple:
 def _in_keras_layout(row: WeightName, fmt: str, shape: tuple) -> tuple:
     """A shape as stored in `fmt`, seen in the Keras layout (and back: the flip is its own inverse)."""
     return shape[::-1] if row.transposed(fmt) else shape
+
+
+def _check_dtype(source: TensorSource, name: str, variable) -> None:
+    """Refuses integer or boolean data where the model holds floats: bytes of the same size would otherwise
+    load as numbers that were never weights."""
+    stored = str(source.dtypes.get(name, "float32"))
+    if "float" in str(variable.dtype) and not ("float" in stored or stored in ("F16", "BF16", "F32", "F64")):
+        raise CheckpointError(f"{source.path}: {name} holds {stored} data, but the model's weight "
+                              f"{variable.path} is {variable.dtype}; expected floating-point weights (the file is "
+                              "damaged or not a model's checkpoint)")
+
+
+def _check_finite(source: TensorSource, name: str, value: np.ndarray) -> None:
+    """Refuses NaN or infinite weights (a diverged run's): every output of the model would be NaN, which no JSON
+    answer carries. Checked before any weight is assigned, so the model is left untouched."""
+    if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+        raise CheckpointError(f"{source.path}: {name} holds NaN or infinite values; the run that wrote it "
+                              "diverged, or the file is damaged")
 
 
 def _read(source: TensorSource, row: WeightName, rows, variable) -> np.ndarray:

@@ -21,6 +21,8 @@ import json
 import os
 from typing import Dict, Optional, Sequence, Tuple
 
+import numpy as np
+
 from kbert.errors import CheckpointError
 
 MODULES_FILE = "modules.json"
@@ -70,22 +72,45 @@ class SentenceTransformerSpec:
     include_prompt: bool = True
 
 
+SETTINGS_FILE = "config_sentence_transformers.json"
+
+
 def is_sentence_transformer(path: "str | os.PathLike[str]") -> bool:
-    """Whether `path` is a sentence-transformers folder (it has `modules.json`)."""
-    return os.path.isfile(os.path.join(os.fspath(path), MODULES_FILE))
+    """Whether `path` is a sentence-transformers embedding folder: it has `modules.json`, and its
+    `config_sentence_transformers.json` names no other model type (sentence-transformers 6 writes a
+    `CrossEncoder`'s folder with modules too)."""
+    return os.path.isfile(os.path.join(os.fspath(path), MODULES_FILE)) and \
+        model_type(path) in (None, "SentenceTransformer")
+
+
+def model_type(path: "str | os.PathLike[str]") -> Optional[str]:
+    """The `model_type` of a folder's `config_sentence_transformers.json` (`SentenceTransformer`, `CrossEncoder`,
+    `SparseEncoder`, ...), None where it names none."""
+    settings = os.path.join(os.fspath(path), SETTINGS_FILE)
+    if not os.path.isfile(settings):
+        return None
+    kind = _object(settings).get("model_type")
+    return kind if isinstance(kind, str) else None
+
+
+def settings(path: "str | os.PathLike[str]") -> dict:
+    """A folder's `config_sentence_transformers.json` (an object), or {} where it has none."""
+    file = os.path.join(os.fspath(path), SETTINGS_FILE)
+    return _object(file) if os.path.isfile(file) else {}
 
 
 def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTransformerSpec:
     """The modules of the sentence-transformers folder `folder`, checked; a `CheckpointError` names the file
     and what was expected."""
     folder = os.fspath(folder)
-    modules = _json(os.path.join(folder, MODULES_FILE))
-    if not isinstance(modules, list) or not modules:
-        raise CheckpointError(f"{os.path.join(folder, MODULES_FILE)}: expected a list of modules")
+    modules_file = os.path.join(folder, MODULES_FILE)
+    modules = _json(modules_file)
+    if not isinstance(modules, list) or not modules or not all(isinstance(module, dict) for module in modules):
+        raise CheckpointError(f"{modules_file}: expected a list of modules, each an object with its type and path")
     transformer, pooling, include_prompt, dense, normalize = None, None, True, [], False
-    for module in sorted(modules, key=lambda entry: entry.get("idx", 0)):
+    for module in sorted(modules, key=lambda entry: _index(entry, modules_file)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        path = os.path.join(folder, module.get("path", ""))
+        path = module_path(folder, module.get("path", ""), modules_file)
         if kind in ("Transformer", "MLMTransformer"):
             transformer = path
         elif kind == "Pooling":
@@ -95,22 +120,62 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
         elif kind == "Normalize":
             normalize = True
         else:
-            raise CheckpointError(f"{os.path.join(folder, MODULES_FILE)}: module {module.get('name')!r} of type "
+            raise CheckpointError(f"{modules_file}: module {module.get('name')!r} of type "
                                   f"{module.get('type')!r} is not one kbert reads (Transformer, Pooling, Dense, "
                                   "Normalize)")
     if transformer is None or pooling is None:
-        raise CheckpointError(f"{os.path.join(folder, MODULES_FILE)}: expected a Transformer and a Pooling module")
-    config = _optional_json(os.path.join(transformer, "sentence_bert_config.json")) or \
-        _optional_json(os.path.join(folder, "sentence_bert_config.json")) or {}
-    prompts, default_prompt_name = _prompts(os.path.join(folder, "config_sentence_transformers.json"))
-    return SentenceTransformerSpec(transformer, pooling, dense, normalize, config.get("max_seq_length"),
-                                   bool(config.get("do_lower_case", False)), prompts, default_prompt_name,
+        raise CheckpointError(f"{modules_file}: expected a Transformer and a Pooling module")
+    config_path = next((path for path in (os.path.join(transformer, "sentence_bert_config.json"),
+                                          os.path.join(folder, "sentence_bert_config.json")) if os.path.isfile(path)),
+                       None)
+    config = _object(config_path) if config_path else {}
+    prompts, default_prompt_name = _prompts(os.path.join(folder, SETTINGS_FILE))
+    return SentenceTransformerSpec(transformer, pooling, dense, normalize, _max_seq_length(config, config_path),
+                                   _flag(config, "do_lower_case", False, config_path), prompts, default_prompt_name,
                                    include_prompt)
+
+
+def module_path(folder: str, named, modules_file: str) -> str:
+    """The folder of a module whose `path` in `modules_file` is `named`: a relative path inside `folder`
+    ("" for the folder itself). An absolute path, or one that climbs out with `..`, is refused: a model folder
+    (a downloaded archive too) must not make kbert read files elsewhere on the machine."""
+    if not isinstance(named, str):
+        raise CheckpointError(f"{modules_file}: a module's path {named!r}: expected a folder name inside the model "
+                              "folder (\"\" for the folder itself)")
+    normal = os.path.normpath(named.replace("\\", "/")) if named else ""
+    if os.path.isabs(named) or normal == ".." or normal.startswith("../") or (os.name == "nt" and ":" in named):
+        raise CheckpointError(f"{modules_file}: a module's path {named!r} lies outside the model folder; a module "
+                              "must be the folder itself (\"\") or a sub-folder of it")
+    return os.path.join(folder, normal) if normal not in ("", ".") else folder
+
+
+def _index(module: dict, modules_file: str) -> int:
+    index = module.get("idx", 0)
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise CheckpointError(f"{modules_file}: module {module.get('name')!r}: idx {index!r}, expected a whole number")
+    return index
+
+
+def _max_seq_length(config: dict, path: Optional[str]) -> Optional[int]:
+    """`max_seq_length` of `sentence_bert_config.json`: a positive whole number, or absent (null)."""
+    value = config.get("max_seq_length")
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise CheckpointError(f"{path}: max_seq_length {value!r}: expected a whole number of tokens, 1 or more "
+                              "(or null for the model's own limit)")
+    return value
+
+
+def _flag(config: dict, key: str, default: bool, path: str) -> bool:
+    """A true/false setting of a module's config: JSON's booleans only (the string "false" is not false)."""
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{path}: {key} {value!r}: expected true or false")
+    return value
 
 
 def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
     """The prompts by name and the default one's name, checked as sentence-transformers checks them."""
-    config = _optional_json(path) or {}
+    config = _object(path) if os.path.isfile(path) else {}
     prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
     if not isinstance(prompts, dict) or not all(isinstance(text, str) for text in prompts.values()):
         raise CheckpointError(f"{path}: prompts: expected an object of prompt names and their texts, got {prompts!r}")
@@ -122,7 +187,7 @@ def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
 
 def write_modules(folder: str, pooling: str, dimensions: int, dense: Sequence[Tuple[list, Optional[str]]],
                   normalize: bool, max_seq_length: int, prompts: Optional[Dict[str, str]] = None,
-                  default_prompt_name: Optional[str] = None) -> None:
+                  default_prompt_name: Optional[str] = None, do_lower_case: bool = False) -> None:
     """A sentence-transformers folder's module files beside the transformer's, in the names every version from 2
     on reads: `modules.json`, `1_Pooling/config.json`, a `N_Dense` folder per projection (`(weights, Keras
     activation)`: its `config.json` and `model.safetensors`), `Normalize` where asked,
@@ -138,10 +203,12 @@ def write_modules(folder: str, pooling: str, dimensions: int, dense: Sequence[Tu
         index = len(modules)
         path = f"{index}_Dense"
         kernel = weights[0]
+        activation = None if activation == "linear" else activation  # Keras's name for none
+        # torch keeps Identity in torch.nn.modules.linear, the others in torch.nn.modules.activation
         _write_json(os.path.join(folder, path, "config.json"), {
             "in_features": int(kernel.shape[0]), "out_features": int(kernel.shape[1]), "bias": len(weights) > 1,
             "activation_function": f"torch.nn.modules.{'linear' if activation is None else 'activation'}."
-                                   f"{torch_names.get(activation if activation != 'linear' else None)}"})
+                                   f"{torch_names[activation]}"})
         tensors = {"linear.weight": kernel.T.copy(), **({"linear.bias": weights[1]} if len(weights) > 1 else {})}
         save_file(tensors, os.path.join(folder, path, "model.safetensors"))
         modules.append({"idx": index, "name": str(index), "path": path, "type": "sentence_transformers.models.Dense"})
@@ -151,9 +218,9 @@ def write_modules(folder: str, pooling: str, dimensions: int, dense: Sequence[Tu
                         "type": "sentence_transformers.models.Normalize"})
     _write_json(os.path.join(folder, MODULES_FILE), modules)
     _write_json(os.path.join(folder, "sentence_bert_config.json"), {"max_seq_length": max_seq_length,
-                                                                   "do_lower_case": False})
+                                                                   "do_lower_case": do_lower_case})
     if prompts:
-        _write_json(os.path.join(folder, "config_sentence_transformers.json"),
+        _write_json(os.path.join(folder, SETTINGS_FILE),
                     {"prompts": prompts, "default_prompt_name": default_prompt_name, "similarity_fn_name": "cosine"})
 
 
@@ -165,30 +232,60 @@ def _write_json(path: str, value) -> None:
 
 def _pooling(path: str) -> Tuple[str, bool]:
     """The Pooling's mode, and whether it counts a prompt's tokens."""
-    config = _json(path)
+    config = _object(path)
     if config.get("pooling_mode"):  # sentence-transformers 6 writes the mode (or a list of modes) by name
         named = config["pooling_mode"]
         chosen = [{"mean_sqrt_len_tokens": "mean_sqrt_len"}.get(mode, mode)
-                  for mode in ([named] if isinstance(named, str) else named)]
+                  for mode in ([named] if isinstance(named, str) else named if isinstance(named, list) else [named])]
     else:
-        chosen = [mode for flag, mode in _POOLING_FLAGS.items() if config.get(flag)]
+        chosen = [mode for flag, mode in _POOLING_FLAGS.items() if _flag(config, flag, False, path)]
     if len(chosen) != 1 or chosen[0] not in _POOLING_FLAGS.values():
         raise CheckpointError(f"{path}: expected exactly one pooling mode of {', '.join(_POOLING_FLAGS)} (true), "
                               f"got {chosen or 'none'}; kbert pools one way (concatenated modes are not read)")
-    return chosen[0], bool(config.get("include_prompt", True))
+    return chosen[0], _flag(config, "include_prompt", True, path)
 
 
 def _dense(path: str) -> DenseSpec:
-    config = _json(os.path.join(path, "config.json"))
+    config_path = os.path.join(path, "config.json")
+    config = _object(config_path)
     activation = str(config.get("activation_function", "torch.nn.modules.linear.Identity")).rsplit(".", 1)[-1]
     if activation not in _ACTIVATIONS:
-        raise CheckpointError(f"{os.path.join(path, 'config.json')}: activation {activation!r} is not one kbert "
-                              f"reads ({', '.join(_ACTIVATIONS)})")
+        raise CheckpointError(f"{config_path}: activation {activation!r} is not one kbert reads "
+                              f"({', '.join(_ACTIVATIONS)})")
+    sizes = [config.get(key) for key in ("in_features", "out_features")]
+    if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in sizes):
+        raise CheckpointError(f"{config_path}: in_features {sizes[0]!r}, out_features {sizes[1]!r}: expected "
+                              "positive whole numbers")
     if not os.path.isfile(os.path.join(path, "model.safetensors")):
         raise CheckpointError(f"{path}: no model.safetensors (a pickled pytorch_model.bin is never loaded); "
                               "save the model again with sentence-transformers 3 or later, which writes safetensors")
-    return DenseSpec(path, int(config["in_features"]), int(config["out_features"]), bool(config.get("bias", True)),
-                     _ACTIVATIONS[activation])
+    return DenseSpec(path, sizes[0], sizes[1], _flag(config, "bias", True, config_path), _ACTIVATIONS[activation])
+
+
+def dense_weights(spec: DenseSpec) -> list:
+    """A `Dense` module's weights in Keras's order (`[kernel, bias]`), checked against its config: the tensors
+    `linear.weight` `[out, in]` (and `linear.bias` `[out]`), floating-point and finite."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    path = os.path.join(spec.path, "model.safetensors")
+    try:
+        tensors = load_file(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({str(error).splitlines()[0]})") from None
+    expected = {"linear.weight": (spec.out_features, spec.in_features)}
+    if spec.bias:
+        expected["linear.bias"] = (spec.out_features,)
+    for name, shape in expected.items():
+        value = tensors.get(name)
+        if value is None or tuple(value.shape) != shape or value.dtype.kind != "f":
+            got = "missing" if value is None else f"{value.dtype} {list(value.shape)}"
+            raise CheckpointError(f"{path}: {name}: expected floats of shape {list(shape)} (its config.json's "
+                                  f"in_features and out_features), got {got}")
+        if not np.isfinite(value).all():
+            raise CheckpointError(f"{path}: {name} holds NaN or infinite values; the file is damaged or its run "
+                                  "diverged")
+    return [tensors["linear.weight"].T] + ([tensors["linear.bias"]] if spec.bias else [])
 
 
 def _json(path: str):
@@ -201,5 +298,9 @@ def _json(path: str):
         raise CheckpointError(f"{path}: not JSON ({error})") from None
 
 
-def _optional_json(path: str):
-    return _json(path) if os.path.isfile(path) else None
+def _object(path: str) -> dict:
+    """A JSON file that must hold an object (a module's config)."""
+    value = _json(path)
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: expected a JSON object of settings, got {type(value).__name__}")
+    return value

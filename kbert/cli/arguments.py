@@ -38,6 +38,17 @@ def positive_int(text: str) -> int:
     return _whole_number(text, minimum=1)
 
 
+def positive_float(text: str) -> float:
+    """A number above 0 (seconds, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
 def port_number(text: str) -> int:
     """A TCP port: 0 (any free one) to 65535."""
     value = _whole_number(text, minimum=0)

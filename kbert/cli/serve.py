@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from kbert.cli.arguments import (host_name, onnx_runtime_chosen, port_number, positive_int, precision_option,
-                                 runtime_options)
+from kbert.cli.arguments import (host_name, onnx_runtime_chosen, port_number, positive_float, positive_int,
+                                 precision_option, runtime_options)
 from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
 
@@ -19,6 +19,10 @@ LIMITS = {  # ServerLimits' fields, as options
     "max_text_chars": (positive_int, "characters in one text at most (413 beyond)"),
     "max_body_bytes": (positive_int, "bytes in one request body at most (413 beyond)"),
     "max_batch_tokens": (positive_int, "tokens a batch gathers at most, besides --max-batch (default: no budget)"),
+    "max_connections": (positive_int, "connections open at once; more are answered 503 (uvicorn's "
+                                      "limit_concurrency)"),
+    "request_timeout_s": (positive_float, "seconds a request has to arrive whole, headers and body, from its "
+                                          "first byte; a connection whose request has not is closed"),
     "instances": (positive_int, "batches run at once, each on an equal share of the CPU cores: a small batch "
                                 "leaves cores idle (on JAX and for seq2seq, one at a time)"),
 }

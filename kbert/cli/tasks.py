@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Tuple
 
 from kbert.cli.arguments import (checkpoint_argument, family_argument, fetch_checkpoint_argument, onnx_runtime_chosen,
                                  positive_int, precision_option, runtime_options)
-from kbert.errors import DataError, KbertError
+from kbert.errors import DataError, KbertError, is_blank
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS
 from kbert.training.options import (ADVERSARIAL, CONTRASTIVE_LOSSES, OPTIMIZERS, PACKINGS, POOLINGS,
@@ -554,9 +554,10 @@ def run_embed(args) -> int:
     onnx = onnx_runtime_chosen(args)
     folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
     texts = _input_lines(args.input)
-    blank = [number for number, text in enumerate(texts, 1) if not text.strip()]
+    blank = [number for number, text in enumerate(texts, 1) if is_blank(text)]
     if blank:
-        raise DataError(f"{args.input}: line {blank[0]} is blank ({len(blank)} blank lines in all); every line must "
+        raise DataError(f"{args.input}: line {blank[0]} is blank, or invisible characters only ({len(blank)} blank "
+                        "lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
     embedder = Embedder.load(folder)
     texts = embedder.prompted(texts, args.prompt_name, args.prompt)  # an unknown name is refused before an export

@@ -25,7 +25,6 @@ Endpoints:
 - `GET /openapi.json`, `GET /docs`: the schema and its pages.
 """
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -52,6 +51,9 @@ class ServerLimits:
         max_text_chars: characters in one text at most (413 beyond).
         max_body_bytes: bytes in a request body at most (413 beyond).
         max_batch_tokens: tokens a model call gathers at most (None: only `max_batch` bounds it).
+        max_connections: connections open at once (uvicorn answers 503 beyond).
+        request_timeout_s: seconds a request has to arrive whole from its first byte (then its connection
+            is closed: `kbert.serving.connections`).
         instances: batches run at once (`kbert.serving.instances`; one where `serial_reason` says why).
     """
 
@@ -62,6 +64,8 @@ class ServerLimits:
     max_text_chars: int = 2000
     max_body_bytes: int = 1_000_000
     max_batch_tokens: Optional[int] = None
+    max_connections: int = 1024
+    request_timeout_s: float = 30.0
     instances: int = 2
 
 def create_app(predictor, limits: Optional[ServerLimits] = None):
@@ -172,12 +176,11 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
             if reranker is not None:
                 predictor.check_pairs(body.text_pairs)
                 logits, _ = await service.logits(batcher, body.texts, body.text_pairs, truncate=True)
-                return {"predictions": rerank_rows(body.texts, body.text_pairs, logits)}
+                return {"predictions": rerank_rows(reranker, body.texts, body.text_pairs, logits)}
             # The texts go to the predictor, which tokenizes its batch in the model thread (a classifier served the
             # embedding model's way measured slower, docs/deployment.md); the budget's count runs off the event loop.
-            tokens = await asyncio.get_running_loop().run_in_executor(
-                None, count_tokens, predictor.tokenizer, body.texts, body.text_pairs) \
-                if limits.max_batch_tokens else None
+            tokens = await batcher.prepare(len(body.texts), count_tokens, predictor.tokenizer, body.texts,
+                                           body.text_pairs) if limits.max_batch_tokens else None
             rows = await batcher.predict(body.texts, body.text_pairs, tokens=tokens)
         except QueueFull as error:
             return problem(503, str(error), **{"Retry-After": "1"})
@@ -200,6 +203,8 @@ class _BodyLimit:
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope, receive, send):
+        from starlette.requests import ClientDisconnect
+
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
@@ -219,16 +224,34 @@ class _BodyLimit:
             await self.app(scope, counted, send)
         except _TooLarge:
             await self._too_large(scope, send)
+        except ClientDisconnect:  # the client went mid-body: nobody to answer, and nothing worth a traceback
+            logger.info("%s %s: the client disconnected before sending its whole body", scope["method"],
+                        scope["path"])
 
     async def _too_large(self, scope, send):
-        from fastapi.responses import JSONResponse
+        """A 413 in the error form of the API the path belongs to, counted under its route."""
+        from kbert.serving.checks import Refusal, error_response
 
-        response = JSONResponse({"detail": f"the request body is over this server's limit of {self.max_bytes} "
-                                           "bytes (--max-body-bytes)"}, status_code=413)
-        await response(scope, None, send)
+        route = _route_of(scope)
+        if route is not None:
+            scope["route"] = route  # the request log's and metrics' label
+        refused = Refusal(413, f"the request body is over this server's limit of {self.max_bytes} bytes "
+                               "(--max-body-bytes)")
+        await error_response(scope["path"], refused)(scope, None, send)
 
 class _TooLarge(Exception):
     pass
+
+
+def _route_of(scope):
+    """The app's route that `scope`'s method and path match, if any (before the router has run)."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    for route in getattr(app, "routes", []):
+        if route.matches(scope)[0] == Match.FULL:
+            return route
+    return None
 
 class RequestLog:
     """An ASGI middleware: a log line per request (client, method, path, status, texts, milliseconds) and,
@@ -278,7 +301,8 @@ def count_tokens(tokenizer, texts: List[str], pairs: Optional[List[Optional[str]
 def serve(predictor, host: str = "127.0.0.1", port: int = 8000, limits: Optional[ServerLimits] = None,
           ready=print) -> None:
     """Serves `predictor` until SIGINT or SIGTERM; `ready(url)` is called once it listens (port 0: any free one)."""
-    run_app(create_app(predictor, limits), host, port, ready)
+    limits = limits or ServerLimits()
+    run_app(create_app(predictor, limits), host, port, ready, limits)
 
 
 def _kbert_version() -> str:
@@ -306,12 +330,17 @@ def check_listen_address(host: str, port: int) -> None:
                          "machine (127.0.0.1, 0.0.0.0 for every interface) or a name that resolves to one") from None
 
 
-def run_app(app, host: str, port: int, ready=print) -> None:
+def run_app(app, host: str, port: int, ready=print, limits: Optional[ServerLimits] = None) -> None:
     """Runs an ASGI app on uvicorn at host:port until SIGINT or SIGTERM, which let the requests in flight
-    finish; `ready(url)` is called once it listens (port 0: any free one)."""
+    finish; `ready(url)` is called once it listens (port 0: any free one). `limits`: its connections at once,
+    and the time a request has to arrive."""
     import errno
 
     import uvicorn
+
+    from kbert.serving.connections import request_deadline_protocol
+
+    limits = limits or ServerLimits()
 
     check_listen_address(host, port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -326,7 +355,8 @@ def run_app(app, host: str, port: int, ready=print) -> None:
         raise KbertError(f"cannot listen on {host}:{port}: {error.strerror}; {advice}") from None
     bound = listener.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=30,
-                            lifespan="on")
+                            lifespan="on", limit_concurrency=limits.max_connections,
+                            http=request_deadline_protocol(limits.request_timeout_s))
     host_in_url = f"[{host}]" if family == socket.AF_INET6 else host
 
     class Server(uvicorn.Server):

@@ -89,6 +89,29 @@ class Batcher:
         self._free_instances = asyncio.Semaphore(instances)
         self._running: "set[asyncio.Task]" = set()
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=instances, thread_name_prefix="kbert-model")
+        # Requests are tokenized on a pool of their own, counted against the queue while they are: work the
+        # server would refuse is refused before it is done, and a flood cannot pile up behind the event loop.
+        self.preparing = 0  # texts being tokenized
+        self._preparers = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="kbert-tokenize")
+
+    def _check_room(self, texts: int) -> None:
+        """`QueueFull` unless `texts` more fit in the queue (an empty queue takes a request of any size)."""
+        if self._closing:
+            raise QueueFull("the server is shutting down")
+        held = self.waiting + self.preparing
+        if held and held + texts > self.max_queue:
+            raise QueueFull(f"{held} texts are waiting, and {texts} more would pass the server's queue of "
+                            f"{self.max_queue} (--max-queue)")
+
+    async def prepare(self, texts: int, function, *args):
+        """`function(*args)` (a request's tokenizing) on the tokenizing threads, once the queue has room for its
+        `texts` (else `QueueFull` at once, before any work); they count against the queue meanwhile."""
+        self._check_room(texts)
+        self.preparing += texts
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._preparers, function, *args)
+        finally:
+            self.preparing -= texts
 
     async def predict(self, texts: Sequence[str], pairs: Optional[Sequence[Optional[str]]] = None,
                       tokens: Optional[int] = None) -> list:
@@ -106,11 +129,25 @@ class Batcher:
         self.waiting += len(texts)
         self._arrival.set()
         self.start()
-        try:  # shielded: a request that timed out is still run with its batch; its rows are dropped
+        try:  # shielded: a request already in a running batch is run with it; its rows are dropped
             return await asyncio.wait_for(asyncio.shield(request.future), self.timeout_s)
         except asyncio.TimeoutError:
+            self._withdraw(request)
             raise QueueFull(f"no answer within {self.timeout_s:g} s (the server is overloaded); retry later") \
                 from None
+        except asyncio.CancelledError:  # its client has gone
+            self._withdraw(request)
+            raise
+
+    def _withdraw(self, request: _Request) -> None:
+        """Takes a request nobody waits for out of the queue, unless a batch has it already: its texts are
+        never run."""
+        request.future.cancel()
+        try:
+            self.queue.remove(request)
+        except ValueError:
+            return  # in a batch
+        self.waiting -= len(request.texts)
 
     def start(self) -> "asyncio.Task":
         """Starts the batch loop on the running event loop, unless it runs already; returns its task."""
@@ -144,6 +181,7 @@ class Batcher:
         if self._loop_task is not None:
             await self._loop_task
         self._threads.shutdown(wait=True)
+        self._preparers.shutdown(wait=True)
 
     async def _gather(self) -> List[_Request]:
         """The oldest request and those that arrive within max_wait of it while the batch has room."""
@@ -169,21 +207,25 @@ class Batcher:
         self.waiting -= size
         return batch
 
-    async def _run_batch(self, batch: List[_Request]) -> None:
+    async def _run_batch(self, batch: List[_Request], retry: bool = False) -> None:
+        """Runs a batch and answers its requests; `retry`: a request of a failed batch run again alone, which
+        the batch's count and metrics already hold."""
         texts = [text for request in batch for text in request.texts]
         pairs = None
         if any(request.pairs is not None for request in batch):
             pairs = [pair for request in batch for pair in (request.pairs or [None] * len(request.texts))]
         loop = asyncio.get_running_loop()
-        self.batches += 1
-        if self.observe is not None:
-            self.observe(len(texts), sum(request.tokens for request in batch))
+        if not retry:
+            self.batches += 1
+            if self.observe is not None:
+                self.observe(len(texts), sum(request.tokens for request in batch))
         try:
             rows = await loop.run_in_executor(self._threads, self.predictor, texts, pairs)
         except Exception as error:
             if len(batch) > 1:  # one bad request fails alone: the others are run again on their own
                 for request in batch:
-                    await self._run_batch([request])
+                    if not request.future.done():
+                        await self._run_batch([request], retry=True)
             elif not batch[0].future.done():  # its client may have gone
                 batch[0].future.set_exception(error)
             return
@@ -233,7 +275,7 @@ class TokenizedService:
         return encoded, [len(ids) for ids, _ in encoded]
 
     async def run(self, batcher: Batcher, texts: List[str], pairs: Optional[List[str]], truncate: bool) -> Tuple[list, int]:
-        """The batch's rows for these inputs, and the tokens they took."""
-        loop = asyncio.get_running_loop()
-        encoded, counts = await loop.run_in_executor(None, self.tokenize, texts, pairs, truncate)
+        """The batch's rows for these inputs, and the tokens they took (`QueueFull` before tokenizing when the
+        queue has no room)."""
+        encoded, counts = await batcher.prepare(len(texts), self.tokenize, texts, pairs, truncate)
         return await batcher.predict(encoded, tokens=sum(counts)), sum(counts)

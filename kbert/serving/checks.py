@@ -4,7 +4,7 @@ within the server's limits, not blank, and real text."""
 import json
 from typing import Awaitable, List, NamedTuple, Optional
 
-from kbert.errors import KbertError
+from kbert.errors import KbertError, is_blank
 from kbert.serving.batcher import QueueFull, TooLong
 
 
@@ -54,8 +54,8 @@ def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts") ->
             if len(text) > limits.max_text_chars:
                 return Refusal(413, f"{name}[{index}]: {len(text)} characters, more than this server's limit of "
                                f"{limits.max_text_chars} (--max-text-chars)", name)
-            if not text.strip():
-                return Refusal(422, f"{name}[{index}]: blank; every text must hold something to predict"
+            if is_blank(text):
+                return Refusal(422, f"{name}[{index}]: blank (white space or invisible characters only); every text must hold something to predict"
                                + (" (null: no second text)" if name == "text_pairs" else ""), name)
             if unencodable_at(text) is not None:
                 return Refusal(422, f"{name}[{index}]: a lone surrogate at character {unencodable_at(text)} is not "
@@ -80,6 +80,22 @@ def tei_error(refused: Refusal):
     kind = "Overloaded" if refused.status == 503 else "Validation" if refused.status < 500 else "Backend"
     return JSONResponse({"error": refused.message, "error_type": kind}, status_code=refused.status,
                         headers={"Retry-After": "1"} if refused.status == 503 else None)
+
+
+# The routes that answer in Text Embeddings Inference's error form; other `/v1/` routes answer in OpenAI's
+TEI_ROUTES = ("/embed", "/rerank")
+
+
+def error_response(path: str, refused: Refusal):
+    """A refusal in the error form of the API `path` belongs to: TEI's, OpenAI's (`/v1/` routes but kbert's own
+    `/v1/predict`), else kbert's `{"detail"}`."""
+    from fastapi.responses import JSONResponse
+
+    if path in TEI_ROUTES:
+        return tei_error(refused)
+    if path.startswith("/v1/") and path != "/v1/predict":
+        return openai_error(refused)
+    return JSONResponse({"detail": refused.message}, status_code=refused.status)
 
 
 def body_schema(schema) -> dict:

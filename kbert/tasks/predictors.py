@@ -145,6 +145,7 @@ def model_task(folder: str) -> str:
     what a model may be."""
     import os
 
+    from kbert.tasks.reranking import cross_encoder_config
     from kbert.training.model_dir import CONFIG_FILE, TRAINING_FILE, read_training_state
 
     if not os.path.isdir(folder):
@@ -154,10 +155,22 @@ def model_task(folder: str) -> str:
         return "embed"
     if is_cross_encoder(folder):
         return "rerank"
+    if not os.path.exists(os.path.join(folder, TRAINING_FILE)) and _names_a_classifier(folder):
+        cross_encoder_config(folder)  # not a one-label one: its error says why it is not served
     if not any(os.path.exists(os.path.join(folder, name)) for name in (CONFIG_FILE, TRAINING_FILE)):
         raise KbertError(f"{folder}: holds no model (no {TRAINING_FILE}, {CONFIG_FILE} or modules.json); expected "
                          f"{MODEL_KINDS}")
     return read_training_state(folder)["task"]
+
+
+def _names_a_classifier(folder: str) -> bool:
+    """Whether a folder is a CrossEncoder's by its own word (sentence-transformers' settings), or holds a Hugging
+    Face config without kbert's training state."""
+    import os
+
+    from kbert.checkpoints.sentence_transformers import model_type
+
+    return model_type(folder) == "CrossEncoder" or os.path.isfile(os.path.join(folder, "config.json"))
 
 
 def resolved(model: str) -> str:
@@ -193,15 +206,15 @@ def reranker_predictor(model: str, settings: PredictionSettings) -> Predictor:
 
     reranker = Reranker.load(model)
     return Predictor("rerank", model, lambda queries, passages: rerank_rows(
-        queries, passages, reranker.logits(queries, passages, settings.batch_size)), reranker.tokenizer,
+        reranker, queries, passages, reranker.logits(queries, passages, settings.batch_size)), reranker.tokenizer,
         reranker.maxlen, reranker=reranker)
 
 
-def rerank_rows(queries: Sequence[str], passages: Sequence[str], logits: Sequence[float]) -> List[dict]:
+def rerank_rows(reranker, queries: Sequence[str], passages: Sequence[str], logits: Sequence[float]) -> List[dict]:
     """A reranker's rows: `{"text", "text_pair", "score", "logit"}` of each (query, passage) pair, the score
-    the sigmoid of its logit."""
-    return [{"text": query, "text_pair": passage, "score": float(1 / (1 + np.exp(-logit))), "logit": float(logit)}
-            for query, passage, logit in zip(queries, passages, logits)]
+    its logit through the model's activation (`Reranker.scores`)."""
+    return [{"text": query, "text_pair": passage, "score": float(score), "logit": float(logit)}
+            for query, passage, logit, score in zip(queries, passages, logits, reranker.scores(logits))]
 
 
 def embedding_predictor(model: str, settings: PredictionSettings, embedder=None) -> Predictor:

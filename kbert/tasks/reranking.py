@@ -135,6 +135,8 @@ class Reranker:
         tokenizer: its tokenizer (`tokenizer.json` where the folder has one, else `vocab.txt`).
         maxlen: the longest pair in tokens (longer ones are cut, the longer text first).
         source: where it was loaded from.
+        activation: what turns a logit into the score: `sigmoid` (0 to 1), or `identity` (the logit itself, as
+            ms-marco cross-encoders give it): the CrossEncoder's `activation_fn`.
 
     Example (a model directory of `kbert train --task rerank`, or a CrossEncoder folder):
     >>> reranker = Reranker.load("runs/reranker")  # doctest: +SKIP
@@ -146,6 +148,7 @@ class Reranker:
     tokenizer: object
     maxlen: int
     source: str
+    activation: str = "sigmoid"
 
     @classmethod
     def load(cls, folder: "str | os.PathLike[str]") -> "Reranker":
@@ -154,12 +157,14 @@ class Reranker:
         from kbert.checkpoints.hf import load_hf_weights
 
         folder = os.fspath(folder)
-        _classifier_config(folder)  # a one-label sequence classifier, else an error saying what the folder is
+        config = cross_encoder_config(folder)  # a one-label sequence classifier, else an error saying what it is
+        activation = score_activation(folder, config)
         bert = build_transformer_model(os.path.join(folder, "config.json"))
         model = reranker_model(bert)
         load_hf_weights(model, folder)
         positions = load_config(os.path.join(folder, "config.json")).longest_input
-        return cls(model, folder_tokenizer(folder), min(positions, _max_length(folder) or positions), folder)
+        return cls(model, folder_tokenizer(folder), min(positions, _max_length(folder) or positions), folder,
+                   activation)
 
     def logits(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """The relevance logit of each (query, passage) pair."""
@@ -175,9 +180,15 @@ class Reranker:
         return logits
 
     def score(self, query: str, passages: Sequence[str], batch_size: int = 32, raw: bool = False) -> np.ndarray:
-        """Each passage's relevance to `query`: the sigmoid of its logit (the logit itself with `raw`)."""
+        """Each passage's relevance to `query`: its logit through the model's `activation` (the logit itself
+        with `raw`)."""
         logits = self.logits([query] * len(passages), passages, batch_size)
-        return logits if raw else 1 / (1 + np.exp(-logits))
+        return logits if raw else self.scores(logits)
+
+    def scores(self, logits: np.ndarray) -> np.ndarray:
+        """Logits as the model's scores: through its `activation` (the sigmoid, or none)."""
+        logits = np.asarray(logits, np.float64)
+        return 1 / (1 + np.exp(-logits)) if self.activation == "sigmoid" else logits
 
     def rank(self, query: str, passages: Sequence[str], top_n: Optional[int] = None, raw: bool = False,
              batch_size: int = 32) -> List[Dict[str, float]]:
@@ -187,18 +198,48 @@ class Reranker:
         return [{"index": int(index), "score": float(scores[index])} for index in order]
 
 
-def _classifier_config(folder: str) -> dict:
+# sentence-transformers' CrossEncoder `activation_fn` (by its last name) and kbert's name for it
+SCORE_ACTIVATIONS = {"Sigmoid": "sigmoid", "Identity": "identity"}
+
+
+def score_activation(folder: str, config: dict) -> str:
+    """The CrossEncoder's `activation_fn`, where sentence-transformers keeps it: `config_sentence_transformers.json`
+    (version 6), `config.json`'s `sentence_transformers` (4 and 5) or `sbert_ce_default_activation_function`
+    (before 4); else the sigmoid, its default for one label."""
+    from kbert.checkpoints.sentence_transformers import SETTINGS_FILE, settings
+
+    places = [(os.path.join(folder, SETTINGS_FILE), settings(folder).get("activation_fn")),
+              (os.path.join(folder, "config.json"), (config.get("sentence_transformers") or {}).get("activation_fn")
+               if isinstance(config.get("sentence_transformers"), dict) else None),
+              (os.path.join(folder, "config.json"), config.get("sbert_ce_default_activation_function"))]
+    path, named = next(((path, named) for path, named in places if named is not None), (None, None))
+    if named is None:
+        return "sigmoid"
+    kind = str(named).rsplit(".", 1)[-1]
+    if kind not in SCORE_ACTIVATIONS:
+        raise KbertError(f"{path}: activation_fn {named!r} is not one kbert applies to a reranker's logit "
+                         f"({', '.join(SCORE_ACTIVATIONS)})")
+    return SCORE_ACTIVATIONS[kind]
+
+
+def cross_encoder_config(folder: str) -> dict:
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
         raise KbertError(f"{folder}: no config.json; a reranker is a Hugging Face sequence classifier folder "
                          "(config.json, model.safetensors, its tokenizer) or a kbert train --task rerank directory")
-    with open(path, encoding="utf-8") as handle:
-        config = json.load(handle)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise KbertError(f"{path}: not JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise KbertError(f"{path}: expected a JSON object (a Hugging Face model config)")
     architectures = config.get("architectures") or []
     labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
-    if not any(name.endswith("ForSequenceClassification") for name in architectures) or labels != 1:
+    if not any(str(name).endswith("ForSequenceClassification") for name in architectures) or labels != 1:
         raise KbertError(f"{path}: architectures {architectures} with {labels} labels; a reranker is a "
-                         "...ForSequenceClassification with one label (a CrossEncoder's relevance score)")
+                         "...ForSequenceClassification with one label (a CrossEncoder's relevance score)"
+                         + ("; kbert does not serve a CrossEncoder of several labels" if labels != 1 else ""))
     return config
 
 
@@ -214,7 +255,7 @@ def _max_length(folder: str) -> Optional[int]:
 def is_reranker(folder: str) -> bool:
     """Whether a folder holds a one-label sequence classifier (a cross-encoder)."""
     try:
-        _classifier_config(folder)
+        cross_encoder_config(folder)
         return True
     except (KbertError, ValueError, OSError):
         return False
@@ -335,7 +376,8 @@ def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen
     model_type = CROSS_ENCODER_CLASSES[bert.family] or config["model_type"]
     stem = HF_CLASSES.get(model_type, "Bert")
     config = {**config, "model_type": model_type, "architectures": [f"{stem}ForSequenceClassification"],
-              "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}
+              "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0},
+              "sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}
     atomic_write_text(os.path.join(directory, "config.json"), json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_tokenizer_files(tokenizer, directory, maxlen)
 

@@ -226,9 +226,10 @@ def _delimited(path: str, text: str, lines: Sequence[str], first: str, fields: F
     if delimiter == ",":
         table = csv.reader(io.StringIO(text))
         rows = [(number, row) for number, row in enumerate(table, 1) if any(cell.strip() for cell in row)]
-    else:
-        rows = [(number, line.split(delimiter) if delimiter else [line])
-                for number, line in enumerate(lines, 1) if line.strip()]
+    else:  # one text a line: a later line's tab is a column it should not have, unless one field is all there is
+        split = delimiter or (None if list(fields.headerless) == [1] else "\t")
+        rows = [(number, line.split(split) if split else [line]) for number, line in enumerate(lines, 1)
+                if line.strip()]
     width = len(rows[0][1])
     if width not in fields.headerless:
         raise DataError(f"{path}, line 1: {width} {separator}-separated columns and no header; expected "
