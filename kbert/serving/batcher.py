@@ -166,6 +166,9 @@ class Batcher:
                 await self._arrival.wait()
                 continue
             await self._free_instances.acquire()  # a batch gathers once an instance is free to run it
+            if not self.queue:  # its requests were withdrawn meanwhile (timed out, or their clients went)
+                self._free_instances.release()
+                continue
             running = asyncio.get_running_loop().create_task(self._run_batch(await self._gather()))
             self._running.add(running)
             running.add_done_callback(self._instance_freed)
