@@ -122,7 +122,10 @@ def test_an_archive_member_that_escapes_is_refused_before_anything_is_written(ca
 
 
 def test_an_archive_over_the_size_limit_is_refused(tmp_path):
-    archive = _zip(tmp_path / "big.zip", {"release/model.safetensors": b"0" * 4096})
+    archive = tmp_path / "big.zip"  # compressed under the limit (a download's cap), unpacked over it
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+        bundle.writestr("release/model.safetensors", b"0" * 40_960)
+    assert archive.stat().st_size < 1000
     with pytest.raises(SourceError, match="unpacks to more than 1,000 bytes"):
         fetch_checkpoint(archive.as_uri(), cache_dir=str(tmp_path / "cache"), max_unpacked_bytes=1000)
     _cache_holds_nothing(tmp_path / "cache")
@@ -134,9 +137,10 @@ class _Server:
     """An HTTP server on loopback serving one file, with Range and If-Range support (and ETag when given); it
     can cut its first answer short, or every answer."""
 
-    def __init__(self, payload: bytes, cut_first_at: int = 0, etag: str = "", cut_every: bool = False):
+    def __init__(self, payload: bytes, cut_first_at: int = 0, etag: str = "", cut_every: bool = False,
+                 declare_length: bool = True):
         self.payload, self.cut_first_at, self.requests, self.etag = payload, cut_first_at, [], etag
-        self.cut_every = cut_every
+        self.cut_every, self.declare_length = cut_every, declare_length
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -153,7 +157,10 @@ class _Server:
                     return
                 body = server.payload[start:]
                 self.send_response(206 if start else 200)
-                self.send_header("Content-Length", str(len(body)))
+                if server.declare_length:
+                    self.send_header("Content-Length", str(len(body)))
+                else:
+                    self.close_connection = True  # the end of the body is the end of the connection
                 if server.etag:
                     self.send_header("ETag", server.etag)
                 self.end_headers()
@@ -498,3 +505,37 @@ def test_train_by_name_is_train_by_three_paths(hub_cache, tmp_path):
     for form in ("hf", "archive"):
         for (name, array), (_, wanted) in zip(_weights(tmp_path / f"out-{form}"), expected):
             np.testing.assert_array_equal(array, wanted, err_msg=f"{form}: {name}")
+
+
+# --- round 5: a download's own cap, and sentence-transformers repositories whole ------------------------
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_download_over_the_limit_is_refused_before_it_is_all_fetched(declared, release_zip, tmp_path):
+    """Before the fix only the unpacked size was capped: the download itself had no bound."""
+    server = _Server(release_zip, declare_length=declared)  # undeclared: the cap holds as the bytes arrive
+    try:
+        with pytest.raises(SourceError, match=r"over the limit of 1,000 for a download; nothing was kept"):
+            fetch_checkpoint(server.url, cache_dir=str(tmp_path / "cache"), max_unpacked_bytes=1000)
+    finally:
+        server.close()
+    assert not list((tmp_path / "cache").rglob("*.part"))
+
+
+def test_a_sentence_transformers_repository_is_fetched_with_its_settings_and_modules(tmp_path):
+    """Before the fix, config_sentence_transformers.json (the prompts) and 0_Transformer/'s files were not fetched,
+    and a model with a Dense module was refused as holding two checkpoints."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from kbert.hub.sources import HUB_FILES as FETCHED, checkpoint_directory
+
+    repository = ["config_sentence_transformers.json", "modules.json", "0_Transformer/config.json",
+                  "0_Transformer/model.safetensors", "0_Transformer/vocab.txt", "0_Transformer/tokenizer.json",
+                  "0_Transformer/tokenizer_config.json", "0_Transformer/sentence_bert_config.json",
+                  "1_Pooling/config.json", "2_Dense/config.json", "2_Dense/model.safetensors",
+                  "pytorch_model.bin", "README.md"]
+    assert sorted(filter_repo_objects(repository, allow_patterns=FETCHED)) == sorted(repository[:-2])
+    folder = tmp_path / "snapshot"
+    for name in ("modules.json", "model.safetensors", "2_Dense/model.safetensors"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"")
+    assert checkpoint_directory(str(folder), "hf://some/model") == str(folder)

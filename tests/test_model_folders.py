@@ -287,3 +287,44 @@ def test_an_activation_kbert_does_not_apply_and_several_labels_are_named(tmp_pat
     with pytest.raises(KbertError, match=r"with 3 labels; a reranker is a ...ForSequenceClassification with one "
                                          r"label .*several labels"):
         model_task(str(folder))
+
+
+# --- the same, as sentence-transformers itself reads it (CI's parity venv) ------------------------------
+
+TEXTS = ["HELLO World", "A man is eating food.", "abc abd"]
+
+
+@pytest.mark.parity
+def test_sentence_transformers_reads_kbert_dense_and_lower_casing_as_kbert_does(minilm, tmp_path):
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]' (with "
+                                                "CPU torch) for the parity tests")
+    from kbert.tasks.embedding import Embedder
+
+    embedder, folder = dense_folder(tmp_path, minilm, None)
+    theirs = sentence_transformers.SentenceTransformer(folder, device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(theirs, embedder.encode(TEXTS), atol=1e-5)
+    cased = linked_minilm(tmp_path / "cased")
+    tokenizer = json.loads((cased / "tokenizer.json").read_text())
+    tokenizer["normalizer"]["lowercase"] = False
+    (cased / "tokenizer.json").write_text(json.dumps(tokenizer))
+    settings = json.loads((cased / "sentence_bert_config.json").read_text())
+    (cased / "sentence_bert_config.json").write_text(json.dumps({**settings, "do_lower_case": True}))
+    theirs = sentence_transformers.SentenceTransformer(str(cased), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(theirs, Embedder.load(cased).encode(TEXTS), atol=1e-5)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("activation", ["Identity", "Sigmoid"])
+def test_a_sentence_transformers_6_cross_encoder_scores_as_kbert(activation, tmp_path):
+    torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
+    from kbert.tasks.reranking import Reranker
+
+    source = cross_encoder_folder(tmp_path)
+    cross_encoder = sentence_transformers.CrossEncoder(str(source), device="cpu",
+                                                       activation_fn=getattr(torch.nn, activation)())
+    cross_encoder.save(str(tmp_path / "saved"))
+    reranker = Reranker.load(tmp_path / "saved")
+    assert reranker.activation == activation.lower()
+    pairs = [("abc", "abd"), ("abc", "jih"), ("fed", "def")]
+    np.testing.assert_allclose(reranker.score("abc", ["abd", "jih"]), cross_encoder.predict(pairs[:2]), atol=1e-5)

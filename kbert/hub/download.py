@@ -68,16 +68,18 @@ def sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, target: str, sha256: Optional[str] = None, progress: Optional[bool] = None) -> str:
+def download(url: str, target: str, sha256: Optional[str] = None, progress: Optional[bool] = None,
+             max_bytes: Optional[int] = None) -> str:
     """Fetches `url` into `target` (resuming `target.part`), checks `sha256`, returns the file's SHA-256.
 
-    `progress`: a progress line on stderr (default: when stderr is a terminal).
+    `progress`: a progress line on stderr (default: when stderr is a terminal). `max_bytes`: the largest file
+    taken (None: any); a larger one is refused, by its declared length before any byte, else once it passes.
     """
     partial = target + ".part"
     show = sys.stderr.isatty() if progress is None else progress
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            _fetch(url, partial, show)
+            _fetch(url, partial, show, max_bytes)
             break
         except (OSError, http.client.HTTPException) as error:  # a cut connection, a timeout, a reset
             if isinstance(error, urllib.error.HTTPError):
@@ -106,7 +108,13 @@ def _discard(partial: str, keep_part: bool = False) -> None:
             os.remove(path)
 
 
-def _fetch(url: str, partial: str, show: bool) -> None:
+def _too_large(url: str, partial: str, size: int, max_bytes: int) -> SourceError:
+    _discard(partial)
+    return SourceError(f"{url}: {size:,} bytes or more, over the limit of {max_bytes:,} for a download; nothing "
+                       "was kept. Download it yourself and pass the unpacked directory")
+
+
+def _fetch(url: str, partial: str, show: bool, max_bytes: Optional[int] = None) -> None:
     """Appends the rest of `url` to `partial`; returns when the server has sent all it has."""
     record = _part_record(url, partial)
     have = os.path.getsize(partial) if record else 0
@@ -135,11 +143,17 @@ def _fetch(url: str, partial: str, show: bool) -> None:
             with open(partial + ".json", "w", encoding="utf-8") as handle:
                 json.dump(record, handle)
         total = have + int(length) if length else record.get("length")
+        if max_bytes is not None and total is not None and total > max_bytes:
+            raise _too_large(url, partial, total, max_bytes)
         with open(partial, "ab" if resumed else "wb") as handle:
             meter = _Progress(url, total, have, show)
             for block in iter(lambda: response.read(_CHUNK), b""):
                 handle.write(block)
                 meter.advance(len(block))
+                size = handle.tell()
+                if max_bytes is not None and size > max_bytes:  # a length the server did not declare
+                    handle.close()
+                    raise _too_large(url, partial, size, max_bytes)
             meter.finish()
         received = os.path.getsize(partial)
     if total is not None and received < total:

@@ -39,7 +39,10 @@ HUB_FILES = ["*.safetensors", "model.safetensors.index.json", "config.json", "be
              "spiece.model", "tokenizer.json", "*.ckpt.index", "*.ckpt.data-*", "checkpoint",
              # a sentence-transformers model's modules: their list, the pooling, projections' configs and weights
              "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "*/config.json",
-             "*/model.safetensors"]
+             "*/model.safetensors", "config_sentence_transformers.json",
+             # the older layout, its transformer in 0_Transformer/ with its own settings and tokenizer
+             "*/sentence_bert_config.json", "*/tokenizer_config.json", "*/tokenizer.json", "*/vocab.txt",
+             "*/spiece.model", "*/sentencepiece.bpe.model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +200,7 @@ def _from_archive(url: str, sha256: Optional[str], root: str, max_bytes: int) ->
             for folder in ("downloads", "archives"):
                 os.makedirs(os.path.join(root, folder), exist_ok=True)
             archive = os.path.join(root, "downloads", key)
-            digest = download(url, archive, sha256)
+            digest = download(url, archive, sha256, max_bytes=max_bytes)  # packed, it is no larger than unpacked
             staging = staging_directory(unpacked)
             try:
                 unpack(archive, staging, max_bytes, label=url)
@@ -223,6 +226,11 @@ def checkpoint_directory(root: str, source: str, shown_root: Optional[str] = Non
 
     `shown_root`: how errors name `root` when it is a staging folder the user will never see.
     """
+    # a sentence-transformers folder is one model, its modules' weights (2_Dense/, 0_Transformer/) included
+    modules = sorted(os.path.dirname(path) for path in glob.glob(os.path.join(root, "**", "modules.json"),
+                                                                 recursive=True))
+    if len(modules) == 1:
+        return modules[0]
     found = sorted({os.path.dirname(path) for pattern in ("**/*.safetensors", "**/*.index")
                     for path in glob.glob(os.path.join(root, pattern), recursive=True)})
     if len(found) == 1:
