@@ -93,6 +93,10 @@ def test_each_layout_is_read_by_its_columns(tmp_path, text, texts, score, layout
     ("好\t很好\t1\n差\t好\t差\n", "line 2: 3 texts, but line 1 has 2 texts and a score"),
     ("text\ttext_b\tscore\n好\t很好\t高\n", "line 2: the score '高' is not a number"),
     ("好\t\n", "line 1: empty or missing text_b"),
+    # before round 5: a later row's tab was read as part of one text, and nan / inf as scores
+    ("好\n差\t不好\n", "line 2: expected text \\(0 tab\\(s\\)\\) as on line 1, found 1"),
+    ("好\t很好\tnan\n", "line 1: the score 'nan' is not a finite number"),
+    ("text\ttext_b\tscore\n好\t很好\t-inf\n", "line 2: the score '-inf' is not a finite number"),
 ])
 def test_bad_rows_are_named_by_line(tmp_path, text, message):
     from kbert.tasks.embedding import read_text_groups
@@ -121,9 +125,11 @@ def data_files(tmp_path_factory):
 
 
 def train_embed(data_files, tmp_path, name, *flags, valid=True):
+    """`valid`: validate on the training file itself, or on the file named (False: none)."""
     out = tmp_path / f"out-{name}"
     data = data_files / name
-    code = main(["train", "--task", "embed", "--train", str(data), *(["--valid", str(data)] if valid else []),
+    valid = data if valid is True else data_files / valid if valid else None
+    code = main(["train", "--task", "embed", "--train", str(data), *(["--valid", str(valid)] if valid else []),
                  "--config", str(CONFIGS / "bert_tiny.json"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
                  "--batch-size", "16", "--maxlen", "32", *flags, "--out", str(out)])
     assert code == 0
@@ -135,11 +141,14 @@ def train_embed(data_files, tmp_path, name, *flags, valid=True):
 def test_each_loss_trains_a_model_that_loads_as_a_sentence_transformer(data_files, tmp_path, name, loss):
     from kbert.tasks.embedding import Embedder
 
-    out, state = train_embed(data_files, tmp_path, name, "--epochs", "3", "--lr", "5e-4")
+    # SimCSE is validated on pairs (recall@1 of a text and its other half): one text a line would score 1.0 always
+    out, state = train_embed(data_files, tmp_path, name, "--epochs", "3", "--lr", "5e-4",
+                             valid="pairs.tsv" if loss == "simcse" else True)
     assert (state["loss"], state["pooling"]) == (loss, "mean")
     losses = [epoch["loss"] for epoch in state["history"]]
     assert losses[-1] < losses[0], losses  # it learns
-    assert state["best_val_score"] is not None
+    scores = [epoch["val_score"] for epoch in state["history"]]
+    assert all(-1 <= score < 1 for score in scores) and len(set(scores)) > 1, scores  # a score that can move
     vectors = Embedder.load(out).encode(["房间很大", "服务很好"])
     assert vectors.shape == (2, 32)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
@@ -162,6 +171,16 @@ def test_simcse_views_of_one_text_differ_only_by_dropout(data_files, tmp_path):
     assert np.abs(trained[:, 0] - trained[:, 1]).max() > 1e-3  # two dropout masks
     np.testing.assert_allclose(inferred[:, 0], inferred[:, 1], atol=1e-6)
     np.testing.assert_allclose(inferred[:, 0], model.predict([ids, ids * 0], verbose=0), atol=1e-5)
+
+
+def test_simcse_validated_on_single_texts_is_refused(data_files, tmp_path, capsys):
+    """Before the fix, each validation text was compared with itself: recall@1 was always 1.0, and the kept
+    epoch arbitrary."""
+    code = main(["train", "--task", "embed", "--train", str(data_files / "single.txt"), "--valid",
+                 str(data_files / "single.txt"), "--config", str(CONFIGS / "bert_tiny.json"), "--vocab",
+                 str(shared_path("vocab", "chinese_vocab.txt")), "--maxlen", "32", "--out", str(tmp_path / "never")])
+    assert code == 2 and "one text a line, which validates nothing" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
 
 
 def test_a_loss_the_data_cannot_feed_is_refused(data_files, tmp_path, capsys):

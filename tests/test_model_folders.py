@@ -209,6 +209,41 @@ def test_a_long_line_is_tokenized_only_as_far_as_the_model_reads(minilm, tmp_pat
     assert max(calls) <= 32 * 256
 
 
+@pytest.mark.parametrize("max_seq_length", [512, None])
+def test_max_seq_length_beyond_the_position_table_is_cut_to_it(max_seq_length, tmp_path, capsys):
+    """Before the fix, max_seq_length 512 on a table of 64 positions failed inside PositionEmbedding.call() on
+    a long text (and `kbert serve` said max_input_length 512)."""
+    from conftest import xlm_roberta_embedder_folder
+    from kbert.tasks.embedding import Embedder
+
+    folder = tmp_path / "xlmr"
+    folder.mkdir()
+    xlm_roberta_embedder_folder(folder, ["a tiny model of positions", "the quick brown fox"])
+    settings = json.loads((folder / "sentence_bert_config.json").read_text())
+    (folder / "sentence_bert_config.json").write_text(json.dumps({**settings, "max_seq_length": max_seq_length}))
+    embedder = Embedder.load(folder)
+    assert embedder.maxlen == 64  # 66 rows, positions counted from 2 (the padding id 1, plus 1)
+    long_text = "the quick brown fox " * 100
+    texts = tmp_path / "texts.txt"
+    texts.write_text(long_text + "\n")
+    assert main(["embed", "--model", str(folder), str(texts)]) == 0
+    vector = json.loads(capsys.readouterr().out)["embedding"]
+    np.testing.assert_allclose(vector, embedder.encode([long_text])[0], atol=1e-6)
+
+
+def test_a_tokenizer_with_ids_beyond_the_models_vocabulary_is_named(tmp_path):
+    """Before the fix, a text holding such a token failed with TensorFlow's InvalidArgumentError traceback."""
+    from kbert.tasks.embedding import Embedder
+
+    folder = linked_minilm(tmp_path / "model")
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["model"]["vocab"]["newtoken"] = 40_000
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(CheckpointError, match=r"tokenizer.json: the token 'newtoken' has id 40000, but the model has "
+                                              r"30522 rows of token embeddings"):
+        Embedder.load(folder)
+
+
 def test_zero_width_characters_alone_are_a_blank_line(tmp_path, capsys):
     texts = tmp_path / "texts.txt"
     texts.write_text("a text\n\u200b\u200d\ufeff\n", encoding="utf-8")

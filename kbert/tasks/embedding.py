@@ -29,8 +29,9 @@ from kbert.checkpoints.sentence_transformers import (DenseSpec, SentenceTransfor
 from kbert.errors import DataError, KbertError, shown
 from kbert.layers.pooling import L2Normalize, Pooling
 from kbert.layers.views import SplitViews, StackViews
+from kbert.models.registry import load_config
 from kbert.tokenizers import Tokenizer
-from kbert.tokenizers.hub import TokenizerJson, folder_tokenizer, save_tokenizer_files
+from kbert.tokenizers.hub import TokenizerJson, check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.metrics import spearman
@@ -183,12 +184,14 @@ class Embedder:
 
 def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str) -> Embedder:
     config = os.path.join(spec.transformer, "config.json")
-    bert = build_transformer_model(config)
-    load_hf_weights(bert, spec.transformer)
+    model_config = load_config(config)
     # sentence-transformers' own do_lower_case lower-cases whatever the tokenizer's config says.
     tokenizer = folder_tokenizer(spec.transformer, lower_case_default=spec.do_lower_case, lower_case=spec.do_lower_case)
-    positions = getattr(getattr(bert, "config", None), "longest_input", None) or 512
-    maxlen = min(spec.max_seq_length or positions, positions)
+    check_tokenizer_fits(tokenizer, model_config.vocab_size, spec.transformer)  # before the weights are read
+    # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.
+    maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)
+    bert = build_transformer_model(config)
+    load_hf_weights(bert, spec.transformer)
     model = embedding_model(bert, spec.pooling, spec.dense, spec.normalize)
     embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, spec.pooling, spec.prompts,
                         spec.default_prompt_name, spec.include_prompt, spec.do_lower_case)
@@ -297,12 +300,13 @@ def read_text_groups(path: str, *, skip_malformed: bool = False, columns=None) -
 def _with_negative(row: dict) -> dict:
     """A headerless third column is a score where it reads as a number, else a hard negative."""
     score = row.get("score")
-    if score is not None and not _is_number(score) and "negative" not in row:
+    if score is not None and not is_number(score) and "negative" not in row:
         row = {**{key: value for key, value in row.items() if key != "score"}, "negative": score}
     return row
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
+    """Whether a cell reads as a number (a score), not a text."""
     try:
         float(value)
         return True
@@ -316,7 +320,7 @@ def _text_group(row: dict, line: int) -> TextGroup:
         if name in row and (not isinstance(text, str) or not text.strip()):
             raise ValueError(f"empty or missing {name}")
     score = row.get("score")
-    if score is not None and not _is_number(score):
+    if score is not None and not is_number(score):
         raise ValueError(f"the score {score!r} is not a number")
     if score is not None and not math.isfinite(float(score)):
         raise ValueError(f"the score {score!r} is not a finite number; a pair's similarity is a number such as 0.8")

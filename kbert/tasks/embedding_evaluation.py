@@ -8,10 +8,14 @@ and clustering (`kbert evaluate --model EMBEDDING_MODEL`).
   gains, as pytrec_eval's), MRR@10 and recall@100. A corpus has to fit in memory as float32
   vectors (a million 384-dimensional ones: 1.5 GB); beyond that, an index (FAISS, a vector
   database) is the tool, which kbert leaves out of its install.
-- classification: a logistic regression fitted on the frozen vectors of labelled training texts,
-  scored on the test texts (accuracy, macro F1), as MTEB's classification tasks do.
-- clustering: k-means (k: the number of labels) on the vectors, scored by V-measure against the
-  labels.
+- classification: scikit-learn's logistic regression fitted on the frozen vectors of labelled
+  training texts, scored on the test texts (accuracy, macro F1 over the labels either holds), as MTEB's
+  classification tasks do.
+- clustering: scikit-learn's k-means (k: the number of labels) on the vectors, scored by V-measure
+  against the labels, as MTEB's clustering tasks do.
+
+Classification and clustering use scikit-learn, the library MTEB scores with (`pip install
+'kbert[eval]'`); ranking is counted here (`kbert.tasks.ranking_metrics`), with pytrec_eval's definitions.
 """
 
 from __future__ import annotations
@@ -23,10 +27,9 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import DataError
+from kbert.errors import DataError, KbertError
+from kbert.tasks.ranking_metrics import RANK_DEPTH, ranking_scores
 from kbert.training.metrics import spearman
-
-RANK_DEPTH = 100  # the documents kept per query: recall@100 needs them
 
 
 def sts(embedder, first: Sequence[str], second: Sequence[str], scores: Sequence[float]) -> Dict[str, float]:
@@ -65,7 +68,7 @@ def read_beir(folder: str, split: str = "test") -> Tuple[Dict[str, str], Dict[st
 def _json_lines(path: str) -> List[dict]:
     if not os.path.isfile(path):
         raise DataError(f"{path}: missing; a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/test.tsv")
-    rows = []
+    rows, seen = [], {}
     with open(path, encoding="utf-8") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
@@ -77,6 +80,10 @@ def _json_lines(path: str) -> List[dict]:
             if not isinstance(row, dict) or "_id" not in row or not isinstance(row.get("text"), str):
                 raise DataError(f"{path}, line {line}: expected an object with \"_id\" and \"text\"")
             row["_id"] = str(row["_id"])
+            if row["_id"] in seen:  # a dict would keep the last silently, and score against the wrong text
+                raise DataError(f"{path}, line {line}: _id {row['_id']!r} again (first on line {seen[row['_id']]}); "
+                                "every _id must be unique")
+            seen[row["_id"]] = line
             rows.append(row)
     return rows
 
@@ -106,132 +113,49 @@ def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgeme
             "documents": len(ids)}
 
 
-def ranking_scores(relevance: Sequence[int], judged: Dict[str, int]) -> Dict[str, float]:
-    """nDCG@10, MRR@10 and recall@100 of one ranked list, given each ranked document's relevance and all of
-    the query's judgements.
-
-    >>> scores = ranking_scores([0, 1, 0], {"a": 1, "b": 1})  # one of two relevant documents, second
-    >>> {name: round(value, 4) for name, value in scores.items()}
-    {'ndcg@10': 0.3869, 'mrr@10': 0.5, 'recall@100': 0.5}
-    """
-    gains = np.asarray(relevance[:10], np.float64)
-    discounts = 1 / np.log2(np.arange(2, 12))
-    ideal = np.sort(np.array([value for value in judged.values() if value > 0], np.float64))[::-1][:10]
-    ndcg = float((gains * discounts[:len(gains)]).sum() / (ideal * discounts[:len(ideal)]).sum()) if ideal.size else 0.0
-    first = next((rank for rank, value in enumerate(relevance[:10], start=1) if value > 0), None)
-    relevant = sum(1 for value in judged.values() if value > 0)
-    found = sum(1 for value in relevance[:RANK_DEPTH] if value > 0)
-    return {"ndcg@10": ndcg, "mrr@10": 1 / first if first else 0.0, "recall@100": found / relevant if relevant else 0.0}
-
-
 # --- classification and clustering -------------------------------------------------------------------
 
 def classification(embedder, train_texts: Sequence[str], train_labels: Sequence[str], test_texts: Sequence[str],
-                   test_labels: Sequence[str], batch_size: int = 64) -> Dict[str, float]:
-    """`{"accuracy", "macro_f1", "train", "test"}` of a logistic regression on the frozen vectors."""
-    names = sorted(set(train_labels))
-    unknown = sorted(set(test_labels) - set(names))
+                   test_labels: Sequence[str], batch_size: int = 64, seed: int = 0) -> Dict[str, float]:
+    """`{"accuracy", "macro_f1", "train", "test"}` of scikit-learn's logistic regression on the frozen vectors
+    (MTEB's classifier); macro F1 averages over the labels the test labels or the predictions hold."""
+    linear_model, metrics = _scikit_learn("linear_model", "metrics")
+    unknown = sorted(set(test_labels) - set(train_labels))
     if unknown:
         raise DataError(f"the test labels {', '.join(map(repr, unknown[:5]))} are not among the training labels")
-    index = {name: number for number, name in enumerate(names)}
-    weights = fit_logistic_regression(embedder.encode(train_texts, batch_size),
-                                      np.array([index[label] for label in train_labels]), len(names))
-    predicted = predict_logistic_regression(weights, embedder.encode(test_texts, batch_size))
-    truth = np.array([index[label] for label in test_labels])
-    f1 = []
-    for label in range(len(names)):
-        hits = np.sum((predicted == label) & (truth == label))
-        precision = hits / max(np.sum(predicted == label), 1)
-        recall = hits / max(np.sum(truth == label), 1)
-        f1.append(2 * precision * recall / (precision + recall) if precision + recall else 0.0)
-    return {"accuracy": float(np.mean(predicted == truth)), "macro_f1": float(np.mean(f1)),
+    classifier = linear_model.LogisticRegression(max_iter=1000, random_state=seed)
+    classifier.fit(embedder.encode(train_texts, batch_size), list(train_labels))
+    predicted = classifier.predict(embedder.encode(test_texts, batch_size))
+    return {"accuracy": float(metrics.accuracy_score(test_labels, predicted)),
+            "macro_f1": float(metrics.f1_score(test_labels, predicted, average="macro")),
             "train": len(train_texts), "test": len(test_texts)}
-
-
-def fit_logistic_regression(features: np.ndarray, labels: np.ndarray, classes: int, l2: float = 1e-4,
-                            steps: int = 500) -> np.ndarray:
-    """A multinomial logistic regression's `[features + 1, classes]` weights (the last row the bias), by
-    gradient descent with Nesterov momentum on standardised features (a convex loss: the step is set from
-    its curvature bound, so it converges without tuning).
-
-    >>> x = np.array([[0.0], [1.0], [4.0], [5.0]]); y = np.array([0, 0, 1, 1])
-    >>> predict_logistic_regression(fit_logistic_regression(x, y, 2), np.array([[0.5], [4.5]])).tolist()
-    [0, 1]
-    """
-    mean, scale = features.mean(0), features.std(0) + 1e-8
-    x = np.hstack([(features - mean) / scale, np.ones((len(features), 1))])
-    targets = np.eye(classes)[labels]
-    step = 1 / (0.5 * np.linalg.norm(x, 2) ** 2 / len(x) + l2)
-    weights = velocity = np.zeros((x.shape[1], classes))
-    for _ in range(steps):
-        ahead = weights + 0.9 * velocity
-        logits = x @ ahead
-        probabilities = np.exp(logits - logits.max(1, keepdims=True))
-        probabilities /= probabilities.sum(1, keepdims=True)
-        gradient = x.T @ (probabilities - targets) / len(x) + l2 * ahead
-        velocity = 0.9 * velocity - step * gradient
-        weights = weights + velocity
-    # Folded back, so that the weights apply to the raw features.
-    folded = weights[:-1] / scale[:, None]
-    return np.vstack([folded, weights[-1:] - mean @ folded])
-
-
-def predict_logistic_regression(weights: np.ndarray, features: np.ndarray) -> np.ndarray:
-    return np.argmax(features @ weights[:-1] + weights[-1], axis=1)
 
 
 def clustering(embedder, texts: Sequence[str], labels: Sequence[str], batch_size: int = 64,
                seed: int = 0) -> Dict[str, float]:
-    """`{"v_measure", "clusters", "texts"}`: k-means on the unit vectors, k the number of labels."""
-    names = sorted(set(labels))
-    truth = np.array([names.index(label) for label in labels])
-    assigned = kmeans(embedder.encode(texts, batch_size, normalize=True), len(names), seed)
-    return {"v_measure": v_measure(truth, assigned), "clusters": len(names), "texts": len(texts)}
+    """`{"v_measure", "clusters", "texts"}`: scikit-learn's k-means on the unit vectors, k the number of labels;
+    fewer distinct vectors than labels is refused, as no clustering could tell them apart."""
+    cluster, metrics = _scikit_learn("cluster", "metrics")
+    vectors = embedder.encode(texts, batch_size, normalize=True)
+    k = len(set(labels))
+    distinct = len(np.unique(vectors.round(6), axis=0))
+    if distinct < k:
+        raise DataError(f"{distinct} distinct vectors for {k} labels: k-means cannot make {k} clusters of them "
+                        "(the texts are too alike, or repeated); give more varied texts")
+    # Lloyd's k-means, best of 10 k-means++ starts (a mini-batch's single start is unstable on small sets)
+    assigned = cluster.KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(vectors)
+    return {"v_measure": float(metrics.v_measure_score(labels, assigned)), "clusters": k, "texts": len(texts)}
 
 
-def kmeans(vectors: np.ndarray, k: int, seed: int = 0, restarts: int = 5, steps: int = 100) -> np.ndarray:
-    """Each vector's cluster by Lloyd's k-means from k-means++ starts; of `restarts` runs, the tightest."""
-    rng = np.random.default_rng(seed)
-    best, best_inertia = None, np.inf
-    for _ in range(restarts):
-        centres = vectors[[rng.integers(len(vectors))]]
-        while len(centres) < k:  # k-means++: far points are likelier starts
-            distances = ((vectors[:, None] - centres[None]) ** 2).sum(-1).min(1)
-            centres = np.vstack([centres, vectors[rng.choice(len(vectors), p=distances / distances.sum())]])
-        for _ in range(steps):
-            assigned = ((vectors[:, None] - centres[None]) ** 2).sum(-1).argmin(1)
-            moved = np.array([vectors[assigned == c].mean(0) if np.any(assigned == c) else centres[c]
-                              for c in range(k)])
-            if np.allclose(moved, centres):
-                break
-            centres = moved
-        inertia = ((vectors - centres[assigned]) ** 2).sum()
-        if inertia < best_inertia:
-            best, best_inertia = assigned, inertia
-    return best
+def _scikit_learn(*modules: str):
+    """scikit-learn's modules, or a `KbertError` saying how to install them."""
+    import importlib
 
-
-def v_measure(truth: np.ndarray, assigned: np.ndarray) -> float:
-    """The harmonic mean of homogeneity and completeness (Rosenberg and Hirschberg, 2007).
-
-    >>> truth = np.array([0, 0, 1, 1])
-    >>> v_measure(truth, np.array([1, 1, 0, 0])), v_measure(truth, np.array([0, 1, 0, 1]))
-    (1.0, 0.0)
-    """
-    table = np.zeros((truth.max() + 1, assigned.max() + 1))
-    np.add.at(table, (truth, assigned), 1)
-    joint = table / table.sum()
-
-    def entropy(p):
-        p = p[p > 0]
-        return float(-(p * np.log(p)).sum())
-
-    h_truth, h_assigned = entropy(joint.sum(1)), entropy(joint.sum(0))
-    mutual = h_truth + h_assigned - entropy(joint.ravel())
-    homogeneity = mutual / h_truth if h_truth else 1.0
-    completeness = mutual / h_assigned if h_assigned else 1.0
-    total = homogeneity + completeness
-    return float(2 * homogeneity * completeness / total) if total else 0.0
+    try:
+        return [importlib.import_module(f"sklearn.{module}") for module in modules]
+    except ImportError:
+        raise KbertError("kbert evaluate's classification and clustering use scikit-learn (as MTEB does): "
+                         "pip install 'kbert[eval]'") from None
 
 
 def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int = 64) -> dict:
@@ -251,11 +175,24 @@ def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int 
         return {"kind": "classification", "data": data, **classification(
             embedder, [e.text for e in fitted], [e.label for e in fitted], [e.text for e in scored],
             [e.label for e in scored], batch_size)}
-    groups, _ = read_text_groups(data)
-    if groups[0].score is not None:
+    if is_scored_pairs(data):
+        groups, _ = read_text_groups(data)
         return {"kind": "sts", "data": data, **sts(embedder, [group.texts[0] for group in groups],
                                                    [group.texts[1] for group in groups],
                                                    [group.score for group in groups])}
     examples, _ = read_examples(data)
     return {"kind": "clustering", "data": data, **clustering(embedder, [e.text for e in examples],
                                                              [e.label for e in examples], batch_size)}
+
+
+def is_scored_pairs(path: str) -> bool:
+    """Whether a file's rows are scored pairs (`text<TAB>text_b<TAB>score`, or a header naming two texts and a
+    score), not labelled texts: a header `text<TAB>label` names a label, whatever word `label` is an alias of."""
+    from kbert.tasks.embedding import PAIR_FIELDS
+    from kbert.training.records import read_records
+
+    from kbert.tasks.embedding import is_number
+
+    rows, _, _ = read_records(path, PAIR_FIELDS)
+    first = next((row for _, row in rows if isinstance(row, dict)), {})
+    return first.get("text_b") is not None and is_number(first.get("score"))

@@ -20,7 +20,7 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.errors import DataError, KbertError
 from kbert.layers.heads import TakeToken
-from kbert.tokenizers.hub import folder_tokenizer, save_tokenizer_files
+from kbert.tokenizers.hub import check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
 from kbert.models import naming
 from kbert.models.registry import get_family, load_config
 from kbert.models.transformer import id_model
@@ -93,7 +93,7 @@ def listwise_groups(pairs: Sequence[JudgedPair], group_size: int, seed: int = 0)
 def ranking_of(pairs: Sequence[JudgedPair], logits: np.ndarray) -> Dict[str, float]:
     """nDCG@10 and MRR@10 (means over the queries with a relevant passage) of each query's passages ranked
     by their logits, as MTEB's reranking tasks score."""
-    from kbert.tasks.embedding_evaluation import ranking_scores
+    from kbert.tasks.ranking_metrics import ranking_scores
 
     groups: Dict[str, List[int]] = {}
     for index, pair in enumerate(pairs):
@@ -162,9 +162,11 @@ class Reranker:
         bert = build_transformer_model(os.path.join(folder, "config.json"))
         model = reranker_model(bert)
         load_hf_weights(model, folder)
-        positions = load_config(os.path.join(folder, "config.json")).longest_input
-        return cls(model, folder_tokenizer(folder), min(positions, _max_length(folder) or positions), folder,
-                   activation)
+        config = load_config(os.path.join(folder, "config.json"))
+        tokenizer = folder_tokenizer(folder)
+        check_tokenizer_fits(tokenizer, config.vocab_size, folder)
+        positions = config.longest_input
+        return cls(model, tokenizer, min(positions, _max_length(folder) or positions), folder, activation)
 
     def logits(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """The relevance logit of each (query, passage) pair."""

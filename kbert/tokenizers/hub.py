@@ -128,6 +128,20 @@ def folder_tokenizer(folder: str, lower_case_default: bool = True, lower_case: b
     return Tokenizer(os.path.join(folder, "vocab.txt"), do_lower_case=lower)
 
 
+def check_tokenizer_fits(tokenizer: "TokenizerJson | Tokenizer", vocab_size: int, folder: str) -> None:
+    """Refuses a tokenizer whose ids pass the model's vocabulary (`vocab_size` rows of its embedding table): every
+    text holding such a token would fail inside the model."""
+    from kbert.errors import CheckpointError
+
+    largest = max(tokenizer.vocab.values(), default=-1)
+    if largest >= vocab_size:
+        token = next(token for token, index in tokenizer.vocab.items() if index == largest)
+        name = os.path.basename(getattr(tokenizer, "path", "") or "vocab.txt")
+        raise CheckpointError(f"{os.path.join(folder, name)}: the token {token!r} has id {largest}, but the model "
+                              f"has {vocab_size} rows of token embeddings (config.json's vocab_size); the tokenizer "
+                              "belongs to another model")
+
+
 def save_tokenizer_files(tokenizer: "TokenizerJson | Tokenizer", folder: str, maxlen: int) -> None:
     """The tokenizer files transformers reads beside a model in `folder`: a `tokenizer.json`'s own file and
     the `tokenizer_config.json` beside it (its class and special tokens: RoBERTa's are not BERT's), else
