@@ -363,3 +363,32 @@ def test_a_sentence_transformers_6_cross_encoder_scores_as_kbert(activation, tmp
     assert reranker.activation == activation.lower()
     pairs = [("abc", "abd"), ("abc", "jih"), ("fed", "def")]
     np.testing.assert_allclose(reranker.score("abc", ["abd", "jih"]), cross_encoder.predict(pairs[:2]), atol=1e-5)
+
+
+def test_vectors_that_overflow_are_refused_by_kbert_embed_and_the_server(minilm, tmp_path, capsys):
+    """Before the fix, `kbert embed` printed NaN (not JSON), the base64 route answered 200 with NaN bytes and the
+    float routes a bare 500. Weights of 3e38 are finite (so they load), but their products overflow."""
+    pytest.importorskip("fastapi", reason="pip install 'kbert[serve]'")
+    from starlette.testclient import TestClient
+
+    from kbert.serving import ServerLimits, create_app
+    from kbert.tasks.embedding import Embedder
+    from kbert.tasks.predictors import PredictionSettings, embedding_predictor
+
+    _, folder = dense_folder(tmp_path, minilm, None)
+    rewrite_tensor(tmp_path / "dense-None" / "2_Dense" / "model.safetensors", "linear.weight",
+                   lambda value: np.full_like(value, 3e38))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a text\nanother\n")
+    assert main(["embed", "--model", folder, str(texts)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "line 1 (2 lines in all) gave NaN or infinite values" in captured.err
+    app = create_app(embedding_predictor(folder, PredictionSettings(), Embedder.load(folder)),
+                     ServerLimits(max_wait_ms=1))
+    with TestClient(app) as client:
+        for path, body, message in [("/v1/embeddings", {"input": "a text", "encoding_format": "base64"},
+                                     lambda answer: answer["error"]["message"]),
+                                    ("/embed", {"inputs": "a text"}, lambda answer: answer["error"]),
+                                    ("/v1/predict", {"texts": ["a text"]}, lambda answer: answer["detail"])]:
+            answer = client.post(path, json=body)
+            assert answer.status_code in (422, 500) and "NaN or infinite values" in message(answer.json()), path

@@ -239,7 +239,7 @@ def test_the_listwise_loss_learns_to_put_the_relevant_passage_first():
     ranks the relevant row of each group first, which it could not at the start."""
     import keras
 
-    from kbert.training.losses import ListwiseSoftmaxLoss
+    from kbert.training.contrastive import ListwiseSoftmaxLoss
 
     rng = np.random.default_rng(0)
     features = rng.normal(size=(400, 8)).astype("float32")

@@ -29,7 +29,7 @@ def train(xlmr, tmp_path, data: str, *options: str) -> int:
 
 def test_an_xlm_r_classifier_trains_on_its_own_tokenizer_and_pads_with_its_pad(xlmr, tmp_path):
     from kbert.tasks.classification import load_classifier
-    from kbert.tokenizers.hub import TokenizerJson
+    from kbert.tokenizers.tokenizer_json import TokenizerJson
     from kbert.training.data import Example
 
     rows = [f"{text}\t1" for text in MEN] * 4 + [f"{text}\t0" for text in WOMEN] * 4
@@ -53,7 +53,7 @@ def test_an_xlm_r_classifier_trains_on_its_own_tokenizer_and_pads_with_its_pad(x
 
 def test_the_training_batches_pad_token_ids_with_pad_and_the_rest_with_zero(xlmr):
     from kbert.tasks.classification import ClassificationTask
-    from kbert.tokenizers.hub import TokenizerJson
+    from kbert.tokenizers.tokenizer_json import TokenizerJson
     from kbert.training.options import TrainingOptions
     import keras
 
@@ -77,7 +77,7 @@ def test_a_contrastive_batch_gives_each_text_the_vector_it_has_alone(xlmr):
 
     from kbert import build_transformer_model
     from kbert.tasks.embedding import Embedder, EmbeddingTask
-    from kbert.tokenizers.hub import TokenizerJson
+    from kbert.tokenizers.tokenizer_json import TokenizerJson
     from kbert.training.options import TrainingOptions
 
     options = TrainingOptions(task="embed", maxlen=32, batch_size=5, shuffle=False)
@@ -176,7 +176,7 @@ def test_xlm_r_pre_trains_with_its_mask_and_pad_then_fine_tunes_from_what_it_wro
     directory holds Hugging Face's safetensors (there is no Google checkpoint of RoBERTa), fills masks with
     decoded pieces, and is a checkpoint `kbert train` fine-tunes."""
     from kbert.tasks.pretraining import MaskedLanguageModelTask, tokenize_words
-    from kbert.tokenizers.hub import TokenizerJson
+    from kbert.tokenizers.tokenizer_json import TokenizerJson
     from kbert.training.options import TrainingOptions
 
     tokenizer = TokenizerJson(xlmr / "tokenizer.json")

@@ -31,11 +31,14 @@ LONG = "word " * 400  # 400 word pieces and two special tokens: more than MiniLM
                                                            ("QueueFull", 503, "[0]: 300 tokens", None),
                                                            ("KbertError", 422, "[0]: 300 tokens", "input")])
 def test_a_refused_batch_call_is_answered_with_its_status(name, status, message, field):
-    from kbert.serving import batcher
-    from kbert.serving.checks import Refusal, served
+    from kbert import errors
+    from kbert.serving import batcher, services
+    from kbert.serving.refusals import Refusal, served
+
+    kinds = {"TooLong": services.TooLong, "QueueFull": batcher.QueueFull, "KbertError": errors.KbertError}
 
     async def refused():
-        raise getattr(batcher, name)("[0]: 300 tokens")
+        raise kinds[name]("[0]: 300 tokens")
 
     async def answered():
         return "rows", 3

@@ -566,6 +566,10 @@ def run_embed(args) -> int:
 
         embedder.model = onnx_embedder(embedder, args.quantize)
     vectors = embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt="")
+    broken = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+    if broken.size:  # JSON has no NaN, and a NaN in a .npy poisons every search over it
+        raise KbertError(f"{args.input}: line {broken[0] + 1} ({broken.size} lines in all) gave NaN or infinite "
+                         "values (an overflow in the model's precision, or damaged weights); nothing was written")
     if args.npy:
         with atomic_path(args.npy) as temporary:
             with open(temporary, "wb") as handle:

@@ -34,7 +34,7 @@ from typing import List, Optional
 
 from kbert.errors import KbertError
 from kbert.serving.batcher import Batcher, QueueFull
-from kbert.serving.checks import read_json, refusal, validation_message
+from kbert.serving.requests import read_json, refusal, validation_message
 from kbert.serving.metrics import ServerMetrics
 
 logger = logging.getLogger("kbert.serve")
@@ -75,13 +75,10 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     >>> from kbert.tasks.predictors import load_predictor  # doctest: +SKIP
     >>> app = create_app(load_predictor("runs/sentiment"))  # doctest: +SKIP
     """
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response
+    from fastapi import FastAPI
     from kbert.serving.embeddings import EmbeddingService, add_embedding_routes
     from kbert.serving.instances import serial_reason
     from kbert.serving.reranking import RerankService, add_rerank_routes
-    from kbert.tasks.predictors import rerank_rows
-    from pydantic import BaseModel, Field, ValidationError
 
     limits = limits or ServerLimits()
     embedder, reranker = getattr(predictor, "embedder", None), getattr(predictor, "reranker", None)
@@ -104,22 +101,28 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
 
     app = FastAPI(title="kbert", summary=f"a kbert {predictor.task} model: {predictor.model_dir}", lifespan=lifespan)
     app.state.batcher, app.state.metrics = batcher, metrics
+    _add_model_routes(app, predictor, limits, metrics)
+    _add_predict_route(app, predictor, service, batcher, limits)
+    if embedder is not None:
+        add_embedding_routes(app, service, batcher, limits, model_name=predictor.model_dir)
+    if reranker is not None:
+        add_rerank_routes(app, service, batcher, limits, model_name=predictor.model_dir)
+    app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(RequestLog, metrics=metrics)
+    return app
 
-    class PredictRequest(BaseModel):
-        texts: List[str] = Field(description="the texts to predict, one row of the answer each")
-        text_pairs: Optional[List[Optional[str]]] = Field(
-            None, description="a classifier of text pairs: the second text of each (or null)")
 
-    class PredictResponse(BaseModel):
-        predictions: List[dict] = Field(description="a row per text: what `kbert predict --json` prints")
+def _add_model_routes(app, predictor, limits: ServerLimits, metrics: ServerMetrics) -> None:
+    """`GET /health`, `/info`, `/v1/models` and `/metrics`: what is served, and how it is doing."""
+    from fastapi.responses import Response
+    from pydantic import BaseModel
+
+    embedder = getattr(predictor, "embedder", None)
 
     class Health(BaseModel):
         status: str
         task: str
         model: str
-
-    def problem(status: int, message: str, **headers) -> JSONResponse:
-        return JSONResponse({"detail": message}, status_code=status, headers=headers)
 
     @app.get("/health", response_model=Health)
     async def health():
@@ -147,6 +150,44 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
 
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+
+def _add_predict_route(app, predictor, service, batcher: Batcher, limits: ServerLimits) -> None:
+    """`POST /v1/predict`: a row per text, what `kbert predict --json` prints for it."""
+    import numpy as np
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+    from kbert.tasks.predictors import rerank_rows
+    from pydantic import BaseModel, Field, ValidationError
+
+    embedder, reranker = getattr(predictor, "embedder", None), getattr(predictor, "reranker", None)
+
+    class PredictRequest(BaseModel):
+        texts: List[str] = Field(description="the texts to predict, one row of the answer each")
+        text_pairs: Optional[List[Optional[str]]] = Field(
+            None, description="a classifier of text pairs: the second text of each (or null)")
+
+    class PredictResponse(BaseModel):
+        predictions: List[dict] = Field(description="a row per text: what `kbert predict --json` prints")
+
+    def problem(status: int, message: str, **headers) -> JSONResponse:
+        return JSONResponse({"detail": message}, status_code=status, headers=headers)
+
+    async def rows_of(body) -> list:
+        if embedder is not None:
+            vectors, _ = await service.embed(batcher, body.texts, truncate=True)
+            if not np.isfinite(vectors).all():
+                raise KbertError("the model gave NaN or infinite values for this input")
+            return [{"text": text, "embedding": vector.tolist()} for text, vector in zip(body.texts, vectors)]
+        if reranker is not None:
+            predictor.check_pairs(body.text_pairs)
+            logits, _ = await service.logits(batcher, body.texts, body.text_pairs, truncate=True)
+            return rerank_rows(reranker, body.texts, body.text_pairs, logits)
+        # The texts go to the predictor, which tokenizes its batch in the model thread (a classifier served the
+        # embedding model's way measured slower, docs/deployment.md); the budget's count runs off the event loop.
+        tokens = await batcher.prepare(len(body.texts), count_tokens, predictor.tokenizer, body.texts,
+                                       body.text_pairs) if limits.max_batch_tokens else None
+        return await batcher.predict(body.texts, body.text_pairs, tokens=tokens)
+
     # The body is read and checked here rather than by FastAPI's parameter, so that any content type
     # is read as JSON and each error says which field was wrong and how.
     @app.post("/v1/predict", response_model=PredictResponse,
@@ -169,32 +210,12 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
         if refused:
             return problem(refused.status, refused.message)
         try:
-            if embedder is not None:
-                vectors, _ = await service.embed(batcher, body.texts, truncate=True)
-                return {"predictions": [{"text": text, "embedding": vector.tolist()}
-                                        for text, vector in zip(body.texts, vectors)]}
-            if reranker is not None:
-                predictor.check_pairs(body.text_pairs)
-                logits, _ = await service.logits(batcher, body.texts, body.text_pairs, truncate=True)
-                return {"predictions": rerank_rows(reranker, body.texts, body.text_pairs, logits)}
-            # The texts go to the predictor, which tokenizes its batch in the model thread (a classifier served the
-            # embedding model's way measured slower, docs/deployment.md); the budget's count runs off the event loop.
-            tokens = await batcher.prepare(len(body.texts), count_tokens, predictor.tokenizer, body.texts,
-                                           body.text_pairs) if limits.max_batch_tokens else None
-            rows = await batcher.predict(body.texts, body.text_pairs, tokens=tokens)
+            return {"predictions": await rows_of(body)}
         except QueueFull as error:
             return problem(503, str(error), **{"Retry-After": "1"})
         except KbertError as error:
             return problem(422, str(error))
-        return {"predictions": rows}
 
-    if embedder is not None:
-        add_embedding_routes(app, service, batcher, limits, model_name=predictor.model_dir)
-    if reranker is not None:
-        add_rerank_routes(app, service, batcher, limits, model_name=predictor.model_dir)
-    app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
-    app.add_middleware(RequestLog, metrics=metrics)
-    return app
 
 class _BodyLimit:
     """Answers 413 to a body over `max_bytes`, by its Content-Length or as it streams in."""
@@ -230,7 +251,7 @@ class _BodyLimit:
 
     async def _too_large(self, scope, send):
         """A 413 in the error form of the API the path belongs to, counted under its route."""
-        from kbert.serving.checks import Refusal, error_response
+        from kbert.serving.refusals import Refusal, error_response
 
         route = _route_of(scope)
         if route is not None:

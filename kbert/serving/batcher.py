@@ -23,7 +23,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import time
-from typing import Callable, Deque, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, List, Optional, Sequence
 
 from kbert.errors import KbertError
 
@@ -242,43 +242,3 @@ def answer(future: asyncio.Future, rows: list) -> None:
     """Sets a request's rows, unless its client has gone (its handler was cancelled)."""
     if not future.done():
         future.set_result(rows)
-
-
-class TooLong(KbertError):
-    """An input has more tokens than the model takes, and the request did not ask to cut it."""
-
-
-class TokenizedService:
-    """A model whose server batches run token ids: each request is tokenized once, on a worker thread
-    (off the event loop), to count its tokens for the batch's budget and check its length before a
-    batch forms; the batcher then calls the service on the ids (`__call__`, each subclass's own).
-
-    Args:
-        model: an `Embedder` or a `Reranker` (anything with `tokenizer` and `maxlen`).
-        batch_size: inputs in one model call at most (the server's `--max-batch`).
-    """
-
-    def __init__(self, model, batch_size: int):
-        self.model, self.batch_size = model, batch_size
-
-    def too_long(self, tokens: int) -> str:
-        """What a `TooLong` says after the input's index."""
-        return f"{tokens} tokens, more than the model's {self.model.maxlen}"
-
-    def tokenize(self, texts: List[str], pairs: Optional[List[str]], truncate: bool) -> Tuple[list, List[int]]:
-        """Each input's ids, cut to the model's length where `truncate` (else `TooLong`, naming the input),
-        and the number of tokens the model reads for each."""
-        tokenizer, maxlen = self.model.tokenizer, self.model.maxlen
-        encoded = tokenizer.encode_all(texts, pairs)
-        for index, (ids, _) in enumerate(encoded):
-            if len(ids) > maxlen:
-                if not truncate:
-                    raise TooLong(f"[{index}]: {self.too_long(len(ids))}; shorten it, or ask for it to be cut")
-                encoded[index] = tokenizer.encode(texts[index], pairs[index] if pairs else None, maxlen=maxlen)
-        return encoded, [len(ids) for ids, _ in encoded]
-
-    async def run(self, batcher: Batcher, texts: List[str], pairs: Optional[List[str]], truncate: bool) -> Tuple[list, int]:
-        """The batch's rows for these inputs, and the tokens they took (`QueueFull` before tokenizing when the
-        queue has no room)."""
-        encoded, counts = await batcher.prepare(len(texts), self.tokenize, texts, pairs, truncate)
-        return await batcher.predict(encoded, tokens=sum(counts)), sum(counts)

@@ -26,8 +26,9 @@ from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
-from kbert.serving.batcher import TokenizedService
-from kbert.serving.checks import body_schema, openai_error, parse_request, served, tei_error
+from kbert.serving.refusals import openai_error, served, tei_error
+from kbert.serving.routes import batched_route
+from kbert.serving.services import TokenizedService
 
 
 class EmbeddingService(TokenizedService):
@@ -59,7 +60,6 @@ def unit_length(vectors: np.ndarray) -> np.ndarray:
 
 def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:
     """`POST /v1/embeddings` (OpenAI's form) and `POST /embed` (TEI's) on `app`, run through `batcher`."""
-    from fastapi import Request
     from pydantic import BaseModel, Field
 
     width = service.model.dimensions  # not `dimensions`: a class body below has a field of that name
@@ -82,19 +82,7 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text "
                                            "(config_sentence_transformers.json); null: its default one")
 
-    async def run(texts: List[str], truncate: bool, field: str, prompt_name: Optional[str] = None):
-        """`(vectors, tokens)`, or `(None, Refusal)` when the batcher, the texts or the prompt refuse."""
-        return await served(service.embed(batcher, texts, truncate, prompt_name), field)
-
-    @app.post("/v1/embeddings", openapi_extra=body_schema(OpenAIRequest),
-              summary="OpenAI's embeddings API: a vector per text, with the tokens used")
-    async def openai_embeddings(request: Request):
-        body, texts = await parse_request(request, OpenAIRequest, "input", limits, "embed")
-        if body is None:
-            return openai_error(texts)
-        vectors, tokens = await run(texts, truncate=False, field="input")
-        if vectors is None:
-            return openai_error(tokens)
+    def openai_answer(body, texts, vectors, tokens):
         if body.dimensions is not None and body.dimensions < width:
             vectors = vectors[:, :body.dimensions]
             vectors = unit_length(vectors) if service.model.normalize else vectors
@@ -105,13 +93,10 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
                          for index, vector in enumerate(vectors)],
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    @app.post("/embed", openapi_extra=body_schema(TEIRequest),
-              summary="Text Embeddings Inference's embed API: a list of floats per input")
-    async def tei_embed(request: Request):
-        body, texts = await parse_request(request, TEIRequest, "inputs", limits, "embed")
-        if body is None:
-            return tei_error(texts)
-        vectors, tokens = await run(texts, truncate=body.truncate, field="inputs", prompt_name=body.prompt_name)
-        if vectors is None:
-            return tei_error(tokens)
-        return (unit_length(vectors) if body.normalize else vectors).tolist()
+    batched_route(app, "/v1/embeddings", OpenAIRequest, "input", limits, "embed", openai_error,
+                  lambda body, texts: served(service.embed(batcher, texts, False), "input"), openai_answer,
+                  "OpenAI's embeddings API: a vector per text, with the tokens used")
+    batched_route(app, "/embed", TEIRequest, "inputs", limits, "embed", tei_error,
+                  lambda body, texts: served(service.embed(batcher, texts, body.truncate, body.prompt_name), "inputs"),
+                  lambda body, texts, vectors, tokens: (unit_length(vectors) if body.normalize else vectors).tolist(),
+                  "Text Embeddings Inference's embed API: a list of floats per input")

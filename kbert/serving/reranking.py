@@ -17,8 +17,10 @@ from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
-from kbert.serving.batcher import TokenizedService
-from kbert.serving.checks import body_schema, openai_error, parse_request, refusal, served, tei_error
+from kbert.serving.refusals import openai_error, served, tei_error
+from kbert.serving.requests import refusal
+from kbert.serving.routes import batched_route
+from kbert.serving.services import TokenizedService
 
 
 class RerankService(TokenizedService):
@@ -44,7 +46,6 @@ class RerankService(TokenizedService):
 
 def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: str) -> None:
     """`POST /rerank` (TEI's form) and `POST /v1/rerank` (Cohere's and Jina's) on `app`, through `batcher`."""
-    from fastapi import Request
     from pydantic import BaseModel, Field
 
     class TEIRequest(BaseModel):
@@ -75,28 +76,19 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
         scores = logits if raw else service.model.scores(logits)
         return [(int(index), float(scores[index])) for index in np.argsort(-scores, kind="stable")[:top_n]]
 
-    @app.post("/rerank", openapi_extra=body_schema(TEIRequest),
-              summary="Text Embeddings Inference's rerank API: the texts by relevance to the query")
-    async def tei_rerank(request: Request):
-        body, texts = await parse_request(request, TEIRequest, "texts", limits, "rerank")
-        if body is None:
-            return tei_error(texts)
-        logits, tokens = await scored(body.query, texts, body.truncate, "texts")
-        if logits is None:
-            return tei_error(tokens)
+    def tei_answer(body, texts, logits, tokens):
         return [{"index": index, "score": score, **({"text": texts[index]} if body.return_text else {})}
                 for index, score in ranked(logits, body.raw_scores)]
 
-    @app.post("/v1/rerank", openapi_extra=body_schema(CohereRequest),
-              summary="Cohere's and Jina's rerank API: the documents by relevance to the query")
-    async def cohere_rerank(request: Request):
-        body, texts = await parse_request(request, CohereRequest, "documents", limits, "rerank")
-        if body is None:
-            return openai_error(texts)
-        logits, tokens = await scored(body.query, texts, True, "documents")
-        if logits is None:
-            return openai_error(tokens)
+    def cohere_answer(body, texts, logits, tokens):
         return {"model": model_name, "usage": {"total_tokens": tokens},
                 "results": [{"index": index, "relevance_score": score,
                              **({"document": {"text": texts[index]}} if body.return_documents else {})}
                             for index, score in ranked(logits, False, body.top_n)]}
+
+    batched_route(app, "/rerank", TEIRequest, "texts", limits, "rerank", tei_error,
+                  lambda body, texts: scored(body.query, texts, body.truncate, "texts"), tei_answer,
+                  "Text Embeddings Inference's rerank API: the texts by relevance to the query")
+    batched_route(app, "/v1/rerank", CohereRequest, "documents", limits, "rerank", openai_error,
+                  lambda body, texts: scored(body.query, texts, True, "documents"), cohere_answer,
+                  "Cohere's and Jina's rerank API: the documents by relevance to the query")

@@ -16,7 +16,7 @@ import numpy as np
 from kbert.builder import build_classifier
 from kbert.errors import DataError, KbertError
 from kbert.tokenizers import Tokenizer
-from kbert.tokenizers.hub import TokenizerJson
+from kbert.tokenizers.tokenizer_json import TokenizerJson
 from kbert.training.data import Example, LabelMap, check_known_tokens, encode_examples, read_examples
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.metrics import precision_recall_f1

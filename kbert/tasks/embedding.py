@@ -31,7 +31,7 @@ from kbert.layers.pooling import L2Normalize, Pooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.models.registry import load_config
 from kbert.tokenizers import Tokenizer
-from kbert.tokenizers.hub import TokenizerJson, check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
+from kbert.tokenizers.tokenizer_json import TokenizerJson, check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.metrics import spearman

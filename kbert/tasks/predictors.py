@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, List, Optional, Sequence
 
-import numpy as np
 
 from kbert.errors import KbertError
 

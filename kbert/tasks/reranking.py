@@ -20,12 +20,12 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.errors import DataError, KbertError
 from kbert.layers.heads import TakeToken
-from kbert.tokenizers.hub import check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
+from kbert.tokenizers.tokenizer_json import check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
 from kbert.models import naming
 from kbert.models.registry import get_family, load_config
 from kbert.models.transformer import id_model
 from kbert.training.data import LabelMap, check_known_tokens
-from kbert.training.losses import ListwiseSoftmaxLoss
+from kbert.training.contrastive import ListwiseSoftmaxLoss
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.records import Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file

@@ -13,6 +13,8 @@ an example's texts side by side (`kbert.layers.views.SplitViews`).
 - `CoSENT`: for pairs scored by similarity, every two pairs whose gold
   scores are ordered should have cosines ordered the same way:
   `log(1 + Σ_{s_i > s_j} exp((cos_j − cos_i) / temperature))`.
+- `ListwiseSoftmaxLoss`: a reranker's listwise loss, each query's passages
+  against each other (softmax cross-entropy over the group's logits).
 """
 
 from __future__ import annotations
@@ -102,3 +104,37 @@ class CoSENT(keras.losses.Loss):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class ListwiseSoftmaxLoss(keras.losses.Loss):
+    """Listwise ranking loss: softmax cross-entropy over each query's group of passages.
+
+    The batch holds whole groups of `group_size` consecutive pairs (one
+    query's passages); `y_pred` is each pair's relevance logit, `y_true` its
+    label (0 to 1). Within a group the labels, scaled to sum to 1, are the
+    target distribution of the softmax of the logits (ListNet's top-one
+    loss; with one relevant passage, its cross-entropy against the rest).
+    One loss value a group.
+
+    Args:
+        group_size: pairs a group.
+
+    Example:
+    >>> loss = ListwiseSoftmaxLoss(group_size=2)
+    >>> round(float(loss(ops.convert_to_tensor([[1.], [0.]]), ops.convert_to_tensor([[2.], [0.]]))), 4)
+    0.1269
+    """
+
+    def __init__(self, group_size: int, name: str = "listwise_softmax", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.group_size = group_size
+
+    def call(self, y_true, y_pred):
+        logits = ops.reshape(ops.cast(y_pred, "float32"), (-1, self.group_size))
+        labels = ops.reshape(ops.cast(y_true, "float32"), (-1, self.group_size))
+        target = labels / ops.maximum(ops.sum(labels, axis=-1, keepdims=True), 1e-12)
+        return -ops.sum(target * ops.log_softmax(logits, axis=-1), axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "group_size": self.group_size}

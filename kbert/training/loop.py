@@ -32,7 +32,7 @@ from kbert.models import naming
 from kbert.models.config import BertConfig
 from kbert.models.registry import graph_class, resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
-from kbert.tokenizers.hub import TokenizerJson
+from kbert.tokenizers.tokenizer_json import TokenizerJson
 from kbert.training.distribute import STRATEGIES, JaxProcesses, ProcessShare, Trainer, make_strategy, worker_role
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TOKENIZER_JSON_FILE,
                                       TRAINING_FILE, VOCAB_FILE, WEIGHTS_FILE)

@@ -24,7 +24,7 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, first_line
 from kbert.tokenizers import SENTENCEPIECE_NAME, SpTokenizer, Tokenizer, load_tokenizer
-from kbert.tokenizers.hub import TokenizerJson
+from kbert.tokenizers.tokenizer_json import TokenizerJson
 from kbert.training.data import LabelMap
 from kbert.training.options import TrainingOptions
 from kbert.training.task import Task

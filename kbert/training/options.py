@@ -111,7 +111,7 @@ class TrainingOptions:
         symmetric: `task="embed"`, `in_batch`: also score each positive against the queries.
         rerank_loss: `task="rerank"`: `pointwise` (binary cross-entropy of each pair's logit) or
             `listwise` (softmax cross-entropy over each query's group of `group_size` passages,
-            the relevant one and others of the same query; `kbert.training.losses.ListwiseSoftmaxLoss`).
+            the relevant one and others of the same query; `kbert.training.contrastive.ListwiseSoftmaxLoss`).
         group_size: `rerank_loss="listwise"`: passages a group; `batch_size` counts pairs, a multiple of it.
         columns: `{field: column}` for data files whose columns (or JSON keys)
             have other names, e.g. `{"text": "review", "label": "sentiment"}`

@@ -1,20 +1,11 @@
-"""What every route checks of a request before the model sees it: the body is JSON, the texts are
-within the server's limits, not blank, and real text."""
+"""What every route checks of a request before the model sees it: the body is JSON of the route's schema, the
+texts are within the server's limits, not blank, and real text."""
 
 import json
-from typing import Awaitable, List, NamedTuple, Optional
+from typing import List, Optional
 
-from kbert.errors import KbertError, is_blank
-from kbert.serving.batcher import QueueFull, TooLong
-
-
-class Refusal(NamedTuple):
-    """A request the server does not take: the HTTP status, the message, and the field at fault (OpenAI's
-    `param`; None for the body as a whole)."""
-
-    status: int
-    message: str
-    field: Optional[str] = None
+from kbert.errors import is_blank
+from kbert.serving.refusals import Refusal
 
 
 def read_json(body: bytes):
@@ -63,41 +54,6 @@ def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts") ->
     return None
 
 
-def openai_error(refused: Refusal):
-    """A refusal as OpenAI's API (and Cohere- and Jina-style `/v1/` routes) gives one:
-    `{"error": {"message", "type", "param", "code"}}`, which OpenAI's client raises by status."""
-    from fastapi.responses import JSONResponse
-
-    kind = "server_error" if refused.status >= 500 else "invalid_request_error"
-    return JSONResponse({"error": {"message": refused.message, "type": kind, "param": refused.field, "code": None}},
-                        status_code=refused.status, headers={"Retry-After": "1"} if refused.status == 503 else None)
-
-
-def tei_error(refused: Refusal):
-    """A refusal as Text Embeddings Inference gives one: `{"error", "error_type"}`."""
-    from fastapi.responses import JSONResponse
-
-    kind = "Overloaded" if refused.status == 503 else "Validation" if refused.status < 500 else "Backend"
-    return JSONResponse({"error": refused.message, "error_type": kind}, status_code=refused.status,
-                        headers={"Retry-After": "1"} if refused.status == 503 else None)
-
-
-# The routes that answer in Text Embeddings Inference's error form; other `/v1/` routes answer in OpenAI's
-TEI_ROUTES = ("/embed", "/rerank")
-
-
-def error_response(path: str, refused: Refusal):
-    """A refusal in the error form of the API `path` belongs to: TEI's, OpenAI's (`/v1/` routes but kbert's own
-    `/v1/predict`), else kbert's `{"detail"}`."""
-    from fastapi.responses import JSONResponse
-
-    if path in TEI_ROUTES:
-        return tei_error(refused)
-    if path.startswith("/v1/") and path != "/v1/predict":
-        return openai_error(refused)
-    return JSONResponse({"detail": refused.message}, status_code=refused.status)
-
-
 def body_schema(schema) -> dict:
     """The OpenAPI entry of a body read by hand (so that any content type is read as JSON)."""
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema.model_json_schema()}}}}
@@ -129,19 +85,6 @@ async def parse_request(request, schema, field: str, limits, task: str):
     request.state.texts = len(texts)
     refused = refusal(texts, None, limits, task, field)
     return (None, refused) if refused else (body, texts)
-
-
-async def served(call: Awaitable, field: str):
-    """What `call` (a model service's batched call) gives, or `(None, Refusal)` where it refuses: 413 for an input
-    longer than the model takes (`field` names it), 503 when the server is too busy, 422 for any other refusal."""
-    try:
-        return await call
-    except TooLong as error:
-        return None, Refusal(413, f"{field}{error}", field)
-    except QueueFull as error:
-        return None, Refusal(503, str(error))
-    except KbertError as error:
-        return None, Refusal(422, str(error), field)
 
 
 def token_arrays(value) -> bool:
