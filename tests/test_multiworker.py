@@ -147,3 +147,43 @@ def test_jax_processes_refuse_a_batch_that_does_not_divide_among_them(run_args, 
         assert run.returncode == 2 and "--batch-size 7 is the global batch, split evenly among the 2 processes" \
             in stderr, stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras's process variables are read on JAX")
+def test_processes_that_disagree_on_their_number_both_stop_and_write_nothing(run_args, tmp_path):
+    """Before round 5, a process told NUM_PROCESSES=3 joined a cluster of 2 without a word (JAX takes the count
+    from the coordinator): both ended 0 and process 0 saved a model trained on shares that did not add up."""
+    directory, args = run_args
+    ports = [free_port(), free_port()]
+    told = [cluster_variables(0, ports), {**cluster_variables(1, ports), "KERAS_DISTRIBUTION_NUM_PROCESSES": "3"}]
+    runs = [kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 8, wait=False, env=variables)
+            for variables in told]
+    try:
+        outputs = [run.communicate(timeout=TIMEOUT_S) for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+    for run, (_, stderr) in zip(runs, outputs):
+        assert run.returncode == 2, stderr[-2000:]
+        assert "the 2 processes that joined disagree (process 0: NUM_PROCESSES=2, process 1: NUM_PROCESSES=3)" \
+            in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras's process variables are read on JAX")
+def test_a_coordinator_address_where_another_service_answers_is_refused_at_once(run_args, tmp_path):
+    """Before round 5, JAX retried such an address for minutes, then aborted the process in a C++ check failure."""
+    import http.server
+    import threading
+
+    directory, args = run_args
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        variables = {"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{server.server_port}",
+                     "KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_PROCESS_ID": "1"}
+        _, stderr, code = kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 8, env=variables)
+    finally:
+        server.shutdown()
+    assert code == 2 and f"something answers at 127.0.0.1:{server.server_port}, but not JAX's coordinator" in stderr
+    assert "Traceback" not in stderr and not (tmp_path / "out").exists()

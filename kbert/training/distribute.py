@@ -205,10 +205,33 @@ def join_processes(environ: Mapping[str, str]) -> JaxProcesses:
                          f"{timeout} s ({type(error).__name__}: {str(error).splitlines()[0][:300]}): start "
                          f"every process with the same KERAS_DISTRIBUTION_JOB_ADDRESSES and NUM_PROCESSES "
                          f"and its own PROCESS_ID") from None
+    _roll_call(count, process)
     devices = keras.distribution.list_devices()
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False))
     _joined = JaxProcesses(process_id=process, num_processes=count, num_replicas_in_sync=len(devices))
     return _joined
+
+
+def _roll_call(count: int, process: int) -> None:
+    """Checks that every process that joined was started with the same KERAS_DISTRIBUTION_NUM_PROCESSES and its
+    own PROCESS_ID. JAX takes the count from the coordinator, so a process told another count joins without a
+    word, and would train on a share of the batch the others do not expect; each process gathers the others'
+    variables (a collective all of them reach, so none is left waiting) and refuses any disagreement."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    try:
+        told = np.asarray(multihost_utils.process_allgather(np.array([count, process], np.int32)))
+    except Exception as error:  # jaxlib's own runtime errors (a process that went away)
+        raise KbertError(f"process {process}: the processes could not compare their variables "
+                         f"({type(error).__name__}: {str(error).splitlines()[0][:200]})") from None
+    told = told.reshape(-1, 2)
+    if jax.process_count() != count or any(int(other) != count for other in told[:, 0]) \
+            or sorted(told[:, 1].tolist()) != list(range(len(told))):
+        described = ", ".join(f"process {int(index)}: NUM_PROCESSES={int(number)}" for number, index in told)
+        raise KbertError(f"the {jax.process_count()} processes that joined disagree ({described}): start every "
+                         "process with the same KERAS_DISTRIBUTION_NUM_PROCESSES, the number of processes, and each "
+                         "with its own KERAS_DISTRIBUTION_PROCESS_ID")
 
 
 def _process_variables(environ: Mapping[str, str]) -> tuple:
@@ -253,7 +276,8 @@ def _wait_for(address: str, timeout: int) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with socket.create_connection((host, int(port)), timeout=5):
+            with socket.create_connection((host, int(port)), timeout=5) as connection:
+                _check_grpc(connection, address)
                 return
         except OSError as error:
             if time.monotonic() > deadline:
@@ -261,6 +285,31 @@ def _wait_for(address: str, timeout: int) -> None:
                                  f"({error}): start process 0 first, check the address and that the port is "
                                  f"open, or wait longer ({COORDINATOR_TIMEOUT_VARIABLE})") from None
             time.sleep(0.5)
+
+
+# HTTP/2's connection preface and an empty SETTINGS frame: a gRPC server (JAX's coordinator is one) answers with
+# its own SETTINGS frame (type 4, the fourth byte of a frame's header)
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _check_grpc(connection: socket.socket, address: str) -> None:
+    """Refuses a coordinator address where something answers that is not a gRPC server (another service on the
+    port): JAX would retry it for minutes, then end the process in a C++ check failure."""
+    try:
+        connection.sendall(_HTTP2_PREFACE)
+        connection.settimeout(10)
+        head = b""
+        while len(head) < 9:
+            chunk = connection.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except OSError:
+        head = b""
+    if len(head) < 9 or head[3] != 4:
+        raise KbertError(f"something answers at {address}, but not JAX's coordinator (it does not speak gRPC: "
+                         f"{head[:24]!r}): KERAS_DISTRIBUTION_JOB_ADDRESSES must name process 0's host and a free "
+                         "port on it, where process 0 runs") from None
 
 
 class ProcessShare(keras.utils.PyDataset):
