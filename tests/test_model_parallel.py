@@ -38,15 +38,23 @@ def kbert_train(args, out, devices: int, wait=True):
 
 
 
+def assert_same_weights(these: dict, those: dict) -> None:
+    assert sorted(these) == sorted(those) and len(those) == 39
+    for name in those:
+        np.testing.assert_allclose(these[name], those[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
 def test_a_model_split_over_devices_trains_to_one_devices_weights(run_args):
     directory, args = run_args
+    control_args = [arg if previous != "--lr" else "2e-3" for previous, arg in zip([None] + args, args)]
     runs = {"split": kbert_train(args + ["--model-parallel", "2"], directory / "split", 4, wait=False),
-            "one device": kbert_train(args, directory / "one", 1, wait=False)}
+            "one device": kbert_train(args, directory / "one", 1, wait=False),
+            "control": kbert_train(control_args, directory / "control", 1, wait=False)}
     finish_together(runs, TIMEOUT_S)
     split, one = saved_weights(directory / "split"), saved_weights(directory / "one")
-    assert sorted(split) == sorted(one) and len(one) == 39
-    for name in one:
-        np.testing.assert_allclose(split[name], one[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert_same_weights(split, one)
+    with pytest.raises(AssertionError):  # the comparison can fail: a run of another learning rate is told apart
+        assert_same_weights(saved_weights(directory / "control"), one)
     histories = [json.loads((directory / name / "training.json").read_text())["history"] for name in ("split", "one")]
     assert [round(epoch["val_accuracy"], 4) for epoch in histories[0]] == \
         [round(epoch["val_accuracy"], 4) for epoch in histories[1]]
@@ -75,3 +83,25 @@ def test_sizes_that_do_not_divide_are_refused_before_writing(run_args, tmp_path,
     _, stderr, code = kbert_train(args + ["--model-parallel", str(model_parallel)], tmp_path / "out", devices)
     assert code == 2 and message in stderr, stderr[-2000:]
     assert "Traceback" not in stderr and not (tmp_path / "out").exists()
+
+
+def test_the_split_shards_the_layouts_variables_over_the_model_axis(tmp_path):
+    """What --model-parallel 2 does to the variables on 4 devices: those MODEL_PARALLEL_LAYOUT names are split
+    along the model axis, the rest replicated (before round 5 nothing asserted that any variable was split)."""
+    script = (
+        "import json, keras\n"
+        "from kbert import build_transformer_model\n"
+        "from kbert.models.registry import load_config\n"
+        "from kbert.training.distribute import model_parallel_distribution\n"
+        f"config = load_config({str(CONFIGS / 'bert_tiny.json')!r})\n"
+        "keras.distribution.set_distribution(model_parallel_distribution(2, config))\n"
+        "bert = build_transformer_model(config)\n"
+        "print(json.dumps({w.path: [str(axis) for axis in w.value.sharding.spec] for w in bert.weights}))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT_S,
+                            env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    specs = json.loads(result.stdout.splitlines()[-1])
+    assert specs["Embedding-Token/embeddings"] == ["model", "None"]
+    assert specs["Transformer-0-MultiHeadSelfAttention/query/kernel"] == ["None", "model"]
+    assert specs["Transformer-0-FeedForward/output/kernel"] == ["model", "None"]
+    assert all("model" not in spec for path, spec in specs.items() if "Norm" in path)

@@ -27,39 +27,54 @@ def run_inputs(tmp_path_factory):
     return directory
 
 
-def trained_weights(run_inputs, out, remat: bool) -> dict:
+def trained_weights(run_inputs, out, remat: bool, learning_rate: float = 1e-3) -> dict:
     train(str(run_inputs / "config.json"), str(shared_path("vocab", "chinese_vocab.txt")),
           str(run_inputs / "train.data"), str(out),
-          options=TrainingOptions(epochs=1, batch_size=16, learning_rate=1e-3, maxlen=32, shuffle=False,
+          options=TrainingOptions(epochs=1, batch_size=16, learning_rate=learning_rate, maxlen=32, shuffle=False,
                                   remat=remat), verbose=0)
     return saved_weights(out)
+
+
+def assert_same_weights(these: dict, those: dict) -> None:
+    assert sorted(these) == sorted(those) and len(those) > 30
+    for name in those:
+        np.testing.assert_allclose(these[name], those[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @remat_backends
 def test_remat_trains_to_the_same_weights(run_inputs, tmp_path):
     plain = trained_weights(run_inputs, tmp_path / "plain", remat=False)
-    remat = trained_weights(run_inputs, tmp_path / "remat", remat=True)
-    assert sorted(plain) == sorted(remat) and len(plain) > 30
-    for name in plain:
-        np.testing.assert_allclose(remat[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert_same_weights(trained_weights(run_inputs, tmp_path / "remat", remat=True), plain)
     options = json.loads((tmp_path / "remat" / "training.json").read_text())["options"]
     assert options["remat"] is True
+    with pytest.raises(AssertionError):  # the comparison can fail: another learning rate's weights are told apart
+        assert_same_weights(trained_weights(run_inputs, tmp_path / "control", remat=False, learning_rate=2e-3), plain)
 
 
-def test_the_feed_forward_layers_are_built_to_recompute():
-    """What `--remat` changes (the comparison above cannot tell): the blocks' feed-forward layers recompute."""
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the gradient's program is read as JAX writes it")
+def test_the_gradient_recomputes_each_blocks_feed_forward():
+    """What `--remat` changes, seen in the program JAX differentiates (the weights above cannot tell): one
+    recomputed (checkpointed) call per block's feed-forward, and none without it."""
+    import jax
+
     from kbert.training.loop import remat_scope
 
     config = BertConfig.from_json_file(str(CONFIGS / "bert_tiny.json"))
+    ids = np.array([[101, 2769, 4263, 102]])
+    counts = {}
     for remat in (False, True):
         with remat_scope(TrainingOptions(remat=remat), config):
             bert = build_transformer_model(config)
-        # A layer's mode is its scope's; in "list_of_layers" it recomputes when its name is listed.
-        modes = {layer.name: layer._remat_mode for layer in bert.layers}
-        recomputing = sorted(name for name, mode in modes.items()
-                             if mode.mode == "list_of_layers" and name in mode.layer_names)
-        assert recomputing == ([f"Transformer-{index}-FeedForward" for index in range(config.num_hidden_layers)]
-                               if remat else []), modes
+        trainable = [variable.value for variable in bert.trainable_variables]
+        fixed = [variable.value for variable in bert.non_trainable_variables]
+
+        def loss(trainable, fixed):
+            outputs, _ = bert.stateless_call(trainable, fixed, [ids, ids * 0])
+            return outputs.sum()
+
+        program = str(jax.make_jaxpr(jax.grad(loss))(trainable, fixed))
+        counts[remat] = program.count("checkpoint[") + program.count("remat2[")
+    assert counts == {False: 0, True: config.num_hidden_layers}, counts
 
 
 @remat_backends
