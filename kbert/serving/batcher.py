@@ -13,7 +13,10 @@ gathering before its texts' tokens would pass that budget (Text Embeddings
 Inference's `--max-batch-tokens`): a batch of long texts holds fewer of
 them, so its time and memory stay bounded. The queue is bounded: a request that would take it
 past `max_queue` texts is refused at once (`QueueFull`, HTTP 503) instead
-of waiting without end.
+of waiting without end. Requests are tokenized on two threads of the
+batcher's own (`prepare`), after the queue is checked and counted against
+it meanwhile; a request that times out, or whose client goes, is taken out
+of the queue and never run.
 """
 
 from __future__ import annotations
@@ -117,11 +120,7 @@ class Batcher:
                       tokens: Optional[int] = None) -> list:
         """The rows of `texts` once their batch has run; `QueueFull` when the queue has no room.
         `tokens`: the request's tokens, for the budget (None: one a text)."""
-        if self._closing:
-            raise QueueFull("the server is shutting down")
-        if self.waiting and self.waiting + len(texts) > self.max_queue:
-            raise QueueFull(f"{self.waiting} texts are waiting, and {len(texts)} more would pass the server's "
-                            f"queue of {self.max_queue} (--max-queue)")
+        self._check_room(len(texts))
         request = _Request(list(texts), None if pairs is None else list(pairs),
                            asyncio.get_running_loop().create_future(), time.perf_counter(),
                            len(texts) if tokens is None else tokens)
