@@ -64,6 +64,19 @@ def kbert_train(args, out, batch_size, env=None, wait=True):
     return process.communicate(timeout=TIMEOUT_S) + (process.returncode,) if wait else process
 
 
+def processes_together(args, out, batch_size, environments) -> list:
+    """`kbert train --strategy multiworker` in a process per environment, all at once: `(exit status, stderr)` of
+    each once all have ended (each killed if the time runs out)."""
+    runs = [kbert_train(args + ["--strategy", "multiworker"], out, batch_size, wait=False, env=environment)
+            for environment in environments]
+    try:
+        outputs = [run.communicate(timeout=TIMEOUT_S) for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+    return [(run.returncode, stderr) for run, (_, stderr) in zip(runs, outputs)]
+
+
 def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(run_args):
     directory, args = run_args
     ports = [free_port(), free_port()]
@@ -136,15 +149,9 @@ def test_a_process_without_its_coordinator_stops_with_a_clear_error_in_bounded_t
 def test_jax_processes_refuse_a_batch_that_does_not_divide_among_them(run_args, tmp_path):
     directory, args = run_args
     ports = [free_port(), free_port()]
-    runs = [kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 7, wait=False,
-                        env=cluster_variables(index, ports)) for index in range(2)]
-    try:
-        outputs = [run.communicate(timeout=TIMEOUT_S) for run in runs]
-    finally:
-        for run in runs:
-            run.kill()
-    for run, (_, stderr) in zip(runs, outputs):
-        assert run.returncode == 2 and "--batch-size 7 is the global batch, split evenly among the 2 processes" \
+    for code, stderr in processes_together(args, tmp_path / "out", 7, [cluster_variables(index, ports)
+                                                                          for index in range(2)]):
+        assert code == 2 and "--batch-size 7 is the global batch, split evenly among the 2 processes" \
             in stderr, stderr[-2000:]
     assert not (tmp_path / "out").exists()
 
@@ -156,15 +163,8 @@ def test_processes_that_disagree_on_their_number_both_stop_and_write_nothing(run
     directory, args = run_args
     ports = [free_port(), free_port()]
     told = [cluster_variables(0, ports), {**cluster_variables(1, ports), "KERAS_DISTRIBUTION_NUM_PROCESSES": "3"}]
-    runs = [kbert_train(args + ["--strategy", "multiworker"], tmp_path / "out", 8, wait=False, env=variables)
-            for variables in told]
-    try:
-        outputs = [run.communicate(timeout=TIMEOUT_S) for run in runs]
-    finally:
-        for run in runs:
-            run.kill()
-    for run, (_, stderr) in zip(runs, outputs):
-        assert run.returncode == 2, stderr[-2000:]
+    for code, stderr in processes_together(args, tmp_path / "out", 8, told):
+        assert code == 2, stderr[-2000:]
         assert "the 2 processes that joined disagree (process 0: NUM_PROCESSES=2, process 1: NUM_PROCESSES=3)" \
             in stderr and "Traceback" not in stderr, stderr[-2000:]
     assert not (tmp_path / "out").exists()

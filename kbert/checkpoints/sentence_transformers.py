@@ -23,7 +23,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import CheckpointError
+from kbert.errors import CheckpointError, is_whole_number
 
 MODULES_FILE = "modules.json"
 # sentence-transformers' pooling flags, in its order of precedence, and kbert's names for them
@@ -86,10 +86,7 @@ def is_sentence_transformer(path: "str | os.PathLike[str]") -> bool:
 def model_type(path: "str | os.PathLike[str]") -> Optional[str]:
     """The `model_type` of a folder's `config_sentence_transformers.json` (`SentenceTransformer`, `CrossEncoder`,
     `SparseEncoder`, ...), None where it names none."""
-    settings = os.path.join(os.fspath(path), SETTINGS_FILE)
-    if not os.path.isfile(settings):
-        return None
-    kind = _object(settings).get("model_type")
+    kind = settings(path).get("model_type")
     return kind if isinstance(kind, str) else None
 
 
@@ -151,7 +148,7 @@ def module_path(folder: str, named, modules_file: str) -> str:
 
 def _index(module: dict, modules_file: str) -> int:
     index = module.get("idx", 0)
-    if not isinstance(index, int) or isinstance(index, bool):
+    if not isinstance(index, int) or isinstance(index, bool):  # any int orders; sentence-transformers starts at 0
         raise CheckpointError(f"{modules_file}: module {module.get('name')!r}: idx {index!r}, expected a whole number")
     return index
 
@@ -159,7 +156,7 @@ def _index(module: dict, modules_file: str) -> int:
 def _max_seq_length(config: dict, path: Optional[str]) -> Optional[int]:
     """`max_seq_length` of `sentence_bert_config.json`: a positive whole number, or absent (null)."""
     value = config.get("max_seq_length")
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+    if value is not None and not is_whole_number(value):
         raise CheckpointError(f"{path}: max_seq_length {value!r}: expected a whole number of tokens, 1 or more "
                               "(or null for the model's own limit)")
     return value
@@ -253,7 +250,7 @@ def _dense(path: str) -> DenseSpec:
         raise CheckpointError(f"{config_path}: activation {activation!r} is not one kbert reads "
                               f"({', '.join(_ACTIVATIONS)})")
     sizes = [config.get(key) for key in ("in_features", "out_features")]
-    if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in sizes):
+    if not all(is_whole_number(size) for size in sizes):
         raise CheckpointError(f"{config_path}: in_features {sizes[0]!r}, out_features {sizes[1]!r}: expected "
                               "positive whole numbers")
     if not os.path.isfile(os.path.join(path, "model.safetensors")):
