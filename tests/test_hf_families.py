@@ -149,8 +149,9 @@ def formula_tensors(names):
             for index, (name, shape) in enumerate(names.items())}
 
 
-def write_layout(directory, layout):
-    config, _, names, architecture = LAYOUTS[layout]
+def write_layout(directory, layout, layouts=LAYOUTS):
+    """`layouts[layout]`'s config.json and its tensors (`formula_tensors`) in `directory`; the tensors."""
+    config, _, names, architecture = layouts[layout]
     directory.mkdir()
     (directory / "config.json").write_text(json.dumps({**config, "architectures": [architecture]}))
     tensors = formula_tensors(names)

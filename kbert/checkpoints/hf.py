@@ -24,7 +24,8 @@ import numpy as np
 from kbert.errors import CheckpointError, first_line
 from kbert.io import atomic_copy, atomic_path, atomic_write_text
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
-from kbert.checkpoints.names import family_of, hf_prefixes, values_for
+from kbert.checkpoints.names import family_of, hf_families, hf_prefixes, values_for
+from kbert.models.registry import get_family
 from kbert.models.heads import Heads
 from kbert.models.tables import HF
 
@@ -67,7 +68,9 @@ def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
             raise CheckpointError(f"{path}: names {name!r} in {os.path.basename(file)}, which does not hold it; "
                                   "the index and its shards are from different downloads: fetch them again")
     roberta, evidence = _roberta_layout(path, stored)
-    canonical = {_canonical_name(name): name for name in stored}
+    # A bare backbone's names are its own (DistilBertModel's `transformer.layer.0...` is no GPT-2 scope).
+    bare = any(name.startswith("embeddings.") for name in stored)
+    canonical = {_canonical_name(name, bare): name for name in stored}
     shapes = {name: stored[original] for name, original in canonical.items()}
     dtypes = {name: stored_dtypes[original] for name, original in canonical.items()}
 
@@ -108,8 +111,12 @@ def _shard_index(path: str) -> Dict[str, str]:
     return {name: os.path.join(directory, file) for name, file in weight_map.items()}
 
 
-# Hugging Face's RobertaModel (and XLM-R, CamemBERT): positions from padding_idx + 1 = 2, `<s>` = 0, padding = 1.
-_ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
+def _roberta_types() -> set:
+    """The model_types numbered as Hugging Face's RobertaModel (XLM-R, CamemBERT, MPNet): positions from
+    padding_idx + 1 = 2, `<s>` = 0, padding = 1."""
+    families = [get_family(name) for name in hf_families()]
+    return {model_type for family in families if family.positions_after_padding
+            for model_type in (family.model_type, *family.model_type_aliases)}
 
 
 def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
@@ -131,7 +138,7 @@ def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
     if any(name.startswith(("roberta.", "lm_head.dense.")) for name in names):  # not T5's lm_head.weight
         return True, "tensors named roberta.* / lm_head.dense.*"
     if isinstance(model_type, str):
-        return model_type in _ROBERTA_TYPES, f"model_type {model_type!r} in {config_path}"
+        return model_type in _roberta_types(), f"model_type {model_type!r} in {config_path}"
     if any(name.startswith(("bert.", "cls.")) for name in names):
         return False, "tensors named bert.* / cls.*"
     return None, ""
@@ -323,10 +330,10 @@ def _wordpiece_framing(vocab) -> dict:
     return {"decoder_start_token_id": ids["[CLS]"], "eos_token_id": ids["[SEP]"]}
 
 
-def _canonical_name(name: str) -> str:
-    """The backbone's prefix (`bert.`, `albert.`, ...) dropped; old `gamma`/`beta` LayerNorm names
-    made `weight`/`bias`."""
-    prefix = next((prefix for prefix in hf_prefixes() if name.startswith(prefix)), "")
+def _canonical_name(name: str, bare: bool = False) -> str:
+    """The backbone's prefix (`bert.`, `albert.`, ...) dropped, unless the file is a `bare` backbone; old
+    `gamma`/`beta` LayerNorm names made `weight`/`bias`."""
+    prefix = "" if bare else next((prefix for prefix in hf_prefixes() if name.startswith(prefix)), "")
     name = name[len(prefix):]
     if ".LayerNorm." in name or name.startswith("LayerNorm."):
         name = name.replace(".gamma", ".weight").replace(".beta", ".bias")

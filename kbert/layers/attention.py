@@ -68,7 +68,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             (NEZHA: `RelativePositionEmbedding` vectors added to keys and
             values, per query) or `"rotary"` (RoFormer: queries and keys
             rotated by `SinusoidalPositionEmbedding`) or `"t5_relative"` (T5:
-            `T5RelativePositionBias` scores added per head).
+            `T5RelativePositionBias` scores added per head, after the
+            scaling: MPNet scales, T5 does not).
         use_attention_mask: take an attention mask input (the `lm` and `unilm`
             applications).
         use_bias: biases in the four projections (False: RoFormer-v2, T5).
@@ -242,10 +243,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
         if relative:
             scores = scores + ops.einsum(f"bqhd,{relative}->bhqk", q, positions)
-        if self.position_encoding == "t5_relative":
-            scores = scores + ops.cast(self._t5_bias(positions), scores.dtype)
         if self.scale:
             scores = scores / math.sqrt(self.head_size)
+        if self.position_encoding == "t5_relative":  # after the scaling, as the fused kernel adds a bias (MPNet)
+            scores = scores + ops.cast(self._t5_bias(positions), scores.dtype)
         own_scores = scores
         if previous_scores is not None:
             scores = scores + ops.cast(previous_scores, scores.dtype)

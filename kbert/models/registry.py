@@ -39,6 +39,8 @@ FAMILIES = {
     "mt5.1.1_encoder": "kbert.models.t5.family:Mt5EncoderFamily",
     "mt5.1.1_decoder": "kbert.models.t5.family:Mt5DecoderFamily",
     "hf_roberta": "kbert.models.hf_roberta.family:HfRobertaFamily",
+    "distilbert": "kbert.models.distilbert.family:DistilBertFamily",
+    "mpnet": "kbert.models.mpnet.family:MpnetFamily",
 }
 # Families that share another's model_type and are built only when named: ALBERT's configs build albert,
 # and a config with model_type "bert" builds BERT (bert4keras's roberta is BERT's layout).

@@ -116,11 +116,13 @@ def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
     `classifier`). The pooler is added here, not by the builder, so that a checkpoint without one (kbert
     pretrain's, most MLM checkpoints) still loads; it then starts from random weights, as the head does.
     For Hugging Face's RoBERTa (`hf_roberta`) the tanh dense is its classification head's own
-    (`Classifier-Hidden`: `RobertaForSequenceClassification`'s `classifier.dense`, then `out_proj`)."""
+    (`Classifier-Hidden`: `RobertaForSequenceClassification`'s `classifier.dense`, then `out_proj`); for
+    DistilBERT, its `pre_classifier` with ReLU, then `classifier`."""
     initializer = keras.initializers.TruncatedNormal(stddev=0.02)
     cls = TakeToken(0, name=naming.POOLER)(bert.output)
-    pooled = keras.layers.Dense(bert.output.shape[-1], activation="tanh", kernel_initializer=initializer,
-                                name=get_family(bert.family).classifier_hidden)(cls)
+    family = get_family(bert.family)
+    pooled = keras.layers.Dense(bert.output.shape[-1], activation=family.classifier_activation,
+                                kernel_initializer=initializer, name=family.classifier_hidden)(cls)
     logit = keras.layers.Dense(1, kernel_initializer=initializer, name=naming.CLASSIFIER_DENSE,
                                dtype="float32")(pooled)
     return id_model(bert.inputs, logit, getattr(bert, "family", "bert"), name)  # the family names its weights

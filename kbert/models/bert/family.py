@@ -59,6 +59,12 @@ class BertFamily:
         classifier_hidden: the tanh dense of a sequence classifier (a
             reranker) between `[CLS]` and its output: BERT's pooler;
             RoBERTa's classification head has its own.
+        classifier_activation: that dense's activation (DistilBERT's
+            `pre_classifier`: ReLU).
+        reads_segments: the graph adds segment embeddings; False: it takes
+            `Input-Segment`, so that every task feeds it alike, and ignores
+            it, as transformers ignores `token_type_ids` for DistilBERT and
+            MPNet.
     """
 
     name = "bert"
@@ -87,6 +93,8 @@ class BertFamily:
     google_absent: Optional[str] = None
     layout_difference: Optional[str] = None
     classifier_hidden = naming.POOLER_DENSE
+    classifier_activation = "tanh"
+    reads_segments = True
 
     # --- structure -----------------------------------------------------------------
     def config_to_train(self, config: BertConfig, initialised: bool) -> BertConfig:
@@ -127,7 +135,8 @@ class BertFamily:
         rows = [
             LayerParams(naming.EMBEDDING_TOKEN, "embeddings", f"V·{e}", config.vocab_size * width,
                         "shared with the MLM output" if with_mlm else ""),
-            LayerParams(naming.EMBEDDING_SEGMENT, "embeddings", f"T·{e}", config.type_vocab_size * width),
+            *([LayerParams(naming.EMBEDDING_SEGMENT, "embeddings", f"T·{e}", config.type_vocab_size * width)]
+              if self.reads_segments else []),
             *self.position_params(config),
             LayerParams(naming.EMBEDDING_NORM, "embeddings", f"2·{e}", 2 * width),
         ]

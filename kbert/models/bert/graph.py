@@ -62,7 +62,7 @@ class BertGraph(TransformerGraph):
         width = config.embedding_width
         x = self.apply(inputs[0], TokenEmbedding, naming.EMBEDDING_TOKEN, input_dim=config.vocab_size,
                        output_dim=width, embeddings_initializer=self.initializer(), **self.token_padding())
-        if self.segment_vocab_size:
+        if self.segment_vocab_size and self.family.reads_segments:
             segments = self.apply(inputs[1], Embedding, naming.EMBEDDING_SEGMENT,
                                   input_dim=self.segment_vocab_size, output_dim=width,
                                   size_key="type_vocab_size", embeddings_initializer=self.initializer())
