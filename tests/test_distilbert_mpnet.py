@@ -333,3 +333,106 @@ def test_a_cross_encoder_on_each_backbone_scores_as_transformers_and_sentence_tr
     cross_encoder = sentence_transformers.CrossEncoder(str(folder), device="cpu")
     np.testing.assert_allclose(reranker.score(queries[0], passages), cross_encoder.predict(list(zip(queries, passages))),
                                atol=1e-5)
+
+
+# --- kbert's tasks on these backbones -------------------------------------------------------------------------------
+
+MEN = ["A man is eating food.", "A man is riding a horse.", "Two men pushed carts through the woods.",
+       "A man is eating a piece of bread."]
+WOMEN = ["A woman is playing violin.", "The girl is carrying a baby.", "A woman is eating food.",
+         "The girl is playing drums."]
+
+
+@pytest.fixture(scope="module", params=["mpnet", "distilbert"])
+def backbone(request, tmp_path_factory):
+    """A random model of each family with an MLM head, and its tokenizer.json, as a Hugging Face folder."""
+    folder = wordpiece_folder(tmp_path_factory.mktemp(request.param) / "hf", request.param)
+    bert = build_transformer_model(folder / "config.json", with_mlm=True)
+    save_hf_weights(bert, folder)
+    return folder
+
+
+def cli(*arguments) -> int:
+    from kbert.cli.main import main
+
+    return main([str(argument) for argument in arguments])
+
+
+def test_each_task_trains_from_the_cli_and_reads_back(backbone, tmp_path):
+    """Pre-training from the MLM head, a classifier fine-tuned from that (to accuracy 1.0 on texts that tell men
+    from women) and exported to ONNX (int8), an embedding model, a reranker and a tagger with a CRF: each written
+    and read back by kbert."""
+    from kbert.tasks.classification import load_classifier
+    from kbert.tasks.embedding import Embedder
+    from kbert.tasks.ner import load_tagger
+    from kbert.tasks.reranking import Reranker
+
+    (tmp_path / "corpus.txt").write_text("\n".join(MEN + WOMEN) * 4 + "\n")
+    rows = [f"{text}\t1" for text in MEN] * 4 + [f"{text}\t0" for text in WOMEN] * 4
+    (tmp_path / "labelled.tsv").write_text("\n".join(rows[index] for index in
+                                                     np.random.default_rng(0).permutation(len(rows))) + "\n")
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in zip(MEN, MEN[1:] + MEN[:1])))
+    (tmp_path / "judged.tsv").write_text("".join(f"{a}\t{a}\t1\n{a}\t{b}\t0\n" for a, b in zip(MEN, WOMEN)))
+    common = ["--maxlen", 32, "--batch-size", 8]
+    assert cli("pretrain", "--checkpoint", backbone, "--train", tmp_path / "corpus.txt", "--out", tmp_path / "pre",
+               "--epochs", 1, *common) == 0
+    assert cli("train", "--checkpoint", tmp_path / "pre", "--train", tmp_path / "labelled.tsv", "--valid",
+               tmp_path / "labelled.tsv", "--out", tmp_path / "classify", "--epochs", 8, "--lr", "3e-3", *common) == 0
+    state = json.loads((tmp_path / "classify" / "training.json").read_text())
+    assert state["options"]["model"] == backbone.parent.name.rstrip("0123456789")
+    assert state["best_val_accuracy"] == 1.0
+    classifier = load_classifier(str(tmp_path / "classify"))
+    assert [row["label"] for row in classifier.labelled([MEN[0], WOMEN[0]])] == ["1", "0"]
+    # onnxruntime against Keras on the model's own texts, checked by the command (Input-Segment, unread, included)
+    assert cli("export", "--model", tmp_path / "classify", "--quantize", "int8", tmp_path / "classifier.onnx") == 0
+    sentences = [[("A", "O"), ("man", "B-PER"), ("is", "O"), ("riding", "O"), ("a", "O"), ("horse", "O")],
+                 [("The", "O"), ("girl", "B-PER"), ("is", "O"), ("playing", "O"), ("drums", "O")]]
+    (tmp_path / "tagged.txt").write_text("\n".join("".join(f"{word}\t{tag}\n" for word, tag in sentence)
+                                                   for sentence in sentences) * 4)
+    for task, data, extra in (("embed", "pairs.tsv", []), ("rerank", "judged.tsv", []),
+                              ("ner", "tagged.txt", ["--head", "crf"])):
+        assert cli("train", "--task", task, "--checkpoint", backbone, "--train", tmp_path / data,
+                   "--out", tmp_path / task, "--epochs", 1, *common, *extra) == 0, task
+    assert load_tagger(str(tmp_path / "ner")).encoder.tokenizer.pad_id == (1 if "mpnet" in str(backbone) else 0)
+    assert Embedder.load(tmp_path / "embed").backbone.family == backbone.parent.name.rstrip("0123456789")
+    reranker = Reranker.load(tmp_path / "rerank")
+    config = json.loads((tmp_path / "rerank" / "config.json").read_text())
+    assert config["architectures"] == [f"{'MPNet' if 'mpnet' in str(backbone) else 'DistilBert'}"
+                                       "ForSequenceClassification"]
+    assert reranker.logits([MEN[0]], [MEN[0]]).shape == (1,)
+
+
+@pytest.mark.parity
+def test_a_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(backbone, tmp_path):
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
+    from kbert.tasks.reranking import Reranker
+
+    (tmp_path / "judged.tsv").write_text("".join(f"{a}\t{a}\t1\n{a}\t{b}\t0\n" for a, b in zip(MEN, WOMEN)))
+    assert cli("train", "--task", "rerank", "--checkpoint", backbone, "--train", tmp_path / "judged.tsv",
+               "--out", tmp_path / "rerank", "--epochs", 1, "--maxlen", 32) == 0
+    pairs = list(zip(MEN, WOMEN + MEN[:1]))
+    expected = sentence_transformers.CrossEncoder(str(tmp_path / "rerank"), device="cpu").predict(pairs)
+    reranker = Reranker.load(tmp_path / "rerank")
+    np.testing.assert_allclose(reranker.scores(reranker.logits(*zip(*pairs))), expected, atol=1e-5)
+
+
+def test_kbert_serve_embeds_with_mpnet_and_reranks_with_distilbert(tmp_path):
+    """The server's routes on the new backbones give what kbert gives offline."""
+    pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
+    from kbert.tasks.embedding import Embedder
+    from kbert.tasks.reranking import Reranker
+    from test_serve import post, running_server
+
+    folder = embedder_folder(tmp_path / "mpnet", "mpnet")
+    with running_server(folder) as (url, _):
+        status, answer = post(url, {"inputs": SENTENCES[:3]}, path="/embed")
+    assert status == 200
+    np.testing.assert_allclose(answer, Embedder.load(folder).encode(SENTENCES[:3]), atol=1e-5)
+
+    folder = wordpiece_folder(tmp_path / "distilbert", "distilbert", head="reranker")
+    with running_server(folder) as (url, _):
+        status, answer = post(url, {"query": SENTENCES[0], "texts": SENTENCES[1:4]}, path="/rerank")
+    assert status == 200
+    scores = Reranker.load(folder).score(SENTENCES[0], SENTENCES[1:4])
+    np.testing.assert_allclose([row["score"] for row in sorted(answer, key=lambda row: row["index"])], scores,
+                               atol=1e-5)

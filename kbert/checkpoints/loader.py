@@ -326,7 +326,7 @@ def _missing_hint(source: TensorSource, missing: List[WeightName], family) -> Op
         return ("the checkpoint has no position table: NEZHA (relative positions) and RoFormer (rotary) "
                 "checkpoints use BERT's other names without one; build with model='nezha' or model='roformer'")
     names = [row.name(source.fmt) for row in missing]
-    if all(name.startswith(("cls/", "cls.")) for name in names):
+    if all(name.startswith(("cls/", "cls.", *family.hf_head_scopes)) for name in names):
         return (f"this checkpoint has no {names[0].split('/')[0].split('.')[0]}* variables for "
                 f"{', '.join(layers)}: build without with_mlm/with_nsp")
     if layers == [naming.POOLER_DENSE]:

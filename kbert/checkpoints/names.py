@@ -144,7 +144,7 @@ def family_named_by(names) -> str:
     use BERT's names. In Hugging Face's layout (names without the backbone's
     prefix): ALBERT's `albert_layer_groups`, RoFormer's `embed_positions`,
     ELECTRA's `embeddings_project` or `discriminator_predictions`, NEZHA's
-    `relative_positions_encoding`, GPT-2's `wte`.
+    `relative_positions_encoding`, GPT-2's `wte`, MPNet's `relative_attention_bias`, DistilBERT's `q_lin`.
 
     >>> family_named_by(["shared/embedding", "decoder/logits/kernel", "encoder/rms_norm/scale"])
     'mt5.1.1'
@@ -185,6 +185,10 @@ def _hf_family_named_by(names: List[str]) -> Optional[str]:
         return "electra"
     if any(".relative_positions_encoding." in name for name in names):
         return "nezha"
+    if "encoder.relative_attention_bias.weight" in names:
+        return "mpnet"
+    if any(".attention.q_lin." in name for name in names):
+        return "distilbert"
     return None
 
 

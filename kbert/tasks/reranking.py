@@ -330,9 +330,9 @@ class RerankTask(Task):
                             pad_ids=(self.tokenizer.pad_id,))
 
     def build(self, bert, num_labels: int, options):
-        if bert.family not in CROSS_ENCODER_CLASSES:
+        if bert.family not in CROSS_ENCODER_FAMILIES:
             raise KbertError(f"--task rerank trains the families whose folders sentence-transformers' CrossEncoder "
-                             f"reads ({', '.join(CROSS_ENCODER_CLASSES)}); got --model {bert.family}")
+                             f"reads ({', '.join(CROSS_ENCODER_FAMILIES)}); got --model {bert.family}")
         self.backbone = bert
         return reranker_model(bert)
 
@@ -362,24 +362,25 @@ class RerankTask(Task):
         write_cross_encoder(model, self.backbone, self.tokenizer, self.options.maxlen, directory)
 
 
-# The families a reranker trains for: the Hugging Face model_type of its folder, by family (bert4keras's
-# roberta is BERT's layout), or None where the config's own model_type (roberta, xlm-roberta) names it.
-CROSS_ENCODER_CLASSES = {"bert": "bert", "roberta": "bert", "hf_roberta": None}
+# The families a reranker trains for: those whose sequence classifier (`reranker_model`'s head) kbert names as
+# Hugging Face does (bert4keras's roberta is BERT's layout).
+CROSS_ENCODER_FAMILIES = ("bert", "roberta", "hf_roberta", "distilbert", "mpnet")
 
 
 def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:
-    """`model` (`reranker_model`) as Hugging Face's `...ForSequenceClassification` with one label (BERT's, or
-    RoBERTa's and XLM-R's, with the classification head's `classifier.dense` and `out_proj`), which transformers
-    and sentence-transformers' `CrossEncoder` load; its tokenizer files (`save_tokenizer_files`)."""
+    """`model` (`reranker_model`) as Hugging Face's `...ForSequenceClassification` with one label (BERT's; RoBERTa's,
+    XLM-R's and MPNet's, with the classification head's `classifier.dense` and `out_proj`; DistilBERT's
+    `pre_classifier`), which transformers and sentence-transformers' `CrossEncoder` load; its tokenizer files
+    (`save_tokenizer_files`)."""
     from kbert.checkpoints.hf import save_hf_weights
     from kbert.io import atomic_write_text
-    from kbert.models.hf_roberta.family import HF_CLASSES
+    from kbert.models.heads import Heads
 
-    save_hf_weights(model, directory)  # the backbone under `bert.` or `roberta.`, the head as `classifier`
-    config = bert.build_spec["config"]
-    model_type = CROSS_ENCODER_CLASSES[bert.family] or config["model_type"]
-    stem = HF_CLASSES.get(model_type, "Bert")
-    config = {**config, "model_type": model_type, "architectures": [f"{stem}ForSequenceClassification"],
+    save_hf_weights(model, directory)  # the backbone under its prefix (`bert.`, `roberta.`, ...), the head beside
+    family = get_family(bert.family)
+    config = family.hf_config(family.config_class.from_dict(bert.build_spec["config"]), Heads())
+    bare = config["architectures"][0]  # BertModel, XLMRobertaModel, DistilBertModel, ...
+    config = {**config, "architectures": [bare[:-len("Model")] + "ForSequenceClassification"],
               "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0},
               "sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}
     atomic_write_text(os.path.join(directory, "config.json"), json.dumps(config, indent=2, sort_keys=True) + "\n")
