@@ -18,7 +18,7 @@ from kbert import build_transformer_model, load_hf_weights, save_hf_weights
 from kbert.analysis.params import analyze
 from kbert.analysis.summary import crosscheck
 from kbert.models.registry import resolve
-from test_hf_families import layer_norm, linear, write_layout
+from test_hf_families import layer_norm, linear, transformers_reads_back, write_layout
 
 V, H, I, P = 60, 16, 32, 40
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
@@ -289,13 +289,8 @@ def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
     ours = model.predict_on_batch([tokens, np.zeros_like(tokens)])
     np.testing.assert_allclose(ours if flags.get("with_pool") else ours[REAL], expected, atol=1e-4)
 
-    for directory, shard in (("kbert", None), ("sharded", 4000)):
-        save_hf_weights(model, tmp_path / directory, max_shard_size=shard)
-        again, info = getattr(transformers, architecture).from_pretrained(tmp_path / directory,
-                                                                         output_loading_info=True)
-        assert not info["missing_keys"] and not info["unexpected_keys"], info
-        np.testing.assert_allclose(outputs_of(again.eval(), layout, torch), expected, atol=1e-6)
-    assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 1
+    transformers_reads_back(model, transformers, architecture, tmp_path, lambda again: outputs_of(again, layout, torch),
+                            expected)
 
 
 @pytest.mark.parametrize("model_type", ["mpnet", "distilbert"])

@@ -280,6 +280,17 @@ def saved_reference(directory, layout):
     return torch, transformers, reference
 
 
+def transformers_reads_back(model, transformers, architecture, root, outputs, expected):
+    """kbert's save of `model`, one file and shards of a few kB, loaded by transformers' `architecture` with no
+    missing or unexpected tensor and giving `expected` (`outputs` of a transformers model)."""
+    for directory, shard in (("kbert", None), ("sharded", 6000)):
+        save_hf_weights(model, root / directory, max_shard_size=shard)
+        again, info = getattr(transformers, architecture).from_pretrained(root / directory, output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
+        np.testing.assert_allclose(outputs(again.eval()), expected, atol=1e-6)
+    assert len(list((root / "sharded").glob("model-*.safetensors"))) > 1
+
+
 @pytest.mark.parametrize("layout", sorted(set(LAYOUTS) - {"nezha", "mt5", "roberta", "xlm-roberta_pooler"}))
 @pytest.mark.parity
 def test_same_outputs_as_transformers_both_ways(tmp_path, layout):

@@ -6,7 +6,7 @@ BERT's layer names: the model builders give the names.
 
 - `embeddings`: `Embedding`, `TokenEmbedding`, `PositionEmbedding` (`RobertaPositionEmbedding`), `MaskedAdd`
 - `attention`: `MultiHeadSelfAttention`
-- `feed_forward`: `FeedForward`
+- `feed_forward`: `FeedForward`, `GatedFeedForward` (GeGLU, SwiGLU)
 - `norms`: `RMSNormalization` (T5, RoFormer-v2), `ConditionalLayerNormalization` (`layer_norm_cond`)
 - `heads`: `TakeToken`, `TakePositions`, `BiasAdd`, `Scale`
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
@@ -19,6 +19,8 @@ BERT's layer names: the model builders give the names.
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
   and its `Sinusoidal` initializer (NEZHA), `T5RelativePositionBias` and `t5_buckets` (T5)
 - `rotary`: `sinusoidal_positions`, `apply_rotary`
+- `rotary_attention`: `RotarySelfAttention` (half-split RoPE, fused projections, sliding windows block by
+  block: ModernBERT), `windowed_attention`
 - `decoding`: `DecodingStep`, what a step of cached decoding gives the layers' `call_step`
 - `common`: `gelu_tanh`, `get_activation`, `clone_initializer`, `DepthScaledTruncatedNormal`
   (RoFormer-v2)
@@ -29,12 +31,13 @@ from kbert.layers.common import DepthScaledTruncatedNormal, clone_initializer, g
 from kbert.layers.crf import ConditionalRandomField, ViterbiDecoder, viterbi_decode
 from kbert.layers.embeddings import (Embedding, MaskedAdd, PositionEmbedding, RobertaPositionEmbedding, TokenEmbedding,
                                      checked_ids)
-from kbert.layers.feed_forward import FeedForward
+from kbert.layers.feed_forward import FeedForward, GatedFeedForward
 from kbert.layers.heads import BiasAdd, Scale, TakePositions, TakeToken
 from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
 from kbert.layers.memm import MaximumEntropyMarkovModel
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
 from kbert.layers.pooling import POOLING_MODES, L2Normalize, Pooling
+from kbert.layers.rotary_attention import RotarySelfAttention, apply_rotary_half, rotary_cos_sin, windowed_attention
 from kbert.layers.masks import AttentionMask, UnmaskingDropout
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
                                    T5RelativePositionBias, t5_buckets)
@@ -44,8 +47,8 @@ from kbert.layers.views import SplitViews, StackViews
 __all__ = ["AttentionMask", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling", "SplitViews", "StackViews",
            "ConditionalLayerNormalization", "ConditionalRandomField",
            "DepthScaledTruncatedNormal",
-           "EfficientGlobalPointer", "Embedding", "FeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
-           "MultiHeadSelfAttention",
+           "EfficientGlobalPointer", "Embedding", "FeedForward", "GatedFeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
+           "MultiHeadSelfAttention", "RotarySelfAttention", "apply_rotary_half", "rotary_cos_sin", "windowed_attention",
            "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "RobertaPositionEmbedding", "Scale",
            "Sinusoidal",
            "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakePositions", "TakeToken", "TokenEmbedding", "UnmaskingDropout", "ViterbiDecoder",

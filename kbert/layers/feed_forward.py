@@ -89,3 +89,56 @@ class FeedForward(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "use_bias": self.use_bias,
         }
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class GatedFeedForward(keras.layers.Layer):
+    """A gated linear unit feed-forward (GeGLU, SwiGLU): `output(act(a) · b)` where `[a, b] = input(x)`.
+
+    One fused `input` projection to `2 · intermediate_size` (a, then the gate b), as ModernBERT's `Wi`
+    stores them; then `output` back to the input's width.
+
+    Args:
+        intermediate_size: the width of a and of b.
+        activation: applied to a (ModernBERT: GELU).
+        use_bias: biases in the two projections.
+        kernel_initializer: their initializer.
+
+    Example:
+    >>> layer = GatedFeedForward(6, activation="gelu")
+    >>> tuple(layer(ops.ones((2, 3, 4))).shape), [tuple(w.shape) for w in layer.weights]
+    ((2, 3, 4), [(4, 12), (6, 4)])
+    """
+
+    def __init__(self, intermediate_size: int, activation="gelu", use_bias: bool = False,
+                 kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.intermediate_size = intermediate_size
+        self.activation = keras.activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+        self.input_dense = keras.layers.Dense(2 * intermediate_size, use_bias=use_bias, name="input",
+                                              dtype=self.dtype_policy,
+                                              kernel_initializer=clone_initializer(self.kernel_initializer))
+        self.output_dense = None  # made in build: its width is the input's
+
+    def build(self, input_shape):
+        self.input_dense.build(input_shape)
+        self.output_dense = keras.layers.Dense(input_shape[-1], use_bias=self.use_bias, name="output",
+                                               dtype=self.dtype_policy,
+                                               kernel_initializer=clone_initializer(self.kernel_initializer))
+        self.output_dense.build((*input_shape[:-1], self.intermediate_size))
+
+    def call(self, x):
+        projected = self.input_dense(x)
+        value, gate = projected[..., :self.intermediate_size], projected[..., self.intermediate_size:]
+        return self.output_dense(self.activation(value) * gate)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "intermediate_size": self.intermediate_size,
+                "activation": keras.activations.serialize(self.activation), "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}

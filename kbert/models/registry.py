@@ -41,6 +41,7 @@ FAMILIES = {
     "hf_roberta": "kbert.models.hf_roberta.family:HfRobertaFamily",
     "distilbert": "kbert.models.distilbert.family:DistilBertFamily",
     "mpnet": "kbert.models.mpnet.family:MpnetFamily",
+    "modernbert": "kbert.models.modernbert.family:ModernBertFamily",
 }
 # Families that share another's model_type and are built only when named: ALBERT's configs build albert,
 # and a config with model_type "bert" builds BERT (bert4keras's roberta is BERT's layout).

@@ -1,0 +1,165 @@
+"""Self-attention with rotary positions in the half-split layout, over the whole row or a sliding window.
+
+The encoders of 2024 on (ModernBERT and the mmBERT / Ettin encoders built like it) rotate each head's
+first and second halves against each other (`rotate_half`, Llama's and transformers' layout, not
+RoFormer's interleaved pairs), project queries, keys and values with one fused matrix, and let most layers
+see only a window of ±w tokens. A window is computed block by block: the row is cut into blocks of w
+tokens, and each block's queries attend to its own block and its two neighbours (3w keys), so the cost
+and the memory grow with the length, not with its square.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import keras
+from keras import ops
+
+from kbert.layers.common import _PACKAGE, clone_initializer
+
+
+def rotary_cos_sin(length, head_size: int, theta: float, dtype="float32"):
+    """`(cos, sin)`, each `[length, head_size]`: position p's angle `p · θ^(−2i/d)` for feature i and i + d/2.
+
+    Example:
+    >>> cos, sin = rotary_cos_sin(3, 4, 10000.0)
+    >>> [round(float(x), 4) for x in sin[2]]
+    [0.9093, 0.02, 0.9093, 0.02]
+    """
+    inverse = 1.0 / (theta ** (ops.arange(0, head_size, 2, dtype="float32") / head_size))
+    angles = ops.arange(length, dtype="float32")[:, None] * inverse[None, :]
+    angles = ops.concatenate([angles, angles], axis=-1)
+    return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
+
+
+def apply_rotary_half(x, cos, sin):
+    """`x` `[batch, length, heads, head_size]` rotated: `x · cos + rotate_half(x) · sin`, rotate_half taking
+    (a, b) halves to (−b, a)."""
+    half = ops.shape(x)[-1] // 2
+    rotated = ops.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[None, :, None, :] + rotated * sin[None, :, None, :]
+
+
+def windowed_attention(q, k, v, keep, window: int):
+    """Attention of each query over the keys within `window` positions of it (|i − j| ≤ window), block by block.
+
+    Args:
+        q, k, v: `[batch, length, heads, head_size]`, queries already scaled.
+        keep: `[batch, length]` boolean, False for padding (a key no query sees).
+        window: the half-width w.
+
+    Returns `[batch, length, heads, head_size]`. Blocks of w queries see their block and its neighbours:
+    `[batch · blocks, w, 3w]` scores, not `[batch, length, length]`. A query with no key to see (padding far
+    from any real token) attends to itself, which keeps its row finite.
+    """
+    batch, length = ops.shape(q)[0], ops.shape(q)[1]
+    heads, size = q.shape[2], q.shape[3]
+    blocks = (length + window - 1) // window
+    padded = blocks * window
+
+    def pad(x, before, after):
+        return ops.pad(x, [(0, 0), (before, after)] + [(0, 0)] * (len(x.shape) - 2))
+
+    def neighbours(x):  # [batch, padded, ...] -> [batch · blocks, 3w, ...]: blocks i − 1, i, i + 1
+        x = pad(x, window, padded - length + window)
+        x = ops.reshape(x, (batch, blocks + 2, window, *x.shape[2:]))
+        x = ops.concatenate([x[:, :-2], x[:, 1:-1], x[:, 2:]], axis=2)
+        return ops.reshape(x, (batch * blocks, 3 * window, *x.shape[3:]))
+
+    queries = ops.reshape(pad(q, 0, padded - length), (batch * blocks, window, heads, size))
+    keys, values, seen = neighbours(k), neighbours(v), neighbours(keep)
+    # Query t of a block against slot s of its 3w keys: the distance is s − w − t.
+    distance = ops.arange(3 * window)[None, :] - window - ops.arange(window)[:, None]
+    band = ops.less_equal(ops.abs(distance), window)
+    allowed = ops.logical_and(band[None], seen[:, None, :])
+    alone = ops.logical_not(ops.any(allowed, axis=-1, keepdims=True))
+    allowed = ops.logical_or(allowed, ops.logical_and(alone, ops.equal(distance, 0)[None]))
+    scores = ops.einsum("nqhd,nkhd->nhqk", queries, keys)
+    scores = ops.where(allowed[:, None], scores, ops.cast(-1e9 if scores.dtype != "float16" else -6e4, scores.dtype))
+    probs = ops.softmax(scores, axis=-1)
+    context = ops.einsum("nhqk,nkhd->nqhd", probs, values)
+    return ops.reshape(context, (batch, padded, heads, size))[:, :length]
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class RotarySelfAttention(keras.layers.Layer):
+    """Multi-head self-attention with rotary positions (half-split layout) and one fused query/key/value matrix.
+
+    Args:
+        num_heads: attention heads.
+        head_size: width of one head.
+        rope_theta: the rotary base θ (ModernBERT: 160,000 on its global layers, 10,000 on its local ones).
+        window: None, every query sees every key; else w, each query sees the keys within w positions of
+            it, computed block by block (`windowed_attention`).
+        use_bias: biases in the two projections.
+        dropout: dropout on the attention probabilities (training only; the window's blocks have none).
+        kernel_initializer: initializer of the two projections.
+
+    Called on hidden states `[batch, length, H]` with their Keras mask (padding: False); padded keys get no
+    attention. The projections are `qkv` (`[H, 3 · heads · head_size]`: queries, keys, values) and `output`.
+
+    Example: a window as wide as the row is the whole row.
+    >>> x = keras.random.normal((1, 10, 8), seed=1)
+    >>> whole = RotarySelfAttention(num_heads=2, head_size=4, rope_theta=10000.0)
+    >>> local = RotarySelfAttention(num_heads=2, head_size=4, rope_theta=10000.0, window=10)
+    >>> _ = local(x)
+    >>> local.set_weights(whole.get_weights()) if whole(x) is not None else None
+    >>> float(ops.max(ops.abs(local(x) - whole(x)))) < 1e-5
+    True
+    """
+
+    def __init__(self, num_heads: int, head_size: int, rope_theta: float = 10000.0, window: Optional[int] = None,
+                 use_bias: bool = False, dropout: float = 0.0, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.rope_theta = rope_theta
+        self.window = window
+        self.use_bias = use_bias
+        self.dropout = dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+        width = num_heads * head_size
+        self.qkv = self._dense(3 * width, "qkv")
+        self.output_dense = None  # made in build: its width is the input's
+        self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def _dense(self, units: int, name: str):
+        return keras.layers.Dense(units, use_bias=self.use_bias, name=name, dtype=self.dtype_policy,
+                                  kernel_initializer=clone_initializer(self.kernel_initializer))
+
+    def build(self, input_shape):
+        self.qkv.build(input_shape)
+        self.output_dense = self._dense(input_shape[-1], "output")
+        self.output_dense.build((*input_shape[:-1], self.num_heads * self.head_size))
+
+    def call(self, x, mask=None, training=None):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        qkv = ops.reshape(self.qkv(x), (batch, length, 3, self.num_heads, self.head_size))
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        cos, sin = rotary_cos_sin(length, self.head_size, self.rope_theta, q.dtype)
+        q, k = apply_rotary_half(q, cos, sin), apply_rotary_half(k, cos, sin)
+        keep = ops.ones((batch, length), "bool") if mask is None else ops.cast(mask, "bool")
+        if self.window is not None:
+            context = windowed_attention(q / math.sqrt(self.head_size), k, v, keep, self.window)
+        elif training and self.dropout:
+            scores = ops.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.head_size)
+            scores = ops.where(keep[:, None, None, :], scores, ops.cast(-1e9, scores.dtype))
+            probs = self.attention_dropout(ops.softmax(scores, axis=-1), training=training)
+            context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
+        else:  # the backend's own kernel (fused on JAX and PyTorch)
+            context = ops.dot_product_attention(q, k, v, mask=keep[:, None, None, :],
+                                                scale=1 / math.sqrt(self.head_size))
+        return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "head_size": self.head_size,
+                "rope_theta": self.rope_theta, "window": self.window, "use_bias": self.use_bias,
+                "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}

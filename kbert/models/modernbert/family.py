@@ -1,0 +1,131 @@
+"""ModernBERT's checkpoint names and parameter formulas (`model="modernbert"`).
+
+Pure Python (no TensorFlow). The Keras graph is in `graph.py`.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from kbert.models import naming
+from kbert.models.bert.family import BertFamily
+from kbert.models.heads import Heads
+from kbert.models.modernbert.config import ModernBertConfig
+from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding
+
+THREE_H, TWO_I = "3·hidden_size", "2·intermediate_size"  # the fused projections' widths
+
+
+def _linear(path: str, hf: str, axes, bias: bool = False) -> List[WeightName]:
+    """A Linear under its Hugging Face name (the Google-style name, for inspection only, is the same with `/`)."""
+    google = hf.replace(".", "/")
+    rows = [WeightName(f"{path}/kernel", f"{google}/kernel", f"{hf}.weight", False, True, axes)]
+    return rows + ([WeightName(f"{path}/bias", f"{google}/bias", f"{hf}.bias", False, False, axes[1:])] if bias else [])
+
+
+def _norm(path: str, hf: str) -> List[WeightName]:
+    google = hf.replace(".", "/")
+    return [WeightName(f"{path}/gamma", f"{google}/gamma", f"{hf}.weight", False, False, (H,)),
+            WeightName(f"{path}/beta", f"{google}/beta", f"{hf}.bias", False, False, (H,))]
+
+
+class ModernBertFamily(BertFamily):
+    """ModernBERT as transformers builds it (`ModernBertModel`, `ModernBertForMaskedLM`); a config with
+    `model_type` modernbert gets it (mmBERT and the Ettin encoders are ModernBERTs).
+
+    Pre-norm blocks without biases (by default): the first block reads the embeddings' norm, every other
+    normalises first (`Transformer-{i}-MultiHeadSelfAttention-Norm`); attention with one fused
+    query/key/value matrix and rotary positions (half-split), over the whole row on every
+    `global_attn_every_n_layers`-th block and over ±`local_attention / 2` tokens, block by block, on the
+    rest, each kind with its own θ; a GeGLU feed-forward (`Wi` fused: value, then gate); `Output-Norm`.
+    No positions table, no segments (`Input-Segment` taken and ignored), no pooler; the MLM head is a
+    dense, GELU and norm before the tied token table. An encoder only, with the MLM head.
+
+    Example:
+    >>> family = ModernBertFamily()
+    >>> config = family.config_class.from_dict({"vocab_size": 50368, "hidden_size": 768, "num_hidden_layers": 22,
+    ...     "num_attention_heads": 12, "intermediate_size": 1152})
+    >>> sum(row.params for row in family.layer_params(config))  # ModernBERT-base
+    149014272
+    """
+
+    name = "modernbert"
+    model_type = hf_model_type = "modernbert"
+    config_class = ModernBertConfig
+    graph = "kbert.models.modernbert.graph:ModernBertGraph"
+    heads = ("with_mlm",)
+    applications = ("encoder",)
+    hf_class = "ModernBert"
+    hf_prefix = "model"
+    hf_head_scopes = ("head.", "decoder.")
+    google_absent = "ModernBERT was released for transformers, never as a Google TF checkpoint"
+    conditional_norms = False
+    residual_scores = False
+    reads_segments = False
+
+    def layer_params(self, config: ModernBertConfig, *, with_pool=False, with_nsp=False, with_mlm=False,
+                     with_discriminator=False) -> List[LayerParams]:
+        h, v, i = config.hidden_size, config.vocab_size, config.intermediate_size
+        norm = ("2·H", 2 * h) if config.norm_bias else ("H", h)
+        rows = [LayerParams(naming.EMBEDDING_TOKEN, "embeddings", "V·H", v * h,
+                            "shared with the MLM output" if with_mlm else ""),
+                LayerParams(naming.EMBEDDING_NORM, "embeddings", *norm)]
+        attention = ("4·(H·H + H)", 4 * (h * h + h)) if config.attention_bias else ("4·H·H", 4 * h * h)
+        mlp = ("3·H·I + 2·I + H", 3 * h * i + 2 * i + h) if config.mlp_bias else ("3·H·I", 3 * h * i)
+        for index, kind in enumerate(config.layer_types):
+            attention_name = naming.block(index, naming.ATTENTION)
+            if index:  # the first block reads the embeddings' norm
+                rows.append(LayerParams(f"{attention_name}-Norm", "encoder", *norm))
+            rows += [LayerParams(attention_name, "encoder", *attention,
+                                 f"{'global' if kind == 'full_attention' else 'local'}: fused query, key and value, "
+                                 "then the output"),
+                     LayerParams(naming.block(index, naming.FEED_FORWARD, "Norm"), "encoder", *norm),
+                     LayerParams(naming.block(index, naming.FEED_FORWARD), "encoder", *mlp,
+                                 "GeGLU: value and gate fused, then the output")]
+        rows.append(LayerParams(naming.OUTPUT_NORM, "encoder", *norm, "the final norm"))
+        if with_mlm:
+            rows += [LayerParams(naming.MLM_DENSE, "heads", *(("H·H + H", h * h + h) if config.classifier_bias
+                                                              else ("H·H", h * h))),
+                     LayerParams(naming.MLM_NORM, "heads", *norm)]
+            if config.decoder_bias:
+                rows.append(LayerParams(naming.MLM_BIAS, "heads", "V", v,
+                                        "output weights are Embedding-Token's, counted there"))
+        return rows
+
+    def hf_architecture(self, heads: Heads) -> str:
+        return f"{self.hf_class}ForMaskedLM" if heads.mlm else f"{self.hf_class}Model"
+
+    def hf_config(self, config: ModernBertConfig, heads: Heads) -> dict:
+        return {**config.to_hf_dict(), "model_type": self.hf_model_type,
+                "architectures": [self.hf_architecture(heads)]}
+
+    def weight_layers(self, num_blocks: int) -> List[str]:
+        layers = [naming.EMBEDDING_TOKEN, naming.EMBEDDING_NORM]
+        for index in range(num_blocks):
+            layers += [naming.block(index, sublayer, suffix) for sublayer in (naming.ATTENTION, naming.FEED_FORWARD)
+                       for suffix in ("Norm", "")]
+        return layers + [naming.OUTPUT_NORM, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS]
+
+    def layer_weights(self, layer: str) -> List[WeightName]:
+        fixed = {
+            naming.EMBEDDING_TOKEN: [embedding(layer, "embeddings/tok_embeddings", "embeddings.tok_embeddings", V)],
+            naming.EMBEDDING_NORM: _norm(layer, "embeddings.norm"),
+            naming.OUTPUT_NORM: _norm(layer, "final_norm"),
+            naming.MLM_DENSE: _linear(layer, "head.dense", (H, H), bias=True),
+            naming.MLM_NORM: _norm(layer, "head.norm"),
+            naming.MLM_BIAS: [WeightName(f"{layer}/bias", "decoder/bias", "decoder.bias", False, False, (V,))],
+        }
+        if layer in fixed:
+            return fixed[layer]
+        parsed = naming.parse_block(layer)
+        return [] if parsed is None else self.block_weights(layer, *parsed)
+
+    def block_weights(self, layer: str, index: Optional[int], sublayer: str, is_norm: bool) -> List[WeightName]:
+        hf = f"layers.{index or 0}"
+        if is_norm:
+            return _norm(layer, f"{hf}.{'attn_norm' if sublayer == naming.ATTENTION else 'mlp_norm'}")
+        if sublayer == naming.ATTENTION:
+            return (_linear(f"{layer}/qkv", f"{hf}.attn.Wqkv", (H, THREE_H), bias=True)
+                    + _linear(f"{layer}/output", f"{hf}.attn.Wo", (H, H), bias=True))
+        return (_linear(f"{layer}/input", f"{hf}.mlp.Wi", (H, TWO_I), bias=True)
+                + _linear(f"{layer}/output", f"{hf}.mlp.Wo", (I, H), bias=True))
