@@ -192,3 +192,79 @@ def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
     model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
     np.testing.assert_allclose(model.predict_on_batch([TOKENS, np.zeros_like(TOKENS)])[REAL], expected, atol=1e-4)
     transformers_reads_back(model, transformers, architecture, tmp_path, outputs, expected)
+
+
+# --- sentence-transformers folders and kbert's tasks on ModernBERT -------------------------------------------------
+
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
+             "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.",
+             "A long sentence, so that its tokens reach past the window of the local layers on either side."]
+
+
+def modernbert_folder(folder):
+    """A random ModernBERT (kbert's weights) with ModernBERT's kind of tokenizer.json: byte-level BPE, [CLS] A [SEP]
+    (B [SEP]), padded with [PAD], trained here on SENTENCES."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.train_from_iterator(SENTENCES * 4, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer.decoder = decoders.ByteLevel()
+    keras.utils.set_random_seed(6)
+    save_hf_weights(build_transformer_model({**CONFIG, "vocab_size": tokenizer.get_vocab_size()}), folder)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+        "unk_token": "[UNK]", "mask_token": "[MASK]", "model_input_names": ["input_ids", "attention_mask"]}))
+    return folder
+
+
+def modernbert_embedder_folder(folder):
+    from kbert.checkpoints.sentence_transformers import write_modules
+
+    modernbert_folder(folder)
+    write_modules(str(folder), "mean", H, [], True, 64)
+    return folder
+
+
+def test_a_modernbert_embedder_gives_each_text_the_vector_it_gets_alone(tmp_path):
+    from kbert.tasks.embedding import Embedder
+
+    embedder = Embedder.load(modernbert_embedder_folder(tmp_path / "modernbert"))
+    assert embedder.backbone.family == "modernbert" and embedder.tokenizer.pad_id == 0
+    together = embedder.encode(SENTENCES, batch_size=len(SENTENCES))
+    alone = np.concatenate([embedder.encode([text]) for text in SENTENCES])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+@pytest.mark.parity
+def test_a_modernbert_embedder_matches_sentence_transformers_both_ways(tmp_path):
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    from kbert.tasks.embedding import Embedder
+
+    folder = modernbert_embedder_folder(tmp_path / "modernbert")
+    reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
+    embedder = Embedder.load(folder)
+    assert np.abs(embedder.encode(SENTENCES) - reference).max() <= 1e-5
+    again = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "saved"), device="cpu")
+    assert np.abs(again.encode(SENTENCES) - reference).max() <= 1e-5
+
+
+def test_a_modernbert_classifier_trains_from_the_cli(tmp_path):
+    from kbert.cli.main import main
+    from kbert.tasks.classification import load_classifier
+
+    folder = modernbert_folder(tmp_path / "hf")
+    rows = [f"{text}\t{int('man' in text.split())}" for text in SENTENCES] * 6
+    (tmp_path / "labelled.tsv").write_text("\n".join(rows) + "\n")
+    assert main(["train", "--checkpoint", str(folder), "--train", str(tmp_path / "labelled.tsv"), "--valid",
+                 str(tmp_path / "labelled.tsv"), "--out", str(tmp_path / "run"), "--epochs", "6", "--lr", "3e-3",
+                 "--maxlen", "32", "--batch-size", "8"]) == 0
+    state = json.loads((tmp_path / "run" / "training.json").read_text())
+    assert state["options"]["model"] == "modernbert" and state["best_val_accuracy"] == 1.0
+    assert load_classifier(str(tmp_path / "run")).tokenizer.pad_id == 0

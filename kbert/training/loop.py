@@ -276,10 +276,10 @@ def _configured(task_class: Type[Task], config_path: str, checkpoint_path: Optio
         raise KbertError(f"options.task is {options.task!r} but the task is {task_class.name!r}")
     # The family (the config's model_type, else BERT) is recorded, so the model directory rebuilds it.
     family, config = resolve(config_path, options.model)
-    if family.positions_after_padding and not task_class.reads_tokenizer_json:
-        raise KbertError(f"{config_path}: Hugging Face's RoBERTa / XLM-R (model_type {config.model_type!r}) is an "
-                         f"encoder only, and --task {task_class.name} needs a decoder (UniLM's masks or T5's): use "
-                         "a BERT-layout model for it (a Chinese RoBERTa-wwm is one: model='roberta'), or a T5")
+    if family.own_tokenizer and not task_class.reads_tokenizer_json:
+        raise KbertError(f"{config_path}: model_type {config.model_type!r} ({family.name}) is an encoder only, and "
+                         f"--task {task_class.name} needs a decoder (UniLM's masks or T5's): use a BERT-layout model "
+                         "for it (a Chinese RoBERTa-wwm is one: model='roberta'), or a T5")
     options = dataclasses.replace(options, model=options.model or family.name)
     task = task_class.from_options(options)
     # What kbert changes in a model it trains (T5: no output scale before an untied head it initialises).
@@ -291,8 +291,8 @@ def _tokenizer(task: Task, family, vocab_path: str, options: TrainingOptions, co
                config_path: str):
     """The vocabulary's tokenizer, refused where the task cannot read it or it does not fit the model.
     Hugging Face's RoBERTa / XLM-R is tokenized by its own `tokenizer.json` (byte-level BPE or SentencePiece
-    pieces, `<pad>` at 1): the ids it was pre-trained on."""
-    if family.positions_after_padding:
+    pieces, `<pad>` at 1), MPNet and ModernBERT by theirs: the ids they were pre-trained on."""
+    if family.own_tokenizer:
         tokenizer = _tokenizer_json(vocab_path, config_path)
     else:
         tokenizer = load_tokenizer(vocab_path, do_lower_case=options.do_lower_case)
@@ -391,9 +391,9 @@ def _tokenizer_json(vocab_path: str, config_path: str) -> TokenizerJson:
     """The `tokenizer.json` of `--vocab` (the file, or the folder that holds it)."""
     path = os.path.join(vocab_path, TOKENIZER_JSON_FILE) if os.path.isdir(vocab_path) else os.fspath(vocab_path)
     if not path.endswith(".json") or not os.path.isfile(path):
-        raise KbertError(f"{vocab_path}: Hugging Face's RoBERTa / XLM-R ({config_path}) is tokenized by its own "
-                         f"{TOKENIZER_JSON_FILE} (its <pad> is id 1, its pieces byte-level BPE or SentencePiece): "
-                         f"give --vocab the model's {TOKENIZER_JSON_FILE}, or the folder it is in")
+        raise KbertError(f"{vocab_path}: the model of {config_path} is tokenized by its own {TOKENIZER_JSON_FILE} "
+                         f"(its padding id and its pieces, byte-level BPE, SentencePiece or WordPiece): give --vocab "
+                         f"the model's {TOKENIZER_JSON_FILE}, or the folder it is in")
     return TokenizerJson(path)
 
 

@@ -61,6 +61,9 @@ class BertFamily:
             RoBERTa's classification head has its own.
         classifier_activation: that dense's activation (DistilBERT's
             `pre_classifier`: ReLU).
+        own_tokenizer: tokenized by its folder's `tokenizer.json` (byte-level
+            BPE, Unigram or WordPiece, with its own padding id), never by a
+            `vocab.txt`: Hugging Face's RoBERTa / XLM-R, MPNet, ModernBERT.
         reads_segments: the graph adds segment embeddings; False: it takes
             `Input-Segment`, so that every task feeds it alike, and ignores
             it, as transformers ignores `token_type_ids` for DistilBERT and
@@ -94,6 +97,7 @@ class BertFamily:
     layout_difference: Optional[str] = None
     classifier_hidden = naming.POOLER_DENSE
     classifier_activation = "tanh"
+    own_tokenizer = False
     reads_segments = True
 
     # --- structure -----------------------------------------------------------------

@@ -41,6 +41,7 @@ class HfRobertaFamily(BertFamily):
     heads = ("with_pool", "with_mlm")
     applications = ("encoder",)
     positions_after_padding = True
+    own_tokenizer = True
     google_absent = ("RoBERTa in Hugging Face's layout was released for fairseq and transformers, never as a "
                      "Google TF checkpoint")
     layout_difference = ("Hugging Face's RoBERTa (model='hf_roberta') numbers positions from 2, after its padding id 1, "

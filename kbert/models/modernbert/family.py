@@ -62,6 +62,7 @@ class ModernBertFamily(BertFamily):
     conditional_norms = False
     residual_scores = False
     reads_segments = False
+    own_tokenizer = True
 
     def layer_params(self, config: ModernBertConfig, *, with_pool=False, with_nsp=False, with_mlm=False,
                      with_discriminator=False) -> List[LayerParams]:
