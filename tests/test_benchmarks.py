@@ -2,6 +2,7 @@
 example run, left out unless `pytest --run-examples` (CI runs them)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -123,3 +124,16 @@ def test_reranking_quality_benchmark_runs(tmp_path):
     assert results["reranker, listwise"]["queries"] == 50 and results["reranker, listwise"]["pairs"] == 500
     assert 0 <= results["reranker, pointwise"]["pair accuracy"] <= 1
     assert "reranker, listwise" in result.stdout
+
+
+@pytest.mark.examples
+@pytest.mark.parity
+def test_long_inputs_benchmark_runs_against_transformers():
+    pytest.importorskip("transformers", reason="the parity extra (transformers, torch) is not installed")
+    pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    result = subprocess.run([sys.executable, "-m", "benchmarks.long_inputs", "--length", "300", "--rounds", "1"],
+                            capture_output=True, text=True, cwd=REPO, timeout=900,
+                            env={**os.environ, "KERAS_BACKEND": "torch"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "1 x 300 tokens" in result.stdout and "kbert speed / transformers: " in result.stdout
+    assert "kbert peak growth / transformers, first forward at this length (round 1): " in result.stdout

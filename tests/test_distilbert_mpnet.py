@@ -4,7 +4,9 @@ Without `transformers`: each family's Hugging Face layout written by hand (the n
 saves), loaded and written back byte for byte; their analytic parameter tables against built models; a
 sentence-transformers folder and a cross-encoder on each backbone, scored as their layers compute. With
 `transformers` and `sentence-transformers` (the parity venv): random models that transformers builds give its
-outputs on padded rows, both ways, sharded too, and sentence-transformers' vectors and CrossEncoder scores.
+outputs on padded rows, both ways, sharded too, and sentence-transformers' vectors and CrossEncoder scores. The
+random models are drawn with `initializer_range` 0.3: at transformers' 0.02, MPNet's relative bias moves the
+outputs by less than the tolerance.
 """
 
 import json
@@ -18,7 +20,7 @@ from kbert import build_transformer_model, load_hf_weights, save_hf_weights
 from kbert.analysis.params import analyze
 from kbert.analysis.summary import crosscheck
 from kbert.models.registry import resolve
-from test_hf_families import layer_norm, linear, transformers_reads_back, write_layout
+from test_hf_families import assert_transformers_parity, layer_norm, linear, written_back
 
 V, H, I, P = 60, 16, 32, 40
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
@@ -54,10 +56,10 @@ def prefixed(prefix, names):
 
 
 DISTILBERT = {"model_type": "distilbert", "vocab_size": V, "dim": H, "n_layers": 2, "n_heads": 2, "hidden_dim": I,
-              "max_position_embeddings": P, "dropout": 0.0, "attention_dropout": 0.0}
+              "max_position_embeddings": P, "dropout": 0.0, "attention_dropout": 0.0, "initializer_range": 0.3}
 MPNET = {"model_type": "mpnet", "vocab_size": V, "hidden_size": H, "num_hidden_layers": 2, "num_attention_heads": 2,
          "intermediate_size": I, "max_position_embeddings": P + 2, "hidden_dropout_prob": 0.0,
-         "attention_probs_dropout_prob": 0.0, "layer_norm_eps": 1e-5}
+         "attention_probs_dropout_prob": 0.0, "layer_norm_eps": 1e-5, "initializer_range": 0.3}
 # layout -> (config.json, builder flags, the Hugging Face tensors, the class).
 LAYOUTS = {
     "distilbert_mlm": (DISTILBERT, {"with_mlm": True},
@@ -73,21 +75,13 @@ LAYOUTS = {
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
-    tensors = write_layout(tmp_path / "hf", layout, LAYOUTS)
-    config, flags, _, architecture = LAYOUTS[layout]
-    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
+    model, tensors, saved = written_back(tmp_path, layout, LAYOUTS)
+    config = LAYOUTS[layout][0]
     assert model.family == config["model_type"]
     query = {variable.path: variable for variable in model.weights}["Transformer-1-MultiHeadSelfAttention/query/kernel"]
     name = next(name for name in tensors if name.endswith(("layer.1.attention.q_lin.weight",
                                                            "layer.1.attention.attn.q.weight")))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(query), tensors[name].T)
-    save_hf_weights(model, tmp_path / "out")
-    written = load_file(str(tmp_path / "out" / "model.safetensors"))
-    assert set(written) == set(tensors)
-    for name, value in tensors.items():
-        np.testing.assert_array_equal(written[name], value, err_msg=name)
-    saved = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert saved["architectures"] == [architecture] and saved["model_type"] == config["model_type"]
     assert {key: saved[key] for key in config} == config  # transformers' own keys (DistilBERT's dim, n_layers, ...)
     assert "type_vocab_size" not in saved
 
@@ -149,7 +143,9 @@ def wordpiece_folder(folder, model_type, head=None):
         tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     else:
         tokenizer.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
-    config = {**(MPNET if model_type == "mpnet" else DISTILBERT), "vocab_size": tokenizer.get_vocab_size()}
+    # transformers' own draw (0.02): kbert's models trained from these folders compare within 1e-5
+    config = {**(MPNET if model_type == "mpnet" else DISTILBERT), "vocab_size": tokenizer.get_vocab_size(),
+              "initializer_range": 0.02}
     keras.utils.set_random_seed(5)
     bert = build_transformer_model(config)
     model = reranker_model(bert) if head else bert
@@ -263,34 +259,10 @@ def padded(layout):
     return np.where(REAL, TOKENS, 1 if layout.startswith("mpnet") else 0)
 
 
-def outputs_of(model, layout, torch):
-    with torch.no_grad():
-        result = model(input_ids=torch.tensor(padded(layout)), attention_mask=torch.tensor(REAL.astype(np.int64)))
-    if LAYOUTS[layout][1].get("with_mlm"):
-        return result.logits.softmax(-1).numpy()[REAL]
-    if LAYOUTS[layout][1].get("with_pool"):
-        return result.pooler_output.numpy()
-    return result.last_hidden_state.numpy()[REAL]
-
-
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parity
 def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
-    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
-    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
-    config, flags, _, architecture = LAYOUTS[layout]
-    torch.manual_seed(0)
-    reference = getattr(transformers, architecture)(transformers.AutoConfig.for_model(**config)).eval()
-    reference.save_pretrained(tmp_path / "hf")
-    expected = outputs_of(reference, layout, torch)
-
-    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
-    tokens = padded(layout)
-    ours = model.predict_on_batch([tokens, np.zeros_like(tokens)])
-    np.testing.assert_allclose(ours if flags.get("with_pool") else ours[REAL], expected, atol=1e-4)
-
-    transformers_reads_back(model, transformers, architecture, tmp_path, lambda again: outputs_of(again, layout, torch),
-                            expected)
+    assert_transformers_parity(tmp_path, LAYOUTS[layout], padded(layout), REAL)
 
 
 @pytest.mark.parametrize("model_type", ["mpnet", "distilbert"])

@@ -159,6 +159,22 @@ def write_layout(directory, layout, layouts=LAYOUTS):
     return tensors
 
 
+def written_back(tmp_path, layout, layouts):
+    """`layouts[layout]` written by hand (`write_layout`), loaded into kbert and saved again: the same names and
+    the same bytes come out. Returns the model, the tensors and the config.json kbert wrote."""
+    tensors = write_layout(tmp_path / "hf", layout, layouts)
+    config, flags, _, architecture = layouts[layout]
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
+    save_hf_weights(model, tmp_path / "out")
+    written = load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert set(written) == set(tensors)
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(written[name], value, err_msg=name)
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert saved["architectures"] == [architecture] and saved["model_type"] == config["model_type"]
+    return model, tensors, saved
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     tensors = write_layout(tmp_path / "hf", layout)
@@ -278,6 +294,31 @@ def saved_reference(directory, layout):
     reference = getattr(transformers, architecture)(transformers.AutoConfig.for_model(**config)).eval()
     reference.save_pretrained(directory)
     return torch, transformers, reference
+
+
+def assert_transformers_parity(tmp_path, layout, tokens, real):
+    """A random model that transformers builds for `layout` (config, flags, names, class; seed 0), saved: kbert's
+    model of it gives transformers' outputs on `tokens` (MLM probabilities or hidden states at the `real` tokens,
+    or the pooled vectors) within 1e-4, and transformers reads kbert's saves back (`transformers_reads_back`)."""
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    config, flags, _, architecture = layout
+
+    def outputs(model):
+        with torch.no_grad():
+            result = model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(real.astype(np.int64)))
+        if flags.get("with_pool"):
+            return result.pooler_output.numpy()
+        return (result.logits.softmax(-1) if flags.get("with_mlm") else result.last_hidden_state).numpy()[real]
+
+    torch.manual_seed(0)
+    reference = getattr(transformers, architecture)(transformers.AutoConfig.for_model(**config)).eval()
+    reference.save_pretrained(tmp_path / "hf")
+    expected = outputs(reference)
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
+    ours = model.predict_on_batch([tokens, np.zeros_like(tokens)])
+    np.testing.assert_allclose(ours if flags.get("with_pool") else ours[real], expected, atol=1e-4)
+    transformers_reads_back(model, transformers, architecture, tmp_path, outputs, expected)
 
 
 def transformers_reads_back(model, transformers, architecture, root, outputs, expected):

@@ -7,7 +7,6 @@ import json
 import keras
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
 
 from kbert import build_transformer_model, save_hf_weights
 from kbert.analysis.params import analyze
@@ -15,7 +14,7 @@ from kbert.analysis.summary import crosscheck
 from kbert.layers import GatedFeedForward, RotarySelfAttention, windowed_attention
 from kbert.models.config import bundled_config_path
 from kbert.models.registry import resolve
-from test_hf_families import transformers_reads_back, write_layout
+from test_hf_families import assert_transformers_parity, written_back
 
 V, H, I = 60, 16, 24
 # Four blocks, global on 0 and 3; a window of ±2 tokens, so rows of 11 tokens cross several of its blocks.
@@ -148,19 +147,10 @@ def test_keys_kbert_cannot_build_are_named(key, value, message):
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
-    tensors = write_layout(tmp_path / "hf", layout, LAYOUTS)
-    config, flags, _, architecture = LAYOUTS[layout]
-    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
+    model, tensors, saved = written_back(tmp_path, layout, LAYOUTS)
     qkv = {variable.path: variable for variable in model.weights}["Transformer-1-MultiHeadSelfAttention/qkv/kernel"]
     name = next(name for name in tensors if name.endswith("layers.1.attn.Wqkv.weight"))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(qkv), tensors[name].T)
-    save_hf_weights(model, tmp_path / "out")
-    written = load_file(str(tmp_path / "out" / "model.safetensors"))
-    assert set(written) == set(tensors)
-    for name, value in tensors.items():
-        np.testing.assert_array_equal(written[name], value, err_msg=name)
-    saved = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert saved["architectures"] == [architecture] and saved["model_type"] == "modernbert"
     assert saved["layer_types"] == ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
     assert saved["local_attention"] == 4 and saved["rope_parameters"]["full_attention"]["rope_theta"] == 160000.0
 
@@ -176,22 +166,7 @@ REAL = TOKENS > 0
 @pytest.mark.parity
 def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
     """Rows of 11 tokens, one padded, through global blocks and windows of ±2 (several of its blocks)."""
-    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
-    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
-    config, flags, _, architecture = LAYOUTS[layout]
-    torch.manual_seed(0)
-    reference = getattr(transformers, architecture)(transformers.AutoConfig.for_model(**config)).eval()
-    reference.save_pretrained(tmp_path / "hf")
-
-    def outputs(model):
-        with torch.no_grad():
-            result = model(input_ids=torch.tensor(TOKENS), attention_mask=torch.tensor(REAL.astype(np.int64)))
-        return (result.logits.softmax(-1) if flags else result.last_hidden_state).numpy()[REAL]
-
-    expected = outputs(reference)
-    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", **flags)
-    np.testing.assert_allclose(model.predict_on_batch([TOKENS, np.zeros_like(TOKENS)])[REAL], expected, atol=1e-4)
-    transformers_reads_back(model, transformers, architecture, tmp_path, outputs, expected)
+    assert_transformers_parity(tmp_path, LAYOUTS[layout], TOKENS, REAL)
 
 
 # --- sentence-transformers folders and kbert's tasks on ModernBERT -------------------------------------------------

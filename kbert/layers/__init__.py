@@ -19,6 +19,7 @@ BERT's layer names: the model builders give the names.
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
   and its `Sinusoidal` initializer (NEZHA), `T5RelativePositionBias` and `t5_buckets` (T5)
 - `rotary`: `sinusoidal_positions`, `apply_rotary`
+- `disentangled`: `DisentangledSelfAttention`, `RelativePositionTable`, `log_buckets` (DeBERTa-v2/v3)
 - `rotary_attention`: `RotarySelfAttention` (half-split RoPE, fused projections, sliding windows block by
   block: ModernBERT), `windowed_attention`
 - `decoding`: `DecodingStep`, what a step of cached decoding gives the layers' `call_step`
@@ -29,6 +30,7 @@ BERT's layer names: the model builders give the names.
 from kbert.layers.attention import MultiHeadSelfAttention
 from kbert.layers.common import DepthScaledTruncatedNormal, clone_initializer, gelu_tanh, get_activation
 from kbert.layers.crf import ConditionalRandomField, ViterbiDecoder, viterbi_decode
+from kbert.layers.disentangled import DisentangledSelfAttention, RelativePositionTable, log_buckets
 from kbert.layers.embeddings import (Embedding, MaskedAdd, PositionEmbedding, RobertaPositionEmbedding, TokenEmbedding,
                                      checked_ids)
 from kbert.layers.feed_forward import FeedForward, GatedFeedForward
@@ -46,7 +48,7 @@ from kbert.layers.views import SplitViews, StackViews
 
 __all__ = ["AttentionMask", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling", "SplitViews", "StackViews",
            "ConditionalLayerNormalization", "ConditionalRandomField",
-           "DepthScaledTruncatedNormal",
+           "DepthScaledTruncatedNormal", "DisentangledSelfAttention", "RelativePositionTable", "log_buckets",
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GatedFeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
            "MultiHeadSelfAttention", "RotarySelfAttention", "apply_rotary_half", "rotary_cos_sin", "windowed_attention",
            "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "RobertaPositionEmbedding", "Scale",

@@ -42,6 +42,7 @@ FAMILIES = {
     "distilbert": "kbert.models.distilbert.family:DistilBertFamily",
     "mpnet": "kbert.models.mpnet.family:MpnetFamily",
     "modernbert": "kbert.models.modernbert.family:ModernBertFamily",
+    "deberta_v2": "kbert.models.deberta_v2.family:DebertaV2Family",
 }
 # Families that share another's model_type and are built only when named: ALBERT's configs build albert,
 # and a config with model_type "bert" builds BERT (bert4keras's roberta is BERT's layout).

@@ -364,13 +364,13 @@ class RerankTask(Task):
 
 # The families a reranker trains for: those whose sequence classifier (`reranker_model`'s head) kbert names as
 # Hugging Face does (bert4keras's roberta is BERT's layout).
-CROSS_ENCODER_FAMILIES = ("bert", "roberta", "hf_roberta", "distilbert", "mpnet")
+CROSS_ENCODER_FAMILIES = ("bert", "roberta", "hf_roberta", "distilbert", "mpnet", "deberta_v2")
 
 
 def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:
     """`model` (`reranker_model`) as Hugging Face's `...ForSequenceClassification` with one label (BERT's; RoBERTa's,
     XLM-R's and MPNet's, with the classification head's `classifier.dense` and `out_proj`; DistilBERT's
-    `pre_classifier`), which transformers and sentence-transformers' `CrossEncoder` load; its tokenizer files
+    `pre_classifier`; DeBERTa's `pooler.dense` with GELU), which transformers and sentence-transformers' `CrossEncoder` load; its tokenizer files
     (`save_tokenizer_files`)."""
     from kbert.checkpoints.hf import save_hf_weights
     from kbert.io import atomic_write_text

@@ -1,0 +1,126 @@
+"""A ModernBERT-base-shaped encoder's forward on one long row: kbert against transformers, in alternating rounds.
+
+    KERAS_BACKEND=torch python -m benchmarks.long_inputs --length 8192 --rounds 3 --hf-python PYTHON_WITH_TRANSFORMERS
+
+Both engines build `configs/modernbert_base.json` with random weights (the same architecture, float32 on the
+CPU), each in its own worker process, and warm up with one forward of 1 × 512 token ids; once both are ready,
+each round asks every worker in turn for one forward at `--length` and reports its seconds and
+its peak resident memory growth over the forward (Linux's VmHWM, reset before it). transformers runs its
+`sdpa` attention, which masks a full length × length matrix on the local layers; kbert computes those layers
+window by window. Prints the seconds and the growth per engine and round, the median per-round speed ratio
+with its range, the ratio of the growths in round 1 (a process's first forward at the length: the one that
+allocates; later ones reuse what the allocator kept), and the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.memory import peak_rss_mib, reset_peak, rss_mib
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPOSITORY, "configs", "modernbert_base.json")
+
+
+def _forward(engine: str):
+    """`forward(ids)` of the engine's model, built from CONFIG with random weights."""
+    if engine == "kbert":
+        from kbert import build_transformer_model
+
+        model = build_transformer_model(CONFIG)
+        return lambda ids: model.predict_on_batch([ids, np.zeros_like(ids)])
+    import torch
+    import transformers
+
+    with open(CONFIG, encoding="utf-8") as handle:
+        config = transformers.AutoConfig.for_model(**json.load(handle))
+    config._attn_implementation = "sdpa"
+    model = transformers.ModernBertModel(config).eval()
+
+    def forward(ids):
+        with torch.inference_mode():
+            return model(input_ids=torch.from_numpy(ids), attention_mask=torch.ones(ids.shape, dtype=torch.long))[0]
+
+    return forward
+
+
+def worker(engine: str, length: int) -> None:
+    """Builds `engine`'s model, warms it up, then answers each line on stdin with one forward's seconds and peak
+    memory growth."""
+    forward = _forward(engine)
+    rng = np.random.default_rng(0)
+    forward(rng.integers(5, 50000, (1, 512)).astype(np.int32))
+    ids = rng.integers(5, 50000, (1, length)).astype(np.int32)
+    print("ready", flush=True)  # no round starts while another worker still loads and warms up
+    for _ in sys.stdin:
+        reset_peak()
+        before = rss_mib()
+        start = time.perf_counter()
+        forward(ids)
+        seconds = time.perf_counter() - start
+        print(json.dumps({"seconds": seconds, "growth_mib": peak_rss_mib() - before}), flush=True)
+
+
+def cpu_name() -> str:
+    with open("/proc/cpuinfo", encoding="utf-8") as handle:
+        names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+    return f"{names[0] if names else 'unknown'}, {os.cpu_count()} cores"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--length", type=int, default=8192, help="tokens in the row (default: 8192)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: 3)")
+    parser.add_argument("--hf-python", default=sys.executable, help="the Python that runs transformers")
+    parser.add_argument("--worker", choices=("kbert", "transformers"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.length)
+        return 0
+    command = ["-m", "benchmarks.long_inputs", "--length", str(args.length), "--worker"]
+    workers = {name: subprocess.Popen([python, *command, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
+               for name, python in (("kbert", sys.executable), ("transformers", args.hf_python))}
+    results = {name: [] for name in workers}
+    try:
+        for name, process in workers.items():
+            if process.stdout.readline().strip() != "ready":
+                raise SystemExit(f"the {name} worker stopped (run it alone: python -m benchmarks.long_inputs "
+                                 f"--worker {name})")
+        for _ in range(args.rounds):
+            for name, process in workers.items():
+                process.stdin.write("\n")
+                process.stdin.flush()
+                answer = process.stdout.readline()
+                if not answer:
+                    raise SystemExit(f"the {name} worker stopped (run it alone: python -m benchmarks.long_inputs "
+                                     f"--worker {name})")
+                results[name].append(json.loads(answer))
+    finally:
+        for process in workers.values():
+            process.stdin.close()
+            process.wait(timeout=120)
+    print(f"ModernBERT-base shape (configs/modernbert_base.json), 1 x {args.length} tokens, float32; "
+          f"{args.rounds} alternating rounds; CPU: {cpu_name()}; kbert on Keras's "
+          f"{os.environ.get('KERAS_BACKEND', 'tensorflow')} backend, transformers with sdpa")
+    for name, rows in results.items():
+        seconds = " ".join(f"{row['seconds']:7.2f}" for row in rows)
+        growth = " ".join(f"{row['growth_mib']:7.0f}" for row in rows)
+        print(f"{name:<13} seconds by round: {seconds}   peak growth MiB: {growth}")
+    speed = [other["seconds"] / mine["seconds"] for mine, other in zip(results["kbert"], results["transformers"])]
+    print(f"kbert speed / transformers: {np.median(speed):.2f}x (rounds {min(speed):.2f}-{max(speed):.2f}x)")
+    # The first forward at this length is the one that allocates; later ones reuse what the allocator kept.
+    first = results["kbert"][0]["growth_mib"] / max(results["transformers"][0]["growth_mib"], 1.0)
+    print(f"kbert peak growth / transformers, first forward at this length (round 1): {first:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
