@@ -15,6 +15,7 @@ import math
 import keras
 from keras import ops
 
+from kbert.layers.attention import _blocked_score
 from kbert.layers.common import _PACKAGE, clone_initializer
 
 
@@ -173,7 +174,7 @@ class DisentangledSelfAttention(keras.layers.Layer):
         scores = scores / scale
         if mask is not None and mask[0] is not None:
             keep = ops.cast(mask[0], "bool")[:, None, None, :]
-            scores = ops.where(keep, scores, ops.cast(-1e9 if scores.dtype != "float16" else -6e4, scores.dtype))
+            scores = ops.where(keep, scores, _blocked_score(scores.dtype))
         probs = self.attention_dropout(ops.softmax(scores, axis=-1), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
         return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))

@@ -16,6 +16,7 @@ from typing import Optional
 import keras
 from keras import ops
 
+from kbert.layers.attention import _blocked_score
 from kbert.layers.common import _PACKAGE, clone_initializer
 
 
@@ -76,7 +77,7 @@ def windowed_attention(q, k, v, keep, window: int):
     alone = ops.logical_not(ops.any(allowed, axis=-1, keepdims=True))
     allowed = ops.logical_or(allowed, ops.logical_and(alone, ops.equal(distance, 0)[None]))
     scores = ops.einsum("nqhd,nkhd->nhqk", queries, keys)
-    scores = ops.where(allowed[:, None], scores, ops.cast(-1e9 if scores.dtype != "float16" else -6e4, scores.dtype))
+    scores = ops.where(allowed[:, None], scores, _blocked_score(scores.dtype))
     probs = ops.softmax(scores, axis=-1)
     context = ops.einsum("nhqk,nkhd->nqhd", probs, values)
     return ops.reshape(context, (batch, padded, heads, size))[:, :length]
@@ -145,7 +146,7 @@ class RotarySelfAttention(keras.layers.Layer):
             context = windowed_attention(q / math.sqrt(self.head_size), k, v, keep, self.window)
         elif training and self.dropout:
             scores = ops.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.head_size)
-            scores = ops.where(keep[:, None, None, :], scores, ops.cast(-1e9, scores.dtype))
+            scores = ops.where(keep[:, None, None, :], scores, _blocked_score(scores.dtype))
             probs = self.attention_dropout(ops.softmax(scores, axis=-1), training=training)
             context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
         else:  # the backend's own kernel (fused on JAX and PyTorch)

@@ -164,6 +164,11 @@ class BertConfig:
         return {key: value for key, value in dataclasses.asdict(self).items()
                 if value is not None or key == "pad_token_id"}
 
+    def to_hf_dict(self) -> dict:
+        """The config as Hugging Face's `config.json` holds it: Google's keys, which are Hugging Face's too; a
+        family whose keys differ (DistilBERT's `dim`, ModernBERT's `layer_types`) writes its own."""
+        return self.to_dict()
+
     def to_json_file(self, path: PathLike) -> None:
         """Writes the config as `bert_config.json` (atomically)."""
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -218,8 +218,8 @@ class BertFamily:
         return {}
 
     def hf_config(self, config: BertConfig, heads: Heads) -> dict:
-        """A Hugging Face config.json for `config` and `heads`: Google's keys are Hugging Face's too."""
-        return {**config.to_dict(), "model_type": self.hf_model_type,
+        """A Hugging Face config.json for `config` and `heads`, in the config's Hugging Face keys."""
+        return {**config.to_hf_dict(), "model_type": self.hf_model_type,
                 "architectures": [self.hf_architecture(heads)]}
 
     # --- checkpoint variable names ---------------------------------------------------

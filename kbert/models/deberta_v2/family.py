@@ -10,7 +10,6 @@ from typing import List, Optional
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
 from kbert.models.deberta_v2.config import DebertaV2Config
-from kbert.models.heads import Heads
 from kbert.models.tables import H, LayerParams, WeightName, dense, norm
 
 
@@ -69,13 +68,6 @@ class DebertaV2Family(BertFamily):
                             f"{2 * span}·H" + (" + 2·H" if normed else ""), 2 * span * h + (2 * h if normed else 0),
                             "the relative position table every layer reads" + (", layer-normalised" if normed else ""))
         return [table, *super().block_params(config)]
-
-    def hf_architecture(self, heads: Heads) -> str:
-        return f"{self.hf_class}ForMaskedLM" if heads.mlm else f"{self.hf_class}Model"
-
-    def hf_config(self, config: DebertaV2Config, heads: Heads) -> dict:
-        return {**config.to_hf_dict(), "model_type": self.hf_model_type,
-                "architectures": [self.hf_architecture(heads)]}
 
     def weight_layers(self, num_blocks: int) -> List[str]:
         return [naming.EMBEDDING_RELATIVE_POSITION] + super().weight_layers(num_blocks)

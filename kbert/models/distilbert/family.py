@@ -10,7 +10,6 @@ from typing import List, Optional
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
 from kbert.models.distilbert.config import DistilBertConfig
-from kbert.models.heads import Heads
 from kbert.models.tables import H, I, V, WeightName, dense, embedding, norm
 
 
@@ -60,14 +59,6 @@ class DistilBertFamily(BertFamily):
     reads_segments = False
     classifier_hidden = naming.CLASSIFIER_HIDDEN
     classifier_activation = "relu"
-
-    def hf_architecture(self, heads: Heads) -> str:
-        return f"{self.hf_class}ForMaskedLM" if heads.mlm else f"{self.hf_class}Model"
-
-    def hf_config(self, config: DistilBertConfig, heads: Heads) -> dict:
-        """DistilBERT's own keys (`dim`, `n_layers`, ...)."""
-        return {**config.to_hf_dict(), "model_type": self.hf_model_type,
-                "architectures": [self.hf_architecture(heads)]}
 
     def weight_layers(self, num_blocks: int) -> List[str]:
         return super().weight_layers(num_blocks) + [naming.CLASSIFIER_HIDDEN]

@@ -9,7 +9,6 @@ from typing import List, Optional
 
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
-from kbert.models.heads import Heads
 from kbert.models.modernbert.config import ModernBertConfig
 from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding
 
@@ -92,13 +91,6 @@ class ModernBertFamily(BertFamily):
                 rows.append(LayerParams(naming.MLM_BIAS, "heads", "V", v,
                                         "output weights are Embedding-Token's, counted there"))
         return rows
-
-    def hf_architecture(self, heads: Heads) -> str:
-        return f"{self.hf_class}ForMaskedLM" if heads.mlm else f"{self.hf_class}Model"
-
-    def hf_config(self, config: ModernBertConfig, heads: Heads) -> dict:
-        return {**config.to_hf_dict(), "model_type": self.hf_model_type,
-                "architectures": [self.hf_architecture(heads)]}
 
     def weight_layers(self, num_blocks: int) -> List[str]:
         layers = [naming.EMBEDDING_TOKEN, naming.EMBEDDING_NORM]

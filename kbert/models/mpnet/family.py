@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from kbert.models import naming
-from kbert.models.heads import Heads
+from kbert.models.bert.family import BertFamily
 from kbert.models.hf_roberta.family import HfRobertaFamily
 from kbert.models.mpnet.config import MpnetConfig
 from kbert.models.tables import H, LayerParams, WeightName, dense, norm
@@ -52,9 +52,8 @@ class MpnetFamily(HfRobertaFamily):
                             "a bias per head for each bucket of relative distance, shared by every layer"),
                 *super().block_params(config)]
 
-    def hf_config(self, config: MpnetConfig, heads: Heads) -> dict:
-        return {**config.to_hf_dict(), "model_type": self.hf_model_type,
-                "architectures": [f"{self.hf_class}ForMaskedLM" if heads.mlm else f"{self.hf_class}Model"]}
+    # MPNet's own model_type and class (MPNetModel, MPNetForMaskedLM), not RoBERTa's choice among its stems.
+    hf_config = BertFamily.hf_config
 
     def weight_layers(self, num_blocks: int) -> List[str]:
         return [naming.EMBEDDING_RELATIVE_POSITION] + super().weight_layers(num_blocks)
