@@ -208,7 +208,8 @@ def test_registry_lists_every_family():
                               "roformer_v2", "gpt", "gpt2", "gpt2_ml", "t5", "t5.1.0", "t5_encoder",
                               "t5.1.0_encoder", "t5_decoder", "t5.1.0_decoder", "t5.1.1", "t5.1.1_encoder",
                               "t5.1.1_decoder", "mt5.1.1", "mt5.1.1_encoder", "mt5.1.1_decoder", "hf_roberta",
-                              "distilbert", "mpnet", "modernbert", "deberta_v2"]
+                              "distilbert", "mpnet", "modernbert", "deberta_v2",
+                              "jina_embeddings_v3", "gte", "nomic_bert", "eurobert"]
     assert get_family("roberta").layer_weights("Embedding-Token") == get_family("bert").layer_weights("Embedding-Token")
 
 

@@ -90,9 +90,12 @@ def test_a_window_as_wide_as_the_row_is_the_whole_row():
                                    lambda: GatedFeedForward(12, activation="gelu")],
                          ids=["global", "windowed", "geglu"])
 def test_layer_contract(layer, tmp_path):
+    assert_layer_contract(layer(), tmp_path)
+
+
+def assert_layer_contract(layer, tmp_path):
     """Shapes, masks (padding appended changes no real token's output), get_config round trip, .keras with
     safe_mode=True."""
-    layer = layer()
     tokens = keras.Input((None,), dtype="int32")
     hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
     model = keras.Model(tokens, layer(hidden))

@@ -154,7 +154,7 @@ def build_transformer_model(
     _check_heads(family, heads)
     if not family.takes_segments:
         segment_vocab_size = 0
-    segment_vocab_size = config.type_vocab_size if segment_vocab_size is None else segment_vocab_size
+    segment_vocab_size = family.segment_input_size(config) if segment_vocab_size is None else segment_vocab_size
     _check_fits_in_memory(family, config, heads)
     condition = _norm_condition(family, layer_norm_cond, layer_norm_cond_hidden_size, layer_norm_cond_hidden_act,
                                 additional_input_layers)

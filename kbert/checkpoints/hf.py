@@ -119,6 +119,14 @@ def _roberta_types() -> set:
             for model_type in (family.model_type, *family.model_type_aliases)}
 
 
+def _named_like_roberta() -> set:
+    """The model_types not numbered as RoBERTa whose files still use its scopes (`roberta.`, `lm_head.`):
+    Jina-v3's and GTE's, told apart by their config.json."""
+    families = [get_family(name) for name in hf_families()]
+    return {family.model_type for family in families if not family.positions_after_padding
+            and (family.hf_prefix == "roberta" or "lm_head." in family.hf_head_scopes)}
+
+
 def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
     """Whether a safetensors file is Hugging Face's RoBERTa layout (True), another's (False) or cannot tell
     (None), and the evidence: RoBERTa's task-model prefixes, the `model_type` of the config.json beside it,
@@ -135,6 +143,8 @@ def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
                 model_type = json.load(handle).get("model_type")
         except (OSError, ValueError, AttributeError):
             model_type = None  # the config is checked, with its own errors, where it is read
+    if model_type in _named_like_roberta():
+        return False, f"model_type {model_type!r} in {config_path}"
     if any(name.startswith(("roberta.", "lm_head.dense.")) for name in names):  # not T5's lm_head.weight
         return True, "tensors named roberta.* / lm_head.dense.*"
     if isinstance(model_type, str):
@@ -292,15 +302,16 @@ def _remove_stale(directory: str, name: str, keep: frozenset = frozenset()) -> N
 
 
 def _whole_tensors(values) -> list:
-    """(name, tensor) pairs, the slices of a fused tensor (GPT-2's `c_attn`) joined in order."""
-    whole, slices = [], {}
+    """(name, tensor) pairs, the slices of a fused tensor (GPT-2's `c_attn`, GTE's `up_gate_proj`) joined in order."""
+    whole, slices, axes = [], {}, {}
     for row, value in values:
         index, parts = row.hf_part
         if parts == 1:
             whole.append((row.hf, value))
         else:
             slices.setdefault(row.hf, [None] * parts)[index] = value
-    return whole + [(name, np.concatenate(pieces, axis=-1)) for name, pieces in slices.items()]
+            axes[row.hf] = row.part_axis(HF)
+    return whole + [(name, np.concatenate(pieces, axis=axes[name])) for name, pieces in slices.items()]
 
 
 def _config_of(model, family):

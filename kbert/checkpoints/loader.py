@@ -239,9 +239,10 @@ def _tied_if_absent(row: WeightName, source: TensorSource, notes: List[str]) -> 
 def _part_shape(row: WeightName, fmt: str, stored: tuple) -> tuple:
     """The shape of the row's slice of a stored tensor (the whole shape when it does not divide)."""
     _, parts = row.part(fmt)
-    if parts == 1 or stored[-1] % parts:
+    axis = row.part_axis(fmt) % len(stored) if stored else 0
+    if parts == 1 or stored[axis] % parts:
         return stored
-    return stored[:-1] + (stored[-1] // parts,)
+    return stored[:axis] + (stored[axis] // parts,) + stored[axis + 1:]
 
 
 def _in_keras_layout(row: WeightName, fmt: str, shape: tuple) -> tuple:
@@ -279,8 +280,9 @@ def _read(source: TensorSource, row: WeightName, rows, variable) -> np.ndarray:
         value = value[rows]
     index, parts = row.part(source.fmt)
     if parts > 1:
-        width = value.shape[-1] // parts
-        value = value[..., index * width:(index + 1) * width]
+        axis = row.part_axis(source.fmt) % value.ndim
+        width = value.shape[axis] // parts
+        value = np.take(value, np.arange(index * width, (index + 1) * width), axis=axis)
     if row.transposed(source.fmt):
         value = value.T
     return np.asarray(value, dtype=variable.dtype)

@@ -196,7 +196,7 @@ def block_count(names) -> int:
     """Number of Transformer blocks a checkpoint's names mention (`layer_3/`, `layer.3.`, T5's
     `block_003/`, GPT2-ML's `layer03/`; ALBERT's shared block: 1)."""
     blocks = [int(m.group(1)) for name in names
-              for m in [re.search(r"(?:layer[._]|block_|newslm/layer)(\d+)[./]", name)] if m]
+              for m in [re.search(r"(?:layers?[._]|block_|newslm/layer)(\d+)[./]", name)] if m]
     if blocks:
         return max(blocks) + 1
     return 1 if any("/transformer/group_0/" in name or "albert_layer_groups." in name for name in names) else 0

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import keras
 from keras import ops  # noqa: F401 (the docstring examples use it)
@@ -93,46 +93,65 @@ class FeedForward(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class GatedFeedForward(keras.layers.Layer):
-    """A gated linear unit feed-forward (GeGLU, SwiGLU): `output(act(a) · b)` where `[a, b] = input(x)`.
+    """A gated linear unit feed-forward (GeGLU, SwiGLU): `output(act(a) · b)`.
 
-    One fused `input` projection to `2 · intermediate_size` (a, then the gate b), as ModernBERT's `Wi`
-    stores them; then `output` back to the input's width.
+    ModernBERT stores a and b fused in one `input` projection to `2 · intermediate_size` (a, then b), as its
+    `Wi`; GTE, NomicBERT and EuroBERT keep them apart as `gate` (a, activated) and `up` (b), as Llama's MLP.
+    Then `output` back to the input's width.
 
     Args:
         intermediate_size: the width of a and of b.
-        activation: applied to a (ModernBERT: GELU).
-        use_bias: biases in the two projections.
+        activation: applied to a (ModernBERT, GTE: GELU; NomicBERT, EuroBERT: SiLU).
+        use_bias: biases in the projections.
+        output_bias: a bias in `output` (None: as `use_bias`; GTE has one there only).
+        fused: one `input` projection for a and b.
         kernel_initializer: their initializer.
 
     Example:
     >>> layer = GatedFeedForward(6, activation="gelu")
     >>> tuple(layer(ops.ones((2, 3, 4))).shape), [tuple(w.shape) for w in layer.weights]
     ((2, 3, 4), [(4, 12), (6, 4)])
+    >>> layer = GatedFeedForward(6, activation="silu", fused=False, output_bias=True, name="ffn")
+    >>> _ = layer(ops.ones((1, 4)))
+    >>> [w.path for w in layer.weights]
+    ['ffn/gate/kernel', 'ffn/up/kernel', 'ffn/output/kernel', 'ffn/output/bias']
     """
 
     def __init__(self, intermediate_size: int, activation="gelu", use_bias: bool = False,
-                 kernel_initializer="glorot_uniform", **kwargs):
+                 kernel_initializer="glorot_uniform", fused: bool = True, output_bias: Optional[bool] = None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.intermediate_size = intermediate_size
         self.activation = keras.activations.get(activation)
         self.use_bias = use_bias
+        self.output_bias = use_bias if output_bias is None else output_bias
+        self.fused = fused
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
-        self.input_dense = keras.layers.Dense(2 * intermediate_size, use_bias=use_bias, name="input",
-                                              dtype=self.dtype_policy,
-                                              kernel_initializer=clone_initializer(self.kernel_initializer))
+        # Attributes named as the sublayers: a `.keras` file's weights are stored by attribute.
+        if fused:
+            self.input_dense = self._dense(2 * intermediate_size, use_bias, "input")
+        else:
+            self.gate = self._dense(intermediate_size, use_bias, "gate")
+            self.up = self._dense(intermediate_size, use_bias, "up")
         self.output_dense = None  # made in build: its width is the input's
 
+    def _dense(self, units: int, bias: bool, name: str):
+        return keras.layers.Dense(units, use_bias=bias, name=name, dtype=self.dtype_policy,
+                                  kernel_initializer=clone_initializer(self.kernel_initializer))
+
     def build(self, input_shape):
-        self.input_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(input_shape[-1], use_bias=self.use_bias, name="output",
-                                               dtype=self.dtype_policy,
-                                               kernel_initializer=clone_initializer(self.kernel_initializer))
+        for projection in ((self.input_dense,) if self.fused else (self.gate, self.up)):
+            projection.build(input_shape)
+        self.output_dense = self._dense(input_shape[-1], self.output_bias, "output")
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
 
     def call(self, x):
-        projected = self.input_dense(x)
-        value, gate = projected[..., :self.intermediate_size], projected[..., self.intermediate_size:]
+        if self.fused:
+            projected = self.input_dense(x)
+            value, gate = projected[..., :self.intermediate_size], projected[..., self.intermediate_size:]
+        else:
+            value, gate = self.gate(x), self.up(x)
         return self.output_dense(self.activation(value) * gate)
 
     def compute_output_shape(self, input_shape):
@@ -141,4 +160,5 @@ class GatedFeedForward(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "intermediate_size": self.intermediate_size,
                 "activation": keras.activations.serialize(self.activation), "use_bias": self.use_bias,
+                "output_bias": self.output_bias, "fused": self.fused,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}

@@ -1,9 +1,10 @@
 """Self-attention with rotary positions in the half-split layout, over the whole row or a sliding window.
 
-The encoders of 2024 on (ModernBERT and the mmBERT / Ettin encoders built like it) rotate each head's
-first and second halves against each other (`rotate_half`, Llama's and transformers' layout, not
-RoFormer's interleaved pairs), project queries, keys and values with one fused matrix, and let most layers
-see only a window of ±w tokens. A window is computed block by block: the row is cut into blocks of w
+The encoders of 2024 on rotate each head's first and second halves against each other (`rotate_half`,
+Llama's and transformers' layout, not RoFormer's interleaved pairs). ModernBERT (and the mmBERT / Ettin
+encoders built like it) projects queries, keys and values with one fused matrix and lets most layers see
+only a window of ±w tokens; Jina-v3, GTE and NomicBERT keep four projections; EuroBERT shares each key
+and value head among a group of query heads (grouped-query attention). A window is computed block by block: the row is cut into blocks of w
 tokens, and each block's queries attend to its own block and its two neighbours (3w keys), so the cost
 and the memory grow with the length, not with its square.
 """
@@ -85,11 +86,14 @@ def windowed_attention(q, k, v, keep, window: int):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class RotarySelfAttention(keras.layers.Layer):
-    """Multi-head self-attention with rotary positions (half-split layout) and one fused query/key/value matrix.
+    """Multi-head self-attention with rotary positions (half-split layout).
 
     Args:
-        num_heads: attention heads.
+        num_heads: attention heads (of the queries).
         head_size: width of one head.
+        num_key_value_heads: key and value heads, each shared by `num_heads / num_key_value_heads` query
+            heads (None: as many as the queries).
+        fused_qkv: one `qkv` projection (ModernBERT's `Wqkv`) rather than `query`, `key` and `value`.
         rope_theta: the rotary base θ (ModernBERT: 160,000 on its global layers, 10,000 on its local ones).
         window: None, every query sees every key; else w, each query sees the keys within w positions of
             it, computed block by block (`windowed_attention`).
@@ -98,7 +102,8 @@ class RotarySelfAttention(keras.layers.Layer):
         kernel_initializer: initializer of the two projections.
 
     Called on hidden states `[batch, length, H]` with their Keras mask (padding: False); padded keys get no
-    attention. The projections are `qkv` (`[H, 3 · heads · head_size]`: queries, keys, values) and `output`.
+    attention. The projections are `qkv` (`[H, 3 · heads · head_size]`: queries, keys, values), or `query`,
+    `key` and `value`, then `output`.
 
     Example: a window as wide as the row is the whole row.
     >>> x = keras.random.normal((1, 10, 8), seed=1)
@@ -111,18 +116,30 @@ class RotarySelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, head_size: int, rope_theta: float = 10000.0, window: Optional[int] = None,
-                 use_bias: bool = False, dropout: float = 0.0, kernel_initializer="glorot_uniform", **kwargs):
+                 use_bias: bool = False, dropout: float = 0.0, kernel_initializer="glorot_uniform",
+                 num_key_value_heads: Optional[int] = None, fused_qkv: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.head_size = head_size
+        self.num_key_value_heads = num_key_value_heads or num_heads
+        if num_heads % self.num_key_value_heads:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of num_key_value_heads={num_key_value_heads}")
+        if fused_qkv and self.num_key_value_heads != num_heads:
+            raise ValueError("a fused qkv projection has as many key and value heads as query heads")
+        self.fused_qkv = fused_qkv
         self.rope_theta = rope_theta
         self.window = window
         self.use_bias = use_bias
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
-        width = num_heads * head_size
-        self.qkv = self._dense(3 * width, "qkv")
+        width, shared = num_heads * head_size, self.num_key_value_heads * head_size
+        # Attributes named as the sublayers: a `.keras` file's weights are stored by attribute.
+        if fused_qkv:
+            self.qkv = self._dense(3 * width, "qkv")
+        else:
+            self.query, self.key, self.value = (self._dense(units, name) for units, name in
+                                                ((width, "query"), (shared, "key"), (shared, "value")))
         self.output_dense = None  # made in build: its width is the input's
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
@@ -131,14 +148,14 @@ class RotarySelfAttention(keras.layers.Layer):
                                   kernel_initializer=clone_initializer(self.kernel_initializer))
 
     def build(self, input_shape):
-        self.qkv.build(input_shape)
+        for projection in self._projections():
+            projection.build(input_shape)
         self.output_dense = self._dense(input_shape[-1], "output")
         self.output_dense.build((*input_shape[:-1], self.num_heads * self.head_size))
 
     def call(self, x, mask=None, training=None):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        qkv = ops.reshape(self.qkv(x), (batch, length, 3, self.num_heads, self.head_size))
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        q, k, v = self._heads(x, batch, length)
         cos, sin = rotary_cos_sin(length, self.head_size, self.rope_theta, q.dtype)
         q, k = apply_rotary_half(q, cos, sin), apply_rotary_half(k, cos, sin)
         keep = ops.ones((batch, length), "bool") if mask is None else ops.cast(mask, "bool")
@@ -154,6 +171,23 @@ class RotarySelfAttention(keras.layers.Layer):
                                                 scale=1 / math.sqrt(self.head_size))
         return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
 
+    def _projections(self):
+        return (self.qkv,) if self.fused_qkv else (self.query, self.key, self.value)
+
+    def _heads(self, x, batch, length):
+        """Queries, keys and values `[batch, length, heads, head_size]`; shared key and value heads repeated
+        for their group of query heads."""
+        if self.fused_qkv:
+            qkv = ops.reshape(self.qkv(x), (batch, length, 3, self.num_heads, self.head_size))
+            return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        q = ops.reshape(self.query(x), (batch, length, self.num_heads, self.head_size))
+        k, v = (ops.reshape(dense(x), (batch, length, self.num_key_value_heads, self.head_size))
+                for dense in (self.key, self.value))
+        group = self.num_heads // self.num_key_value_heads
+        if group > 1:  # query head h reads key and value head h // group, as transformers' repeat_kv
+            k, v = ops.repeat(k, group, axis=2), ops.repeat(v, group, axis=2)
+        return q, k, v
+
     def compute_mask(self, inputs, mask=None):
         return mask
 
@@ -162,5 +196,6 @@ class RotarySelfAttention(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "head_size": self.head_size,
+                "num_key_value_heads": self.num_key_value_heads, "fused_qkv": self.fused_qkv,
                 "rope_theta": self.rope_theta, "window": self.window, "use_bias": self.use_bias,
                 "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}

@@ -240,6 +240,26 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
             )
 
 
+def with_rope_theta(values: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """`values` with transformers 5's `rope_parameters` read into `rope_theta`; a scaled `rope_type` (linear,
+    yarn, ...) is a `ConfigError`."""
+    rope = values.get("rope_parameters") if isinstance(values, Mapping) else None
+    if not isinstance(rope, Mapping):
+        return values
+    if rope.get("rope_type", "default") != "default":
+        raise ConfigError(f"{source}: key 'rope_parameters': rope_type {rope['rope_type']!r} scales the rotary "
+                          "positions; kbert builds rope_type 'default' only")
+    return {**values, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {})}
+
+
+def check_head_dim(values: Mapping[str, Any], source: str) -> None:
+    """A `head_dim` key (Llama's, NomicBERT's) other than hidden_size / num_attention_heads is a `ConfigError`."""
+    size, hidden, heads = values.get("head_dim"), values.get("hidden_size"), values.get("num_attention_heads")
+    if size is not None and isinstance(hidden, int) and isinstance(heads, int) and heads and size != hidden // heads:
+        raise ConfigError(f"{source}: key 'head_dim': {size} is not hidden_size / num_attention_heads "
+                          f"({hidden} / {heads}); kbert builds heads of that width")
+
+
 def check_even_head_size(values: Mapping[str, Any], source: str, why: str) -> None:
     """For position encodings that pair a head's features: an odd head size is a `ConfigError`.
 

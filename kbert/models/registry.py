@@ -43,6 +43,10 @@ FAMILIES = {
     "mpnet": "kbert.models.mpnet.family:MpnetFamily",
     "modernbert": "kbert.models.modernbert.family:ModernBertFamily",
     "deberta_v2": "kbert.models.deberta_v2.family:DebertaV2Family",
+    "jina_embeddings_v3": "kbert.models.jina_v3.family:JinaV3Family",
+    "gte": "kbert.models.gte.family:GteFamily",
+    "nomic_bert": "kbert.models.nomic_bert.family:NomicBertFamily",
+    "eurobert": "kbert.models.eurobert.family:EuroBertFamily",
 }
 # Families that share another's model_type and are built only when named: ALBERT's configs build albert,
 # and a config with model_type "bert" builds BERT (bert4keras's roberta is BERT's layout).

@@ -53,6 +53,11 @@ class WeightName:
     hf_part: Tuple[int, int] = (0, 1)
     hf_tied: Optional[str] = None
 
+    def part_axis(self, fmt: str) -> int:
+        """The stored tensor's axis that `hf_part` slices: the one that is last in Keras's layout (a Linear's
+        output rows, stored first; GPT-2's Conv1D columns, stored last)."""
+        return 0 if self.transposed(fmt) else -1
+
     def name(self, fmt: str) -> Optional[str]:
         return self.google if fmt == GOOGLE else self.hf
 
@@ -85,6 +90,12 @@ def dense(path: str, google: str, hf: Optional[str], axes: Tuple[str, str]) -> L
         WeightName(f"{path}/kernel", f"{google}/kernel", hf and f"{hf}.weight", False, True, axes),
         WeightName(f"{path}/bias", f"{google}/bias", hf and f"{hf}.bias", False, False, axes[1:]),
     ]
+
+
+def linear(path: str, hf: str, axes: Tuple[str, str], bias: bool = True) -> List[WeightName]:
+    """A Linear of a family released for transformers only, under its Hugging Face name, with or without its
+    bias (the Google-style name, for inspection only, is the same with `/`)."""
+    return dense(path, hf.replace(".", "/"), hf, axes)[:2 if bias else 1]
 
 
 def output_weights(path: str, google_scope: str, hf: str, axes: Tuple[str, str]) -> List[WeightName]:

@@ -68,6 +68,8 @@ class BertFamily:
             `Input-Segment`, so that every task feeds it alike, and ignores
             it, as transformers ignores `token_type_ids` for DistilBERT and
             MPNet.
+        mlm_activation: the MLM head's dense activation (None: the config's
+            `hidden_act`; XLM-R's `lm_head`, which Jina-v3 and GTE keep: GELU).
     """
 
     name = "bert"
@@ -99,6 +101,7 @@ class BertFamily:
     classifier_activation = "tanh"
     own_tokenizer = False
     reads_segments = True
+    mlm_activation: Optional[str] = None
 
     # --- structure -----------------------------------------------------------------
     def config_to_train(self, config: BertConfig, initialised: bool) -> BertConfig:
@@ -122,6 +125,15 @@ class BertFamily:
         """
         return any(row.name == naming.EMBEDDING_POSITION for row in self.layer_params(config))
 
+    def segment_input_size(self, config: BertConfig) -> int:
+        """The segment ids `Input-Segment` takes unless the caller says (0: no segment input)."""
+        return config.type_vocab_size
+
+    def segment_table(self, config: BertConfig) -> bool:
+        """Whether the graph has `Embedding-Segment` (`reads_segments`; a family whose configs may have no
+        table says so per config)."""
+        return self.reads_segments
+
     def has_mapping(self, config: BertConfig) -> bool:
         """Whether `Embedding-Mapping` (E -> H) exists: when `embedding_size` differs from H."""
         return config.embedding_width != config.hidden_size
@@ -140,7 +152,7 @@ class BertFamily:
             LayerParams(naming.EMBEDDING_TOKEN, "embeddings", f"V·{e}", config.vocab_size * width,
                         "shared with the MLM output" if with_mlm else ""),
             *([LayerParams(naming.EMBEDDING_SEGMENT, "embeddings", f"T·{e}", config.type_vocab_size * width)]
-              if self.reads_segments else []),
+              if self.segment_table(config) else []),
             *self.position_params(config),
             LayerParams(naming.EMBEDDING_NORM, "embeddings", f"2·{e}", 2 * width),
         ]

@@ -15,6 +15,7 @@ from typing import Optional
 import keras
 
 from kbert.models import naming
+from kbert.models.config import ACTIVATIONS
 from kbert.layers import (
     AttentionMask,
     BiasAdd,
@@ -62,7 +63,7 @@ class BertGraph(TransformerGraph):
         width = config.embedding_width
         x = self.apply(inputs[0], TokenEmbedding, naming.EMBEDDING_TOKEN, input_dim=config.vocab_size,
                        output_dim=width, embeddings_initializer=self.initializer(), **self.token_padding())
-        if self.segment_vocab_size and self.family.reads_segments:
+        if self.segment_vocab_size and self.family.segment_table(self.config):
             segments = self.apply(inputs[1], Embedding, naming.EMBEDDING_SEGMENT,
                                   input_dim=self.segment_vocab_size, output_dim=width,
                                   size_key="type_vocab_size", embeddings_initializer=self.initializer())
@@ -184,8 +185,9 @@ class BertGraph(TransformerGraph):
     def apply_mlm(self, x):
         """Dense + LayerNorm to the embeddings' width, then the token embedding's transpose, tied."""
         config = self.config
+        activation = ACTIVATIONS[self.family.mlm_activation] if self.family.mlm_activation else config.activation
         x = self.apply(x, keras.layers.Dense, naming.MLM_DENSE, units=config.embedding_width,
-                       activation=get_activation(config.activation), kernel_initializer=self.initializer())
+                       activation=get_activation(activation), kernel_initializer=self.initializer())
         x = self.layer_norm(x, naming.MLM_NORM, config.layer_norm_eps)
         x = self.layers[naming.EMBEDDING_TOKEN](x, reverse=True)
         x = self.apply(x, BiasAdd, naming.MLM_BIAS)

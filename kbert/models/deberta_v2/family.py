@@ -48,6 +48,9 @@ class DebertaV2Family(BertFamily):
     own_tokenizer = True
     classifier_activation = "gelu"  # ContextPooler: pooler.dense, then pooler_hidden_act
 
+    def segment_input_size(self, config: DebertaV2Config) -> int:
+        return max(config.type_vocab_size, 1)  # every task feeds segment ids: taken even without a table (v3)
+
     def embedding_params(self, config: DebertaV2Config, with_mlm: bool) -> List[LayerParams]:
         e, width = self._width(config)
         rows = [LayerParams(naming.EMBEDDING_TOKEN, "embeddings", f"V·{e}", config.vocab_size * width,

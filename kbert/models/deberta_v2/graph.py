@@ -23,11 +23,6 @@ class DebertaV2Graph(BertGraph):
     """BERT's post-norm graph; embeddings in DeBERTa's order (token, segment, absolute positions where
     `position_biased_input`, the E → H mapping without a bias, then the norm) and disentangled attention."""
 
-    def get_inputs(self) -> list:
-        # Every task feeds segment ids: taken even where the config has no segment table (v3).
-        self.segment_vocab_size = self.segment_vocab_size or 1
-        return super().get_inputs()
-
     def apply_embeddings(self, inputs):
         config = self.config
         x = self.apply(inputs[0], TokenEmbedding, naming.EMBEDDING_TOKEN, input_dim=config.vocab_size, output_dim=config.embedding_width,

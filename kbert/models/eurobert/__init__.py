@@ -1,0 +1,1 @@
+"""EuroBERT (`model_type` eurobert): a Llama-style bidirectional encoder."""

@@ -1,0 +1,188 @@
+"""The rotary post-norm encoders: Jina-embeddings-v3 (`jina_embeddings_v3`), GTE v1.5 / mGTE (`gte`) and NomicBERT
+(`nomic_bert`). Their layers, the hub's tensor names both ways (transformers 5 writes them too, renaming as it
+loads), their analytic tables, and (in the parity venv) transformers' outputs on random models that it builds.
+
+The random models are drawn with `initializer_range` 0.3, so that the rotary positions move the outputs well past
+the tolerance (a rotation of the wrong halves, or GTE's up and gate swapped, fails)."""
+
+import keras
+import numpy as np
+import pytest
+
+from kbert import ConfigError, build_transformer_model
+from kbert.analysis.params import analyze
+from kbert.analysis.summary import crosscheck
+from kbert.layers import GatedFeedForward, RotarySelfAttention
+from kbert.models.config import bundled_config_path
+from kbert.models.registry import resolve
+from test_hf_families import assert_transformers_parity, written_back
+from test_modernbert import assert_layer_contract
+
+V, H, I = 60, 16, 24
+BASE = {"vocab_size": V, "hidden_size": H, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": I,
+        "max_position_embeddings": 64, "initializer_range": 0.3}
+CONFIGS = {
+    "jina": {**BASE, "model_type": "jina_embeddings_v3", "pad_token_id": 1},
+    "gte": {**BASE, "model_type": "gte", "pad_token_id": 1, "type_vocab_size": 0},  # gte-base-en-v1.5: no segments
+    "gte_segments": {**BASE, "model_type": "gte", "pad_token_id": 0, "type_vocab_size": 1},
+    "nomic": {**BASE, "model_type": "nomic_bert", "pad_token_id": 0},
+}
+
+
+def linear(name, rows, columns, bias=True):
+    return {f"{name}.weight": (rows, columns), **({f"{name}.bias": (rows,)} if bias else {})}
+
+
+def norm(name):
+    return {f"{name}.weight": (H,), f"{name}.bias": (H,)}
+
+
+def backbone(kind, segments=1):
+    """The hub's names (and transformers 5's files): Jina's flash XLM-R, Alibaba's "new" model, Nomic's."""
+    names = {"embeddings.word_embeddings.weight": (V, H),
+             **({"embeddings.token_type_embeddings.weight": (segments, H)} if segments else {})}
+    for index in range(2):
+        if kind == "gte":
+            scope = f"encoder.layer.{index}"
+            names.update({**linear(f"{scope}.attention.qkv_proj", 3 * H, H), **linear(f"{scope}.attention.o_proj", H, H),
+                          **norm(f"{scope}.attn_ln"), **linear(f"{scope}.mlp.up_gate_proj", 2 * I, H, bias=False),
+                          **linear(f"{scope}.mlp.down_proj", H, I), **norm(f"{scope}.mlp_ln")})
+            continue
+        scope = f"encoder.layers.{index}"
+        bias = kind == "jina"
+        attention = "mixer" if kind == "jina" else "attn"
+        names.update({**linear(f"{scope}.{attention}.Wqkv", 3 * H, H, bias),
+                      **linear(f"{scope}.{attention}.out_proj", H, H, bias), **norm(f"{scope}.norm1"),
+                      **norm(f"{scope}.norm2")})
+        if kind == "jina":
+            names.update({**linear(f"{scope}.mlp.fc1", I, H), **linear(f"{scope}.mlp.fc2", H, I)})
+        else:
+            names.update({**linear(f"{scope}.mlp.fc11", I, H, False), **linear(f"{scope}.mlp.fc12", I, H, False),
+                          **linear(f"{scope}.mlp.fc2", H, I, False)})
+    return {**names, **norm("embeddings.LayerNorm" if kind == "gte" else "emb_ln")}
+
+
+def prefixed(prefix, names):
+    return {f"{prefix}.{name}": shape for name, shape in names.items()}
+
+
+LAYOUTS = {
+    "jina_pooler": (CONFIGS["jina"], {"with_pool": True}, {**backbone("jina"), **linear("pooler.dense", H, H)},
+                    "JinaEmbeddingsV3Model"),
+    "jina_mlm": (CONFIGS["jina"], {"with_mlm": True},
+                 {**prefixed("roberta", backbone("jina")), **linear("lm_head.dense", H, H), **norm("lm_head.layer_norm"),
+                  "lm_head.bias": (V,)}, "JinaEmbeddingsV3ForMaskedLM"),
+    "gte": (CONFIGS["gte"], {}, backbone("gte", segments=0), "GteModel"),
+    "gte_mlm": (CONFIGS["gte_segments"], {"with_mlm": True},
+                {**prefixed("gte", backbone("gte")), **linear("lm_head.dense", H, H), **norm("lm_head.norm"),
+                 "lm_head.decoder.bias": (V,)}, "GteForMaskedLM"),
+    "nomic": (CONFIGS["nomic"], {}, backbone("nomic", segments=2), "NomicBertModel"),
+    "nomic_mlm": (CONFIGS["nomic"], {"with_mlm": True},
+                  {**prefixed("nomic_bert", backbone("nomic", segments=2)),
+                   **linear("cls.predictions.transform.dense", H, H), **norm("cls.predictions.transform.layer_norm"),
+                   "cls.predictions.bias": (V,)}, "NomicBertForMaskedLM"),
+}
+
+
+# --- the layers --------------------------------------------------------------------------------------------------
+
+def test_grouped_query_attention_is_multi_head_attention_with_shared_heads():
+    """Two query heads reading one key/value head give what four-projection attention gives with that head's key
+    and value weights copied for both: transformers' repeat_kv."""
+    x = keras.random.normal((2, 7, 8), seed=3)
+    grouped = RotarySelfAttention(num_heads=2, head_size=4, num_key_value_heads=1, fused_qkv=False, use_bias=True)
+    full = RotarySelfAttention(num_heads=2, head_size=4, fused_qkv=False, use_bias=True)
+    grouped(x), full(x)
+    assert [tuple(w.shape) for w in grouped.weights][:6] == [(8, 8), (8,), (8, 4), (4,), (8, 4), (4,)]
+    weights = [keras.ops.convert_to_numpy(w) for w in grouped.weights]
+    query, query_bias, key, key_bias, value, value_bias, output, output_bias = weights
+    full.set_weights([query, query_bias, np.tile(key, 2), np.tile(key_bias, 2), np.tile(value, 2),
+                      np.tile(value_bias, 2), output, output_bias])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(grouped(x)), keras.ops.convert_to_numpy(full(x)), atol=1e-5)
+
+
+def test_four_projections_are_the_fused_one():
+    x = keras.random.normal((1, 5, 8), seed=5)
+    fused = RotarySelfAttention(num_heads=2, head_size=4)
+    apart = RotarySelfAttention(num_heads=2, head_size=4, fused_qkv=False)
+    fused(x), apart(x)
+    qkv, output = (keras.ops.convert_to_numpy(w) for w in fused.weights)
+    apart.set_weights([qkv[:, :8], qkv[:, 8:16], qkv[:, 16:], output])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(apart(x)), keras.ops.convert_to_numpy(fused(x)), atol=1e-5)
+
+
+def test_a_glu_kept_apart_is_the_fused_one():
+    x = keras.random.normal((2, 3, 4), seed=6)
+    fused = GatedFeedForward(6, activation="silu")
+    apart = GatedFeedForward(6, activation="silu", fused=False)
+    fused(x), apart(x)
+    both, output = (keras.ops.convert_to_numpy(w) for w in fused.weights)
+    apart.set_weights([both[:, :6], both[:, 6:], output])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(apart(x)), keras.ops.convert_to_numpy(fused(x)), atol=1e-6)
+
+
+@pytest.mark.parametrize("layer", [
+    lambda: RotarySelfAttention(4, 2, rope_theta=1000.0, num_key_value_heads=2, fused_qkv=False, use_bias=True),
+    lambda: GatedFeedForward(12, activation="silu", fused=False, output_bias=True)], ids=["grouped", "glu_apart"])
+def test_layer_contract(layer, tmp_path):
+    assert_layer_contract(layer(), tmp_path)
+
+
+# --- the families ------------------------------------------------------------------------------------------------
+
+# Each total is what transformers counts for the same config (GteModel, NomicBertModel, ...ForMaskedLM).
+@pytest.mark.parametrize("name, flags, total", [
+    ("jina_embeddings_v3", {"with_pool": True}, 559_364_096), ("jina_embeddings_v3", {"with_mlm": True}, 559_616_146),
+    ("gte_base_en_v1_5", {}, 136_776_192), ("gte_base_en_v1_5", {"with_mlm": True}, 137_398_848),
+    ("gte_multilingual_base", {}, 305_368_320),
+    ("nomic_embed_text_v1_5", {}, 136_731_648), ("nomic_embed_text_v1_5", {"with_mlm": True}, 137_354_304)])
+def test_the_analytic_table_is_transformers_count(name, flags, total):
+    analysis = analyze(resolve(bundled_config_path(name))[1], **flags)
+    assert analysis.total == total
+    if name == "gte_base_en_v1_5" and not flags:  # one built: the tables are one code
+        model = build_transformer_model(bundled_config_path(name))
+        assert all(row.ok for row in crosscheck(analysis, model)) and model.count_params() == total
+
+
+@pytest.mark.parametrize("changed, message", [
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}},
+     "key 'rope_parameters': rope_type 'linear' scales the rotary positions"),
+    ({"head_dim": 4}, "key 'head_dim': 4 is not hidden_size / num_attention_heads"),
+    ({"rope_theta": 0.5}, "key 'rope_theta': expected a number > 1"),
+    ({"num_attention_heads": 16}, "key 'num_attention_heads': hidden_size 16 / 16 heads = 1 features"),
+])
+def test_keys_kbert_cannot_build_are_named(changed, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve({**CONFIGS["nomic"], **changed})
+
+
+def test_gte_without_segments_takes_them_and_reads_none():
+    model = build_transformer_model(CONFIGS["gte"])
+    assert [tensor.name for tensor in model.inputs] == ["Input-Token", "Input-Segment"]
+    assert "Embedding-Segment" not in [layer.name for layer in model.layers]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
+    model, tensors, saved = written_back(tmp_path, layout, LAYOUTS)
+    assert saved["rope_parameters"]["rope_type"] == "default"
+    if layout.startswith("gte"):  # one up_gate_proj: up (linear) first, gate (activated) second
+        weights = {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
+        fused = next(value for name, value in tensors.items() if name.endswith("layer.1.mlp.up_gate_proj.weight"))
+        np.testing.assert_array_equal(weights["Transformer-1-FeedForward/up/kernel"], fused[:I].T)
+        np.testing.assert_array_equal(weights["Transformer-1-FeedForward/gate/kernel"], fused[I:].T)
+
+
+# --- parity with transformers ------------------------------------------------------------------------------------
+
+def tokens_padded_with(pad):
+    tokens = np.random.default_rng(0).integers(3, V, (2, 11))
+    tokens[1, 7:] = pad
+    return tokens, tokens != pad
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parity
+def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
+    tokens, real = tokens_padded_with(LAYOUTS[layout][0]["pad_token_id"])
+    assert_transformers_parity(tmp_path, LAYOUTS[layout], tokens, real)
