@@ -90,3 +90,19 @@ REAL = TOKENS > 0
 @pytest.mark.parity
 def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
     assert_transformers_parity(tmp_path, LAYOUTS[layout], TOKENS, REAL)
+
+
+def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
+    """A random EuroBERT with its (untied) MLM head and a WordPiece tokenizer.json: pre-trained, fine-tuned to
+    accuracy 1.0 and exported to ONNX (int8), an embedding model and a CRF tagger, each read back. No reranker:
+    EuroBERT's sequence classifier averages per-token logits, not `reranker_model`'s head."""
+    import json
+
+    from kbert import save_hf_weights
+    from test_distilbert_mpnet import assert_every_task, wordpiece_folder
+
+    folder = wordpiece_folder(tmp_path / "hf", "distilbert")
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    config = {**CONFIG, "vocab_size": vocab, "initializer_range": 0.02, "max_position_embeddings": 128}
+    save_hf_weights(build_transformer_model(config, with_mlm=True), folder)
+    assert_every_task(folder, tmp_path, "eurobert", pad_id=0)

@@ -186,3 +186,115 @@ def tokens_padded_with(pad):
 def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
     tokens, real = tokens_padded_with(LAYOUTS[layout][0]["pad_token_id"])
     assert_transformers_parity(tmp_path, LAYOUTS[layout], tokens, real)
+
+
+# --- sentence-transformers folders and CrossEncoders on these backbones --------------------------------------------
+
+def transformers_folder(tmp_path, key, architecture, **changes):
+    """A random `architecture` of `CONFIGS[key]` that transformers builds (seed 0), saved in a folder with a
+    lower-casing WordPiece tokenizer.json ([PAD] 0, [CLS] A [SEP] B [SEP]) trained on a few sentences."""
+    import json
+
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from test_distilbert_mpnet import wordpiece_folder
+
+    folder = wordpiece_folder(tmp_path / key, "distilbert")
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(**{**CONFIGS[key], "vocab_size": vocab, "pad_token_id": 0,
+                                                  "initializer_range": 0.02, **changes})
+    getattr(transformers, architecture)(config).eval().save_pretrained(folder)
+    # As the hub's folders say it: NomicBERT's BertTokenizer gives a pair's second text segment 1; Jina's and
+    # mGTE's XLM-R tokenizer gives no token_type_ids (their models have one segment).
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if config.type_vocab_size > 1 else [])
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                              "pad_token": "[PAD]", "cls_token": "[CLS]",
+                                                              "sep_token": "[SEP]", "unk_token": "[UNK]",
+                                                              "model_input_names": names}))
+    return folder
+
+
+@pytest.mark.parametrize("key, stem", [("jina", "JinaEmbeddingsV3"), ("gte_segments", "Gte"), ("nomic", "NomicBert")])
+@pytest.mark.parity
+def test_a_cross_encoder_scores_as_transformers_and_sentence_transformers(tmp_path, key, stem):
+    """A one-label sequence classifier: Jina's is XLM-R's classification head, GTE's and NomicBERT's BERT's pooler
+    and classifier. transformers' logits, and sentence-transformers' CrossEncoder scores, from kbert's reranker."""
+    import torch
+    import transformers
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
+    from kbert.tasks.reranking import Reranker
+    from test_distilbert_mpnet import SENTENCES
+
+    folder = transformers_folder(tmp_path, key, f"{stem}ForSequenceClassification", num_labels=1)
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    queries, passages = [SENTENCES[0]] * 3, SENTENCES[1:4]
+    with torch.no_grad():
+        expected = reference(**tokenizer(queries, passages, padding=True, return_tensors="pt")).logits[:, 0].numpy()
+    reranker = Reranker.load(folder)
+    assert reranker.model.get_layer("Transformer-0-MultiHeadSelfAttention").get_config()["rope_theta"] > 1
+    np.testing.assert_allclose(reranker.logits(queries, passages), expected, atol=1e-4)
+    scores = sentence_transformers.CrossEncoder(str(folder), device="cpu").predict(list(zip(queries, passages)))
+    np.testing.assert_allclose(reranker.score(queries[0], passages), scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("key, stem", [("jina", "JinaEmbeddingsV3"), ("gte_segments", "Gte"), ("nomic", "NomicBert")])
+@pytest.mark.parity
+def test_an_embedder_with_prompts_matches_sentence_transformers_both_ways(tmp_path, key, stem):
+    """nomic-embed-text's way: mean pooling, normalised, `search_query: ` / `search_document: ` prompts by name."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
+    from kbert.checkpoints.sentence_transformers import write_modules
+    from kbert.tasks.embedding import Embedder
+    from test_distilbert_mpnet import SENTENCES
+
+    folder = transformers_folder(tmp_path, key, f"{stem}Model")
+    write_modules(str(folder), "mean", H, [], True, 64,
+                  prompts={"query": "search_query: ", "document": "search_document: "})
+    reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    embedder = Embedder.load(folder)
+    for prompt in ("query", "document"):
+        expected = reference.encode(SENTENCES, prompt_name=prompt)
+        assert np.abs(embedder.encode(SENTENCES, prompt_name=prompt) - expected).max() <= 1e-5
+    again = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "saved"), device="cpu")
+    assert np.abs(again.encode(SENTENCES, prompt_name="query") - reference.encode(SENTENCES, prompt_name="query")
+                  ).max() <= 1e-5
+
+
+def gte_folder(tmp_path):
+    """A random GTE of kbert's with its MLM head (its GLU written as up_gate_proj's two slices), two segments, and
+    a WordPiece tokenizer.json."""
+    import json
+
+    from kbert import save_hf_weights
+    from test_distilbert_mpnet import wordpiece_folder
+
+    folder = wordpiece_folder(tmp_path / "hf", "distilbert")
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    config = {**CONFIGS["gte_segments"], "vocab_size": vocab, "initializer_range": 0.02, "type_vocab_size": 2}
+    save_hf_weights(build_transformer_model(config, with_mlm=True), folder)
+    return folder
+
+
+def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
+    """Pre-trained, fine-tuned to accuracy 1.0 and exported to ONNX (int8), an embedding model, a reranker written
+    as GteForSequenceClassification and a CRF tagger, each read back."""
+    from test_distilbert_mpnet import assert_every_task
+
+    # A GLU drawn at 0.02 multiplies two small projections: the classifier takes longer to part the texts.
+    assert_every_task(gte_folder(tmp_path), tmp_path, "gte", pad_id=0, cross_encoder="Gte", epochs=16)
+
+
+@pytest.mark.parity
+def test_a_gte_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(tmp_path):
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
+    from kbert.tasks.reranking import Reranker
+    from test_distilbert_mpnet import MEN, WOMEN, cli
+
+    (tmp_path / "judged.tsv").write_text("".join(f"{a}\t{a}\t1\n{a}\t{b}\t0\n" for a, b in zip(MEN, WOMEN)))
+    assert cli("train", "--task", "rerank", "--checkpoint", gte_folder(tmp_path), "--train", tmp_path / "judged.tsv",
+               "--out", tmp_path / "rerank", "--epochs", 1, "--maxlen", 32) == 0
+    pairs = list(zip(MEN, WOMEN))
+    expected = sentence_transformers.CrossEncoder(str(tmp_path / "rerank"), device="cpu").predict(pairs)
+    reranker = Reranker.load(tmp_path / "rerank")
+    np.testing.assert_allclose(reranker.scores(reranker.logits(*zip(*pairs))), expected, atol=1e-5)

@@ -136,3 +136,20 @@ def test_bad_vocab_files(tmp_path):
     (tmp_path / "bad.txt").write_text("hello\nworld\n")
     with pytest.raises(KbertError, match=r"bad.txt: the vocabulary lacks \[CLS\], \[SEP\], \[UNK\]"):
         Tokenizer(tmp_path / "bad.txt")
+
+
+@pytest.mark.parametrize("names, second", [(None, 1), (["input_ids", "token_type_ids", "attention_mask"], 1),
+                                            (["input_ids", "attention_mask"], 0)])
+def test_a_folder_whose_tokenizer_gives_no_token_types_feeds_segment_0(tmp_path, names, second):
+    """transformers feeds `token_type_ids` only where the folder's tokenizer_config.json lists them (XLM-R's,
+    Jina's and mGTE's do not: a pair's second text is segment 0 for their one-segment models)."""
+    import json
+    import shutil
+
+    from kbert.tokenizers.tokenizer_json import TokenizerJson
+
+    shutil.copy(minilm_dir() / "tokenizer.json", tmp_path / "tokenizer.json")
+    if names is not None:
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_input_names": names}))
+    ids, segments = TokenizerJson(tmp_path / "tokenizer.json").encode("a question", "an answer")
+    assert segments == [0] * 4 + [second] * 3 and len(ids) == 7

@@ -364,7 +364,8 @@ class RerankTask(Task):
 
 # The families a reranker trains for: those whose sequence classifier (`reranker_model`'s head) kbert names as
 # Hugging Face does (bert4keras's roberta is BERT's layout).
-CROSS_ENCODER_FAMILIES = ("bert", "roberta", "hf_roberta", "distilbert", "mpnet", "deberta_v2")
+CROSS_ENCODER_FAMILIES = ("bert", "roberta", "hf_roberta", "distilbert", "mpnet", "deberta_v2", "jina_embeddings_v3",
+                          "gte", "nomic_bert")
 
 
 def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:

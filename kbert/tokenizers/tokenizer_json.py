@@ -55,6 +55,7 @@ class TokenizerJson:
         self.pad_id = 0 if self.pad_id is None else self.pad_id
         self.unk_id = self._first_of("[UNK]", "<unk>")
         self.mask_id = self._first_of("[MASK]", "<mask>")
+        self.segments = _feeds_segments(os.path.join(os.path.dirname(self.path), "tokenizer_config.json"))
 
     @property
     def vocab_size(self) -> int:
@@ -75,6 +76,8 @@ class TokenizerJson:
         tokens, as transformers' tokenizer cuts them (`longest_first`)."""
         inputs = list(first) if second is None else [(a, b) if b is not None else a for a, b in zip(first, second)]
         encodings = (self._cutting(maxlen) if maxlen else self._backend).encode_batch(inputs)
+        if not self.segments:  # transformers feeds no token_type_ids: the model sees segment 0 throughout
+            return [(encoding.ids, [0] * len(encoding.ids)) for encoding in encodings]
         return [(encoding.ids, encoding.type_ids) for encoding in encodings]
 
     def _cutting(self, maxlen: int):
@@ -176,3 +179,15 @@ def _lowercases(normalizer: Optional[dict]) -> bool:
     if normalizer.get("type") == "Sequence":
         return any(_lowercases(part) for part in normalizer.get("normalizers", []))
     return normalizer.get("type") == "Lowercase" or bool(normalizer.get("lowercase", False))
+
+
+def _feeds_segments(config_path: str) -> bool:
+    """Whether transformers' tokenizer of this folder gives the model `token_type_ids`: False where its
+    `tokenizer_config.json` lists `model_input_names` without them (XLM-R's, Jina's, GTE's), so a pair's second
+    text is segment 0 too, as the model was trained; True where the file or the key is absent."""
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            names = json.load(handle).get("model_input_names")
+    except (OSError, ValueError, AttributeError):
+        return True  # no readable config: the tokenizer.json's own type ids
+    return not isinstance(names, list) or "token_type_ids" in names
