@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
+from benchmarks.alternating import REPOSITORY, alternate_workers
 from benchmarks.memory import peak_rss_mib, reset_peak, rss_mib
-
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPOSITORY, "configs", "modernbert_base.json")
 
 
@@ -87,30 +85,9 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args.worker, args.length, args.warmup_length)
         return 0
-    command = ["-m", "benchmarks.long_inputs", "--length", str(args.length), "--warmup-length",
-               str(args.warmup_length), "--worker"]
-    workers = {name: subprocess.Popen([python, *command, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
-               for name, python in (("kbert", sys.executable), ("transformers", args.hf_python))}
-    results = {name: [] for name in workers}
-    try:
-        for name, process in workers.items():
-            if process.stdout.readline().strip() != "ready":
-                raise SystemExit(f"the {name} worker stopped (run it alone: python -m benchmarks.long_inputs "
-                                 f"--worker {name})")
-        for _ in range(args.rounds):
-            for name, process in workers.items():
-                process.stdin.write("\n")
-                process.stdin.flush()
-                answer = process.stdout.readline()
-                if not answer:
-                    raise SystemExit(f"the {name} worker stopped (run it alone: python -m benchmarks.long_inputs "
-                                     f"--worker {name})")
-                results[name].append(json.loads(answer))
-    finally:
-        for process in workers.values():
-            process.stdin.close()
-            process.wait(timeout=120)
+    results = alternate_workers("benchmarks.long_inputs", ["--length", str(args.length), "--warmup-length",
+                                                           str(args.warmup_length)],
+                                {"kbert": sys.executable, "transformers": args.hf_python}, args.rounds)
     print(f"ModernBERT-base shape (configs/modernbert_base.json), 1 x {args.length} tokens, float32; "
           f"{args.rounds} alternating rounds; CPU: {cpu_name()}; kbert on Keras's "
           f"{os.environ.get('KERAS_BACKEND', 'tensorflow')} backend, transformers with sdpa")

@@ -137,3 +137,17 @@ def test_long_inputs_benchmark_runs_against_transformers():
     assert result.returncode == 0, result.stderr[-3000:]
     assert "1 x 300 tokens" in result.stdout and "kbert speed / transformers: " in result.stdout
     assert "kbert peak growth / transformers: " in result.stdout
+
+
+@pytest.mark.examples
+@pytest.mark.parity
+def test_training_step_benchmark_runs_against_transformers():
+    pytest.importorskip("transformers", reason="the parity extra (transformers, torch) is not installed")
+    pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    result = subprocess.run([sys.executable, "-m", "benchmarks.training_step", "--config", "bert_tiny", "--batch", "2",
+                             "--length", "16", "--rounds", "1", "--steps", "1"],
+                            capture_output=True, text=True, cwd=REPO, timeout=900,
+                            env={**os.environ, "KERAS_BACKEND": "torch"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "bert_tiny, a two-label classifier, AdamW, 2 x 16 tokens" in result.stdout
+    assert "kbert speed / transformers': " in result.stdout

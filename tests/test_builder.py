@@ -189,3 +189,37 @@ def test_a_model_built_in_bfloat16_holds_the_checkpoints_weights_rounded(tmp_pat
     expected = full.predict([ids, np.zeros_like(ids)], verbose=0)
     got = half.predict([ids, np.zeros_like(ids)], verbose=0).astype(np.float32)
     assert np.abs(got - expected).max() < 0.01
+
+
+def test_each_layer_output_is_let_go_once_the_last_layer_reading_it_has_run():
+    """kbert's models walk their graph freeing as they go: run eagerly (PyTorch), Keras's own walk keeps every
+    output until the call returns, and a long row's activations grow with the depth (benchmarks.long_inputs)."""
+    import weakref
+
+    from kbert.models.transformer import IdModel
+
+    seen = {}
+
+    class Remember(keras.layers.Layer):
+        def call(self, x):
+            y = x * 2.0
+            seen["first"] = weakref.ref(y)
+            return y
+
+    class Look(keras.layers.Layer):
+        def call(self, x):
+            seen["alive"] = seen["first"]() is not None
+            return x + 1.0
+
+    inputs = keras.Input((4,))
+    outputs = Look()(keras.layers.Dense(4)(Remember()(inputs)))
+    model = IdModel(inputs, outputs)
+    expected = keras.ops.convert_to_numpy(model.layers[2](np.full((2, 4), 2.0, np.float32))) + 1.0
+    import contextlib
+
+    # Inference, as predict runs it: with gradients on, PyTorch's autograd keeps a Dense's input for the backward.
+    inference = __import__("torch").no_grad() if keras.backend.backend() == "torch" else contextlib.nullcontext()
+    with inference:
+        output = model(np.ones((2, 4), np.float32))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(output), expected, atol=1e-6)
+    assert seen["alive"] is False

@@ -211,3 +211,70 @@ def test_a_deberta_cross_encoder_scores_as_transformers_and_sentence_transformer
     assert np.ptp(expected) > 1e-3  # the passages are told apart
     scores = sentence_transformers.CrossEncoder(str(folder), device="cpu").predict(list(zip(queries, passages)))
     np.testing.assert_allclose(reranker.score(queries[0], passages), scores, atol=1e-5)
+
+
+# --- DeBERTa-v3's spm.model, where a folder has no tokenizer.json ---------------------------------------------------
+
+TEXTS = ["A man is eating food.", "Two  men pushed\tcarts through the woods!", "naïve café, déjà vu?",
+         "The [MASK] is carrying a baby.", "Ünïcödé: Ｆｕｌｌｗｉｄｔｈ and ｶﾀｶﾅ", "trailing spaces   "]
+
+
+def spm_folder(folder, lower=False):
+    """A DeBERTa-v3 folder as microsoft/deberta-v3-base ships it: spm.model ([PAD] 0, [CLS] 1, [SEP] 2, [UNK] 3)
+    and tokenizer_config.json, no tokenizer.json; a random model of kbert's with the MLM head (vocab: the pieces
+    and [MASK], as transformers adds it)."""
+    import io
+
+    import sentencepiece
+    from kbert import save_hf_weights
+
+    corpus = [text.lower() for text in TEXTS * 4] + ["the girl is playing drums", "a woman plays the violin"] * 10
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=model, vocab_size=60, model_type="unigram", pad_id=0,
+        pad_piece="[PAD]", bos_id=1, bos_piece="[CLS]", eos_id=2, eos_piece="[SEP]", unk_id=3, unk_piece="[UNK]",
+        minloglevel=2, hard_vocab_limit=False)
+    folder.mkdir()
+    (folder / "spm.model").write_bytes(model.getvalue())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "DebertaV2Tokenizer",
+                                                              "do_lower_case": lower, "split_by_punct": False}))
+    size = sentencepiece.SentencePieceProcessor(model_file=str(folder / "spm.model")).get_piece_size()
+    keras.utils.set_random_seed(3)
+    config = {**CONFIG, "vocab_size": size + 1, "pad_token_id": 0, "initializer_range": 0.02}
+    save_hf_weights(build_transformer_model(config, with_mlm=True), folder)
+    return folder
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("lower", [False, True])
+def test_spm_model_tokenizes_as_transformers_deberta_tokenizer(tmp_path, lower):
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from kbert.tokenizers.tokenizer_json import folder_tokenizer
+
+    folder = spm_folder(tmp_path / "deberta", lower)
+    reference = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ours = folder_tokenizer(str(folder))
+    for text in TEXTS:
+        assert ours.encode(text)[0] == reference(text)["input_ids"], text
+    pairs = ours.encode_all(TEXTS[:3], TEXTS[3:])
+    expected = reference(TEXTS[:3], TEXTS[3:])
+    assert [ids for ids, _ in pairs] == expected["input_ids"]
+    assert [segments for _, segments in pairs] == expected["token_type_ids"]
+    assert ours.mask_id == reference.mask_token_id and ours.pad_id == reference.pad_token_id == 0
+
+
+def test_a_deberta_folder_with_spm_model_alone_trains_from_the_cli(tmp_path):
+    """kbert train reads spm.model where there is no tokenizer.json, and the run keeps the tokenizer.json it built
+    (its [MASK] after the pieces), which the classifier reads back."""
+    from kbert.cli.main import main
+    from kbert.tasks.classification import load_classifier
+
+    folder = spm_folder(tmp_path / "deberta")
+    rows = [f"{text.replace(chr(9), ' ')}\t{index % 2}" for index, text in enumerate(TEXTS)] * 4
+    (tmp_path / "labelled.tsv").write_text("\n".join(rows) + "\n")
+    assert main(["train", "--checkpoint", str(folder), "--train", str(tmp_path / "labelled.tsv"), "--out",
+                 str(tmp_path / "run"), "--epochs", "1", "--maxlen", "32", "--batch-size", "8"]) == 0
+    saved = json.loads((tmp_path / "run" / "tokenizer.json").read_text())
+    assert saved["model"]["type"] == "Unigram" and {"[MASK]", "[CLS]"} <= {t["content"] for t in saved["added_tokens"]}
+    classifier = load_classifier(str(tmp_path / "run"))
+    assert classifier.tokenizer.encode("a man")[0][0] == 1 and len(classifier.labelled(TEXTS[:2])) == 2

@@ -29,8 +29,8 @@ from kbert.models.tables import GOOGLE, HF
 
 GOOGLE_CONFIG, HF_CONFIG, VOCAB = "bert_config.json", "config.json", "vocab.txt"
 # A vocabulary beside a checkpoint, in the order kbert prefers: WordPiece's, SentencePiece's (T5),
-# a Hugging Face tokenizer.json (its WordPiece vocabulary is read from it).
-VOCABULARIES = (VOCAB, "spiece.model", "tokenizer.json")
+# a Hugging Face tokenizer.json (its WordPiece vocabulary is read from it), DeBERTa-v3's spm.model.
+VOCABULARIES = (VOCAB, "spiece.model", "tokenizer.json", "spm.model")
 GOOGLE_PREFIX = "bert_model.ckpt"
 
 

@@ -36,7 +36,7 @@ SCHEMES = ("hf://", "modelscope://", "https://", "http://", "file://")
 # What kbert reads from a hub repository: weights as data (never a pickled pytorch_model.bin), the
 # config and the vocabulary; the rest of a repository (other frameworks' weights) is not fetched.
 HUB_FILES = ["*.safetensors", "model.safetensors.index.json", "config.json", "bert_config.json", "vocab.txt",
-             "spiece.model", "tokenizer.json", "*.ckpt.index", "*.ckpt.data-*", "checkpoint",
+             "spiece.model", "tokenizer.json", "spm.model", "*.ckpt.index", "*.ckpt.data-*", "checkpoint",
              # a sentence-transformers model's modules: their list, the pooling, projections' configs and weights
              "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "*/config.json",
              "*/model.safetensors", "config_sentence_transformers.json",

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 if TYPE_CHECKING:
     from kbert.tokenizers.wordpiece import Tokenizer
 
+DEBERTA_SENTENCEPIECE = "spm.model"  # DeBERTa-v2/v3's SentencePiece model, where a folder has no tokenizer.json
+
 
 class TokenizerJson:
     """`tokenizer.json`'s tokenizer with the part of kbert's `Tokenizer` interface that encoding needs.
@@ -30,22 +32,22 @@ class TokenizerJson:
     [([101, 7592, 2088, 102], [0, 0, 0, 0])]
     """
 
-    def __init__(self, path: "str | os.PathLike[str]"):
+    def __init__(self, path: "str | os.PathLike[str]", backend=None):
         from tokenizers import Tokenizer as Backend
 
         from kbert.errors import KbertError, first_line
 
         self.path = os.fspath(path)
+        self.converted = backend is not None  # built from another file (`from_sentencepiece`), not read from one
         try:
-            self._backend = Backend.from_file(self.path)
+            self._backend = backend or Backend.from_file(self.path)
         except Exception as error:  # the tokenizers library's own error, for a file it cannot read
             raise KbertError(f"{self.path}: not a Hugging Face tokenizer.json ({first_line(error)})") from None
         self._backend.no_padding()  # batches are padded by kbert, each to its own longest text
         self._backend.no_truncation()  # and cut to `maxlen` by a copy of it (`_cutting`), as the caller asks
         self._cutters: Dict[int, object] = {}
         self.vocab = self._backend.get_vocab()
-        with open(self.path, encoding="utf-8") as handle:
-            spec = json.load(handle)
+        spec = json.loads(self._backend.to_str())
         self.do_lower_case = _lowercases(spec.get("normalizer"))
         # Whether pieces continue a word with `##` (WordPiece), else begin one with a mark (`Ġ`, `▁`).
         self.wordpiece = (spec.get("model") or {}).get("type") == "WordPiece"
@@ -56,6 +58,60 @@ class TokenizerJson:
         self.unk_id = self._first_of("[UNK]", "<unk>")
         self.mask_id = self._first_of("[MASK]", "<mask>")
         self.segments = _feeds_segments(os.path.join(os.path.dirname(self.path), "tokenizer_config.json"))
+
+    @classmethod
+    def from_sentencepiece(cls, path: "str | os.PathLike[str]") -> "TokenizerJson":
+        """DeBERTa-v2/v3's `spm.model` (a folder without a `tokenizer.json`: `microsoft/deberta-v3-base`) as the
+        tokenizer transformers 5's `DebertaV2Tokenizer` builds from it: the model's pieces and scores as a
+        Unigram; whitespace runs, newlines and tabs as one space, NFC, trailing spaces cut (and lower-casing,
+        punctuation split off, the prefix space, as the `tokenizer_config.json` beside it says); `▁` before each
+        word; `[CLS] A [SEP] (B [SEP])` with the second text in segment 1; the special tokens kept whole, and
+        `[MASK]`, which the SentencePiece model lacks, added after its pieces."""
+        import sentencepiece
+        from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+        from tokenizers.models import Unigram
+
+        from kbert.errors import KbertError
+
+        path = os.fspath(path)
+        model = sentencepiece.SentencePieceProcessor()
+        try:
+            model.Load(path)
+        except (OSError, RuntimeError) as error:
+            raise KbertError(f"{path}: cannot read a SentencePiece model ({str(error).strip()})") from None
+        options = {"do_lower_case": False, "split_by_punct": False, "add_prefix_space": True,
+                   **_tokenizer_config_beside(path)}
+        tokens = {name: str(options.get(f"{name}_token") or default) for name, default in
+                  (("cls", "[CLS]"), ("sep", "[SEP]"), ("pad", "[PAD]"), ("unk", "[UNK]"), ("mask", "[MASK]"))}
+        vocab = [(model.id_to_piece(index), model.get_score(index)) for index in range(model.get_piece_size())]
+        unk_id = vocab.index((tokens["unk"], 0.0)) if (tokens["unk"], 0.0) in vocab else 1
+        backend = Tokenizer(Unigram(vocab, unk_id=unk_id, byte_fallback=False))
+        backend.normalizer = normalizers.Sequence(
+            ([normalizers.Lowercase()] if options["do_lower_case"] else [])
+            + [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+               normalizers.Strip(left=False, right=True)])
+        scheme = "always" if options["add_prefix_space"] else "first"
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            ([pre_tokenizers.Punctuation(behavior="isolated")] if options["split_by_punct"] else [])
+            + [pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme)])
+        backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=scheme)
+        backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in tokens.values()])
+        cls_id, sep_id = backend.token_to_id(tokens["cls"]), backend.token_to_id(tokens["sep"])
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{tokens['cls']}:0 $A:0 {tokens['sep']}:0",
+            pair=f"{tokens['cls']}:0 $A:0 {tokens['sep']}:0 $B:1 {tokens['sep']}:1",
+            special_tokens=[(tokens["cls"], cls_id), (tokens["sep"], sep_id)])
+        return cls(path, backend=backend)
+
+    def save(self, destination: str) -> None:
+        """This tokenizer as a `tokenizer.json` at `destination` (atomically): the file it was read from, or the
+        one it was built as."""
+        from kbert.io import atomic_copy, atomic_write_text
+
+        if self.converted:
+            atomic_write_text(destination, self._backend.to_str(pretty=True))
+        else:
+            atomic_copy(self.path, destination)
 
     @property
     def vocab_size(self) -> int:
@@ -114,15 +170,19 @@ class TokenizerJson:
 
 def folder_tokenizer(folder: str, lower_case_default: bool = True, lower_case: bool = False):
     """The tokenizer of a Hugging Face model folder: its own `tokenizer.json` where it has one (the ids
-    transformers gives), else kbert's WordPiece `Tokenizer` on its `vocab.txt`, lower-casing as
+    transformers gives), else DeBERTa's `spm.model` as transformers reads it, else kbert's WordPiece `Tokenizer`
+    on its `vocab.txt`, lower-casing as
     `tokenizer_config.json`'s `do_lower_case` says (else `lower_case_default`), or always with `lower_case`."""
     from kbert.errors import KbertError
     from kbert.tokenizers.wordpiece import Tokenizer
 
     if os.path.isfile(os.path.join(folder, "tokenizer.json")):
         return TokenizerJson(os.path.join(folder, "tokenizer.json"))
+    if os.path.isfile(os.path.join(folder, DEBERTA_SENTENCEPIECE)):
+        return TokenizerJson.from_sentencepiece(os.path.join(folder, DEBERTA_SENTENCEPIECE))
     if not os.path.isfile(os.path.join(folder, "vocab.txt")):
-        raise KbertError(f"{folder}: neither tokenizer.json nor vocab.txt; the model's vocabulary is needed")
+        raise KbertError(f"{folder}: neither tokenizer.json, {DEBERTA_SENTENCEPIECE} nor vocab.txt; the model's "
+                         "vocabulary is needed")
     config = {}
     if os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
         with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as handle:
@@ -149,12 +209,12 @@ def save_tokenizer_files(tokenizer: "TokenizerJson | Tokenizer", folder: str, ma
     """The tokenizer files transformers reads beside a model in `folder`: a `tokenizer.json`'s own file and
     the `tokenizer_config.json` beside it (its class and special tokens: RoBERTa's are not BERT's), else
     WordPiece's `vocab.txt` with `BertTokenizer`'s settings; `model_max_length` is `maxlen`."""
-    from kbert.io import atomic_copy, atomic_write_text
+    from kbert.io import atomic_write_text
     from kbert.tokenizers.vocab import save_vocab
 
     config = {"do_lower_case": tokenizer.do_lower_case, "tokenizer_class": "BertTokenizer"}
     if isinstance(tokenizer, TokenizerJson):  # the same ids, read back by kbert and by transformers
-        atomic_copy(tokenizer.path, os.path.join(folder, "tokenizer.json"))
+        tokenizer.save(os.path.join(folder, "tokenizer.json"))
         config = _tokenizer_config_beside(tokenizer.path) or config
     if "tokenizer_class" not in config or config["tokenizer_class"].startswith("Bert"):
         save_vocab(os.path.join(folder, "vocab.txt"), tokenizer.vocab)  # WordPiece's own file

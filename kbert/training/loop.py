@@ -32,7 +32,7 @@ from kbert.models import naming
 from kbert.models.config import BertConfig
 from kbert.models.registry import graph_class, resolve
 from kbert.tokenizers import SpTokenizer, Tokenizer, load_tokenizer, save_vocab, vocab_in_directory
-from kbert.tokenizers.tokenizer_json import TokenizerJson
+from kbert.tokenizers.tokenizer_json import DEBERTA_SENTENCEPIECE, TokenizerJson
 from kbert.training.distribute import STRATEGIES, JaxProcesses, ProcessShare, Trainer, make_strategy, worker_role
 from kbert.training.model_dir import (CONFIG_FILE, RESUME_DIR, SENTENCEPIECE_FILE, TOKENIZER_JSON_FILE,
                                       TRAINING_FILE, VOCAB_FILE, WEIGHTS_FILE)
@@ -390,10 +390,15 @@ def _check_process_shares(task: Task, data, options: TrainingOptions, strategy: 
 def _tokenizer_json(vocab_path: str, config_path: str) -> TokenizerJson:
     """The `tokenizer.json` of `--vocab` (the file, or the folder that holds it)."""
     path = os.path.join(vocab_path, TOKENIZER_JSON_FILE) if os.path.isdir(vocab_path) else os.fspath(vocab_path)
+    if os.path.isdir(vocab_path) and not os.path.isfile(path):  # DeBERTa-v3's folders: spm.model alone
+        path = os.path.join(vocab_path, DEBERTA_SENTENCEPIECE)
+    if os.path.basename(path) == DEBERTA_SENTENCEPIECE and os.path.isfile(path):
+        return TokenizerJson.from_sentencepiece(path)
     if not path.endswith(".json") or not os.path.isfile(path):
         raise KbertError(f"{vocab_path}: the model of {config_path} is tokenized by its own {TOKENIZER_JSON_FILE} "
                          f"(its padding id and its pieces, byte-level BPE, SentencePiece or WordPiece): give --vocab "
-                         f"the model's {TOKENIZER_JSON_FILE}, or the folder it is in")
+                         f"the model's {TOKENIZER_JSON_FILE} (or DeBERTa's {DEBERTA_SENTENCEPIECE}), or the folder "
+                         "it is in")
     return TokenizerJson(path)
 
 
@@ -404,7 +409,7 @@ def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer | TokenizerJson", vocab
     vocab_path = os.fspath(vocab_path)
     source = vocab_in_directory(vocab_path) if os.path.isdir(vocab_path) else vocab_path
     if isinstance(tokenizer, TokenizerJson):
-        atomic_copy(tokenizer.path, os.path.join(directory, TOKENIZER_JSON_FILE))
+        tokenizer.save(os.path.join(directory, TOKENIZER_JSON_FILE))
     elif isinstance(tokenizer, SpTokenizer):
         atomic_copy(source, os.path.join(directory, SENTENCEPIECE_FILE))
     elif source.endswith(".json"):
