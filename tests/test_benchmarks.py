@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import REPO, shared_path
@@ -151,3 +152,15 @@ def test_training_step_benchmark_runs_against_transformers():
     assert result.returncode == 0, result.stderr[-3000:]
     assert "bert_tiny, a two-label classifier, AdamW, 2 x 16 tokens" in result.stdout
     assert "kbert speed / transformers': " in result.stdout
+
+
+@pytest.mark.examples
+def test_random_folder_writes_a_sentence_transformers_folder_kbert_embeds_with(tmp_path):
+    from kbert.tasks.embedding import Embedder
+
+    result = subprocess.run([sys.executable, "-m", "benchmarks.random_folder", "--config", "bert_tiny", "--out",
+                             str(tmp_path / "tiny")], capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the test texts' tokens: median 41, 90th percentile 113, largest 880" in result.stdout
+    vectors = Embedder.load(tmp_path / "tiny").encode(["很好", "不好"])
+    assert vectors.shape == (2, 32) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)

@@ -1,0 +1,67 @@
+"""A sentence-transformers folder of a bundled config's shape with random weights, for `benchmarks.embedding`.
+
+    python -m benchmarks.random_folder --config modernbert_base --out /tmp/modernbert_st
+
+The weights are kbert's draw (seed 0); the tokenizer is a byte-level BPE `tokenizer.json` ([PAD] 0, [CLS] A
+[SEP]) of 20,000 pieces trained on the sentiment corpus's training texts (`../shared/data/sentiment`), which
+the benchmark's test texts are not; mean pooling, normalised, 512 tokens at most. Prints the test texts'
+token counts (median, 90th percentile, largest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from benchmarks.alternating import REPOSITORY
+
+SENTIMENT = os.path.join(os.path.dirname(REPOSITORY), "shared", "data", "sentiment")
+
+
+def texts(name: str) -> list:
+    with open(os.path.join(SENTIMENT, name), encoding="utf-8") as handle:
+        return [line.split("\t")[0] for line in handle]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="modernbert_base", help="a bundled config (default: modernbert_base)")
+    parser.add_argument("--out", required=True, help="the folder to write (it must not exist)")
+    args = parser.parse_args(argv)
+    import keras
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    from kbert import build_transformer_model, save_hf_weights
+    from kbert.checkpoints.sentence_transformers import write_modules
+    from kbert.models.config import bundled_config_path
+
+    os.makedirs(args.out)
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.train_from_iterator(texts("sentiment.train.data"), trainers.BpeTrainer(
+        vocab_size=20000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer.decoder = decoders.ByteLevel()
+    with open(bundled_config_path(args.config), encoding="utf-8") as handle:
+        config = {**json.load(handle), "pad_token_id": 0}
+    keras.utils.set_random_seed(0)
+    bert = build_transformer_model(config)
+    save_hf_weights(bert, args.out)
+    tokenizer.save(os.path.join(args.out, "tokenizer.json"))
+    with open(os.path.join(args.out, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                   "sep_token": "[SEP]", "unk_token": "[UNK]", "mask_token": "[MASK]",
+                   "model_input_names": ["input_ids", "attention_mask"]}, handle)
+    write_modules(args.out, "mean", config["hidden_size"], [], True, 512)
+    lengths = sorted(len(tokenizer.encode(text).ids) for text in texts("sentiment.test.data"))
+    print(f"{args.out}: the test texts' tokens: median {lengths[len(lengths) // 2]}, 90th percentile "
+          f"{lengths[int(0.9 * len(lengths))]}, largest {lengths[-1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
