@@ -220,8 +220,8 @@ def transformers_folder(tmp_path, key, architecture, **changes):
 def test_a_cross_encoder_scores_as_transformers_and_sentence_transformers(tmp_path, key, stem):
     """A one-label sequence classifier: Jina's is XLM-R's classification head, GTE's and NomicBERT's BERT's pooler
     and classifier. transformers' logits, and sentence-transformers' CrossEncoder scores, from kbert's reranker."""
-    import torch
-    import transformers
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
     from kbert.tasks.reranking import Reranker
     from test_distilbert_mpnet import SENTENCES
