@@ -62,9 +62,9 @@ class IdModel(keras.Model):
         as it goes. Under tracing (TensorFlow, JAX) the compiler frees them and this walk changes nothing.
         Keras's own walk runs where a caller passes its own `call_fn` (symbolic execution).
         """
-        if call_fn is not None or not all(hasattr(node, "arguments") for node in self._graph_nodes()):
-            return super()._run_through_graph(inputs, operation_fn=operation_fn, call_fn=call_fn)
         nodes = self._graph_nodes()
+        if call_fn is not None or not all(hasattr(node, "arguments") for node in nodes):
+            return super()._run_through_graph(inputs, operation_fn=operation_fn, call_fn=call_fn)
         tensors = {id(x): y for x, y in zip(self.inputs, keras.tree.flatten(inputs))}
         kept = {id(x) for x in self.outputs}
         readers = collections.Counter(id(x) for node in nodes for x in node.input_tensors)

@@ -10,16 +10,9 @@ from typing import List, Optional
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
 from kbert.models.modernbert.config import ModernBertConfig
-from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding
+from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding, linear
 
 THREE_H, TWO_I = "3·hidden_size", "2·intermediate_size"  # the fused projections' widths
-
-
-def _linear(path: str, hf: str, axes, bias: bool = False) -> List[WeightName]:
-    """A Linear under its Hugging Face name (the Google-style name, for inspection only, is the same with `/`)."""
-    google = hf.replace(".", "/")
-    rows = [WeightName(f"{path}/kernel", f"{google}/kernel", f"{hf}.weight", False, True, axes)]
-    return rows + ([WeightName(f"{path}/bias", f"{google}/bias", f"{hf}.bias", False, False, axes[1:])] if bias else [])
 
 
 def _norm(path: str, hf: str) -> List[WeightName]:
@@ -104,7 +97,7 @@ class ModernBertFamily(BertFamily):
             naming.EMBEDDING_TOKEN: [embedding(layer, "embeddings/tok_embeddings", "embeddings.tok_embeddings", V)],
             naming.EMBEDDING_NORM: _norm(layer, "embeddings.norm"),
             naming.OUTPUT_NORM: _norm(layer, "final_norm"),
-            naming.MLM_DENSE: _linear(layer, "head.dense", (H, H), bias=True),
+            naming.MLM_DENSE: linear(layer, "head.dense", (H, H), bias=True),
             naming.MLM_NORM: _norm(layer, "head.norm"),
             naming.MLM_BIAS: [WeightName(f"{layer}/bias", "decoder/bias", "decoder.bias", False, False, (V,))],
         }
@@ -118,7 +111,7 @@ class ModernBertFamily(BertFamily):
         if is_norm:
             return _norm(layer, f"{hf}.{'attn_norm' if sublayer == naming.ATTENTION else 'mlp_norm'}")
         if sublayer == naming.ATTENTION:
-            return (_linear(f"{layer}/qkv", f"{hf}.attn.Wqkv", (H, THREE_H), bias=True)
-                    + _linear(f"{layer}/output", f"{hf}.attn.Wo", (H, H), bias=True))
-        return (_linear(f"{layer}/input", f"{hf}.mlp.Wi", (H, TWO_I), bias=True)
-                + _linear(f"{layer}/output", f"{hf}.mlp.Wo", (I, H), bias=True))
+            return (linear(f"{layer}/qkv", f"{hf}.attn.Wqkv", (H, THREE_H), bias=True)
+                    + linear(f"{layer}/output", f"{hf}.attn.Wo", (H, H), bias=True))
+        return (linear(f"{layer}/input", f"{hf}.mlp.Wi", (H, TWO_I), bias=True)
+                + linear(f"{layer}/output", f"{hf}.mlp.Wo", (I, H), bias=True))
