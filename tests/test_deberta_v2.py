@@ -187,9 +187,7 @@ def test_a_deberta_cross_encoder_scores_as_transformers_and_sentence_transformer
     transformers' logits, and sentence-transformers' CrossEncoder scores, from kbert's reranker."""
     torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
     transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
-    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
-    from kbert.tasks.reranking import Reranker
-    from test_distilbert_mpnet import SENTENCES, wordpiece_folder
+    from test_distilbert_mpnet import SENTENCES, assert_cross_encoder_parity, wordpiece_folder
 
     folder = tmp_path / "deberta"
     wordpiece_folder(folder, "distilbert")  # its WordPiece tokenizer.json ([PAD] 0, [CLS] A [SEP] B [SEP])
@@ -200,17 +198,8 @@ def test_a_deberta_cross_encoder_scores_as_transformers_and_sentence_transformer
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
                                                               "pad_token": "[PAD]", "cls_token": "[CLS]",
                                                               "sep_token": "[SEP]", "unk_token": "[UNK]"}))
-    reference = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
-    queries, passages = [SENTENCES[0]] * 3, SENTENCES[1:4]
-    with torch.no_grad():
-        expected = reference(**tokenizer(queries, passages, padding=True, return_tensors="pt")).logits[:, 0].numpy()
-    reranker = Reranker.load(folder)
+    reranker = assert_cross_encoder_parity(folder, [SENTENCES[0]] * 3, SENTENCES[1:4], told_apart=True)
     assert reranker.model.get_layer("Pooler-Dense").get_config()["activation"] == "gelu"
-    np.testing.assert_allclose(reranker.logits(queries, passages), expected, atol=1e-4)
-    assert np.ptp(expected) > 1e-3  # the passages are told apart
-    scores = sentence_transformers.CrossEncoder(str(folder), device="cpu").predict(list(zip(queries, passages)))
-    np.testing.assert_allclose(reranker.score(queries[0], passages), scores, atol=1e-5)
 
 
 # --- DeBERTa-v3's spm.model, where a folder has no tokenizer.json ---------------------------------------------------

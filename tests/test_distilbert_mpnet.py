@@ -280,26 +280,34 @@ def test_an_embedder_on_each_backbone_matches_sentence_transformers_both_ways(tm
     assert np.abs(again.encode(SENTENCES) - reference).max() <= 1e-5
 
 
-@pytest.mark.parametrize("model_type", ["mpnet", "distilbert"])
-@pytest.mark.parity
-def test_a_cross_encoder_on_each_backbone_scores_as_transformers_and_sentence_transformers(tmp_path, model_type):
+def assert_cross_encoder_parity(folder, queries=("A man is eating food.",) * 3,
+                                passages=("A man is eating a piece of bread.", "Someone plays.",
+                                          "The girl is carrying a baby."), told_apart=False):
+    """kbert's `Reranker` on the CrossEncoder `folder` gives transformers' logits for these pairs (≤ 1e-4; where
+    `told_apart`, the passages' logits differ by more than that) and sentence-transformers' `CrossEncoder` scores
+    (≤ 1e-5); returns the reranker."""
     torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
     transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
     from kbert.tasks.reranking import Reranker
 
-    folder = wordpiece_folder(tmp_path / model_type, model_type, head="reranker")
+    queries, passages = list(queries), list(passages)
     reference = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
-    queries, passages = ["A man is eating food."] * 3, ["A man is eating a piece of bread.", "Someone plays.",
-                                                        "The girl is carrying a baby."]
     with torch.no_grad():
         expected = reference(**tokenizer(queries, passages, padding=True, return_tensors="pt")).logits[:, 0].numpy()
+    assert np.ptp(expected) > 1e-3 or not told_apart
     reranker = Reranker.load(folder)
     np.testing.assert_allclose(reranker.logits(queries, passages), expected, atol=1e-4)
-    cross_encoder = sentence_transformers.CrossEncoder(str(folder), device="cpu")
-    np.testing.assert_allclose(reranker.score(queries[0], passages), cross_encoder.predict(list(zip(queries, passages))),
-                               atol=1e-5)
+    scores = sentence_transformers.CrossEncoder(str(folder), device="cpu").predict(list(zip(queries, passages)))
+    np.testing.assert_allclose(reranker.score(queries[0], passages), scores, atol=1e-5)
+    return reranker
+
+
+@pytest.mark.parametrize("model_type", ["mpnet", "distilbert"])
+@pytest.mark.parity
+def test_a_cross_encoder_on_each_backbone_scores_as_transformers_and_sentence_transformers(tmp_path, model_type):
+    assert_cross_encoder_parity(wordpiece_folder(tmp_path / model_type, model_type, head="reranker"))
 
 
 # --- kbert's tasks on these backbones -------------------------------------------------------------------------------
@@ -376,8 +384,9 @@ def assert_every_task(backbone, tmp_path, family, pad_id, cross_encoder=None, ep
         assert reranker.logits([MEN[0]], [MEN[0]]).shape == (1,)
 
 
-@pytest.mark.parity
-def test_a_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(backbone, tmp_path):
+def assert_a_trained_reranker_is_a_cross_encoder(backbone, tmp_path):
+    """`kbert train --task rerank` from the folder `backbone` writes a folder that sentence-transformers'
+    `CrossEncoder` reads, scoring as kbert's `Reranker` does (≤ 1e-5)."""
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
     from kbert.tasks.reranking import Reranker
 
@@ -388,6 +397,11 @@ def test_a_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(
     expected = sentence_transformers.CrossEncoder(str(tmp_path / "rerank"), device="cpu").predict(pairs)
     reranker = Reranker.load(tmp_path / "rerank")
     np.testing.assert_allclose(reranker.scores(reranker.logits(*zip(*pairs))), expected, atol=1e-5)
+
+
+@pytest.mark.parity
+def test_a_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(backbone, tmp_path):
+    assert_a_trained_reranker_is_a_cross_encoder(backbone, tmp_path)
 
 
 def test_kbert_serve_embeds_with_mpnet_and_reranks_with_distilbert(tmp_path):

@@ -113,7 +113,8 @@ def assert_layer_contract(layer, tmp_path):
 
 # --- the family --------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, total", [("modernbert_base", 149_655_232), ("modernbert_large", 395_881_664)])
+@pytest.mark.parametrize("name, total", [("modernbert_base", 149_655_232), ("modernbert_large", 395_881_664),
+                                         ("mmbert_base", 307_786_240)])
 def test_the_analytic_table_is_the_built_model_and_transformers_count(name, total):
     """With the MLM head; the totals are what transformers counts for ModernBertForMaskedLM of these configs."""
     analysis = analyze(resolve(bundled_config_path(name))[1], with_mlm=True)
@@ -231,6 +232,33 @@ def test_a_modernbert_embedder_matches_sentence_transformers_both_ways(tmp_path)
     assert np.abs(embedder.encode(SENTENCES) - reference).max() <= 1e-5
     again = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "saved"), device="cpu")
     assert np.abs(again.encode(SENTENCES) - reference).max() <= 1e-5
+
+
+@pytest.mark.parametrize("pooling, bias", [("mean", False), ("cls", True)])
+@pytest.mark.parity
+def test_a_modernbert_cross_encoder_scores_as_transformers_and_sentence_transformers(tmp_path, pooling, bias):
+    """ModernBertForSequenceClassification with one label: its classifier_pooling (the real tokens' mean, or the
+    first token), then head.dense, GELU and head.norm, then classifier (gte-reranker-modernbert-base's layout)."""
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from test_distilbert_mpnet import assert_cross_encoder_parity
+
+    folder = modernbert_folder(tmp_path / pooling)
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(**{**CONFIG, "vocab_size": vocab, "num_labels": 1, "initializer_range": 0.2,
+                                                  "classifier_pooling": pooling, "classifier_bias": bias})
+    transformers.ModernBertForSequenceClassification(config).eval().save_pretrained(folder)
+    reranker = assert_cross_encoder_parity(folder, [SENTENCES[0]] * 3, SENTENCES[1:4], told_apart=True)
+    assert type(reranker.model.get_layer("Pooler")).__name__ == {"mean": "Pooling", "cls": "TakeToken"}[pooling]
+    assert not reranker.model.get_layer("Classifier-Norm").get_config()["center"]  # norm_bias false
+
+
+@pytest.mark.parity
+def test_a_modernbert_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(tmp_path):
+    from test_distilbert_mpnet import assert_a_trained_reranker_is_a_cross_encoder
+
+    assert_a_trained_reranker_is_a_cross_encoder(modernbert_folder(tmp_path / "hf"), tmp_path)
 
 
 def test_a_modernbert_classifier_trains_from_the_cli(tmp_path):

@@ -96,3 +96,43 @@ def test_adafactor_moves_each_weight_by_the_same_share_of_its_scale():
     moved = [np.abs(scale - keras.ops.convert_to_numpy(layer.kernel)).mean()
              for layer, scale in zip(layers, (1.0, 0.01))]
     np.testing.assert_allclose(moved, [0.01, 0.0001], rtol=0.05)
+
+
+@pytest.mark.parity
+def test_adamw_steps_in_place_on_torch_as_keras_own_adamw_steps():
+    """On PyTorch, kbert's AdamW (a subclass, which Keras's fused update skips) takes its in-place step: the
+    weights after five steps with weight decay and a learning-rate multiplier are Keras's AdamW's, and its
+    moments are the tensors it started with (moved in place, not replaced)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    pytest.importorskip("torch", reason="the parity extra (torch) is not installed")
+    code = """
+import numpy as np, keras
+from kbert.training.optimizers import AdamW
+
+def run(optimizer, multipliers=None):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh", name="hidden"),
+                              keras.layers.Dense(1, name="out")], name="model")
+    optimizer.learning_rate_multipliers = multipliers or {}
+    model.compile(optimizer, loss="mse")
+    x = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")
+    model.train_on_batch(x, x.sum(1, keepdims=True))
+    first = [id(moment.value) for moment in optimizer._momentums]
+    for _ in range(4):
+        model.train_on_batch(x, x.sum(1, keepdims=True))
+    assert first == [id(moment.value) for moment in optimizer._momentums]
+    return [keras.ops.convert_to_numpy(weight) for weight in model.weights]
+
+ours = run(AdamW(0.05, weight_decay=0.01))
+keras_own = run(keras.optimizers.AdamW(0.05, weight_decay=0.01))
+assert max(np.abs(a - b).max() for a, b in zip(ours, keras_own)) < 1e-6
+assert max(np.abs(a - b).max() for a, b in zip(ours, run(AdamW(0.05, weight_decay=0.01), {"model/out/kernel": 2.0}))) > 1e-3
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO), timeout=600,
+                            env={**__import__("os").environ, "KERAS_BACKEND": "torch", "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

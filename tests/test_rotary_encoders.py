@@ -220,23 +220,11 @@ def transformers_folder(tmp_path, key, architecture, **changes):
 def test_a_cross_encoder_scores_as_transformers_and_sentence_transformers(tmp_path, key, stem):
     """A one-label sequence classifier: Jina's is XLM-R's classification head, GTE's and NomicBERT's BERT's pooler
     and classifier. transformers' logits, and sentence-transformers' CrossEncoder scores, from kbert's reranker."""
-    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
-    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
-    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
-    from kbert.tasks.reranking import Reranker
-    from test_distilbert_mpnet import SENTENCES
+    from test_distilbert_mpnet import SENTENCES, assert_cross_encoder_parity
 
     folder = transformers_folder(tmp_path, key, f"{stem}ForSequenceClassification", num_labels=1)
-    reference = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
-    queries, passages = [SENTENCES[0]] * 3, SENTENCES[1:4]
-    with torch.no_grad():
-        expected = reference(**tokenizer(queries, passages, padding=True, return_tensors="pt")).logits[:, 0].numpy()
-    reranker = Reranker.load(folder)
+    reranker = assert_cross_encoder_parity(folder, [SENTENCES[0]] * 3, SENTENCES[1:4])
     assert reranker.model.get_layer("Transformer-0-MultiHeadSelfAttention").get_config()["rope_theta"] > 1
-    np.testing.assert_allclose(reranker.logits(queries, passages), expected, atol=1e-4)
-    scores = sentence_transformers.CrossEncoder(str(folder), device="cpu").predict(list(zip(queries, passages)))
-    np.testing.assert_allclose(reranker.score(queries[0], passages), scores, atol=1e-5)
 
 
 @pytest.mark.parametrize("key, stem", [("jina", "JinaEmbeddingsV3"), ("gte_segments", "Gte"), ("nomic", "NomicBert")])
@@ -287,14 +275,141 @@ def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
 
 @pytest.mark.parity
 def test_a_gte_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(tmp_path):
-    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
-    from kbert.tasks.reranking import Reranker
-    from test_distilbert_mpnet import MEN, WOMEN, cli
+    from test_distilbert_mpnet import assert_a_trained_reranker_is_a_cross_encoder
 
-    (tmp_path / "judged.tsv").write_text("".join(f"{a}\t{a}\t1\n{a}\t{b}\t0\n" for a, b in zip(MEN, WOMEN)))
-    assert cli("train", "--task", "rerank", "--checkpoint", gte_folder(tmp_path), "--train", tmp_path / "judged.tsv",
-               "--out", tmp_path / "rerank", "--epochs", 1, "--maxlen", 32) == 0
-    pairs = list(zip(MEN, WOMEN))
-    expected = sentence_transformers.CrossEncoder(str(tmp_path / "rerank"), device="cpu").predict(pairs)
-    reranker = Reranker.load(tmp_path / "rerank")
-    np.testing.assert_allclose(reranker.scores(reranker.logits(*zip(*pairs))), expected, atol=1e-5)
+    assert_a_trained_reranker_is_a_cross_encoder(gte_folder(tmp_path), tmp_path)
+
+
+# --- Jina's own files: xlm-roberta with rotary positions, and task LoRA adapters ----------------------------------
+
+TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
+
+
+def jina_hub_folder(tmp_path, alpha=1, rank=2):
+    """A random jina-embeddings-v3 in Jina's own layout: its config.json (model_type xlm-roberta, rotary positions
+    with `rotary_emb_base`, `lora_*`), `roberta.` names, each Linear and Embedding weight stored as torch's
+    parametrization (`...parametrizations.weight.original`) with five tasks' random low-rank pairs beside it; and
+    the five tasks' weights merged here in NumPy, transformers 5's layout, keyed by task (None: the base)."""
+    import json
+
+    from kbert import save_hf_weights
+    from safetensors.numpy import load_file, save_file
+
+    keras.utils.set_random_seed(1)
+    base = tmp_path / "base"
+    save_hf_weights(build_transformer_model({**CONFIGS["jina"], "initializer_range": 0.02}, with_pool=True), base)
+    tensors = load_file(base / "model.safetensors")
+    rng = np.random.default_rng(2)
+    hub, merged = {}, {task: {} for task in [None, *TASKS]}
+    for name, value in tensors.items():
+        merged[None][name] = value
+        if not (name.endswith(".weight") and value.ndim == 2):
+            hub[f"roberta.{name}"] = value
+            for task in TASKS:
+                merged[task][name] = value
+            continue
+        scope = f"roberta.{name[:-len('.weight')]}.parametrizations.weight"
+        rows, columns = value.shape
+        embedding = "embeddings" in name
+        # Jina's shapes: a Linear's A [tasks, rank, in] and B [tasks, out, rank]; an Embedding's A [tasks, vocabulary,
+        # rank] and B [tasks, rank, width].
+        a = rng.normal(0, 0.5, (5, rows, rank) if embedding else (5, rank, columns)).astype(np.float32)
+        b = rng.normal(0, 0.5, (5, rank, columns) if embedding else (5, rows, rank)).astype(np.float32)
+        hub.update({f"{scope}.original": value, f"{scope}.0.lora_A": a, f"{scope}.0.lora_B": b})
+        for index, task in enumerate(TASKS):
+            update = a[index] @ b[index] if embedding else b[index] @ a[index]
+            merged[task][name] = value + alpha / rank * update
+    folder = tmp_path / "jina-embeddings-v3"
+    folder.mkdir()
+    save_file(hub, folder / "model.safetensors")
+    config = json.loads((base / "config.json").read_text())
+    config.pop("rope_parameters")
+    config.update(model_type="xlm-roberta", architectures=["XLMRobertaLoRA"], position_embedding_type="rotary",
+                  rotary_emb_base=20000.0, lora_adaptations=TASKS, lora_rank=rank, lora_alpha=alpha,
+                  lora_dropout_p=0.0, load_trained_adapters=True, use_flash_attn=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder, merged
+
+
+def jina_outputs(config_path, weights, adapter=None):
+    """The pooled outputs of a jina-embeddings-v3 built from `config_path` with `weights` loaded (a folder, or a
+    dict of transformers 5's tensors)."""
+    from kbert import load_hf_weights
+    from safetensors.numpy import save_file
+
+    model = build_transformer_model(config_path, with_pool=True)
+    if isinstance(weights, dict):
+        path = config_path.parent / f"merged-{adapter}.safetensors"
+        save_file(weights, path)
+        weights, adapter = path, None
+    load_hf_weights(model, weights, adapter=adapter)
+    tokens, _ = tokens_padded_with(1)
+    return keras.ops.convert_to_numpy(model.predict_on_batch([tokens, np.zeros_like(tokens)])[1])
+
+
+def test_jinas_own_config_builds_jina_not_xlm_roberta(tmp_path):
+    """Jina's config.json says xlm-roberta; its position_embedding_type says rotary. Before, kbert built an XLM-R
+    with an 8,194-row position table out of it; a position type kbert does not compute is refused by name."""
+    import json
+
+    folder, _ = jina_hub_folder(tmp_path)
+    family, config = resolve(folder / "config.json")
+    assert (family.name, config.rope_theta, config.model_type) == ("jina_embeddings_v3", 20000.0, "jina_embeddings_v3")
+    bert = json.loads((folder / "config.json").read_text())
+    with pytest.raises(ConfigError, match="position_embedding_type.*'relative_key'.*'bert'"):
+        resolve({**bert, "model_type": "bert", "position_embedding_type": "relative_key"})
+
+
+def test_each_task_adapter_is_merged_as_jinas_lora_parametrization(tmp_path, caplog):
+    """Each task's weights are the base's plus alpha / rank times B @ A (an Embedding's A @ B); no task: the base
+    weights, with the adapters named in a warning. The tasks' outputs differ from each other and the base's."""
+    folder, merged = jina_hub_folder(tmp_path, alpha=3, rank=2)
+    config = folder / "config.json"
+    with caplog.at_level("WARNING", logger="kbert"):
+        base = jina_outputs(config, folder)
+    assert "retrieval.query, retrieval.passage, separation, classification, text-matching" in caplog.text
+    np.testing.assert_allclose(base, jina_outputs(config, merged[None]), atol=1e-6)
+    outputs = {}
+    for task in ("retrieval.query", "retrieval.passage", "text-matching"):
+        outputs[task] = jina_outputs(config, folder, adapter=task)
+        np.testing.assert_allclose(outputs[task], jina_outputs(config, merged[task], adapter=task), atol=1e-5)
+        assert np.abs(outputs[task] - base).max() > 1e-2
+    assert np.abs(outputs["retrieval.query"] - outputs["retrieval.passage"]).max() > 1e-2
+
+
+def test_an_adapter_the_file_lacks_is_refused_by_name(tmp_path):
+    from kbert import CheckpointError, load_hf_weights
+
+    folder, _ = jina_hub_folder(tmp_path)
+    model = build_transformer_model(folder / "config.json", with_pool=True)
+    with pytest.raises(CheckpointError, match="no task adapter 'retrieval'; this file's are retrieval.query, "):
+        load_hf_weights(model, folder, adapter="retrieval")
+    with pytest.raises(CheckpointError, match="no task LoRA adapters in this file"):
+        jina_outputs(folder / "config.json", tmp_path / "base", adapter="retrieval.query")
+
+
+def test_kbert_embed_and_serve_choose_the_adapter(tmp_path, capsys):
+    """A sentence-transformers folder around Jina's files: `kbert embed --adapter` gives the task's vectors, which
+    differ from the base weights'; `kbert serve --adapter` with a task the model lacks names the ones it has."""
+    import json
+
+    from kbert.checkpoints.sentence_transformers import write_modules
+    from test_distilbert_mpnet import cli
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    folder, _ = jina_hub_folder(tmp_path)
+    vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 10, "b": 11, "c": 12}
+    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_input_names": ["input_ids", "attention_mask"]}))
+    write_modules(str(folder), "mean", H, [], True, 32)
+    (tmp_path / "texts.txt").write_text("a b c\nc b\n")
+    vectors = {}
+    for adapter in (None, "retrieval.query"):
+        assert cli("embed", "--model", folder, tmp_path / "texts.txt", *(["--adapter", adapter] if adapter else [])) == 0
+        vectors[adapter] = np.array([json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()])
+    assert vectors[None].shape == (2, H) and np.abs(vectors[None] - vectors["retrieval.query"]).max() > 1e-3
+    assert cli("serve", "--adapter", "retrieval", "--port", 0, folder) != 0
+    assert "no task adapter 'retrieval'; this file's are retrieval.query, " in capsys.readouterr().err

@@ -21,11 +21,12 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import CheckpointError, first_line
+from kbert.errors import CheckpointError, ConfigError, first_line
 from kbert.io import atomic_copy, atomic_path, atomic_write_text
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
 from kbert.checkpoints.names import family_of, hf_families, hf_prefixes, values_for
-from kbert.models.registry import get_family
+from kbert.checkpoints.task_adapters import adapted_source, is_adapter_tensor, unwrapped_name
+from kbert.models.registry import get_family, model_type_of
 from kbert.models.heads import Heads
 from kbert.models.tables import HF
 
@@ -51,8 +52,11 @@ def resolve_safetensors_path(path: "str | os.PathLike[str]") -> str:
     return path
 
 
-def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
-    """The tensors of a safetensors file, or of the shards an index names, under kbert's canonical HF names."""
+def open_safetensors(path: "str | os.PathLike[str]", adapter: Optional[str] = None) -> TensorSource:
+    """The tensors of a safetensors file, or of the shards an index names, under kbert's canonical HF names.
+
+    A file with task LoRA adapters (Jina's jina-embeddings-v3: `kbert.checkpoints.task_adapters`) gives the task
+    `adapter`'s weights (`retrieval.query`, ...), or with None the base weights."""
     from safetensors import safe_open
 
     path = resolve_safetensors_path(path)
@@ -70,13 +74,19 @@ def open_safetensors(path: "str | os.PathLike[str]") -> TensorSource:
     roberta, evidence = _roberta_layout(path, stored)
     # A bare backbone's names are its own (DistilBertModel's `transformer.layer.0...` is no GPT-2 scope).
     bare = any(name.startswith("embeddings.") for name in stored)
-    canonical = {_canonical_name(name, bare): name for name in stored}
+    canonical = {_canonical_name(unwrapped_name(name), bare): name for name in stored
+                 if not is_adapter_tensor(name)}
     shapes = {name: stored[original] for name, original in canonical.items()}
     dtypes = {name: stored_dtypes[original] for name, original in canonical.items()}
 
+    def read_stored(name: str) -> np.ndarray:
+        with safe_open(files[name], framework="np") as handle:
+            return handle.get_tensor(name)
+
+    read_adapted = adapted_source(path, stored, read_stored, adapter)
+
     def read(name: str) -> np.ndarray:
-        with safe_open(files[canonical[name]], framework="np") as handle:
-            return handle.get_tensor(canonical[name])
+        return read_adapted(canonical[name])
 
     return TensorSource(path, HF, shapes, dtypes, read, roberta, evidence)
 
@@ -140,8 +150,8 @@ def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
     if os.path.exists(config_path):
         try:
             with open(config_path, encoding="utf-8") as handle:
-                model_type = json.load(handle).get("model_type")
-        except (OSError, ValueError, AttributeError):
+                model_type = model_type_of(json.load(handle), config_path)
+        except (OSError, ValueError, AttributeError, ConfigError):
             model_type = None  # the config is checked, with its own errors, where it is read
     if model_type in _named_like_roberta():
         return False, f"model_type {model_type!r} in {config_path}"
@@ -155,7 +165,8 @@ def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
 
 
 def load_hf_weights(
-    model, path: "str | os.PathLike[str]", keep_tokens: Optional[Sequence[int]] = None
+    model, path: "str | os.PathLike[str]", keep_tokens: Optional[Sequence[int]] = None,
+    adapter: Optional[str] = None,
 ) -> LoadReport:
     """Loads Hugging Face weights (`model.safetensors`) into a kbert model.
 
@@ -169,6 +180,9 @@ def load_hf_weights(
         model: a model from `build_transformer_model`.
         path: a `.safetensors` file, or a directory holding `model.safetensors`.
         keep_tokens: vocabulary ids to keep, as for `load_google_checkpoint`.
+        adapter: the task LoRA adapter to merge in, for a file that holds them (Jina's jina-embeddings-v3:
+            `retrieval.query`, `retrieval.passage`, `separation`, `classification`, `text-matching`); None:
+            the base weights.
 
     Example (with a Hugging Face download: `build_transformer_model(
     "all-MiniLM-L6-v2/config.json")`, then this function on the directory);
@@ -181,7 +195,7 @@ def load_hf_weights(
     >>> len(report.loaded), report.loaded[0]
     (37, 'embeddings.word_embeddings.weight')
     """
-    return load_into(model, open_safetensors(path), keep_tokens=keep_tokens)
+    return load_into(model, open_safetensors(path, adapter), keep_tokens=keep_tokens)
 
 
 def save_hf_weights(model, path: "str | os.PathLike[str]",

@@ -46,6 +46,9 @@ def add_commands(command) -> None:
                        help="seq2seq: the longest target (default: the room --maxlen of training leaves)")
     serve.add_argument("--top-k", type=positive_int, default=5,
                        help="a pre-trained model: the tokens given for each [MASK]")
+    serve.add_argument("--adapter", metavar="TASK", help="an embedding model with task LoRA adapters "
+                                                         "(jina-embeddings-v3): the task's, merged in "
+                                                         "(retrieval.query, ...); default: the base weights")
     runtime_options(serve, "a classifier or an embedding model", "whose small batches cost about half Keras's on "
                     "TensorFlow")
     precision_option(serve, weights=True)
@@ -71,6 +74,9 @@ def run_serve(args) -> int:
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     task = model_task(resolved(args.model))
+    if args.adapter is not None and task != "embed":
+        raise KbertError(f"--adapter chooses an embedding model's task LoRA adapter (jina-embeddings-v3's); "
+                         f"{args.model} is a {task} model: serve it without --adapter")
     if onnx and task not in ("classify", "embed"):
         option = "--quantize int8" if args.quantize else "--runtime onnxruntime"
         raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {args.model} is a {task} "
@@ -81,7 +87,7 @@ def run_serve(args) -> int:
     # Before the model loads: TensorFlow's pool of threads is fixed once it runs an operation.
     threads = share_cores(limits.instances)
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
-                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k)
+                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k, adapter=args.adapter)
     predictor = (_onnx_predictor(args.model, task, settings, args.quantize, threads) if onnx
                  else load_predictor(args.model, settings))
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
@@ -114,7 +120,7 @@ def _onnx_predictor(model_dir: str, task: str, settings, quantize: "str | None",
     from kbert.tasks.predictors import classifier_predictor, embedding_predictor
 
     if task == "embed":
-        embedder = Embedder.load(model_dir)
+        embedder = Embedder.load(model_dir, adapter=settings.adapter)
         embedder.model = onnx_embedder(embedder, quantize, threads)
         return embedding_predictor(model_dir, settings, embedder)
     classifier = load_classifier(model_dir)

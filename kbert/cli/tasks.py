@@ -67,6 +67,10 @@ def add_commands(command) -> None:
                                                               "prompts of its config_sentence_transformers.json; "
                                                               "default: its default_prompt_name, if any)")
     prompt.add_argument("--prompt", metavar="TEXT", help="put TEXT before each text instead ('' for no prompt)")
+    embed.add_argument("--adapter", metavar="TASK", help="a model with task LoRA adapters (jina-embeddings-v3): "
+                                                         "the task's, merged in (retrieval.query, retrieval.passage, "
+                                                         "separation, classification, text-matching); default: none, "
+                                                         "the base weights")
     embed.add_argument("--cache-dir", help="where a named model is kept (default: $KBERT_CACHE, else "
                                            "~/.cache/kbert; the hub's own cache for hf://)")
     runtime_options(embed, "the model", "worth it for a long file on a CPU: the export takes seconds "
@@ -559,7 +563,7 @@ def run_embed(args) -> int:
         raise DataError(f"{args.input}: line {blank[0]} is blank, or invisible characters only ({len(blank)} blank "
                         "lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
-    embedder = Embedder.load(folder)
+    embedder = Embedder.load(folder, adapter=args.adapter)
     texts = embedder.prompted(texts, args.prompt_name, args.prompt)  # an unknown name is refused before an export
     if onnx:
         from kbert.serving.export import onnx_embedder

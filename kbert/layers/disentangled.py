@@ -4,7 +4,8 @@ scores over a table of relative positions (DeBERTa-v2 and v3).
 Relative distances i − j are bucketed on a log scale beyond half the table (`log_buckets`), the table is
 projected by the attention's own query and key projections (`share_att_key`), and each (query, key) pair reads
 its distance's row: c2p is the query against the key's distance row, p2c the key against the query's, all
-divided by √(3d). The rows are gathered from `[length, 2 · span]` products, never a `[length, length, d]` tensor.
+divided by √(3d). The rows are gathered from `[length, 2 · span]` products, never a `[length, length, d]` tensor,
+by one flat index of `length²` entries that every batch row and head shares.
 """
 
 from __future__ import annotations
@@ -162,15 +163,15 @@ class DisentangledSelfAttention(keras.layers.Layer):
         q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x))
         scale = math.sqrt(self.head_size * (1 + int(self.c2p) + int(self.p2c)))
         scores = ops.einsum("bqhd,bkhd->bhqk", q, k)
-        rows = ops.broadcast_to(self.relative_rows(length)[None, None], (batch, self.num_heads, length, length))
+        rows = self.relative_rows(length)
+        width = 2 * self.span  # the table's rows: each position's products with all of them, in one row
+        positions = ops.arange(length, dtype="int32")
         if self.c2p:  # query i against the key projection of row (i, j)
             by_row = ops.einsum("bqhd,rhd->bhqr", q, self._heads(self.key(table)))
-            scores = scores + ops.take_along_axis(by_row, rows, axis=-1)
-        if self.p2c:  # key j against the query projection of row (i, j), gathered per key (row (j, i) is the
-            # opposite distance), then transposed to [query, key]
+            scores = scores + self._picked(by_row, positions[:, None] * width + rows, length)
+        if self.p2c:  # key j against the query projection of row (i, j)
             by_row = ops.einsum("bkhd,rhd->bhkr", k, self._heads(self.query(table)))
-            by_key = ops.take_along_axis(by_row, ops.transpose(rows, (0, 1, 3, 2)), axis=-1)
-            scores = scores + ops.transpose(by_key, (0, 1, 3, 2))
+            scores = scores + self._picked(by_row, positions[None, :] * width + rows, length)
         scores = scores / scale
         if mask is not None and mask[0] is not None:
             keep = ops.cast(mask[0], "bool")[:, None, None, :]
@@ -178,6 +179,14 @@ class DisentangledSelfAttention(keras.layers.Layer):
         probs = self.attention_dropout(ops.softmax(scores, axis=-1), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
         return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
+
+    def _picked(self, by_row, flat_index, length):
+        """`[batch, heads, length, length]`: entry (i, j) of `by_row` (`[batch, heads, length, rows]`, flattened
+        per head) at `flat_index[i, j]`. One `[length · length]` index shared by every batch row and head, so
+        the gather (and its gradient) reads no index tensor of the scores' size."""
+        flat = ops.reshape(by_row, (ops.shape(by_row)[0], self.num_heads, -1))
+        picked = ops.take(flat, ops.reshape(flat_index, (-1,)), axis=2)
+        return ops.reshape(picked, (ops.shape(by_row)[0], self.num_heads, length, length))
 
     def compute_mask(self, inputs, mask=None):
         return None if mask is None else mask[0]

@@ -53,3 +53,22 @@ def _mlm_activation(with_mlm) -> Optional[str]:
     if with_mlm in ("softmax", "linear"):
         return with_mlm
     raise ValueError(f"with_mlm: expected True, False, 'softmax' or 'linear', got {with_mlm!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceHead:
+    """A family's sequence classifier (a reranker's head) between the encoder and its output layer, as Hugging
+    Face's `...ForSequenceClassification` computes it: `pooling` (`cls`: the first token; `mean`: the real
+    tokens' mean), a dense of the hidden width with `activation` (and a bias where `bias`), then, where
+    `norm_epsilon` is set, a LayerNorm (with a bias where `norm_bias`).
+
+    Example (ModernBERT's, its `ModernBertPredictionHead`):
+    >>> SequenceHead(pooling="mean", activation="gelu", bias=False, norm_epsilon=1e-5, norm_bias=False).pooling
+    'mean'
+    """
+
+    pooling: str = "cls"
+    activation: str = "tanh"
+    bias: bool = True
+    norm_epsilon: Optional[float] = None
+    norm_bias: bool = True

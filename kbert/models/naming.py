@@ -49,6 +49,7 @@ OUTPUT_DROPOUT = "Output-Dropout"
 CLS_TOKEN = "CLS-token"
 CLASSIFIER_DENSE = "dense_output"
 CLASSIFIER_HIDDEN = "Classifier-Hidden"  # RoBERTa's sequence-classification head: its dense before the output
+CLASSIFIER_NORM = "Classifier-Norm"  # ModernBERT's sequence-classification head: its norm after that dense
 # A tagger's heads (`build_token_classifier`): emissions then a CRF, or span scores.
 EMISSIONS_DENSE = "dense_emissions"
 CRF = "CRF"

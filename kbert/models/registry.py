@@ -110,11 +110,9 @@ def load_config(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]",
 
 
 def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -> str:
-    model_type = values.get("model_type") if isinstance(values, Mapping) else None
+    model_type = model_type_of(values, source)
     if model_type is None:
         return model or "bert"
-    if model_type == "t5" and str(values.get("feed_forward_proj", "")).startswith("gated"):
-        model_type = "t5.1.1"  # Hugging Face's T5.1.1: model_type "t5" with the gated feed-forward
     # One name per model_type (and its aliases: xlm-roberta is hf_roberta's); "t5" is "t5.1.0"'s alias.
     by_type = {model_type: name for name in FAMILIES if name not in _NAMED_ONLY
                for model_type in (get_family(name).model_type, *get_family(name).model_type_aliases)}
@@ -130,6 +128,39 @@ def _family_name(values: Mapping[str, Any], model: Optional[str], source: str) -
         raise ConfigError(f"{source}: key 'model_type' is {model_type!r} but model={model!r} was asked "
                           f"for{why}; pass model={by_type[model_type]!r}, or remove 'model_type' from the config")
     return model
+
+
+def model_type_of(values: Mapping[str, Any], source: str = "config") -> Optional[str]:
+    """The model_type of the model a config describes: its `model_type` key, unless other keys make it
+    another's (Hugging Face's T5.1.1 is model_type "t5" with a gated feed-forward; Jina's own
+    jina-embeddings-v3 files are xlm-roberta with rotary positions).
+
+    >>> model_type_of({"model_type": "xlm-roberta", "position_embedding_type": "rotary"})
+    'jina_embeddings_v3'
+    """
+    model_type = values.get("model_type") if isinstance(values, Mapping) else None
+    if model_type is None:
+        return None
+    if model_type == "t5" and str(values.get("feed_forward_proj", "")).startswith("gated"):
+        model_type = "t5.1.1"  # Hugging Face's T5.1.1: model_type "t5" with the gated feed-forward
+    return _by_position_type(model_type, values.get("position_embedding_type"), source)
+
+
+# Hugging Face configs whose `position_embedding_type` makes another model than their model_type's: Jina's own
+# jina-embeddings-v3 files (model_type xlm-roberta, rotary positions from its remote code).
+_POSITION_TYPES = {("xlm-roberta", "rotary"): "jina_embeddings_v3"}
+
+
+def _by_position_type(model_type: str, position_type: Any, source: str) -> str:
+    """The model_type a config's `position_embedding_type` makes of it; one kbert does not compute (BERT's
+    `relative_key`, `relative_key_query`) is a `ConfigError`, not a model silently built with absolute positions."""
+    if position_type in (None, "absolute"):
+        return model_type
+    if (model_type, position_type) in _POSITION_TYPES:
+        return _POSITION_TYPES[model_type, position_type]
+    raise ConfigError(f"{source}: key 'position_embedding_type': {position_type!r} with model_type {model_type!r} "
+                      "is not a model kbert builds (it builds 'absolute' positions, and 'rotary' with "
+                      "xlm-roberta: Jina's jina-embeddings-v3)")
 
 
 def _whole_model_type(model_type: str) -> str:

@@ -78,9 +78,12 @@ class Embedder:
     do_lower_case: bool = False
 
     @classmethod
-    def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> "Embedder":
-        """A sentence-transformers folder, or a name of one (`hf://OWNER/NAME`, an archive's URL), loaded."""
-        return _from_sentence_transformer(read_sentence_transformer(cls.folder(model, cache_dir)), os.fspath(model))
+    def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None,
+             adapter: Optional[str] = None) -> "Embedder":
+        """A sentence-transformers folder, or a name of one (`hf://OWNER/NAME`, an archive's URL), loaded; with
+        `adapter`, its weights merged with that task LoRA adapter (jina-embeddings-v3's `retrieval.query`, ...)."""
+        return _from_sentence_transformer(read_sentence_transformer(cls.folder(model, cache_dir)), os.fspath(model),
+                                          adapter)
 
     @staticmethod
     def folder(model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> str:
@@ -182,7 +185,7 @@ class Embedder:
         return folder
 
 
-def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str) -> Embedder:
+def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapter: Optional[str] = None) -> Embedder:
     config = os.path.join(spec.transformer, "config.json")
     model_config = load_config(config)
     # sentence-transformers' own do_lower_case lower-cases whatever the tokenizer's config says.
@@ -191,7 +194,7 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str) -> Em
     # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.
     maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)
     bert = build_transformer_model(config)
-    load_hf_weights(bert, spec.transformer)
+    load_hf_weights(bert, spec.transformer, adapter=adapter)
     model = embedding_model(bert, spec.pooling, spec.dense, spec.normalize)
     embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, spec.pooling, spec.prompts,
                         spec.default_prompt_name, spec.include_prompt, spec.do_lower_case)

@@ -29,13 +29,15 @@ PAIR_TASKS = ("classify", "rerank")  # the tasks whose rows may read a second te
 @dataclasses.dataclass
 class PredictionSettings:
     """How a predictor runs: `batch_size` texts a batch, `bucketing` by length; for seq2seq
-    `beam_size` and `max_new_tokens`; for fill-mask `top_k` candidates a mark."""
+    `beam_size` and `max_new_tokens`; for fill-mask `top_k` candidates a mark; for an embedding model with task
+    LoRA adapters (jina-embeddings-v3) the `adapter` merged in."""
 
     batch_size: int = 64
     bucketing: bool = True
     beam_size: int = 1
     max_new_tokens: Optional[int] = None
     top_k: int = 5
+    adapter: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -103,6 +105,9 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
     settings = settings or PredictionSettings()
     model_dir = resolved(model_dir)
     task = model_task(model_dir)
+    if settings.adapter is not None and task != "embed":
+        raise KbertError(f"{model_dir}: a task adapter ({settings.adapter!r}) is chosen for an embedding model's "
+                         f"weights (jina-embeddings-v3's); this is a {task} model")
     if task == "embed":
         return embedding_predictor(model_dir, settings)
     if task == "rerank":
@@ -221,7 +226,7 @@ def embedding_predictor(model: str, settings: PredictionSettings, embedder=None)
     already, e.g. with its int8 model in place)."""
     from kbert.tasks.embedding import Embedder
 
-    embedder = embedder or Embedder.load(model)
+    embedder = embedder or Embedder.load(model, adapter=settings.adapter)
     return Predictor("embed", model, lambda texts: [
         {"text": text, "embedding": vector.tolist()}
         for text, vector in zip(texts, embedder.encode(texts, settings.batch_size, bucketing=settings.bucketing))],

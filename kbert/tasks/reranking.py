@@ -19,9 +19,12 @@ import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.errors import DataError, KbertError
+from kbert.layers.common import get_activation
 from kbert.layers.heads import TakeToken
+from kbert.layers.pooling import Pooling
 from kbert.tokenizers.tokenizer_json import check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
 from kbert.models import naming
+from kbert.models.heads import SequenceHead
 from kbert.models.registry import get_family, load_config
 from kbert.models.transformer import id_model
 from kbert.training.data import LabelMap, check_known_tokens
@@ -115,16 +118,26 @@ def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
     the layout of Hugging Face's `BertForSequenceClassification` with one label (`dense_output` is its
     `classifier`). The pooler is added here, not by the builder, so that a checkpoint without one (kbert
     pretrain's, most MLM checkpoints) still loads; it then starts from random weights, as the head does.
-    For Hugging Face's RoBERTa (`hf_roberta`) the tanh dense is its classification head's own
-    (`Classifier-Hidden`: `RobertaForSequenceClassification`'s `classifier.dense`, then `out_proj`); for
-    DistilBERT, its `pre_classifier` with ReLU, then `classifier`."""
+    Each family says its own head (`family.sequence_head`): for Hugging Face's RoBERTa (`hf_roberta`) the tanh
+    dense is its classification head's own (`Classifier-Hidden`: `RobertaForSequenceClassification`'s
+    `classifier.dense`, then `out_proj`); for DistilBERT, its `pre_classifier` with ReLU, then `classifier`; for
+    ModernBERT, its `classifier_pooling` (the first token or the real tokens' mean), then a dense, GELU and
+    LayerNorm (`head.dense`, `head.norm`), then `classifier`."""
     initializer = keras.initializers.TruncatedNormal(stddev=0.02)
-    cls = TakeToken(0, name=naming.POOLER)(bert.output)
     family = get_family(bert.family)
-    pooled = keras.layers.Dense(bert.output.shape[-1], activation=family.classifier_activation,
-                                kernel_initializer=initializer, name=family.classifier_hidden)(cls)
+    spec = getattr(bert, "build_spec", None)  # None: a model built by hand, given BERT's head
+    head = (family.sequence_head(family.config_class.from_dict(spec["config"])) if spec
+            else SequenceHead(activation=family.classifier_activation))
+    pooled = (TakeToken(0, name=naming.POOLER) if head.pooling == "cls"
+              else Pooling(head.pooling, name=naming.POOLER))(bert.output)
+    hidden = keras.layers.Dense(bert.output.shape[-1], activation=get_activation(head.activation),
+                                use_bias=head.bias, kernel_initializer=initializer,
+                                name=family.classifier_hidden)(pooled)
+    if head.norm_epsilon is not None:
+        hidden = keras.layers.LayerNormalization(epsilon=head.norm_epsilon, center=head.norm_bias,
+                                                 name=naming.CLASSIFIER_NORM)(hidden)
     logit = keras.layers.Dense(1, kernel_initializer=initializer, name=naming.CLASSIFIER_DENSE,
-                               dtype="float32")(pooled)
+                               dtype="float32")(hidden)
     return id_model(bert.inputs, logit, getattr(bert, "family", "bert"), name)  # the family names its weights
 
 
@@ -365,7 +378,7 @@ class RerankTask(Task):
 # The families a reranker trains for: those whose sequence classifier (`reranker_model`'s head) kbert names as
 # Hugging Face does (bert4keras's roberta is BERT's layout).
 CROSS_ENCODER_FAMILIES = ("bert", "roberta", "hf_roberta", "distilbert", "mpnet", "deberta_v2", "jina_embeddings_v3",
-                          "gte", "nomic_bert")
+                          "gte", "nomic_bert", "modernbert")
 
 
 def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:

@@ -69,9 +69,47 @@ class WeightLearningRates:
                                          learning_rate if multiplier == 1 else learning_rate * multiplier)
 
 
+class InPlaceTorchAdam:
+    """A mixin for Keras's `Adam` and `AdamW`: on PyTorch, every weight's step in one pass of in-place `torch._foreach_*`
+    calls, as PyTorch's own AdamW takes it.
+
+    Keras gives its fused PyTorch update to its own classes only (a subclass, as kbert's, takes one weight at a
+    time), and that update allocates a new tensor for each of `g²`, `α·m`, `√v + ε` and their quotient: on
+    DeBERTa-v3-base's 98M-row embedding each is a pass over 390 MB. Here the moments move in place (`lerp_`,
+    `addcmul_`) and only `√v + ε` is allocated. The same step, to float rounding; AMSGrad takes Keras's own.
+    """
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if keras.backend.backend() != "torch" or self.amsgrad:
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        import torch
+
+        with torch.no_grad():
+            self._in_place_step(torch, grads, trainable_variables, learning_rate)
+
+    def _in_place_step(self, torch, grads, trainable_variables, learning_rate) -> None:
+        values = [variable.value for variable in trainable_variables]
+        indices = [self._get_variable_index(variable) for variable in trainable_variables]
+        momenta = [self._momentums[index].value for index in indices]
+        velocities = [self._velocities[index].value for index in indices]
+        dtype = values[0].dtype
+        step = keras.ops.cast(self.iterations + 1, dtype)
+        alpha = (keras.ops.cast(learning_rate, dtype) * keras.ops.sqrt(1 - keras.ops.power(self.beta_2, step))
+                 / (1 - keras.ops.power(self.beta_1, step)))
+        grads = [keras.ops.cast(gradient, dtype) for gradient in grads]
+        torch._foreach_lerp_(momenta, grads, 1 - self.beta_1)  # m ← β1·m + (1 − β1)·g
+        torch._foreach_mul_(velocities, self.beta_2)
+        torch._foreach_addcmul_(velocities, grads, grads, value=1 - self.beta_2)  # v ← β2·v + (1 − β2)·g²
+        denominators = torch._foreach_sqrt(velocities)
+        torch._foreach_add_(denominators, self.epsilon)
+        torch._foreach_div_(denominators, alpha)  # (√v + ε) / α, so that one addcdiv_ takes the step
+        torch._foreach_addcdiv_(values, momenta, denominators, value=-1.0)
+
+
 @keras.saving.register_keras_serializable(package="kbert")
-class AdamW(WeightLearningRates, SummedSparseGradients, keras.optimizers.AdamW):
-    """Keras's `AdamW`, taking Adam's step for repeated tokens on TensorFlow too (see the module)."""
+class AdamW(WeightLearningRates, InPlaceTorchAdam, SummedSparseGradients, keras.optimizers.AdamW):
+    """Keras's `AdamW`, taking Adam's step for repeated tokens on TensorFlow too (see the module), and in place
+    on PyTorch (`InPlaceTorchAdam`)."""
 
 
 @keras.saving.register_keras_serializable(package="kbert")

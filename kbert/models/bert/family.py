@@ -12,7 +12,7 @@ import numpy as np
 
 from kbert.models import naming
 from kbert.models.config import BertConfig
-from kbert.models.heads import Heads
+from kbert.models.heads import Heads, SequenceHead
 from kbert.models.tables import H, I, V, LayerParams, WeightName, dense, embedding, norm, output_weights
 
 
@@ -104,6 +104,10 @@ class BertFamily:
     mlm_activation: Optional[str] = None
 
     # --- structure -----------------------------------------------------------------
+    def sequence_head(self, config: BertConfig) -> SequenceHead:
+        """The sequence classifier's head (`[CLS]`, then `classifier_hidden` with `classifier_activation`)."""
+        return SequenceHead(activation=self.classifier_activation)
+
     def config_to_train(self, config: BertConfig, initialised: bool) -> BertConfig:
         """The config of a model kbert trains; `initialised`: kbert draws its weights (no checkpoint).
 

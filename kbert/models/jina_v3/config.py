@@ -15,7 +15,8 @@ class RotaryBertConfig(BertConfig):
     """`BertConfig` with a rotary base and no position table; Jina-embeddings-v3's defaults.
 
     Args (beyond BERT's):
-        rope_theta: the rotary base θ (`rope_parameters["rope_theta"]` in transformers 5's files).
+        rope_theta: the rotary base θ (`rope_parameters["rope_theta"]` in transformers 5's files,
+            `rotary_emb_base` in Jina's own).
 
     `type_vocab_size` may be 0 (gte-base-en-v1.5: no segment table). Scaled rotary positions
     (`rope_type` other than `default`) are refused by name.
@@ -38,6 +39,9 @@ class RotaryBertConfig(BertConfig):
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RotaryBertConfig":
+        if values.get("position_embedding_type") == "rotary":  # Jina's own config.json: transformers 5's keys
+            values = {**values, "model_type": "jina_embeddings_v3", "position_embedding_type": "absolute",
+                      **({"rope_theta": values["rotary_emb_base"]} if "rotary_emb_base" in values else {})}
         return super().from_dict(with_rope_theta(values, source), source)
 
     @classmethod

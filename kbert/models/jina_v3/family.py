@@ -103,8 +103,10 @@ class JinaV3Family(RotaryBertFamily, HfRobertaFamily):
 
     XLM-R (Hugging Face's RoBERTa: `<pad>` id 1, the pooler, the `roberta.` and `lm_head.` scopes, the
     classification head) with rotary positions instead of a position table (`RotaryBertFamily`) and BERT's
-    feed-forward; its files' names are Jina's own (`emb_ln`, `encoder.layers.{i}.mixer.Wqkv`, `norm1`). Jina's
-    task LoRA adapters are not in transformers' layout: a `-hf` checkpoint is one task's merged weights.
+    feed-forward; its files' names are Jina's own (`emb_ln`, `encoder.layers.{i}.mixer.Wqkv`, `norm1`). Jina's own
+    config.json (model_type xlm-roberta, `position_embedding_type` rotary) builds it too, and its files' task LoRA
+    adapters are merged in at load, the task chosen by name (`kbert.checkpoints.task_adapters`); kbert writes
+    transformers 5's layout, one set of weights.
 
     Example:
     >>> family = JinaV3Family()

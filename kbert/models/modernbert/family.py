@@ -9,8 +9,10 @@ from typing import List, Optional
 
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
+from kbert.models.config import ACTIVATIONS
+from kbert.models.heads import SequenceHead
 from kbert.models.modernbert.config import ModernBertConfig
-from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding, linear
+from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding, linear, output_weights
 
 THREE_H, TWO_I = "3·hidden_size", "2·intermediate_size"  # the fused projections' widths
 
@@ -55,6 +57,13 @@ class ModernBertFamily(BertFamily):
     residual_scores = False
     reads_segments = False
     own_tokenizer = True
+    classifier_hidden = naming.CLASSIFIER_HIDDEN  # ModernBertForSequenceClassification's head.dense
+
+    def sequence_head(self, config: ModernBertConfig) -> SequenceHead:
+        """`ModernBertForSequenceClassification`: the `classifier_pooling` (cls or mean), then its prediction head
+        (the MLM head's layout: dense, `classifier_activation`, norm), then `classifier`."""
+        return SequenceHead(config.classifier_pooling, ACTIVATIONS[config.classifier_activation],
+                            config.classifier_bias, config.layer_norm_eps, config.norm_bias)
 
     def layer_params(self, config: ModernBertConfig, *, with_pool=False, with_nsp=False, with_mlm=False,
                      with_discriminator=False) -> List[LayerParams]:
@@ -90,7 +99,10 @@ class ModernBertFamily(BertFamily):
         for index in range(num_blocks):
             layers += [naming.block(index, sublayer, suffix) for sublayer in (naming.ATTENTION, naming.FEED_FORWARD)
                        for suffix in ("Norm", "")]
-        return layers + [naming.OUTPUT_NORM, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS]
+        # The classifier's head before the MLM head's: both are `head.dense` and `head.norm` in Hugging Face's
+        # files, and a file with `head.*` names is read as the MLM head's unless asked otherwise.
+        return layers + [naming.OUTPUT_NORM, naming.CLASSIFIER_HIDDEN, naming.CLASSIFIER_NORM,
+                         naming.CLASSIFIER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS]
 
     def layer_weights(self, layer: str) -> List[WeightName]:
         fixed = {
@@ -99,6 +111,9 @@ class ModernBertFamily(BertFamily):
             naming.OUTPUT_NORM: _norm(layer, "final_norm"),
             naming.MLM_DENSE: linear(layer, "head.dense", (H, H), bias=True),
             naming.MLM_NORM: _norm(layer, "head.norm"),
+            naming.CLASSIFIER_HIDDEN: linear(layer, "head.dense", (H, H), bias=True),
+            naming.CLASSIFIER_NORM: _norm(layer, "head.norm"),
+            naming.CLASSIFIER_DENSE: output_weights(layer, "", "classifier", (H, "num_labels")),
             naming.MLM_BIAS: [WeightName(f"{layer}/bias", "decoder/bias", "decoder.bias", False, False, (V,))],
         }
         if layer in fixed:

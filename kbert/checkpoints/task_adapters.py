@@ -1,0 +1,127 @@
+"""Task LoRA adapters stored beside the weights they adapt, as Jina's jina-embeddings-v3 files hold them.
+
+Jina's remote code wraps each Linear and Embedding in torch's `parametrize`, so a weight `X.weight` is stored as
+`X.parametrizations.weight.original` and every task's low-rank pair beside it, stacked on a first axis in the
+order of the config's `lora_adaptations`: `X.parametrizations.weight.0.lora_A` and `...lora_B`. A task's weight
+is the original plus `lora_alpha / lora_rank` times `B[t] @ A[t]` (a Linear's `[out, in]`), or `A[t] @ B[t]`
+(an Embedding's `[vocabulary, width]`), as its `LoRAParametrization.lora_forward` computes it (its
+modeling_lora.py, read by hand). No task: the original weights, as its `encode` without `task=`.
+
+Chosen at load, a task's weights are merged once: the model runs at the backbone's cost, and `kbert` writes it
+back as transformers 5 lays out a jina-embeddings-v3 (one set of weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from kbert.errors import CheckpointError
+
+logger = logging.getLogger("kbert")
+ORIGINAL = ".parametrizations.weight.original"
+LORA_A, LORA_B = ".parametrizations.weight.0.lora_A", ".parametrizations.weight.0.lora_B"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskAdapters:
+    """The tasks a config's `lora_adaptations` names, in their stacked order, and the update's scale.
+
+    Example:
+    >>> adapters = TaskAdapters(("retrieval.query", "retrieval.passage"), scaling=0.25)
+    >>> adapters.index("retrieval.passage", "model.safetensors")
+    1
+    """
+
+    tasks: Tuple[str, ...]
+    scaling: float
+
+    def index(self, task: str, path: str) -> int:
+        if task not in self.tasks:
+            raise CheckpointError(f"{path}: no task adapter {task!r}; this file's are {', '.join(self.tasks)} "
+                                  "(lora_adaptations of its config.json)")
+        return self.tasks.index(task)
+
+
+def is_adapter_tensor(name: str) -> bool:
+    return name.endswith((LORA_A, LORA_B))
+
+
+def unwrapped_name(name: str) -> str:
+    """`X.weight` for a parametrized weight's stored `X.parametrizations.weight.original`; other names as they are."""
+    return name[:-len(ORIGINAL)] + ".weight" if name.endswith(ORIGINAL) else name
+
+
+def read_adapters(path: str, stored: Sequence[str]) -> TaskAdapters:
+    """The task adapters of the safetensors file `path`, from the config.json beside it (`lora_adaptations`,
+    `lora_rank`, `lora_alpha`); checked against the stored pairs' first axis (`stored`: every tensor name)."""
+    config_path = os.path.join(os.path.dirname(path), "config.json")
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: holds task LoRA adapters, whose names and scale its config.json gives; "
+                              f"{config_path} is not readable JSON ({error})") from None
+    tasks, rank, alpha = config.get("lora_adaptations"), config.get("lora_rank", 4), config.get("lora_alpha", 1)
+    if not (isinstance(tasks, list) and tasks and all(isinstance(task, str) for task in tasks)):
+        raise CheckpointError(f"{config_path}: key 'lora_adaptations': expected the list of task names that "
+                              f"{os.path.basename(path)}'s adapters are stacked by, got {tasks!r}")
+    for key, value in (("lora_rank", rank), ("lora_alpha", alpha)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise CheckpointError(f"{config_path}: key {key!r}: expected a positive number, got {value!r}")
+    return TaskAdapters(tuple(tasks), float(alpha) / float(rank))
+
+
+def merged_reader(path: str, shapes: Mapping[str, tuple], read: Callable[[str], np.ndarray],
+                  adapters: TaskAdapters, task: str) -> Callable[[str], np.ndarray]:
+    """`read` (stored name -> array) with `task`'s update added to every parametrized weight that has a pair.
+    Every pair's shapes are checked first: a damaged file fails before anything is read."""
+    index = adapters.index(task, path)
+    pairs = {name[:-len(LORA_A)]: (name, name[:-len(LORA_A)] + LORA_B) for name in shapes if name.endswith(LORA_A)}
+    for scope, (a_name, b_name) in pairs.items():
+        _check_pair(path, scope, shapes, a_name, b_name, len(adapters.tasks))
+
+    def read_merged(name: str) -> np.ndarray:
+        value = read(name)
+        scope = name[:-len(ORIGINAL)] if name.endswith(ORIGINAL) else None
+        if scope not in pairs:
+            return value
+        a, b = (read(part)[index].astype(np.float32) for part in pairs[scope])
+        update = b @ a if (b.shape[0], a.shape[1]) == value.shape else a @ b
+        return (value.astype(np.float32) + adapters.scaling * update).astype(value.dtype)
+
+    return read_merged
+
+
+def _check_pair(path: str, scope: str, shapes: Mapping[str, tuple], a_name: str, b_name: str, tasks: int) -> None:
+    weight, a, b = shapes.get(scope + ORIGINAL), shapes.get(a_name), shapes.get(b_name)
+    fits = (weight is not None and b is not None and len(weight) == 2 and len(a) == len(b) == 3
+            and a[0] == b[0] == tasks
+            and ((b[1], a[2]) == weight and a[1] == b[2] or (a[1], b[2]) == weight and a[2] == b[1]))
+    if not fits:
+        raise CheckpointError(f"{path}: the task adapter of {scope}: lora_A {a}, lora_B {b} and the weight {weight} "
+                              f"do not fit (expected {tasks} tasks of a low-rank pair whose product has the "
+                              "weight's shape)")
+
+
+def adapted_source(path: str, shapes: Dict[str, tuple], read: Callable[[str], np.ndarray],
+                   task: Optional[str]) -> Callable[[str], np.ndarray]:
+    """The reader of a file whose `shapes` may hold task adapters: `task`'s merged in, or the original weights
+    (said in the log, naming the tasks left out). A `task` for a file without adapters is a `CheckpointError`."""
+    if not any(is_adapter_tensor(name) for name in shapes):
+        if task is not None:
+            raise CheckpointError(f"{path}: no task LoRA adapters in this file (tensors named "
+                                  f"*{LORA_A}), so adapter {task!r} cannot be applied; load it without one")
+        return read
+    adapters = read_adapters(path, list(shapes))
+    if task is None:
+        logger.warning("%s: its task LoRA adapters (%s) are left out: the base weights are loaded, as Jina's encode "
+                       "without task=; choose one with adapter= (kbert embed/serve --adapter)",
+                       path, ", ".join(adapters.tasks))
+        return read
+    return merged_reader(path, shapes, read, adapters, task)
