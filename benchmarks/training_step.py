@@ -5,7 +5,7 @@
 
 Both engines build the bundled config (random weights, float32 on the CPU) with a two-label classifier on
 `[CLS]` (kbert's `build_classifier`; transformers' `AutoModelForSequenceClassification`), each in a worker
-process of its own, and train it with AdamW on one fixed batch of `--batch` × `--length` random token ids and
+process of its own, and train it with AdamW (kbert's, which `kbert train` uses; PyTorch's) on one fixed batch of `--batch` × `--length` random token ids and
 labels. Each worker warms up with `--warmup` steps; then each round asks every worker in turn for `--steps`
 steps and reports its seconds a step. Prints the seconds per engine and round, the median per-round speed ratio
 kbert / transformers (transformers' seconds over kbert's: above 1, kbert is faster) with its range, and the CPU.
@@ -36,9 +36,10 @@ def _step(engine: str, config_path: str, batch: int, length: int):
         import keras
 
         from kbert import build_classifier, build_transformer_model
+        from kbert.training.optimizers import AdamW
 
         model = build_classifier(build_transformer_model(config_path), num_labels=2)
-        model.compile(optimizer=keras.optimizers.AdamW(2e-5), loss="sparse_categorical_crossentropy")
+        model.compile(optimizer=AdamW(2e-5), loss="sparse_categorical_crossentropy")  # kbert train's AdamW
         segments = np.zeros_like(ids)
         return lambda: model.train_on_batch([ids, segments], labels)
     import torch

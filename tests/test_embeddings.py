@@ -184,6 +184,25 @@ def test_kbert_embed_prints_a_json_line_per_text_and_writes_npy(minilm, tmp_path
     assert "already exists" in capsys.readouterr().err
 
 
+def embedded_with_dimensions(tmp_path, capsys, dimensions):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    code = main(["embed", "--model", str(minilm_dir()), str(texts), "--dimensions", str(dimensions)])
+    output = capsys.readouterr()
+    return code, np.array([json.loads(line)["embedding"] for line in output.out.splitlines()]), output.err
+
+
+def test_kbert_embed_dimensions_keeps_the_first_values_at_unit_length(minilm, tmp_path, capsys):
+    """A Matryoshka model's shorter vectors: the first n values, scaled back to unit length (all-MiniLM-L6-v2
+    normalises); a width outside 1..384 is refused before any text runs."""
+    code, vectors, _ = embedded_with_dimensions(tmp_path, capsys, 64)
+    full = minilm.encode(SENTENCES)[:, :64]
+    assert code == 0 and vectors.shape == (len(SENTENCES), 64)
+    np.testing.assert_allclose(vectors, full / np.linalg.norm(full, axis=1, keepdims=True), atol=1e-6)
+    code, _, error = embedded_with_dimensions(tmp_path, capsys, 385)
+    assert code == 2 and "dimensions 385: " in error and "expected 1 to 384" in error
+
+
 def test_kbert_embed_checks_the_model_before_reading_standard_input(tmp_path, capsys, monkeypatch):
     class Unread:  # standard input that fails the test if it is read: the model is refused first
         @property
@@ -207,6 +226,15 @@ def test_all_minilm_matches_sentence_transformers(minilm):
     vectors = minilm.encode(SENTENCES)
     cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
     assert cosine.min() >= 0.99999 and np.abs(vectors - reference).max() <= 1e-5
+
+
+@pytest.mark.parity
+def test_kbert_embed_dimensions_is_sentence_transformers_truncate_dim_normalised(tmp_path, capsys):
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir()), device="cpu", truncate_dim=64)
+    _, vectors, _ = embedded_with_dimensions(tmp_path, capsys, 64)
+    assert np.abs(vectors - reference.encode(SENTENCES, normalize_embeddings=True)).max() <= 1e-5
 
 
 @pytest.mark.parametrize("mode", POOLING_MODES)

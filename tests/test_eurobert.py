@@ -94,8 +94,8 @@ def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
 
 def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
     """A random EuroBERT with its (untied) MLM head and a WordPiece tokenizer.json: pre-trained, fine-tuned to
-    accuracy 1.0 and exported to ONNX (int8), an embedding model and a CRF tagger, each read back. No reranker:
-    EuroBERT's sequence classifier averages per-token logits, not `reranker_model`'s head."""
+    accuracy 1.0 and exported to ONNX (int8), an embedding model, a reranker written as
+    EuroBertForSequenceClassification and a CRF tagger, each read back."""
     import json
 
     from kbert import save_hf_weights
@@ -105,4 +105,28 @@ def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     config = {**CONFIG, "vocab_size": vocab, "initializer_range": 0.02, "max_position_embeddings": 128}
     save_hf_weights(build_transformer_model(config, with_mlm=True), folder)
-    assert_every_task(folder, tmp_path, "eurobert", pad_id=0)
+    assert_every_task(folder, tmp_path, "eurobert", pad_id=0, cross_encoder="EuroBert")
+
+
+@pytest.mark.parametrize("pooling", ["late", "mean", "bos"])
+@pytest.mark.parity
+def test_a_eurobert_cross_encoder_scores_as_transformers_and_sentence_transformers(tmp_path, pooling):
+    """EuroBertForSequenceClassification with one label: each classifier_pooling (late: every token's dense and
+    GELU, then their logits' mean; mean; bos: the first token), then dense and GELU, then classifier."""
+    import json
+
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from test_distilbert_mpnet import SENTENCES, assert_cross_encoder_parity, wordpiece_folder
+
+    folder = wordpiece_folder(tmp_path / pooling, "distilbert")
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(**{**CONFIG, "vocab_size": vocab, "num_labels": 1,
+                                                  "classifier_pooling": pooling})
+    transformers.EuroBertForSequenceClassification(config).eval().save_pretrained(folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                              "pad_token": "[PAD]", "cls_token": "[CLS]",
+                                                              "sep_token": "[SEP]", "unk_token": "[UNK]",
+                                                              "model_input_names": ["input_ids", "attention_mask"]}))
+    assert_cross_encoder_parity(folder, [SENTENCES[0]] * 3, SENTENCES[1:4], told_apart=True)

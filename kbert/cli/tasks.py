@@ -67,6 +67,9 @@ def add_commands(command) -> None:
                                                               "prompts of its config_sentence_transformers.json; "
                                                               "default: its default_prompt_name, if any)")
     prompt.add_argument("--prompt", metavar="TEXT", help="put TEXT before each text instead ('' for no prompt)")
+    embed.add_argument("--dimensions", type=positive_int, metavar="N",
+                       help="keep each vector's first N values (a Matryoshka model's shorter vectors), scaled back "
+                            "to unit length where the model's vectors are")
     embed.add_argument("--adapter", metavar="TASK", help="a model with task LoRA adapters (jina-embeddings-v3): "
                                                          "the task's, merged in (retrieval.query, retrieval.passage, "
                                                          "separation, classification, text-matching); default: none, "
@@ -565,11 +568,13 @@ def run_embed(args) -> int:
                         "hold a text to embed, so that the vectors line up with the lines")
     embedder = Embedder.load(folder, adapter=args.adapter)
     texts = embedder.prompted(texts, args.prompt_name, args.prompt)  # an unknown name is refused before an export
+    embedder.check_dimensions(args.dimensions)
     if onnx:
         from kbert.serving.export import onnx_embedder
 
         embedder.model = onnx_embedder(embedder, args.quantize)
-    vectors = embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt="")
+    vectors = embedder.truncated(embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt=""),
+                                 args.dimensions, args.normalize)
     broken = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
     if broken.size:  # JSON has no NaN, and a NaN in a .npy poisons every search over it
         raise KbertError(f"{args.input}: line {broken[0] + 1} ({broken.size} lines in all) gave NaN or infinite "

@@ -60,7 +60,8 @@ class SequenceHead:
     """A family's sequence classifier (a reranker's head) between the encoder and its output layer, as Hugging
     Face's `...ForSequenceClassification` computes it: `pooling` (`cls`: the first token; `mean`: the real
     tokens' mean), a dense of the hidden width with `activation` (and a bias where `bias`), then, where
-    `norm_epsilon` is set, a LayerNorm (with a bias where `norm_bias`).
+    `norm_epsilon` is set, a LayerNorm (with a bias where `norm_bias`). `late` pooling (EuroBERT's) takes the
+    dense and activation on every token first, then the real tokens' mean.
 
     Example (ModernBERT's, its `ModernBertPredictionHead`):
     >>> SequenceHead(pooling="mean", activation="gelu", bias=False, norm_epsilon=1e-5, norm_bias=False).pooling

@@ -83,9 +83,7 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
                                            "(config_sentence_transformers.json); null: its default one")
 
     def openai_answer(body, texts, vectors, tokens):
-        if body.dimensions is not None and body.dimensions < width:
-            vectors = vectors[:, :body.dimensions]
-            vectors = unit_length(vectors) if service.model.normalize else vectors
+        vectors = service.model.truncated(vectors, body.dimensions)  # within 1..width: the request's schema
         encode = ((lambda vector: base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"))
                   if body.encoding_format == "base64" else (lambda vector: vector.tolist()))
         return {"object": "list", "model": model_name,

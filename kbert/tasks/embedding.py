@@ -168,6 +168,24 @@ class Embedder:
     def dimensions(self) -> int:
         return int(self.model.outputs[0].shape[-1])
 
+    def check_dimensions(self, dimensions: Optional[int]) -> None:
+        """A `KbertError` unless `dimensions` is None or 1 to `self.dimensions`."""
+        if dimensions is not None and not 1 <= dimensions <= self.dimensions:
+            raise KbertError(f"dimensions {dimensions}: {self.source or 'this model'} gives vectors of "
+                             f"{self.dimensions} values; expected 1 to {self.dimensions}")
+
+    def truncated(self, vectors: np.ndarray, dimensions: Optional[int], normalize: bool = False) -> np.ndarray:
+        """Each vector's first `dimensions` values (Matryoshka models are trained for it: nomic-embed's,
+        jina-embeddings-v3's), scaled back to unit length where the model's vectors are (or `normalize`), as
+        nomic's and OpenAI's shortened vectors are; None or the full width: `vectors` as they are."""
+        self.check_dimensions(dimensions)
+        if dimensions is None or dimensions == self.dimensions:
+            return vectors
+        vectors = vectors[:, :dimensions]
+        if normalize or self.normalize:
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+        return vectors
+
     def save(self, folder: "str | os.PathLike[str]") -> str:
         """Writes the model as a sentence-transformers folder (which sentence-transformers loads and encodes
         alike, and `Embedder.load` reads back); `folder` must be new or empty. Written whole or not at all."""

@@ -122,17 +122,20 @@ def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
     dense is its classification head's own (`Classifier-Hidden`: `RobertaForSequenceClassification`'s
     `classifier.dense`, then `out_proj`); for DistilBERT, its `pre_classifier` with ReLU, then `classifier`; for
     ModernBERT, its `classifier_pooling` (the first token or the real tokens' mean), then a dense, GELU and
-    LayerNorm (`head.dense`, `head.norm`), then `classifier`."""
+    LayerNorm (`head.dense`, `head.norm`), then `classifier`; EuroBERT's late pooling averages every token's
+    dense and GELU."""
     initializer = keras.initializers.TruncatedNormal(stddev=0.02)
     family = get_family(bert.family)
     spec = getattr(bert, "build_spec", None)  # None: a model built by hand, given BERT's head
     head = (family.sequence_head(family.config_class.from_dict(spec["config"])) if spec
             else SequenceHead(activation=family.classifier_activation))
-    pooled = (TakeToken(0, name=naming.POOLER) if head.pooling == "cls"
-              else Pooling(head.pooling, name=naming.POOLER))(bert.output)
-    hidden = keras.layers.Dense(bert.output.shape[-1], activation=get_activation(head.activation),
-                                use_bias=head.bias, kernel_initializer=initializer,
-                                name=family.classifier_hidden)(pooled)
+    dense = keras.layers.Dense(bert.output.shape[-1], activation=get_activation(head.activation),
+                               use_bias=head.bias, kernel_initializer=initializer, name=family.classifier_hidden)
+    if head.pooling == "late":  # every token's dense, then their mean (Dense keeps the padding mask)
+        hidden = Pooling("mean", name=naming.POOLER)(dense(bert.output))
+    else:
+        hidden = dense((TakeToken(0, name=naming.POOLER) if head.pooling == "cls"
+                        else Pooling(head.pooling, name=naming.POOLER))(bert.output))
     if head.norm_epsilon is not None:
         hidden = keras.layers.LayerNormalization(epsilon=head.norm_epsilon, center=head.norm_bias,
                                                  name=naming.CLASSIFIER_NORM)(hidden)
@@ -378,7 +381,7 @@ class RerankTask(Task):
 # The families a reranker trains for: those whose sequence classifier (`reranker_model`'s head) kbert names as
 # Hugging Face does (bert4keras's roberta is BERT's layout).
 CROSS_ENCODER_FAMILIES = ("bert", "roberta", "hf_roberta", "distilbert", "mpnet", "deberta_v2", "jina_embeddings_v3",
-                          "gte", "nomic_bert", "modernbert")
+                          "gte", "nomic_bert", "modernbert", "eurobert")
 
 
 def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:

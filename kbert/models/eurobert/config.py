@@ -45,6 +45,7 @@ class EuroBertConfig(BertConfig):
     attention_bias: bool = False
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
+    classifier_pooling: str = "late"  # the sequence classifier's: bos, mean, or late (its logits' mean)
     # Carried through to the config.json kbert writes (transformers' defaults are Llama-3's ids).
     bos_token_id: Optional[int] = 128000
     eos_token_id: Optional[int] = 128001
@@ -61,6 +62,9 @@ class EuroBertConfig(BertConfig):
     def check(cls, values: Mapping[str, Any], source: str) -> None:
         super().check(values, source)
         check_even_head_size(values, source, "rotary positions turn a head's two halves against each other")
+        if values.get("classifier_pooling", "late") not in ("bos", "mean", "late"):
+            raise ConfigError(f"{source}: key 'classifier_pooling': expected 'bos', 'mean' or 'late', "
+                              f"got {values['classifier_pooling']!r}")
         groups = values.get("num_key_value_heads")
         heads = values["num_attention_heads"]
         if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1

@@ -10,7 +10,8 @@ from typing import List, Optional
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
 from kbert.models.eurobert.config import EuroBertConfig
-from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding, linear
+from kbert.models.heads import SequenceHead
+from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding, linear, output_weights
 
 MLM_OUTPUT = "MLM-Output"  # the untied output matrix (lm_head)
 KV = "num_key_value_heads·head_size"
@@ -46,12 +47,19 @@ class EuroBertFamily(BertFamily):
     applications = ("encoder",)
     hf_class = "EuroBert"
     hf_prefix = "model"
-    hf_head_scopes = ("lm_head.",)
+    hf_head_scopes = ("lm_head.", "dense.")  # the MLM head's; the sequence classifier's dense
     google_absent = "EuroBERT was released for transformers, never as a Google TF checkpoint"
     conditional_norms = False
     residual_scores = False
     reads_segments = False
     own_tokenizer = True
+    classifier_hidden = naming.CLASSIFIER_HIDDEN  # EuroBertForSequenceClassification's dense
+
+    def sequence_head(self, config: EuroBertConfig) -> SequenceHead:
+        """`EuroBertForSequenceClassification`: `classifier_pooling` bos (the first token) or mean, then `dense`
+        and GELU, then `classifier`; or late: `dense` and GELU on every token, their mean, then `classifier`
+        (the mean of each token's logits, which transformers takes, as `classifier` is linear)."""
+        return SequenceHead({"bos": "cls"}.get(config.classifier_pooling, config.classifier_pooling), "gelu")
 
     def layer_params(self, config: EuroBertConfig, *, with_pool=False, with_nsp=False, with_mlm=False,
                      with_discriminator=False) -> List[LayerParams]:
@@ -84,7 +92,8 @@ class EuroBertFamily(BertFamily):
         for index in range(num_blocks):
             layers += [naming.block(index, sublayer, suffix) for sublayer in (naming.ATTENTION, naming.FEED_FORWARD)
                        for suffix in ("Norm", "")]
-        return layers + [naming.OUTPUT_NORM, naming.MLM_BIAS, MLM_OUTPUT]
+        return layers + [naming.OUTPUT_NORM, naming.MLM_BIAS, MLM_OUTPUT, naming.CLASSIFIER_HIDDEN,
+                         naming.CLASSIFIER_DENSE]
 
     def layer_weights(self, layer: str) -> List[WeightName]:
         fixed = {
@@ -93,6 +102,8 @@ class EuroBertFamily(BertFamily):
             naming.MLM_BIAS: [WeightName(f"{layer}/bias", "lm_head/bias", "lm_head.bias", False, False, (V,))],
             MLM_OUTPUT: [WeightName(f"{layer}/kernel", "lm_head/kernel", "lm_head.weight", False, True, (H, V)),
                          WeightName(f"{layer}/bias", "lm_head/bias", "lm_head.bias", False, False, (V,))],
+            naming.CLASSIFIER_HIDDEN: linear(layer, "dense", (H, H), bias=True),
+            naming.CLASSIFIER_DENSE: output_weights(layer, "", "classifier", (H, "num_labels")),
         }
         if layer in fixed:
             return fixed[layer]
