@@ -33,8 +33,6 @@ def _step(engine: str, config_path: str, batch: int, length: int):
     ids = rng.integers(5, config["vocab_size"], (batch, length)).astype(np.int32)
     labels = rng.integers(0, 2, (batch,))
     if engine == "kbert":
-        import keras
-
         from kbert import build_classifier, build_transformer_model
         from kbert.training.optimizers import AdamW
 
