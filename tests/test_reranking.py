@@ -44,6 +44,19 @@ def test_bad_training_data_is_named(tmp_path, text, message, capsys):
     assert not (tmp_path / "never").exists()
 
 
+def test_a_family_without_a_hugging_face_sequence_classifier_is_refused_by_name(tmp_path, capsys):
+    """ALBERT has no sequence classifier kbert writes in Hugging Face's names: the families that have one are
+    listed (each family says so itself), before anything is written."""
+    rows = "".join(f"好{i}\t很好\t1\n好{i}\t很差\t0\n" for i in range(4))
+    code = main(["train", "--task", "rerank", "--train", str(write(tmp_path, "pairs.tsv", rows)), "--config",
+                 str(CONFIGS / "albert_tiny_zh.json"), "--model", "albert", "--vocab",
+                 str(shared_path("vocab", "chinese_vocab.txt")), "--maxlen", "32", "--out", str(tmp_path / "never")])
+    error = capsys.readouterr().err
+    assert code == 2 and "got --model albert" in error
+    assert "(bert, roberta, hf_roberta, distilbert, mpnet, modernbert, deberta_v2, jina_embeddings_v3, gte, " in error
+    assert not (tmp_path / "never").exists()
+
+
 def test_a_trained_reranker_ranks_and_predicts(reranker_dir, capsys):
     from kbert.tasks.reranking import Reranker
 

@@ -25,7 +25,7 @@ from kbert.layers.pooling import Pooling
 from kbert.tokenizers.tokenizer_json import check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
 from kbert.models import naming
 from kbert.models.heads import SequenceHead
-from kbert.models.registry import get_family, load_config
+from kbert.models.registry import FAMILIES, get_family, load_config
 from kbert.models.transformer import id_model
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.contrastive import ListwiseSoftmaxLoss
@@ -346,9 +346,10 @@ class RerankTask(Task):
                             pad_ids=(self.tokenizer.pad_id,))
 
     def build(self, bert, num_labels: int, options):
-        if bert.family not in CROSS_ENCODER_FAMILIES:
+        if not get_family(bert.family).hf_sequence_classifier:
+            readable = [name for name in FAMILIES if get_family(name).hf_sequence_classifier]
             raise KbertError(f"--task rerank trains the families whose folders sentence-transformers' CrossEncoder "
-                             f"reads ({', '.join(CROSS_ENCODER_FAMILIES)}); got --model {bert.family}")
+                             f"reads ({', '.join(readable)}); got --model {bert.family}")
         self.backbone = bert
         return reranker_model(bert)
 
@@ -376,12 +377,6 @@ class RerankTask(Task):
     def finish(self, model, directory: str) -> None:
         """The CrossEncoder folder's files beside kbert's: Hugging Face's sequence classifier with one label."""
         write_cross_encoder(model, self.backbone, self.tokenizer, self.options.maxlen, directory)
-
-
-# The families a reranker trains for: those whose sequence classifier (`reranker_model`'s head) kbert names as
-# Hugging Face does (bert4keras's roberta is BERT's layout).
-CROSS_ENCODER_FAMILIES = ("bert", "roberta", "hf_roberta", "distilbert", "mpnet", "deberta_v2", "jina_embeddings_v3",
-                          "gte", "nomic_bert", "modernbert", "eurobert")
 
 
 def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:

@@ -72,6 +72,8 @@ class AlbertFamily(BertFamily):
     and `bert/encoder/transformer/group_0/inner_group_0/…`.
     """
 
+    hf_sequence_classifier = False  # no Hugging Face sequence classifier kbert writes
+
     name = "albert"
     model_type = hf_model_type = "albert"
     config_class = AlbertConfig

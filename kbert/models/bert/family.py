@@ -61,6 +61,9 @@ class BertFamily:
             RoBERTa's classification head has its own.
         classifier_activation: that dense's activation (DistilBERT's
             `pre_classifier`: ReLU).
+        hf_sequence_classifier: a reranker's head (`sequence_head`) is written
+            as Hugging Face's `...ForSequenceClassification`, which
+            sentence-transformers' CrossEncoder reads (`kbert train --task rerank`).
         own_tokenizer: tokenized by its folder's `tokenizer.json` (byte-level
             BPE, Unigram or WordPiece, with its own padding id), never by a
             `vocab.txt`: Hugging Face's RoBERTa / XLM-R, MPNet, ModernBERT.
@@ -99,6 +102,7 @@ class BertFamily:
     layout_difference: Optional[str] = None
     classifier_hidden = naming.POOLER_DENSE
     classifier_activation = "tanh"
+    hf_sequence_classifier = True
     own_tokenizer = False
     reads_segments = True
     mlm_activation: Optional[str] = None

@@ -18,6 +18,8 @@ class ElectraFamily(BertFamily):
     `Discriminator-Prediction` (one sigmoid per token: replaced or not).
     """
 
+    hf_sequence_classifier = False  # no Hugging Face sequence classifier kbert writes
+
     name = "electra"
     model_type = "electra"
     graph = "kbert.models.electra.graph:ElectraGraph"

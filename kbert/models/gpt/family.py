@@ -32,6 +32,8 @@ class GptFamily(BertFamily):
     conversions for bert4keras) use BERT's WordPiece vocabulary.
     """
 
+    hf_sequence_classifier = False  # no Hugging Face sequence classifier kbert writes
+
     name = "gpt"
     model_type = "openai-gpt"
     graph = "kbert.models.gpt.graph:GptGraph"

@@ -65,6 +65,8 @@ class NezhaFamily(BertFamily):
     checkpoint names are BERT's (`bert/…`).
     """
 
+    hf_sequence_classifier = False  # no Hugging Face sequence classifier kbert writes
+
     name = "nezha"
     model_type = "nezha"
     config_class = NezhaConfig

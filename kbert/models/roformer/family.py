@@ -42,6 +42,8 @@ class RoformerFamily(BertFamily):
     relative positions. The checkpoint names are BERT's (`bert/…`).
     """
 
+    hf_sequence_classifier = False  # no Hugging Face sequence classifier kbert writes
+
     name = "roformer"
     model_type = "roformer"
     graph = "kbert.models.roformer.graph:RoformerGraph"

@@ -71,6 +71,8 @@ class T5Family(BertFamily):
     decoder token ids]` -> probabilities).
     """
 
+    hf_sequence_classifier = False  # no Hugging Face sequence classifier kbert writes
+
     name = "t5.1.0"
     model_type = "t5"
     config_class = T5Config
