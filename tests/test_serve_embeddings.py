@@ -140,6 +140,59 @@ def test_tei_embed_normalizes_and_truncates_on_request(server, embedder):
     assert call(server, "/embed", b"{not json", raw=True)[0] == 400
 
 
+def test_tei_similarity_is_each_sentences_cosine_with_the_source(server, embedder):
+    status, scores = call(server, "/similarity", {"inputs": {"source_sentence": SENTENCES[0],
+                                                              "sentences": SENTENCES[1:]}})
+    vectors = embedder.encode(SENTENCES)
+    assert status == 200 and len(scores) == len(SENTENCES) - 1
+    np.testing.assert_allclose(scores, vectors[1:] @ vectors[0], atol=1e-5)
+    status, answer = call(server, "/similarity", {"inputs": {"source_sentence": SENTENCES[0], "sentences": [LONG]}})
+    assert status == 413 and "inputs[1]: 402 tokens" in answer["error"] and answer["error_type"] == "Validation"
+    status, answer = call(server, "/similarity", {"inputs": {"sentences": SENTENCES}})
+    assert status == 422 and "inputs.source_sentence: Field required" in answer["error"]
+
+
+def test_tei_tokenize_gives_the_tokenizer_files_tokens_and_byte_spans(server):
+    """Against the `tokenizers` library on the folder's own tokenizer.json: the ids with [CLS] and [SEP], each
+    content token's UTF-8 byte span (TEI's offsets), its text, and the special tokens' names."""
+    from tokenizers import Tokenizer as Backend
+
+    texts = ["Café naïve 语言 test.", "A man is eating food."]
+    status, rows = call(server, "/tokenize", {"inputs": texts})
+    assert status == 200 and len(rows) == 2
+    reference = Backend.from_file(str(minilm_dir() / "tokenizer.json"))
+    reference.no_padding()  # the file pads to 128
+    for text, tokens in zip(texts, rows):
+        encoding = reference.encode(text)
+        assert [token["id"] for token in tokens] == encoding.ids
+        assert [token["special"] for token in tokens] == [bool(mask) for mask in encoding.special_tokens_mask]
+        data = text.encode("utf-8")
+        for token in tokens:
+            if token["special"]:
+                assert token["start"] is None and token["text"] in ("[CLS]", "[SEP]")
+            else:
+                assert data[token["start"]:token["stop"]].decode() == token["text"]
+    assert rows[0][1] == {"id": reference.token_to_id("cafe"), "text": "Café", "special": False, "start": 0,
+                          "stop": 5}
+    status, rows = call(server, "/tokenize", {"inputs": "a b", "add_special_tokens": False})
+    assert status == 200 and [token["special"] for token in rows[0]] == [False, False]
+    status, answer = call(server, "/tokenize", {"inputs": "a", "prompt_name": "query"})
+    assert status == 422 and "prompt_name 'query'" in answer["error"] and "no prompts" in answer["error"]
+
+
+def test_tei_decode_gives_the_text_of_ids_and_names_a_wrong_id(server, embedder):
+    ids = [embedder.tokenizer.encode_all(SENTENCES[:2])[index][0] for index in range(2)]
+    status, texts = call(server, "/decode", {"ids": ids})
+    assert status == 200 and texts == ["a man is eating food.", "a man is eating a piece of bread."]
+    status, texts = call(server, "/decode", {"ids": ids[0], "skip_special_tokens": False})
+    assert status == 200 and texts == ["[CLS] a man is eating food. [SEP]"]
+    status, answer = call(server, "/decode", {"ids": [[101, 30522]]})
+    assert status == 422 and answer["error"].startswith("ids[0][1]: 30522 is not a token id of this model (0 to")
+    status, answer = call(server, "/decode", {"ids": [101, True]})
+    assert status == 422 and answer["error_type"] == "Validation"
+    assert call(server, "/decode", {"ids": []})[0] == 422
+
+
 def test_concurrent_clients_each_get_their_own_vectors(server, embedder):
     expected = embedder.encode(SENTENCES)
 

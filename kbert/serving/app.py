@@ -79,6 +79,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     from kbert.serving.embeddings import EmbeddingService, add_embedding_routes
     from kbert.serving.instances import serial_reason
     from kbert.serving.reranking import RerankService, add_rerank_routes
+    from kbert.serving.tokens import add_tokenizer_routes
 
     limits = limits or ServerLimits()
     embedder, reranker = getattr(predictor, "embedder", None), getattr(predictor, "reranker", None)
@@ -103,6 +104,9 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     app.state.batcher, app.state.metrics = batcher, metrics
     _add_model_routes(app, predictor, limits, metrics)
     _add_predict_route(app, predictor, service, batcher, limits)
+    if hasattr(predictor.tokenizer, "ids_and_offsets"):  # a tokenizer that places its tokens in the text
+        add_tokenizer_routes(app, predictor.tokenizer, limits, predictor.task,
+                             embedder.prompted if embedder is not None else None)
     if embedder is not None:
         add_embedding_routes(app, service, batcher, limits, model_name=predictor.model_dir)
     if reranker is not None:

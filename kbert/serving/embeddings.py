@@ -10,6 +10,8 @@
 - `POST /embed`, Text Embeddings Inference's: `{"inputs": str | [str], "normalize": true,
   "truncate": false, "prompt_name": null}` gives one list of floats per input; errors `{"error",
   "error_type"}`.
+- `POST /similarity`, TEI's: `{"inputs": {"source_sentence": str, "sentences": [str]}, "parameters":
+  {"prompt_name", "truncate"}}` gives the cosine of each sentence's vector with the source sentence's.
 
 Both put the model's default prompt (`default_prompt_name` of its `config_sentence_transformers.json`)
 before each text, as sentence-transformers' `encode` does; TEI's `prompt_name` picks another of its
@@ -82,6 +84,18 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text "
                                            "(config_sentence_transformers.json); null: its default one")
 
+    class SimilarityInput(BaseModel):
+        source_sentence: str = Field(description="the text the others are compared with")
+        sentences: List[str] = Field(description="the texts compared with it")
+
+    class SimilarityParameters(BaseModel):
+        prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text")
+        truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
+
+    class SimilarityRequest(BaseModel):
+        inputs: SimilarityInput
+        parameters: Optional[SimilarityParameters] = None
+
     def openai_answer(body, texts, vectors, tokens):
         vectors = service.model.truncated(vectors, body.dimensions)  # within 1..width: the request's schema
         encode = ((lambda vector: base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"))
@@ -98,3 +112,15 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
                   lambda body, texts: served(service.embed(batcher, texts, body.truncate, body.prompt_name), "inputs"),
                   lambda body, texts, vectors, tokens: (unit_length(vectors) if body.normalize else vectors).tolist(),
                   "Text Embeddings Inference's embed API: a list of floats per input")
+
+    def similarity_vectors(body, texts):
+        parameters = body.parameters or SimilarityParameters()
+        return served(service.embed(batcher, texts, parameters.truncate, parameters.prompt_name), "inputs")
+
+    def cosines(body, texts, vectors, tokens):
+        vectors = unit_length(vectors)
+        return (vectors[1:] @ vectors[0]).tolist()
+
+    batched_route(app, "/similarity", SimilarityRequest, "inputs", limits, "embed", tei_error, similarity_vectors,
+                  cosines, "Text Embeddings Inference's similarity API: each sentence's cosine with the source's",
+                  texts_of=lambda body: [body.inputs.source_sentence, *body.inputs.sentences])

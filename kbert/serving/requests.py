@@ -64,9 +64,9 @@ def validation_message(error) -> str:
     return "; ".join(f"{'.'.join(map(str, item['loc'])) or 'body'}: {item['msg']}" for item in error.errors())
 
 
-async def parse_request(request, schema, field: str, limits, task: str):
+async def parse_request(request, schema, field: str, limits, task: str, texts_of=None):
     """`(body, texts)` of a valid request (`schema`, a pydantic model; `field`, its texts: a string, or a list of
-    strings or of objects with a `text`), else `(None, Refusal)`."""
+    strings or of objects with a `text`; or `texts_of(body)` where the texts lie deeper), else `(None, Refusal)`."""
     from pydantic import ValidationError
 
     try:
@@ -80,7 +80,7 @@ async def parse_request(request, schema, field: str, limits, task: str):
     except ValidationError as error:
         first = error.errors()[0]["loc"]
         return None, Refusal(422, validation_message(error), str(first[0]) if first else None)
-    texts = getattr(body, field)
+    texts = getattr(body, field) if texts_of is None else texts_of(body)
     texts = [texts] if isinstance(texts, str) else [getattr(text, "text", text) for text in texts]
     request.state.texts = len(texts)
     refused = refusal(texts, None, limits, task, field)

@@ -11,15 +11,16 @@ from kbert.serving.requests import body_schema, parse_request
 
 
 def batched_route(app, path: str, schema, field: str, limits, task: str, error: Callable,
-                  serve: Callable[..., Awaitable], answer: Callable, summary: str) -> None:
-    """`POST path` on `app`: a `schema` body whose texts are `field`, checked against `limits`; `serve(body,
+                  serve: Callable[..., Awaitable], answer: Callable, summary: str, texts_of=None) -> None:
+    """`POST path` on `app`: a `schema` body whose texts are `field` (or `texts_of(body)`), checked against
+    `limits`; `serve(body,
     texts)` gives `(rows, tokens)` or `(None, Refusal)`; `answer(body, texts, rows, tokens)` the response.
     `error` writes a `Refusal` in the API's form. Rows that are not all finite (a model that overflowed) are a
     500 in that form, never NaN in JSON or in base64 bytes."""
     from fastapi import Request
 
     async def route(request: Request):
-        body, texts = await parse_request(request, schema, field, limits, task)
+        body, texts = await parse_request(request, schema, field, limits, task, texts_of)
         if body is None:
             return error(texts)
         rows, tokens = await serve(body, texts)

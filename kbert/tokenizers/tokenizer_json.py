@@ -147,9 +147,10 @@ class TokenizerJson:
             self._cutters[maxlen] = backend  # two threads may both make one: the same copy, either kept
         return backend
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """The text of token ids, as the file's decoder writes it (byte-level BPE's `Ġ` as a space)."""
-        return self._backend.decode([int(index) for index in ids])
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """The text of token ids, as the file's decoder writes it (byte-level BPE's `Ġ` as a space), its special
+        tokens left out unless not `skip_special_tokens`."""
+        return self._backend.decode([int(index) for index in ids], skip_special_tokens=skip_special_tokens)
 
     def ids_and_offsets(self, texts: Sequence[str]) -> List[Tuple[List[int], List[Tuple[int, int]]]]:
         """For each text, its token ids (no special tokens) and their character spans in the text."""

@@ -243,10 +243,12 @@ class Tokenizer:
         """
         return pad_batch(self.encode_all(first, second, maxlen), self.pad_id)
 
-    def decode(self, ids: Sequence[int], tokens: Optional[Sequence[str]] = None) -> str:
+    def decode(self, ids: Sequence[int], tokens: Optional[Sequence[str]] = None,
+               skip_special_tokens: bool = True) -> str:
         """Text of `ids` (or of `tokens`), joined as bert4keras joins it.
 
-        Bracketed special tokens (`[CLS]`, `[SEP]`, `[UNK]`, ...) are left out;
+        Bracketed special tokens (`[CLS]`, `[SEP]`, `[UNK]`, ...) are left out (kept as words where not
+        `skip_special_tokens`);
         `##` pieces join the previous token; CJK characters join without
         spaces; other tokens are separated by one space, except after
         punctuation that opens or joins (`/`, `=`, `(`, CJK punctuation, ...)
@@ -258,7 +260,7 @@ class Tokenizer:
         'unaffable 3.5'
         """
         tokens = list(tokens) if tokens is not None else self.ids_to_tokens(ids)
-        tokens = [token for token in tokens if not _is_bracketed(token)]
+        tokens = [token for token in tokens if not (skip_special_tokens and _is_bracketed(token))]
         text = ""
         for index, token in enumerate(tokens):
             if token.startswith("##"):
