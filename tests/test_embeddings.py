@@ -203,6 +203,54 @@ def test_kbert_embed_dimensions_keeps_the_first_values_at_unit_length(minilm, tm
     assert code == 2 and "dimensions 385: " in error and "expected 1 to 384" in error
 
 
+def calibrated(tmp_path, capsys):
+    """The ranges `kbert embed --calibrate` writes over SENTENCES' vectors, as a file."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    ranges = tmp_path / "ranges.json"
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--calibrate", str(ranges)]) == 0
+    capsys.readouterr()
+    return texts, ranges
+
+
+def embedded_in(precision, texts, ranges, capsys):
+    extra = ["--ranges", str(ranges)] if precision in ("int8", "uint8") else []
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), "--precision", precision, *extra]) == 0
+    return np.array([json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()])
+
+
+def test_kbert_embed_calibrates_and_quantizes_each_precision(minilm, tmp_path, capsys):
+    """The calibration file holds each dimension's range over the texts' vectors; int8 and uint8 put a dimension's
+    smallest value in step 0 and every value within 0 to 255; binary and ubinary pack the signs eight to a byte."""
+    texts, ranges = calibrated(tmp_path, capsys)
+    vectors = minilm.encode(SENTENCES)
+    saved = json.loads(ranges.read_text())
+    assert saved["dimensions"] == 384 and saved["texts"] == len(SENTENCES)
+    np.testing.assert_allclose(saved["ranges"], [vectors.min(0), vectors.max(0)], atol=1e-6)
+    uint8 = embedded_in("uint8", texts, ranges, capsys)
+    assert uint8.shape == (len(SENTENCES), 384) and uint8.min() == 0 and uint8.max() <= 255
+    assert (uint8[vectors.argmin(0), np.arange(384)] == 0).all()
+    np.testing.assert_array_equal(embedded_in("int8", texts, ranges, capsys), uint8 - 128)
+    ubinary = embedded_in("ubinary", texts, ranges, capsys)
+    np.testing.assert_array_equal(ubinary, np.packbits(vectors > 0, axis=1))
+    np.testing.assert_array_equal(embedded_in("binary", texts, ranges, capsys), ubinary - 128)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--precision", "int8"], "--precision int8 needs --ranges FILE"),
+    (["--calibrate", "{tmp}/texts.txt"], "texts.txt: already exists"),
+    (["--calibrate", "{tmp}/new.json", "--precision", "binary"], "--calibrate writes ranges from float vectors"),
+    (["--precision", "uint8", "--ranges", "{tmp}/texts.txt"], "texts.txt: not a readable calibration file"),
+])
+def test_kbert_embed_precision_options_that_cannot_work_are_refused(tmp_path, capsys, arguments, message):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    arguments = [argument.format(tmp=tmp_path) for argument in arguments]
+    assert main(["embed", "--model", str(minilm_dir()), str(texts), *arguments]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "new.json").exists()
+
+
 def test_kbert_embed_checks_the_model_before_reading_standard_input(tmp_path, capsys, monkeypatch):
     class Unread:  # standard input that fails the test if it is read: the model is refused first
         @property
@@ -235,6 +283,18 @@ def test_kbert_embed_dimensions_is_sentence_transformers_truncate_dim_normalised
     reference = sentence_transformers.SentenceTransformer(str(minilm_dir()), device="cpu", truncate_dim=64)
     _, vectors, _ = embedded_with_dimensions(tmp_path, capsys, 64)
     assert np.abs(vectors - reference.encode(SENTENCES, normalize_embeddings=True)).max() <= 1e-5
+
+
+@pytest.mark.parity
+def test_each_precision_is_sentence_transformers_quantize_embeddings_with_the_same_ranges(minilm, tmp_path, capsys):
+    quantization = pytest.importorskip("sentence_transformers.quantization",
+                                       reason="pip install sentence-transformers (with torch) for the parity tests")
+    texts, ranges = calibrated(tmp_path, capsys)
+    vectors = minilm.encode(SENTENCES)
+    bounds = np.array(json.loads(ranges.read_text())["ranges"], np.float32)
+    for precision in ("int8", "uint8", "binary", "ubinary"):
+        expected = quantization.quantize_embeddings(vectors, precision=precision, ranges=bounds)
+        np.testing.assert_array_equal(embedded_in(precision, texts, ranges, capsys), expected)
 
 
 @pytest.mark.parametrize("mode", POOLING_MODES)

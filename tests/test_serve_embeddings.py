@@ -55,9 +55,21 @@ def embedder():
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running_server(minilm_dir(), "--max-batch", "8", "--max-batch-tokens", "512", "--max-wait-ms", "20") \
-            as (url, _):
+def ranges(tmp_path_factory):
+    """Calibration ranges over SENTENCES, as `kbert embed --calibrate` writes them."""
+    from kbert.cli.main import main
+
+    folder = tmp_path_factory.mktemp("calibration")
+    (folder / "texts.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    assert main(["embed", "--model", str(minilm_dir()), str(folder / "texts.txt"), "--calibrate",
+                 str(folder / "ranges.json")]) == 0
+    return folder / "ranges.json"
+
+
+@pytest.fixture(scope="module")
+def server(ranges):
+    with running_server(minilm_dir(), "--max-batch", "8", "--max-batch-tokens", "512", "--max-wait-ms", "20",
+                        "--ranges", str(ranges)) as (url, _):
         yield url
 
 
@@ -138,6 +150,29 @@ def test_tei_embed_normalizes_and_truncates_on_request(server, embedder):
     assert status == 200
     np.testing.assert_allclose(vectors[0], embedder.encode([LONG])[0], atol=1e-5)  # cut as encode cuts it
     assert call(server, "/embed", b"{not json", raw=True)[0] == 400
+
+
+def test_cohere_embed_gives_each_type_with_the_servers_calibration(server, embedder, ranges):
+    from kbert.tasks.embedding_precision import load_ranges, quantized
+
+    types = ["float", "int8", "uint8", "binary", "ubinary"]
+    status, answer = call(server, "/v1/embed", {"texts": SENTENCES, "model": "m", "embedding_types": types})
+    vectors = embedder.encode(SENTENCES)
+    bounds = load_ranges(ranges, 384)
+    assert status == 200 and answer["response_type"] == "embeddings_by_type" and answer["texts"] == SENTENCES
+    assert answer["meta"]["billed_units"]["input_tokens"] == sum(len(ids) for ids, _ in
+                                                                 embedder.tokenizer.encode_all(SENTENCES))
+    served = np.array(answer["embeddings"]["float"], np.float32)  # float32 survives JSON exactly
+    np.testing.assert_allclose(served, vectors, atol=1e-5)
+    for kind in types[1:]:
+        np.testing.assert_array_equal(answer["embeddings"][kind], quantized(served, kind, bounds))
+    status, answer = call(server, "/v1/embed", {"texts": SENTENCES[:1]})
+    assert status == 200 and answer["response_type"] == "embeddings_floats"
+    np.testing.assert_allclose(answer["embeddings"], vectors[:1], atol=1e-5)
+    status, answer = call(server, "/v1/embed", {"texts": [LONG], "truncate": "NONE"})
+    assert status == 413 and answer["error"]["param"] == "texts"
+    status, answer = call(server, "/v1/embed", {"texts": ["a"], "embedding_types": ["int4"]})
+    assert status == 422 and answer["error"]["message"].startswith("embedding_types: 'int4' is not one of float, ")
 
 
 def test_tei_similarity_is_each_sentences_cosine_with_the_source(server, embedder):

@@ -49,6 +49,9 @@ def add_commands(command) -> None:
     serve.add_argument("--adapter", metavar="TASK", help="an embedding model with task LoRA adapters "
                                                          "(jina-embeddings-v3): the task's, merged in "
                                                          "(retrieval.query, ...); default: the base weights")
+    serve.add_argument("--ranges", metavar="FILE", help="an embedding model's calibration ranges (kbert embed "
+                                                        "--calibrate wrote them): int8 and uint8 vectors on "
+                                                        "POST /v1/embed")
     runtime_options(serve, "a classifier or an embedding model", "whose small batches cost about half Keras's on "
                     "TensorFlow")
     precision_option(serve, weights=True)
@@ -74,9 +77,10 @@ def run_serve(args) -> int:
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     task = model_task(resolved(args.model))
-    if args.adapter is not None and task != "embed":
-        raise KbertError(f"--adapter chooses an embedding model's task LoRA adapter (jina-embeddings-v3's); "
-                         f"{args.model} is a {task} model: serve it without --adapter")
+    for option, given in (("--adapter", args.adapter), ("--ranges", args.ranges)):
+        if given is not None and task != "embed":
+            raise KbertError(f"{option} is an embedding model's option; {args.model} is a {task} model: serve it "
+                             f"without {option}")
     if onnx and task not in ("classify", "embed"):
         option = "--quantize int8" if args.quantize else "--runtime onnxruntime"
         raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {args.model} is a {task} "
@@ -87,7 +91,8 @@ def run_serve(args) -> int:
     # Before the model loads: TensorFlow's pool of threads is fixed once it runs an operation.
     threads = share_cores(limits.instances)
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
-                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k, adapter=args.adapter)
+                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k, adapter=args.adapter,
+                                  ranges=args.ranges)
     predictor = (_onnx_predictor(args.model, task, settings, args.quantize, threads) if onnx
                  else load_predictor(args.model, settings))
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it

@@ -70,6 +70,13 @@ def add_commands(command) -> None:
     embed.add_argument("--dimensions", type=positive_int, metavar="N",
                        help="keep each vector's first N values (a Matryoshka model's shorter vectors), scaled back "
                             "to unit length where the model's vectors are")
+    embed.add_argument("--precision", choices=("float", "int8", "uint8", "binary", "ubinary"), default="float",
+                       help="the vectors' values: float32, or fewer bits as sentence-transformers' "
+                            "quantize_embeddings gives them (int8 and uint8 need --ranges)")
+    embed.add_argument("--ranges", metavar="FILE", help="each dimension's calibration range, for --precision int8 "
+                                                        "or uint8 (a file --calibrate wrote)")
+    embed.add_argument("--calibrate", metavar="OUT", help="write each dimension's range over the input texts' "
+                                                          "vectors to OUT (JSON) instead of the vectors")
     embed.add_argument("--adapter", metavar="TASK", help="a model with task LoRA adapters (jina-embeddings-v3): "
                                                          "the task's, merged in (retrieval.query, retrieval.passage, "
                                                          "separation, classification, text-matching); default: none, "
@@ -555,9 +562,11 @@ def run_embed(args) -> int:
 
     from kbert.io import atomic_path
     from kbert.tasks.embedding import Embedder
+    from kbert.tasks.embedding_precision import calibration_ranges, load_ranges, quantized, save_ranges
 
     if args.npy and os.path.lexists(args.npy):
         raise KbertError(f"{args.npy}: already exists; choose a new path (kbert never writes over an earlier output)")
+    _check_precision_options(args)
     onnx = onnx_runtime_chosen(args)
     folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
     texts = _input_lines(args.input)
@@ -569,6 +578,7 @@ def run_embed(args) -> int:
     embedder = Embedder.load(folder, adapter=args.adapter)
     texts = embedder.prompted(texts, args.prompt_name, args.prompt)  # an unknown name is refused before an export
     embedder.check_dimensions(args.dimensions)
+    ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else None
     if onnx:
         from kbert.serving.export import onnx_embedder
 
@@ -579,6 +589,12 @@ def run_embed(args) -> int:
     if broken.size:  # JSON has no NaN, and a NaN in a .npy poisons every search over it
         raise KbertError(f"{args.input}: line {broken[0] + 1} ({broken.size} lines in all) gave NaN or infinite "
                          "values (an overflow in the model's precision, or damaged weights); nothing was written")
+    if args.calibrate:
+        save_ranges(args.calibrate, calibration_ranges(vectors), args.model, len(texts))
+        print(f"kbert: the ranges of {vectors.shape[1]} dimensions over {len(texts)} texts written to "
+              f"{args.calibrate}", file=sys.stderr)
+        return 0
+    vectors = quantized(vectors, args.precision, ranges)
     if args.npy:
         with atomic_path(args.npy) as temporary:
             with open(temporary, "wb") as handle:
@@ -588,6 +604,19 @@ def run_embed(args) -> int:
     for vector in vectors:
         print(json.dumps({"embedding": vector.tolist()}))
     return 0
+
+
+def _check_precision_options(args) -> None:
+    """`--precision`, `--ranges` and `--calibrate` that cannot go together, refused before anything is read."""
+    if args.calibrate and (args.precision != "float" or args.npy or args.ranges):
+        raise KbertError("--calibrate writes ranges from float vectors: give it without --precision, --ranges "
+                         "or --npy")
+    if args.calibrate and os.path.lexists(args.calibrate):
+        raise KbertError(f"{args.calibrate}: already exists; choose a new path (kbert never writes over an "
+                         "earlier output)")
+    if args.precision in ("int8", "uint8") and not args.ranges:
+        raise KbertError(f"--precision {args.precision} needs --ranges FILE: each dimension's range, which "
+                         "kbert embed --calibrate OUT.json writes from texts like yours")
 
 
 def run_export(args) -> int:

