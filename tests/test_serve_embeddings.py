@@ -300,6 +300,17 @@ def test_the_models_default_prompt_is_served_and_tei_picks_another_by_name(embed
         openai_answer = test_client.post("/v1/embeddings", json={"input": SENTENCES, "encoding_format": "float"})
         tei_answer = test_client.post("/embed", json={"inputs": SENTENCES, "prompt_name": "passage"})
         unknown = test_client.post("/embed", json={"inputs": SENTENCES, "prompt_name": "document"})
+        cohere = test_client.post("/v1/embed", json={"texts": SENTENCES[:2], "input_type": "search_document",
+                                                     "embedding_types": ["float"]})
+        uncalibrated = test_client.post("/v1/embed", json={"texts": SENTENCES[:1], "embedding_types": ["int8"]})
+        tokenized = test_client.post("/tokenize", json={"inputs": "a", "prompt_name": "passage"})
+    # Cohere's search_document takes the document prompt (sentence-transformers' encode_document: "passage");
+    # a server started without --ranges has no int8; /tokenize places the tokens in the prompted text.
+    np.testing.assert_allclose(cohere.json()["embeddings"]["float"],
+                               embedder.encode(["passage: " + text for text in SENTENCES[:2]]), atol=1e-5)
+    assert uncalibrated.status_code == 422 and "kbert serve --ranges FILE" in uncalibrated.json()["error"]["message"]
+    assert [(token["text"], token["start"]) for token in tokenized.json()[0][1:-1]] == [
+        ("passage", 0), (":", 7), ("a", 9)]
     np.testing.assert_allclose([row["embedding"] for row in openai_answer.json()["data"]],
                                embedder.encode(["query: " + text for text in SENTENCES]), atol=1e-5)
     tokens = sum(len(ids) for ids, _ in embedder.tokenizer.encode_all(["query: " + text for text in SENTENCES]))
