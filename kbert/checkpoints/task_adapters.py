@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -57,9 +57,9 @@ def unwrapped_name(name: str) -> str:
     return name[:-len(ORIGINAL)] + ".weight" if name.endswith(ORIGINAL) else name
 
 
-def read_adapters(path: str, stored: Sequence[str]) -> TaskAdapters:
+def read_adapters(path: str) -> TaskAdapters:
     """The task adapters of the safetensors file `path`, from the config.json beside it (`lora_adaptations`,
-    `lora_rank`, `lora_alpha`); checked against the stored pairs' first axis (`stored`: every tensor name)."""
+    `lora_rank`, `lora_alpha`); `merged_reader` checks the stored pairs against them."""
     config_path = os.path.join(os.path.dirname(path), "config.json")
     try:
         with open(config_path, encoding="utf-8") as handle:
@@ -118,7 +118,7 @@ def adapted_source(path: str, shapes: Dict[str, tuple], read: Callable[[str], np
             raise CheckpointError(f"{path}: no task LoRA adapters in this file (tensors named "
                                   f"*{LORA_A}), so adapter {task!r} cannot be applied; load it without one")
         return read
-    adapters = read_adapters(path, list(shapes))
+    adapters = read_adapters(path)
     if task is None:
         logger.warning("%s: its task LoRA adapters (%s) are left out: the base weights are loaded, as Jina's encode "
                        "without task=; choose one with adapter= (kbert embed/serve --adapter)",

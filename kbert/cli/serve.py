@@ -69,7 +69,7 @@ def run_serve(args) -> int:
                          "prometheus_client)") \
             from None
     from kbert.serving.instances import serial_reason, share_cores
-    from kbert.tasks.predictors import PredictionSettings, load_predictor, model_task, resolved
+    from kbert.tasks.predictors import PredictionSettings, check_settings, load_predictor, model_task, resolved
 
     if args.max_wait_ms < 0:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
@@ -77,10 +77,10 @@ def run_serve(args) -> int:
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     task = model_task(resolved(args.model))
-    for option, given in (("--adapter", args.adapter), ("--ranges", args.ranges)):
-        if given is not None and task != "embed":
-            raise KbertError(f"{option} is an embedding model's option; {args.model} is a {task} model: serve it "
-                             f"without {option}")
+    settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
+                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k, adapter=args.adapter,
+                                  ranges=args.ranges)
+    check_settings(settings, task, args.model)  # before the model loads (the ONNX path skips load_predictor)
     if onnx and task not in ("classify", "embed"):
         option = "--quantize int8" if args.quantize else "--runtime onnxruntime"
         raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {args.model} is a {task} "
@@ -90,9 +90,6 @@ def run_serve(args) -> int:
         limits.instances = 1
     # Before the model loads: TensorFlow's pool of threads is fixed once it runs an operation.
     threads = share_cores(limits.instances)
-    settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
-                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k, adapter=args.adapter,
-                                  ranges=args.ranges)
     predictor = (_onnx_predictor(args.model, task, settings, args.quantize, threads) if onnx
                  else load_predictor(args.model, settings))
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it

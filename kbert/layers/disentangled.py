@@ -168,10 +168,10 @@ class DisentangledSelfAttention(keras.layers.Layer):
         positions = ops.arange(length, dtype="int32")
         if self.c2p:  # query i against the key projection of row (i, j)
             by_row = ops.einsum("bqhd,rhd->bhqr", q, self._heads(self.key(table)))
-            scores = scores + self._picked(by_row, positions[:, None] * width + rows, length)
+            scores = scores + self._picked(by_row, positions[:, None] * width + rows, batch, length)
         if self.p2c:  # key j against the query projection of row (i, j)
             by_row = ops.einsum("bkhd,rhd->bhkr", k, self._heads(self.query(table)))
-            scores = scores + self._picked(by_row, positions[None, :] * width + rows, length)
+            scores = scores + self._picked(by_row, positions[None, :] * width + rows, batch, length)
         scores = scores / scale
         if mask is not None and mask[0] is not None:
             keep = ops.cast(mask[0], "bool")[:, None, None, :]
@@ -180,13 +180,13 @@ class DisentangledSelfAttention(keras.layers.Layer):
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
         return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
 
-    def _picked(self, by_row, flat_index, length):
+    def _picked(self, by_row, flat_index, batch, length):
         """`[batch, heads, length, length]`: entry (i, j) of `by_row` (`[batch, heads, length, rows]`, flattened
         per head) at `flat_index[i, j]`. One `[length · length]` index shared by every batch row and head, so
         the gather (and its gradient) reads no index tensor of the scores' size."""
-        flat = ops.reshape(by_row, (ops.shape(by_row)[0], self.num_heads, -1))
+        flat = ops.reshape(by_row, (batch, self.num_heads, -1))
         picked = ops.take(flat, ops.reshape(flat_index, (-1,)), axis=2)
-        return ops.reshape(picked, (ops.shape(by_row)[0], self.num_heads, length, length))
+        return ops.reshape(picked, (batch, self.num_heads, length, length))
 
     def compute_mask(self, inputs, mask=None):
         return None if mask is None else mask[0]

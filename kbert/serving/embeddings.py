@@ -38,6 +38,7 @@ import numpy as np
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService
+from kbert.tasks.embedding import unit_length
 from kbert.tasks.embedding_precision import PRECISIONS, quantized
 
 
@@ -67,10 +68,6 @@ class EmbeddingService(TokenizedService):
 async def _refused(refusal: Refusal):
     """A route's `serve` step that refuses before the model runs: `(None, refusal)`, as `served` gives it."""
     return None, refusal
-
-
-def unit_length(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
 
 
 def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:

@@ -29,9 +29,10 @@ def simple_tokens(tokenizer, text: str, add_special_tokens: bool = True) -> List
     [(0, '[CLS]', None, None), (3, 'Café', 0, 5), (4, '语', 6, 9), (1, '[SEP]', None, None)]
     """
     (content, spans), = tokenizer.ids_and_offsets([text])
-    framed = list(tokenizer.encode_all([text])[0][0]) if add_special_tokens else list(content)
+    content = list(content)
+    framed = list(tokenizer.encode_all([text])[0][0]) if add_special_tokens else content
     first = next((index for index in range(len(framed) - len(content) + 1)
-                  if framed[index:index + len(content)] == list(content)), None)
+                  if framed[index:index + len(content)] == content), None)
     if first is None:
         raise KbertError("the tokenizer's special tokens could not be told from the text's tokens")
     data = text.encode("utf-8")

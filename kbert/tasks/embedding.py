@@ -40,6 +40,11 @@ from kbert.training.records import Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file
 
 
+def unit_length(vectors: np.ndarray) -> np.ndarray:
+    """Each row of `vectors` scaled to unit length (an all-zero row stays zero)."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+
+
 @dataclasses.dataclass
 class Embedder:
     """A loaded embedding model: `encode(texts)` gives one vector per text.
@@ -164,7 +169,7 @@ class Embedder:
                                                 pad_id=self.tokenizer.pad_id):
             vectors[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]
         if normalize and not self.normalize:
-            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            vectors = unit_length(vectors)
         return vectors
 
     @property
@@ -185,9 +190,7 @@ class Embedder:
         if dimensions is None or dimensions == self.dimensions:
             return vectors
         vectors = vectors[:, :dimensions]
-        if normalize or self.normalize:
-            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-        return vectors
+        return unit_length(vectors) if normalize or self.normalize else vectors
 
     def save(self, folder: "str | os.PathLike[str]") -> str:
         """Writes the model as a sentence-transformers folder (which sentence-transformers loads and encodes

@@ -99,6 +99,14 @@ def classifier_predictor(classifier, model_dir: str, settings: PredictionSetting
         texts, pairs, settings.batch_size, settings.bucketing), classifier.tokenizer, classifier.maxlen)
 
 
+def check_settings(settings: PredictionSettings, task: str, model_dir: str) -> None:
+    """A `KbertError` where `settings` give an embedding model's option (`adapter`, `ranges`) to a `task` model."""
+    for name in ("adapter", "ranges"):
+        if getattr(settings, name) is not None and task != "embed":
+            raise KbertError(f"{model_dir}: {name} {getattr(settings, name)!r} (--{name}) is an embedding model's "
+                             f"option; this is a {task} model")
+
+
 def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None) -> Predictor:
     """The model directory `kbert train` or `kbert pretrain` wrote, or an embedding model (a
     sentence-transformers folder or a name of one), loaded for prediction."""
@@ -107,12 +115,7 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
     settings = settings or PredictionSettings()
     model_dir = resolved(model_dir)
     task = model_task(model_dir)
-    if settings.adapter is not None and task != "embed":
-        raise KbertError(f"{model_dir}: a task adapter ({settings.adapter!r}) is chosen for an embedding model's "
-                         f"weights (jina-embeddings-v3's); this is a {task} model")
-    if settings.ranges is not None and task != "embed":
-        raise KbertError(f"{model_dir}: calibration ranges ({settings.ranges}) are an embedding model's; this is "
-                         f"a {task} model")
+    check_settings(settings, task, model_dir)
     if task == "embed":
         return embedding_predictor(model_dir, settings)
     if task == "rerank":

@@ -40,7 +40,7 @@ class RotaryBertConfig(BertConfig):
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RotaryBertConfig":
         if values.get("position_embedding_type") == "rotary":  # Jina's own config.json: transformers 5's keys
-            values = {**values, "model_type": "jina_embeddings_v3", "position_embedding_type": "absolute",
+            values = {**values, "model_type": "jina_embeddings_v3",
                       **({"rope_theta": values["rotary_emb_base"]} if "rotary_emb_base" in values else {})}
         return super().from_dict(with_rope_theta(values, source), source)
 
