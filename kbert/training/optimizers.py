@@ -70,13 +70,14 @@ class WeightLearningRates:
 
 
 class InPlaceTorchAdam:
-    """A mixin for Keras's `Adam` and `AdamW`: on PyTorch, every weight's step in one pass of in-place `torch._foreach_*`
-    calls, as PyTorch's own AdamW takes it.
+    """A mixin for Keras's `Adam` and `AdamW`: on PyTorch, every weight's step in one pass of in-place
+    `torch._foreach_*` calls, as PyTorch's own AdamW takes it.
 
     Keras gives its fused PyTorch update to its own classes only (a subclass, as kbert's, takes one weight at a
     time), and that update allocates a new tensor for each of `g²`, `α·m`, `√v + ε` and their quotient: on
     DeBERTa-v3-base's embedding (128,100 × 768 float32) each is a pass over 390 MB. Here the moments move in
-    place (`lerp_`, `addcmul_`) and only `√v + ε` is allocated. The same step, to float rounding; AMSGrad takes Keras's own.
+    place (`lerp_`, `addcmul_`) and only `√v + ε` is allocated. The same step, to float rounding; AMSGrad takes
+    Keras's own.
     """
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
