@@ -24,6 +24,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from kbert.errors import CheckpointError, is_whole_number
+from kbert.layers.pooling import SPLADE_ACTIVATIONS, SPLADE_STRATEGIES
 
 MODULES_FILE = "modules.json"
 # sentence-transformers' pooling flags, in its order of precedence, and kbert's names for them
@@ -45,13 +46,26 @@ class DenseSpec:
     activation: Optional[str]
 
 
+@dataclasses.dataclass(frozen=True)
+class SpladeSpec:
+    """A `SpladePooling` module (a sparse encoder's): how each token's logits are activated and pooled
+    (`kbert.layers.pooling.SpladePooling`)."""
+
+    strategy: str = "max"
+    activation: str = "relu"
+
+    def __str__(self) -> str:  # how a file's metadata names the pooling: "splade max relu"
+        return f"splade {self.strategy} {self.activation}"
+
+
 @dataclasses.dataclass
 class SentenceTransformerSpec:
     """What a sentence-transformers folder holds.
 
     Args:
         transformer: the folder of the transformer's `config.json` and weights.
-        pooling: the pooling mode (`kbert.layers.pooling.POOLING_MODES`).
+        pooling: the pooling mode (`kbert.layers.pooling.POOLING_MODES`), or a sparse encoder's SPLADE pooling
+            of its masked-LM transformer's logits.
         dense: the projections after the pooling, in order.
         normalize: whether the vectors are scaled to unit length last.
         max_seq_length: the longest input in tokens (None: the model's own limit).
@@ -62,7 +76,7 @@ class SentenceTransformerSpec:
     """
 
     transformer: str
-    pooling: str
+    pooling: "str | SpladeSpec"
     dense: list
     normalize: bool
     max_seq_length: Optional[int]
@@ -75,12 +89,16 @@ class SentenceTransformerSpec:
 SETTINGS_FILE = "config_sentence_transformers.json"
 
 
+#: The `model_type`s of `config_sentence_transformers.json` that embed texts (dense and sparse).
+EMBEDDING_MODEL_TYPES = (None, "SentenceTransformer", "SparseEncoder")
+
+
 def is_sentence_transformer(path: "str | os.PathLike[str]") -> bool:
-    """Whether `path` is a sentence-transformers embedding folder: it has `modules.json`, and its
-    `config_sentence_transformers.json` names no other model type (sentence-transformers 6 writes a
+    """Whether `path` is a sentence-transformers embedding folder, dense or sparse: it has `modules.json`, and
+    its `config_sentence_transformers.json` names no other model type (sentence-transformers 6 writes a
     `CrossEncoder`'s folder with modules too)."""
     return os.path.isfile(os.path.join(os.fspath(path), MODULES_FILE)) and \
-        model_type(path) in (None, "SentenceTransformer")
+        model_type(path) in EMBEDDING_MODEL_TYPES
 
 
 def model_type(path: "str | os.PathLike[str]") -> Optional[str]:
@@ -98,38 +116,75 @@ def settings(path: "str | os.PathLike[str]") -> dict:
 
 def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTransformerSpec:
     """The modules of the sentence-transformers folder `folder`, checked; a `CheckpointError` names the file
-    and what was expected."""
+    and what was expected. Each module is read by its type's reader (`MODULE_READERS`); a type kbert does not
+    compute is refused by name, never skipped."""
     folder = os.fspath(folder)
     modules_file = os.path.join(folder, MODULES_FILE)
     modules = _json(modules_file)
     if not isinstance(modules, list) or not modules or not all(isinstance(module, dict) for module in modules):
         raise CheckpointError(f"{modules_file}: expected a list of modules, each an object with its type and path")
-    transformer, pooling, include_prompt, dense, normalize = None, None, True, [], False
+    found = {"transformer": None, "mlm": False, "pooling": None, "include_prompt": True, "dense": [],
+             "normalize": False}
     for module in sorted(modules, key=lambda entry: _index(entry, modules_file)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        path = module_path(folder, module.get("path", ""), modules_file)
-        if kind in ("Transformer", "MLMTransformer"):
-            transformer = path
-        elif kind == "Pooling":
-            pooling, include_prompt = _pooling(os.path.join(path, "config.json"))
-        elif kind == "Dense":
-            dense.append(_dense(path))
-        elif kind == "Normalize":
-            normalize = True
-        else:
-            raise CheckpointError(f"{modules_file}: module {module.get('name')!r} of type "
-                                  f"{module.get('type')!r} is not one kbert reads (Transformer, Pooling, Dense, "
-                                  "Normalize)")
-    if transformer is None or pooling is None:
-        raise CheckpointError(f"{modules_file}: expected a Transformer and a Pooling module")
+        if kind not in MODULE_READERS:
+            raise CheckpointError(f"{modules_file}: module {module.get('name')!r} of type {module.get('type')!r} "
+                                  f"is not one kbert reads ({', '.join(MODULE_READERS)})")
+        MODULE_READERS[kind](found, module_path(folder, module.get("path", ""), modules_file))
+    _check_pipeline(found, modules_file)
+    transformer = found["transformer"]
     config_path = next((path for path in (os.path.join(transformer, "sentence_bert_config.json"),
                                           os.path.join(folder, "sentence_bert_config.json")) if os.path.isfile(path)),
                        None)
     config = _object(config_path) if config_path else {}
     prompts, default_prompt_name = _prompts(os.path.join(folder, SETTINGS_FILE))
-    return SentenceTransformerSpec(transformer, pooling, dense, normalize, _max_seq_length(config, config_path),
+    return SentenceTransformerSpec(transformer, found["pooling"], found["dense"], found["normalize"],
+                                   _max_seq_length(config, config_path),
                                    _flag(config, "do_lower_case", False, config_path), prompts, default_prompt_name,
-                                   include_prompt)
+                                   found["include_prompt"])
+
+
+def _check_pipeline(found: dict, modules_file: str) -> None:
+    """The modules make one of the pipelines kbert computes: a transformer and a pooling, and SPLADE's pooling
+    exactly on a masked-LM transformer (its logits are what it pools)."""
+    if found["transformer"] is None or found["pooling"] is None:
+        raise CheckpointError(f"{modules_file}: expected a Transformer (or MLMTransformer) and a Pooling (or "
+                              "SpladePooling) module")
+    splade = isinstance(found["pooling"], SpladeSpec)
+    if splade != found["mlm"]:
+        raise CheckpointError(f"{modules_file}: " + ("a SpladePooling pools a masked-LM's logits: expected an "
+                                                     "MLMTransformer before it" if splade else
+                                                     "an MLMTransformer gives vocabulary logits: expected a "
+                                                     "SpladePooling after it"))
+    if splade and (found["dense"] or found["normalize"]):
+        raise CheckpointError(f"{modules_file}: a Dense or Normalize after a SpladePooling is not one kbert "
+                              "computes (a sparse vector ends at its pooling)")
+
+
+def _read_transformer(found: dict, path: str, mlm: bool = False) -> None:
+    if found["transformer"] is not None:
+        raise CheckpointError(f"{path}: a second transformer module; kbert reads one")
+    found.update(transformer=path, mlm=mlm)
+
+
+def _read_pooling(found: dict, path: str) -> None:
+    found["pooling"], found["include_prompt"] = _pooling(os.path.join(path, "config.json"))
+
+
+def _read_splade_pooling(found: dict, path: str) -> None:
+    found["pooling"] = _splade(os.path.join(path, "config.json"))
+
+
+#: How each sentence-transformers module type is read, by its type's last name (versions 2 to 6 spell the
+#: module path differently): a reader puts what its folder says into the pipeline being read.
+MODULE_READERS = {
+    "Transformer": _read_transformer,
+    "MLMTransformer": lambda found, path: _read_transformer(found, path, mlm=True),
+    "Pooling": _read_pooling,
+    "SpladePooling": _read_splade_pooling,
+    "Dense": lambda found, path: found["dense"].append(_dense(path)),
+    "Normalize": lambda found, path: found.update(normalize=True),
+}
 
 
 def module_path(folder: str, named, modules_file: str) -> str:
@@ -182,19 +237,30 @@ def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
     return prompts, default
 
 
-def write_modules(folder: str, pooling: str, dimensions: int, dense: Sequence[Tuple[list, Optional[str]]],
-                  normalize: bool, max_seq_length: int, prompts: Optional[Dict[str, str]] = None,
-                  default_prompt_name: Optional[str] = None, do_lower_case: bool = False) -> None:
+def write_modules(folder: str, pooling: "str | SpladeSpec", dimensions: int,
+                  dense: Sequence[Tuple[list, Optional[str]]], normalize: bool, max_seq_length: int,
+                  prompts: Optional[Dict[str, str]] = None, default_prompt_name: Optional[str] = None,
+                  do_lower_case: bool = False) -> None:
     """A sentence-transformers folder's module files beside the transformer's, in the names every version from 2
     on reads: `modules.json`, `1_Pooling/config.json`, a `N_Dense` folder per projection (`(weights, Keras
     activation)`: its `config.json` and `model.safetensors`), `Normalize` where asked,
-    `sentence_bert_config.json`, and `config_sentence_transformers.json` where there are `prompts`."""
+    `sentence_bert_config.json`, and `config_sentence_transformers.json` where there are `prompts`. A SPLADE
+    `pooling` writes a sparse encoder (an `MLMTransformer` and `1_SpladePooling`, in the names
+    sentence-transformers 5 and later read, and `model_type` SparseEncoder)."""
     from safetensors.numpy import save_file
 
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-    flags = {flag: mode == pooling for flag, mode in _POOLING_FLAGS.items()}
-    _write_json(os.path.join(folder, "1_Pooling", "config.json"), {"word_embedding_dimension": dimensions, **flags})
+    sparse = isinstance(pooling, SpladeSpec)
+    modules = [_module(0, "", "sparse_encoder.models.MLMTransformer" if sparse else "models.Transformer")]
+    if sparse:
+        modules.append(_module(1, "1_SpladePooling", "sparse_encoder.models.SpladePooling"))
+        _write_json(os.path.join(folder, "1_SpladePooling", "config.json"), {
+            "pooling_strategy": pooling.strategy, "activation_function": pooling.activation,
+            "embedding_dimension": dimensions})
+    else:
+        modules.append(_module(1, "1_Pooling", "models.Pooling"))
+        flags = {flag: mode == pooling for flag, mode in _POOLING_FLAGS.items()}
+        _write_json(os.path.join(folder, "1_Pooling", "config.json"), {"word_embedding_dimension": dimensions,
+                                                                       **flags})
     torch_names = {keras: torch for torch, keras in _ACTIVATIONS.items()}
     for weights, activation in dense:
         index = len(modules)
@@ -208,17 +274,21 @@ def write_modules(folder: str, pooling: str, dimensions: int, dense: Sequence[Tu
                                    f"{torch_names[activation]}"})
         tensors = {"linear.weight": kernel.T.copy(), **({"linear.bias": weights[1]} if len(weights) > 1 else {})}
         save_file(tensors, os.path.join(folder, path, "model.safetensors"))
-        modules.append({"idx": index, "name": str(index), "path": path, "type": "sentence_transformers.models.Dense"})
+        modules.append(_module(index, path, "models.Dense"))
     if normalize:
-        index = len(modules)
-        modules.append({"idx": index, "name": str(index), "path": f"{index}_Normalize",
-                        "type": "sentence_transformers.models.Normalize"})
+        modules.append(_module(len(modules), f"{len(modules)}_Normalize", "models.Normalize"))
     _write_json(os.path.join(folder, MODULES_FILE), modules)
     _write_json(os.path.join(folder, "sentence_bert_config.json"), {"max_seq_length": max_seq_length,
                                                                    "do_lower_case": do_lower_case})
-    if prompts:
+    if prompts or sparse:
         _write_json(os.path.join(folder, SETTINGS_FILE),
-                    {"prompts": prompts, "default_prompt_name": default_prompt_name, "similarity_fn_name": "cosine"})
+                    {"model_type": "SparseEncoder" if sparse else "SentenceTransformer", "prompts": prompts or {},
+                     "default_prompt_name": default_prompt_name, "similarity_fn_name": "dot" if sparse else "cosine"})
+
+
+def _module(index: int, path: str, kind: str) -> dict:
+    """A `modules.json` entry: the module's place, folder and type (`sentence_transformers.<kind>`)."""
+    return {"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.{kind}"}
 
 
 def _write_json(path: str, value) -> None:
@@ -240,6 +310,17 @@ def _pooling(path: str) -> Tuple[str, bool]:
         raise CheckpointError(f"{path}: expected exactly one pooling mode of {', '.join(_POOLING_FLAGS)} (true), "
                               f"got {chosen or 'none'}; kbert pools one way (concatenated modes are not read)")
     return chosen[0], _flag(config, "include_prompt", True, path)
+
+
+def _splade(path: str) -> SpladeSpec:
+    """A `SpladePooling`'s config: `pooling_strategy` max or sum, `activation_function` relu or log1p_relu."""
+    config = _object(path) if os.path.isfile(path) else {}
+    spec = SpladeSpec(config.get("pooling_strategy", "max"), config.get("activation_function", "relu"))
+    if spec.strategy not in SPLADE_STRATEGIES or spec.activation not in SPLADE_ACTIVATIONS:
+        raise CheckpointError(f"{path}: pooling_strategy {spec.strategy!r}, activation_function "
+                              f"{spec.activation!r}: expected one of {', '.join(SPLADE_STRATEGIES)} and one of "
+                              f"{', '.join(SPLADE_ACTIVATIONS)}")
+    return spec
 
 
 def _dense(path: str) -> DenseSpec:

@@ -53,7 +53,8 @@ def add_commands(command) -> None:
     predict.set_defaults(run=run_predict)
 
     embed = command("embed", "a vector per input text from a sentence-transformers model (a folder or a name "
-                             "such as hf://sentence-transformers/all-MiniLM-L6-v2): JSON Lines, or --npy")
+                             "such as hf://sentence-transformers/all-MiniLM-L6-v2): JSON Lines, or --npy; a "
+                             "SparseEncoder's as {\"indices\", \"values\"} lines")
     embed.add_argument("--model", required=True, help="a sentence-transformers folder, or a name (hf://OWNER/NAME, "
                                                        "an archive's URL) fetched once into the cache")
     embed.add_argument("input", nargs="?", default="-", help="file of texts, one a line; - for standard input")
@@ -77,6 +78,9 @@ def add_commands(command) -> None:
                                                         "or uint8 (a file --calibrate wrote)")
     embed.add_argument("--calibrate", metavar="OUT", help="write each dimension's range over the input texts' "
                                                           "vectors to OUT (JSON) instead of the vectors")
+    embed.add_argument("--top-k", type=positive_int, metavar="K",
+                       help="a sparse encoder: keep each vector's K largest weights (sentence-transformers' "
+                            "max_active_dims); default: every non-zero one")
     embed.add_argument("--adapter", metavar="TASK", help="a model with task LoRA adapters (jina-embeddings-v3): "
                                                          "the task's, merged in (retrieval.query, retrieval.passage, "
                                                          "separation, classification, text-matching); default: none, "
@@ -486,8 +490,9 @@ def _as_text(task: str, row: dict) -> str:
         return row["filled"] or ""
     if task == "rerank":
         return f"{row['score']:.4f}" if row["score"] is not None else ""
-    if task == "embed":
-        return json.dumps(row["embedding"])
+    if task == "embed":  # a sparse encoder's row: its ids and weights
+        return json.dumps(row["embedding"] if "embedding" in row else {"indices": row["indices"],
+                                                                          "values": row["values"]})
     return "".join(f"{entity['type']}\t{entity['start']}\t{entity['end']}\t{entity['text']}\n"
                    for entity in row["entities"])
 
@@ -576,6 +581,7 @@ def run_embed(args) -> int:
                         "lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
     embedder = Embedder.load(folder, adapter=args.adapter)
+    _check_sparse_options(args, embedder)
     texts = embedder.prompted(texts, args.prompt_name, args.prompt)  # an unknown name is refused before an export
     embedder.check_dimensions(args.dimensions)
     ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else None
@@ -583,6 +589,10 @@ def run_embed(args) -> int:
         from kbert.serving.export import onnx_embedder
 
         embedder.model = onnx_embedder(embedder, args.quantize)
+    if embedder.sparse:
+        for indices, values in embedder.encode_sparse(texts, args.batch_size, args.top_k, prompt=""):
+            print(json.dumps({"indices": indices.tolist(), "values": values.tolist()}))
+        return 0
     vectors = embedder.truncated(embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt=""),
                                  args.dimensions, args.normalize)
     broken = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
@@ -604,6 +614,21 @@ def run_embed(args) -> int:
     for vector in vectors:
         print(json.dumps({"embedding": vector.tolist()}))
     return 0
+
+
+def _check_sparse_options(args, embedder) -> None:
+    """The options of dense vectors refused for a sparse encoder (and `--top-k` for a dense one), naming them."""
+    dense_only = [option for option, given in (("--npy", args.npy), ("--normalize", args.normalize),
+                                               ("--dimensions", args.dimensions), ("--calibrate", args.calibrate),
+                                               ("--ranges", args.ranges), ("--precision", args.precision != "float"))
+                  if given]
+    if embedder.sparse and dense_only:
+        raise KbertError(f"{args.model} is a sparse encoder (SpladePooling): {', '.join(dense_only)} shape dense "
+                         "vectors; its vectors are written as {\"indices\", \"values\"} lines (--top-k K keeps "
+                         "the K largest)")
+    if args.top_k is not None and not embedder.sparse:
+        raise KbertError(f"--top-k: {args.model} is a dense embedding model; --top-k keeps a sparse encoder's "
+                         "largest weights (--dimensions shortens a dense vector)")
 
 
 def _check_precision_options(args) -> None:

@@ -80,3 +80,57 @@ class L2Normalize(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+
+#: SPLADE's poolings over tokens and the activations before them (sentence-transformers' `SpladePooling`).
+SPLADE_STRATEGIES = ("max", "sum")
+SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SpladePooling(keras.layers.Layer):
+    """SPLADE: `[batch, seq, V]` masked-LM logits into `[batch, V]` sparse weights, padding excluded.
+
+    Each token's logits become `log(1 + ReLU(x))` (`log1p_relu`: `log(1 + log(1 + ReLU(x)))`, OpenSearch's
+    models), then the real tokens' weights are pooled per vocabulary entry. What remains non-zero are the
+    terms the model expands a text to; a padded position counts as zero, which never raises a maximum of
+    non-negative weights.
+
+    Args:
+        strategy: `max` (SPLADE v2 and later) or `sum` (the first SPLADE).
+        activation: `relu` or `log1p_relu`.
+
+    Example:
+    >>> logits = ops.convert_to_tensor([[[1.0, -2.0], [3.0, 0.5], [9.0, 9.0]]])
+    >>> mask = ops.convert_to_tensor([[True, True, False]])
+    >>> weights = ops.convert_to_numpy(SpladePooling()(logits, mask=mask))
+    >>> [round(float(weight), 4) for weight in weights[0]]  # log(1 + 3), log(1 + 0.5); the padded 9s left out
+    [1.3863, 0.4055]
+    """
+
+    def __init__(self, strategy: str = "max", activation: str = "relu", **kwargs):
+        super().__init__(**kwargs)
+        if strategy not in SPLADE_STRATEGIES or activation not in SPLADE_ACTIVATIONS:
+            raise ValueError(f"SpladePooling: strategy {strategy!r}, activation {activation!r}; expected one of "
+                             f"{', '.join(SPLADE_STRATEGIES)} and one of {', '.join(SPLADE_ACTIVATIONS)}")
+        self.strategy = strategy
+        self.activation = activation
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        # log(1 + x), not log1p: ONNX has no Log1p, and for x >= 0 the two differ by under a float32 step
+        weights = ops.log(ops.relu(inputs) + 1.0)
+        if self.activation == "log1p_relu":
+            weights = ops.log(weights + 1.0)
+        if mask is not None:
+            weights = weights * ops.cast(mask, weights.dtype)[..., None]
+        return ops.max(weights, axis=1) if self.strategy == "max" else ops.sum(weights, axis=1)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "strategy": self.strategy, "activation": self.activation}

@@ -15,7 +15,8 @@ Endpoints:
   over the limits, 422 for a blank text or a request the model cannot take,
   503 when the queue is full (with `Retry-After`).
 - an embedding model (`kbert.serving.embeddings`): `POST /v1/embeddings` (OpenAI's form) and
-  `POST /embed` (Text Embeddings Inference's); its `/v1/predict` rows are `{"text", "embedding"}`.
+  `POST /embed` (Text Embeddings Inference's); its `/v1/predict` rows are `{"text", "embedding"}`. A sparse
+  encoder: `POST /embed_sparse` (TEI's), and `/v1/predict` rows `{"text", "indices", "values"}`.
 - a reranker (`kbert.serving.reranking`): `POST /rerank` (TEI's form) and `POST /v1/rerank`
   (Cohere's and Jina's).
 - `GET /info`: the model, its task, its dimensions and input length, the server's limits.
@@ -160,6 +161,7 @@ def _add_predict_route(app, predictor, service, batcher: Batcher, limits: Server
     import numpy as np
     from fastapi import Request
     from fastapi.responses import JSONResponse
+    from kbert.tasks.embedding import sparse_terms
     from kbert.tasks.predictors import rerank_rows
     from pydantic import BaseModel, Field, ValidationError
 
@@ -181,6 +183,9 @@ def _add_predict_route(app, predictor, service, batcher: Batcher, limits: Server
             vectors, _ = await service.embed(batcher, body.texts, truncate=True)
             if not np.isfinite(vectors).all():
                 raise KbertError("the model gave NaN or infinite values for this input")
+            if embedder.sparse:
+                return [{"text": text, "indices": indices.tolist(), "values": values.tolist()}
+                        for text, (indices, values) in zip(body.texts, map(sparse_terms, vectors))]
             return [{"text": text, "embedding": vector.tolist()} for text, vector in zip(body.texts, vectors)]
         if reranker is not None:
             predictor.check_pairs(body.text_pairs)

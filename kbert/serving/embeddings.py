@@ -18,6 +18,9 @@
   server was started with (`--ranges`), else are refused; errors in OpenAI's form, as `/v1/rerank`'s.
 - `POST /similarity`, TEI's: `{"inputs": {"source_sentence": str, "sentences": [str]}, "parameters":
   {"prompt_name", "truncate"}}` gives the cosine of each sentence's vector with the source sentence's.
+- A sparse encoder (SPLADE) answers `POST /embed_sparse`, TEI's: `{"inputs", "truncate", "prompt_name"}` gives
+  each text's non-zero weights, `[[{"index", "value"}, ...], ...]` (ascending ids); the dense routes above
+  refuse it with 400 naming `/embed_sparse`, and a dense model's server refuses `/embed_sparse` alike.
 
 Both put the model's default prompt (`default_prompt_name` of its `config_sentence_transformers.json`)
 before each text, as sentence-transformers' `encode` does; TEI's `prompt_name` picks another of its
@@ -38,7 +41,7 @@ import numpy as np
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService
-from kbert.tasks.embedding import unit_length
+from kbert.tasks.embedding import sparse_terms, unit_length
 from kbert.tasks.embedding_precision import PRECISIONS, quantized
 
 
@@ -70,8 +73,57 @@ async def _refused(refusal: Refusal):
     return None, refusal
 
 
+#: The routes of dense vectors, refused by a sparse encoder's server, and their error forms.
+DENSE_ROUTES = {"/v1/embeddings": openai_error, "/embed": tei_error, "/v1/embed": openai_error,
+                "/similarity": tei_error}
+
+
 def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:
-    """`POST /v1/embeddings` (OpenAI's form) and `POST /embed` (TEI's) on `app`, run through `batcher`."""
+    """`POST /v1/embeddings` (OpenAI's form), `POST /embed` (TEI's), `/v1/embed` (Cohere's) and `/similarity`
+    on `app`, run through `batcher`; a sparse encoder's `POST /embed_sparse` instead. The other kind's routes
+    answer 400, naming the route that serves this model."""
+    if service.model.sparse:
+        _add_sparse_route(app, service, batcher, limits)
+        for path, error in DENSE_ROUTES.items():
+            _refusing_route(app, path, error, f"{path} gives dense vectors, and this model is a sparse encoder "
+                                              "(SPLADE): POST /embed_sparse gives its vectors")
+        return
+    _refusing_route(app, "/embed_sparse", tei_error, "/embed_sparse gives a sparse encoder's (SPLADE's) vectors, "
+                                                     "and this model is a dense one: POST /embed gives its vectors")
+    _add_dense_routes(app, service, batcher, limits, model_name)
+
+
+def _refusing_route(app, path: str, error, message: str) -> None:
+    """`POST path` answering 400 with `message` in the route's API's error form."""
+    async def route():
+        return error(Refusal(400, message))
+
+    route.__name__ = path.strip("/").replace("/", "_")
+    app.post(path, summary="not served for this kind of model", include_in_schema=False)(route)
+
+
+def _add_sparse_route(app, service: EmbeddingService, batcher, limits) -> None:
+    """`POST /embed_sparse`, Text Embeddings Inference's: each text's non-zero vocabulary weights."""
+    from pydantic import BaseModel, Field
+
+    class SparseRequest(BaseModel):
+        inputs: Union[str, List[str]] = Field(description="a text or a list of texts")
+        truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
+        truncation_direction: str = Field("Right", pattern="^(Right|right)$",
+                                          description="where a text is cut: its end (Right) only")
+        prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text "
+                                           "(config_sentence_transformers.json); null: its default one")
+
+    def sparse_answer(body, texts, vectors, tokens):
+        return [[{"index": int(index), "value": float(value)} for index, value in zip(*sparse_terms(vector))]
+                for vector in vectors]
+
+    batched_route(app, "/embed_sparse", SparseRequest, "inputs", limits, "embed", tei_error,
+                  lambda body, texts: served(service.embed(batcher, texts, body.truncate, body.prompt_name), "inputs"),
+                  sparse_answer, "Text Embeddings Inference's embed_sparse API: each text's non-zero weights")
+
+
+def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:
     from pydantic import BaseModel, Field
 
     width = service.model.dimensions  # not `dimensions`: a class body below has a field of that name

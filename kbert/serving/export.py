@@ -203,7 +203,7 @@ def embedder_endpoint(embedder) -> _Endpoint:
     """An embedding model's vectors (pooled, projected and normalised as the model declares, in the graph), with
     what a runtime without kbert needs to make its input and read its output."""
     return _Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
-                     {"kbert_pooling": embedder.pooling, "kbert_normalized": embedder.normalize,
+                     {"kbert_pooling": str(embedder.pooling), "kbert_normalized": embedder.normalize,
                       "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
                       "kbert_input_note": "token_ids and segment_ids as the model's own tokenizer (tokenizer.json "
                                           "or vocab.txt in its folder) makes them, cut to kbert_maxlen tokens"})

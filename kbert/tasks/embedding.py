@@ -23,11 +23,11 @@ import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.checkpoints.hf import load_hf_weights
-from kbert.checkpoints.sentence_transformers import (DenseSpec, SentenceTransformerSpec, dense_weights,
+from kbert.checkpoints.sentence_transformers import (DenseSpec, SentenceTransformerSpec, SpladeSpec, dense_weights,
                                                      is_sentence_transformer, read_sentence_transformer,
                                                      write_modules)
 from kbert.errors import DataError, KbertError, shown
-from kbert.layers.pooling import L2Normalize, Pooling
+from kbert.layers.pooling import L2Normalize, Pooling, SpladePooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.models.registry import load_config
 from kbert.tokenizers import Tokenizer
@@ -45,6 +45,20 @@ def unit_length(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
 
 
+def sparse_terms(vector: np.ndarray, top_k: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """A sparse vector's non-zero positions (ascending, int64) and values (float32), only the `top_k` largest
+    where given (ties at the cut kept by lower position).
+
+    >>> sparse_terms(np.array([0.0, 2.0, 0.0, 0.5, 1.0], np.float32), top_k=2)
+    (array([1, 4]), array([2., 1.], dtype=float32))
+    """
+    indices = np.flatnonzero(vector)
+    if top_k is not None and indices.size > top_k:
+        order = np.argsort(-vector[indices], kind="stable")[:top_k]
+        indices = np.sort(indices[order])
+    return indices.astype(np.int64), vector[indices].astype(np.float32)
+
+
 @dataclasses.dataclass
 class Embedder:
     """A loaded embedding model: `encode(texts)` gives one vector per text.
@@ -56,7 +70,8 @@ class Embedder:
         normalize: whether the model's own last step scales vectors to unit length.
         source: where it was loaded from.
         backbone: the encoder inside `model` (what `save` writes as Hugging Face weights).
-        pooling: its pooling mode (`kbert.layers.pooling.POOLING_MODES`).
+        pooling: its pooling mode (`kbert.layers.pooling.POOLING_MODES`), or a sparse encoder's SPLADE pooling
+            of its masked-LM logits (`sparse`: a weight per vocabulary entry, most of them 0).
         prompts: texts put before the inputs, by name (`{"query": "query: "}`).
         default_prompt_name: the prompt used when none is asked for (None: no prompt).
         include_prompt: whether the pooling counts the prompt's tokens (kbert's does; a model whose pooling
@@ -78,7 +93,7 @@ class Embedder:
     normalize: bool
     source: str
     backbone: keras.Model
-    pooling: str
+    pooling: "str | SpladeSpec"
     prompts: Dict[str, str] = dataclasses.field(default_factory=dict)
     default_prompt_name: Optional[str] = None
     include_prompt: bool = True
@@ -162,15 +177,41 @@ class Embedder:
                       normalize: Optional[bool] = None, bucketing: bool = True) -> np.ndarray:
         """`encode` for texts already tokenized: `(token_ids, segment_ids)` each, at most `maxlen` long
         (a server tokenizes on its own threads, to count and check the tokens before the model runs)."""
-        if not len(encoded):
-            return np.zeros((0, self.dimensions), np.float32)
         vectors = np.empty((len(encoded), self.dimensions), np.float32)
-        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen,
-                                                pad_id=self.tokenizer.pad_id):
-            vectors[rows] = keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]
+        for rows, batch in self._batches(encoded, batch_size, bucketing):
+            vectors[rows] = batch
         if normalize and not self.normalize:
             vectors = unit_length(vectors)
         return vectors
+
+    def encode_sparse(self, texts: Sequence[str], batch_size: int = 32, top_k: Optional[int] = None,
+                      prompt_name: Optional[str] = None,
+                      prompt: Optional[str] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """A sparse encoder's vectors: each text's non-zero vocabulary ids (ascending) and their weights, at most
+        `top_k` of the largest (sentence-transformers' `max_active_dims`; None: all), in the order of `texts`.
+        The batches are made sparse as they come, so a long file never holds `texts × vocabulary` floats."""
+        if not self.sparse:
+            raise KbertError(f"{self.source or 'this model'} is a dense embedding model; sparse vectors come from a "
+                             "sentence-transformers SparseEncoder folder (MLMTransformer and SpladePooling)")
+        if isinstance(texts, str):
+            raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
+        encoded = encode_within(self.tokenizer, self.prompted(texts, prompt_name, prompt), self.maxlen)
+        terms: List[Tuple[np.ndarray, np.ndarray]] = [None] * len(encoded)
+        for rows, batch in self._batches(encoded, batch_size, True):
+            for row, vector in zip(rows, batch):
+                terms[row] = sparse_terms(vector, top_k)
+        return terms
+
+    def _batches(self, encoded, batch_size: int, bucketing: bool):
+        """`(rows, vectors)` for each model call over the tokenized texts `encoded`."""
+        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen,
+                                                pad_id=self.tokenizer.pad_id) if len(encoded) else ():
+            yield rows, keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the model gives SPLADE's sparse vocabulary weights (a `SparseEncoder` folder)."""
+        return isinstance(self.pooling, SpladeSpec)
 
     @property
     def dimensions(self) -> int:
@@ -217,13 +258,27 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     check_tokenizer_fits(tokenizer, model_config.vocab_size, spec.transformer)  # before the weights are read
     # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.
     maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)
-    bert = build_transformer_model(config)
+    bert = build_transformer_model(config, **_mlm_head(spec, model_config, config))
     load_hf_weights(bert, spec.transformer, adapter=adapter)
     model = embedding_model(bert, spec.pooling, spec.dense, spec.normalize)
     embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, spec.pooling, spec.prompts,
                         spec.default_prompt_name, spec.include_prompt, spec.do_lower_case)
     embedder.prompted([])  # a default prompt the pooling would leave out is refused now, not at the first text
     return embedder
+
+
+def _mlm_head(spec: SentenceTransformerSpec, model_config, config_path: str) -> dict:
+    """The builder's flags for the transformer a pooling reads: a sparse encoder's with its masked-LM head
+    giving logits (what SPLADE pools), refused for a family without one."""
+    if not isinstance(spec.pooling, SpladeSpec):
+        return {}
+    from kbert.models.registry import resolve
+
+    family = resolve(model_config)[0]
+    if "with_mlm" not in family.heads:
+        raise KbertError(f"{config_path}: a sparse encoder pools masked-LM logits, and kbert builds no masked-LM "
+                         f"head for {family.name}")
+    return {"with_mlm": "linear"}
 
 
 # Characters of a text tokenized at first when it is longer: a token is rarely more than a few characters, so a
@@ -254,11 +309,15 @@ def _word_prefix(text: str, budget: int) -> str:
     return text[:space] if space > 0 else text[:budget]
 
 
-def embedding_model(bert: keras.Model, pooling: str, dense: Sequence[DenseSpec] = (), normalize: bool = False,
+def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec", dense: Sequence[DenseSpec] = (), normalize: bool = False,
                     name: str = "embedder") -> keras.Model:
     """`bert`'s hidden states pooled (`Pooling`), projected by each `dense` (weights read from its folder) and
-    scaled to unit length where `normalize`: the sentence-transformers pipeline as one Keras model."""
-    vectors = Pooling(pooling, name="Embedding-Pooling")(bert.outputs[0])
+    scaled to unit length where `normalize`: the sentence-transformers pipeline as one Keras model. A SPLADE
+    `pooling` pools `bert`'s masked-LM logits instead (`SpladePooling`)."""
+    if isinstance(pooling, SpladeSpec):
+        vectors = SpladePooling(pooling.strategy, pooling.activation, name="Embedding-Pooling")(bert.outputs[0])
+    else:
+        vectors = Pooling(pooling, name="Embedding-Pooling")(bert.outputs[0])
     for index, spec in enumerate(dense):
         if int(vectors.shape[-1]) != spec.in_features:
             raise KbertError(f"{os.path.join(spec.path, 'config.json')}: in_features {spec.in_features}, but the "

@@ -84,6 +84,8 @@ class Predictor:
 
     def blank(self, text: str) -> dict:
         """The row of a blank text (which is not predicted), so that outputs line up with inputs."""
+        if self.embedder is not None and self.embedder.sparse:
+            return {"text": text, "indices": None, "values": None}
         return {"classify": {"text": text, "label": None, "probability": None},
                 "ner": {"text": text, "entities": []},
                 "seq2seq": {"text": text, "target": None},
@@ -230,15 +232,23 @@ def rerank_rows(reranker, queries: Sequence[str], passages: Sequence[str], logit
 
 
 def embedding_predictor(model: str, settings: PredictionSettings, embedder=None) -> Predictor:
-    """An embedding model's predictor: a `{"text", "embedding"}` row per text (`embedder`: `model` loaded
-    already, e.g. with its int8 model in place)."""
+    """An embedding model's predictor: a `{"text", "embedding"}` row per text (a sparse encoder's:
+    `{"text", "indices", "values"}`; `embedder`: `model` loaded already, e.g. with its int8 model in place)."""
     from kbert.tasks.embedding import Embedder
 
     from kbert.tasks.embedding_precision import load_ranges
 
     embedder = embedder or Embedder.load(model, adapter=settings.adapter)
     if settings.ranges is not None:
+        if embedder.sparse:
+            raise KbertError(f"{model}: a sparse encoder's weights are not quantized by calibration ranges "
+                             f"({settings.ranges}); serve it without --ranges")
         embedder.ranges = load_ranges(settings.ranges, embedder.dimensions)
+    if embedder.sparse:
+        return Predictor("embed", model, lambda texts: [
+            {"text": text, "indices": indices.tolist(), "values": values.tolist()}
+            for text, (indices, values) in zip(texts, embedder.encode_sparse(texts, settings.batch_size))],
+            embedder.tokenizer, embedder.maxlen, embedder)
     return Predictor("embed", model, lambda texts: [
         {"text": text, "embedding": vector.tolist()}
         for text, vector in zip(texts, embedder.encode(texts, settings.batch_size, bucketing=settings.bucketing))],

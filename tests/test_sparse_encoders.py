@@ -1,0 +1,268 @@
+"""Sparse encoders (SPLADE): sentence-transformers' `SparseEncoder` folders (an `MLMTransformer` and a
+`SpladePooling`) read, encoded, written back, embedded from the CLI and served on `/embed_sparse`.
+
+Without torch: the `SpladePooling` layer against NumPy, and a sparse folder kbert writes (a small random BERT
+with its masked-LM head, the real all-MiniLM-L6-v2's tokenizer) whose weights are checked against the masked-LM
+logits of each text run alone, unpadded. In the parity venv: sentence-transformers 6's `SparseEncoder` on random
+BERT and DistilBERT masked-LMs that transformers builds, both ways, in each pooling and activation.
+"""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import kbert_in_process, minilm_dir
+
+TEXTS = ["A man is eating food.", "The girl is carrying a baby on her back in the park.", "drums",
+         "Someone in a gorilla costume is playing a set of drums while a crowd watches."]
+POOLINGS = [("max", "relu"), ("sum", "relu"), ("max", "log1p_relu")]
+
+
+def splade_numpy(logits, strategy="max", activation="relu"):
+    """SPLADE's weights of one text's `[seq, V]` logits, as sentence-transformers' SpladePooling computes them."""
+    weights = np.log1p(np.maximum(logits, 0.0))
+    if activation == "log1p_relu":
+        weights = np.log1p(weights)
+    return weights.max(axis=0) if strategy == "max" else weights.sum(axis=0)
+
+
+@pytest.mark.parametrize("strategy, activation", POOLINGS)
+def test_splade_pooling_is_numpys_over_the_real_tokens(strategy, activation):
+    from kbert.layers import SpladePooling
+
+    logits = np.random.default_rng(0).normal(size=(2, 5, 7)).astype("float32") * 3
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    got = keras.ops.convert_to_numpy(SpladePooling(strategy, activation)(logits, mask=mask))
+    expected = [splade_numpy(row[keep], strategy, activation) for row, keep in zip(logits, mask)]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_splade_pooling_layer_contract(tmp_path):
+    """Shapes, masks (padding appended changes nothing), get_config round trip, .keras with safe_mode=True."""
+    from kbert.layers import SpladePooling
+
+    layer = SpladePooling("sum", "log1p_relu")
+    tokens = keras.Input((None,), dtype="int32")
+    logits = keras.layers.Embedding(50, 9, mask_zero=True, embeddings_initializer="random_normal")(tokens)
+    model = keras.Model(tokens, layer(logits))
+    ids = np.array([[5, 6, 7, 8, 0], [8, 9, 0, 0, 0]])
+    output = model.predict(ids, verbose=0)
+    assert output.shape == (2, 9) and (output >= 0).all() and (output > 0).any()
+    np.testing.assert_allclose(model.predict(np.pad(ids, [(0, 0), (0, 4)]), verbose=0), output, atol=1e-6)
+    assert SpladePooling.from_config(layer.get_config()).get_config() == layer.get_config()
+    model.save(tmp_path / "model.keras")
+    restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_allclose(restored.predict(ids, verbose=0), output, atol=1e-6)
+    with pytest.raises(ValueError, match="strategy 'mean'"):
+        SpladePooling("mean")
+
+
+def test_sparse_terms_keeps_the_largest_in_ascending_ids():
+    from kbert.tasks.embedding import sparse_terms
+
+    indices, values = sparse_terms(np.array([0.0, 0.3, 0.0, 0.9, 0.1, 0.5], np.float32), top_k=3)
+    assert indices.tolist() == [1, 3, 5] and values.tolist() == pytest.approx([0.3, 0.9, 0.5])
+    assert sparse_terms(np.zeros(4, np.float32))[0].size == 0
+
+
+# --- a sparse folder kbert writes -----------------------------------------------------------------------------
+
+def sparse_embedder(pooling=("max", "relu")):
+    """A SPLADE embedder on a random 2-layer BERT with MiniLM's vocabulary and tokenizer."""
+    from kbert import build_transformer_model
+    from kbert.checkpoints.sentence_transformers import SpladeSpec
+    from kbert.tasks.embedding import Embedder, embedding_model
+    from kbert.tokenizers.tokenizer_json import folder_tokenizer
+
+    keras.utils.set_random_seed(3)
+    config = {"model_type": "bert", "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+              "initializer_range": 0.5}
+    bert = build_transformer_model(config, with_mlm="linear")
+    spec = SpladeSpec(*pooling)
+    return Embedder(embedding_model(bert, spec), folder_tokenizer(str(minilm_dir())), 64, False, "", bert, spec)
+
+
+@pytest.fixture(scope="module")
+def sparse_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sparse") / "splade"
+    sparse_embedder().save(folder)
+    return folder
+
+
+def alone(embedder, text, pooling=("max", "relu")):
+    """SPLADE's weights of `text` from its masked-LM logits, run alone (no padding to leave out)."""
+    ids, segments = embedder.tokenizer.encode(text, maxlen=embedder.maxlen)
+    logits = embedder.backbone.predict([np.array([ids]), np.array([segments])], verbose=0)[0]
+    return splade_numpy(logits, *pooling)
+
+
+def test_a_sparse_folder_reads_back_and_gives_each_texts_weights(sparse_folder):
+    from kbert.tasks.embedding import Embedder
+
+    modules = json.loads((sparse_folder / "modules.json").read_text())
+    assert [module["type"].rsplit(".", 1)[-1] for module in modules] == ["MLMTransformer", "SpladePooling"]
+    assert json.loads((sparse_folder / "config_sentence_transformers.json").read_text())["model_type"] == \
+        "SparseEncoder"
+    embedder = Embedder.load(sparse_folder)
+    assert embedder.sparse and embedder.dimensions == 30522
+    terms = embedder.encode_sparse(TEXTS, batch_size=3)  # padded batches of unlike lengths
+    for text, (indices, values) in zip(TEXTS, terms):
+        expected = alone(embedder, text)
+        assert indices.tolist() == np.flatnonzero(expected).tolist()
+        np.testing.assert_allclose(values, expected[indices], rtol=1e-4, atol=5e-5)
+    top = embedder.encode_sparse(TEXTS[:1], top_k=5)[0]
+    assert top[0].tolist() == sorted(np.argsort(-alone(embedder, TEXTS[0]))[:5].tolist())
+
+
+@pytest.mark.parametrize("strategy, activation", POOLINGS[1:])
+def test_each_pooling_and_activation_is_written_and_read(strategy, activation, tmp_path):
+    from kbert.tasks.embedding import Embedder
+
+    sparse_embedder((strategy, activation)).save(tmp_path / "splade")
+    assert json.loads((tmp_path / "splade" / "1_SpladePooling" / "config.json").read_text()) == {
+        "pooling_strategy": strategy, "activation_function": activation, "embedding_dimension": 30522}
+    embedder = Embedder.load(tmp_path / "splade")
+    indices, values = embedder.encode_sparse(TEXTS[1:2])[0]
+    np.testing.assert_allclose(values, alone(embedder, TEXTS[1], (strategy, activation))[indices], rtol=1e-4)
+
+
+def rewrite_modules(folder, change):
+    modules = json.loads((folder / "modules.json").read_text())
+    change(modules)
+    (folder / "modules.json").write_text(json.dumps(modules))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda modules: modules[0].update(type="sentence_transformers.models.Transformer"),
+     "a SpladePooling pools a masked-LM's logits: expected an MLMTransformer before it"),
+    (lambda modules: modules.append({"idx": 2, "name": "2", "path": "2_Router",
+                                     "type": "sentence_transformers.models.Router"}),
+     "module '2' of type 'sentence_transformers.models.Router' is not one kbert reads"),
+    (lambda modules: modules.append({"idx": 2, "name": "2", "path": "", "type": "sentence_transformers.models."
+                                                                              "Normalize"}),
+     "a Dense or Normalize after a SpladePooling"),
+], ids=["plain-transformer", "unknown-module", "normalize-after"])
+def test_a_pipeline_kbert_does_not_compute_is_refused_by_name(sparse_folder, tmp_path, change, message):
+    import shutil
+
+    from kbert.errors import CheckpointError
+    from kbert.tasks.embedding import Embedder
+
+    folder = tmp_path / "changed"
+    shutil.copytree(sparse_folder, folder)
+    rewrite_modules(folder, change)
+    with pytest.raises(CheckpointError, match=message.replace("(", r"\(")):
+        Embedder.load(folder)
+
+
+def test_a_splade_config_of_unknown_options_is_named(sparse_folder, tmp_path):
+    import shutil
+
+    from kbert.errors import CheckpointError
+    from kbert.tasks.embedding import Embedder
+
+    folder = tmp_path / "changed"
+    shutil.copytree(sparse_folder, folder)
+    (folder / "1_SpladePooling" / "config.json").write_text('{"pooling_strategy": "mean"}')
+    with pytest.raises(CheckpointError, match=r"1_SpladePooling/config.json: pooling_strategy 'mean'"):
+        Embedder.load(folder)
+
+
+def test_kbert_embed_writes_indices_and_values_and_refuses_dense_options(sparse_folder, tmp_path):
+    from kbert.tasks.embedding import Embedder
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    run = kbert_in_process("embed", "--model", str(sparse_folder), str(texts), "--top-k", "20")
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    expected = Embedder.load(sparse_folder).encode_sparse(TEXTS, top_k=20)
+    assert len(lines) == len(TEXTS)
+    for line, (indices, values) in zip(lines, expected):
+        assert line["indices"] == indices.tolist()
+        np.testing.assert_allclose(line["values"], values, rtol=1e-5)
+    refused = kbert_in_process("embed", "--model", str(sparse_folder), str(texts), "--npy", str(tmp_path / "x.npy"))
+    assert refused.returncode != 0 and "is a sparse encoder (SpladePooling): --npy" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "x.npy").exists()
+    dense = kbert_in_process("embed", "--model", str(minilm_dir()), str(texts), "--top-k", "3")
+    assert dense.returncode != 0 and "--top-k: " in dense.stderr and "is a dense embedding model" in dense.stderr
+
+
+def test_the_server_answers_embed_sparse_and_refuses_dense_routes(sparse_folder):
+    pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
+    from kbert.tasks.embedding import Embedder
+    from test_serve import post, running_server
+
+    expected = Embedder.load(sparse_folder).encode_sparse(TEXTS)
+    with running_server(sparse_folder, "--max-batch", "3") as (url, _):
+        status, answer = post(url, {"inputs": TEXTS}, path="/embed_sparse")
+        assert status == 200 and len(answer) == len(TEXTS)
+        served = [([entry["index"] for entry in row], [entry["value"] for entry in row]) for row in answer]
+        assert all(indices == sorted(indices) for indices, _ in served)
+        # other batches than encode_sparse's: float32's rounding differs, so a weight near 0 may be in one only
+        np.testing.assert_allclose(dense_rows(served, 30522), dense_rows(expected, 30522), atol=1e-5)
+        status, answer = post(url, {"inputs": "word " * 100}, path="/embed_sparse")
+        assert status == 413 and answer["error_type"] == "Validation"
+        status, answer = post(url, {"inputs": "word " * 100, "truncate": True}, path="/embed_sparse")
+        assert status == 200 and len(answer) == 1
+        status, answer = post(url, {"inputs": ["a"]}, path="/embed")
+        assert status == 400 and "POST /embed_sparse gives its vectors" in answer["error"]
+        status, answer = post(url, {"input": ["a"]}, path="/v1/embeddings")
+        assert status == 400 and "sparse encoder" in answer["error"]["message"]
+        status, answer = post(url, {"texts": TEXTS[:2]})
+        assert status == 200 and set(answer["predictions"][1]) == {"text", "indices", "values"}
+    with running_server(minilm_dir()) as (url, _):
+        status, answer = post(url, {"inputs": ["a"]}, path="/embed_sparse")
+        assert status == 400 and "this model is a dense one" in answer["error"]
+
+
+# --- the same, as sentence-transformers itself computes it (CI's parity venv) ------------------------------------
+
+def random_masked_lm(torch, transformers, family):
+    """A random masked-LM that transformers builds (BERT or DistilBERT), with MiniLM's vocabulary."""
+    torch.manual_seed(0)
+    if family == "bert":
+        config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=64, max_position_embeddings=64, initializer_range=0.5)
+        return transformers.BertForMaskedLM(config)
+    config = transformers.DistilBertConfig(vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                           max_position_embeddings=64, initializer_range=0.5)
+    return transformers.DistilBertForMaskedLM(config)
+
+
+def dense_rows(terms, width):
+    rows = np.zeros((len(terms), width), np.float32)
+    for row, (indices, values) in zip(rows, terms):
+        row[indices] = values
+    return rows
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("family", ["bert", "distilbert"])
+@pytest.mark.parametrize("strategy, activation", POOLINGS)
+def test_sentence_transformers_sparse_encoders_both_ways(family, strategy, activation, tmp_path):
+    torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
+    transformers = pytest.importorskip("transformers", reason="pip install '.[parity]'")
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+    from kbert.tasks.embedding import Embedder
+
+    random_masked_lm(torch, transformers, family).save_pretrained(tmp_path / "mlm")
+    transformers.AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(tmp_path / "mlm")
+    theirs = sentence_transformers.SparseEncoder(modules=[MLMTransformer(str(tmp_path / "mlm")),
+                                                          SpladePooling(strategy, activation)], device="cpu")
+    theirs.save(str(tmp_path / "st"))
+    expected = theirs.encode(TEXTS, convert_to_tensor=True).to_dense().numpy()
+    assert ((expected > 0).sum(axis=1) > 100).all()  # the comparison covers many terms a text
+    mine = Embedder.load(tmp_path / "st")  # logits of tens (initializer_range 0.5): float32 rounds at 1e-5
+    np.testing.assert_allclose(dense_rows(mine.encode_sparse(TEXTS), 30522), expected, rtol=1e-4, atol=5e-5)
+    mine.save(tmp_path / "back")
+    read_back = sentence_transformers.SparseEncoder(str(tmp_path / "back"), device="cpu")
+    np.testing.assert_allclose(read_back.encode(TEXTS, convert_to_tensor=True).to_dense().numpy(), expected,
+                               rtol=1e-4, atol=5e-5)
+    top = theirs.encode(TEXTS, convert_to_tensor=True, max_active_dims=16).to_dense().numpy()
+    np.testing.assert_allclose(dense_rows(mine.encode_sparse(TEXTS, top_k=16), 30522), top, rtol=1e-4, atol=5e-5)
