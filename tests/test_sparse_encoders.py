@@ -13,7 +13,8 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import kbert_in_process, minilm_dir
+from conftest import kbert_in_process, minilm_dir, shared_path, write
+from kbert import bundled_config_path
 
 TEXTS = ["A man is eating food.", "The girl is carrying a baby on her back in the park.", "drums",
          "Someone in a gorilla costume is playing a set of drums while a crowd watches."]
@@ -266,3 +267,68 @@ def test_sentence_transformers_sparse_encoders_both_ways(family, strategy, activ
                                rtol=1e-4, atol=5e-5)
     top = theirs.encode(TEXTS, convert_to_tensor=True, max_active_dims=16).to_dense().numpy()
     np.testing.assert_allclose(dense_rows(mine.encode_sparse(TEXTS, top_k=16), 30522), top, rtol=1e-4, atol=5e-5)
+
+
+# --- training: kbert train --task sparse ------------------------------------------------------------------------
+
+def test_splades_ranking_loss_is_cross_entropy_over_dot_products():
+    from kbert.training.contrastive import InBatchNegatives
+
+    views = np.abs(np.random.default_rng(1).normal(size=(3, 3, 6))).astype("float32")
+    documents = np.concatenate([views[:, 1], views[:, 2]])
+    scores = views[:, 0] @ documents.T  # unnormalised: a sparse vector's length is part of its score
+    expected = -(scores[np.arange(3), np.arange(3)] - np.log(np.exp(scores).sum(axis=1)))
+    got = InBatchNegatives(1.0, normalize=False)(np.zeros(3), views)
+    np.testing.assert_allclose(float(got), expected.mean(), rtol=1e-5)
+    assert InBatchNegatives.from_config(InBatchNegatives(normalize=False).get_config()).normalize is False
+
+
+def test_the_flops_regularizer_is_numpys_and_warms_up_quadratically():
+    from kbert.training.contrastive import FlopsRegularization
+
+    views = np.abs(np.random.default_rng(2).normal(size=(4, 3, 5))).astype("float32")
+    flops = lambda vectors: float((vectors.mean(axis=0) ** 2).sum())  # noqa: E731
+    full = 0.3 * flops(views[:, 0]) + 0.1 * flops(views[:, 1:].reshape(-1, 5))
+    layer = FlopsRegularization(query_weight=0.3, document_weight=0.1, warmup_steps=4)
+    for step in range(1, 6):  # the weight's share: (1/4)², (2/4)², (3/4)², then all of it
+        assert np.array_equal(keras.ops.convert_to_numpy(layer(views, training=True)), views)
+        np.testing.assert_allclose(float(layer.losses[-1]), full * min(step / 4, 1) ** 2, rtol=1e-5)
+    layer(views, training=False)
+    assert not layer.losses  # nothing added outside training
+    assert FlopsRegularization.from_config(layer.get_config()).get_config() == layer.get_config()
+
+
+def test_kbert_train_sparse_regularizes_towards_fewer_terms_and_writes_a_sparse_encoder(tmp_path):
+    from kbert.cli.main import main
+    from kbert.tasks.embedding import Embedder
+
+    rows = [line.split("\t")[0] for line in
+            shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:96]]
+    halves = [(text[:len(text) // 2], text[len(text) // 2:]) for text in rows if len(text) > 8]
+    data = write(tmp_path, "triplets.tsv", "".join(f"{a}\t{b}\t{halves[(i + 7) % len(halves)][0]}\n"
+                                                   for i, (a, b) in enumerate(halves)))
+    out = tmp_path / "splade"
+    assert main(["train", "--task", "sparse", "--train", str(data), "--valid", str(data), "--config",
+                 bundled_config_path("bert_tiny"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                 "--batch-size", "16", "--maxlen", "32", "--epochs", "2", "--lr", "5e-4", "--query-regularizer", "1",
+                 "--document-regularizer", "1", "--out", str(out)]) == 0
+    state = json.loads((out / "training.json").read_text(encoding="utf-8"))
+    assert (state["loss"], state["pooling"], state["query_regularizer"]) == ("splade", "splade max relu", 1.0)
+    first, last = state["history"]
+    for key in ("query_active_dimensions", "document_active_dimensions"):
+        assert last[key] < 0.9 * first[key], (key, first[key], last[key])  # FLOPS prunes terms
+    assert 0 <= last["val_score"] <= 1
+    embedder = Embedder.load(out)
+    indices, values = embedder.encode_sparse(["房间很大"])[0]
+    assert embedder.sparse and 0 < indices.size < embedder.dimensions and (values > 0).all()
+
+
+def test_a_loss_other_than_splades_is_refused_for_a_sparse_encoder(tmp_path, capsys):
+    from kbert.cli.main import main
+
+    data = write(tmp_path, "pairs.tsv", "房间很大\t房间宽敞\n服务很好\t服务周到\n")
+    code = main(["train", "--task", "sparse", "--loss", "cosent", "--train", str(data), "--config",
+                 bundled_config_path("bert_tiny"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                 "--maxlen", "32", "--out", str(tmp_path / "out")])
+    assert code != 0 and "--loss cosent: a sparse encoder trains with SPLADE's in-batch ranking loss" in \
+        capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -96,7 +96,8 @@ def run_serve(args) -> int:
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
 
     def ready(url: str) -> None:
-        routes = {"embed": f"POST {url}/v1/embeddings, {url}/embed, ",
+        sparse = predictor.embedder is not None and predictor.embedder.sparse
+        routes = {"embed": f"POST {url}/embed_sparse, " if sparse else f"POST {url}/v1/embeddings, {url}/embed, ",
                   "rerank": f"POST {url}/rerank, {url}/v1/rerank, "}.get(predictor.task, "POST ")
         runtime = f" through onnxruntime ({args.quantize or 'float32'})" if onnx else ""
         print(f"kbert: serving the {predictor.task} model {args.model}{runtime} on {url} ({routes}{url}/v1/predict, "

@@ -114,7 +114,8 @@ def _add_train(train) -> None:
                        help="classify: a label per text; ner: entities in tagged text (token<TAB>tag a line, "
                             "a blank line between sentences; BIO, BIOES or BMES); seq2seq: a target text per "
                             "source text (source<TAB>target, or JSONL with source and target), UniLM or T5 (--model); "
-                            "embed: sentence embeddings trained contrastively (see --loss)")
+                            "embed: sentence embeddings trained contrastively (see --loss); sparse: a SPLADE sparse "
+                            "encoder (query<TAB>positive[<TAB>negative] rows)")
     family_argument(train, "default: the config's model_type, else bert; t5, t5.1.1 or mt5.1.1 for an "
                            "encoder-decoder --task seq2seq")
     train.add_argument("--head", choices=TOKEN_HEADS, default=defaults.head,
@@ -127,7 +128,13 @@ def _add_train(train) -> None:
                        help="--task embed: in_batch (text<TAB>positive[<TAB>negative]), simcse (one text a line) "
                             "or cosent (text<TAB>text_b<TAB>score); default: the one the data's columns call for")
     train.add_argument("--temperature", type=float, default=defaults.temperature,
-                       help="--task embed: the cosines are divided by it")
+                       help="--task embed: the cosines are divided by it (default 0.05); --task sparse: the dot "
+                            "products (default 1)")
+    train.add_argument("--query-regularizer", type=float, default=defaults.query_regularizer,
+                       help="--task sparse: the weight of SPLADE's FLOPS regularizer on the queries' vectors "
+                            "(reached over the first third of the steps)")
+    train.add_argument("--document-regularizer", type=float, default=defaults.document_regularizer,
+                       help="--task sparse: the weight of the FLOPS regularizer on the documents' vectors")
     train.add_argument("--symmetric", action="store_true",
                        help="--task embed, in_batch: also score each positive against the queries")
     train.add_argument("--rerank-loss", choices=RERANK_LOSSES, default=defaults.rerank_loss,
@@ -285,7 +292,8 @@ def run_train(args) -> int:
         crf_lr_multiplier=args.crf_lr_multiplier, columns=parse_columns(args.columns) or None,
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_embeddings=args.lora_embeddings,
         pooling=args.pooling, contrastive_loss=args.contrastive_loss, temperature=args.temperature,
-        symmetric=args.symmetric, rerank_loss=args.rerank_loss, group_size=args.group_size)
+        symmetric=args.symmetric, rerank_loss=args.rerank_loss, group_size=args.group_size,
+        query_regularizer=args.query_regularizer, document_regularizer=args.document_regularizer)
     return _run(args, options, train, beside, num_labels=args.num_labels)
 
 

@@ -7,6 +7,7 @@
 - `pretraining`: masked-language-model pre-training on plain text, whole-word masking (`pretrain`).
 - `embedding`: sentence embeddings (`Embedder`): a sentence-transformers model's pooling, projection and
   normalisation on a kbert backbone (`kbert embed`); contrastive training (`--task embed`).
+- `sparse_embedding`: SPLADE sparse encoders trained with the FLOPS regularizer (`--task sparse`).
 - `reranking`: cross-encoders (`Reranker`): a relevance score per query-passage pair (`--task rerank`).
 
 Each task is a `kbert.training.task.Task`; the training run
@@ -28,6 +29,7 @@ TASK_CLASSES = {
     "seq2seq": "kbert.tasks.seq2seq:Seq2SeqTask",
     "mlm": "kbert.tasks.pretraining:MaskedLanguageModelTask",
     "embed": "kbert.tasks.embedding:EmbeddingTask",
+    "sparse": "kbert.tasks.sparse_embedding:SparseEmbeddingTask",
     "rerank": "kbert.tasks.reranking:RerankTask",
 }
 TASKS = tuple(TASK_CLASSES)

@@ -507,7 +507,7 @@ class EmbeddingTask(Task):
         return keras.Model(inputs, vectors, name="contrastive")
 
     def compile_args(self, model) -> dict:
-        temperature = self.options.temperature
+        temperature = self.options.temperature or 0.05
         loss = (CoSENT(temperature) if self.loss_name == "cosent"
                 else InBatchNegatives(temperature, symmetric=self.options.symmetric))
         return {"loss": loss}

@@ -15,6 +15,9 @@ an example's texts side by side (`kbert.layers.views.SplitViews`).
   `log(1 + Σ_{s_i > s_j} exp((cos_j − cos_i) / temperature))`.
 - `ListwiseSoftmaxLoss`: a reranker's listwise loss, each query's passages
   against each other (softmax cross-entropy over the group's logits).
+- `FlopsRegularization`: SPLADE's sparsity term on a sparse encoder's views
+  (the ranking loss is `InBatchNegatives` on dot products, `normalize=False`),
+  and `active_dimensions`, the sparsity it reaches.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class InBatchNegatives(keras.losses.Loss):
     Args:
         temperature: the cosines are divided by it (0.05: sentence-transformers' scale of 20).
         symmetric: also score each positive against every query (CLIP's two-way loss).
+        normalize: score by cosines; False: by dot products (a sparse encoder's, SPLADE's ranking loss with
+            temperature 1, sentence-transformers' `SparseMultipleNegativesRankingLoss`).
 
     `y_true` is not read (the positives are known by position); `y_pred` is
     `[batch, views, dimensions]` with views 2 or more.
@@ -45,13 +50,14 @@ class InBatchNegatives(keras.losses.Loss):
     True
     """
 
-    def __init__(self, temperature: float = 0.05, symmetric: bool = False, name: str = "in_batch_negatives",
-                 **kwargs):
+    def __init__(self, temperature: float = 0.05, symmetric: bool = False, normalize: bool = True,
+                 name: str = "in_batch_negatives", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.temperature, self.symmetric = temperature, symmetric
+        self.temperature, self.symmetric, self.normalize = temperature, symmetric, normalize
 
     def call(self, y_true, y_pred):
-        vectors = _unit(ops.cast(y_pred, "float32"))
+        vectors = ops.cast(y_pred, "float32")
+        vectors = _unit(vectors) if self.normalize else vectors
         queries = vectors[:, 0]
         batch = ops.shape(queries)[0]
         # Every document of the batch: the positives (view 1) first, then any hard negatives (views 2..).
@@ -65,7 +71,8 @@ class InBatchNegatives(keras.losses.Loss):
         return loss
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "temperature": self.temperature, "symmetric": self.symmetric}
+        return {**super().get_config(), "temperature": self.temperature, "symmetric": self.symmetric,
+                "normalize": self.normalize}
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -138,3 +145,69 @@ class ListwiseSoftmaxLoss(keras.losses.Loss):
 
     def get_config(self):
         return {**super().get_config(), "group_size": self.group_size}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class FlopsRegularization(keras.layers.Layer):
+    """SPLADE's FLOPS regularizer on a sparse encoder's views, added to the loss while training; the views pass
+    through unchanged.
+
+    FLOPS is `Σ_j (mean_i w_ij)²`: the squared mean weight of each vocabulary entry over the batch, which is
+    what an inverted index's cost grows with. The queries (view 0) and the documents (views 1.., positives and
+    hard negatives together) are regularized apart, with their own weights, as sentence-transformers'
+    `SpladeLoss` does; both rise as `(step / warmup_steps)²` to their full value (SPLADE's warm-up).
+
+    Args:
+        query_weight: the weight of the queries' FLOPS (sentence-transformers' default 5e-5).
+        document_weight: the weight of the documents' FLOPS (3e-5).
+        warmup_steps: training steps to full weight (0: full from the first).
+
+    Example:
+    >>> import numpy as np
+    >>> views = np.array([[[1.0, 0.0], [0.0, 2.0]], [[3.0, 0.0], [0.0, 0.0]]], "float32")
+    >>> layer = FlopsRegularization(query_weight=1.0, document_weight=0.5)
+    >>> _ = layer(views, training=True)
+    >>> round(float(layer.losses[0]), 4)  # queries: (1+3)/2 squared = 4; documents: 0.5 * (2/2)² = 0.5
+    4.5
+    """
+
+    def __init__(self, query_weight: float = 5e-5, document_weight: float = 3e-5, warmup_steps: int = 0,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.query_weight, self.document_weight, self.warmup_steps = query_weight, document_weight, warmup_steps
+
+    def build(self, input_shape):
+        # the steps taken: a variable, so that every backend's compiled step counts them
+        self.step = self.add_weight(shape=(), initializer="zeros", trainable=False, name="step")
+
+    def call(self, inputs, training=False):
+        if training:
+            self.step.assign(self.step + 1.0)
+            vectors = ops.cast(inputs, "float32")
+            documents = ops.reshape(vectors[:, 1:], (-1, ops.shape(vectors)[-1]))
+            penalty = self.query_weight * _flops(vectors[:, 0]) + self.document_weight * _flops(documents)
+            if self.warmup_steps:
+                penalty = penalty * ops.square(ops.minimum(self.step / self.warmup_steps, 1.0))
+            self.add_loss(penalty)
+        return inputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "query_weight": self.query_weight, "document_weight": self.document_weight,
+                "warmup_steps": self.warmup_steps}
+
+
+def _flops(vectors):
+    return ops.sum(ops.square(ops.mean(vectors, axis=0)))
+
+
+def query_active_dimensions(y_true, y_pred):
+    """The queries' (view 0's) non-zero weights a vector, the batch's mean: a sparse encoder's sparsity."""
+    return ops.mean(ops.sum(ops.cast(y_pred[:, 0] > 0, "float32"), axis=-1))
+
+
+def document_active_dimensions(y_true, y_pred):
+    """The documents' (views 1..'s) non-zero weights a vector, the batch's mean."""
+    return ops.mean(ops.sum(ops.cast(y_pred[:, 1:] > 0, "float32"), axis=-1))

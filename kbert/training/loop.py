@@ -440,8 +440,13 @@ def _check_options(options: TrainingOptions) -> None:
         check_whole_number(getattr(options, name), name)
     if options.maxlen < 3:
         raise KbertError(f"maxlen must leave room for [CLS] and [SEP], got {options.maxlen}")
-    if not (_is_number(options.temperature) and 0 < options.temperature < math.inf):
+    temperature = options.temperature
+    if temperature is not None and not (_is_number(temperature) and 0 < temperature < math.inf):
         raise KbertError(f"temperature (--temperature) must be a finite positive number, got {options.temperature!r}")
+    for name in ("query_regularizer", "document_regularizer"):
+        if not (_is_number(getattr(options, name)) and 0 <= getattr(options, name) < math.inf):
+            raise KbertError(f"{name} (--{name.replace('_', '-')}) must be a finite number, 0 or more, got "
+                             f"{getattr(options, name)!r}")
     if options.rerank_loss not in RERANK_LOSSES:
         raise KbertError(f"unknown rerank loss {options.rerank_loss!r}; expected one of {', '.join(RERANK_LOSSES)}")
     if options.rerank_loss == "listwise" and (options.group_size < 2 or options.batch_size % options.group_size):

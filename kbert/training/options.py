@@ -107,8 +107,12 @@ class TrainingOptions:
         contrastive_loss: `task="embed"`: `in_batch` (a text and its positive, optionally a hard
             negative), `simcse` (one text a line, itself its positive) or `cosent` (pairs with a
             similarity score); None: the one the data's columns call for.
-        temperature: `task="embed"`: the cosines are divided by it (0.05: a scale of 20).
+        temperature: `task="embed"`: the cosines are divided by it (None: 0.05, a scale of 20); `task="sparse"`:
+            the dot products (None: 1, SPLADE's).
         symmetric: `task="embed"`, `in_batch`: also score each positive against the queries.
+        query_regularizer, document_regularizer: `task="sparse"`: the weights of SPLADE's FLOPS regularizer on
+            the queries' and the documents' vectors (sentence-transformers' defaults), reached over the first
+            third of the steps (quadratically, as SPLADE warms them up).
         rerank_loss: `task="rerank"`: `pointwise` (binary cross-entropy of each pair's logit) or
             `listwise` (softmax cross-entropy over each query's group of `group_size` passages,
             the relevant one and others of the same query; `kbert.training.contrastive.ListwiseSoftmaxLoss`).
@@ -153,10 +157,12 @@ class TrainingOptions:
     jit_compile: bool = False
     pooling: str = "mean"
     contrastive_loss: Optional[str] = None
-    temperature: float = 0.05
+    temperature: Optional[float] = None
     rerank_loss: str = "pointwise"
     group_size: int = 4
     symmetric: bool = False
+    query_regularizer: float = 5e-5
+    document_regularizer: float = 3e-5
 
     @classmethod
     def for_pretraining(cls, **changes) -> "TrainingOptions":
