@@ -16,6 +16,10 @@ PyTorch: `--st-python` is the interpreter of an environment that has it
 sentence-transformers' `model_kwargs={"dtype": torch.bfloat16}`): worth it where the CPU has
 bfloat16 units (`amx_bf16`), and on kbert's side on the PyTorch backend (`KERAS_BACKEND=torch`).
 
+A sparse encoder's folder (sentence-transformers' `SparseEncoder`, SPLADE) is timed as `kbert embed` encodes
+it (`Embedder.encode_sparse`: each text's ids and weights) against `SparseEncoder.encode` (its sparse tensor);
+the vectors are compared densified, and the mean of each text's non-zero weights is printed.
+
 `--one-batch` times the model call alone instead, on one fixed batch of
 `--batch-size` × 128 token ids (no tokenizing, no batching by length): where a
 gap between the engines lies, in the encoder or around it.
@@ -43,6 +47,12 @@ def read_texts(path: str, count: int) -> List[str]:
     return texts[:count]
 
 
+def is_sparse(model: str) -> bool:
+    from kbert.checkpoints.sentence_transformers import model_type
+
+    return model_type(model) == "SparseEncoder"
+
+
 def _load(engine: str, model: str, dtype: str, runtime: str = "keras"):
     """The engine's loaded model: a kbert `Embedder` (its model on `runtime`: keras, or onnxruntime float32 or
     int8), or a `SentenceTransformer` on the CPU."""
@@ -57,9 +67,10 @@ def _load(engine: str, model: str, dtype: str, runtime: str = "keras"):
             embedder.model = onnx_embedder(embedder, "int8" if runtime == "onnxruntime-int8" else None)
         return embedder
     import torch
-    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer, SparseEncoder
 
-    return SentenceTransformer(model, device="cpu", model_kwargs={"dtype": getattr(torch, dtype)})
+    kind = SparseEncoder if is_sparse(model) else SentenceTransformer
+    return kind(model, device="cpu", model_kwargs={"dtype": getattr(torch, dtype)})
 
 
 def _one_batch(engine: str, model: str, batch_size: int, dtype: str, runtime: str):
@@ -81,6 +92,27 @@ def _one_batch(engine: str, model: str, batch_size: int, dtype: str, runtime: st
     return call
 
 
+def _encoder(engine: str, loaded, texts: List[str], batch_size: int, sparse: bool):
+    """One encoding of the texts as the engine's users call it: dense vectors, or a sparse encoder's own form
+    (kbert's ids and weights per text; sentence-transformers' sparse tensor)."""
+    if sparse and engine == "kbert":
+        return lambda: loaded.encode_sparse(texts, batch_size)
+    return lambda: loaded.encode(texts, batch_size=batch_size)
+
+
+def _dense(vectors, width: int = 0) -> np.ndarray:
+    """An engine's vectors as one float32 array: kbert's `(ids, weights)` per text (`width` ids) and a torch
+    sparse tensor densified."""
+    if isinstance(vectors, list):
+        dense = np.zeros((len(vectors), width), np.float32)
+        for row, (ids, weights) in zip(dense, vectors):
+            row[ids] = weights
+        return dense
+    if hasattr(vectors, "to_dense"):
+        return vectors.to_dense().float().numpy()
+    return np.asarray(vectors, np.float32)
+
+
 def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_batch: bool = False,
            dtype: str = "float32", runtime: str = "keras") -> None:
     """Loads `engine`, then answers each line on stdin with the seconds one encoding of the texts took (and, for
@@ -90,8 +122,9 @@ def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_
         encode = _one_batch(engine, model, batch_size, dtype, runtime)
     else:
         loaded = _load(engine, model, dtype, runtime)
-        encode = lambda: np.asarray(loaded.encode(texts, batch_size=batch_size), np.float32)  # noqa: E731
+        encode = _encoder(engine, loaded, texts, batch_size, is_sparse(model))
     vectors = encode()  # the warm-up (a compiled graph, the thread pools)
+    vectors = _dense(vectors, getattr(loaded, "dimensions", 0) if not one_batch else 0)
     for line in sys.stdin:
         start = time.perf_counter()
         encode()
@@ -170,6 +203,9 @@ def main(argv=None) -> int:
     print(f"kbert / sentence-transformers: {np.median(ratios):.2f}x (rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
     mine, theirs = vectors["kbert"], vectors["sentence-transformers"]
     print(f"largest difference between the engines' vectors: {np.abs(mine - theirs).max():.2e}")
+    if is_sparse(args.model):
+        print(f"non-zero weights a text: kbert {np.mean((mine > 0).sum(1)):.1f}, sentence-transformers "
+              f"{np.mean((theirs > 0).sum(1)):.1f}")
     cosines = np.sum(mine * theirs, 1) / np.maximum(np.linalg.norm(mine, axis=1) * np.linalg.norm(theirs, axis=1),
                                                     1e-12)
     print(f"cosine of the engines' vectors of a text: lowest {cosines.min():.5f}, median {np.median(cosines):.5f}")

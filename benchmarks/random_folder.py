@@ -6,6 +6,12 @@ The weights are kbert's draw (seed 0); the tokenizer is a byte-level BPE `tokeni
 [SEP]) of 20,000 pieces trained on the sentiment corpus's training texts (`../shared/data/sentiment`), which
 the benchmark's test texts are not; mean pooling, normalised, 512 tokens at most. Prints the test texts'
 token counts (median, 90th percentile, largest).
+
+    python -m benchmarks.random_folder --config distilbert_base_uncased --sparse --out /tmp/splade_st
+
+`--sparse` writes a SPLADE sparse encoder instead (the masked-LM head, max pooling of log(1 + ReLU)), its
+head's bias set to -1.75 so that a text keeps a few hundred vocabulary entries, as a trained SPLADE's do
+(random logits would keep half the vocabulary).
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="modernbert_base", help="a bundled config (default: modernbert_base)")
     parser.add_argument("--out", required=True, help="the folder to write (it must not exist)")
+    parser.add_argument("--sparse", action="store_true", help="a SPLADE sparse encoder (SparseEncoder folder)")
     args = parser.parse_args(argv)
     import keras
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     from kbert import build_transformer_model, save_hf_weights
-    from kbert.checkpoints.sentence_transformers import write_modules
+    from kbert.checkpoints.sentence_transformers import SpladeSpec, write_modules
     from kbert.models.config import bundled_config_path
 
     os.makedirs(args.out)
@@ -49,14 +56,20 @@ def main(argv=None) -> int:
     with open(bundled_config_path(args.config), encoding="utf-8") as handle:
         config = {**json.load(handle), "pad_token_id": 0}
     keras.utils.set_random_seed(0)
-    bert = build_transformer_model(config)
+    bert = build_transformer_model(config, with_mlm=args.sparse)
+    if args.sparse:
+        bias = bert.get_layer("MLM-Bias")
+        bias.set_weights([bias.get_weights()[0] - 1.75])
     save_hf_weights(bert, args.out)
     tokenizer.save(os.path.join(args.out, "tokenizer.json"))
     with open(os.path.join(args.out, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]", "cls_token": "[CLS]",
                    "sep_token": "[SEP]", "unk_token": "[UNK]", "mask_token": "[MASK]",
                    "model_input_names": ["input_ids", "attention_mask"]}, handle)
-    write_modules(args.out, "mean", config["hidden_size"], [], True, 512)
+    if args.sparse:
+        write_modules(args.out, SpladeSpec(), config["vocab_size"], [], False, 512)
+    else:
+        write_modules(args.out, "mean", config.get("hidden_size", config.get("dim")), [], True, 512)
     lengths = sorted(len(tokenizer.encode(text).ids) for text in texts("sentiment.test.data"))
     print(f"{args.out}: the test texts' tokens: median {lengths[len(lengths) // 2]}, 90th percentile "
           f"{lengths[int(0.9 * len(lengths))]}, largest {lengths[-1]}")

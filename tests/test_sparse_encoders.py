@@ -332,3 +332,39 @@ def test_a_loss_other_than_splades_is_refused_for_a_sparse_encoder(tmp_path, cap
                  "--maxlen", "32", "--out", str(tmp_path / "out")])
     assert code != 0 and "--loss cosent: a sparse encoder trains with SPLADE's in-batch ranking loss" in \
         capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+# --- evaluation: exact retrieval through an inverted index -------------------------------------------------------
+
+def test_the_inverted_index_scores_are_the_dense_dot_products():
+    from kbert.tasks.embedding import sparse_terms
+    from kbert.tasks.embedding_evaluation import SparseIndex
+
+    rng = np.random.default_rng(4)
+    dense = np.where(rng.random((30, 50)) < 0.1, rng.random((30, 50)), 0).astype("float32")
+    dense[7] = 0  # a document without a term
+    queries = np.where(rng.random((5, 50)) < 0.2, rng.random((5, 50)), 0).astype("float32")
+    index = SparseIndex([sparse_terms(row) for row in dense], len(dense))
+    got = np.stack([index.scores(*sparse_terms(query)) for query in queries])
+    np.testing.assert_allclose(got, queries @ dense.T, rtol=1e-6)
+
+
+def test_kbert_evaluate_ranks_a_sparse_encoders_documents_by_dot_product(sparse_folder, tmp_path, capsys):
+    from kbert.cli.main import main
+    from kbert.tasks.embedding import Embedder
+
+    corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods."]
+    write(tmp_path, "corpus.jsonl", "".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"
+                                            for i, text in enumerate(corpus)))
+    write(tmp_path, "queries.jsonl", "".join(json.dumps({"_id": f"q{i}", "text": text[:20]}) + "\n"
+                                             for i, text in enumerate(corpus)))
+    (tmp_path / "qrels").mkdir()
+    write(tmp_path / "qrels", "test.tsv", "".join(f"q{i}\td{i}\t1\n" for i in range(len(corpus))))
+    assert main(["evaluate", "--model", str(sparse_folder), "--data", str(tmp_path), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    embedder = Embedder.load(sparse_folder)
+    scores = embedder.encode([text[:20] for text in corpus]) @ embedder.encode(corpus).T
+    ranks = [1 + int((row > row[i]).sum()) for i, row in enumerate(scores)]
+    assert result["mrr@10"] == pytest.approx(np.mean([1 / rank if rank <= 10 else 0 for rank in ranks]))
+    terms = [ids.size for ids, _ in embedder.encode_sparse(corpus)]
+    assert result["document_terms"] == pytest.approx(np.mean(terms))

@@ -4,7 +4,8 @@ and clustering (`kbert evaluate --model EMBEDDING_MODEL`).
 - STS: Spearman's correlation of the cosines of text pairs with their gold scores
   (`text<TAB>text_b<TAB>score`).
 - retrieval: a BEIR folder (`corpus.jsonl`, `queries.jsonl`, `qrels/test.tsv`, the layout MTEB's
-  retrieval sets use): each query's corpus ranked by cosine, exactly, in NumPy; nDCG@10 (linear
+  retrieval sets use): each query's corpus ranked by cosine (a sparse encoder's: by the dot product of its
+  sparse vectors, through an inverted index), exactly, in NumPy; nDCG@10 (linear
   gains, as pytrec_eval's), MRR@10 and recall@100. A corpus has to fit in memory as float32
   vectors (a million 384-dimensional ones: 1.5 GB); beyond that, an index (FAISS, a vector
   database) is the tool, which kbert leaves out of its install.
@@ -90,18 +91,30 @@ def _json_lines(path: str) -> List[dict]:
 
 def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgements: Dict[str, Dict[str, int]],
               batch_size: int = 64) -> Dict[str, float]:
-    """`{"ndcg@10", "mrr@10", "recall@100", "queries", "documents"}` of exact cosine search, averaged over
-    the judged queries. Queries and documents each get the model's prompt for their role, where it has one
+    """`{"ndcg@10", "mrr@10", "recall@100", "queries", "documents"}` of exact search, averaged over the judged
+    queries: by cosine, or for a sparse encoder by the dot product of sparse vectors through an inverted index
+    (`SparseIndex`), with the mean non-zero weights of a query and a document (`"query_terms"`,
+    `"document_terms"`). Queries and documents each get the model's prompt for their role, where it has one
     (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `)."""
     ids = list(corpus)
-    documents = embedder.encode([corpus[key] for key in ids], batch_size, normalize=True,
-                                prompt_name=embedder.prompt_name_for("document"))
     asked = [key for key in queries if key in judgements]
-    vectors = embedder.encode([queries[key] for key in asked], batch_size, normalize=True,
-                              prompt_name=embedder.prompt_name_for("query"))
+    texts = {"document": [corpus[key] for key in ids], "query": [queries[key] for key in asked]}
+    prompts = {role: embedder.prompt_name_for(role) for role in texts}
+    extra = {}
+    if embedder.sparse:
+        documents, vectors = (embedder.encode_sparse(texts[role], batch_size, prompt_name=prompts[role])
+                              for role in ("document", "query"))
+        index = SparseIndex(documents, len(ids))
+        blocks = (np.stack([index.scores(*terms) for terms in vectors[start:start + 256]])
+                  for start in range(0, len(asked), 256))
+        extra = {"query_terms": float(np.mean([ids_.size for ids_, _ in vectors])),
+                 "document_terms": float(np.mean([ids_.size for ids_, _ in documents]))}
+    else:
+        documents, vectors = (embedder.encode(texts[role], batch_size, normalize=True, prompt_name=prompts[role])
+                              for role in ("document", "query"))
+        blocks = (vectors[start:start + 256] @ documents.T for start in range(0, len(asked), 256))
     scores = {"ndcg@10": [], "mrr@10": [], "recall@100": []}
-    for start in range(0, len(asked), 256):  # a block of queries at a time: [256, documents] scores in memory
-        similarity = vectors[start:start + 256] @ documents.T
+    for start, similarity in zip(range(0, len(asked), 256), blocks):  # [256, documents] scores in memory at most
         depth = min(RANK_DEPTH, len(ids))
         top = np.argpartition(-similarity, depth - 1, axis=1)[:, :depth]
         for row, key in enumerate(asked[start:start + 256]):
@@ -110,7 +123,37 @@ def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgeme
             for name, value in ranking_scores(relevance, judgements[key]).items():
                 scores[name].append(value)
     return {**{name: float(np.mean(values)) for name, values in scores.items()}, "queries": len(asked),
-            "documents": len(ids)}
+            "documents": len(ids), **extra}
+
+
+class SparseIndex:
+    """An inverted index of sparse vectors in memory: for each vocabulary id, the documents that weigh it and
+    their weights, so that a query's exact dot product with every document reads only its own ids' postings.
+
+    Args:
+        documents: each document's `(ids, weights)` (`Embedder.encode_sparse`).
+        count: the number of documents.
+
+    Example:
+    >>> index = SparseIndex([(np.array([1, 5]), np.array([0.5, 2.0])), (np.array([5]), np.array([1.0]))], 2)
+    >>> index.scores(np.array([5, 7]), np.array([3.0, 1.0])).tolist()
+    [6.0, 3.0]
+    """
+
+    def __init__(self, documents: Sequence[Tuple[np.ndarray, np.ndarray]], count: int):
+        terms = np.concatenate([ids for ids, _ in documents]) if documents else np.zeros(0, np.int64)
+        owners = np.repeat(np.arange(len(documents)), [ids.size for ids, _ in documents])
+        weights = np.concatenate([values for _, values in documents]) if documents else np.zeros(0, np.float32)
+        order = np.argsort(terms, kind="stable")
+        self.terms, self.documents, self.weights = terms[order], owners[order], weights[order].astype(np.float64)
+        self.count = count
+
+    def scores(self, ids: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """`[count]` dot products of the query `(ids, weights)` with every document."""
+        starts, ends = np.searchsorted(self.terms, ids, "left"), np.searchsorted(self.terms, ids, "right")
+        postings = np.concatenate([np.arange(start, end) for start, end in zip(starts, ends)] or [np.zeros(0, int)])
+        contributions = self.weights[postings] * np.repeat(np.asarray(weights, np.float64), ends - starts)
+        return np.bincount(self.documents[postings], contributions, minlength=self.count)
 
 
 # --- classification and clustering -------------------------------------------------------------------
