@@ -4,6 +4,7 @@
     python -m benchmarks.serving --model runs/sentiment --runtime onnxruntime  # the server on its float32 ONNX file
     python -m benchmarks.serving --model runs/sentiment --quantize int8   # the server on its int8 ONNX file
     python -m benchmarks.serving --model MINILM_FOLDER --route embeddings  # OpenAI's /v1/embeddings
+    python -m benchmarks.serving --model SPLADE_FOLDER --route embed_sparse  # TEI's /embed_sparse, texts cut
     python -m benchmarks.serving --model runs/sentiment --instances 1  # the server's batches one at a time
 
 The server runs in its own process (`kbert serve MODEL --port 0`); this
@@ -62,12 +63,14 @@ def start_server(model: str, max_batch: int, max_wait_ms: float, quantize: "str 
     return process, match.group(1)
 
 
-ROUTES = {"predict": ("/v1/predict", "texts"), "embeddings": ("/v1/embeddings", "input")}
+# route -> (path, the texts' field, the rest of the body): TEI's sparse route cuts long texts as the offline engine
+ROUTES = {"predict": ("/v1/predict", "texts", {}), "embeddings": ("/v1/embeddings", "input", {}),
+          "embed_sparse": ("/embed_sparse", "inputs", {"truncate": True})}
 
 
 def one_request(url: str, text: str, route: str = "predict") -> Tuple[int, float]:
-    path, field = ROUTES[route]
-    request = urllib.request.Request(url + path, data=json.dumps({field: [text]}).encode(),
+    path, field, rest = ROUTES[route]
+    request = urllib.request.Request(url + path, data=json.dumps({field: [text], **rest}).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
     start = time.perf_counter()
     try:
@@ -97,7 +100,8 @@ def main(argv=None) -> int:
     parser.add_argument("--model", required=True, help="a classifier's model directory (kbert train), or an "
                                                        "embedding model with --route embeddings")
     parser.add_argument("--route", choices=sorted(ROUTES), default="predict",
-                        help="predict: POST /v1/predict; embeddings: POST /v1/embeddings (OpenAI's form)")
+                        help="predict: POST /v1/predict; embeddings: POST /v1/embeddings (OpenAI's form); "
+                             "embed_sparse: a sparse encoder's POST /embed_sparse (TEI's form, truncate true)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)

@@ -90,7 +90,7 @@ def assert_same_rows(served, printed):
     for mine, theirs in zip(served, printed):
         assert sorted(mine) == sorted(theirs)
         for key, value in mine.items():
-            if isinstance(value, float):
+            if isinstance(value, (float, dict)):  # a classifier's probabilities: a float, and each label's
                 assert value == pytest.approx(theirs[key], abs=1e-5)
             elif key != "masks":
                 assert value == theirs[key], key
@@ -312,6 +312,29 @@ def test_a_token_budget_ends_a_batch_before_the_texts_limit():
     # a + b fit 10 tokens, c would pass them; c waits for d, whose 12 tokens are over the budget alone.
     assert calls == [["a", "b"], ["c"], ["d"]]
     assert observed == [(2, 9), (1, 4), (1, 12)]
+
+
+def test_tei_predict_gives_every_labels_probability_most_probable_first(model_dirs, capsys):
+    expected = predicted_by_cli(model_dirs / "classify", TEXTS[:2], capsys)
+    with running_server(model_dirs / "classify") as (url, _):
+        status, single = post(url, {"inputs": TEXTS[0]}, path="/predict")
+        assert status == 200 and [entry["label"] for entry in single] == sorted(
+            expected[0]["probabilities"], key=lambda label: -expected[0]["probabilities"][label])
+        assert {entry["label"]: entry["score"] for entry in single} == pytest.approx(expected[0]["probabilities"],
+                                                                                     abs=1e-5)
+        status, batch = post(url, {"inputs": [[TEXTS[0]], [TEXTS[1]]]}, path="/predict")
+        assert status == 200 and len(batch) == 2 and batch[1][0]["label"] == expected[1]["label"]
+        assert batch[1][0]["score"] == pytest.approx(expected[1]["probability"], abs=1e-5)
+        for body, code, message in [
+                ({"inputs": "好" * 40}, 413, "inputs[0]: 42 tokens, more than the model's 32"),
+                ({"inputs": [TEXTS[0], TEXTS[1]]}, 422, "text pairs given to a classifier trained on single texts"),
+                ({"inputs": [["a", "b", "c"]]}, 422, "a pair is [text, text_pair]"),
+                ({"inputs": TEXTS[0], "raw_scores": True}, 422, "raw_scores: this classifier's graph ends in its "
+                                                                 "softmax"),
+                ({"inputs": 3}, 422, "inputs")]:
+            status, answer = post(url, body, path="/predict")
+            assert (status, answer["error_type"]) == (code, "Validation") and message in answer["error"], answer
+        assert post(url, {"inputs": "好" * 40, "truncate": True}, path="/predict")[0] == 200
 
 
 def test_a_classifier_server_reports_info_and_metrics(model_dirs):

@@ -19,6 +19,7 @@ Endpoints:
   encoder: `POST /embed_sparse` (TEI's), and `/v1/predict` rows `{"text", "indices", "values"}`.
 - a reranker (`kbert.serving.reranking`): `POST /rerank` (TEI's form) and `POST /v1/rerank`
   (Cohere's and Jina's).
+- a classifier (`kbert.serving.classification`): `POST /predict` (TEI's form), every label's probability.
 - `GET /info`: the model, its task, its dimensions and input length, the server's limits.
 - `GET /v1/models`: OpenAI's model list, the served model alone (what OpenAI-speaking tools ask first).
 - `GET /metrics`: requests by route and status, latency, batch sizes in texts and tokens, the
@@ -77,6 +78,7 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     >>> app = create_app(load_predictor("runs/sentiment"))  # doctest: +SKIP
     """
     from fastapi import FastAPI
+    from kbert.serving.classification import add_classifier_routes
     from kbert.serving.embeddings import EmbeddingService, add_embedding_routes
     from kbert.serving.instances import serial_reason
     from kbert.serving.reranking import RerankService, add_rerank_routes
@@ -112,6 +114,8 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
         add_embedding_routes(app, service, batcher, limits, model_name=predictor.model_dir)
     if reranker is not None:
         add_rerank_routes(app, service, batcher, limits, model_name=predictor.model_dir)
+    if predictor.task == "classify":
+        add_classifier_routes(app, predictor, batcher, limits)
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(RequestLog, metrics=metrics)
     return app

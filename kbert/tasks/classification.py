@@ -97,7 +97,8 @@ class TrainedClassifier:
 
     def labelled(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None,
                  batch_size: int = 64, bucketing: bool = True) -> List[dict]:
-        """`{"text", "label", "probability"}` for each text (or pair): the most probable label."""
+        """`{"text", "label", "probability", "probabilities"}` for each text (or pair): the most probable label,
+        and every label's probability (`{label: probability}`)."""
         if not len(texts):
             raise KbertError("no texts to predict")
         if text_pairs is not None and len(text_pairs) != len(texts):
@@ -110,7 +111,8 @@ class TrainedClassifier:
         examples = [Example(text, pair, None, line) for line, (text, pair) in enumerate(zip(texts, pairs), 1)]
         probabilities = self.predict_proba(examples, batch_size, bucketing)
         best = probabilities.argmax(-1)
-        return [{"text": text, "label": self.labels.names[index], "probability": float(row[index])}
+        return [{"text": text, "label": self.labels.names[index], "probability": float(row[index]),
+                 "probabilities": dict(zip(self.labels.names, map(float, row)))}
                 for text, index, row in zip(texts, best, probabilities)]
 
 

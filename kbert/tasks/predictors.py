@@ -4,7 +4,7 @@
 training.json and gives a `Predictor`: called on a list of texts it returns
 one JSON-ready row per text, the row `kbert predict --json` prints:
 
-- classify: `{"text", "label", "probability"}`
+- classify: `{"text", "label", "probability", "probabilities"}` (every label's, by name)
 - ner: `{"text", "entities": [{"type", "start", "end", "text"}, ...]}`
 - seq2seq: `{"text", "target"}`
 - mlm (a `kbert pretrain` directory): `{"text", "masks": [{"candidates": [...]}], "filled"}`,
@@ -86,7 +86,7 @@ class Predictor:
         """The row of a blank text (which is not predicted), so that outputs line up with inputs."""
         if self.embedder is not None and self.embedder.sparse:
             return {"text": text, "indices": None, "values": None}
-        return {"classify": {"text": text, "label": None, "probability": None},
+        return {"classify": {"text": text, "label": None, "probability": None, "probabilities": None},
                 "ner": {"text": text, "entities": []},
                 "seq2seq": {"text": text, "target": None},
                 "mlm": {"text": text, "masks": [], "filled": None},
