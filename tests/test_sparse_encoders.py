@@ -127,7 +127,8 @@ def test_each_pooling_and_activation_is_written_and_read(strategy, activation, t
         "pooling_strategy": strategy, "activation_function": activation, "embedding_dimension": 30522}
     embedder = Embedder.load(tmp_path / "splade")
     indices, values = embedder.encode_sparse(TEXTS[1:2])[0]
-    np.testing.assert_allclose(values, alone(embedder, TEXTS[1], (strategy, activation))[indices], rtol=1e-4)
+    expected = alone(embedder, TEXTS[1], (strategy, activation))[indices]
+    np.testing.assert_allclose(values, expected, rtol=1e-4, atol=1e-6)  # JAX's float32 rounds apart at 1e-8
 
 
 def rewrite_modules(folder, change):
