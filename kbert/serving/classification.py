@@ -38,11 +38,7 @@ def add_classifier_routes(app, predictor, batcher, limits) -> None:
             return tei_error(Refusal(status, validation_message(error) if status == 422 else str(error), "inputs"))
         single, texts, pairs = _inputs(body.inputs)
         request.state.texts = len(texts or ())
-        refused = (Refusal(422, "inputs: a pair is [text, text_pair]; a batch is a list of lists of one or two "
-                                "texts", "inputs") if texts is None else
-                   Refusal(422, "raw_scores: this classifier's graph ends in its softmax, so it gives "
-                                "probabilities only; ask with raw_scores false", "raw_scores")
-                   if body.raw_scores else refusal(texts, pairs, limits, predictor.task, "inputs"))
+        refused = _refused(body, texts, pairs, limits, predictor.task)
         if refused:
             return tei_error(refused)
         try:
@@ -74,6 +70,18 @@ def _inputs(inputs) -> Tuple[bool, Optional[List[str]], Optional[List[Optional[s
         return single, None, None
     pairs = [sequence[1] if len(sequence) == 2 else None for sequence in sequences]
     return single, [sequence[0] for sequence in sequences], pairs if any(pair is not None for pair in pairs) else None
+
+
+def _refused(body, texts: Optional[List[str]], pairs, limits, task: str) -> Optional[Refusal]:
+    """The 422 of inputs TEI does not read or of `raw_scores`, else the server's checks of the texts
+    (`kbert.serving.requests.refusal`)."""
+    if texts is None:
+        return Refusal(422, "inputs: a pair is [text, text_pair]; a batch is a list of lists of one or two texts",
+                       "inputs")
+    if body.raw_scores:
+        return Refusal(422, "raw_scores: this classifier's graph ends in its softmax, so it gives probabilities "
+                            "only; ask with raw_scores false", "raw_scores")
+    return refusal(texts, pairs, limits, task, "inputs")
 
 
 def _too_long(predictor, texts: List[str], pairs: Optional[List[Optional[str]]]) -> Optional[Refusal]:

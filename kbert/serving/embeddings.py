@@ -102,17 +102,25 @@ def _refusing_route(app, path: str, error, message: str) -> None:
     app.post(path, summary="not served for this kind of model", include_in_schema=False)(route)
 
 
-def _add_sparse_route(app, service: EmbeddingService, batcher, limits) -> None:
-    """`POST /embed_sparse`, Text Embeddings Inference's: each text's non-zero vocabulary weights."""
+def _tei_texts_request():
+    """The body TEI's `/embed` and `/embed_sparse` share: the texts, whether to cut them, the prompt's name
+    (a pydantic model, made when a server starts: pydantic is the serving extra's)."""
     from pydantic import BaseModel, Field
 
-    class SparseRequest(BaseModel):
+    class TEITextsRequest(BaseModel):
         inputs: Union[str, List[str]] = Field(description="a text or a list of texts")
         truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
         truncation_direction: str = Field("Right", pattern="^(Right|right)$",
                                           description="where a text is cut: its end (Right) only")
         prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text "
                                            "(config_sentence_transformers.json); null: its default one")
+
+    return TEITextsRequest
+
+
+def _add_sparse_route(app, service: EmbeddingService, batcher, limits) -> None:
+    """`POST /embed_sparse`, Text Embeddings Inference's: each text's non-zero vocabulary weights."""
+    SparseRequest = _tei_texts_request()
 
     def sparse_answer(body, texts, vectors, tokens):
         return [[{"index": int(index), "value": float(value)} for index, value in zip(*sparse_terms(vector))]
@@ -137,14 +145,8 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
                                           description=f"keep the first n of the {width} values")
         user: Optional[str] = None
 
-    class TEIRequest(BaseModel):
-        inputs: Union[str, List[str]] = Field(description="a text or a list of texts")
+    class TEIRequest(_tei_texts_request()):
         normalize: bool = Field(True, description="scale each vector to unit length")
-        truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
-        truncation_direction: str = Field("Right", pattern="^(Right|right)$",
-                                          description="where a text is cut: its end (Right) only")
-        prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text "
-                                           "(config_sentence_transformers.json); null: its default one")
 
     class SimilarityInput(BaseModel):
         source_sentence: str = Field(description="the text the others are compared with")

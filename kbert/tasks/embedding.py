@@ -137,11 +137,14 @@ class Embedder:
             prompt_name: the model's prompt to put before each text (`prompts`); None: its default one.
             prompt: a prompt's text itself, instead of a named one ("" for none).
         """
+        return self.encode_tokens(self._tokenized(texts, prompt_name, prompt), batch_size, normalize, bucketing)
+
+    def _tokenized(self, texts: Sequence[str], prompt_name: Optional[str], prompt: Optional[str]) -> list:
+        """The texts after their prompt (`prompted`), tokenized within `maxlen`; one string is refused."""
         if isinstance(texts, str):
             raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
         texts = self.prompted(texts, prompt_name, prompt)
-        encoded = encode_within(self.tokenizer, texts, self.maxlen) if texts else []
-        return self.encode_tokens(encoded, batch_size, normalize, bucketing)
+        return encode_within(self.tokenizer, texts, self.maxlen) if texts else []
 
     def prompted(self, texts: Sequence[str], prompt_name: Optional[str] = None,
                  prompt: Optional[str] = None) -> List[str]:
@@ -193,9 +196,7 @@ class Embedder:
         if not self.sparse:
             raise KbertError(f"{self.source or 'this model'} is a dense embedding model; sparse vectors come from a "
                              "sentence-transformers SparseEncoder folder (MLMTransformer and SpladePooling)")
-        if isinstance(texts, str):
-            raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
-        encoded = encode_within(self.tokenizer, self.prompted(texts, prompt_name, prompt), self.maxlen)
+        encoded = self._tokenized(texts, prompt_name, prompt)
         terms: List[Tuple[np.ndarray, np.ndarray]] = [None] * len(encoded)
         for rows, batch in self._batches(encoded, batch_size, True):
             for row, vector in zip(rows, batch):
@@ -309,8 +310,8 @@ def _word_prefix(text: str, budget: int) -> str:
     return text[:space] if space > 0 else text[:budget]
 
 
-def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec", dense: Sequence[DenseSpec] = (), normalize: bool = False,
-                    name: str = "embedder") -> keras.Model:
+def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec", dense: Sequence[DenseSpec] = (),
+                    normalize: bool = False, name: str = "embedder") -> keras.Model:
     """`bert`'s hidden states pooled (`Pooling`), projected by each `dense` (weights read from its folder) and
     scaled to unit length where `normalize`: the sentence-transformers pipeline as one Keras model. A SPLADE
     `pooling` pools `bert`'s masked-LM logits instead (`SpladePooling`)."""
@@ -518,27 +519,31 @@ class EmbeddingTask(Task):
         groups = data.valid_examples
 
         def score(logs: dict) -> float:
-            embedder = Embedder(model, self.tokenizer, self.options.maxlen, True, "", self.backbone,
-                                self.options.pooling)
+            embedder = self.embedder(model, "")
             if groups[0].score is not None:  # CoSENT's pairs, or SimCSE validated on STS-style pairs
                 a = embedder.encode([group.texts[0] for group in groups], normalize=True)
                 b = embedder.encode([group.texts[1] for group in groups], normalize=True)
                 value = spearman((a * b).sum(1), np.array([group.score for group in groups]))
             else:
                 value = recall_at_1(embedder, [group.texts[0] for group in groups],
-                                    [group.texts[1] for group in groups])
+                                    [group.texts[1] for group in groups], cosine=not embedder.sparse)
             logs[self.score_name] = value
             return value
 
         return score
 
+    def embedder(self, model, source: str) -> Embedder:
+        """The model being trained as an `Embedder` (`source`: where it is saved, "" while training)."""
+        return Embedder(model, self.tokenizer, self.options.maxlen, True, source, self.backbone, self.options.pooling)
+
     def finish(self, model, directory: str) -> None:
-        """The sentence-transformers files beside kbert's: Hugging Face weights and config, the modules."""
-        write_sentence_transformer(directory, Embedder(model, self.tokenizer, self.options.maxlen, True, directory,
-                                                       self.backbone, self.options.pooling))
+        """The sentence-transformers files beside kbert's: Hugging Face weights and config, the modules (a
+        `SparseEncoder`'s for a sparse encoder)."""
+        write_sentence_transformer(directory, self.embedder(model, directory))
 
 
-def recall_at_1(embedder: Embedder, queries: Sequence[str], positives: Sequence[str]) -> float:
-    """How often a query's nearest positive (by cosine, among all of them) is its own."""
-    a, b = embedder.encode(queries, normalize=True), embedder.encode(positives, normalize=True)
+def recall_at_1(embedder: Embedder, queries: Sequence[str], positives: Sequence[str], cosine: bool = True) -> float:
+    """How often a query's nearest positive (by cosine, among all of them; by dot product where not `cosine`,
+    as a sparse encoder's vectors are compared) is its own."""
+    a, b = embedder.encode(queries, normalize=cosine), embedder.encode(positives, normalize=cosine)
     return float(np.mean((a @ b.T).argmax(1) == np.arange(len(queries))))

@@ -16,11 +16,10 @@ import math
 from typing import Optional
 
 import keras
-import numpy as np
 
 from kbert.checkpoints.sentence_transformers import SpladeSpec
 from kbert.errors import DataError
-from kbert.tasks.embedding import Embedder, EmbeddingTask, embedding_model, write_sentence_transformer
+from kbert.tasks.embedding import Embedder, EmbeddingTask, embedding_model
 from kbert.training.contrastive import (FlopsRegularization, InBatchNegatives, document_active_dimensions,
                                         query_active_dimensions)
 from kbert.training.task import TrainingData
@@ -69,24 +68,5 @@ class SparseEmbeddingTask(EmbeddingTask):
                                          symmetric=self.options.symmetric),
                 "metrics": [query_active_dimensions, document_active_dimensions]}
 
-    def validation_score(self, model, data: TrainingData):
-        if not data.valid_examples:
-            return lambda logs: None
-        groups = data.valid_examples
-
-        def score(logs: dict) -> float:
-            embedder = self.embedder(model, "")
-            queries = embedder.encode([group.texts[0] for group in groups])
-            documents = embedder.encode([group.texts[1] for group in groups])
-            logs[self.score_name] = float(np.mean((queries @ documents.T).argmax(1) == np.arange(len(groups))))
-            return logs[self.score_name]
-
-        return score
-
     def embedder(self, model, source: str) -> Embedder:
         return Embedder(model, self.tokenizer, self.options.maxlen, False, source, self.backbone, SPLADE)
-
-    def finish(self, model, directory: str) -> None:
-        """The `SparseEncoder` folder's files beside kbert's: Hugging Face weights with the masked-LM head, the
-        modules (`MLMTransformer`, `SpladePooling`)."""
-        write_sentence_transformer(directory, self.embedder(model, directory))
