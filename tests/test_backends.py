@@ -120,7 +120,7 @@ if {backend!r} == "jax":
 """)
     assert result.returncode == 0, result.stderr[-3000:]
     predictions = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert [sorted(row) for row in predictions] == [["label", "probability", "probabilities", "text"]] * 2 + \
+    assert [sorted(row) for row in predictions] == [["label", "probabilities", "probability", "text"]] * 2 + \
         [["entities", "text"]] * 2 + [["target", "text"]] * 2
     assert {row["label"] for row in predictions[:2]} <= {"0", "1"}
     assert "Traceback" not in result.stderr
