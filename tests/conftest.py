@@ -93,6 +93,35 @@ def write(directory: pathlib.Path, name: str, text: str) -> pathlib.Path:
     return path
 
 
+def write_beir(directory: pathlib.Path, corpus, queries) -> pathlib.Path:
+    """A BEIR folder in `directory`: documents `d0, d1, ...` and queries `q0, q1, ...`, query i judging document i
+    relevant."""
+    write(directory, "corpus.jsonl", "".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"
+                                             for i, text in enumerate(corpus)))
+    write(directory, "queries.jsonl", "".join(json.dumps({"_id": f"q{i}", "text": text}) + "\n"
+                                              for i, text in enumerate(queries)))
+    (directory / "qrels").mkdir()
+    write(directory / "qrels", "test.tsv", "".join(f"q{i}\td{i}\t1\n" for i in range(len(queries))))
+    return directory
+
+
+def evaluated_on_prefixes(model: pathlib.Path, directory: pathlib.Path, capsys, corpus, cut: int):
+    """`kbert evaluate --json` of `model` on a BEIR folder whose query i is document i's first `cut` characters: its
+    scores, and the queries."""
+    from kbert.cli.main import main
+
+    queries = [text[:cut] for text in corpus]
+    write_beir(directory, corpus, queries)
+    assert main(["evaluate", "--model", str(model), "--data", str(directory), "--json"]) == 0
+    return json.loads(capsys.readouterr().out), queries
+
+
+def mean_reciprocal_rank(scores) -> float:
+    """MRR@10 of rows of scores (`[queries, documents]`) where query i's relevant document is document i."""
+    ranks = [1 + int((row > row[i]).sum()) for i, row in enumerate(scores)]
+    return float(sum(1 / rank if rank <= 10 else 0 for rank in ranks) / len(ranks))
+
+
 def compiled(function):
     """`function` compiled as the backend compiles a model's step: `tf.function`, `jax.jit`, or as is on torch."""
     import keras

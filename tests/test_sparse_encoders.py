@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import kbert_in_process, minilm_dir, shared_path, write
+from conftest import evaluated_on_prefixes, kbert_in_process, mean_reciprocal_rank, minilm_dir, shared_path, write
 from kbert import bundled_config_path
 
 TEXTS = ["A man is eating food.", "The girl is carrying a baby on her back in the park.", "drums",
@@ -190,7 +190,7 @@ def test_kbert_embed_writes_indices_and_values_and_refuses_dense_options(sparse_
     assert refused.returncode != 0 and "is a sparse encoder (SpladePooling): --npy" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "x.npy").exists()
     dense = kbert_in_process("embed", "--model", str(minilm_dir()), str(texts), "--top-k", "3")
-    assert dense.returncode != 0 and "--top-k: " in dense.stderr and "is a dense embedding model" in dense.stderr
+    assert dense.returncode != 0 and "--top-k: " in dense.stderr and "is not a sparse encoder" in dense.stderr
 
 
 def test_the_server_answers_embed_sparse_and_refuses_dense_routes(sparse_folder):
@@ -351,21 +351,11 @@ def test_the_inverted_index_scores_are_the_dense_dot_products():
 
 
 def test_kbert_evaluate_ranks_a_sparse_encoders_documents_by_dot_product(sparse_folder, tmp_path, capsys):
-    from kbert.cli.main import main
     from kbert.tasks.embedding import Embedder
 
     corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods."]
-    write(tmp_path, "corpus.jsonl", "".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"
-                                            for i, text in enumerate(corpus)))
-    write(tmp_path, "queries.jsonl", "".join(json.dumps({"_id": f"q{i}", "text": text[:20]}) + "\n"
-                                             for i, text in enumerate(corpus)))
-    (tmp_path / "qrels").mkdir()
-    write(tmp_path / "qrels", "test.tsv", "".join(f"q{i}\td{i}\t1\n" for i in range(len(corpus))))
-    assert main(["evaluate", "--model", str(sparse_folder), "--data", str(tmp_path), "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    result, queries = evaluated_on_prefixes(sparse_folder, tmp_path, capsys, corpus, 20)
     embedder = Embedder.load(sparse_folder)
-    scores = embedder.encode([text[:20] for text in corpus]) @ embedder.encode(corpus).T
-    ranks = [1 + int((row > row[i]).sum()) for i, row in enumerate(scores)]
-    assert result["mrr@10"] == pytest.approx(np.mean([1 / rank if rank <= 10 else 0 for rank in ranks]))
+    assert result["mrr@10"] == pytest.approx(mean_reciprocal_rank(embedder.encode(queries) @ embedder.encode(corpus).T))
     terms = [ids.size for ids, _ in embedder.encode_sparse(corpus)]
     assert result["document_terms"] == pytest.approx(np.mean(terms))

@@ -33,6 +33,8 @@ _POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "
                   "pooling_mode_lasttoken": "lasttoken"}
 # torch activations a Dense module names, and Keras's
 _ACTIVATIONS = {"Tanh": "tanh", "Identity": None, "ReLU": "relu", "GELU": "gelu", "Sigmoid": "sigmoid"}
+#: sentence-transformers' names for the vectors a module reads: a text's pooled one, or each token's.
+_SENTENCE, _TOKENS = "sentence_embedding", "token_embeddings"
 
 
 @dataclasses.dataclass
@@ -44,6 +46,7 @@ class DenseSpec:
     out_features: int
     bias: bool
     activation: Optional[str]
+    input_name: str = _SENTENCE  # "token_embeddings": a multi-vector encoder's projection of each token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,16 +61,60 @@ class SpladeSpec:
         return f"splade {self.strategy} {self.activation}"
 
 
+@dataclasses.dataclass(frozen=True)
+class QueryExpansion:
+    """ColBERT's query expansion (the `query_expansion` of sentence-transformers 6's Transformer config): each
+    query shorter than `length` tokens is filled up to it with `token` (None: the tokenizer's `[MASK]`).
+
+    Args:
+        strategy: `fixed`: every query is cut or filled to exactly `length` tokens; `min`: `length` is only the
+            floor (longer queries are cut at the query length instead).
+        length: the tokens a query has at least.
+        attend: whether the other tokens attend to the filling (False, classic ColBERT: they do not, yet each
+            filling token reads the query and gives a vector of its own).
+        token: the filling token (None: `[MASK]`).
+    """
+
+    strategy: str
+    length: int
+    attend: bool = False
+    token: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiVectorSpec:
+    """A multi-vector (ColBERT, late-interaction) encoder's token vectors: what each role's input is cut to, how a
+    query is expanded, and which tokens are left out of the scoring (its `MultiVectorMask`).
+
+    Args:
+        query_length: a query's longest input in tokens (None: the model's `max_seq_length`).
+        document_length: a document's longest input (None: the model's `max_seq_length`).
+        expansion: the queries' expansion (`QueryExpansion`), or None.
+        skiplist_words: tokens whose vectors are left out (PyLate's punctuation), for the roles in `skiplist_tasks`.
+        skiplist_tasks: the roles (`query`, `document`) the skiplist applies to; a text of no role counts as a
+            document.
+    """
+
+    query_length: Optional[int] = None
+    document_length: Optional[int] = None
+    expansion: Optional[QueryExpansion] = None
+    skiplist_words: Tuple[str, ...] = ()
+    skiplist_tasks: Tuple[str, ...] = ("document",)
+
+    def __str__(self) -> str:  # how a file's metadata names the pooling
+        return "multi-vector"
+
+
 @dataclasses.dataclass
 class SentenceTransformerSpec:
     """What a sentence-transformers folder holds.
 
     Args:
         transformer: the folder of the transformer's `config.json` and weights.
-        pooling: the pooling mode (`kbert.layers.pooling.POOLING_MODES`), or a sparse encoder's SPLADE pooling
-            of its masked-LM transformer's logits.
-        dense: the projections after the pooling, in order.
-        normalize: whether the vectors are scaled to unit length last.
+        pooling: the pooling mode (`kbert.layers.pooling.POOLING_MODES`), a sparse encoder's SPLADE pooling
+            of its masked-LM transformer's logits, or a multi-vector encoder's token vectors (`MultiVectorSpec`).
+        dense: the projections after the pooling (a multi-vector encoder's: of each token's vector), in order.
+        normalize: whether the vectors (each token's) are scaled to unit length last.
         max_seq_length: the longest input in tokens (None: the model's own limit).
         do_lower_case: sentence-transformers' own lower-casing of the text before tokenizing.
         prompts: texts put before the inputs, by name (e5's `{"query": "query: ", "document": "passage: "}`).
@@ -76,7 +123,7 @@ class SentenceTransformerSpec:
     """
 
     transformer: str
-    pooling: "str | SpladeSpec"
+    pooling: "str | SpladeSpec | MultiVectorSpec"
     dense: list
     normalize: bool
     max_seq_length: Optional[int]
@@ -89,12 +136,12 @@ class SentenceTransformerSpec:
 SETTINGS_FILE = "config_sentence_transformers.json"
 
 
-#: The `model_type`s of `config_sentence_transformers.json` that embed texts (dense and sparse).
-EMBEDDING_MODEL_TYPES = (None, "SentenceTransformer", "SparseEncoder")
+#: The `model_type`s of `config_sentence_transformers.json` that embed texts (dense, sparse and multi-vector).
+EMBEDDING_MODEL_TYPES = (None, "SentenceTransformer", "SparseEncoder", "MultiVectorEncoder")
 
 
 def is_sentence_transformer(path: "str | os.PathLike[str]") -> bool:
-    """Whether `path` is a sentence-transformers embedding folder, dense or sparse: it has `modules.json`, and
+    """Whether `path` is a sentence-transformers embedding folder, dense, sparse or multi-vector: it has `modules.json`, and
     its `config_sentence_transformers.json` names no other model type (sentence-transformers 6 writes a
     `CrossEncoder`'s folder with modules too)."""
     return os.path.isfile(os.path.join(os.fspath(path), MODULES_FILE)) and \
@@ -124,39 +171,53 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     if not isinstance(modules, list) or not modules or not all(isinstance(module, dict) for module in modules):
         raise CheckpointError(f"{modules_file}: expected a list of modules, each an object with its type and path")
     found = {"transformer": None, "mlm": False, "pooling": None, "include_prompt": True, "dense": [],
-             "normalize": False}
+             "normalize": None, "mask": None}
     for module in sorted(modules, key=lambda entry: _index(entry, modules_file)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         if kind not in MODULE_READERS:
             raise CheckpointError(f"{modules_file}: module {module.get('name')!r} of type {module.get('type')!r} "
                                   f"is not one kbert reads ({', '.join(MODULE_READERS)})")
         MODULE_READERS[kind](found, module_path(folder, module.get("path", ""), modules_file))
-    _check_pipeline(found, modules_file)
     transformer = found["transformer"]
     config_path = next((path for path in (os.path.join(transformer, "sentence_bert_config.json"),
                                           os.path.join(folder, "sentence_bert_config.json")) if os.path.isfile(path)),
                        None)
     config = _object(config_path) if config_path else {}
+    if found["mask"] is not None:
+        found["pooling"] = _multi_vector(config, config_path, found["mask"])
+    _check_pipeline(found, modules_file, model_type(folder))
     prompts, default_prompt_name = _prompts(os.path.join(folder, SETTINGS_FILE))
-    return SentenceTransformerSpec(transformer, found["pooling"], found["dense"], found["normalize"],
-                                   _max_seq_length(config, config_path),
+    return SentenceTransformerSpec(transformer, found["pooling"], found["dense"], found["normalize"] is not None,
+                                   _length(config, "max_seq_length", config_path),
                                    _flag(config, "do_lower_case", False, config_path), prompts, default_prompt_name,
                                    found["include_prompt"])
 
 
-def _check_pipeline(found: dict, modules_file: str) -> None:
-    """The modules make one of the pipelines kbert computes: a transformer and a pooling, and SPLADE's pooling
-    exactly on a masked-LM transformer (its logits are what it pools)."""
+def _check_pipeline(found: dict, modules_file: str, kind: Optional[str]) -> None:
+    """The modules make one of the pipelines kbert computes: a transformer and a pooling, SPLADE's pooling
+    exactly on a masked-LM transformer (its logits are what it pools), or a multi-vector encoder's token vectors
+    (a `MultiVectorMask`, and its `Dense` and `Normalize` on each token's vector)."""
     if found["transformer"] is None or found["pooling"] is None:
-        raise CheckpointError(f"{modules_file}: expected a Transformer (or MLMTransformer) and a Pooling (or "
-                              "SpladePooling) module")
+        raise CheckpointError(f"{modules_file}: expected a Transformer (or MLMTransformer) and a Pooling, "
+                              "SpladePooling or MultiVectorMask module")
+    multi_vector = isinstance(found["pooling"], MultiVectorSpec)
+    if multi_vector != (kind == "MultiVectorEncoder"):
+        raise CheckpointError(f"{modules_file}: " + (
+            "a MultiVectorMask belongs to a MultiVectorEncoder; expected model_type MultiVectorEncoder in "
+            f"{SETTINGS_FILE}" if multi_vector else
+            f"{SETTINGS_FILE} names a MultiVectorEncoder: expected a MultiVectorMask module, and no Pooling"))
+    inputs = {spec.input_name for spec in found["dense"]} | ({found["normalize"]} if found["normalize"] else set())
+    expected = _TOKENS if multi_vector else _SENTENCE
+    if inputs - {expected}:
+        raise CheckpointError(f"{modules_file}: a Dense or Normalize reads {', '.join(sorted(inputs - {expected}))}"
+                              f"; kbert computes them on the {expected} here (module_input_name)")
     splade = isinstance(found["pooling"], SpladeSpec)
     if splade != found["mlm"]:
         raise CheckpointError(f"{modules_file}: " + ("a SpladePooling pools a masked-LM's logits: expected an "
                                                      "MLMTransformer before it" if splade else
                                                      "an MLMTransformer gives vocabulary logits: expected a "
                                                      "SpladePooling after it"))
-    if splade and (found["dense"] or found["normalize"]):
+    if splade and (found["dense"] or found["normalize"] is not None):
         raise CheckpointError(f"{modules_file}: a Dense or Normalize after a SpladePooling is not one kbert "
                               "computes (a sparse vector ends at its pooling)")
 
@@ -175,6 +236,21 @@ def _read_splade_pooling(found: dict, path: str) -> None:
     found["pooling"] = _splade(os.path.join(path, "config.json"))
 
 
+def _read_module_input(path: str) -> str:
+    """Which vectors a Dense or Normalize module reads (`module_input_name`): sentence-transformers writes it from
+    version 5.4; older folders read the pooled vector."""
+    config_path = os.path.join(path, "config.json")
+    named = (_object(config_path) if os.path.isfile(config_path) else {}).get("module_input_name", _SENTENCE)
+    if named not in (_SENTENCE, _TOKENS):
+        raise CheckpointError(f"{config_path}: module_input_name {named!r}: expected {_SENTENCE} or {_TOKENS}")
+    return named
+
+
+def _read_multi_vector_mask(found: dict, path: str) -> None:
+    config_path = os.path.join(path, "config.json")
+    found["mask"] = (_object(config_path) if os.path.isfile(config_path) else {}), config_path
+
+
 #: How each sentence-transformers module type is read, by its type's last name (versions 2 to 6 spell the
 #: module path differently): a reader puts what its folder says into the pipeline being read.
 MODULE_READERS = {
@@ -183,7 +259,8 @@ MODULE_READERS = {
     "Pooling": _read_pooling,
     "SpladePooling": _read_splade_pooling,
     "Dense": lambda found, path: found["dense"].append(_dense(path)),
-    "Normalize": lambda found, path: found.update(normalize=True),
+    "Normalize": lambda found, path: found.update(normalize=_read_module_input(path)),
+    "MultiVectorMask": _read_multi_vector_mask,
 }
 
 
@@ -208,13 +285,54 @@ def _index(module: dict, modules_file: str) -> int:
     return index
 
 
-def _max_seq_length(config: dict, path: Optional[str]) -> Optional[int]:
-    """`max_seq_length` of `sentence_bert_config.json`: a positive whole number, or absent (null)."""
-    value = config.get("max_seq_length")
+def _length(config: dict, key: str, path: Optional[str]) -> Optional[int]:
+    """A length of `sentence_bert_config.json` (`max_seq_length`, `query_length`, ...): a positive whole number,
+    or absent (null)."""
+    value = config.get(key)
     if value is not None and not is_whole_number(value):
-        raise CheckpointError(f"{path}: max_seq_length {value!r}: expected a whole number of tokens, 1 or more "
+        raise CheckpointError(f"{path}: {key} {value!r}: expected a whole number of tokens, 1 or more "
                               "(or null for the model's own limit)")
     return value
+
+
+def _multi_vector(config: dict, config_path: Optional[str], mask: Tuple[dict, str]) -> MultiVectorSpec:
+    """A multi-vector encoder's settings: the Transformer's `query_length`, `document_length` and
+    `query_expansion` (`config`, its `sentence_bert_config.json`) and the MultiVectorMask's skiplist (`mask`: its
+    config and file), checked as sentence-transformers 6 checks them."""
+    mask_config, mask_path = mask
+    query_length = _length(config, "query_length", config_path)
+    expansion = _expansion(config.get("query_expansion"), config_path)
+    if expansion and query_length is not None and query_length < expansion.length:
+        raise CheckpointError(f"{config_path}: query_length {query_length} is below query_expansion's length "
+                              f"{expansion.length}, the tokens a query has at least")
+    words, tasks = mask_config.get("skiplist_words") or [], mask_config.get("skiplist_tasks", ["document"])
+    tasks = [tasks] if isinstance(tasks, str) else tasks
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+        raise CheckpointError(f"{mask_path}: skiplist_words {words!r}: expected a list of tokens")
+    if not isinstance(tasks, list) or not set(tasks) <= {"query", "document"}:
+        raise CheckpointError(f"{mask_path}: skiplist_tasks {tasks!r}: expected a list of query and document")
+    if mask_config.get("keep_only_token_ids") is not None:
+        raise CheckpointError(f"{mask_path}: keep_only_token_ids keeps image patches (ColPali's documents); kbert "
+                              "embeds text, so expected null")
+    return MultiVectorSpec(query_length, _length(config, "document_length", config_path), expansion, tuple(words),
+                           tuple(tasks))
+
+
+def _expansion(value, path: Optional[str]) -> Optional[QueryExpansion]:
+    """`query_expansion`: null, or an object of `strategy` (fixed or min), `length` (1 or more), `attend`
+    (true or false) and `token` (a token or null)."""
+    if value is None:
+        return None
+    expected = ("expected null or an object of strategy (fixed or min), length (tokens, 1 or more), attend (true "
+                "or false) and token (a token, or null for [MASK])")
+    if not isinstance(value, dict) or set(value) - {"strategy", "length", "attend", "token"}:
+        raise CheckpointError(f"{path}: query_expansion {value!r}: {expected}")
+    expansion = QueryExpansion(value.get("strategy"), value.get("length"), value.get("attend", False),
+                               value.get("token"))
+    if expansion.strategy not in ("fixed", "min") or not is_whole_number(expansion.length) or \
+            not isinstance(expansion.attend, bool) or not isinstance(expansion.token, (str, type(None))):
+        raise CheckpointError(f"{path}: query_expansion {value!r}: {expected}")
+    return expansion
 
 
 def _flag(config: dict, key: str, default: bool, path: str) -> bool:
@@ -237,7 +355,7 @@ def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
     return prompts, default
 
 
-def write_modules(folder: str, pooling: "str | SpladeSpec", dimensions: int,
+def write_modules(folder: str, pooling: "str | SpladeSpec | MultiVectorSpec", dimensions: int,
                   dense: Sequence[Tuple[list, Optional[str]]], normalize: bool, max_seq_length: int,
                   prompts: Optional[Dict[str, str]] = None, default_prompt_name: Optional[str] = None,
                   do_lower_case: bool = False) -> None:
@@ -246,44 +364,69 @@ def write_modules(folder: str, pooling: "str | SpladeSpec", dimensions: int,
     activation)`: its `config.json` and `model.safetensors`), `Normalize` where asked,
     `sentence_bert_config.json`, and `config_sentence_transformers.json` where there are `prompts`. A SPLADE
     `pooling` writes a sparse encoder (an `MLMTransformer` and `1_SpladePooling`, in the names
-    sentence-transformers 5 and later read, and `model_type` SparseEncoder)."""
-    from safetensors.numpy import save_file
-
-    sparse = isinstance(pooling, SpladeSpec)
-    modules = [_module(0, "", "sparse_encoder.models.MLMTransformer" if sparse else "models.Transformer")]
-    if sparse:
+    sentence-transformers 5 and later read, and `model_type` SparseEncoder); a `MultiVectorSpec` a multi-vector
+    encoder (its projections and normalisation of each token, then `MultiVectorMask`, as sentence-transformers 6
+    writes it, and `model_type` MultiVectorEncoder)."""
+    kind = "SparseEncoder" if isinstance(pooling, SpladeSpec) else \
+        "MultiVectorEncoder" if isinstance(pooling, MultiVectorSpec) else "SentenceTransformer"
+    modules = [_module(0, "", "sparse_encoder.models.MLMTransformer" if kind == "SparseEncoder" else
+                       "models.Transformer")]
+    settings = {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case}
+    if kind == "SparseEncoder":
         modules.append(_module(1, "1_SpladePooling", "sparse_encoder.models.SpladePooling"))
         _write_json(os.path.join(folder, "1_SpladePooling", "config.json"), {
             "pooling_strategy": pooling.strategy, "activation_function": pooling.activation,
             "embedding_dimension": dimensions})
-    else:
+    elif kind == "SentenceTransformer":
         modules.append(_module(1, "1_Pooling", "models.Pooling"))
         flags = {flag: mode == pooling for flag, mode in _POOLING_FLAGS.items()}
         _write_json(os.path.join(folder, "1_Pooling", "config.json"), {"word_embedding_dimension": dimensions,
                                                                        **flags})
-    torch_names = {keras: torch for torch, keras in _ACTIVATIONS.items()}
+    else:
+        settings.update(query_length=pooling.query_length, document_length=pooling.document_length,
+                        query_expansion=pooling.expansion and dataclasses.asdict(pooling.expansion))
+    vectors = _TOKENS if kind == "MultiVectorEncoder" else _SENTENCE
     for weights, activation in dense:
-        index = len(modules)
-        path = f"{index}_Dense"
-        kernel = weights[0]
-        activation = None if activation == "linear" else activation  # Keras's name for none
-        # torch keeps Identity in torch.nn.modules.linear, the others in torch.nn.modules.activation
+        modules.append(_write_dense(folder, len(modules), weights, activation, vectors))
+    if kind == "MultiVectorEncoder":
+        path = f"{len(modules)}_MultiVectorMask"
         _write_json(os.path.join(folder, path, "config.json"), {
-            "in_features": int(kernel.shape[0]), "out_features": int(kernel.shape[1]), "bias": len(weights) > 1,
-            "activation_function": f"torch.nn.modules.{'linear' if activation is None else 'activation'}."
-                                   f"{torch_names[activation]}"})
-        tensors = {"linear.weight": kernel.T.copy(), **({"linear.bias": weights[1]} if len(weights) > 1 else {})}
-        save_file(tensors, os.path.join(folder, path, "model.safetensors"))
-        modules.append(_module(index, path, "models.Dense"))
+            "skiplist_words": list(pooling.skiplist_words), "skiplist_tasks": list(pooling.skiplist_tasks),
+            "keep_only_token_ids": None})
+        modules.append(_module(len(modules), path, "multi_vector_encoder.modules.multi_vector_mask.MultiVectorMask"))
     if normalize:
-        modules.append(_module(len(modules), f"{len(modules)}_Normalize", "models.Normalize"))
+        path = f"{len(modules)}_Normalize"
+        if vectors == _TOKENS:  # written only where it differs from the default, which versions 2 to 5.3 read
+            _write_json(os.path.join(folder, path, "config.json"), {"module_input_name": vectors,
+                                                                    "module_output_name": vectors})
+        modules.append(_module(len(modules), path, "models.Normalize"))
     _write_json(os.path.join(folder, MODULES_FILE), modules)
-    _write_json(os.path.join(folder, "sentence_bert_config.json"), {"max_seq_length": max_seq_length,
-                                                                   "do_lower_case": do_lower_case})
-    if prompts or sparse:
+    _write_json(os.path.join(folder, "sentence_bert_config.json"), settings)
+    if prompts or kind != "SentenceTransformer":
+        similarity = {"SparseEncoder": "dot", "MultiVectorEncoder": "maxsim"}.get(kind, "cosine")
         _write_json(os.path.join(folder, SETTINGS_FILE),
-                    {"model_type": "SparseEncoder" if sparse else "SentenceTransformer", "prompts": prompts or {},
-                     "default_prompt_name": default_prompt_name, "similarity_fn_name": "dot" if sparse else "cosine"})
+                    {"model_type": kind, "prompts": prompts or {}, "default_prompt_name": default_prompt_name,
+                     "similarity_fn_name": similarity})
+
+
+def _write_dense(folder: str, index: int, weights: list, activation: Optional[str], vectors: str) -> dict:
+    """A `Dense` module's folder (its `config.json` and `model.safetensors`) and its `modules.json` entry."""
+    from safetensors.numpy import save_file
+
+    path = f"{index}_Dense"
+    kernel = weights[0]
+    activation = None if activation == "linear" else activation  # Keras's name for none
+    torch_names = {keras: torch for torch, keras in _ACTIVATIONS.items()}
+    # torch keeps Identity in torch.nn.modules.linear, the others in torch.nn.modules.activation
+    _write_json(os.path.join(folder, path, "config.json"), {
+        "in_features": int(kernel.shape[0]), "out_features": int(kernel.shape[1]), "bias": len(weights) > 1,
+        "activation_function": f"torch.nn.modules.{'linear' if activation is None else 'activation'}."
+                               f"{torch_names[activation]}",
+        # where it differs from the default only: sentence-transformers before 5.4 refuses the key
+        **({"module_input_name": vectors, "module_output_name": vectors} if vectors == _TOKENS else {})})
+    tensors = {"linear.weight": kernel.T.copy(), **({"linear.bias": weights[1]} if len(weights) > 1 else {})}
+    save_file(tensors, os.path.join(folder, path, "model.safetensors"))
+    return _module(index, path, "models.Dense")
 
 
 def _module(index: int, path: str, kind: str) -> dict:
@@ -337,7 +480,8 @@ def _dense(path: str) -> DenseSpec:
     if not os.path.isfile(os.path.join(path, "model.safetensors")):
         raise CheckpointError(f"{path}: no model.safetensors (a pickled pytorch_model.bin is never loaded); "
                               "save the model again with sentence-transformers 3 or later, which writes safetensors")
-    return DenseSpec(path, sizes[0], sizes[1], _flag(config, "bias", True, config_path), _ACTIVATIONS[activation])
+    return DenseSpec(path, sizes[0], sizes[1], _flag(config, "bias", True, config_path), _ACTIVATIONS[activation],
+                     _read_module_input(path))
 
 
 def dense_weights(spec: DenseSpec) -> list:

@@ -92,6 +92,9 @@ def run_serve(args) -> int:
     threads = share_cores(limits.instances)
     predictor = (_onnx_predictor(args.model, task, settings, args.quantize, threads) if onnx
                  else load_predictor(args.model, settings))
+    if predictor.embedder is not None and predictor.embedder.multi_vector:
+        raise KbertError(f"{args.model} is a multi-vector encoder (ColBERT): kbert does not serve its token vectors "
+                         "yet; kbert embed writes them (--prompt-name query or document)")
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
 

@@ -54,19 +54,24 @@ def add_commands(command) -> None:
 
     embed = command("embed", "a vector per input text from a sentence-transformers model (a folder or a name "
                              "such as hf://sentence-transformers/all-MiniLM-L6-v2): JSON Lines, or --npy; a "
-                             "SparseEncoder's as {\"indices\", \"values\"} lines")
+                             "SparseEncoder's as {\"indices\", \"values\"} lines; a MultiVectorEncoder's "
+                             "(ColBERT) as a vector per token")
     embed.add_argument("--model", required=True, help="a sentence-transformers folder, or a name (hf://OWNER/NAME, "
                                                        "an archive's URL) fetched once into the cache")
     embed.add_argument("input", nargs="?", default="-", help="file of texts, one a line; - for standard input")
     embed.add_argument("--npy", metavar="OUT", help="write one float32 array [texts, dimensions] to OUT (.npy) "
-                                                    "instead of printing; OUT must not exist")
+                                                    "instead of printing; OUT must not exist (a multi-vector "
+                                                    "model: every token's vectors [tokens, dimensions], and OUT's "
+                                                    "name with .offsets.npy, where each text's rows start)")
     embed.add_argument("--batch-size", type=positive_int, default=32, help="texts a model call takes at most")
     embed.add_argument("--normalize", action="store_true",
                        help="scale each vector to unit length (a model whose last module is Normalize does)")
     prompt = embed.add_mutually_exclusive_group()
     prompt.add_argument("--prompt-name", metavar="NAME", help="put the model's prompt NAME before each text (the "
                                                               "prompts of its config_sentence_transformers.json; "
-                                                              "default: its default_prompt_name, if any)")
+                                                              "default: its default_prompt_name, if any); a "
+                                                              "multi-vector model: query or document embeds the "
+                                                              "texts as queries (expanded) or documents")
     prompt.add_argument("--prompt", metavar="TEXT", help="put TEXT before each text instead ('' for no prompt)")
     embed.add_argument("--dimensions", type=positive_int, metavar="N",
                        help="keep each vector's first N values (a Matryoshka model's shorter vectors), scaled back "
@@ -498,9 +503,10 @@ def _as_text(task: str, row: dict) -> str:
         return row["filled"] or ""
     if task == "rerank":
         return f"{row['score']:.4f}" if row["score"] is not None else ""
-    if task == "embed":  # a sparse encoder's row: its ids and weights
-        return json.dumps(row["embedding"] if "embedding" in row else {"indices": row["indices"],
-                                                                          "values": row["values"]})
+    if task == "embed":  # a sparse encoder's row: its ids and weights; a multi-vector one's: its token vectors
+        if "indices" in row:
+            return json.dumps({"indices": row["indices"], "values": row["values"]})
+        return json.dumps(row["embedding"] if "embedding" in row else row["embeddings"])
     return "".join(f"{entity['type']}\t{entity['start']}\t{entity['end']}\t{entity['text']}\n"
                    for entity in row["entities"])
 
@@ -577,8 +583,9 @@ def run_embed(args) -> int:
     from kbert.tasks.embedding import Embedder
     from kbert.tasks.embedding_precision import calibration_ranges, load_ranges, quantized, save_ranges
 
-    if args.npy and os.path.lexists(args.npy):
-        raise KbertError(f"{args.npy}: already exists; choose a new path (kbert never writes over an earlier output)")
+    for path in (args.npy, args.npy and offsets_path(args.npy)):
+        if path and os.path.lexists(path):
+            raise KbertError(f"{path}: already exists; choose a new path (kbert never writes over an earlier output)")
     _check_precision_options(args)
     onnx = onnx_runtime_chosen(args)
     folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
@@ -590,6 +597,8 @@ def run_embed(args) -> int:
                         "hold a text to embed, so that the vectors line up with the lines")
     embedder = Embedder.load(folder, adapter=args.adapter)
     _check_sparse_options(args, embedder)
+    if embedder.multi_vector:
+        return _embed_multi_vector(args, embedder, texts)
     texts = embedder.prompted(texts, args.prompt_name, args.prompt)  # an unknown name is refused before an export
     embedder.check_dimensions(args.dimensions)
     ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else None
@@ -624,18 +633,56 @@ def run_embed(args) -> int:
     return 0
 
 
+def offsets_path(npy: str) -> str:
+    """Where `kbert embed --npy OUT` of a multi-vector model writes where each text's rows start."""
+    return (npy[:-len(".npy")] if npy.endswith(".npy") else npy) + ".offsets.npy"
+
+
+def _embed_multi_vector(args, embedder, texts) -> int:
+    """`kbert embed` of a multi-vector encoder: each text's token vectors, as `{"embedding": [[...], ...]}` lines or
+    `--npy` (every token's rows, and the offsets of each text's first row, `texts + 1` of them)."""
+    import numpy as np
+
+    from kbert.io import atomic_path
+
+    if onnx_runtime_chosen(args):
+        raise KbertError(f"--runtime onnxruntime / --quantize: {args.model} is a multi-vector encoder, which kbert "
+                         "runs in Keras only (its ONNX export is not built)")
+    role = args.prompt_name if args.prompt_name in ("query", "document") else None  # the role picks its prompt
+    vectors = embedder.encode_multi_vector(texts, role, args.batch_size, prompt_name=None if role else args.prompt_name,
+                                           prompt=args.prompt)
+    if not args.npy:
+        for tokens in vectors:
+            print(json.dumps({"embedding": tokens.tolist()}))
+        return 0
+    offsets = np.concatenate([[0], np.cumsum([len(tokens) for tokens in vectors])]).astype(np.int64)
+    for path, array in ((args.npy, np.concatenate(vectors)), (offsets_path(args.npy), offsets)):
+        with atomic_path(path) as temporary:
+            with open(temporary, "wb") as handle:
+                np.save(handle, array)
+    print(f"kbert: {offsets[-1]} token vectors of {vectors[0].shape[1]} dimensions for {len(texts)} texts written "
+          f"to {args.npy}, each text's first row in {offsets_path(args.npy)}", file=sys.stderr)
+    return 0
+
+
 def _check_sparse_options(args, embedder) -> None:
-    """The options of dense vectors refused for a sparse encoder (and `--top-k` for a dense one), naming them."""
-    dense_only = [option for option, given in (("--npy", args.npy), ("--normalize", args.normalize),
+    """The options of one dense vector refused for a sparse or multi-vector encoder (and `--top-k` for any but a
+    sparse one), naming them."""
+    dense_only = [option for option, given in (("--npy", args.npy and not embedder.multi_vector),
+                                               ("--normalize", args.normalize),
                                                ("--dimensions", args.dimensions), ("--calibrate", args.calibrate),
                                                ("--ranges", args.ranges), ("--precision", args.precision != "float"))
                   if given]
+    if embedder.multi_vector and dense_only:
+        raise KbertError(f"{args.model} is a multi-vector encoder (MultiVectorMask): {', '.join(dense_only)} shape "
+                         "one vector a text; its token vectors are written as {\"embedding\": [[...], ...]} lines "
+                         "(--npy: one array and its offsets)")
     if embedder.sparse and dense_only:
         raise KbertError(f"{args.model} is a sparse encoder (SpladePooling): {', '.join(dense_only)} shape dense "
                          "vectors; its vectors are written as {\"indices\", \"values\"} lines (--top-k K keeps "
                          "the K largest)")
     if args.top_k is not None and not embedder.sparse:
-        raise KbertError(f"--top-k: {args.model} is a dense embedding model; --top-k keeps a sparse encoder's "
+        raise KbertError(f"--top-k: {args.model} is not a sparse encoder; --top-k keeps a sparse encoder's "
                          "largest weights (--dimensions shortens a dense vector)")
 
 

@@ -111,6 +111,11 @@ class TokenEmbedding(Embedding):
         output_dim: embedding width H.
         pad_id: the padding id the mask hides, when it is not 0 (`mask_zero=True`
             for 0; neither: no mask).
+        hidden_ids: whether an id `V + i` stands for token `i` hidden by the mask:
+            looked up as `i`, attended to by no other token, yet given its own
+            output (ColBERT's query expansion: `[MASK]` tokens in the padding that
+            each read the query, which never reads them). Needs a mask (`mask_zero`
+            or `pad_id`).
         **kwargs: as for `Embedding` (e.g. `mask_zero=True`); ids are
             checked against `vocab_size`.
 
@@ -121,13 +126,18 @@ class TokenEmbedding(Embedding):
     (1, 3, 100)
     >>> ops.convert_to_numpy(TokenEmbedding(100, 8, pad_id=1).compute_mask(ops.convert_to_tensor([[5, 1, 0]]))).tolist()
     [[True, False, True]]
+    >>> ops.convert_to_numpy(TokenEmbedding(100, 8, mask_zero=True, hidden_ids=True).compute_mask(
+    ...     ops.convert_to_tensor([[5, 103, 0]]))).tolist()
+    [[True, False, False]]
     """
 
-    def __init__(self, input_dim: int, output_dim: int, size_key: str = "vocab_size", pad_id=None, **kwargs):
+    def __init__(self, input_dim: int, output_dim: int, size_key: str = "vocab_size", pad_id=None,
+                 hidden_ids: bool = False, **kwargs):
         super().__init__(input_dim, output_dim, size_key=size_key, **kwargs)
         if pad_id is not None and self.mask_zero:
             raise ValueError("TokenEmbedding: give mask_zero=True (padding id 0) or pad_id, not both")
         self.pad_id = pad_id
+        self.hidden_ids = hidden_ids
         if pad_id is not None:  # Keras sets a layer's mask on its output only when it supports masking
             self.supports_masking = True
 
@@ -135,6 +145,8 @@ class TokenEmbedding(Embedding):
         if reverse:
             kernel = ops.cast(self.embeddings, self.compute_dtype)
             return ops.matmul(inputs, ops.transpose(kernel))
+        if self.hidden_ids:
+            inputs = ops.where(inputs >= self.input_dim, inputs - self.input_dim, inputs)
         return super().call(inputs)
 
     def compute_mask(self, inputs, mask=None):
@@ -142,11 +154,19 @@ class TokenEmbedding(Embedding):
         if mask is not None or len(inputs.shape) == 3:
             return mask
         if self.pad_id is not None:
-            return ops.not_equal(inputs, self.pad_id)
-        return super().compute_mask(inputs)
+            mask = ops.not_equal(inputs, self.pad_id)
+        else:
+            mask = super().compute_mask(inputs)
+        if self.hidden_ids and mask is not None:
+            mask = ops.logical_and(mask, inputs < self.input_dim)
+        return mask
+
+    def check_ids(self, ids: np.ndarray) -> None:
+        super().check_ids(np.where(ids >= self.input_dim, ids - self.input_dim, ids) if self.hidden_ids else ids)
 
     def get_config(self):
-        return {**super().get_config(), **({} if self.pad_id is None else {"pad_id": self.pad_id})}
+        return {**super().get_config(), **({} if self.pad_id is None else {"pad_id": self.pad_id}),
+                **({"hidden_ids": True} if self.hidden_ids else {})}
 
     def compute_output_spec(self, inputs, reverse=False):
         if reverse:

@@ -74,6 +74,10 @@ class L2Normalize(keras.layers.Layer):
     [[0.6000000238418579, 0.800000011920929]]
     """
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True  # a multi-vector encoder's token vectors keep their padding mask
+
     def call(self, inputs):
         norm = ops.sqrt(ops.sum(ops.square(inputs), axis=-1, keepdims=True))
         return inputs / ops.maximum(norm, 1e-12)  # torch.nn.functional.normalize's floor

@@ -23,12 +23,13 @@ import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.checkpoints.hf import load_hf_weights
-from kbert.checkpoints.sentence_transformers import (DenseSpec, SentenceTransformerSpec, SpladeSpec, dense_weights,
-                                                     is_sentence_transformer, read_sentence_transformer,
-                                                     write_modules)
+from kbert.checkpoints.sentence_transformers import (DenseSpec, MultiVectorSpec, SentenceTransformerSpec, SpladeSpec,
+                                                     dense_weights, is_sentence_transformer,
+                                                     read_sentence_transformer, write_modules)
 from kbert.errors import DataError, KbertError, shown
 from kbert.layers.pooling import L2Normalize, Pooling, SpladePooling
 from kbert.layers.views import SplitViews, StackViews
+from kbert.models import naming
 from kbert.models.registry import load_config
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.tokenizer_json import TokenizerJson, check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
@@ -70,8 +71,9 @@ class Embedder:
         normalize: whether the model's own last step scales vectors to unit length.
         source: where it was loaded from.
         backbone: the encoder inside `model` (what `save` writes as Hugging Face weights).
-        pooling: its pooling mode (`kbert.layers.pooling.POOLING_MODES`), or a sparse encoder's SPLADE pooling
-            of its masked-LM logits (`sparse`: a weight per vocabulary entry, most of them 0).
+        pooling: its pooling mode (`kbert.layers.pooling.POOLING_MODES`), a sparse encoder's SPLADE pooling
+            of its masked-LM logits (`sparse`: a weight per vocabulary entry, most of them 0), or a multi-vector
+            encoder's token vectors (`MultiVectorSpec`; `multi_vector`: a vector per token, scored by MaxSim).
         prompts: texts put before the inputs, by name (`{"query": "query: "}`).
         default_prompt_name: the prompt used when none is asked for (None: no prompt).
         include_prompt: whether the pooling counts the prompt's tokens (kbert's does; a model whose pooling
@@ -93,7 +95,7 @@ class Embedder:
     normalize: bool
     source: str
     backbone: keras.Model
-    pooling: "str | SpladeSpec"
+    pooling: "str | SpladeSpec | MultiVectorSpec"
     prompts: Dict[str, str] = dataclasses.field(default_factory=dict)
     default_prompt_name: Optional[str] = None
     include_prompt: bool = True
@@ -203,9 +205,49 @@ class Embedder:
                 terms[row] = sparse_terms(vector, top_k)
         return terms
 
-    def _batches(self, encoded, batch_size: int, bucketing: bool):
+    def encode_multi_vector(self, texts: Sequence[str], role: Optional[str] = None, batch_size: int = 32,
+                            prompt_name: Optional[str] = None, prompt: Optional[str] = None) -> List[np.ndarray]:
+        """A multi-vector encoder's vectors: each text's `[tokens, dimensions]` float32 array, its scored tokens'
+        vectors in order, in the order of `texts`.
+
+        Args:
+            texts: the texts.
+            role: `"query"` (sentence-transformers' `encode_query`: the query prompt, the query length and its
+                expansion), `"document"` (`encode_document`) or None (`encode`: no role's settings; the skiplist
+                applies as to a document).
+            batch_size: texts a model call takes at most.
+            prompt_name: the model's prompt to put before each text; None: the role's (`prompt_name_for`), else
+                the default one.
+            prompt: a prompt's text itself ("" for none).
+        """
+        from kbert.tasks import multi_vector
+
+        if not self.multi_vector:
+            raise KbertError(f"{self.source or 'this model'} gives one vector a text; a vector per token comes from a "
+                             "sentence-transformers MultiVectorEncoder folder (a MultiVectorMask module)")
+        if role not in (None, *multi_vector.ROLES):
+            raise KbertError(f"role {role!r}: expected query, document or None")
+        if role is not None and prompt is None and prompt_name is None:
+            prompt_name = self.prompt_name_for(role)
+        if isinstance(texts, str):
+            raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
+        texts = self.prompted(texts, prompt_name, prompt)
+        length = multi_vector.role_length(self.pooling, role, self.maxlen)
+        encoded = encode_within(self.tokenizer, texts, length) if texts else []
+        if role == "query" and self.pooling.expansion is not None:
+            vocab_size = int(self.backbone.get_layer(naming.EMBEDDING_TOKEN).input_dim)
+            encoded = multi_vector.expanded(encoded, self.pooling.expansion.length,
+                                            multi_vector.expansion_id(self.pooling, self.tokenizer, vocab_size))
+        skipped = multi_vector.skiplist_ids(self.pooling, self.tokenizer, role)
+        vectors: List[np.ndarray] = [None] * len(encoded)
+        for rows, batch in self._batches(encoded, batch_size, True, length):
+            for row, tokens in zip(rows, batch):
+                vectors[row] = multi_vector.scored_vectors(tokens, encoded[row][0], skipped)
+        return vectors
+
+    def _batches(self, encoded, batch_size: int, bucketing: bool, maxlen: Optional[int] = None):
         """`(rows, vectors)` for each model call over the tokenized texts `encoded`."""
-        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=self.maxlen,
+        for rows, features in batches_by_length(encoded, batch_size, bucketing, maxlen=maxlen or self.maxlen,
                                                 pad_id=self.tokenizer.pad_id) if len(encoded) else ():
             yield rows, keras.ops.convert_to_numpy(self.model.predict_on_batch(list(features)))[:len(rows)]
 
@@ -213,6 +255,11 @@ class Embedder:
     def sparse(self) -> bool:
         """Whether the model gives SPLADE's sparse vocabulary weights (a `SparseEncoder` folder)."""
         return isinstance(self.pooling, SpladeSpec)
+
+    @property
+    def multi_vector(self) -> bool:
+        """Whether the model gives a vector per token (a `MultiVectorEncoder` folder: ColBERT)."""
+        return isinstance(self.pooling, MultiVectorSpec)
 
     @property
     def dimensions(self) -> int:
@@ -259,13 +306,23 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     check_tokenizer_fits(tokenizer, model_config.vocab_size, spec.transformer)  # before the weights are read
     # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.
     maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)
+    pooling = _within_positions(spec.pooling, model_config.longest_input)
     bert = build_transformer_model(config, **_mlm_head(spec, model_config, config))
     load_hf_weights(bert, spec.transformer, adapter=adapter)
-    model = embedding_model(bert, spec.pooling, spec.dense, spec.normalize)
-    embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, spec.pooling, spec.prompts,
+    model = embedding_model(bert, pooling, spec.dense, spec.normalize)
+    embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, pooling, spec.prompts,
                         spec.default_prompt_name, spec.include_prompt, spec.do_lower_case)
     embedder.prompted([])  # a default prompt the pooling would leave out is refused now, not at the first text
     return embedder
+
+
+def _within_positions(pooling, longest: int):
+    """A multi-vector encoder's query and document lengths cut to the model's positions (a longer row has no
+    position to take); any other pooling as it is."""
+    if not isinstance(pooling, MultiVectorSpec):
+        return pooling
+    return dataclasses.replace(pooling, **{key: min(value, longest) for key in ("query_length", "document_length")
+                                           if (value := getattr(pooling, key)) is not None})
 
 
 def _mlm_head(spec: SentenceTransformerSpec, model_config, config_path: str) -> dict:
@@ -314,9 +371,13 @@ def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec", dense: Seque
                     normalize: bool = False, name: str = "embedder") -> keras.Model:
     """`bert`'s hidden states pooled (`Pooling`), projected by each `dense` (weights read from its folder) and
     scaled to unit length where `normalize`: the sentence-transformers pipeline as one Keras model. A SPLADE
-    `pooling` pools `bert`'s masked-LM logits instead (`SpladePooling`)."""
+    `pooling` pools `bert`'s masked-LM logits instead (`SpladePooling`); a `MultiVectorSpec` keeps every token's
+    hidden state, projected and normalised token by token (`[batch, tokens, dims]`)."""
     if isinstance(pooling, SpladeSpec):
         vectors = SpladePooling(pooling.strategy, pooling.activation, name="Embedding-Pooling")(bert.outputs[0])
+    elif isinstance(pooling, MultiVectorSpec):
+        _hide_query_expansion(bert, pooling)
+        vectors = bert.outputs[0]
     else:
         vectors = Pooling(pooling, name="Embedding-Pooling")(bert.outputs[0])
     for index, spec in enumerate(dense):
@@ -330,6 +391,21 @@ def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec", dense: Seque
     if normalize:
         vectors = L2Normalize(name="Embedding-Normalize")(vectors)
     return keras.Model(bert.inputs, vectors, name=name)
+
+
+def _hide_query_expansion(bert: keras.Model, spec: MultiVectorSpec) -> None:
+    """Lets `bert` take a query's expansion tokens as hidden ids (`TokenEmbedding(hidden_ids=True)`: no other
+    token attends to them), where the model says they are not attended to (classic ColBERT). Refused for a
+    family that numbers positions from its padding mask (RoBERTa's), which would number them as padding."""
+    from kbert.models.registry import get_family
+
+    if spec.expansion is None or spec.expansion.attend:
+        return
+    if getattr(get_family(bert.family), "positions_after_padding", False):
+        raise KbertError(f"{bert.family} numbers positions after its padding, so a query's expansion tokens "
+                         "cannot be hidden from attention and keep their positions; kbert computes query expansion "
+                         "with attend false on the other families")
+    bert.get_layer(naming.EMBEDDING_TOKEN).hidden_ids = True
 
 
 def write_sentence_transformer(folder: str, embedder: Embedder) -> None:

@@ -5,7 +5,8 @@ and clustering (`kbert evaluate --model EMBEDDING_MODEL`).
   (`text<TAB>text_b<TAB>score`).
 - retrieval: a BEIR folder (`corpus.jsonl`, `queries.jsonl`, `qrels/test.tsv`, the layout MTEB's
   retrieval sets use): each query's corpus ranked by cosine (a sparse encoder's: by the dot product of its
-  sparse vectors, through an inverted index), exactly, in NumPy; nDCG@10 (linear
+  sparse vectors, through an inverted index; a multi-vector encoder's: by MaxSim over every token's vector),
+  exactly, in NumPy; nDCG@10 (linear
   gains, as pytrec_eval's), MRR@10 and recall@100. A corpus has to fit in memory as float32
   vectors (a million 384-dimensional ones: 1.5 GB); beyond that, an index (FAISS, a vector
   database) is the tool, which kbert leaves out of its install.
@@ -94,7 +95,8 @@ def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgeme
     """`{"ndcg@10", "mrr@10", "recall@100", "queries", "documents"}` of exact search, averaged over the judged
     queries: by cosine, or for a sparse encoder by the dot product of sparse vectors through an inverted index
     (`SparseIndex`), with the mean non-zero weights of a query and a document (`"query_terms"`,
-    `"document_terms"`). Queries and documents each get the model's prompt for their role, where it has one
+    `"document_terms"`), or for a multi-vector encoder by MaxSim (`MaxSimIndex`), with the mean vectors of a query
+    and a document (`"query_vectors"`, `"document_vectors"`). Queries and documents each get the model's prompt for their role, where it has one
     (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `)."""
     ids = list(corpus)
     asked = [key for key in queries if key in judgements]
@@ -109,6 +111,16 @@ def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgeme
                   for start in range(0, len(asked), 256))
         extra = {"query_terms": float(np.mean([ids_.size for ids_, _ in vectors])),
                  "document_terms": float(np.mean([ids_.size for ids_, _ in documents]))}
+    elif embedder.multi_vector:
+        from kbert.tasks.multi_vector import MaxSimIndex
+
+        documents, vectors = (embedder.encode_multi_vector(texts[role], role, batch_size)
+                              for role in ("document", "query"))
+        index = MaxSimIndex(documents)
+        blocks = (np.stack([index.scores(query) for query in vectors[start:start + 256]])
+                  for start in range(0, len(asked), 256))
+        extra = {"query_vectors": float(np.mean([len(query) for query in vectors])),
+                 "document_vectors": float(np.mean([len(document) for document in documents]))}
     else:
         documents, vectors = (embedder.encode(texts[role], batch_size, normalize=True, prompt_name=prompts[role])
                               for role in ("document", "query"))
@@ -210,6 +222,10 @@ def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int 
     from kbert.training.data import read_examples
 
     embedder = Embedder.load(model)
+    if embedder.multi_vector and not os.path.isdir(data):
+        raise KbertError(f"{data}: {model} is a multi-vector encoder, scored on retrieval (a BEIR folder: "
+                         "corpus.jsonl, queries.jsonl, qrels/); STS, classification and clustering take one vector "
+                         "a text")
     if os.path.isdir(data):
         return {"kind": "retrieval", "data": data, **retrieval(embedder, *read_beir(data), batch_size=batch_size)}
     if train is not None:

@@ -86,6 +86,8 @@ class Predictor:
         """The row of a blank text (which is not predicted), so that outputs line up with inputs."""
         if self.embedder is not None and self.embedder.sparse:
             return {"text": text, "indices": None, "values": None}
+        if self.embedder is not None and self.embedder.multi_vector:
+            return {"text": text, "embeddings": None}
         return {"classify": {"text": text, "label": None, "probability": None, "probabilities": None},
                 "ner": {"text": text, "entities": []},
                 "seq2seq": {"text": text, "target": None},
@@ -233,21 +235,27 @@ def rerank_rows(reranker, queries: Sequence[str], passages: Sequence[str], logit
 
 def embedding_predictor(model: str, settings: PredictionSettings, embedder=None) -> Predictor:
     """An embedding model's predictor: a `{"text", "embedding"}` row per text (a sparse encoder's:
-    `{"text", "indices", "values"}`; `embedder`: `model` loaded already, e.g. with its int8 model in place)."""
+    `{"text", "indices", "values"}`; a multi-vector encoder's: `{"text", "embeddings"}`, a vector per scored token,
+    the texts embedded as documents; `embedder`: `model` loaded already, e.g. with its int8 model in place)."""
     from kbert.tasks.embedding import Embedder
 
     from kbert.tasks.embedding_precision import load_ranges
 
     embedder = embedder or Embedder.load(model, adapter=settings.adapter)
     if settings.ranges is not None:
-        if embedder.sparse:
-            raise KbertError(f"{model}: a sparse encoder's weights are not quantized by calibration ranges "
-                             f"({settings.ranges}); serve it without --ranges")
+        if embedder.sparse or embedder.multi_vector:
+            raise KbertError(f"{model}: a {'sparse' if embedder.sparse else 'multi-vector'} encoder's vectors are not "
+                             f"quantized by calibration ranges ({settings.ranges}); serve it without --ranges")
         embedder.ranges = load_ranges(settings.ranges, embedder.dimensions)
     if embedder.sparse:
         return Predictor("embed", model, lambda texts: [
             {"text": text, "indices": indices.tolist(), "values": values.tolist()}
             for text, (indices, values) in zip(texts, embedder.encode_sparse(texts, settings.batch_size))],
+            embedder.tokenizer, embedder.maxlen, embedder)
+    if embedder.multi_vector:
+        return Predictor("embed", model, lambda texts: [
+            {"text": text, "embeddings": tokens.tolist()}
+            for text, tokens in zip(texts, embedder.encode_multi_vector(texts, "document", settings.batch_size))],
             embedder.tokenizer, embedder.maxlen, embedder)
     return Predictor("embed", model, lambda texts: [
         {"text": text, "embedding": vector.tolist()}

@@ -1,0 +1,252 @@
+"""Multi-vector encoders (ColBERT): sentence-transformers 6's `MultiVectorEncoder` folders (a Transformer, a
+token-level `Dense`, a `MultiVectorMask` and a token-level `Normalize`) read, encoded as queries and documents,
+written back, embedded from the CLI and scored by MaxSim.
+
+Without torch: `TokenEmbedding`'s hidden ids (a query's expansion, which its own tokens do not attend to), MaxSim
+against NumPy, and a folder kbert writes (a small random BERT, the real all-MiniLM-L6-v2's tokenizer). In the
+parity venv: sentence-transformers 6's `encode_query`, `encode_document` and `encode` on random BERT and DistilBERT
+models that transformers builds, with each expansion, both ways.
+"""
+
+import json
+import string
+
+import keras
+import numpy as np
+import pytest
+
+from conftest import evaluated_on_prefixes, kbert_in_process, mean_reciprocal_rank, minilm_dir, write
+
+TEXTS = ["A man is eating food.", "drums", "The girl, carrying a baby on her back in the park!",
+         "Someone in a gorilla costume is playing a set of drums while a crowd watches."]
+
+
+# --- the parts --------------------------------------------------------------------------------------------------
+
+def test_hidden_ids_look_up_their_token_and_are_masked(tmp_path):
+    """Shapes, masks, get_config round trip, .keras with safe_mode=True."""
+    from kbert.layers import TokenEmbedding
+
+    layer = TokenEmbedding(10, 4, mask_zero=True, hidden_ids=True, embeddings_initializer="random_normal")
+    ids = np.array([[2, 3, 13, 0], [12, 5, 0, 0]])
+    vectors = keras.ops.convert_to_numpy(layer(ids))
+    assert vectors.shape == (2, 4, 4)
+    np.testing.assert_array_equal(vectors[0, 2], vectors[0, 1])  # id 13 is token 3
+    assert keras.ops.convert_to_numpy(layer.compute_mask(ids)).tolist() == [[True, True, False, False],
+                                                                            [False, True, False, False]]
+    assert TokenEmbedding.from_config(layer.get_config()).get_config() == layer.get_config()
+    with pytest.raises(Exception, match=r"ids must be in \[0, 10\)"):
+        layer.check_ids(np.array([[20]]))
+    tokens = keras.Input((None,), dtype="int32")
+    model = keras.Model(tokens, layer(tokens))
+    model.save(tmp_path / "model.keras")
+    restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_allclose(restored.predict(ids, verbose=0), vectors, atol=1e-6)
+
+
+def test_maxsim_is_the_sum_of_each_query_vectors_best_dot_product():
+    from kbert.tasks.multi_vector import MaxSimIndex, maxsim
+
+    rng = np.random.default_rng(0)
+    documents = [rng.normal(size=(length, 8)).astype("float32") for length in (5, 1, 0, 9)]
+    query = rng.normal(size=(4, 8)).astype("float32")
+    expected = [sum(max(q @ d for d in document) for q in query) if len(document) else 0.0 for document in documents]
+    np.testing.assert_allclose(MaxSimIndex(documents).scores(query), expected, rtol=1e-5)
+    np.testing.assert_allclose(maxsim(query, documents), expected, rtol=1e-5)
+
+
+# --- a multi-vector folder kbert writes ---------------------------------------------------------------------------
+
+def multi_vector_embedder(**settings):
+    """A ColBERT embedder on a random 2-layer BERT with MiniLM's vocabulary and tokenizer: 16-value token vectors,
+    normalised, queries expanded to 16 tokens, the document punctuation skipped (PyLate's defaults, smaller)."""
+    from kbert import build_transformer_model
+    from kbert.checkpoints.sentence_transformers import MultiVectorSpec, QueryExpansion
+    from kbert.layers import L2Normalize
+    from kbert.tasks.embedding import Embedder, embedding_model
+    from kbert.tokenizers.tokenizer_json import folder_tokenizer
+
+    keras.utils.set_random_seed(5)
+    config = {"model_type": "bert", "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64}
+    bert = build_transformer_model(config)
+    spec = MultiVectorSpec(**{"expansion": QueryExpansion("fixed", 16),
+                              "skiplist_words": tuple(string.punctuation), **settings})
+    vectors = keras.layers.Dense(16, use_bias=False, name="Embedding-Dense-0")(embedding_model(bert, spec).outputs[0])
+    model = keras.Model(bert.inputs, L2Normalize(name="Embedding-Normalize")(vectors))
+    return Embedder(model, folder_tokenizer(str(minilm_dir())), 64, True, "", bert, spec,
+                    prompts={"query": "query: ", "document": "passage: "})
+
+
+@pytest.fixture(scope="module")
+def colbert_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("colbert") / "colbert"
+    multi_vector_embedder().save(folder)
+    return folder
+
+
+def test_a_multi_vector_folder_reads_back_in_sentence_transformers_6s_layout(colbert_folder):
+    from kbert.tasks.embedding import Embedder
+
+    modules = json.loads((colbert_folder / "modules.json").read_text())
+    assert [module["type"].rsplit(".", 1)[-1] for module in modules] == ["Transformer", "Dense", "MultiVectorMask",
+                                                                          "Normalize"]
+    assert json.loads((colbert_folder / "1_Dense" / "config.json").read_text())["module_input_name"] == \
+        "token_embeddings"
+    settings = json.loads((colbert_folder / "sentence_bert_config.json").read_text())
+    assert settings["query_expansion"] == {"strategy": "fixed", "length": 16, "attend": False, "token": None}
+    embedder = Embedder.load(colbert_folder)
+    assert embedder.multi_vector and embedder.pooling == multi_vector_embedder().pooling
+    np.testing.assert_allclose(embedder.encode_multi_vector(TEXTS, "query")[2],
+                               multi_vector_embedder().encode_multi_vector(TEXTS, "query")[2], atol=1e-6)
+
+
+def test_an_expanded_querys_own_tokens_do_not_attend_to_its_expansion(colbert_folder):
+    """The real tokens' vectors of an expanded query are those of the text alone; each [MASK] gives a vector of its
+    own. Attended expansion (attend true) changes the real tokens' vectors."""
+    from kbert.checkpoints.sentence_transformers import QueryExpansion
+    from kbert.tasks.embedding import Embedder
+
+    embedder = Embedder.load(colbert_folder)
+    texts = ["drums", "a crowd watches the gorilla play the drums"]  # no punctuation to skip
+    queries = embedder.encode_multi_vector(texts, "query", batch_size=3, prompt="")
+    alone = embedder.encode_multi_vector(texts, None, prompt="")  # unexpanded
+    for query, plain in zip(queries, alone):
+        assert query.shape == (16, 16) and len(plain) < 16
+        np.testing.assert_allclose(query[:len(plain)], plain, atol=1e-5)
+        assert np.abs(query[len(plain):] - query[-1]).max(axis=1)[:-1].min() > 1e-3  # each position its own
+    attended = multi_vector_embedder(expansion=QueryExpansion("fixed", 16, attend=True))
+    query, plain = (attended.encode_multi_vector(["drums"], role, prompt="")[0] for role in ("query", None))
+    assert np.abs(query[:len(plain)] - plain).max() > 1e-3
+
+
+def test_documents_leave_their_punctuation_out(colbert_folder):
+    from kbert.tasks.embedding import Embedder
+
+    embedder = Embedder.load(colbert_folder)
+    document = embedder.encode_multi_vector(["drums, loud!"], "document")[0]
+    tokens = embedder.tokenizer.encode("passage: drums, loud!", maxlen=64)[0]
+    assert len(tokens) - len(document) == 3  # ":", "," and "!"
+    query = embedder.encode_multi_vector(["drums, loud!"], "query")[0]
+    assert len(query) == 16  # a query keeps them
+
+
+def rewrite(folder, tmp_path, path, change):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    file = copy / path
+    file.write_text(json.dumps(change(json.loads(file.read_text()))))
+    return copy
+
+
+@pytest.mark.parametrize("path, change, message", [
+    ("config_sentence_transformers.json", lambda c: {**c, "model_type": "SentenceTransformer"},
+     "a MultiVectorMask belongs to a MultiVectorEncoder"),
+    ("2_MultiVectorMask/config.json", lambda c: {**c, "keep_only_token_ids": [5]}, "keep_only_token_ids"),
+    ("sentence_bert_config.json", lambda c: {**c, "query_expansion": {"strategy": "pad", "length": 8}},
+     "query_expansion .*expected null or an object"),
+    ("sentence_bert_config.json", lambda c: {**c, "query_length": 8}, "query_length 8 is below"),
+    ("1_Dense/config.json", lambda c: {**c, "module_input_name": "sentence_embedding"},
+     "reads sentence_embedding; kbert computes them on the token_embeddings"),
+])
+def test_a_multi_vector_folder_kbert_does_not_compute_is_refused_by_name(colbert_folder, tmp_path, path, change,
+                                                                        message):
+    from kbert.errors import CheckpointError
+    from kbert.tasks.embedding import Embedder
+
+    with pytest.raises(CheckpointError, match=message):
+        Embedder.load(rewrite(colbert_folder, tmp_path, path, change))
+
+
+def test_kbert_embed_writes_each_texts_token_vectors(colbert_folder, tmp_path):
+    from kbert.tasks.embedding import Embedder
+
+    texts = write(tmp_path, "texts.txt", "\n".join(TEXTS) + "\n")
+    embedder = Embedder.load(colbert_folder)
+    run = kbert_in_process("embed", "--model", str(colbert_folder), str(texts), "--prompt-name", "query")
+    assert run.returncode == 0, run.stderr
+    lines = [np.array(json.loads(line)["embedding"]) for line in run.stdout.splitlines()]
+    for line, expected in zip(lines, embedder.encode_multi_vector(TEXTS, "query"), strict=True):
+        np.testing.assert_allclose(line, expected, atol=1e-6)
+    out = tmp_path / "vectors.npy"
+    run = kbert_in_process("embed", "--model", str(colbert_folder), str(texts), "--npy", str(out))
+    assert run.returncode == 0, run.stderr
+    vectors, offsets = np.load(out), np.load(tmp_path / "vectors.offsets.npy")
+    expected = embedder.encode_multi_vector(TEXTS)
+    assert offsets.tolist() == np.cumsum([0] + [len(tokens) for tokens in expected]).tolist()
+    np.testing.assert_allclose(vectors[offsets[2]:offsets[3]], expected[2], atol=1e-6)
+    again = kbert_in_process("embed", "--model", str(colbert_folder), str(texts), "--npy", str(out))
+    assert again.returncode != 0 and "already exists" in again.stderr
+    refused = kbert_in_process("embed", "--model", str(colbert_folder), str(texts), "--dimensions", "4")
+    assert refused.returncode != 0 and "multi-vector encoder (MultiVectorMask): --dimensions" in refused.stderr
+    served = kbert_in_process("serve", str(colbert_folder))
+    assert served.returncode != 0 and "does not serve its token vectors yet" in served.stderr
+    assert "Traceback" not in refused.stderr + served.stderr
+
+
+def test_kbert_evaluate_ranks_by_maxsim(colbert_folder, tmp_path, capsys):
+    from kbert.tasks.embedding import Embedder
+    from kbert.tasks.multi_vector import maxsim
+
+    corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods."]
+    result, queries = evaluated_on_prefixes(colbert_folder, tmp_path, capsys, corpus, 12)
+    embedder = Embedder.load(colbert_folder)
+    documents = embedder.encode_multi_vector(corpus, "document")
+    scores = [maxsim(query, documents) for query in embedder.encode_multi_vector(queries, "query")]
+    assert result["mrr@10"] == pytest.approx(mean_reciprocal_rank(scores))
+    assert result["query_vectors"] == 16
+    assert result["document_vectors"] == pytest.approx(np.mean([len(document) for document in documents]))
+
+
+# --- the same, as sentence-transformers itself computes it (CI's parity venv) ------------------------------------
+
+EXPANSIONS = [None, {"strategy": "fixed", "attend": False, "length": 12},
+              {"strategy": "min", "attend": True, "length": 10}]
+
+
+def random_backbone(torch, transformers, family):
+    """A random encoder that transformers builds (BERT or DistilBERT), with MiniLM's vocabulary."""
+    torch.manual_seed(0)
+    if family == "bert":
+        return transformers.BertModel(transformers.BertConfig(
+            vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=64))
+    return transformers.DistilBertModel(transformers.DistilBertConfig(
+        vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64))
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("family", ["bert", "distilbert"])
+@pytest.mark.parametrize("expansion", EXPANSIONS, ids=["none", "fixed", "min-attended"])
+def test_sentence_transformers_multi_vector_encoders_both_ways(family, expansion, tmp_path):
+    torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
+    transformers = pytest.importorskip("transformers", reason="pip install '.[parity]'")
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    from kbert.tasks.embedding import Embedder
+
+    random_backbone(torch, transformers, family).save_pretrained(tmp_path / "encoder")
+    transformers.AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(tmp_path / "encoder")
+    transformer = Transformer(str(tmp_path / "encoder"), document_length=20, query_expansion=expansion)
+    theirs = sentence_transformers.MultiVectorEncoder(modules=[
+        transformer, Dense(32, 16, bias=False, activation_function=torch.nn.Identity(),
+                           module_input_name="token_embeddings"),
+        MultiVectorMask(skiplist_words=list(string.punctuation), skiplist_tasks=["query", "document"]),
+        Normalize(module_input_name="token_embeddings")], prompts={"query": "query: "}, device="cpu")
+    theirs.save(str(tmp_path / "st"))
+    mine = Embedder.load(tmp_path / "st")
+    mine.save(tmp_path / "back")
+    read_back = sentence_transformers.MultiVectorEncoder(str(tmp_path / "back"), device="cpu")
+    for role, encode, encode_back in ((None, theirs.encode, read_back.encode),
+                                      ("query", theirs.encode_query, read_back.encode_query),
+                                      ("document", theirs.encode_document, read_back.encode_document)):
+        expected = [tokens.numpy() for tokens in encode(TEXTS)]
+        got = mine.encode_multi_vector(TEXTS, role, batch_size=3)
+        assert [len(tokens) for tokens in got] == [len(tokens) for tokens in expected], role
+        for tokens, theirs_tokens, back in zip(got, expected, encode_back(TEXTS)):
+            np.testing.assert_allclose(tokens, theirs_tokens, atol=2e-6, err_msg=str(role))
+            np.testing.assert_allclose(back.numpy(), theirs_tokens, atol=2e-6, err_msg=str(role))
