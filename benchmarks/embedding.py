@@ -18,7 +18,9 @@ bfloat16 units (`amx_bf16`), and on kbert's side on the PyTorch backend (`KERAS_
 
 A sparse encoder's folder (sentence-transformers' `SparseEncoder`, SPLADE) is timed as `kbert embed` encodes
 it (`Embedder.encode_sparse`: each text's ids and weights) against `SparseEncoder.encode` (its sparse tensor);
-the vectors are compared densified, and the mean of each text's non-zero weights is printed.
+the vectors are compared densified, and the mean of each text's non-zero weights is printed. A multi-vector
+encoder's (`MultiVectorEncoder`, ColBERT) as documents: `Embedder.encode_multi_vector(texts, "document")` against
+`MultiVectorEncoder.encode_document`, every token's vector compared.
 
 `--one-batch` times the model call alone instead, on one fixed batch of
 `--batch-size` × 128 token ids (no tokenizing, no batching by length): where a
@@ -47,10 +49,16 @@ def read_texts(path: str, count: int) -> List[str]:
     return texts[:count]
 
 
-def is_sparse(model: str) -> bool:
+def kind(model: str) -> str:
+    """The folder's `model_type`: `SentenceTransformer` (also where none is named), `SparseEncoder` or
+    `MultiVectorEncoder`."""
     from kbert.checkpoints.sentence_transformers import model_type
 
-    return model_type(model) == "SparseEncoder"
+    return model_type(model) or "SentenceTransformer"
+
+
+def is_sparse(model: str) -> bool:
+    return kind(model) == "SparseEncoder"
 
 
 def _load(engine: str, model: str, dtype: str, runtime: str = "keras"):
@@ -66,11 +74,10 @@ def _load(engine: str, model: str, dtype: str, runtime: str = "keras"):
         if runtime != "keras":
             embedder.model = onnx_embedder(embedder, "int8" if runtime == "onnxruntime-int8" else None)
         return embedder
+    import sentence_transformers
     import torch
-    from sentence_transformers import SentenceTransformer, SparseEncoder
 
-    kind = SparseEncoder if is_sparse(model) else SentenceTransformer
-    return kind(model, device="cpu", model_kwargs={"dtype": getattr(torch, dtype)})
+    return getattr(sentence_transformers, kind(model))(model, device="cpu", model_kwargs={"dtype": getattr(torch, dtype)})
 
 
 def _one_batch(engine: str, model: str, batch_size: int, dtype: str, runtime: str):
@@ -92,17 +99,24 @@ def _one_batch(engine: str, model: str, batch_size: int, dtype: str, runtime: st
     return call
 
 
-def _encoder(engine: str, loaded, texts: List[str], batch_size: int, sparse: bool):
-    """One encoding of the texts as the engine's users call it: dense vectors, or a sparse encoder's own form
-    (kbert's ids and weights per text; sentence-transformers' sparse tensor)."""
-    if sparse and engine == "kbert":
+def _encoder(engine: str, loaded, texts: List[str], batch_size: int, model_type: str):
+    """One encoding of the texts as the engine's users call it: dense vectors, a sparse encoder's own form
+    (kbert's ids and weights per text; sentence-transformers' sparse tensor), or a multi-vector encoder's token
+    vectors of each text as a document."""
+    if model_type == "MultiVectorEncoder":
+        if engine == "kbert":
+            return lambda: loaded.encode_multi_vector(texts, "document", batch_size)
+        return lambda: [tokens.numpy() for tokens in loaded.encode_document(texts, batch_size=batch_size)]
+    if model_type == "SparseEncoder" and engine == "kbert":
         return lambda: loaded.encode_sparse(texts, batch_size)
     return lambda: loaded.encode(texts, batch_size=batch_size)
 
 
 def _dense(vectors, width: int = 0) -> np.ndarray:
     """An engine's vectors as one float32 array: kbert's `(ids, weights)` per text (`width` ids) and a torch
-    sparse tensor densified."""
+    sparse tensor densified, each text's token vectors one after another."""
+    if isinstance(vectors, list) and vectors and isinstance(vectors[0], np.ndarray):
+        return np.concatenate(vectors).astype(np.float32)
     if isinstance(vectors, list):
         dense = np.zeros((len(vectors), width), np.float32)
         for row, (ids, weights) in zip(dense, vectors):
@@ -122,7 +136,7 @@ def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_
         encode = _one_batch(engine, model, batch_size, dtype, runtime)
     else:
         loaded = _load(engine, model, dtype, runtime)
-        encode = _encoder(engine, loaded, texts, batch_size, is_sparse(model))
+        encode = _encoder(engine, loaded, texts, batch_size, kind(model))
     vectors = encode()  # the warm-up (a compiled graph, the thread pools)
     vectors = _dense(vectors, getattr(loaded, "dimensions", 0) if not one_batch else 0)
     for line in sys.stdin:
@@ -202,7 +216,12 @@ def main(argv=None) -> int:
     ratios = [other / mine for mine, other in zip(seconds["kbert"], seconds["sentence-transformers"])]
     print(f"kbert / sentence-transformers: {np.median(ratios):.2f}x (rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
     mine, theirs = vectors["kbert"], vectors["sentence-transformers"]
+    if mine.shape != theirs.shape:
+        raise SystemExit(f"the engines' vectors differ in shape: kbert {mine.shape}, sentence-transformers "
+                         f"{theirs.shape}")
     print(f"largest difference between the engines' vectors: {np.abs(mine - theirs).max():.2e}")
+    if kind(args.model) == "MultiVectorEncoder":
+        print(f"token vectors a text: {len(mine) / len(texts):.1f}")
     if is_sparse(args.model):
         print(f"non-zero weights a text: kbert {np.mean((mine > 0).sum(1)):.1f}, sentence-transformers "
               f"{np.mean((theirs > 0).sum(1)):.1f}")

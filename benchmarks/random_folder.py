@@ -12,6 +12,12 @@ token counts (median, 90th percentile, largest).
 `--sparse` writes a SPLADE sparse encoder instead (the masked-LM head, max pooling of log(1 + ReLU)), its
 head's bias set to -1.75 so that a text keeps a few hundred vocabulary entries, as a trained SPLADE's do
 (random logits would keep half the vocabulary).
+
+    python -m benchmarks.random_folder --config bert_base_uncased --multi-vector --out /tmp/colbert_st
+
+`--multi-vector` writes a ColBERT multi-vector encoder instead, in PyLate's default shape: each token's vector
+projected to 128 values (no bias) and normalised, documents cut at 180 tokens without their punctuation,
+queries expanded with [MASK] to 32 tokens that the query does not attend to.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import string
 import sys
 
 from benchmarks.alternating import REPOSITORY
@@ -35,13 +42,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="modernbert_base", help="a bundled config (default: modernbert_base)")
     parser.add_argument("--out", required=True, help="the folder to write (it must not exist)")
-    parser.add_argument("--sparse", action="store_true", help="a SPLADE sparse encoder (SparseEncoder folder)")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--sparse", action="store_true", help="a SPLADE sparse encoder (SparseEncoder folder)")
+    kind.add_argument("--multi-vector", action="store_true",
+                      help="a ColBERT multi-vector encoder (MultiVectorEncoder folder)")
     args = parser.parse_args(argv)
     import keras
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     from kbert import build_transformer_model, save_hf_weights
-    from kbert.checkpoints.sentence_transformers import SpladeSpec, write_modules
+    from kbert.checkpoints.sentence_transformers import MultiVectorSpec, QueryExpansion, SpladeSpec, write_modules
     from kbert.models.config import bundled_config_path
 
     os.makedirs(args.out)
@@ -66,10 +76,18 @@ def main(argv=None) -> int:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]", "cls_token": "[CLS]",
                    "sep_token": "[SEP]", "unk_token": "[UNK]", "mask_token": "[MASK]",
                    "model_input_names": ["input_ids", "attention_mask"]}, handle)
+    width = config.get("hidden_size", config.get("dim"))
     if args.sparse:
         write_modules(args.out, SpladeSpec(), config["vocab_size"], [], False, 512)
+    elif args.multi_vector:
+        import numpy as np
+
+        projection = np.random.default_rng(0).normal(0, width ** -0.5, (width, 128)).astype("float32")
+        spec = MultiVectorSpec(document_length=180, expansion=QueryExpansion("fixed", 32),
+                               skiplist_words=tuple(string.punctuation))
+        write_modules(args.out, spec, width, [([projection], None)], True, 512)
     else:
-        write_modules(args.out, "mean", config.get("hidden_size", config.get("dim")), [], True, 512)
+        write_modules(args.out, "mean", width, [], True, 512)
     lengths = sorted(len(tokenizer.encode(text).ids) for text in texts("sentiment.test.data"))
     print(f"{args.out}: the test texts' tokens: median {lengths[len(lengths) // 2]}, 90th percentile "
           f"{lengths[int(0.9 * len(lengths))]}, largest {lengths[-1]}")

@@ -105,14 +105,14 @@ def write_beir(directory: pathlib.Path, corpus, queries) -> pathlib.Path:
     return directory
 
 
-def evaluated_on_prefixes(model: pathlib.Path, directory: pathlib.Path, capsys, corpus, cut: int):
-    """`kbert evaluate --json` of `model` on a BEIR folder whose query i is document i's first `cut` characters: its
-    scores, and the queries."""
+def evaluated_on_prefixes(model: pathlib.Path, directory: pathlib.Path, capsys, corpus, cut: int, *extra: str):
+    """`kbert evaluate --json` of `model` (and `extra` options) on a BEIR folder whose query i is document i's first
+    `cut` characters: its scores, and the queries."""
     from kbert.cli.main import main
 
     queries = [text[:cut] for text in corpus]
     write_beir(directory, corpus, queries)
-    assert main(["evaluate", "--model", str(model), "--data", str(directory), "--json"]) == 0
+    assert main(["evaluate", "--model", str(model), "--data", str(directory), "--json", *extra]) == 0
     return json.loads(capsys.readouterr().out), queries
 
 

@@ -192,7 +192,7 @@ def test_do_lower_case_lowers_the_text_even_with_a_tokenizer_json_and_is_saved(m
 
 def test_a_long_line_is_tokenized_only_as_far_as_the_model_reads(minilm, tmp_path, capsys):
     """A 10 MB line cost 3.1 GB to tokenize whole before the fix; the ids of the cut are the whole text's."""
-    from kbert.tasks.embedding import encode_within
+    from kbert.tokenizers.long_texts import encode_within
 
     words = " ".join(f"word{index % 97}" for index in range(60_000))  # ~500 KB
     assert encode_within(minilm.tokenizer, [words], 256) == minilm.tokenizer.encode_all([words], maxlen=256)

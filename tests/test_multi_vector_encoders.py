@@ -28,15 +28,15 @@ def test_hidden_ids_look_up_their_token_and_are_masked(tmp_path):
     from kbert.layers import TokenEmbedding
 
     layer = TokenEmbedding(10, 4, mask_zero=True, hidden_ids=True, embeddings_initializer="random_normal")
-    ids = np.array([[2, 3, 13, 0], [12, 5, 0, 0]])
+    ids = np.array([[2, 3, -4, 0], [-3, 5, 0, 0]])
     vectors = keras.ops.convert_to_numpy(layer(ids))
     assert vectors.shape == (2, 4, 4)
-    np.testing.assert_array_equal(vectors[0, 2], vectors[0, 1])  # id 13 is token 3
+    np.testing.assert_array_equal(vectors[0, 2], vectors[0, 1])  # id -4 is token 3, hidden
     assert keras.ops.convert_to_numpy(layer.compute_mask(ids)).tolist() == [[True, True, False, False],
                                                                             [False, True, False, False]]
     assert TokenEmbedding.from_config(layer.get_config()).get_config() == layer.get_config()
     with pytest.raises(Exception, match=r"ids must be in \[0, 10\)"):
-        layer.check_ids(np.array([[20]]))
+        layer.check_ids(np.array([[-11]]))
     tokens = keras.Input((None,), dtype="int32")
     model = keras.Model(tokens, layer(tokens))
     model.save(tmp_path / "model.keras")
@@ -150,6 +150,8 @@ def rewrite(folder, tmp_path, path, change):
     ("sentence_bert_config.json", lambda c: {**c, "query_length": 8}, "query_length 8 is below"),
     ("1_Dense/config.json", lambda c: {**c, "module_input_name": "sentence_embedding"},
      "reads sentence_embedding; kbert computes them on the token_embeddings"),
+    ("config_sentence_transformers.json", lambda c: {**c, "model_type": "ColBERT", "query_prefix": "[Q] "},
+     "model_type ColBERT, a PyLate folder .* sentence-transformers 6 loads it as a MultiVectorEncoder"),
 ])
 def test_a_multi_vector_folder_kbert_does_not_compute_is_refused_by_name(colbert_folder, tmp_path, path, change,
                                                                         message):
@@ -181,9 +183,43 @@ def test_kbert_embed_writes_each_texts_token_vectors(colbert_folder, tmp_path):
     assert again.returncode != 0 and "already exists" in again.stderr
     refused = kbert_in_process("embed", "--model", str(colbert_folder), str(texts), "--dimensions", "4")
     assert refused.returncode != 0 and "multi-vector encoder (MultiVectorMask): --dimensions" in refused.stderr
-    served = kbert_in_process("serve", str(colbert_folder))
-    assert served.returncode != 0 and "does not serve its token vectors yet" in served.stderr
-    assert "Traceback" not in refused.stderr + served.stderr
+    exported = kbert_in_process("embed", "--model", str(colbert_folder), str(texts), "--runtime", "onnxruntime")
+    assert exported.returncode != 0 and "its ONNX export (--runtime onnxruntime, --quantize) is not built" in \
+        exported.stderr
+    assert "Traceback" not in refused.stderr + exported.stderr
+
+
+def test_the_server_answers_embed_all_by_role_and_refuses_one_vector_routes(colbert_folder):
+    pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
+    from kbert.tasks.embedding import Embedder
+    from test_serve import post, running_server
+
+    embedder = Embedder.load(colbert_folder)
+    with running_server(colbert_folder, "--max-batch", "3") as (url, _):
+        for role in ("query", "document", None):
+            status, answer = post(url, {"inputs": TEXTS, "prompt_name": role, "truncate": True}, path="/embed_all")
+            assert status == 200, answer
+            for served, expected in zip(answer, embedder.encode_multi_vector(TEXTS, role), strict=True):
+                np.testing.assert_allclose(served, expected, atol=1e-5)
+        long = " ".join(["word"] * 30)  # past a query's 16 tokens, within a document's 64
+        status, answer = post(url, {"inputs": long, "prompt_name": "query"}, path="/embed_all")
+        assert status == 413 and "more than the model's 16 for a query" in answer["error"]
+        status, answer = post(url, {"inputs": long, "prompt_name": "query", "truncate": True}, path="/embed_all")
+        assert status == 200 and len(answer[0]) == 16
+        status, answer = post(url, {"inputs": long, "prompt_name": "document"}, path="/embed_all")
+        assert status == 200
+        status, answer = post(url, {"inputs": ["a"], "prompt_name": "nope"}, path="/embed_all")
+        assert status == 422 and "prompt_name 'nope'" in answer["error"]
+        for path, body in (("/embed", {"inputs": ["a"]}), ("/embed_sparse", {"inputs": ["a"]})):
+            status, answer = post(url, body, path=path)
+            assert status == 400 and "POST /embed_all gives its vectors" in answer["error"], path
+        status, answer = post(url, {"input": ["a"]}, path="/v1/embeddings")
+        assert status == 400 and "multi-vector encoder" in answer["error"]["message"]
+        status, answer = post(url, {"texts": TEXTS[:2]})
+        assert status == 200 and set(answer["predictions"][1]) == {"text", "embeddings"}
+    with running_server(minilm_dir()) as (url, _):
+        status, answer = post(url, {"inputs": ["a"]}, path="/embed_all")
+        assert status == 400 and "this model is a dense model: POST /embed gives its vectors" in answer["error"]
 
 
 def test_kbert_evaluate_ranks_by_maxsim(colbert_folder, tmp_path, capsys):
@@ -198,6 +234,114 @@ def test_kbert_evaluate_ranks_by_maxsim(colbert_folder, tmp_path, capsys):
     assert result["mrr@10"] == pytest.approx(mean_reciprocal_rank(scores))
     assert result["query_vectors"] == 16
     assert result["document_vectors"] == pytest.approx(np.mean([len(document) for document in documents]))
+
+
+# --- training: kbert train --task colbert ------------------------------------------------------------------------
+
+def test_maxsim_scores_are_numpys_over_the_scored_tokens(tmp_path):
+    """Shapes, masks (an unscored token never counts), get_config round trip, .keras with safe_mode=True; the loss
+    is cross-entropy against each query's own positive."""
+    from kbert.training.contrastive import InBatchScores, MaxSimScores
+
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(6, 5, 4)).astype("float32")  # 2 queries, 2 positives, 2 hard negatives
+    scored = (rng.random((6, 5)) < 0.7).astype("int32")
+    scored[:, 0] = 1
+    layer = MaxSimScores(3)
+    got = keras.ops.convert_to_numpy(layer(vectors, scored))
+    expected = [[sum(max(q @ d for d, keep in zip(vectors[n], scored[n]) if keep)
+                     for q, keep in zip(vectors[i], scored[i]) if keep) for n in range(2, 6)] for i in range(2)]
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert MaxSimScores.from_config(layer.get_config()).get_config() == layer.get_config()
+    inputs = [keras.Input((5, 4)), keras.Input((5,), dtype="int32")]
+    model = keras.Model(inputs, MaxSimScores(3)(*inputs))
+    model.save(tmp_path / "maxsim.keras")
+    restored = keras.models.load_model(tmp_path / "maxsim.keras", safe_mode=True)
+    np.testing.assert_allclose(restored.predict([vectors, scored], verbose=0), got, rtol=1e-5)
+    loss = float(InBatchScores(2.0)(np.zeros(2), got))
+    logits = got / 2.0
+    expected_loss = np.mean([np.log(np.exp(row).sum()) - row[i] for i, row in enumerate(logits)])
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+
+
+def colbert_training_rows(tmp_path):
+    """Triplets of real reviews: a review's first half, its second half, another review's first half."""
+    from conftest import shared_path
+
+    rows = [line.split("\t")[0] for line in
+            shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:96]]
+    halves = [(text[:len(text) // 2], text[len(text) // 2:]) for text in rows if len(text) > 8]
+    return write(tmp_path, "triplets.tsv", "".join(f"{a}\t{b}\t{halves[(i + 7) % len(halves)][0]}\n"
+                                                   for i, (a, b) in enumerate(halves)))
+
+
+def train_colbert(tmp_path, data, *extra) -> dict:
+    """`kbert train --task colbert` of a tiny BERT on `data`; its training.json."""
+    from conftest import shared_path
+
+    from kbert import bundled_config_path
+    from kbert.cli.main import main
+
+    assert main(["train", "--task", "colbert", "--train", str(data), "--valid", str(data), "--config",
+                 bundled_config_path("bert_tiny"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                 "--batch-size", "16", "--maxlen", "32", "--query-length", "12", "--lr", "1e-3",
+                 "--out", str(tmp_path / "colbert"), *extra]) == 0
+    return json.loads((tmp_path / "colbert" / "training.json").read_text(encoding="utf-8"))
+
+
+def test_kbert_train_colbert_ranks_by_maxsim_and_writes_a_multi_vector_encoder(tmp_path):
+    from kbert.tasks.embedding import Embedder
+
+    state = train_colbert(tmp_path, colbert_training_rows(tmp_path), "--epochs", "3")
+    assert (state["loss"], state["pooling"], state["query_length"]) == ("maxsim", "multi-vector", 12)
+    first, *_, last = state["history"]
+    assert last["loss"] < first["loss"] and last["val_score"] >= first["val_score"], state["history"]
+    embedder = Embedder.load(tmp_path / "colbert")
+    assert embedder.multi_vector and embedder.pooling.expansion.length == 12
+    query, document = embedder.encode_multi_vector(["房间很大"], "query")[0], \
+        embedder.encode_multi_vector(["房间很大，很干净。"], "document")[0]
+    assert query.shape == (12, 128) and document.shape[1] == 128
+    np.testing.assert_allclose(np.linalg.norm(document, axis=1), 1.0, rtol=1e-5)
+
+
+def test_score_distillation_is_the_kl_divergence_over_each_querys_own_documents():
+    from kbert.training.contrastive import ScoreDistillation
+
+    rng = np.random.default_rng(2)
+    teacher, scores = rng.normal(size=(3, 2)), rng.normal(size=(3, 6)) * 3  # 3 queries, a positive and a negative
+
+    def softmax(x):
+        return np.exp(x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)
+
+    own = np.stack([scores[np.arange(3), np.arange(3)], scores[np.arange(3), 3 + np.arange(3)]], axis=1) / 2.0
+    p, q = softmax(teacher), softmax(own)
+    assert float(ScoreDistillation(2.0)(teacher, scores)) == pytest.approx(np.mean((p * np.log(p / q)).sum(1)),
+                                                                          rel=1e-5)
+
+
+def test_kbert_train_colbert_distils_a_kbert_reranker(tmp_path):
+    from conftest import shared_path
+
+    from kbert import bundled_config_path
+    from kbert.cli.main import main
+
+    data = colbert_training_rows(tmp_path)
+    pairs = write(tmp_path, "pairs.tsv", "".join(f"{q}\t{p}\t1\n{q}\t{n}\t0\n" for q, p, n in
+                                                 (line.split("\t") for line in data.read_text("utf-8").splitlines())))
+    assert main(["train", "--task", "rerank", "--train", str(pairs), "--config", bundled_config_path("bert_tiny"),
+                 "--vocab", str(shared_path("vocab", "chinese_vocab.txt")), "--batch-size", "16", "--maxlen", "64",
+                 "--epochs", "1", "--lr", "1e-3", "--out", str(tmp_path / "reranker")]) == 0
+    state = train_colbert(tmp_path, data, "--epochs", "2", "--teacher", str(tmp_path / "reranker"))
+    assert (state["loss"], state["teacher"]) == ("distillation", str(tmp_path / "reranker"))
+    first, last = state["history"]
+    assert last["loss"] < first["loss"], state["history"]
+    pairless = write(tmp_path, "pairs_only.tsv", "".join(line.rsplit("\t", 1)[0] + "\n"
+                                                          for line in data.read_text("utf-8").splitlines()))
+    run = kbert_in_process("train", "--task", "colbert", "--train", str(pairless), "--config",
+                           str(bundled_config_path("bert_tiny")), "--vocab",
+                           str(shared_path("vocab", "chinese_vocab.txt")), "--teacher", str(tmp_path / "reranker"),
+                           "--maxlen", "32", "--out", str(tmp_path / "refused"))
+    assert run.returncode != 0 and "give each query a positive and a hard negative" in run.stderr
 
 
 # --- the same, as sentence-transformers itself computes it (CI's parity venv) ------------------------------------

@@ -218,7 +218,7 @@ def test_the_server_answers_embed_sparse_and_refuses_dense_routes(sparse_folder)
         assert status == 200 and set(answer["predictions"][1]) == {"text", "indices", "values"}
     with running_server(minilm_dir()) as (url, _):
         status, answer = post(url, {"inputs": ["a"]}, path="/embed_sparse")
-        assert status == 400 and "this model is a dense one" in answer["error"]
+        assert status == 400 and "this model is a dense model" in answer["error"]
 
 
 # --- the same, as sentence-transformers itself computes it (CI's parity venv) ------------------------------------
@@ -359,3 +359,22 @@ def test_kbert_evaluate_ranks_a_sparse_encoders_documents_by_dot_product(sparse_
     assert result["mrr@10"] == pytest.approx(mean_reciprocal_rank(embedder.encode(queries) @ embedder.encode(corpus).T))
     terms = [ids.size for ids, _ in embedder.encode_sparse(corpus)]
     assert result["document_terms"] == pytest.approx(np.mean(terms))
+
+
+def test_kbert_evaluate_fuses_a_dense_and_a_sparse_ranking_by_reciprocal_ranks(sparse_folder, tmp_path, capsys):
+    """Hybrid search: each model's own scores, and the ranking fused by 1 / (60 + rank) counted here."""
+    from kbert.tasks.embedding import Embedder
+
+    corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods.", "A man plays drums."]
+    result, queries = evaluated_on_prefixes(minilm_dir(), tmp_path, capsys, corpus, 14, "--fuse", str(sparse_folder))
+    dense, sparse = Embedder.load(minilm_dir()), Embedder.load(sparse_folder)
+    own = [dense.encode(queries, normalize=True) @ dense.encode(corpus, normalize=True).T,
+           sparse.encode(queries) @ sparse.encode(corpus).T]
+    assert [model["mrr@10"] for model in result["models"]] == pytest.approx([mean_reciprocal_rank(s) for s in own])
+    assert result["models"][1]["document_terms"] > 0 and result["fused_with"] == str(sparse_folder)
+    ranks = [1 + np.argsort(np.argsort(-scores, axis=1, kind="stable"), axis=1) for scores in own]
+    fused = 1 / (60 + ranks[0]) + 1 / (60 + ranks[1])
+    # a tie goes to the document the dense ranking puts first
+    place = [1 + sum(row[j] > row[i] or (row[j] == row[i] and first[j] < first[i]) for j in range(len(row)))
+             for i, (row, first) in enumerate(zip(fused, ranks[0]))]
+    assert result["mrr@10"] == pytest.approx(np.mean([1 / rank if rank <= 10 else 0 for rank in place]))

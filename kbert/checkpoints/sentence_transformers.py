@@ -136,8 +136,9 @@ class SentenceTransformerSpec:
 SETTINGS_FILE = "config_sentence_transformers.json"
 
 
-#: The `model_type`s of `config_sentence_transformers.json` that embed texts (dense, sparse and multi-vector).
-EMBEDDING_MODEL_TYPES = (None, "SentenceTransformer", "SparseEncoder", "MultiVectorEncoder")
+#: The `model_type`s of `config_sentence_transformers.json` that embed texts (dense, sparse and multi-vector;
+#: PyLate's `ColBERT`, whose folders `read_sentence_transformer` refuses saying how to convert them).
+EMBEDDING_MODEL_TYPES = (None, "SentenceTransformer", "SparseEncoder", "MultiVectorEncoder", "ColBERT")
 
 
 def is_sentence_transformer(path: "str | os.PathLike[str]") -> bool:
@@ -166,6 +167,11 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     and what was expected. Each module is read by its type's reader (`MODULE_READERS`); a type kbert does not
     compute is refused by name, never skipped."""
     folder = os.fspath(folder)
+    if model_type(folder) == "ColBERT":
+        raise CheckpointError(f"{os.path.join(folder, SETTINGS_FILE)}: model_type ColBERT, a PyLate folder (its "
+                              "[Q]/[D] prefixes inserted as tokens, its masking and normalisation inside PyLate), "
+                              "which kbert does not read; sentence-transformers 6 loads it as a MultiVectorEncoder "
+                              "and save() writes the folder kbert reads")
     modules_file = os.path.join(folder, MODULES_FILE)
     modules = _json(modules_file)
     if not isinstance(modules, list) or not modules or not all(isinstance(module, dict) for module in modules):

@@ -92,15 +92,15 @@ def run_serve(args) -> int:
     threads = share_cores(limits.instances)
     predictor = (_onnx_predictor(args.model, task, settings, args.quantize, threads) if onnx
                  else load_predictor(args.model, settings))
-    if predictor.embedder is not None and predictor.embedder.multi_vector:
-        raise KbertError(f"{args.model} is a multi-vector encoder (ColBERT): kbert does not serve its token vectors "
-                         "yet; kbert embed writes them (--prompt-name query or document)")
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
 
     def ready(url: str) -> None:
-        sparse = predictor.embedder is not None and predictor.embedder.sparse
-        routes = {"embed": f"POST {url}/embed_sparse, " if sparse else f"POST {url}/v1/embeddings, {url}/embed, ",
+        embedder = predictor.embedder
+        own = f"POST {url}/embed_sparse, " if embedder is not None and embedder.sparse else \
+            f"POST {url}/embed_all, " if embedder is not None and embedder.multi_vector else \
+            f"POST {url}/v1/embeddings, {url}/embed, "
+        routes = {"embed": own,
                   "rerank": f"POST {url}/rerank, {url}/v1/rerank, "}.get(predictor.task, "POST ")
         runtime = f" through onnxruntime ({args.quantize or 'float32'})" if onnx else ""
         print(f"kbert: serving the {predictor.task} model {args.model}{runtime} on {url} ({routes}{url}/v1/predict, "

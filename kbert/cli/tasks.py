@@ -38,6 +38,9 @@ def add_commands(command) -> None:
                                                         "classification with --train)")
     evaluate.add_argument("--train", help="an embedding model: labelled texts a logistic regression on the frozen "
                                           "vectors is fitted on, then scored on --data")
+    evaluate.add_argument("--fuse", metavar="MODEL", help="an embedding model on a BEIR folder: a second one (a "
+                                                          "sparse encoder beside a dense one) whose ranking is "
+                                                          "fused with --model's by reciprocal ranks (hybrid search)")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(run=run_evaluate)
 
@@ -120,7 +123,8 @@ def _add_train(train) -> None:
                             "a blank line between sentences; BIO, BIOES or BMES); seq2seq: a target text per "
                             "source text (source<TAB>target, or JSONL with source and target), UniLM or T5 (--model); "
                             "embed: sentence embeddings trained contrastively (see --loss); sparse: a SPLADE sparse "
-                            "encoder (query<TAB>positive[<TAB>negative] rows)")
+                            "encoder, colbert: a ColBERT multi-vector encoder (both on "
+                            "query<TAB>positive[<TAB>negative] rows)")
     family_argument(train, "default: the config's model_type, else bert; t5, t5.1.1 or mt5.1.1 for an "
                            "encoder-decoder --task seq2seq")
     train.add_argument("--head", choices=TOKEN_HEADS, default=defaults.head,
@@ -134,7 +138,13 @@ def _add_train(train) -> None:
                             "or cosent (text<TAB>text_b<TAB>score); default: the one the data's columns call for")
     train.add_argument("--temperature", type=float, default=defaults.temperature,
                        help="--task embed: the cosines are divided by it (default 0.05); --task sparse: the dot "
-                            "products (default 1)")
+                            "products (default 1); --task colbert: the MaxSim scores (default 1)")
+    train.add_argument("--query-length", type=positive_int, default=defaults.query_length,
+                       help="--task colbert: a query's tokens, filled with [MASK] up to it and cut at it "
+                            "(default 32)")
+    train.add_argument("--teacher", metavar="RERANKER",
+                       help="--task colbert: distil a reranker (a CrossEncoder folder, a --task rerank directory): "
+                            "learn its scores of each query's positive and hard negative (KL divergence)")
     train.add_argument("--query-regularizer", type=float, default=defaults.query_regularizer,
                        help="--task sparse: the weight of SPLADE's FLOPS regularizer on the queries' vectors "
                             "(reached over the first third of the steps)")
@@ -298,7 +308,8 @@ def run_train(args) -> int:
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_embeddings=args.lora_embeddings,
         pooling=args.pooling, contrastive_loss=args.contrastive_loss, temperature=args.temperature,
         symmetric=args.symmetric, rerank_loss=args.rerank_loss, group_size=args.group_size,
-        query_regularizer=args.query_regularizer, document_regularizer=args.document_regularizer)
+        query_regularizer=args.query_regularizer, document_regularizer=args.document_regularizer,
+        query_length=args.query_length, teacher=args.teacher)
     return _run(args, options, train, beside, num_labels=args.num_labels)
 
 
@@ -367,6 +378,9 @@ def run_evaluate(args) -> int:
 
     if is_embedding_model(resolved(args.model)):
         return _evaluate_embedder(args)
+    if args.fuse:
+        raise KbertError(f"--fuse: fuses two embedding models' retrieval rankings; {args.model} is not an embedding "
+                         "model")
     if _model_task(args) == "rerank":
         return _evaluate_reranker(args)
     if args.train:
@@ -385,7 +399,8 @@ def run_evaluate(args) -> int:
 def _evaluate_embedder(args) -> int:
     from kbert.tasks.embedding_evaluation import evaluate
 
-    return _print_scores_line(args, evaluate(args.model, args.data, args.train, batch_size=args.batch_size))
+    return _print_scores_line(args, evaluate(args.model, args.data, args.train, batch_size=args.batch_size,
+                                             fuse=args.fuse))
 
 
 def _evaluate_reranker(args) -> int:
@@ -399,9 +414,15 @@ def _print_scores_line(args, result: dict) -> int:
     """An embedding model's or reranker's scores: JSON with --json, else one line of them."""
     if _printed_as_json(args, result):
         return 0
-    print(" ".join(f"{name} {value:.4f}" if isinstance(value, float) else f"{name} {value}"
-                   for name, value in result.items() if name not in ("kind", "data")) + f" ({result['kind']})")
+    print(_scores_line(result) + f" ({result['kind']})")
+    for model, scores in zip((args.model, args.fuse), result.get("models", ())):  # the fused models' own
+        print(f"  {model}: {_scores_line(scores)}")
     return 0
+
+
+def _scores_line(result: dict) -> str:
+    return " ".join(f"{name} {value:.4f}" if isinstance(value, float) else f"{name} {value}"
+                    for name, value in result.items() if name not in ("kind", "data", "models"))
 
 
 def _evaluate_classifier(args) -> int:
@@ -644,10 +665,10 @@ def _embed_multi_vector(args, embedder, texts) -> int:
     import numpy as np
 
     from kbert.io import atomic_path
+    from kbert.serving.export import onnx_embedder
 
     if onnx_runtime_chosen(args):
-        raise KbertError(f"--runtime onnxruntime / --quantize: {args.model} is a multi-vector encoder, which kbert "
-                         "runs in Keras only (its ONNX export is not built)")
+        onnx_embedder(embedder)  # refused, saying why, before any text is embedded
     role = args.prompt_name if args.prompt_name in ("query", "document") else None  # the role picks its prompt
     vectors = embedder.encode_multi_vector(texts, role, args.batch_size, prompt_name=None if role else args.prompt_name,
                                            prompt=args.prompt)

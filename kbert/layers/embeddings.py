@@ -111,11 +111,11 @@ class TokenEmbedding(Embedding):
         output_dim: embedding width H.
         pad_id: the padding id the mask hides, when it is not 0 (`mask_zero=True`
             for 0; neither: no mask).
-        hidden_ids: whether an id `V + i` stands for token `i` hidden by the mask:
-            looked up as `i`, attended to by no other token, yet given its own
-            output (ColBERT's query expansion: `[MASK]` tokens in the padding that
-            each read the query, which never reads them). Needs a mask (`mask_zero`
-            or `pad_id`).
+        hidden_ids: whether a negative id `-1 - i` stands for token `i` hidden by
+            the mask: looked up as `i`, attended to by no other token, yet given
+            its own output (ColBERT's query expansion: `[MASK]` tokens in the
+            padding that each read the query, which never reads them). Needs a
+            mask (`mask_zero` or `pad_id`).
         **kwargs: as for `Embedding` (e.g. `mask_zero=True`); ids are
             checked against `vocab_size`.
 
@@ -127,7 +127,7 @@ class TokenEmbedding(Embedding):
     >>> ops.convert_to_numpy(TokenEmbedding(100, 8, pad_id=1).compute_mask(ops.convert_to_tensor([[5, 1, 0]]))).tolist()
     [[True, False, True]]
     >>> ops.convert_to_numpy(TokenEmbedding(100, 8, mask_zero=True, hidden_ids=True).compute_mask(
-    ...     ops.convert_to_tensor([[5, 103, 0]]))).tolist()
+    ...     ops.convert_to_tensor([[5, -4, 0]]))).tolist()
     [[True, False, False]]
     """
 
@@ -146,7 +146,7 @@ class TokenEmbedding(Embedding):
             kernel = ops.cast(self.embeddings, self.compute_dtype)
             return ops.matmul(inputs, ops.transpose(kernel))
         if self.hidden_ids:
-            inputs = ops.where(inputs >= self.input_dim, inputs - self.input_dim, inputs)
+            inputs = ops.where(inputs < 0, -1 - inputs, inputs)
         return super().call(inputs)
 
     def compute_mask(self, inputs, mask=None):
@@ -158,11 +158,11 @@ class TokenEmbedding(Embedding):
         else:
             mask = super().compute_mask(inputs)
         if self.hidden_ids and mask is not None:
-            mask = ops.logical_and(mask, inputs < self.input_dim)
+            mask = ops.logical_and(mask, inputs >= 0)
         return mask
 
     def check_ids(self, ids: np.ndarray) -> None:
-        super().check_ids(np.where(ids >= self.input_dim, ids - self.input_dim, ids) if self.hidden_ids else ids)
+        super().check_ids(np.where(ids < 0, -1 - ids, ids) if self.hidden_ids else ids)
 
     def get_config(self):
         return {**super().get_config(), **({} if self.pad_id is None else {"pad_id": self.pad_id}),

@@ -16,7 +16,8 @@ Endpoints:
   503 when the queue is full (with `Retry-After`).
 - an embedding model (`kbert.serving.embeddings`): `POST /v1/embeddings` (OpenAI's form) and
   `POST /embed` (Text Embeddings Inference's); its `/v1/predict` rows are `{"text", "embedding"}`. A sparse
-  encoder: `POST /embed_sparse` (TEI's), and `/v1/predict` rows `{"text", "indices", "values"}`.
+  encoder: `POST /embed_sparse` (TEI's), and `/v1/predict` rows `{"text", "indices", "values"}`. A multi-vector
+  encoder: `POST /embed_all` (TEI's), and `/v1/predict` rows `{"text", "embeddings"}` (the texts as documents).
 - a reranker (`kbert.serving.reranking`): `POST /rerank` (TEI's form) and `POST /v1/rerank`
   (Cohere's and Jina's).
 - a classifier (`kbert.serving.classification`): `POST /predict` (TEI's form), every label's probability.
@@ -183,6 +184,11 @@ def _add_predict_route(app, predictor, service, batcher: Batcher, limits: Server
         return JSONResponse({"detail": message}, status_code=status, headers=headers)
 
     async def rows_of(body) -> list:
+        if embedder is not None and embedder.multi_vector:  # the texts as documents, as `kbert predict`'s rows
+            vectors, _ = await service.embed_all(batcher, body.texts, truncate=True, prompt_name="document")
+            if not all(np.isfinite(tokens).all() for tokens in vectors):
+                raise KbertError("the model gave NaN or infinite values for this input")
+            return [{"text": text, "embeddings": tokens.tolist()} for text, tokens in zip(body.texts, vectors)]
         if embedder is not None:
             vectors, _ = await service.embed(batcher, body.texts, truncate=True)
             if not np.isfinite(vectors).all():

@@ -21,6 +21,11 @@
 - A sparse encoder (SPLADE) answers `POST /embed_sparse`, TEI's: `{"inputs", "truncate", "prompt_name"}` gives
   each text's non-zero weights, `[[{"index", "value"}, ...], ...]` (ascending ids); the dense routes above
   refuse it with 400 naming `/embed_sparse`, and a dense model's server refuses `/embed_sparse` alike.
+- A multi-vector encoder (ColBERT) answers `POST /embed_all`, TEI's: `{"inputs", "truncate", "prompt_name"}`
+  gives each text's scored token vectors, `[[[floats], ...], ...]`; `prompt_name` `query` or `document` embeds
+  the texts in that role (`encode_query`: expanded, the query length; `encode_document`), as `kbert embed`
+  does. The other routes refuse it with 400 naming `/embed_all`, and the other models' servers refuse
+  `/embed_all` alike.
 
 Both put the model's default prompt (`default_prompt_name` of its `config_sentence_transformers.json`)
 before each text, as sentence-transformers' `encode` does; TEI's `prompt_name` picks another of its
@@ -40,8 +45,9 @@ import numpy as np
 
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
-from kbert.serving.services import TokenizedService
+from kbert.serving.services import TokenizedService, TooLong
 from kbert.tasks.embedding import sparse_terms, unit_length
+from kbert.tasks.multi_vector import ROLES
 from kbert.tasks.embedding_precision import PRECISIONS, quantized
 
 
@@ -53,8 +59,11 @@ class EmbeddingService(TokenizedService):
         batch_size: texts in one model call at most (the server's `--max-batch`).
     """
 
-    def __call__(self, encoded, pairs=None) -> np.ndarray:
-        """The batcher's model call: vectors of tokenized texts (`Embedder.encode_tokens`)."""
+    def __call__(self, encoded, pairs=None) -> "np.ndarray | list":
+        """The batcher's model call: vectors of tokenized texts (`Embedder.encode_tokens`), a multi-vector
+        encoder's every token's vectors (`Embedder.token_vectors`)."""
+        if self.model.multi_vector:
+            return self.model.token_vectors(encoded, self.batch_size)
         return self.model.encode_tokens(encoded, self.batch_size, normalize=False)
 
     def too_long(self, tokens: int) -> str:
@@ -67,6 +76,27 @@ class EmbeddingService(TokenizedService):
         vectors, tokens = await self.run(batcher, self.model.prompted(texts, prompt_name), None, truncate)
         return np.asarray(vectors, np.float32), tokens
 
+    async def embed_all(self, batcher, texts: List[str], truncate: bool,
+                        prompt_name: Optional[str] = None) -> Tuple[List[np.ndarray], int]:
+        """A multi-vector encoder's scored token vectors of each text (`Embedder.encode_multi_vector`), and the
+        tokens they took; `prompt_name` `query` or `document` is the texts' role."""
+        role = prompt_name if prompt_name in ROLES else None
+        prompted = self.model.role_prompted(texts, role, None if role else prompt_name)
+        encoded, counts = await batcher.prepare(len(texts), self._role_tokenize, prompted, role, truncate)
+        vectors = await batcher.predict(encoded, tokens=sum(counts))
+        return self.model.scored(vectors, encoded, role), sum(counts)
+
+    def _role_tokenize(self, texts: List[str], role: Optional[str], truncate: bool) -> Tuple[list, List[int]]:
+        """`tokenize` within the role's length (`Embedder.role_tokens`), a longer text a `TooLong` unless
+        `truncate`."""
+        length = self.model.role_length(role)
+        for index, (ids, _) in enumerate(self.model.tokenizer.encode_all(texts)):
+            if len(ids) > length and not truncate:
+                raise TooLong(f"[{index}]: {len(ids)} tokens, more than the model's {length} for a "
+                              f"{role or 'text'}; shorten it, or ask for it to be cut")
+        encoded = self.model.role_tokens(texts, role)
+        return encoded, [len(ids) for ids, _ in encoded]
+
 
 async def _refused(refusal: Refusal):
     """A route's `serve` step that refuses before the model runs: `(None, refusal)`, as `served` gives it."""
@@ -78,19 +108,26 @@ DENSE_ROUTES = {"/v1/embeddings": openai_error, "/embed": tei_error, "/v1/embed"
                 "/similarity": tei_error}
 
 
+#: Each kind of embedding model's own routes (beside `/v1/predict`), and what it is called in a refusal.
+KIND_ROUTES = {"dense": ("POST /embed", "a dense model"), "sparse": ("POST /embed_sparse", "a sparse encoder (SPLADE)"),
+               "multi-vector": ("POST /embed_all", "a multi-vector encoder (ColBERT)")}
+
+
 def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:
     """`POST /v1/embeddings` (OpenAI's form), `POST /embed` (TEI's), `/v1/embed` (Cohere's) and `/similarity`
-    on `app`, run through `batcher`; a sparse encoder's `POST /embed_sparse` instead. The other kind's routes
-    answer 400, naming the route that serves this model."""
-    if service.model.sparse:
-        _add_sparse_route(app, service, batcher, limits)
-        for path, error in DENSE_ROUTES.items():
-            _refusing_route(app, path, error, f"{path} gives dense vectors, and this model is a sparse encoder "
-                                              "(SPLADE): POST /embed_sparse gives its vectors")
-        return
-    _refusing_route(app, "/embed_sparse", tei_error, "/embed_sparse gives a sparse encoder's (SPLADE's) vectors, "
-                                                     "and this model is a dense one: POST /embed gives its vectors")
-    _add_dense_routes(app, service, batcher, limits, model_name)
+    on `app`, run through `batcher`; a sparse encoder's `POST /embed_sparse` instead, a multi-vector encoder's
+    `POST /embed_all`. The other kinds' routes answer 400, naming the route that serves this model."""
+    kind = "sparse" if service.model.sparse else "multi-vector" if service.model.multi_vector else "dense"
+    route, described = KIND_ROUTES[kind]
+    refused = {"dense": DENSE_ROUTES, "sparse": {"/embed_sparse": tei_error},
+               "multi-vector": {"/embed_all": tei_error}}
+    for other, paths in refused.items():
+        for path, error in paths.items() if other != kind else ():
+            _refusing_route(app, path, error, f"{path} gives {KIND_ROUTES[other][1]}'s vectors, and this model is "
+                                              f"{described}: {route} gives its vectors")
+    {"dense": lambda: _add_dense_routes(app, service, batcher, limits, model_name),
+     "sparse": lambda: _add_sparse_route(app, service, batcher, limits),
+     "multi-vector": lambda: _add_multi_vector_route(app, service, batcher, limits)}[kind]()
 
 
 def _refusing_route(app, path: str, error, message: str) -> None:
@@ -129,6 +166,21 @@ def _add_sparse_route(app, service: EmbeddingService, batcher, limits) -> None:
     batched_route(app, "/embed_sparse", SparseRequest, "inputs", limits, "embed", tei_error,
                   lambda body, texts: served(service.embed(batcher, texts, body.truncate, body.prompt_name), "inputs"),
                   sparse_answer, "Text Embeddings Inference's embed_sparse API: each text's non-zero weights")
+
+
+def _add_multi_vector_route(app, service: EmbeddingService, batcher, limits) -> None:
+    """`POST /embed_all`, Text Embeddings Inference's: each text's token vectors (a multi-vector encoder's scored
+    ones)."""
+    TokensRequest = _tei_texts_request()
+
+    def tokens_answer(body, texts, vectors, tokens):
+        return [tokens_of_text.tolist() for tokens_of_text in vectors]
+
+    batched_route(app, "/embed_all", TokensRequest, "inputs", limits, "embed", tei_error,
+                  lambda body, texts: served(service.embed_all(batcher, texts, body.truncate, body.prompt_name),
+                                             "inputs"),
+                  tokens_answer, "Text Embeddings Inference's embed_all API: each text's token vectors (prompt_name "
+                                 "query or document: the role)")
 
 
 def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:

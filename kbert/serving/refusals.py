@@ -37,7 +37,7 @@ def tei_error(refused: Refusal):
 
 
 # The routes that answer in Text Embeddings Inference's error form; other `/v1/` routes answer in OpenAI's
-TEI_ROUTES = ("/embed", "/embed_sparse", "/predict", "/rerank", "/similarity", "/tokenize", "/decode")
+TEI_ROUTES = ("/embed", "/embed_sparse", "/embed_all", "/predict", "/rerank", "/similarity", "/tokenize", "/decode")
 
 
 def error_response(path: str, refused: Refusal):

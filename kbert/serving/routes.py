@@ -10,6 +10,14 @@ from kbert.serving.refusals import Refusal
 from kbert.serving.requests import body_schema, parse_request
 
 
+def _finite(rows) -> bool:
+    """Whether every value of the rows is finite: an array, or a list of arrays of unlike shapes (a multi-vector
+    encoder's token vectors)."""
+    if isinstance(rows, list):
+        return all(np.isfinite(row).all() for row in rows)
+    return bool(np.isfinite(rows).all())
+
+
 def batched_route(app, path: str, schema, field: str, limits, task: str, error: Callable,
                   serve: Callable[..., Awaitable], answer: Callable, summary: str, texts_of=None) -> None:
     """`POST path` on `app`: a `schema` body whose texts are `field` (or `texts_of(body)`), checked against
@@ -26,7 +34,7 @@ def batched_route(app, path: str, schema, field: str, limits, task: str, error: 
         rows, tokens = await serve(body, texts)
         if rows is None:
             return error(tokens)
-        if not np.isfinite(rows).all():
+        if not _finite(rows):
             return error(Refusal(500, "the model gave NaN or infinite values for this input (its weights, or an "
                                       "overflow in its precision); nothing can be answered for it"))
         return answer(body, texts, rows, tokens)

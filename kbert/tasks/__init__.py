@@ -8,6 +8,8 @@
 - `embedding`: sentence embeddings (`Embedder`): a sentence-transformers model's pooling, projection and
   normalisation on a kbert backbone (`kbert embed`); contrastive training (`--task embed`).
 - `sparse_embedding`: SPLADE sparse encoders trained with the FLOPS regularizer (`--task sparse`).
+- `multi_vector`: multi-vector (ColBERT) encoders' roles, query expansion and MaxSim;
+  `multi_vector_embedding`: their training by MaxSim (`--task colbert`).
 - `reranking`: cross-encoders (`Reranker`): a relevance score per query-passage pair (`--task rerank`).
 
 Each task is a `kbert.training.task.Task`; the training run
@@ -30,6 +32,7 @@ TASK_CLASSES = {
     "mlm": "kbert.tasks.pretraining:MaskedLanguageModelTask",
     "embed": "kbert.tasks.embedding:EmbeddingTask",
     "sparse": "kbert.tasks.sparse_embedding:SparseEmbeddingTask",
+    "colbert": "kbert.tasks.multi_vector_embedding:MultiVectorEmbeddingTask",
     "rerank": "kbert.tasks.reranking:RerankTask",
 }
 TASKS = tuple(TASK_CLASSES)

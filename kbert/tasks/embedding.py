@@ -32,6 +32,7 @@ from kbert.layers.views import SplitViews, StackViews
 from kbert.models import naming
 from kbert.models.registry import load_config
 from kbert.tokenizers import Tokenizer
+from kbert.tokenizers.long_texts import encode_within
 from kbert.tokenizers.tokenizer_json import TokenizerJson, check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
@@ -220,30 +221,54 @@ class Embedder:
                 the default one.
             prompt: a prompt's text itself ("" for none).
         """
-        from kbert.tasks import multi_vector
+        encoded = self.role_tokens(self.role_prompted(texts, role, prompt_name, prompt), role)
+        return self.scored(self.token_vectors(encoded, batch_size), encoded, role)
+
+    def role_prompted(self, texts: Sequence[str], role: Optional[str], prompt_name: Optional[str] = None,
+                      prompt: Optional[str] = None) -> List[str]:
+        """A multi-vector encoder's `texts` after the prompt of their `role` (`prompted`; a role picks its prompt
+        where no other is named, as `encode_query` and `encode_document` do)."""
+        from kbert.tasks.multi_vector import ROLES
 
         if not self.multi_vector:
             raise KbertError(f"{self.source or 'this model'} gives one vector a text; a vector per token comes from a "
                              "sentence-transformers MultiVectorEncoder folder (a MultiVectorMask module)")
-        if role not in (None, *multi_vector.ROLES):
+        if role not in (None, *ROLES):
             raise KbertError(f"role {role!r}: expected query, document or None")
-        if role is not None and prompt is None and prompt_name is None:
-            prompt_name = self.prompt_name_for(role)
         if isinstance(texts, str):
             raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
-        texts = self.prompted(texts, prompt_name, prompt)
-        length = multi_vector.role_length(self.pooling, role, self.maxlen)
-        encoded = encode_within(self.tokenizer, texts, length) if texts else []
-        if role == "query" and self.pooling.expansion is not None:
-            vocab_size = int(self.backbone.get_layer(naming.EMBEDDING_TOKEN).input_dim)
-            encoded = multi_vector.expanded(encoded, self.pooling.expansion.length,
-                                            multi_vector.expansion_id(self.pooling, self.tokenizer, vocab_size))
-        skipped = multi_vector.skiplist_ids(self.pooling, self.tokenizer, role)
+        if role is not None and prompt is None and prompt_name is None:
+            prompt_name = self.prompt_name_for(role)
+        return self.prompted(texts, prompt_name, prompt)
+
+    def role_length(self, role: Optional[str]) -> int:
+        """The tokens a multi-vector encoder reads of a text of `role` at most (`multi_vector.role_length`)."""
+        from kbert.tasks.multi_vector import role_length
+
+        return role_length(self.pooling, role, self.maxlen)
+
+    def role_tokens(self, texts: Sequence[str], role: Optional[str]) -> List[Tuple[List[int], List[int]]]:
+        """Prompted `texts` tokenized within their role's length, each query filled up to its expansion's
+        (`multi_vector.role_tokens`)."""
+        from kbert.tasks.multi_vector import role_tokens
+
+        return role_tokens(self.pooling, self.tokenizer, texts, role, self.maxlen)
+
+    def token_vectors(self, encoded: Sequence[Tuple[List[int], List[int]]], batch_size: int = 32) -> List[np.ndarray]:
+        """Each tokenized text's `[tokens, dimensions]` vectors, every token's (`role_tokens` gives the ids)."""
         vectors: List[np.ndarray] = [None] * len(encoded)
-        for rows, batch in self._batches(encoded, batch_size, True, length):
+        longest = max([self.maxlen] + [len(ids) for ids, _ in encoded])
+        for rows, batch in self._batches(encoded, batch_size, True, longest):
             for row, tokens in zip(rows, batch):
-                vectors[row] = multi_vector.scored_vectors(tokens, encoded[row][0], skipped)
+                vectors[row] = tokens[:len(encoded[row][0])]
         return vectors
+
+    def scored(self, vectors: Sequence[np.ndarray], encoded, role: Optional[str]) -> List[np.ndarray]:
+        """`token_vectors` of texts of `role` without the tokens their skiplist leaves out of the scoring."""
+        from kbert.tasks.multi_vector import scored_vectors, skiplist_ids
+
+        skipped = skiplist_ids(self.pooling, self.tokenizer, role)
+        return [scored_vectors(tokens, ids, skipped) for tokens, (ids, _) in zip(vectors, encoded)]
 
     def _batches(self, encoded, batch_size: int, bucketing: bool, maxlen: Optional[int] = None):
         """`(rows, vectors)` for each model call over the tokenized texts `encoded`."""
@@ -337,34 +362,6 @@ def _mlm_head(spec: SentenceTransformerSpec, model_config, config_path: str) -> 
         raise KbertError(f"{config_path}: a sparse encoder pools masked-LM logits, and kbert builds no masked-LM "
                          f"head for {family.name}")
     return {"with_mlm": "linear"}
-
-
-# Characters of a text tokenized at first when it is longer: a token is rarely more than a few characters, so a
-# cut at a word boundary this far in still gives more tokens than the model reads.
-_CHARACTERS_PER_TOKEN = 32
-
-
-def encode_within(tokenizer, texts: Sequence[str], maxlen: int) -> List[Tuple[List[int], List[int]]]:
-    """`tokenizer.encode_all(texts, maxlen=maxlen)`, without tokenizing what the model cannot read: a text far
-    longer than `maxlen` tokens is tokenized up to a word boundary `_CHARACTERS_PER_TOKEN * maxlen` characters in
-    (whole only where that part gives fewer than `maxlen` tokens), so a 10 MB line costs what its first tokens
-    cost. The ids are the whole text's: the words before a boundary tokenize alike, and the cut keeps `maxlen`."""
-    cut = [_word_prefix(text, _CHARACTERS_PER_TOKEN * maxlen) for text in texts]
-    encoded = tokenizer.encode_all(cut, maxlen=maxlen)
-    whole = [index for index, (text, part) in enumerate(zip(texts, cut))
-             if len(part) < len(text) and len(encoded[index][0]) < maxlen]
-    if whole:
-        for index, ids in zip(whole, tokenizer.encode_all([texts[index] for index in whole], maxlen=maxlen)):
-            encoded[index] = ids
-    return encoded
-
-
-def _word_prefix(text: str, budget: int) -> str:
-    """`text` up to the last whitespace within its first `budget` characters (all of it when shorter)."""
-    if len(text) <= budget:
-        return text
-    space = max(text.rfind(" ", 0, budget), text.rfind("\n", 0, budget), text.rfind("\t", 0, budget))
-    return text[:space] if space > 0 else text[:budget]
 
 
 def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec", dense: Sequence[DenseSpec] = (),
@@ -620,6 +617,12 @@ class EmbeddingTask(Task):
 
 def recall_at_1(embedder: Embedder, queries: Sequence[str], positives: Sequence[str], cosine: bool = True) -> float:
     """How often a query's nearest positive (by cosine, among all of them; by dot product where not `cosine`,
-    as a sparse encoder's vectors are compared) is its own."""
-    a, b = embedder.encode(queries, normalize=cosine), embedder.encode(positives, normalize=cosine)
-    return float(np.mean((a @ b.T).argmax(1) == np.arange(len(queries))))
+    as a sparse encoder's vectors are compared; by MaxSim for a multi-vector encoder) is its own."""
+    if embedder.multi_vector:
+        from kbert.tasks.multi_vector import MaxSimIndex
+
+        index = MaxSimIndex(embedder.encode_multi_vector(positives, "document"))
+        scores = np.stack([index.scores(query) for query in embedder.encode_multi_vector(queries, "query")])
+    else:
+        scores = embedder.encode(queries, normalize=cosine) @ embedder.encode(positives, normalize=cosine).T
+    return float(np.mean(scores.argmax(1) == np.arange(len(queries))))

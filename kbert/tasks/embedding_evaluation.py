@@ -91,26 +91,40 @@ def _json_lines(path: str) -> List[dict]:
 
 
 def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgements: Dict[str, Dict[str, int]],
-              batch_size: int = 64) -> Dict[str, float]:
+              batch_size: int = 64, fuse=None) -> Dict[str, float]:
     """`{"ndcg@10", "mrr@10", "recall@100", "queries", "documents"}` of exact search, averaged over the judged
-    queries: by cosine, or for a sparse encoder by the dot product of sparse vectors through an inverted index
-    (`SparseIndex`), with the mean non-zero weights of a query and a document (`"query_terms"`,
-    `"document_terms"`), or for a multi-vector encoder by MaxSim (`MaxSimIndex`), with the mean vectors of a query
-    and a document (`"query_vectors"`, `"document_vectors"`). Queries and documents each get the model's prompt for their role, where it has one
-    (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `)."""
+    queries (`rankings`); with `fuse` (a second embedder: a sparse one beside a dense one), of both rankings fused
+    by reciprocal ranks (`reciprocal_rank_fusion`), each model's own scores under `"models"`."""
     ids = list(corpus)
     asked = [key for key in queries if key in judgements]
     texts = {"document": [corpus[key] for key in ids], "query": [queries[key] for key in asked]}
+    ranked, extra = rankings(embedder, texts, batch_size)
+    if fuse is not None:
+        fused, fused_extra = rankings(fuse, texts, batch_size)
+        extra = {"fusion": "reciprocal rank (k=60)", "models": [
+            {**_scores(ranked, asked, ids, judgements), **extra},
+            {**_scores(fused, asked, ids, judgements), **fused_extra}]}
+        ranked = [reciprocal_rank_fusion(first, second) for first, second in zip(ranked, fused)]
+    return {**_scores(ranked, asked, ids, judgements), "queries": len(asked), "documents": len(ids), **extra}
+
+
+def rankings(embedder, texts: Dict[str, List[str]], batch_size: int = 64) -> Tuple[List[np.ndarray], dict]:
+    """Each query's `RANK_DEPTH` best documents (their indices, best first) by exact search, and what the model's
+    vectors hold: by cosine, or for a sparse encoder by the dot product of sparse vectors through an inverted index
+    (`SparseIndex`), with the mean non-zero weights of a query and a document (`"query_terms"`,
+    `"document_terms"`), or for a multi-vector encoder by MaxSim (`MaxSimIndex`), with the mean vectors of a query
+    and a document (`"query_vectors"`, `"document_vectors"`). Queries and documents each get the model's prompt
+    for their role, where it has one (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `)."""
     prompts = {role: embedder.prompt_name_for(role) for role in texts}
-    extra = {}
+    extra, count = {}, len(texts["query"])
     if embedder.sparse:
         documents, vectors = (embedder.encode_sparse(texts[role], batch_size, prompt_name=prompts[role])
                               for role in ("document", "query"))
-        index = SparseIndex(documents, len(ids))
+        index = SparseIndex(documents, len(documents))
         blocks = (np.stack([index.scores(*terms) for terms in vectors[start:start + 256]])
-                  for start in range(0, len(asked), 256))
-        extra = {"query_terms": float(np.mean([ids_.size for ids_, _ in vectors])),
-                 "document_terms": float(np.mean([ids_.size for ids_, _ in documents]))}
+                  for start in range(0, count, 256))
+        extra = {"query_terms": float(np.mean([ids.size for ids, _ in vectors])),
+                 "document_terms": float(np.mean([ids.size for ids, _ in documents]))}
     elif embedder.multi_vector:
         from kbert.tasks.multi_vector import MaxSimIndex
 
@@ -118,24 +132,45 @@ def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgeme
                               for role in ("document", "query"))
         index = MaxSimIndex(documents)
         blocks = (np.stack([index.scores(query) for query in vectors[start:start + 256]])
-                  for start in range(0, len(asked), 256))
+                  for start in range(0, count, 256))
         extra = {"query_vectors": float(np.mean([len(query) for query in vectors])),
                  "document_vectors": float(np.mean([len(document) for document in documents]))}
     else:
         documents, vectors = (embedder.encode(texts[role], batch_size, normalize=True, prompt_name=prompts[role])
                               for role in ("document", "query"))
-        blocks = (vectors[start:start + 256] @ documents.T for start in range(0, len(asked), 256))
-    scores = {"ndcg@10": [], "mrr@10": [], "recall@100": []}
-    for start, similarity in zip(range(0, len(asked), 256), blocks):  # [256, documents] scores in memory at most
-        depth = min(RANK_DEPTH, len(ids))
+        blocks = (vectors[start:start + 256] @ documents.T for start in range(0, count, 256))
+    ranked = []
+    for similarity in blocks:  # [256, documents] scores in memory at most
+        depth = min(RANK_DEPTH, similarity.shape[1])
         top = np.argpartition(-similarity, depth - 1, axis=1)[:, :depth]
-        for row, key in enumerate(asked[start:start + 256]):
-            ranked = top[row][np.argsort(-similarity[row, top[row]], kind="stable")]
-            relevance = [judgements[key].get(ids[index], 0) for index in ranked]
-            for name, value in ranking_scores(relevance, judgements[key]).items():
-                scores[name].append(value)
-    return {**{name: float(np.mean(values)) for name, values in scores.items()}, "queries": len(asked),
-            "documents": len(ids), **extra}
+        ranked += [row[np.argsort(-scores[row], kind="stable")] for row, scores in zip(top, similarity)]
+    return ranked, extra
+
+
+def reciprocal_rank_fusion(*ranked: np.ndarray, k: int = 60) -> np.ndarray:
+    """Documents ranked by the sum of `1 / (k + rank)` over the rankings that hold them (rank 1 the best;
+    Cormack et al.'s fusion, k = 60), the first `RANK_DEPTH`.
+
+    >>> reciprocal_rank_fusion(np.array([3, 1, 2]), np.array([1, 2, 3])).tolist()
+    [1, 3, 2]
+    """
+    fused: Dict[int, float] = {}
+    for ranking in ranked:
+        for rank, document in enumerate(ranking.tolist(), start=1):
+            fused[document] = fused.get(document, 0.0) + 1.0 / (k + rank)
+    order = sorted(fused, key=lambda document: -fused[document])  # stable: first met first among ties
+    return np.array(order[:RANK_DEPTH], np.int64)
+
+
+def _scores(ranked: List[np.ndarray], asked: List[str], ids: List[str],
+            judgements: Dict[str, Dict[str, int]]) -> Dict[str, float]:
+    """nDCG@10, MRR@10 and recall@100 of each query's ranking, averaged."""
+    scores = {"ndcg@10": [], "mrr@10": [], "recall@100": []}
+    for key, ranking in zip(asked, ranked):
+        relevance = [judgements[key].get(ids[index], 0) for index in ranking]
+        for name, value in ranking_scores(relevance, judgements[key]).items():
+            scores[name].append(value)
+    return {name: float(np.mean(values)) for name, values in scores.items()}
 
 
 class SparseIndex:
@@ -213,21 +248,27 @@ def _scikit_learn(*modules: str):
                          "pip install 'kbert[eval]'") from None
 
 
-def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int = 64) -> dict:
+def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int = 64,
+             fuse: "str | None" = None) -> dict:
     """An embedding model (a sentence-transformers folder, a `kbert train --task embed` directory, a name) scored
     on `data`, by what it holds: a folder is a BEIR retrieval set; with `train` (labelled texts), `data`'s
     labelled texts are classified; a file of scored pairs (`text<TAB>text_b<TAB>score`) is STS; labelled texts
-    (`text<TAB>label`) alone are clustered. Returns the scores with `"kind"` and `"data"`."""
+    (`text<TAB>label`) alone are clustered. Returns the scores with `"kind"` and `"data"`. `fuse`: a second model
+    whose retrieval ranking is fused with `model`'s (hybrid search)."""
     from kbert.tasks.embedding import Embedder, read_text_groups
     from kbert.training.data import read_examples
 
     embedder = Embedder.load(model)
+    if fuse is not None and not os.path.isdir(data):
+        raise KbertError(f"--fuse: fuses two models' retrieval rankings, on a BEIR folder; {data} is a file")
     if embedder.multi_vector and not os.path.isdir(data):
         raise KbertError(f"{data}: {model} is a multi-vector encoder, scored on retrieval (a BEIR folder: "
                          "corpus.jsonl, queries.jsonl, qrels/); STS, classification and clustering take one vector "
                          "a text")
     if os.path.isdir(data):
-        return {"kind": "retrieval", "data": data, **retrieval(embedder, *read_beir(data), batch_size=batch_size)}
+        second = None if fuse is None else Embedder.load(fuse)
+        return {"kind": "retrieval", "data": data, **({"fused_with": fuse} if fuse else {}),
+                **retrieval(embedder, *read_beir(data), batch_size=batch_size, fuse=second)}
     if train is not None:
         fitted, _ = read_examples(train)
         scored, _ = read_examples(data)

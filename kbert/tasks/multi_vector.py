@@ -22,6 +22,7 @@ import numpy as np
 
 from kbert.checkpoints.sentence_transformers import MultiVectorSpec
 from kbert.errors import KbertError
+from kbert.tokenizers.long_texts import encode_within
 
 #: The roles a text has for a multi-vector encoder (None: neither, as sentence-transformers' plain `encode`).
 ROLES = ("query", "document")
@@ -36,16 +37,26 @@ def role_length(spec: MultiVectorSpec, role: Optional[str], maxlen: int) -> int:
     return length
 
 
-def expansion_id(spec: MultiVectorSpec, tokenizer, vocab_size: int) -> int:
-    """The id a query is filled with: the expansion's token (or `[MASK]`), offset by `vocab_size` where the other
-    tokens must not attend to it (`kbert.layers.embeddings.TokenEmbedding`'s hidden ids)."""
+def role_tokens(spec: MultiVectorSpec, tokenizer, texts: Sequence[str], role: Optional[str],
+                maxlen: int) -> List[Tuple[List[int], List[int]]]:
+    """`texts` (their prompts in place) tokenized within their role's length (`role_length`), each query filled up
+    to its expansion's length (`expanded`)."""
+    encoded = encode_within(tokenizer, texts, role_length(spec, role, maxlen)) if texts else []
+    if role == "query" and spec.expansion is not None:
+        encoded = expanded(encoded, spec.expansion.length, expansion_id(spec, tokenizer))
+    return encoded
+
+
+def expansion_id(spec: MultiVectorSpec, tokenizer) -> int:
+    """The id a query is filled with: the expansion's token (or `[MASK]`), as a hidden id (`-1 - id`,
+    `kbert.layers.embeddings.TokenEmbedding`'s) where the other tokens must not attend to it."""
     expansion = spec.expansion
     token = expansion.token or "[MASK]"
     filling = tokenizer.token_to_id(expansion.token) if expansion.token else getattr(tokenizer, "mask_id", None)
     if filling is None or (expansion.token and filling == getattr(tokenizer, "unk_id", None)):
         raise KbertError(f"query_expansion: the tokenizer has no {token} token to fill a query with; name one in "
                          "query_expansion's token")
-    return int(filling) if expansion.attend else int(filling) + vocab_size
+    return int(filling) if expansion.attend else -1 - int(filling)
 
 
 def expanded(encoded: Sequence[Tuple[List[int], List[int]]], length: int,

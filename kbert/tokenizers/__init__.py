@@ -6,6 +6,7 @@
   bert4keras's interface.
 - `vocab`: `load_vocab` (bert4keras's simplified vocabulary), `save_vocab`.
 - `hub`: `TokenizerJson`, a Hugging Face `tokenizer.json` run as transformers runs it (embedding models).
+- `long_texts`: `encode_within`, a text far longer than a model reads tokenized only as far as it reads.
 """
 
 from kbert.tokenizers.sentence_piece import SpTokenizer

@@ -18,6 +18,12 @@ an example's texts side by side (`kbert.layers.views.SplitViews`).
 - `FlopsRegularization`: SPLADE's sparsity term on a sparse encoder's views
   (the ranking loss is `InBatchNegatives` on dot products, `normalize=False`),
   and `active_dimensions`, the sparsity it reaches.
+- `MaxSimScores` and `InBatchScores`: a multi-vector (ColBERT) encoder's: each
+  query's MaxSim score with every document of the batch (a layer, on the token
+  vectors of each view), then the same cross-entropy as `InBatchNegatives` on
+  those scores (PyLate's contrastive loss); `ScoreDistillation`: the KL
+  divergence of a teacher's (a reranker's) scores of each query's own
+  documents from the model's (PyLate's distillation loss).
 """
 
 from __future__ import annotations
@@ -59,20 +65,131 @@ class InBatchNegatives(keras.losses.Loss):
         vectors = ops.cast(y_pred, "float32")
         vectors = _unit(vectors) if self.normalize else vectors
         queries = vectors[:, 0]
-        batch = ops.shape(queries)[0]
         # Every document of the batch: the positives (view 1) first, then any hard negatives (views 2..).
         documents = ops.reshape(ops.transpose(vectors[:, 1:], (1, 0, 2)), (-1, ops.shape(vectors)[-1]))
-        targets = ops.arange(batch)
-        scores = ops.matmul(queries, ops.transpose(documents)) / self.temperature
-        loss = keras.losses.sparse_categorical_crossentropy(targets, scores, from_logits=True)
+        loss = _in_batch_cross_entropy(ops.matmul(queries, ops.transpose(documents)), self.temperature)
         if self.symmetric:
-            backward = ops.matmul(vectors[:, 1], ops.transpose(queries)) / self.temperature
-            loss = (loss + keras.losses.sparse_categorical_crossentropy(targets, backward, from_logits=True)) / 2
+            backward = _in_batch_cross_entropy(ops.matmul(vectors[:, 1], ops.transpose(queries)), self.temperature)
+            loss = (loss + backward) / 2
         return loss
 
     def get_config(self) -> dict:
         return {**super().get_config(), "temperature": self.temperature, "symmetric": self.symmetric,
                 "normalize": self.normalize}
+
+
+def _in_batch_cross_entropy(scores, temperature: float):
+    """Cross-entropy of each row of `[batch, documents]` scores (divided by `temperature`) against column `row`,
+    the query's own positive."""
+    targets = ops.arange(ops.shape(scores)[0])
+    return keras.losses.sparse_categorical_crossentropy(targets, scores / temperature, from_logits=True)
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class InBatchScores(keras.losses.Loss):
+    """`InBatchNegatives` on scores a model computed itself: `y_pred` is `[batch, documents]`, each query's score
+    with every document of the batch, its positive in column `row` (a multi-vector encoder's MaxSim,
+    `MaxSimScores`); `y_true` is not read.
+
+    Args:
+        temperature: the scores are divided by it (1: PyLate's and sentence-transformers' for MaxSim, a sum over
+            the query's tokens).
+
+    Example:
+    >>> import numpy as np
+    >>> float(InBatchScores()(np.zeros(2), np.array([[30.0, 2.0], [1.0, 28.0]]))) < 1e-6
+    True
+    """
+
+    def __init__(self, temperature: float = 1.0, name: str = "in_batch_scores", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.temperature = temperature
+
+    def call(self, y_true, y_pred):
+        return _in_batch_cross_entropy(ops.cast(y_pred, "float32"), self.temperature)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class ScoreDistillation(keras.losses.Loss):
+    """KL divergence of a teacher's distribution over each query's own documents from the model's: the softmax of
+    the teacher's scores (`y_true`, `[batch, documents of a query]`: its positive, then its hard negatives) against
+    the softmax of the model's scores of the same documents, read from `y_pred` (`[batch, documents of a query ×
+    batch]`, as `MaxSimScores` gives them: document `k` of query `i` in column `k × batch + i`).
+
+    Args:
+        temperature: the model's scores are divided by it.
+
+    Example:
+    >>> import numpy as np
+    >>> teacher = np.array([[2.0, 0.0], [1.0, 1.0]])
+    >>> agreeing = np.array([[2.0, 7.0, 0.0, 7.0], [7.0, 1.0, 7.0, 1.0]])  # other queries' columns are not read
+    >>> float(ScoreDistillation()(teacher, agreeing)) < 1e-6
+    True
+    """
+
+    def __init__(self, temperature: float = 1.0, name: str = "score_distillation", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.temperature = temperature
+
+    def call(self, y_true, y_pred):
+        teacher = ops.log_softmax(ops.cast(y_true, "float32"), axis=-1)
+        scores = ops.cast(y_pred, "float32")
+        batch, documents = ops.shape(scores)[0], ops.shape(y_true)[-1]
+        own = ops.arange(documents)[None, :] * batch + ops.arange(batch)[:, None]  # [batch, documents] columns
+        student = ops.log_softmax(ops.take_along_axis(scores, own, axis=1) / self.temperature, axis=-1)
+        return ops.sum(ops.exp(teacher) * (teacher - student), axis=-1)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class MaxSimScores(keras.layers.Layer):
+    """ColBERT's late interaction in a batch: each query's MaxSim score with every document of the batch.
+
+    Called on the token vectors of every view stacked (`[views × batch, tokens, dims]`, as `StackViews` stacks
+    the texts: the queries first, then the positives, then any hard negatives) and each token's scoring mask
+    (`[views × batch, tokens]`: 1 for a token that counts, 0 for padding and skipped tokens). A query's score
+    with a document sums, over the query's scored tokens, the largest dot product with the document's scored
+    tokens. Gives `[batch, (views - 1) × batch]`: query `i`'s positive is column `i`.
+
+    Args:
+        views: the texts of each example (a query, its positive, and its hard negatives).
+
+    Example:
+    >>> import numpy as np
+    >>> vectors = np.array([[[1, 0]], [[0, 1]], [[1, 0]], [[0, 1]]], "float32")  # 2 queries, their positives
+    >>> ops.convert_to_numpy(MaxSimScores(2)(vectors, np.ones((4, 1), "float32"))).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+
+    def __init__(self, views: int = 2, **kwargs):
+        super().__init__(**kwargs)
+        self.views = views
+        self.supports_masking = True  # the padding is in `scored`; the scores carry no mask
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def call(self, vectors, scored):
+        vectors, scored = ops.cast(vectors, "float32"), ops.cast(scored, "float32")
+        batch = ops.shape(vectors)[0] // self.views
+        queries, documents = vectors[:batch], vectors[batch:]
+        products = ops.einsum("qid,njd->qinj", queries, documents)  # [batch, query tokens, documents, tokens]
+        products = products + (scored[batch:][None, None] - 1.0) * 1e9  # an unscored token never is the best
+        best = ops.max(products, axis=-1)
+        return ops.sum(best * scored[:batch][:, :, None], axis=1)
+
+    def compute_output_spec(self, vectors, scored):
+        batch = None if vectors.shape[0] is None else vectors.shape[0] // self.views
+        documents = None if batch is None else batch * (self.views - 1)
+        return keras.KerasTensor((batch, documents), dtype="float32")
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "views": self.views}
 
 
 @keras.saving.register_keras_serializable(package="kbert")

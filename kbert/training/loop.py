@@ -436,7 +436,7 @@ def _check_options(options: TrainingOptions) -> None:
                          "KERAS_BACKEND=jax (or torch), or leave --remat out")
     if options.mixed_precision not in (None, *PRECISIONS):
         raise KbertError(f"unknown mixed precision {options.mixed_precision!r}; expected bf16 or fp16")
-    for name in ("epochs", "batch_size", "maxlen", "grad_accum", "group_size"):
+    for name in ("epochs", "batch_size", "maxlen", "grad_accum", "group_size", "query_length"):
         check_whole_number(getattr(options, name), name)
     if options.maxlen < 3:
         raise KbertError(f"maxlen must leave room for [CLS] and [SEP], got {options.maxlen}")
@@ -447,6 +447,8 @@ def _check_options(options: TrainingOptions) -> None:
         if not (_is_number(getattr(options, name)) and 0 <= getattr(options, name) < math.inf):
             raise KbertError(f"{name} (--{name.replace('_', '-')}) must be a finite number, 0 or more, got "
                              f"{getattr(options, name)!r}")
+    if options.teacher and options.task != "colbert":
+        raise KbertError(f"--teacher: a reranker to distil is for --task colbert, not --task {options.task}")
     if options.rerank_loss not in RERANK_LOSSES:
         raise KbertError(f"unknown rerank loss {options.rerank_loss!r}; expected one of {', '.join(RERANK_LOSSES)}")
     if options.rerank_loss == "listwise" and (options.group_size < 2 or options.batch_size % options.group_size):

@@ -108,11 +108,15 @@ class TrainingOptions:
             negative), `simcse` (one text a line, itself its positive) or `cosent` (pairs with a
             similarity score); None: the one the data's columns call for.
         temperature: `task="embed"`: the cosines are divided by it (None: 0.05, a scale of 20); `task="sparse"`:
-            the dot products (None: 1, SPLADE's).
+            the dot products (None: 1, SPLADE's); `task="colbert"`: the MaxSim scores (None: 1, PyLate's).
         symmetric: `task="embed"`, `in_batch`: also score each positive against the queries.
         query_regularizer, document_regularizer: `task="sparse"`: the weights of SPLADE's FLOPS regularizer on
             the queries' and the documents' vectors (sentence-transformers' defaults), reached over the first
             third of the steps (quadratically, as SPLADE warms them up).
+        query_length: `task="colbert"`: a query's tokens, filled with `[MASK]` up to it (ColBERT's query
+            expansion) and cut at it.
+        teacher: `task="colbert"`: a reranker (a CrossEncoder folder) whose logits of each row's (query,
+            document) pairs the model's MaxSim scores learn (KL divergence); None: in-batch negatives.
         rerank_loss: `task="rerank"`: `pointwise` (binary cross-entropy of each pair's logit) or
             `listwise` (softmax cross-entropy over each query's group of `group_size` passages,
             the relevant one and others of the same query; `kbert.training.contrastive.ListwiseSoftmaxLoss`).
@@ -163,6 +167,8 @@ class TrainingOptions:
     symmetric: bool = False
     query_regularizer: float = 5e-5
     document_regularizer: float = 3e-5
+    query_length: int = 32
+    teacher: Optional[str] = None
 
     @classmethod
     def for_pretraining(cls, **changes) -> "TrainingOptions":
