@@ -319,6 +319,10 @@ def test_models_of_each_pooling_mode_match_sentence_transformers(mode, tmp_path)
     vectors = Embedder.load(tmp_path / "model").encode(SENTENCES)
     assert vectors.shape == reference.shape == (len(SENTENCES), 48)
     assert np.abs(vectors - reference).max() <= 1e-5
+    # the projection as sentence-transformers 2 saved it, a pickle: read without running it, the same vectors
+    torch.save(dense.state_dict(), tmp_path / "model" / "2_Dense" / "pytorch_model.bin")
+    (tmp_path / "model" / "2_Dense" / "model.safetensors").unlink()
+    np.testing.assert_array_equal(Embedder.load(tmp_path / "model").encode(SENTENCES), vectors)
 
 
 def test_a_saved_embedder_is_a_sentence_transformers_folder_kbert_reads_back(minilm, tmp_path):

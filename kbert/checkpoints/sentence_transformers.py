@@ -10,8 +10,9 @@ by name, and the one used when none is asked for, `default_prompt_name`).
 Versions 2 to 6 of sentence-transformers wrote the module types under
 different names (`sentence_transformers.models.Pooling`,
 `sentence_transformers.models.pooling.Pooling.Pooling`, ...): a type is
-recognised by its last name. Weights are read from safetensors only; a
-pickled `pytorch_model.bin` is refused, as everywhere in kbert.
+recognised by its last name. Weights are read from safetensors; a `Dense`
+module saved as `pytorch_model.bin` (sentence-transformers before 3) is read by
+`kbert.checkpoints.torch_pickle`, which runs none of its pickle's code.
 """
 
 from __future__ import annotations
@@ -483,24 +484,31 @@ def _dense(path: str) -> DenseSpec:
     if not all(is_whole_number(size) for size in sizes):
         raise CheckpointError(f"{config_path}: in_features {sizes[0]!r}, out_features {sizes[1]!r}: expected "
                               "positive whole numbers")
-    if not os.path.isfile(os.path.join(path, "model.safetensors")):
-        raise CheckpointError(f"{path}: no model.safetensors (a pickled pytorch_model.bin is never loaded); "
-                              "save the model again with sentence-transformers 3 or later, which writes safetensors")
+    if not any(os.path.isfile(os.path.join(path, name)) for name in ("model.safetensors", "pytorch_model.bin")):
+        raise CheckpointError(f"{path}: no model.safetensors (nor pytorch_model.bin): the projection's weights are "
+                              "missing")
     return DenseSpec(path, sizes[0], sizes[1], _flag(config, "bias", True, config_path), _ACTIVATIONS[activation],
                      _read_module_input(path))
 
 
 def dense_weights(spec: DenseSpec) -> list:
     """A `Dense` module's weights in Keras's order (`[kernel, bias]`), checked against its config: the tensors
-    `linear.weight` `[out, in]` (and `linear.bias` `[out]`), floating-point and finite."""
+    `linear.weight` `[out, in]` (and `linear.bias` `[out]`), floating-point and finite, from its `model.safetensors`
+    or else its `pytorch_model.bin` (`read_torch_tensors`: no code of the file runs)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     path = os.path.join(spec.path, "model.safetensors")
-    try:
-        tensors = load_file(path)
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({str(error).splitlines()[0]})") from None
+    if not os.path.isfile(path):  # sentence-transformers 2's pickle, read without running it
+        from kbert.checkpoints.torch_pickle import read_torch_tensors
+
+        path = os.path.join(spec.path, "pytorch_model.bin")
+        tensors = read_torch_tensors(path)
+    else:
+        try:
+            tensors = load_file(path)
+        except (SafetensorError, OSError, ValueError) as error:
+            raise CheckpointError(f"{path}: not a readable safetensors file ({str(error).splitlines()[0]})") from None
     expected = {"linear.weight": (spec.out_features, spec.in_features)}
     if spec.bias:
         expected["linear.bias"] = (spec.out_features,)
