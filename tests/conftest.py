@@ -122,6 +122,21 @@ def mean_reciprocal_rank(scores) -> float:
     return float(sum(1 / rank if rank <= 10 else 0 for rank in ranks) / len(ranks))
 
 
+def write_crafted_pt(path: pathlib.Path, witness: pathlib.Path) -> pathlib.Path:
+    """A `.pt` archive (torch.save's zip layout) whose pickle, once loaded by an unguarded unpickler, runs
+    `touch WITNESS`: a model file that would run code."""
+    import pickle
+    import zipfile
+
+    class Crafted:
+        def __reduce__(self):
+            return os.system, (f"touch {witness}",)
+
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{path.stem}/data.pkl", pickle.dumps({"weight": Crafted()}, protocol=2))
+    return path
+
+
 def compiled(function):
     """`function` compiled as the backend compiles a model's step: `tf.function`, `jax.jit`, or as is on torch."""
     import keras

@@ -7,12 +7,13 @@ tensors `torch.save` writes (float32, float16, bfloat16, int64, a transposed vie
 equal.
 """
 
-import os
 import pickle
 import zipfile
 
 import numpy as np
 import pytest
+
+from conftest import write_crafted_pt
 
 
 def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
@@ -20,13 +21,7 @@ def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
     from kbert.errors import CheckpointError
 
     witness = tmp_path / "ran"
-
-    class Crafted:
-        def __reduce__(self):
-            return os.system, (f"touch {witness}",)
-
-    with zipfile.ZipFile(tmp_path / "sparse_linear.pt", "w") as archive:
-        archive.writestr("sparse_linear/data.pkl", pickle.dumps({"weight": Crafted()}, protocol=2))
+    write_crafted_pt(tmp_path / "sparse_linear.pt", witness)
     with pytest.raises(CheckpointError, match=r"sparse_linear.pt: its pickle asks for \w+\.system, which is not part "
                                               "of a saved tensor"):
         read_torch_tensors(tmp_path / "sparse_linear.pt")

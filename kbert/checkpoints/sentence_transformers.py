@@ -94,6 +94,8 @@ class MultiVectorSpec:
         skiplist_words: tokens whose vectors are left out (PyLate's punctuation), for the roles in `skiplist_tasks`.
         skiplist_tasks: the roles (`query`, `document`) the skiplist applies to; a text of no role counts as a
             document.
+        skip_first: leave every text's first token out (bge-m3's ColBERT head leaves `<s>` out; not a
+            sentence-transformers setting).
     """
 
     query_length: Optional[int] = None
@@ -101,6 +103,7 @@ class MultiVectorSpec:
     expansion: Optional[QueryExpansion] = None
     skiplist_words: Tuple[str, ...] = ()
     skiplist_tasks: Tuple[str, ...] = ("document",)
+    skip_first: bool = False
 
     def __str__(self) -> str:  # how a file's metadata names the pooling
         return "multi-vector"

@@ -89,6 +89,10 @@ def add_commands(command) -> None:
     embed.add_argument("--top-k", type=positive_int, metavar="K",
                        help="a sparse encoder: keep each vector's K largest weights (sentence-transformers' "
                             "max_active_dims); default: every non-zero one")
+    embed.add_argument("--head", choices=("dense", "sparse", "colbert"),
+                       help="bge-m3's vectors: dense (the folder's own, the default), sparse (its sparse_linear.pt: "
+                            "{\"indices\", \"values\"} lines) or colbert (its colbert_linear.pt: a vector per "
+                            "token)")
     embed.add_argument("--adapter", metavar="TASK", help="a model with task LoRA adapters (jina-embeddings-v3): "
                                                          "the task's, merged in (retrieval.query, retrieval.passage, "
                                                          "separation, classification, text-matching); default: none, "
@@ -616,7 +620,7 @@ def run_embed(args) -> int:
         raise DataError(f"{args.input}: line {blank[0]} is blank, or invisible characters only ({len(blank)} blank "
                         "lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
-    embedder = Embedder.load(folder, adapter=args.adapter)
+    embedder = Embedder.load(folder, adapter=args.adapter, head=args.head)
     _check_sparse_options(args, embedder)
     if embedder.multi_vector:
         return _embed_multi_vector(args, embedder, texts)

@@ -350,9 +350,12 @@ def onnx_classifier(classifier, quantize: Optional[str] = None, threads: Optiona
 def onnx_embedder(embedder, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
     """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) ONNX model; a multi-vector encoder's is
     refused (not built)."""
-    if embedder.multi_vector:
-        raise KbertError(f"{embedder.source or 'this model'} is a multi-vector encoder (ColBERT), which kbert runs in "
-                         "Keras only: its ONNX export (--runtime onnxruntime, --quantize) is not built")
+    from kbert.checkpoints.bge_m3 import LexicalSpec
+
+    if embedder.multi_vector or isinstance(embedder.pooling, LexicalSpec):
+        kind = "a multi-vector encoder (ColBERT)" if embedder.multi_vector else "bge-m3's sparse head"
+        raise KbertError(f"{embedder.source or 'this model'}: {kind}, which kbert runs in Keras only: its ONNX "
+                         "export (--runtime onnxruntime, --quantize) is not built")
     return OnnxModel(embedder_endpoint(embedder), quantize, threads)
 
 

@@ -22,6 +22,7 @@ import keras
 import numpy as np
 
 from kbert.builder import build_transformer_model
+from kbert.checkpoints.bge_m3 import LexicalSpec, lexical_terms
 from kbert.checkpoints.hf import load_hf_weights
 from kbert.checkpoints.sentence_transformers import (DenseSpec, MultiVectorSpec, SentenceTransformerSpec, SpladeSpec,
                                                      dense_weights, is_sentence_transformer,
@@ -47,6 +48,15 @@ def unit_length(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
 
 
+def top_terms(indices: np.ndarray, values: np.ndarray, top_k: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
+    """Sparse terms (ascending ids and their values) cut to the `top_k` largest values (ties at the cut kept by
+    lower id); None: all of them."""
+    if top_k is None or indices.size <= top_k:
+        return indices, values
+    keep = np.sort(np.argsort(-values, kind="stable")[:top_k])
+    return indices[keep], values[keep]
+
+
 def sparse_terms(vector: np.ndarray, top_k: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
     """A sparse vector's non-zero positions (ascending, int64) and values (float32), only the `top_k` largest
     where given (ties at the cut kept by lower position).
@@ -54,11 +64,8 @@ def sparse_terms(vector: np.ndarray, top_k: Optional[int] = None) -> Tuple[np.nd
     >>> sparse_terms(np.array([0.0, 2.0, 0.0, 0.5, 1.0], np.float32), top_k=2)
     (array([1, 4]), array([2., 1.], dtype=float32))
     """
-    indices = np.flatnonzero(vector)
-    if top_k is not None and indices.size > top_k:
-        order = np.argsort(-vector[indices], kind="stable")[:top_k]
-        indices = np.sort(indices[order])
-    return indices.astype(np.int64), vector[indices].astype(np.float32)
+    indices = np.flatnonzero(vector).astype(np.int64)
+    return top_terms(indices, vector[indices].astype(np.float32), top_k)
 
 
 @dataclasses.dataclass
@@ -105,11 +112,13 @@ class Embedder:
 
     @classmethod
     def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None,
-             adapter: Optional[str] = None) -> "Embedder":
+             adapter: Optional[str] = None, head: Optional[str] = None) -> "Embedder":
         """A sentence-transformers folder, or a name of one (`hf://OWNER/NAME`, an archive's URL), loaded; with
-        `adapter`, its weights merged with that task LoRA adapter (jina-embeddings-v3's `retrieval.query`, ...)."""
+        `adapter`, its weights merged with that task LoRA adapter (jina-embeddings-v3's `retrieval.query`, ...);
+        with `head` `sparse` or `colbert`, bge-m3's head of that name instead of the folder's dense vector
+        (`kbert.checkpoints.bge_m3`)."""
         return _from_sentence_transformer(read_sentence_transformer(cls.folder(model, cache_dir)), os.fspath(model),
-                                          adapter)
+                                          adapter, head)
 
     @staticmethod
     def folder(model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> str:
@@ -201,9 +210,13 @@ class Embedder:
                              "sentence-transformers SparseEncoder folder (MLMTransformer and SpladePooling)")
         encoded = self._tokenized(texts, prompt_name, prompt)
         terms: List[Tuple[np.ndarray, np.ndarray]] = [None] * len(encoded)
+        lexical = isinstance(self.pooling, LexicalSpec)
+        special = np.array([token for token in (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id,
+                                                getattr(self.tokenizer, "unk_id", None)) if token is not None])
         for rows, batch in self._batches(encoded, batch_size, True):
             for row, vector in zip(rows, batch):
-                terms[row] = sparse_terms(vector, top_k)
+                terms[row] = top_terms(*lexical_terms(encoded[row][0], vector, special), top_k) if lexical \
+                    else sparse_terms(vector, top_k)
         return terms
 
     def encode_multi_vector(self, texts: Sequence[str], role: Optional[str] = None, batch_size: int = 32,
@@ -268,7 +281,8 @@ class Embedder:
         from kbert.tasks.multi_vector import scored_vectors, skiplist_ids
 
         skipped = skiplist_ids(self.pooling, self.tokenizer, role)
-        return [scored_vectors(tokens, ids, skipped) for tokens, (ids, _) in zip(vectors, encoded)]
+        first = 1 if self.pooling.skip_first else 0
+        return [scored_vectors(tokens[first:], ids[first:], skipped) for tokens, (ids, _) in zip(vectors, encoded)]
 
     def _batches(self, encoded, batch_size: int, bucketing: bool, maxlen: Optional[int] = None):
         """`(rows, vectors)` for each model call over the tokenized texts `encoded`."""
@@ -278,8 +292,9 @@ class Embedder:
 
     @property
     def sparse(self) -> bool:
-        """Whether the model gives SPLADE's sparse vocabulary weights (a `SparseEncoder` folder)."""
-        return isinstance(self.pooling, SpladeSpec)
+        """Whether the model gives sparse vocabulary weights: SPLADE's (a `SparseEncoder` folder) or bge-m3's
+        lexical ones (`head="sparse"`)."""
+        return isinstance(self.pooling, (SpladeSpec, LexicalSpec))
 
     @property
     def multi_vector(self) -> bool:
@@ -288,6 +303,8 @@ class Embedder:
 
     @property
     def dimensions(self) -> int:
+        if isinstance(self.pooling, LexicalSpec):  # a weight per token, pooled into the vocabulary
+            return int(self.backbone.get_layer(naming.EMBEDDING_TOKEN).input_dim)
         return int(self.model.outputs[0].shape[-1])
 
     def check_dimensions(self, dimensions: Optional[int]) -> None:
@@ -312,6 +329,9 @@ class Embedder:
         from kbert.io import is_occupied, replace_directory, staging_directory
 
         folder = os.fspath(folder)
+        if isinstance(self.pooling, LexicalSpec) or getattr(self.pooling, "skip_first", False):
+            raise KbertError(f"{self.source or 'this model'}: a bge-m3 head is read beside its folder's dense model, "
+                             "not written as a sentence-transformers folder; copy the folder itself")
         if is_occupied(folder):
             raise KbertError(f"{folder}: not empty; choose a new folder (an earlier output is never written over)")
         staging = staging_directory(folder)
@@ -323,9 +343,11 @@ class Embedder:
         return folder
 
 
-def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapter: Optional[str] = None) -> Embedder:
+def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapter: Optional[str] = None,
+                               head: Optional[str] = None) -> Embedder:
     config = os.path.join(spec.transformer, "config.json")
     model_config = load_config(config)
+    spec, head_weights = _with_head(spec, head, model_config.hidden_size)
     # sentence-transformers' own do_lower_case lower-cases whatever the tokenizer's config says.
     tokenizer = folder_tokenizer(spec.transformer, lower_case_default=spec.do_lower_case, lower_case=spec.do_lower_case)
     check_tokenizer_fits(tokenizer, model_config.vocab_size, spec.transformer)  # before the weights are read
@@ -334,11 +356,30 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     pooling = _within_positions(spec.pooling, model_config.longest_input)
     bert = build_transformer_model(config, **_mlm_head(spec, model_config, config))
     load_hf_weights(bert, spec.transformer, adapter=adapter)
-    model = embedding_model(bert, pooling, spec.dense, spec.normalize)
+    model = embedding_model(bert, pooling, spec.dense, spec.normalize, head_weights=head_weights)
     embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, pooling, spec.prompts,
                         spec.default_prompt_name, spec.include_prompt, spec.do_lower_case)
     embedder.prompted([])  # a default prompt the pooling would leave out is refused now, not at the first text
     return embedder
+
+
+def _with_head(spec: SentenceTransformerSpec, head: Optional[str], hidden_size: int):
+    """The folder's pipeline with bge-m3's `head` (`sparse`: `LexicalSpec`; `colbert`: token vectors but the
+    first's, normalised) in place of its dense vector, and the head's `Linear` weights; None or `dense`: the
+    folder's own, and None."""
+    from kbert.checkpoints.bge_m3 import HEAD_FILES, head_weights
+
+    if head in (None, "dense"):
+        return spec, None
+    if head not in HEAD_FILES:
+        raise KbertError(f"head {head!r}: expected dense, sparse or colbert (bge-m3's heads)")
+    if isinstance(spec.pooling, (SpladeSpec, MultiVectorSpec)):
+        raise KbertError(f"head {head}: {spec.transformer} is a {str(spec.pooling).split()[0]} model already; "
+                         "bge-m3's heads sit beside a dense model's folder")
+    weights = head_weights(spec.transformer, head, hidden_size)
+    if head == "sparse":
+        return dataclasses.replace(spec, pooling=LexicalSpec(), dense=[], normalize=False), weights
+    return dataclasses.replace(spec, pooling=MultiVectorSpec(skip_first=True), dense=[], normalize=True), weights
 
 
 def _within_positions(pooling, longest: int):
@@ -364,17 +405,29 @@ def _mlm_head(spec: SentenceTransformerSpec, model_config, config_path: str) -> 
     return {"with_mlm": "linear"}
 
 
-def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec", dense: Sequence[DenseSpec] = (),
-                    normalize: bool = False, name: str = "embedder") -> keras.Model:
+def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec | MultiVectorSpec | LexicalSpec",
+                    dense: Sequence[DenseSpec] = (), normalize: bool = False, name: str = "embedder",
+                    head_weights: Optional[list] = None) -> keras.Model:
     """`bert`'s hidden states pooled (`Pooling`), projected by each `dense` (weights read from its folder) and
     scaled to unit length where `normalize`: the sentence-transformers pipeline as one Keras model. A SPLADE
     `pooling` pools `bert`'s masked-LM logits instead (`SpladePooling`); a `MultiVectorSpec` keeps every token's
-    hidden state, projected and normalised token by token (`[batch, tokens, dims]`)."""
+    hidden state, projected and normalised token by token (`[batch, tokens, dims]`). `head_weights`: bge-m3's
+    head's `Linear` (`[kernel, bias]`), each token's projection (`colbert`), or with a `LexicalSpec` each token's
+    `ReLU` weight (`[batch, tokens, 1]`)."""
+    if isinstance(pooling, LexicalSpec):
+        layer = keras.layers.Dense(1, activation="relu", name="Embedding-Sparse-Linear")
+        weights = layer(bert.outputs[0])  # [batch, tokens, 1]
+        layer.set_weights(head_weights)
+        return keras.Model(bert.inputs, weights, name=name)
     if isinstance(pooling, SpladeSpec):
         vectors = SpladePooling(pooling.strategy, pooling.activation, name="Embedding-Pooling")(bert.outputs[0])
     elif isinstance(pooling, MultiVectorSpec):
         _hide_query_expansion(bert, pooling)
         vectors = bert.outputs[0]
+        if head_weights is not None:
+            layer = keras.layers.Dense(int(head_weights[0].shape[1]), name="Embedding-Dense-0")
+            vectors = layer(vectors)
+            layer.set_weights(head_weights)
     else:
         vectors = Pooling(pooling, name="Embedding-Pooling")(bert.outputs[0])
     for index, spec in enumerate(dense):

@@ -1,0 +1,90 @@
+"""bge-m3's three outputs from one folder: its sentence-transformers dense vector, and the sparse and ColBERT heads
+of its `sparse_linear.pt` and `colbert_linear.pt` (read without running their pickle).
+
+Without torch: the heads' refusals (a missing file, a crafted pickle, a head on a model that is not dense). In the
+parity venv: a random XLM-R folder with random heads that torch saves, each head against FlagEmbedding's formulas
+(`_sparse_embedding` with `_process_token_weights`, `_colbert_embedding` with `_process_colbert_vecs`, read by hand)
+computed on transformers' `XLMRobertaModel`, and `kbert embed --head`.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import kbert_in_process, write, write_crafted_pt, xlm_roberta_embedder_folder
+
+TEXTS = ["A man is eating food.", "drums drums drums", "The girl is carrying a baby on her back in the park.",
+         "Someone in a gorilla costume is playing a set of drums."]
+
+
+@pytest.fixture(scope="module")
+def dense_folder(tmp_path_factory):
+    return xlm_roberta_embedder_folder(tmp_path_factory.mktemp("m3") / "m3", TEXTS)
+
+
+def test_a_head_whose_file_is_missing_or_crafted_is_refused(dense_folder, tmp_path):
+    import shutil
+
+    from kbert.errors import CheckpointError, KbertError
+    from kbert.tasks.embedding import Embedder
+
+    with pytest.raises(CheckpointError, match=r"sparse_linear.pt: missing; --head sparse reads bge-m3's "
+                                              r"sparse_linear.pt \(this folder's extra heads: none\)"):
+        Embedder.load(dense_folder, head="sparse")
+    folder = tmp_path / "crafted"
+    shutil.copytree(dense_folder, folder)
+    witness = tmp_path / "ran"
+    write_crafted_pt(folder / "colbert_linear.pt", witness)
+    with pytest.raises(CheckpointError, match="colbert_linear.pt: its pickle asks for .*system"):
+        Embedder.load(folder, head="colbert")
+    assert not witness.exists()
+    with pytest.raises(KbertError, match="head 'lexical': expected dense, sparse or colbert"):
+        Embedder.load(folder, head="lexical")
+
+
+@pytest.mark.parity
+def test_bge_m3s_sparse_and_colbert_heads_are_flagembeddings(dense_folder, tmp_path):
+    torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
+    transformers = pytest.importorskip("transformers", reason="pip install '.[parity]'")
+    import shutil
+
+    from kbert.errors import KbertError
+    from kbert.tasks.embedding import Embedder
+
+    folder = tmp_path / "bge-m3"
+    shutil.copytree(dense_folder, folder)
+    torch.manual_seed(0)
+    sparse_linear, colbert_linear = torch.nn.Linear(32, 1), torch.nn.Linear(32, 24)
+    torch.save(sparse_linear.state_dict(), folder / "sparse_linear.pt")
+    torch.save(colbert_linear.state_dict(), folder / "colbert_linear.pt")
+    model = transformers.XLMRobertaModel.from_pretrained(str(folder)).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    special = {tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
+    sparse, colbert = Embedder.load(folder, head="sparse"), Embedder.load(folder, head="colbert")
+    terms, vectors = sparse.encode_sparse(TEXTS, batch_size=3), colbert.encode_multi_vector(TEXTS, batch_size=3)
+    for text, (indices, values), tokens in zip(TEXTS, terms, vectors):
+        features = tokenizer([text], return_tensors="pt")
+        with torch.no_grad():
+            hidden = model(**features).last_hidden_state[0]
+            weights = torch.relu(sparse_linear(hidden)).squeeze(-1).tolist()
+            expected_tokens = torch.nn.functional.normalize(colbert_linear(hidden[1:]), dim=-1).numpy()
+        expected = {}
+        for weight, token in zip(weights, features["input_ids"][0].tolist()):
+            if token not in special and weight > 0:
+                expected[token] = max(expected.get(token, 0.0), weight)
+        assert indices.tolist() == sorted(expected), text
+        np.testing.assert_allclose(values, [expected[token] for token in sorted(expected)], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(tokens, expected_tokens, atol=1e-5)
+    assert sparse.dimensions == tokenizer.vocab_size and colbert.dimensions == 24
+    with pytest.raises(KbertError, match="a bge-m3 head is read beside its folder's dense model"):
+        sparse.save(tmp_path / "again")
+    texts = write(tmp_path, "texts.txt", "\n".join(TEXTS) + "\n")
+    run = kbert_in_process("embed", "--model", str(folder), str(texts), "--head", "sparse", "--top-k", "2")
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [line["indices"] for line in lines] == [
+        sorted(indices[np.argsort(-values, kind="stable")[:2]].tolist()) for indices, values in terms]
+    run = kbert_in_process("embed", "--model", str(folder), str(texts), "--head", "colbert")
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_allclose(json.loads(run.stdout.splitlines()[2])["embedding"], vectors[2], atol=1e-6)
