@@ -4,7 +4,8 @@
         --data ../shared/data/sentiment/sentiment.test.data --st-python PYTHON_WITH_SENTENCE_TRANSFORMERS
 
 Each engine is a worker process that loads the model and encodes the texts
-once to warm up; then each round asks every worker in turn to encode all the
+once to warm up (one worker after the other, so that neither's load overlaps the
+other's); then each round asks every worker in turn to encode all the
 texts (`--count` of the file's lines, of mixed length, `--batch-size` a call)
 and reports its seconds. Prints sentences/s per engine and round, the median
 per-round ratio kbert / sentence-transformers with its range, and the largest
@@ -139,6 +140,7 @@ def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_
         encode = _encoder(engine, loaded, texts, batch_size, kind(model))
     vectors = encode()  # the warm-up (a compiled graph, the thread pools)
     vectors = _dense(vectors, getattr(loaded, "dimensions", 0) if not one_batch else 0)
+    print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         start = time.perf_counter()
         encode()
@@ -174,9 +176,15 @@ def main(argv=None) -> int:
               "--batch-size", str(args.batch_size), "--dtype", args.dtype, "--runtime", args.runtime,
               *(["--one-batch"] if args.one_batch else []),
               "--worker"]
-    workers = {name: subprocess.Popen([python, *common, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
-               for name, python in (("kbert", sys.executable), ("sentence-transformers", args.st_python))}
+    workers = {}
+    for name, python in (("kbert", sys.executable), ("sentence-transformers", args.st_python)):
+        # one after the other: a load and warm-up (an ONNX export, whose conversion peaks at gigabytes) never
+        # overlaps the other engine's
+        workers[name] = subprocess.Popen([python, *common, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
+        if not workers[name].stdout.readline():
+            raise SystemExit(f"the {name} worker stopped while loading (run it alone to see why: python -m "
+                             f"benchmarks.embedding --worker {name} ...)")
     seconds = {name: [] for name in workers}
     vectors = {}
     try:
