@@ -96,10 +96,9 @@ def run_serve(args) -> int:
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
 
     def ready(url: str) -> None:
-        embedder = predictor.embedder
-        own = f"POST {url}/embed_sparse, " if embedder is not None and embedder.sparse else \
-            f"POST {url}/embed_all, " if embedder is not None and embedder.multi_vector else \
-            f"POST {url}/v1/embeddings, {url}/embed, "
+        kind = predictor.embedder.kind if predictor.embedder is not None else "dense"
+        own = {"sparse": f"POST {url}/embed_sparse, ", "multi-vector": f"POST {url}/embed_all, "}.get(
+            kind, f"POST {url}/v1/embeddings, {url}/embed, ")
         routes = {"embed": own,
                   "rerank": f"POST {url}/rerank, {url}/v1/rerank, "}.get(predictor.task, "POST ")
         runtime = f" through onnxruntime ({args.quantize or 'float32'})" if onnx else ""

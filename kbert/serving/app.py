@@ -38,6 +38,7 @@ from typing import List, Optional
 from kbert.errors import KbertError
 from kbert.serving.batcher import Batcher, QueueFull
 from kbert.serving.requests import read_json, refusal, validation_message
+from kbert.serving.routes import finite_rows
 from kbert.serving.metrics import ServerMetrics
 
 logger = logging.getLogger("kbert.serve")
@@ -163,7 +164,6 @@ def _add_model_routes(app, predictor, limits: ServerLimits, metrics: ServerMetri
 
 def _add_predict_route(app, predictor, service, batcher: Batcher, limits: ServerLimits) -> None:
     """`POST /v1/predict`: a row per text, what `kbert predict --json` prints for it."""
-    import numpy as np
     from fastapi import Request
     from fastapi.responses import JSONResponse
     from kbert.tasks.embedding import sparse_terms
@@ -186,12 +186,12 @@ def _add_predict_route(app, predictor, service, batcher: Batcher, limits: Server
     async def rows_of(body) -> list:
         if embedder is not None and embedder.multi_vector:  # the texts as documents, as `kbert predict`'s rows
             vectors, _ = await service.embed_all(batcher, body.texts, truncate=True, prompt_name="document")
-            if not all(np.isfinite(tokens).all() for tokens in vectors):
+            if not finite_rows(vectors):
                 raise KbertError("the model gave NaN or infinite values for this input")
             return [{"text": text, "embeddings": tokens.tolist()} for text, tokens in zip(body.texts, vectors)]
         if embedder is not None:
             vectors, _ = await service.embed(batcher, body.texts, truncate=True)
-            if not np.isfinite(vectors).all():
+            if not finite_rows(vectors):
                 raise KbertError("the model gave NaN or infinite values for this input")
             if embedder.sparse:
                 return [{"text": text, "indices": indices.tolist(), "values": values.tolist()}

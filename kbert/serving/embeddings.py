@@ -45,9 +45,9 @@ import numpy as np
 
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
-from kbert.serving.services import TokenizedService, TooLong
+from kbert.serving.services import TokenizedService
 from kbert.tasks.embedding import sparse_terms, unit_length
-from kbert.tasks.multi_vector import ROLES
+from kbert.tasks.multi_vector import ROLES, expanded_queries
 from kbert.tasks.embedding_precision import PRECISIONS, quantized
 
 
@@ -87,14 +87,13 @@ class EmbeddingService(TokenizedService):
         return self.model.scored(vectors, encoded, role), sum(counts)
 
     def _role_tokenize(self, texts: List[str], role: Optional[str], truncate: bool) -> Tuple[list, List[int]]:
-        """`tokenize` within the role's length (`Embedder.role_tokens`), a longer text a `TooLong` unless
-        `truncate`."""
+        """`tokenize` within the role's length (`Embedder.role_length`), a longer text a `TooLong` unless
+        `truncate`, then each query filled up to its expansion (`multi_vector.expanded_queries`)."""
         length = self.model.role_length(role)
-        for index, (ids, _) in enumerate(self.model.tokenizer.encode_all(texts)):
-            if len(ids) > length and not truncate:
-                raise TooLong(f"[{index}]: {len(ids)} tokens, more than the model's {length} for a "
-                              f"{role or 'text'}; shorten it, or ask for it to be cut")
-        encoded = self.model.role_tokens(texts, role)
+        encoded, _ = self.tokenize(texts, None, truncate, length,
+                                   lambda tokens: f"{tokens} tokens, more than the model's {length} for a "
+                                                  f"{role or 'text'}")
+        encoded = expanded_queries(self.model.pooling, self.model.tokenizer, encoded, role)
         return encoded, [len(ids) for ids, _ in encoded]
 
 
@@ -117,7 +116,7 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
     """`POST /v1/embeddings` (OpenAI's form), `POST /embed` (TEI's), `/v1/embed` (Cohere's) and `/similarity`
     on `app`, run through `batcher`; a sparse encoder's `POST /embed_sparse` instead, a multi-vector encoder's
     `POST /embed_all`. The other kinds' routes answer 400, naming the route that serves this model."""
-    kind = "sparse" if service.model.sparse else "multi-vector" if service.model.multi_vector else "dense"
+    kind = service.model.kind
     route, described = KIND_ROUTES[kind]
     refused = {"dense": DENSE_ROUTES, "sparse": {"/embed_sparse": tei_error},
                "multi-vector": {"/embed_all": tei_error}}
@@ -125,9 +124,12 @@ def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_
         for path, error in paths.items() if other != kind else ():
             _refusing_route(app, path, error, f"{path} gives {KIND_ROUTES[other][1]}'s vectors, and this model is "
                                               f"{described}: {route} gives its vectors")
-    {"dense": lambda: _add_dense_routes(app, service, batcher, limits, model_name),
-     "sparse": lambda: _add_sparse_route(app, service, batcher, limits),
-     "multi-vector": lambda: _add_multi_vector_route(app, service, batcher, limits)}[kind]()
+    if kind == "dense":
+        _add_dense_routes(app, service, batcher, limits, model_name)
+    elif kind == "sparse":
+        _add_sparse_route(app, service, batcher, limits)
+    else:
+        _add_multi_vector_route(app, service, batcher, limits)
 
 
 def _refusing_route(app, path: str, error, message: str) -> None:

@@ -10,7 +10,7 @@ from kbert.serving.refusals import Refusal
 from kbert.serving.requests import body_schema, parse_request
 
 
-def _finite(rows) -> bool:
+def finite_rows(rows) -> bool:
     """Whether every value of the rows is finite: an array, or a list of arrays of unlike shapes (a multi-vector
     encoder's token vectors)."""
     if isinstance(rows, list):
@@ -34,7 +34,7 @@ def batched_route(app, path: str, schema, field: str, limits, task: str, error: 
         rows, tokens = await serve(body, texts)
         if rows is None:
             return error(tokens)
-        if not _finite(rows):
+        if not finite_rows(rows):
             return error(Refusal(500, "the model gave NaN or infinite values for this input (its weights, or an "
                                       "overflow in its precision); nothing can be answered for it"))
         return answer(body, texts, rows, tokens)

@@ -2,7 +2,7 @@
 tokenized once, on the batcher's tokenizing threads, to count its tokens for the batch's budget and check its
 length before a batch forms; the batcher then calls the service on the ids."""
 
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from kbert.errors import KbertError
 from kbert.serving.batcher import Batcher
@@ -29,15 +29,18 @@ class TokenizedService:
         """What a `TooLong` says after the input's index."""
         return f"{tokens} tokens, more than the model's {self.model.maxlen}"
 
-    def tokenize(self, texts: List[str], pairs: Optional[List[str]], truncate: bool) -> Tuple[list, List[int]]:
-        """Each input's ids, cut to the model's length where `truncate` (else `TooLong`, naming the input),
-        and the number of tokens the model reads for each."""
-        tokenizer, maxlen = self.model.tokenizer, self.model.maxlen
+    def tokenize(self, texts: List[str], pairs: Optional[List[str]], truncate: bool, maxlen: Optional[int] = None,
+                 too_long: Optional[Callable[[int], str]] = None) -> Tuple[list, List[int]]:
+        """Each input's ids, cut to `maxlen` (None: the model's length) where `truncate` (else `TooLong`, naming
+        the input, in `too_long`'s words of its token count: None, the service's), and the number of tokens the
+        model reads for each."""
+        tokenizer, maxlen = self.model.tokenizer, maxlen or self.model.maxlen
+        too_long = too_long or self.too_long
         encoded = tokenizer.encode_all(texts, pairs)
         for index, (ids, _) in enumerate(encoded):
             if len(ids) > maxlen:
                 if not truncate:
-                    raise TooLong(f"[{index}]: {self.too_long(len(ids))}; shorten it, or ask for it to be cut")
+                    raise TooLong(f"[{index}]: {too_long(len(ids))}; shorten it, or ask for it to be cut")
                 encoded[index] = tokenizer.encode(texts[index], pairs[index] if pairs else None, maxlen=maxlen)
         return encoded, [len(ids) for ids, _ in encoded]
 

@@ -302,6 +302,12 @@ class Embedder:
         return isinstance(self.pooling, MultiVectorSpec)
 
     @property
+    def kind(self) -> str:
+        """What the model gives a text: `dense` (one vector), `sparse` (vocabulary weights) or `multi-vector` (a
+        vector per token)."""
+        return "sparse" if self.sparse else "multi-vector" if self.multi_vector else "dense"
+
+    @property
     def dimensions(self) -> int:
         if isinstance(self.pooling, LexicalSpec):  # a weight per token, pooled into the vocabulary
             return int(self.backbone.get_layer(naming.EMBEDDING_TOKEN).input_dim)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
@@ -116,13 +116,12 @@ def rankings(embedder, texts: Dict[str, List[str]], batch_size: int = 64) -> Tup
     and a document (`"query_vectors"`, `"document_vectors"`). Queries and documents each get the model's prompt
     for their role, where it has one (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `)."""
     prompts = {role: embedder.prompt_name_for(role) for role in texts}
-    extra, count = {}, len(texts["query"])
+    extra = {}
     if embedder.sparse:
         documents, vectors = (embedder.encode_sparse(texts[role], batch_size, prompt_name=prompts[role])
                               for role in ("document", "query"))
         index = SparseIndex(documents, len(documents))
-        blocks = (np.stack([index.scores(*terms) for terms in vectors[start:start + 256]])
-                  for start in range(0, count, 256))
+        blocks = _blocks(lambda terms: index.scores(*terms), vectors)
         extra = {"query_terms": float(np.mean([ids.size for ids, _ in vectors])),
                  "document_terms": float(np.mean([ids.size for ids, _ in documents]))}
     elif embedder.multi_vector:
@@ -130,21 +129,24 @@ def rankings(embedder, texts: Dict[str, List[str]], batch_size: int = 64) -> Tup
 
         documents, vectors = (embedder.encode_multi_vector(texts[role], role, batch_size)
                               for role in ("document", "query"))
-        index = MaxSimIndex(documents)
-        blocks = (np.stack([index.scores(query) for query in vectors[start:start + 256]])
-                  for start in range(0, count, 256))
+        blocks = _blocks(MaxSimIndex(documents).scores, vectors)
         extra = {"query_vectors": float(np.mean([len(query) for query in vectors])),
                  "document_vectors": float(np.mean([len(document) for document in documents]))}
     else:
         documents, vectors = (embedder.encode(texts[role], batch_size, normalize=True, prompt_name=prompts[role])
                               for role in ("document", "query"))
-        blocks = (vectors[start:start + 256] @ documents.T for start in range(0, count, 256))
+        blocks = (vectors[start:start + 256] @ documents.T for start in range(0, len(vectors), 256))
     ranked = []
     for similarity in blocks:  # [256, documents] scores in memory at most
         depth = min(RANK_DEPTH, similarity.shape[1])
         top = np.argpartition(-similarity, depth - 1, axis=1)[:, :depth]
         ranked += [row[np.argsort(-scores[row], kind="stable")] for row, scores in zip(top, similarity)]
     return ranked, extra
+
+
+def _blocks(score, queries: Sequence) -> Iterator[np.ndarray]:
+    """`[256, documents]` scores of each block of 256 queries, `score(query)` giving one query's row."""
+    return (np.stack([score(query) for query in queries[start:start + 256]]) for start in range(0, len(queries), 256))
 
 
 def reciprocal_rank_fusion(*ranked: np.ndarray, k: int = 60) -> np.ndarray:

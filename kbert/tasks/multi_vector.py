@@ -41,9 +41,16 @@ def role_tokens(spec: MultiVectorSpec, tokenizer, texts: Sequence[str], role: Op
                 maxlen: int) -> List[Tuple[List[int], List[int]]]:
     """`texts` (their prompts in place) tokenized within their role's length (`role_length`), each query filled up
     to its expansion's length (`expanded`)."""
-    encoded = encode_within(tokenizer, texts, role_length(spec, role, maxlen)) if texts else []
+    return expanded_queries(spec, tokenizer, encode_within(tokenizer, texts, role_length(spec, role, maxlen))
+                            if texts else [], role)
+
+
+def expanded_queries(spec: MultiVectorSpec, tokenizer, encoded: List[Tuple[List[int], List[int]]],
+                     role: Optional[str]) -> List[Tuple[List[int], List[int]]]:
+    """Tokenized texts of `role` as the model reads them: queries filled up to the expansion's length (`expanded`)
+    where the model expands them; any other text as it is."""
     if role == "query" and spec.expansion is not None:
-        encoded = expanded(encoded, spec.expansion.length, expansion_id(spec, tokenizer))
+        return expanded(encoded, spec.expansion.length, expansion_id(spec, tokenizer))
     return encoded
 
 
@@ -77,10 +84,14 @@ def skiplist_ids(spec: MultiVectorSpec, tokenizer, role: Optional[str]) -> np.nd
     return np.array([token for token in ids if token is not None and token != unknown], np.int64)
 
 
+def scored_mask(ids: Sequence[int], skipped: np.ndarray) -> np.ndarray:
+    """Which of a text's tokens count in its scoring: all but the `skipped` ids (`skiplist_ids`)."""
+    return ~np.isin(np.asarray(ids), skipped)
+
+
 def scored_vectors(vectors: np.ndarray, ids: Sequence[int], skipped: np.ndarray) -> np.ndarray:
     """A text's token `vectors` (`[tokens, dims]`, its padding cut off) without those of the `skipped` ids."""
-    keep = ~np.isin(np.asarray(ids), skipped) if skipped.size else slice(None)
-    return np.ascontiguousarray(vectors[:len(ids)][keep], np.float32)
+    return np.ascontiguousarray(vectors[:len(ids)][scored_mask(ids, skipped)], np.float32)
 
 
 def maxsim(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:

@@ -26,7 +26,7 @@ from kbert.errors import DataError
 from kbert.layers.pooling import L2Normalize
 from kbert.layers.views import StackViews
 from kbert.tasks.embedding import Embedder, EmbeddingTask, TextGroup, embedding_model
-from kbert.tasks.multi_vector import role_tokens, skiplist_ids
+from kbert.tasks.multi_vector import role_tokens, scored_mask, skiplist_ids
 from kbert.training.contrastive import InBatchScores, MaxSimScores, ScoreDistillation
 from kbert.training.pipeline import make_dataset
 from kbert.training.task import TrainingData
@@ -71,7 +71,7 @@ class MultiVectorEmbeddingTask(EmbeddingTask):
         for example in zip(*encoded):
             row = []
             for view, (ids, segments) in enumerate(example):
-                scored = ~np.isin(ids, skipped["query" if view == 0 else "document"])
+                scored = scored_mask(ids, skipped["query" if view == 0 else "document"])
                 row += [ids, segments, scored.astype(np.int32).tolist()]
             features.append(tuple(row))
         return make_dataset(features, self._teacher_logits(groups), self.options.batch_size, shuffle=shuffle,
