@@ -140,9 +140,9 @@ def rewrite_modules(folder, change):
 @pytest.mark.parametrize("change, message", [
     (lambda modules: modules[0].update(type="sentence_transformers.models.Transformer"),
      "a SpladePooling pools a masked-LM's logits: expected an MLMTransformer before it"),
-    (lambda modules: modules.append({"idx": 2, "name": "2", "path": "2_Router",
-                                     "type": "sentence_transformers.models.Router"}),
-     "module '2' of type 'sentence_transformers.models.Router' is not one kbert reads"),
+    (lambda modules: modules.append({"idx": 2, "name": "2", "path": "2_WordWeights",
+                                     "type": "sentence_transformers.models.WordWeights"}),
+     "module '2' of type 'sentence_transformers.models.WordWeights' is not one kbert reads"),
     (lambda modules: modules.append({"idx": 2, "name": "2", "path": "", "type": "sentence_transformers.models."
                                                                               "Normalize"}),
      "a Dense or Normalize after a SpladePooling"),
@@ -221,6 +221,137 @@ def test_the_server_answers_embed_sparse_and_refuses_dense_routes(sparse_folder)
         assert status == 400 and "this model is a dense model" in answer["error"]
 
 
+# --- inference-free sparse encoders: a Router, SPLADE for documents and a weight table for queries ---------------
+
+def router_embedder():
+    """`sparse_embedder`'s SPLADE for documents, and for queries a random weight table (a third of it 0)."""
+    from kbert.tasks.inference_free import StaticQuery
+
+    embedder = sparse_embedder()
+    weights = np.random.default_rng(5).random(30522).astype(np.float32) * 3
+    weights[np.random.default_rng(6).random(30522) < 0.3] = 0
+    embedder.static_query = StaticQuery(weights, embedder.tokenizer, None)
+    embedder.prompts = {"query": "", "document": ""}
+    return embedder
+
+
+@pytest.fixture(scope="module")
+def router_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("router") / "inference-free"
+    router_embedder().save(folder)
+    return folder
+
+
+def table_terms(folder, text):
+    """A query's terms as the Router's query route gives them: the weight of each distinct token id of the text
+    (no [CLS] or [SEP]), read here with `tokenizers` and `safetensors` themselves."""
+    import tokenizers
+    from safetensors.numpy import load_file
+
+    query = folder / "query_0_SparseStaticEmbedding"
+    tokenizer = tokenizers.Tokenizer.from_file(str(query / "tokenizer.json"))
+    tokenizer.no_padding()  # MiniLM's file pads to 128
+    ids = np.unique(tokenizer.encode(text, add_special_tokens=False).ids)
+    weights = load_file(str(query / "model.safetensors"))["weight"][ids]
+    return ids[weights != 0].tolist(), weights[weights != 0]
+
+
+def test_an_inference_free_folder_is_a_router_and_reads_queries_from_its_table(router_folder):
+    from kbert.tasks.embedding import Embedder
+
+    assert [module["type"] for module in json.loads((router_folder / "modules.json").read_text())] == [
+        "sentence_transformers.base.modules.router.Router"]
+    router = json.loads((router_folder / "router_config.json").read_text())
+    assert router["structure"] == {"query": ["query_0_SparseStaticEmbedding"],
+                                   "document": ["document_0_MLMTransformer", "document_1_SpladePooling"]}
+    assert router["parameters"]["default_route"] == "document"
+    embedder = Embedder.load(router_folder)
+    assert embedder.static_query is not None and embedder.sparse
+    queries = ["what does a man eat?", "drums drums drums", "a baby"]
+    for text, (indices, values) in zip(queries, embedder.encode_sparse(queries, role="query")):
+        expected_ids, expected_values = table_terms(router_folder, text)
+        assert indices.tolist() == expected_ids and 0 < len(expected_ids) < 6
+        np.testing.assert_array_equal(values, expected_values)
+    documents = embedder.encode_sparse(TEXTS, role="document")
+    assert [ids.size for ids, _ in embedder.encode_sparse(TEXTS)] == [ids.size for ids, _ in documents]  # the default
+    for text, (indices, values) in zip(TEXTS, documents):
+        expected = alone(embedder, text)
+        assert indices.tolist() == np.flatnonzero(expected).tolist()
+        np.testing.assert_allclose(values, expected[indices], rtol=1e-4, atol=5e-5)
+
+
+def test_kbert_embed_and_the_server_take_the_role_of_an_inference_free_encoder(router_folder, tmp_path):
+    pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
+    from kbert.tasks.embedding import Embedder
+    from test_serve import post, running_server
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    queries = kbert_in_process("embed", "--model", str(router_folder), str(texts), "--prompt-name", "query")
+    documents = kbert_in_process("embed", "--model", str(router_folder), str(texts))
+    assert queries.returncode == 0 and documents.returncode == 0, queries.stderr + documents.stderr
+    lines = [json.loads(line) for line in queries.stdout.splitlines()]
+    assert [line["indices"] for line in lines] == [table_terms(router_folder, text)[0] for text in TEXTS]
+    embedder = Embedder.load(router_folder)
+    expected = embedder.encode_sparse(TEXTS, role="document")
+    assert [json.loads(line)["indices"] for line in documents.stdout.splitlines()] == \
+        [ids.tolist() for ids, _ in expected]
+    with running_server(router_folder, "--max-batch", "3") as (url, _):
+        status, answer = post(url, {"inputs": TEXTS, "prompt_name": "query"}, path="/embed_sparse")
+        assert status == 200
+        assert [[entry["index"] for entry in row] for row in answer] == [line["indices"] for line in lines]
+        status, answer = post(url, {"inputs": TEXTS[:2]}, path="/embed_sparse")
+        assert status == 200 and [len(row) for row in answer] == [ids.size for ids, _ in expected[:2]]
+
+
+def test_kbert_evaluate_embeds_an_inference_free_encoders_queries_by_its_table(router_folder, tmp_path, capsys):
+    corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods."]
+    result, queries = evaluated_on_prefixes(router_folder, tmp_path, capsys, corpus, 20)
+    assert result["query_terms"] == pytest.approx(np.mean([len(table_terms(router_folder, q)[0]) for q in queries]))
+    assert result["document_terms"] > 1000  # SPLADE's documents, from the model
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda router: router["structure"].update(image=["query_0_SparseStaticEmbedding"]),
+     "a Router of the routes 'query', 'document', 'image'; kbert computes inference-free SPLADE"),
+    (lambda router: router["parameters"].update(route_mappings={"('query', None)": "document"}),
+     "without route_mappings"),
+    (lambda router: router["structure"].update(query=["document_0_MLMTransformer"]),
+     "a Router of the routes"),
+    (lambda router: router["parameters"].update(default_route="image"), "default_route 'image'"),
+    (lambda router: router["structure"].update(document=["../escape"]), "lies outside the model folder"),
+], ids=["third-route", "mappings", "model-queries", "default-route", "escape"])
+def test_a_router_kbert_does_not_compute_is_refused_by_name(router_folder, tmp_path, change, message):
+    import shutil
+
+    from kbert.errors import CheckpointError
+    from kbert.tasks.embedding import Embedder
+
+    folder = tmp_path / "changed"
+    shutil.copytree(router_folder, folder)
+    router = json.loads((folder / "router_config.json").read_text())
+    change(router)
+    (folder / "router_config.json").write_text(json.dumps(router))
+    with pytest.raises(CheckpointError, match=r"router_config.json: .*" + message.replace("(", r"\(")):
+        Embedder.load(folder)
+
+
+def test_a_weight_table_of_another_vocabulary_is_refused_naming_the_file(router_folder, tmp_path):
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from kbert.errors import CheckpointError
+    from kbert.tasks.embedding import Embedder
+
+    folder = tmp_path / "changed"
+    shutil.copytree(router_folder, folder)
+    save_file({"weight": np.ones(100, np.float32)}, str(folder / "query_0_SparseStaticEmbedding" / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"query_0_SparseStaticEmbedding/model.safetensors: weight: expected "
+                                              r"30522 floats .* got float32 \[100\]"):
+        Embedder.load(folder)
+
+
 # --- the same, as sentence-transformers itself computes it (CI's parity venv) ------------------------------------
 
 def random_masked_lm(torch, transformers, family):
@@ -268,6 +399,43 @@ def test_sentence_transformers_sparse_encoders_both_ways(family, strategy, activ
                                rtol=1e-4, atol=5e-5)
     top = theirs.encode(TEXTS, convert_to_tensor=True, max_active_dims=16).to_dense().numpy()
     np.testing.assert_allclose(dense_rows(mine.encode_sparse(TEXTS, top_k=16), 30522), top, rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.parity
+def test_sentence_transformers_inference_free_routers_both_ways(tmp_path):
+    """sentence-transformers' own inference-free SPLADE (`Router.for_query_document` with a `SparseStaticEmbedding`),
+    and its version 6 spelling of a masked-LM (`Transformer` with `transformer_task` fill-mask)."""
+    torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
+    transformers = pytest.importorskip("transformers", reason="pip install '.[parity]'")
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
+    from sentence_transformers.base.modules import Router, Transformer
+    from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding, SpladePooling
+
+    from kbert.tasks.embedding import Embedder
+
+    random_masked_lm(torch, transformers, "bert").save_pretrained(tmp_path / "mlm")
+    transformers.AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(tmp_path / "mlm")
+    document = Transformer(str(tmp_path / "mlm"), transformer_task="fill-mask")
+    weight = torch.rand(30522, generator=torch.Generator().manual_seed(1)) * 3
+    weight[weight < 0.9] = 0
+    router = Router.for_query_document([SparseStaticEmbedding(document.tokenizer, weight)],
+                                       [document, SpladePooling("max")])
+    theirs = sentence_transformers.SparseEncoder(modules=[router], similarity_fn_name="dot", device="cpu")
+    theirs.save(str(tmp_path / "st"))
+    mine = Embedder.load(tmp_path / "st")
+    mine.save(tmp_path / "back")
+    read_back = sentence_transformers.SparseEncoder(str(tmp_path / "back"), device="cpu")
+    for role, encode in (("query", "encode_query"), ("document", "encode_document"), (None, "encode")):
+        expected = getattr(theirs, encode)(TEXTS, convert_to_tensor=True).to_dense().numpy()
+        assert ((expected > 0).sum(axis=1) > (0 if role == "query" else 100)).all()
+        np.testing.assert_allclose(dense_rows(mine.encode_sparse(TEXTS, role=role), 30522), expected,
+                                   rtol=1e-4, atol=5e-5)
+        np.testing.assert_allclose(getattr(read_back, encode)(TEXTS, convert_to_tensor=True).to_dense().numpy(),
+                                   expected, rtol=1e-4, atol=5e-5)
+    plain = sentence_transformers.SparseEncoder(modules=[document, SpladePooling("max")], device="cpu")
+    plain.save(str(tmp_path / "plain"))  # a Transformer, fill-mask: read as the MLMTransformer it replaces
+    np.testing.assert_allclose(dense_rows(Embedder.load(tmp_path / "plain").encode_sparse(TEXTS), 30522),
+                               plain.encode(TEXTS, convert_to_tensor=True).to_dense().numpy(), rtol=1e-4, atol=5e-5)
 
 
 # --- training: kbert train --task sparse ------------------------------------------------------------------------

@@ -109,6 +109,23 @@ class MultiVectorSpec:
         return "multi-vector"
 
 
+@dataclasses.dataclass(frozen=True)
+class StaticQuerySpec:
+    """An inference-free sparse encoder's query side: a `Router` whose `query` route is one
+    `SparseStaticEmbedding` (a weight per vocabulary entry, given to each token a query holds) and whose `document`
+    route is SPLADE (opensearch's neural sparse `doc-v3` models).
+
+    Args:
+        path: the `SparseStaticEmbedding`'s folder (its tokenizer files, `model.safetensors` and `config.json`).
+        frozen: whether training leaves its weights as they are (its config's `frozen`).
+        default_route: the route of a text given no role (`query` or `document`; the Router's `default_route`).
+    """
+
+    path: str
+    frozen: bool = False
+    default_route: str = "document"
+
+
 @dataclasses.dataclass
 class SentenceTransformerSpec:
     """What a sentence-transformers folder holds.
@@ -124,6 +141,8 @@ class SentenceTransformerSpec:
         prompts: texts put before the inputs, by name (e5's `{"query": "query: ", "document": "passage: "}`).
         default_prompt_name: the prompt used when none is asked for (None: no prompt).
         include_prompt: whether the pooling counts the prompt's tokens (the Pooling's `include_prompt`).
+        static_query: an inference-free sparse encoder's query side (`StaticQuerySpec`; the other fields describe
+            its document side), or None.
     """
 
     transformer: str
@@ -135,6 +154,7 @@ class SentenceTransformerSpec:
     prompts: Dict[str, str] = dataclasses.field(default_factory=dict)
     default_prompt_name: Optional[str] = None
     include_prompt: bool = True
+    static_query: Optional[StaticQuerySpec] = None
 
 
 SETTINGS_FILE = "config_sentence_transformers.json"
@@ -181,13 +201,9 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     if not isinstance(modules, list) or not modules or not all(isinstance(module, dict) for module in modules):
         raise CheckpointError(f"{modules_file}: expected a list of modules, each an object with its type and path")
     found = {"transformer": None, "mlm": False, "pooling": None, "include_prompt": True, "dense": [],
-             "normalize": None, "mask": None}
+             "normalize": None, "mask": None, "static_query": None}
     for module in sorted(modules, key=lambda entry: _index(entry, modules_file)):
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        if kind not in MODULE_READERS:
-            raise CheckpointError(f"{modules_file}: module {module.get('name')!r} of type {module.get('type')!r} "
-                                  f"is not one kbert reads ({', '.join(MODULE_READERS)})")
-        MODULE_READERS[kind](found, module_path(folder, module.get("path", ""), modules_file))
+        _read_module(found, module.get("type"), module.get("name"), folder, module.get("path", ""), modules_file)
     transformer = found["transformer"]
     config_path = next((path for path in (os.path.join(transformer, "sentence_bert_config.json"),
                                           os.path.join(folder, "sentence_bert_config.json")) if os.path.isfile(path)),
@@ -200,7 +216,17 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     return SentenceTransformerSpec(transformer, found["pooling"], found["dense"], found["normalize"] is not None,
                                    _length(config, "max_seq_length", config_path),
                                    _flag(config, "do_lower_case", False, config_path), prompts, default_prompt_name,
-                                   found["include_prompt"])
+                                   found["include_prompt"], found["static_query"])
+
+
+def _read_module(found: dict, kind, name, folder: str, path, listed_in: str) -> None:
+    """The module of type `kind` (read by its last name) at `path` inside `folder`, as `listed_in` lists it."""
+    place = module_path(folder, path, listed_in)  # a path out of the folder is refused first, whatever its type
+    reader = MODULE_READERS.get(str(kind or "").rsplit(".", 1)[-1])
+    if reader is None:
+        raise CheckpointError(f"{listed_in}: module {name!r} of type {kind!r} is not one kbert reads "
+                              f"({', '.join(MODULE_READERS)})")
+    reader(found, place)
 
 
 def _check_pipeline(found: dict, modules_file: str, kind: Optional[str]) -> None:
@@ -230,12 +256,62 @@ def _check_pipeline(found: dict, modules_file: str, kind: Optional[str]) -> None
     if splade and (found["dense"] or found["normalize"] is not None):
         raise CheckpointError(f"{modules_file}: a Dense or Normalize after a SpladePooling is not one kbert "
                               "computes (a sparse vector ends at its pooling)")
+    if found["static_query"] is not None and not splade:
+        raise CheckpointError(f"{modules_file}: a Router's query route of static weights needs SPLADE (an "
+                              "MLMTransformer and a SpladePooling) as its document route")
 
 
 def _read_transformer(found: dict, path: str, mlm: bool = False) -> None:
+    """A Transformer (an MLMTransformer: `mlm`): sentence-transformers 6 marks a masked-LM one by its
+    `transformer_task` `fill-mask` instead; a task whose outputs are not hidden states or logits is refused."""
     if found["transformer"] is not None:
         raise CheckpointError(f"{path}: a second transformer module; kbert reads one")
-    found.update(transformer=path, mlm=mlm)
+    config_path = os.path.join(path, "sentence_bert_config.json")
+    task = (_object(config_path) if os.path.isfile(config_path) else {}).get("transformer_task", "feature-extraction")
+    if task not in ("feature-extraction", "fill-mask"):
+        raise CheckpointError(f"{config_path}: transformer_task {task!r}: kbert reads feature-extraction (hidden "
+                              "states) and fill-mask (a masked-LM's logits) transformers")
+    found.update(transformer=path, mlm=mlm or task == "fill-mask")
+
+
+def _read_router(found: dict, path: str) -> None:
+    """A `Router` (its `router_config.json`) of the one form kbert computes: inference-free SPLADE, a `query` route
+    of one `SparseStaticEmbedding` and a `document` route of SPLADE's modules, read into `found` as if listed in
+    `modules.json`. Any other form is refused, naming its routes."""
+    config_path = os.path.join(path, "router_config.json")
+    if found["static_query"] is not None:
+        raise CheckpointError(f"{config_path}: a second Router; kbert reads one")
+    config = _object(config_path)
+    types, structure, parameters = (config.get(key) for key in ("types", "structure", "parameters"))
+    if not isinstance(types, dict) or not isinstance(structure, dict) or not isinstance(parameters or {}, dict):
+        raise CheckpointError(f"{config_path}: expected objects types, structure and parameters, as "
+                              "sentence-transformers' Router writes them")
+    parameters = parameters or {}
+    query = structure.get("query")
+    static = isinstance(query, list) and len(query) == 1 and \
+        str(types.get(query[0], "")).rsplit(".", 1)[-1] == "SparseStaticEmbedding"
+    if set(structure) != {"query", "document"} or not static or parameters.get("route_mappings"):
+        raise CheckpointError(f"{config_path}: a Router of the routes {', '.join(map(repr, structure))}; kbert "
+                              "computes inference-free SPLADE: the routes query (one SparseStaticEmbedding) and "
+                              "document (an MLMTransformer and a SpladePooling), without route_mappings")
+    # sentence-transformers' fallback where none is named: the first route, unless allow_empty_key is false
+    default_route = parameters.get("default_route") or (next(iter(structure))
+                                                        if parameters.get("allow_empty_key", True) else None)
+    if default_route not in ("query", "document"):
+        raise CheckpointError(f"{config_path}: default_route {default_route!r}: expected query or document")
+    if not isinstance(structure["document"], list):
+        raise CheckpointError(f"{config_path}: structure.document: expected a list of module names")
+    for name in structure["document"]:
+        _read_module(found, types.get(name), name, path, name, config_path)
+    query_path = module_path(path, query[0], config_path)
+    found["static_query"] = StaticQuerySpec(query_path, _flag(_static_config(query_path), "frozen", False,
+                                                              os.path.join(query_path, "config.json")),
+                                            default_route)
+
+
+def _static_config(path: str) -> dict:
+    config_path = os.path.join(path, "config.json")
+    return _object(config_path) if os.path.isfile(config_path) else {}
 
 
 def _read_pooling(found: dict, path: str) -> None:
@@ -271,6 +347,7 @@ MODULE_READERS = {
     "Dense": lambda found, path: found["dense"].append(_dense(path)),
     "Normalize": lambda found, path: found.update(normalize=_read_module_input(path)),
     "MultiVectorMask": _read_multi_vector_mask,
+    "Router": _read_router,
 }
 
 
@@ -383,10 +460,7 @@ def write_modules(folder: str, pooling: "str | SpladeSpec | MultiVectorSpec", di
                        "models.Transformer")]
     settings = {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case}
     if kind == "SparseEncoder":
-        modules.append(_module(1, "1_SpladePooling", "sparse_encoder.models.SpladePooling"))
-        _write_json(os.path.join(folder, "1_SpladePooling", "config.json"), {
-            "pooling_strategy": pooling.strategy, "activation_function": pooling.activation,
-            "embedding_dimension": dimensions})
+        modules.append(_write_splade_pooling(folder, 1, "1_SpladePooling", pooling, dimensions))
     elif kind == "SentenceTransformer":
         modules.append(_module(1, "1_Pooling", "models.Pooling"))
         flags = {flag: mode == pooling for flag, mode in _POOLING_FLAGS.items()}
@@ -413,10 +487,53 @@ def write_modules(folder: str, pooling: "str | SpladeSpec | MultiVectorSpec", di
     _write_json(os.path.join(folder, MODULES_FILE), modules)
     _write_json(os.path.join(folder, "sentence_bert_config.json"), settings)
     if prompts or kind != "SentenceTransformer":
-        similarity = {"SparseEncoder": "dot", "MultiVectorEncoder": "maxsim"}.get(kind, "cosine")
-        _write_json(os.path.join(folder, SETTINGS_FILE),
-                    {"model_type": kind, "prompts": prompts or {}, "default_prompt_name": default_prompt_name,
-                     "similarity_fn_name": similarity})
+        _write_settings(folder, kind, prompts, default_prompt_name)
+
+
+def _write_settings(folder: str, kind: str, prompts: Optional[Dict[str, str]], default_prompt_name: Optional[str]):
+    similarity = {"SparseEncoder": "dot", "MultiVectorEncoder": "maxsim"}.get(kind, "cosine")
+    _write_json(os.path.join(folder, SETTINGS_FILE), {"model_type": kind, "prompts": prompts or {},
+                                                      "default_prompt_name": default_prompt_name,
+                                                      "similarity_fn_name": similarity})
+
+
+def _write_splade_pooling(folder: str, index: int, path: str, pooling: SpladeSpec, dimensions: int) -> dict:
+    _write_json(os.path.join(folder, path, "config.json"), {
+        "pooling_strategy": pooling.strategy, "activation_function": pooling.activation,
+        "embedding_dimension": dimensions})
+    return _module(index, path, "sparse_encoder.models.SpladePooling")
+
+
+#: The folders of an inference-free sparse encoder's modules, as sentence-transformers' Router names them.
+ROUTER_FOLDERS = {"query": "query_0_SparseStaticEmbedding", "document": "document_0_MLMTransformer",
+                  "pooling": "document_1_SpladePooling"}
+
+
+def write_router(folder: str, pooling: SpladeSpec, static: StaticQuerySpec, weights: np.ndarray,
+                 max_seq_length: int, prompts: Optional[Dict[str, str]] = None,
+                 default_prompt_name: Optional[str] = None, do_lower_case: bool = False) -> None:
+    """An inference-free sparse encoder's module files, laid out as sentence-transformers' `Router` saves them:
+    `modules.json` (the Router), `router_config.json` (its routes and `default_route`), the document route's
+    `sentence_bert_config.json` and `SpladePooling`, and the query route's `SparseStaticEmbedding` (`weights` as its
+    `weight` tensor, and `frozen`). The caller writes the transformer's files into `ROUTER_FOLDERS["document"]`,
+    and the tokenizer's into it and `ROUTER_FOLDERS["query"]`."""
+    from safetensors.numpy import save_file
+
+    query, document = ROUTER_FOLDERS["query"], ROUTER_FOLDERS["document"]
+    _write_json(os.path.join(folder, document, "sentence_bert_config.json"),
+                {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case})
+    _write_splade_pooling(folder, 1, ROUTER_FOLDERS["pooling"], pooling, int(weights.shape[0]))
+    _write_json(os.path.join(folder, query, "config.json"), {"frozen": static.frozen})
+    save_file({"weight": np.ascontiguousarray(weights, np.float32)}, os.path.join(folder, query, "model.safetensors"))
+    prefix = "sentence_transformers.sparse_encoder.modules."
+    _write_json(os.path.join(folder, "router_config.json"), {
+        "types": {query: prefix + "sparse_static_embedding.SparseStaticEmbedding",
+                  document: prefix + "mlm_transformer.MLMTransformer",
+                  ROUTER_FOLDERS["pooling"]: prefix + "splade_pooling.SpladePooling"},
+        "structure": {"query": [query], "document": [document, ROUTER_FOLDERS["pooling"]]},
+        "parameters": {"default_route": static.default_route, "allow_empty_key": True, "route_mappings": {}}})
+    _write_json(os.path.join(folder, MODULES_FILE), [_module(0, "", "base.modules.router.Router")])
+    _write_settings(folder, "SparseEncoder", prompts, default_prompt_name)
 
 
 def _write_dense(folder: str, index: int, weights: list, activation: Optional[str], vectors: str) -> dict:
@@ -498,20 +615,7 @@ def dense_weights(spec: DenseSpec) -> list:
     """A `Dense` module's weights in Keras's order (`[kernel, bias]`), checked against its config: the tensors
     `linear.weight` `[out, in]` (and `linear.bias` `[out]`), floating-point and finite, from its `model.safetensors`
     or else its `pytorch_model.bin` (`read_torch_tensors`: no code of the file runs)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    path = os.path.join(spec.path, "model.safetensors")
-    if not os.path.isfile(path):  # sentence-transformers 2's pickle, read without running it
-        from kbert.checkpoints.torch_pickle import read_torch_tensors
-
-        path = os.path.join(spec.path, "pytorch_model.bin")
-        tensors = read_torch_tensors(path)
-    else:
-        try:
-            tensors = load_file(path)
-        except (SafetensorError, OSError, ValueError) as error:
-            raise CheckpointError(f"{path}: not a readable safetensors file ({str(error).splitlines()[0]})") from None
+    path, tensors = _module_tensors(spec.path)
     expected = {"linear.weight": (spec.out_features, spec.in_features)}
     if spec.bias:
         expected["linear.bias"] = (spec.out_features,)
@@ -525,6 +629,38 @@ def dense_weights(spec: DenseSpec) -> list:
             raise CheckpointError(f"{path}: {name} holds NaN or infinite values; the file is damaged or its run "
                                   "diverged")
     return [tensors["linear.weight"].T] + ([tensors["linear.bias"]] if spec.bias else [])
+
+
+def static_query_weights(spec: StaticQuerySpec, vocab_size: int) -> np.ndarray:
+    """A `SparseStaticEmbedding`'s weights (its `weight` tensor) as float32, checked: one per entry of the
+    document side's vocabulary (`vocab_size`), finite."""
+    path, tensors = _module_tensors(spec.path)
+    weight = tensors.get("weight")
+    if weight is None or tuple(weight.shape) != (vocab_size,) or weight.dtype.kind != "f":
+        got = "missing" if weight is None else f"{weight.dtype} {list(weight.shape)}"
+        raise CheckpointError(f"{path}: weight: expected {vocab_size} floats (one per entry of the document "
+                              f"model's vocabulary), got {got}")
+    if not np.isfinite(weight).all():
+        raise CheckpointError(f"{path}: weight holds NaN or infinite values; the file is damaged or its run diverged")
+    return weight.astype(np.float32)
+
+
+def _module_tensors(folder: str) -> Tuple[str, Dict[str, np.ndarray]]:
+    """A module's file of tensors and what it holds: its `model.safetensors`, else its `pytorch_model.bin`
+    (sentence-transformers 2's pickle, read by `read_torch_tensors`: no code of the file runs)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    path = os.path.join(folder, "model.safetensors")
+    if not os.path.isfile(path):
+        from kbert.checkpoints.torch_pickle import read_torch_tensors
+
+        path = os.path.join(folder, "pytorch_model.bin")
+        return path, read_torch_tensors(path)
+    try:
+        return path, load_file(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({str(error).splitlines()[0]})") from None
 
 
 def _json(path: str):

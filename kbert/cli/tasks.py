@@ -624,7 +624,9 @@ def run_embed(args) -> int:
     _check_sparse_options(args, embedder)
     if embedder.multi_vector:
         return _embed_multi_vector(args, embedder, texts)
-    texts = embedder.prompted(texts, args.prompt_name, args.prompt)  # an unknown name is refused before an export
+    # an unknown name is refused before an export; a sparse encoder's --prompt-name query or document is the role
+    role = args.prompt_name if embedder.sparse and args.prompt_name in ("query", "document") else None
+    texts = embedder.role_prompted(texts, role, None if role else args.prompt_name, args.prompt)
     embedder.check_dimensions(args.dimensions)
     ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else None
     if onnx:
@@ -632,7 +634,7 @@ def run_embed(args) -> int:
 
         embedder.model = onnx_embedder(embedder, args.quantize)
     if embedder.sparse:
-        for indices, values in embedder.encode_sparse(texts, args.batch_size, args.top_k, prompt=""):
+        for indices, values in embedder.encode_sparse(texts, args.batch_size, args.top_k, prompt="", role=role):
             print(json.dumps({"indices": indices.tolist(), "values": values.tolist()}))
         return 0
     vectors = embedder.truncated(embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt=""),

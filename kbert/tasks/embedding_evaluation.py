@@ -118,7 +118,7 @@ def rankings(embedder, texts: Dict[str, List[str]], batch_size: int = 64) -> Tup
     prompts = {role: embedder.prompt_name_for(role) for role in texts}
     extra = {}
     if embedder.sparse:
-        documents, vectors = (embedder.encode_sparse(texts[role], batch_size, prompt_name=prompts[role])
+        documents, vectors = (embedder.encode_sparse(texts[role], batch_size, role=role)  # a role's prompt and side
                               for role in ("document", "query"))
         index = SparseIndex(documents, len(documents))
         blocks = _blocks(lambda terms: index.scores(*terms), vectors)

@@ -1,0 +1,90 @@
+"""Inference-free sparse encoders: SPLADE for documents, a weight table for queries.
+
+opensearch's neural sparse `doc-v3` models (and sentence-transformers' `Router.for_query_document` with a
+`SparseStaticEmbedding` query route) run the transformer on documents only. A query's sparse vector is the table's
+weight of each vocabulary entry the query holds, once however often it occurs, read without `[CLS]` or `[SEP]`:
+searching costs a tokenizer and a lookup, no model call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from kbert.checkpoints.sentence_transformers import StaticQuerySpec, static_query_weights
+from kbert.errors import CheckpointError
+
+#: transformers' stand-in for "no limit" in a tokenizer's `model_max_length` is 1e30: anything past this is none.
+_NO_LIMIT = 10 ** 9
+
+
+@dataclasses.dataclass
+class StaticQuery:
+    """An inference-free sparse encoder's query side.
+
+    Args:
+        weights: `[vocabulary]` float32, each entry's weight (0: a token the query vectors leave out).
+        tokenizer: the query module's own tokenizer (its folder's `tokenizer.json`).
+        max_length: the tokens of a query read at most (its tokenizer's `model_max_length`; None: all).
+        frozen: whether training leaves the weights as they are.
+        default_route: `query` or `document`, the side a text given no role takes.
+
+    Example:
+    >>> from kbert.tokenizers import Tokenizer
+    >>> query = StaticQuery(np.array([0, 0, 0, 0.5, 2.0, 0], np.float32),
+    ...                     Tokenizer({"[PAD]": 0, "[CLS]": 1, "[SEP]": 2, "cat": 3, "dog": 4, "[UNK]": 5}), None)
+    >>> query.terms(query.tokens(["dog cat dog"])[0])
+    (array([3, 4]), array([0.5, 2. ], dtype=float32))
+    """
+
+    weights: np.ndarray
+    tokenizer: object
+    max_length: Optional[int]
+    frozen: bool = False
+    default_route: str = "document"
+
+    @classmethod
+    def load(cls, spec: StaticQuerySpec, vocab_size: int) -> "StaticQuery":
+        """The query module of `spec`, its weights checked against the document side's `vocab_size`."""
+        from kbert.tokenizers.tokenizer_json import check_tokenizer_fits, folder_tokenizer
+
+        tokenizer = folder_tokenizer(spec.path)
+        check_tokenizer_fits(tokenizer, vocab_size, spec.path)
+        return cls(static_query_weights(spec, vocab_size), tokenizer, _model_max_length(spec.path), spec.frozen,
+                   spec.default_route)
+
+    def takes(self, role: Optional[str]) -> bool:
+        """Whether a text of `role` (`query`, `document` or None: the default route) is read by the table."""
+        return (role or self.default_route) == "query"
+
+    def tokens(self, texts: Sequence[str]) -> List[List[int]]:
+        """Each text's token ids, without special tokens, cut to `max_length`."""
+        return [ids[:self.max_length] for ids, _ in self.tokenizer.ids_and_offsets(list(texts))]
+
+    def terms(self, ids: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+        """A query's sparse vector from its token ids: each distinct id (ascending) and its weight, those of
+        weight 0 left out."""
+        present = np.unique(np.asarray(ids, np.int64))
+        values = self.weights[present]
+        return present[values != 0], values[values != 0]
+
+
+def _model_max_length(folder: str) -> Optional[int]:
+    """The `model_max_length` of a folder's `tokenizer_config.json`, None where it sets no limit."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle).get("model_max_length")
+    except (ValueError, AttributeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path}: not a JSON object of settings ({error})") from None
+    if value is None or (isinstance(value, (int, float)) and value >= _NO_LIMIT):
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise CheckpointError(f"{path}: model_max_length {value!r}: expected a positive whole number")
+    return value
