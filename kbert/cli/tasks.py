@@ -674,7 +674,7 @@ def _embed_multi_vector(args, embedder, texts) -> int:
     from kbert.serving.export import onnx_embedder
 
     if onnx_runtime_chosen(args):
-        onnx_embedder(embedder)  # refused, saying why, before any text is embedded
+        embedder.model = onnx_embedder(embedder, args.quantize)
     role = args.prompt_name if args.prompt_name in ("query", "document") else None  # the role picks its prompt
     vectors = embedder.encode_multi_vector(texts, role, args.batch_size, prompt_name=None if role else args.prompt_name,
                                            prompt=args.prompt)

@@ -65,6 +65,7 @@ class _Endpoint:
     tokenizer: object
     task: str
     metadata: dict = dataclasses.field(default_factory=dict)
+    samples: Optional[list] = None  # the check's rows `(token_ids, segment_ids)` where a tokenizer's do not do
 
 
 SUFFIXES = {".onnx": "onnx", ".tflite": "litert", ".keras": "keras"}
@@ -201,12 +202,21 @@ def _input_metadata(model_dir: str) -> dict:
 
 def embedder_endpoint(embedder) -> _Endpoint:
     """An embedding model's vectors (pooled, projected and normalised as the model declares, in the graph), with
-    what a runtime without kbert needs to make its input and read its output."""
+    what a runtime without kbert needs to make its input and read its output. A multi-vector encoder's are each
+    token's (`[batch, tokens, dimensions]`), checked on queries filled up to their expansion as well."""
+    note = ("token_ids and segment_ids as the model's own tokenizer (tokenizer.json or vocab.txt in its folder) "
+            "makes them, cut to kbert_maxlen tokens")
+    samples = None
+    if embedder.multi_vector:
+        note += ("; a query is filled up to its length with the expansion token, given as -1 - id where no other "
+                 "token attends to it (kbert.tasks.multi_vector.role_tokens); the skiplist's tokens are left out "
+                 "after the model")
+        texts = list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS)
+        samples = embedder.role_tokens(texts, "query") + embedder.role_tokens(texts, "document")
     return _Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
                      {"kbert_pooling": str(embedder.pooling), "kbert_normalized": embedder.normalize,
                       "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
-                      "kbert_input_note": "token_ids and segment_ids as the model's own tokenizer (tokenizer.json "
-                                          "or vocab.txt in its folder) makes them, cut to kbert_maxlen tokens"})
+                      "kbert_input_note": note}, samples)
 
 
 def _classifier_endpoint(classifier) -> _Endpoint:
@@ -348,14 +358,13 @@ def onnx_classifier(classifier, quantize: Optional[str] = None, threads: Optiona
 
 
 def onnx_embedder(embedder, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
-    """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) ONNX model; a multi-vector encoder's is
+    """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) ONNX model; bge-m3's sparse head's is
     refused (not built)."""
     from kbert.checkpoints.bge_m3 import LexicalSpec
 
-    if embedder.multi_vector or isinstance(embedder.pooling, LexicalSpec):
-        kind = "a multi-vector encoder (ColBERT)" if embedder.multi_vector else "bge-m3's sparse head"
-        raise KbertError(f"{embedder.source or 'this model'}: {kind}, which kbert runs in Keras only: its ONNX "
-                         "export (--runtime onnxruntime, --quantize) is not built")
+    if isinstance(embedder.pooling, LexicalSpec):
+        raise KbertError(f"{embedder.source or 'this model'}: bge-m3's sparse head, which kbert runs in Keras only: "
+                         "its ONNX export (--runtime onnxruntime, --quantize) is not built")
     return OnnxModel(embedder_endpoint(embedder), quantize, threads)
 
 
@@ -378,7 +387,8 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
     from kbert.tokenizers import pad_batch
 
     texts = SAMPLE_TEXTS + (EMBEDDING_SAMPLE_TEXTS if endpoint.output == "embeddings" else ())
-    token_ids, segment_ids = pad_batch([endpoint.tokenizer.encode(text) for text in texts], endpoint.tokenizer.pad_id)
+    rows = endpoint.samples or [endpoint.tokenizer.encode(text) for text in texts]
+    token_ids, segment_ids = pad_batch(rows, endpoint.tokenizer.pad_id)
     token_ids, segment_ids = token_ids.astype(np.int32), segment_ids.astype(np.int32)
     expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(token_ids, segment_ids)))
     got = np.asarray(run(token_ids, segment_ids))
