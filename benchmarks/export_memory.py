@@ -43,8 +43,9 @@ def main() -> int:
         return 0
     print("| model | export | loaded | peak during the export | held after | seconds |\n|---|---|---:|---:|---:|---:|")
     for model in args.model:
+        quantize = ["--quantize", args.quantize] if args.quantize else []
         run = subprocess.run([sys.executable, "-m", "benchmarks.export_memory", "--child", "--model", model,
-                              "--quantize", args.quantize], capture_output=True, text=True)
+                              *quantize], capture_output=True, text=True)
         lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
         if run.returncode or not lines:
             print(f"| {model} | failed ({run.returncode}): {run.stderr.strip().splitlines()[-1:]} |")

@@ -128,6 +128,24 @@ def test_reranking_quality_benchmark_runs(tmp_path):
 
 
 @pytest.mark.examples
+def test_retrieval_quality_benchmark_runs(tmp_path):
+    shared_path("data", "sentiment", "sentiment.test.data")
+    out = tmp_path / "results.json"
+    result = subprocess.run([sys.executable, "-m", "benchmarks.retrieval_quality", "--work", str(tmp_path / "work"),
+                             "--config", "configs/bert_tiny.json", "--pairs", "96", "--test", "48",
+                             "--pretrain-epochs", "1", "--maxlen", "32", "--json", str(out)],
+                            capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"dense (in-batch)", "SPLADE", "ColBERT", "BM25 (word pieces)",
+                            "hybrid: dense + SPLADE (RRF)"}
+    assert all(0 < row["ndcg@10"] <= 1 and 0 < row["recall@100"] <= 1 for row in results.values())
+    assert results["SPLADE"]["document_terms"] > 0 and results["ColBERT"]["document_vectors"] > 1
+    assert results["BM25 (word pieces)"]["recall@100"] == 1.0  # 48 documents: every one is within 100
+    assert "| hybrid: dense + SPLADE (RRF) |" in result.stdout
+
+
+@pytest.mark.examples
 @pytest.mark.parity
 def test_long_inputs_benchmark_runs_against_transformers():
     pytest.importorskip("transformers", reason="the parity extra (transformers, torch) is not installed")

@@ -12,7 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import kbert_in_process, write, write_crafted_pt, xlm_roberta_embedder_folder
+from conftest import (evaluated_on_prefixes, kbert_in_process, mean_reciprocal_rank, write, write_crafted_pt,
+                      xlm_roberta_embedder_folder)
 
 TEXTS = ["A man is eating food.", "drums drums drums", "The girl is carrying a baby on her back in the park.",
          "Someone in a gorilla costume is playing a set of drums."]
@@ -88,3 +89,44 @@ def test_bge_m3s_sparse_and_colbert_heads_are_flagembeddings(dense_folder, tmp_p
     run = kbert_in_process("embed", "--model", str(folder), str(texts), "--head", "colbert")
     assert run.returncode == 0, run.stderr
     np.testing.assert_allclose(json.loads(run.stdout.splitlines()[2])["embedding"], vectors[2], atol=1e-6)
+    from test_serve import post, running_server
+
+    with running_server(folder, "--head", "sparse", "--max-batch", "3") as (url, _):
+        status, answer = post(url, {"inputs": TEXTS}, path="/embed_sparse")
+        assert status == 200
+        assert [[entry["index"] for entry in row] for row in answer] == [indices.tolist() for indices, _ in terms]
+        np.testing.assert_allclose([entry["value"] for entry in answer[2]], terms[2][1], rtol=1e-4)
+        status, answer = post(url, {"texts": TEXTS[:1]})
+        assert status == 200 and answer["predictions"][0]["indices"] == terms[0][0].tolist()
+    with running_server(folder, "--head", "colbert") as (url, _):
+        status, answer = post(url, {"inputs": TEXTS}, path="/embed_all")
+        assert status == 200
+        np.testing.assert_allclose(answer[3], vectors[3], atol=1e-5)
+
+
+@pytest.mark.parity
+def test_kbert_evaluate_scores_each_head_of_bge_m3(dense_folder, tmp_path, capsys):
+    torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
+    import shutil
+
+    from kbert.tasks.embedding import Embedder
+    from kbert.tasks.multi_vector import maxsim
+
+    folder = tmp_path / "bge-m3"
+    shutil.copytree(dense_folder, folder)
+    torch.manual_seed(1)
+    torch.save(torch.nn.Linear(32, 1).state_dict(), folder / "sparse_linear.pt")
+    torch.save(torch.nn.Linear(32, 24).state_dict(), folder / "colbert_linear.pt")
+    corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods."]
+    sparse, _ = evaluated_on_prefixes(folder, tmp_path / "sparse", capsys, corpus, 12, "--head", "sparse")
+    colbert, queries = evaluated_on_prefixes(folder, tmp_path / "colbert", capsys, corpus, 12, "--head", "colbert")
+    embedder = Embedder.load(folder, head="sparse")
+    terms = [dict(zip(*map(np.ndarray.tolist, row))) for row in embedder.encode_sparse(corpus)]
+    asked = [dict(zip(*map(np.ndarray.tolist, row))) for row in embedder.encode_sparse(queries)]
+    scores = np.array([[sum(weight * document.get(index, 0) for index, weight in query.items()) for document in terms]
+                       for query in asked])
+    assert sparse["mrr@10"] == pytest.approx(mean_reciprocal_rank(scores)) and sparse["document_terms"] > 0
+    embedder = Embedder.load(folder, head="colbert")
+    documents = embedder.encode_multi_vector(corpus, "document")
+    scores = np.array([maxsim(query, documents) for query in embedder.encode_multi_vector(queries, "query")])
+    assert colbert["mrr@10"] == pytest.approx(mean_reciprocal_rank(scores)) and colbert["document_vectors"] > 1

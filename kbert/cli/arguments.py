@@ -159,6 +159,13 @@ def precision_option(parser: argparse.ArgumentParser, weights: bool = False) -> 
 RUNTIMES = ("keras", "onnxruntime")  # what runs a classifier's or an embedding model's batches
 
 
+def embedding_head_argument(parser: argparse.ArgumentParser) -> None:
+    """`--head`: which of bge-m3's outputs an embedding model gives (`Embedder.load(head=)`)."""
+    parser.add_argument("--head", choices=("dense", "sparse", "colbert"),
+                        help="bge-m3's vectors: dense (the folder's own, the default), sparse (its sparse_linear.pt: "
+                             "{\"indices\", \"values\"}) or colbert (its colbert_linear.pt: a vector per token)")
+
+
 def runtime_options(parser: argparse.ArgumentParser, what: str, why: str) -> None:
     """`--runtime` and `--quantize`: run `what` through onnxruntime, on its ONNX export made (and checked against
     Keras) as the command starts; `why` says what that buys here."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from kbert.cli.arguments import (host_name, onnx_runtime_chosen, port_number, positive_float, positive_int,
+from kbert.cli.arguments import (embedding_head_argument, host_name, onnx_runtime_chosen, port_number, positive_float, positive_int,
                                  precision_option, runtime_options)
 from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
@@ -52,6 +52,7 @@ def add_commands(command) -> None:
     serve.add_argument("--ranges", metavar="FILE", help="an embedding model's calibration ranges (kbert embed "
                                                         "--calibrate wrote them): int8 and uint8 vectors on "
                                                         "POST /v1/embed")
+    embedding_head_argument(serve)
     runtime_options(serve, "a classifier or an embedding model", "whose small batches cost about half Keras's on "
                     "TensorFlow")
     precision_option(serve, weights=True)
@@ -79,7 +80,7 @@ def run_serve(args) -> int:
     task = model_task(resolved(args.model))
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
                                   max_new_tokens=args.max_new_tokens, top_k=args.top_k, adapter=args.adapter,
-                                  ranges=args.ranges)
+                                  ranges=args.ranges, head=args.head)
     check_settings(settings, task, args.model)  # before the model loads (the ONNX path skips load_predictor)
     if onnx and task not in ("classify", "embed"):
         option = "--quantize int8" if args.quantize else "--runtime onnxruntime"
@@ -125,7 +126,7 @@ def _onnx_predictor(model_dir: str, task: str, settings, quantize: "str | None",
     from kbert.tasks.predictors import classifier_predictor, embedding_predictor
 
     if task == "embed":
-        embedder = Embedder.load(model_dir, adapter=settings.adapter)
+        embedder = Embedder.load(model_dir, adapter=settings.adapter, head=settings.head)
         embedder.model = onnx_embedder(embedder, quantize, threads)
         return embedding_predictor(model_dir, settings, embedder)
     classifier = load_classifier(model_dir)

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from kbert.cli.arguments import (checkpoint_argument, family_argument, fetch_checkpoint_argument, onnx_runtime_chosen,
+from kbert.cli.arguments import (checkpoint_argument, embedding_head_argument, family_argument, fetch_checkpoint_argument, onnx_runtime_chosen,
                                  positive_int, precision_option, runtime_options)
 from kbert.errors import DataError, KbertError, is_blank
 from kbert.models.heads import TOKEN_HEADS
@@ -89,10 +89,7 @@ def add_commands(command) -> None:
     embed.add_argument("--top-k", type=positive_int, metavar="K",
                        help="a sparse encoder: keep each vector's K largest weights (sentence-transformers' "
                             "max_active_dims); default: every non-zero one")
-    embed.add_argument("--head", choices=("dense", "sparse", "colbert"),
-                       help="bge-m3's vectors: dense (the folder's own, the default), sparse (its sparse_linear.pt: "
-                            "{\"indices\", \"values\"} lines) or colbert (its colbert_linear.pt: a vector per "
-                            "token)")
+    embedding_head_argument(embed)
     embed.add_argument("--adapter", metavar="TASK", help="a model with task LoRA adapters (jina-embeddings-v3): "
                                                          "the task's, merged in (retrieval.query, retrieval.passage, "
                                                          "separation, classification, text-matching); default: none, "
@@ -288,6 +285,7 @@ def _inference_arguments(parser, task_help: str) -> None:
     parser.add_argument("--model-parallel", type=positive_int, default=1, metavar="N",
                         help="JAX: the model split over N devices as kbert train --model-parallel splits it")
     precision_option(parser, weights=True)
+    embedding_head_argument(parser)
 
 
 def _run_options(args, **task_options) -> TrainingOptions:
@@ -385,6 +383,8 @@ def run_evaluate(args) -> int:
     if args.fuse:
         raise KbertError(f"--fuse: fuses two embedding models' retrieval rankings; {args.model} is not an embedding "
                          "model")
+    if args.head:
+        raise KbertError(f"--head {args.head}: picks bge-m3's output of an embedding model; {args.model} is not one")
     if _model_task(args) == "rerank":
         return _evaluate_reranker(args)
     if args.train:
@@ -404,7 +404,7 @@ def _evaluate_embedder(args) -> int:
     from kbert.tasks.embedding_evaluation import evaluate
 
     return _print_scores_line(args, evaluate(args.model, args.data, args.train, batch_size=args.batch_size,
-                                             fuse=args.fuse))
+                                             fuse=args.fuse, head=args.head))
 
 
 def _evaluate_reranker(args) -> int:
@@ -493,7 +493,7 @@ def run_predict(args) -> int:
     task = _model_task(args)  # before waiting for standard input
     texts, pairs = _prediction_input(args, task)
     settings = PredictionSettings(args.batch_size, not args.no_bucketing, args.beam_size, args.max_new_tokens,
-                                  args.top_k)
+                                  args.top_k, head=args.head)
     predictor = load_predictor(args.model, settings)
     kept = [index for index, text in enumerate(texts) if text.strip()]
     if not kept:

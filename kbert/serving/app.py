@@ -166,7 +166,6 @@ def _add_predict_route(app, predictor, service, batcher: Batcher, limits: Server
     """`POST /v1/predict`: a row per text, what `kbert predict --json` prints for it."""
     from fastapi import Request
     from fastapi.responses import JSONResponse
-    from kbert.tasks.embedding import sparse_terms
     from kbert.tasks.predictors import rerank_rows
     from pydantic import BaseModel, Field, ValidationError
 
@@ -189,13 +188,16 @@ def _add_predict_route(app, predictor, service, batcher: Batcher, limits: Server
             if not finite_rows(vectors):
                 raise KbertError("the model gave NaN or infinite values for this input")
             return [{"text": text, "embeddings": tokens.tolist()} for text, tokens in zip(body.texts, vectors)]
+        if embedder is not None and embedder.sparse:
+            terms, _ = await service.embed_sparse(batcher, body.texts, truncate=True)
+            if not finite_rows([values for _, values in terms]):
+                raise KbertError("the model gave NaN or infinite values for this input")
+            return [{"text": text, "indices": indices.tolist(), "values": values.tolist()}
+                    for text, (indices, values) in zip(body.texts, terms)]
         if embedder is not None:
             vectors, _ = await service.embed(batcher, body.texts, truncate=True)
             if not finite_rows(vectors):
                 raise KbertError("the model gave NaN or infinite values for this input")
-            if embedder.sparse:
-                return [{"text": text, "indices": indices.tolist(), "values": values.tolist()}
-                        for text, (indices, values) in zip(body.texts, map(sparse_terms, vectors))]
             return [{"text": text, "embedding": vector.tolist()} for text, vector in zip(body.texts, vectors)]
         if reranker is not None:
             predictor.check_pairs(body.text_pairs)

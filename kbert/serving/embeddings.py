@@ -46,7 +46,7 @@ import numpy as np
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService, TooLong
-from kbert.tasks.embedding import sparse_terms, unit_length
+from kbert.tasks.embedding import unit_length
 from kbert.tasks.multi_vector import ROLES, expanded_queries
 from kbert.tasks.embedding_precision import PRECISIONS, quantized
 
@@ -60,8 +60,11 @@ class EmbeddingService(TokenizedService):
     """
 
     def __call__(self, encoded, pairs=None) -> "np.ndarray | list":
-        """The batcher's model call: vectors of tokenized texts (`Embedder.encode_tokens`), a multi-vector
-        encoder's every token's vectors (`Embedder.token_vectors`)."""
+        """The batcher's model call: vectors of tokenized texts (`Embedder.encode_tokens`), a sparse encoder's
+        non-zero weights (`Embedder.sparse_rows`), a multi-vector encoder's every token's vectors
+        (`Embedder.token_vectors`)."""
+        if self.model.sparse:
+            return self.model.sparse_rows(encoded, self.batch_size)
         if self.model.multi_vector:
             return self.model.token_vectors(encoded, self.batch_size)
         return self.model.encode_tokens(encoded, self.batch_size, normalize=False)
@@ -87,8 +90,7 @@ class EmbeddingService(TokenizedService):
         if static is not None and static.takes(role):
             terms, counts = await batcher.prepare(len(texts), self._static_terms, prompted, truncate)
             return terms, sum(counts)
-        vectors, tokens = await self.run(batcher, prompted, None, truncate)
-        return [sparse_terms(vector) for vector in vectors], tokens
+        return await self.run(batcher, prompted, None, truncate)
 
     def _static_terms(self, texts: List[str], truncate: bool) -> Tuple[list, List[int]]:
         """Queries' weights from the table, a query longer than its tokenizer takes a `TooLong` unless `truncate`."""

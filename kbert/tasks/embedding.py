@@ -218,7 +218,12 @@ class Embedder:
         texts = self.role_prompted(texts, role, prompt_name, prompt)
         if self.static_query is not None and self.static_query.takes(role):
             return [top_terms(*self.static_query.terms(ids), top_k) for ids in self.static_query.tokens(texts)]
-        encoded = encode_within(self.tokenizer, texts, self.maxlen) if texts else []
+        return self.sparse_rows(encode_within(self.tokenizer, texts, self.maxlen) if texts else [], batch_size, top_k)
+
+    def sparse_rows(self, encoded: Sequence[Tuple[List[int], List[int]]], batch_size: int = 32,
+                    top_k: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """`encode_sparse` for texts already tokenized (`(token_ids, segment_ids)` each, within `maxlen`): the
+        model's side, whatever the role."""
         terms: List[Tuple[np.ndarray, np.ndarray]] = [None] * len(encoded)
         lexical = isinstance(self.pooling, LexicalSpec)
         special = np.array([token for token in (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id,

@@ -251,16 +251,17 @@ def _scikit_learn(*modules: str):
 
 
 def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int = 64,
-             fuse: "str | None" = None) -> dict:
+             fuse: "str | None" = None, head: "str | None" = None) -> dict:
     """An embedding model (a sentence-transformers folder, a `kbert train --task embed` directory, a name) scored
     on `data`, by what it holds: a folder is a BEIR retrieval set; with `train` (labelled texts), `data`'s
     labelled texts are classified; a file of scored pairs (`text<TAB>text_b<TAB>score`) is STS; labelled texts
     (`text<TAB>label`) alone are clustered. Returns the scores with `"kind"` and `"data"`. `fuse`: a second model
-    whose retrieval ranking is fused with `model`'s (hybrid search)."""
+    whose retrieval ranking is fused with `model`'s (hybrid search). `head`: bge-m3's output to score (`dense`,
+    `sparse`, `colbert`; `Embedder.load`)."""
     from kbert.tasks.embedding import Embedder, read_text_groups
     from kbert.training.data import read_examples
 
-    embedder = Embedder.load(model)
+    embedder = Embedder.load(model, head=head)
     if fuse is not None and not os.path.isdir(data):
         raise KbertError(f"--fuse: fuses two models' retrieval rankings, on a BEIR folder; {data} is a file")
     if embedder.multi_vector and not os.path.isdir(data):

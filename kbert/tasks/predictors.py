@@ -31,7 +31,8 @@ class PredictionSettings:
     """How a predictor runs: `batch_size` texts a batch, `bucketing` by length; for seq2seq
     `beam_size` and `max_new_tokens`; for fill-mask `top_k` candidates a mark; for an embedding model with task
     LoRA adapters (jina-embeddings-v3) the `adapter` merged in; for an embedding model, the calibration `ranges`
-    file its int8 and uint8 vectors take (`kbert.tasks.embedding_precision`)."""
+    file its int8 and uint8 vectors take (`kbert.tasks.embedding_precision`), and of bge-m3 the `head` whose
+    vectors it gives (`dense`, `sparse`, `colbert`)."""
 
     batch_size: int = 64
     bucketing: bool = True
@@ -40,6 +41,7 @@ class PredictionSettings:
     top_k: int = 5
     adapter: Optional[str] = None
     ranges: Optional[str] = None
+    head: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -104,8 +106,9 @@ def classifier_predictor(classifier, model_dir: str, settings: PredictionSetting
 
 
 def check_settings(settings: PredictionSettings, task: str, model_dir: str) -> None:
-    """A `KbertError` where `settings` give an embedding model's option (`adapter`, `ranges`) to a `task` model."""
-    for name in ("adapter", "ranges"):
+    """A `KbertError` where `settings` give an embedding model's option (`adapter`, `ranges`, `head`) to a `task`
+    model."""
+    for name in ("adapter", "ranges", "head"):
         if getattr(settings, name) is not None and task != "embed":
             raise KbertError(f"{model_dir}: {name} {getattr(settings, name)!r} (--{name}) is an embedding model's "
                              f"option; this is a {task} model")
@@ -241,7 +244,7 @@ def embedding_predictor(model: str, settings: PredictionSettings, embedder=None)
 
     from kbert.tasks.embedding_precision import load_ranges
 
-    embedder = embedder or Embedder.load(model, adapter=settings.adapter)
+    embedder = embedder or Embedder.load(model, adapter=settings.adapter, head=settings.head)
     if settings.ranges is not None:
         if embedder.sparse or embedder.multi_vector:
             raise KbertError(f"{model}: a {'sparse' if embedder.sparse else 'multi-vector'} encoder's vectors are not "
