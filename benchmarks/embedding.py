@@ -235,7 +235,8 @@ def main(argv=None) -> int:
               f"{np.mean((theirs > 0).sum(1)):.1f}")
     cosines = np.sum(mine * theirs, 1) / np.maximum(np.linalg.norm(mine, axis=1) * np.linalg.norm(theirs, axis=1),
                                                     1e-12)
-    print(f"cosine of the engines' vectors of a text: lowest {cosines.min():.5f}, median {np.median(cosines):.5f}")
+    unit = "token" if kind(args.model) == "MultiVectorEncoder" else "text"  # a multi-vector encoder's rows: tokens'
+    print(f"cosine of the engines' vectors of a {unit}: lowest {cosines.min():.5f}, median {np.median(cosines):.5f}")
     return 0
 
 

@@ -44,6 +44,18 @@ def test_a_head_whose_file_is_missing_or_crafted_is_refused(dense_folder, tmp_pa
         Embedder.load(folder, head="lexical")
 
 
+def test_head_is_an_embedding_models_option_refused_for_other_tasks(dense_folder, tmp_path):
+    from kbert.errors import KbertError
+    from kbert.tasks.predictors import PredictionSettings, check_settings
+
+    with pytest.raises(KbertError, match=r"head 'sparse' \(--head\) is an embedding model's option; this is a "
+                                         "classify model"):
+        check_settings(PredictionSettings(head="sparse"), "classify", "runs/sentiment")
+    texts = write(tmp_path, "texts.txt", "\n".join(TEXTS) + "\n")
+    run = kbert_in_process("predict", "--model", str(dense_folder), str(texts), "--head", "colbert")
+    assert run.returncode != 0 and "colbert_linear.pt: missing" in run.stderr and "Traceback" not in run.stderr
+
+
 @pytest.mark.parity
 def test_bge_m3s_sparse_and_colbert_heads_are_flagembeddings(dense_folder, tmp_path):
     torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
@@ -118,6 +130,8 @@ def test_kbert_evaluate_scores_each_head_of_bge_m3(dense_folder, tmp_path, capsy
     torch.save(torch.nn.Linear(32, 1).state_dict(), folder / "sparse_linear.pt")
     torch.save(torch.nn.Linear(32, 24).state_dict(), folder / "colbert_linear.pt")
     corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods."]
+    for kind in ("sparse", "colbert"):
+        (tmp_path / kind).mkdir()
     sparse, _ = evaluated_on_prefixes(folder, tmp_path / "sparse", capsys, corpus, 12, "--head", "sparse")
     colbert, queries = evaluated_on_prefixes(folder, tmp_path / "colbert", capsys, corpus, 12, "--head", "colbert")
     embedder = Embedder.load(folder, head="sparse")
