@@ -304,12 +304,13 @@ def _read_router(found: dict, path: str) -> None:
     for name in structure["document"]:
         _read_module(found, types.get(name), name, path, name, config_path)
     query_path = module_path(path, query[0], config_path)
-    found["static_query"] = StaticQuerySpec(query_path, _flag(_static_config(query_path), "frozen", False,
+    found["static_query"] = StaticQuerySpec(query_path, _flag(_module_config(query_path), "frozen", False,
                                                               os.path.join(query_path, "config.json")),
                                             default_route)
 
 
-def _static_config(path: str) -> dict:
+def _module_config(path: str) -> dict:
+    """A module folder's `config.json` (an object), or {} where it has none (the module's defaults)."""
     config_path = os.path.join(path, "config.json")
     return _object(config_path) if os.path.isfile(config_path) else {}
 
@@ -325,16 +326,15 @@ def _read_splade_pooling(found: dict, path: str) -> None:
 def _read_module_input(path: str) -> str:
     """Which vectors a Dense or Normalize module reads (`module_input_name`): sentence-transformers writes it from
     version 5.4; older folders read the pooled vector."""
-    config_path = os.path.join(path, "config.json")
-    named = (_object(config_path) if os.path.isfile(config_path) else {}).get("module_input_name", _SENTENCE)
+    named = _module_config(path).get("module_input_name", _SENTENCE)
     if named not in (_SENTENCE, _TOKENS):
-        raise CheckpointError(f"{config_path}: module_input_name {named!r}: expected {_SENTENCE} or {_TOKENS}")
+        raise CheckpointError(f"{os.path.join(path, 'config.json')}: module_input_name {named!r}: expected "
+                              f"{_SENTENCE} or {_TOKENS}")
     return named
 
 
 def _read_multi_vector_mask(found: dict, path: str) -> None:
-    config_path = os.path.join(path, "config.json")
-    found["mask"] = (_object(config_path) if os.path.isfile(config_path) else {}), config_path
+    found["mask"] = _module_config(path), os.path.join(path, "config.json")
 
 
 #: How each sentence-transformers module type is read, by its type's last name (versions 2 to 6 spell the

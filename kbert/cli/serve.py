@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from kbert.cli.arguments import (embedding_head_argument, host_name, onnx_runtime_chosen, port_number, positive_float, positive_int,
-                                 precision_option, runtime_options)
+from kbert.cli.arguments import (embedding_head_argument, host_name, onnx_runtime_chosen, port_number,
+                                 positive_float, positive_int, precision_option, runtime_options)
 from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
 

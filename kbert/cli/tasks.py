@@ -11,8 +11,9 @@ import os
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from kbert.cli.arguments import (checkpoint_argument, embedding_head_argument, family_argument, fetch_checkpoint_argument, onnx_runtime_chosen,
-                                 positive_int, precision_option, runtime_options)
+from kbert.cli.arguments import (checkpoint_argument, embedding_head_argument, family_argument,
+                                 fetch_checkpoint_argument, onnx_runtime_chosen, positive_int, precision_option,
+                                 runtime_options)
 from kbert.errors import DataError, KbertError, is_blank
 from kbert.models.heads import TOKEN_HEADS
 from kbert.tasks import TASKS

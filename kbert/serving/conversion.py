@@ -151,9 +151,10 @@ def convert_to_onnx(function, signature, metadata: dict, staging: str, quantize:
 def _collecting_between_optimizers() -> Iterator[None]:
     """tf2onnx's graph optimizers, each run after a collection of Python's garbage. tf2onnx copies the whole
     graph, weights included, before each optimizer (to fall back on if it fails), and the copies left behind are
-    reference cycles that Python collects late: measured on all-MiniLM-L6-v2, the export's peak fell from 5.6 to
-    2.7 GB, and what it held after from 3.4 to 2.0 GB, for 10 s more (docs/deployment.md). tf2onnx has no setting
-    for it: its optimizer table is replaced for the conversion's length, then restored."""
+    reference cycles that Python collects late: measured on all-MiniLM-L6-v2 (`benchmarks.export_memory`), the
+    export's peak fell from 5.5 to 2.55 GB and what it held after from 3.6 to 1.31 GB, for 10 s more
+    (docs/embeddings.md). tf2onnx has no setting for it: its optimizer table is replaced for the conversion's
+    length, then restored."""
     from tf2onnx import optimizer
 
     table = optimizer._get_optimizers
