@@ -152,9 +152,11 @@ def _collecting_between_optimizers() -> Iterator[None]:
     """tf2onnx's graph optimizers, each run after a collection of Python's garbage. tf2onnx copies the whole
     graph, weights included, before each optimizer (to fall back on if it fails), and the copies left behind are
     reference cycles that Python collects late: measured on all-MiniLM-L6-v2 (`benchmarks.export_memory`), the
-    export's peak fell from 5.5 to 2.55 GB and what it held after from 3.6 to 1.31 GB, for 10 s more
-    (docs/embeddings.md). tf2onnx has no setting for it: its optimizer table is replaced for the conversion's
-    length, then restored."""
+    export's peak fell from 5.5 to 2.55 GB and what it held after from 3.6 to 1.31 GB (docs/embeddings.md).
+    tf2onnx has no setting for it: its optimizer table is replaced for the conversion's length, then restored.
+    What lived before the conversion (the libraries, the model) is frozen out of the collections meanwhile, so
+    each scans the conversion's own objects only: a collection costs in proportion to all the process holds, and
+    unfrozen, tests/test_export.py took at least 1,158 s in one test process, against 168 s frozen."""
     from tf2onnx import optimizer
 
     table = optimizer._get_optimizers
@@ -167,10 +169,13 @@ def _collecting_between_optimizers() -> Iterator[None]:
 
     optimizer._get_optimizers = lambda: collections.OrderedDict(
         (name, collecting(factory)) for name, factory in table().items())
+    gc.collect()
+    gc.freeze()
     try:
         yield
     finally:
         optimizer._get_optimizers = table
+        gc.unfreeze()
 
 
 @contextlib.contextmanager
