@@ -236,8 +236,42 @@ def test_kbert_embed_calibrates_and_quantizes_each_precision(minilm, tmp_path, c
     np.testing.assert_array_equal(embedded_in("binary", texts, ranges, capsys), ubinary - 128)
 
 
+def test_ranges_saved_in_the_folder_go_with_the_model(minilm, tmp_path, capsys):
+    """A folder's calibration_ranges.json is its own ranges: `kbert embed --precision int8` takes them as it takes
+    --ranges, `Embedder.load` reads them and `Embedder.save` writes them back; shortened vectors, scaled anew, are
+    refused them, naming the file."""
+    from starlette.testclient import TestClient
+
+    from kbert.serving import ServerLimits, create_app
+    from kbert.tasks.embedding import Embedder
+    from kbert.tasks.predictors import PredictionSettings, embedding_predictor
+
+    texts, ranges = calibrated(tmp_path, capsys)
+    folder = tmp_path / "model"
+    shutil.copytree(minilm_dir(), folder, copy_function=os.symlink)  # the weights are linked, not copied
+    assert main(["embed", "--model", str(folder), str(texts), "--calibrate",
+                 str(folder / "calibration_ranges.json")]) == 0
+    capsys.readouterr()
+    assert main(["embed", "--model", str(folder), str(texts), "--precision", "int8"]) == 0
+    own = np.array([json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()])
+    np.testing.assert_array_equal(own, embedded_in("int8", texts, ranges, capsys))
+    loaded = Embedder.load(folder)
+    np.testing.assert_allclose(loaded.ranges, json.loads(ranges.read_text())["ranges"], atol=0)
+    assert minilm.ranges is None  # a folder without the file
+    app = create_app(embedding_predictor(str(folder), PredictionSettings()), ServerLimits(max_wait_ms=1))
+    with TestClient(app) as test_client:  # kbert serve without --ranges: the folder's own
+        answer = test_client.post("/v1/embed", json={"texts": SENTENCES, "embedding_types": ["int8"]})
+    np.testing.assert_array_equal(answer.json()["embeddings"]["int8"], own)
+    loaded.save(tmp_path / "saved")
+    np.testing.assert_array_equal(Embedder.load(tmp_path / "saved").ranges, loaded.ranges)
+    assert main(["embed", "--model", str(folder), str(texts), "--precision", "uint8", "--dimensions", "128"]) == 2
+    assert (f"kbert: error: {folder / 'calibration_ranges.json'}: ranges of all 384 dimensions; --dimensions 128 "
+            "vectors are scaled anew") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("arguments, message", [
-    (["--precision", "int8"], "--precision int8 needs --ranges FILE"),
+    (["--precision", "int8"], "--precision int8 needs each dimension's range: --ranges FILE, or "
+                              "calibration_ranges.json in "),
     (["--calibrate", "{tmp}/texts.txt"], "texts.txt: already exists"),
     (["--calibrate", "{tmp}/new.json", "--precision", "binary"], "--calibrate writes ranges from float vectors"),
     (["--precision", "uint8", "--ranges", "{tmp}/texts.txt"], "texts.txt: not a readable calibration file"),

@@ -175,6 +175,32 @@ def test_cohere_embed_gives_each_type_with_the_servers_calibration(server, embed
     assert status == 422 and answer["error"]["message"].startswith("embedding_types: 'int4' is not one of float, ")
 
 
+def test_openai_embedding_type_gives_the_quantized_values_as_numbers_or_bytes(server, embedder, ranges):
+    """kbert's `embedding_type` on OpenAI's route: Cohere's precisions, as integers with `float` and one byte each
+    with `base64`; int8 and uint8 by the server's calibration, binary of shortened vectors too."""
+    from kbert.tasks.embedding_precision import load_ranges, quantized
+
+    vectors = embedder.encode(SENTENCES)
+    for kind, dtype in (("int8", np.int8), ("uint8", np.uint8), ("binary", np.int8), ("ubinary", np.uint8)):
+        expected = quantized(vectors, kind, load_ranges(ranges, 384))
+        numbers = client(server).embeddings.create(model="m", input=SENTENCES, encoding_format="float",
+                                                   extra_body={"embedding_type": kind})
+        np.testing.assert_array_equal([item.embedding for item in numbers.data], expected)
+        status, answer = call(server, "/v1/embeddings", {"input": SENTENCES, "encoding_format": "base64",
+                                                         "embedding_type": kind})
+        assert status == 200
+        np.testing.assert_array_equal([np.frombuffer(base64.b64decode(item["embedding"]), dtype)
+                                       for item in answer["data"]], expected)
+    status, answer = call(server, "/v1/embeddings", {"input": SENTENCES, "embedding_type": "ubinary",
+                                                     "dimensions": 128, "encoding_format": "float"})
+    np.testing.assert_array_equal([item["embedding"] for item in answer["data"]],
+                                  np.packbits(vectors[:, :128] > 0, axis=1))
+    for body, param in (({"embedding_type": "int4"}, "embedding_type"),
+                        ({"embedding_type": "int8", "dimensions": 128}, "dimensions")):
+        status, answer = call(server, "/v1/embeddings", {"input": "x", **body})
+        assert status == 422 and answer["error"]["param"] == param, answer
+
+
 def test_tei_similarity_is_each_sentences_cosine_with_the_source(server, embedder):
     status, scores = call(server, "/similarity", {"inputs": {"source_sentence": SENTENCES[0],
                                                               "sentences": SENTENCES[1:]}})
@@ -303,12 +329,15 @@ def test_the_models_default_prompt_is_served_and_tei_picks_another_by_name(embed
         cohere = test_client.post("/v1/embed", json={"texts": SENTENCES[:2], "input_type": "search_document",
                                                      "embedding_types": ["float"]})
         uncalibrated = test_client.post("/v1/embed", json={"texts": SENTENCES[:1], "embedding_types": ["int8"]})
+        uncalibrated_openai = test_client.post("/v1/embeddings", json={"input": "a", "embedding_type": "uint8"})
         tokenized = test_client.post("/tokenize", json={"inputs": "a", "prompt_name": "passage"})
     # Cohere's search_document takes the document prompt (sentence-transformers' encode_document: "passage");
     # a server started without --ranges has no int8; /tokenize places the tokens in the prompted text.
     np.testing.assert_allclose(cohere.json()["embeddings"]["float"],
                                embedder.encode(["passage: " + text for text in SENTENCES[:2]]), atol=1e-5)
     assert uncalibrated.status_code == 422 and "kbert serve --ranges FILE" in uncalibrated.json()["error"]["message"]
+    assert uncalibrated_openai.status_code == 422 and uncalibrated_openai.json()["error"]["message"].startswith(
+        "embedding_type: uint8 needs each dimension's calibration range")
     assert [(token["text"], token["start"]) for token in tokenized.json()[0][1:-1]] == [
         ("passage", 0), (":", 7), ("a", 9)]
     np.testing.assert_allclose([row["embedding"] for row in openai_answer.json()["data"]],

@@ -51,7 +51,8 @@ def add_commands(command) -> None:
                                                          "(retrieval.query, ...); default: the base weights")
     serve.add_argument("--ranges", metavar="FILE", help="an embedding model's calibration ranges (kbert embed "
                                                         "--calibrate wrote them): int8 and uint8 vectors on "
-                                                        "POST /v1/embed")
+                                                        "POST /v1/embed and /v1/embeddings; default: the model "
+                                                        "folder's calibration_ranges.json, if any")
     embedding_head_argument(serve)
     runtime_options(serve, "a classifier or an embedding model", "whose small batches cost about half Keras's on "
                     "TensorFlow")

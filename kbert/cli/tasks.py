@@ -82,7 +82,8 @@ def add_commands(command) -> None:
                             "to unit length where the model's vectors are")
     embed.add_argument("--precision", choices=("float", "int8", "uint8", "binary", "ubinary"), default="float",
                        help="the vectors' values: float32, or fewer bits as sentence-transformers' "
-                            "quantize_embeddings gives them (int8 and uint8 need --ranges)")
+                            "quantize_embeddings gives them (int8 and uint8 need --ranges, or the "
+                            "model folder's calibration_ranges.json)")
     embed.add_argument("--ranges", metavar="FILE", help="each dimension's calibration range, for --precision int8 "
                                                         "or uint8 (a file --calibrate wrote)")
     embed.add_argument("--calibrate", metavar="OUT", help="write each dimension's range over the input texts' "
@@ -607,7 +608,7 @@ def run_embed(args) -> int:
 
     from kbert.io import atomic_path
     from kbert.tasks.embedding import Embedder
-    from kbert.tasks.embedding_precision import calibration_ranges, load_ranges, quantized, save_ranges
+    from kbert.tasks.embedding_precision import RANGES_FILE, calibration_ranges, load_ranges, quantized, save_ranges
 
     for path in (args.npy, args.npy and offsets_path(args.npy)):
         if path and os.path.lexists(path):
@@ -615,6 +616,11 @@ def run_embed(args) -> int:
     _check_precision_options(args)
     onnx = onnx_runtime_chosen(args)
     folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
+    if args.precision in ("int8", "uint8") and not args.ranges and not os.path.isfile(os.path.join(folder,
+                                                                                                  RANGES_FILE)):
+        raise KbertError(f"--precision {args.precision} needs each dimension's range: --ranges FILE, or "
+                         f"{RANGES_FILE} in {folder}; kbert embed --calibrate OUT.json writes them from texts like "
+                         "yours")
     texts = _input_lines(args.input)
     blank = [number for number, text in enumerate(texts, 1) if is_blank(text)]
     if blank:
@@ -629,7 +635,11 @@ def run_embed(args) -> int:
     role = args.prompt_name if embedder.sparse and args.prompt_name in ("query", "document") else None
     texts = embedder.role_prompted(texts, role, None if role else args.prompt_name, args.prompt)
     embedder.check_dimensions(args.dimensions)
-    ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else None
+    ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else embedder.ranges
+    if args.precision in ("int8", "uint8") and not args.ranges and args.dimensions not in (None, embedder.dimensions):
+        raise KbertError(f"{os.path.join(folder, RANGES_FILE)}: ranges of all {embedder.dimensions} dimensions; "
+                         f"--dimensions {args.dimensions} vectors are scaled anew, so they need ranges of their own "
+                         f"(kbert embed --dimensions {args.dimensions} --calibrate OUT.json, then --ranges OUT.json)")
     if onnx:
         from kbert.serving.export import onnx_embedder
 
@@ -722,9 +732,6 @@ def _check_precision_options(args) -> None:
     if args.calibrate and os.path.lexists(args.calibrate):
         raise KbertError(f"{args.calibrate}: already exists; choose a new path (kbert never writes over an "
                          "earlier output)")
-    if args.precision in ("int8", "uint8") and not args.ranges:
-        raise KbertError(f"--precision {args.precision} needs --ranges FILE: each dimension's range, which "
-                         "kbert embed --calibrate OUT.json writes from texts like yours")
 
 
 def run_export(args) -> int:

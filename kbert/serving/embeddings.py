@@ -6,7 +6,9 @@
   `{"error": {"message", "type", "param", "code"}}`, which its client raises as `BadRequestError` and
   the like. `dimensions` keeps a vector's first n values (Matryoshka models are trained for it),
   scaled back to unit length when the model's vectors are. `base64`: little-endian float32 bytes
-  (what the `openai` package asks for and decodes by default).
+  (what the `openai` package asks for and decodes by default). kbert's own `embedding_type` (`float`, `int8`,
+  `uint8`, `binary`, `ubinary`, as Cohere's `embedding_types`) gives the values in fewer bits: lists of integers,
+  or with `base64` one byte each (binary: eight signs to a byte).
 - `POST /embed`, Text Embeddings Inference's: `{"inputs": str | [str], "normalize": true,
   "truncate": false, "prompt_name": null}` gives one list of floats per input; errors `{"error",
   "error_type"}`.
@@ -15,7 +17,8 @@
   "texts", "meta": {"billed_units": {"input_tokens"}}, "response_type": "embeddings_by_type"}` (without
   `embedding_types`: `"embeddings": [[floats]]`, `"embeddings_floats"`). `input_type` `search_query` and
   `search_document` take the model's query and document prompts; int8 and uint8 take the calibration ranges the
-  server was started with (`--ranges`), else are refused; errors in OpenAI's form, as `/v1/rerank`'s.
+  server was started with (`--ranges`, else the model folder's `calibration_ranges.json`), else are refused;
+  errors in OpenAI's form, as `/v1/rerank`'s.
 - `POST /similarity`, TEI's: `{"inputs": {"source_sentence": str, "sentences": [str]}, "parameters":
   {"prompt_name", "truncate"}}` gives the cosine of each sentence's vector with the source sentence's.
 - A sparse encoder (SPLADE) answers `POST /embed_sparse`, TEI's: `{"inputs", "truncate", "prompt_name"}` gives
@@ -48,7 +51,7 @@ from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService, TooLong
 from kbert.tasks.embedding import unit_length
 from kbert.tasks.multi_vector import ROLES, expanded_queries
-from kbert.tasks.embedding_precision import PRECISIONS, quantized
+from kbert.tasks.embedding_precision import PRECISIONS, RANGES_FILE, quantized
 
 
 class EmbeddingService(TokenizedService):
@@ -227,6 +230,10 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
                                      description="float: lists of numbers; base64: little-endian float32 bytes")
         dimensions: Optional[int] = Field(None, ge=1, le=width, strict=True,  # "8" and true are not numbers
                                           description=f"keep the first n of the {width} values")
+        embedding_type: str = Field("float", pattern=f"^({'|'.join(PRECISIONS)})$",
+                                    description="kbert's own: the values in fewer bits (int8 and uint8 by the "
+                                                "model's calibration ranges; binary and ubinary: eight signs to a "
+                                                "byte); with base64, one byte each")
         user: Optional[str] = None
 
     class TEIRequest(_tei_texts_request()):
@@ -254,15 +261,30 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
         truncate: str = Field("END", pattern="^(NONE|END)$", description="END: cut a text longer than the model "
                                                                          "takes; NONE: refuse it (413)")
 
+    def without_ranges(kinds, field: str) -> Optional[Refusal]:
+        """int8 or uint8 among `kinds` where the server has no calibration ranges: the refusal naming `field`."""
+        missing = [kind for kind in kinds if kind in ("int8", "uint8") and service.model.ranges is None]
+        return Refusal(422, f"{field}: {missing[0]} needs each dimension's calibration range, which this server "
+                            f"was not given (kbert serve --ranges FILE, or {RANGES_FILE} in the model's folder)",
+                       field) if missing else None
+
+    def openai_vectors(body, texts):
+        refusal = without_ranges([body.embedding_type], "embedding_type")
+        if not refusal and body.embedding_type in ("int8", "uint8") and body.dimensions not in (None, width):
+            refusal = Refusal(422, f"dimensions: {body.dimensions} values are scaled anew, and the calibration "
+                                   f"ranges are the {width} dimensions' own; ask {body.embedding_type} vectors "
+                                   "without dimensions, or binary ones", "dimensions")
+        if refusal:
+            return _refused(refusal)
+        return served(service.embed(batcher, texts, False), "input")
+
     def cohere_vectors(body, texts):
         wrong = [kind for kind in body.embedding_types or [] if kind not in PRECISIONS]
-        missing = [kind for kind in body.embedding_types or [] if kind in ("int8", "uint8")
-                   and service.model.ranges is None]
-        if wrong or missing:
-            message = (f"embedding_types: {wrong[0]!r} is not one of {', '.join(PRECISIONS)}" if wrong else
-                       f"embedding_types: {missing[0]} needs each dimension's calibration range, which this server "
-                       "was not given (kbert serve --ranges FILE)")
-            return _refused(Refusal(422, message, "embedding_types"))
+        refusal = (Refusal(422, f"embedding_types: {wrong[0]!r} is not one of {', '.join(PRECISIONS)}",
+                           "embedding_types") if wrong else without_ranges(body.embedding_types or [],
+                                                                              "embedding_types"))
+        if refusal:
+            return _refused(refusal)
         role = {"search_query": "query", "search_document": "document"}.get(body.input_type)
         prompt_name = service.model.prompt_name_for(role) if role else None
         return served(service.embed(batcher, texts, body.truncate == "END", prompt_name), "texts")
@@ -278,15 +300,18 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
 
     def openai_answer(body, texts, vectors, tokens):
         vectors = service.model.truncated(vectors, body.dimensions)  # within 1..width: the request's schema
-        encode = ((lambda vector: base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"))
+        vectors = quantized(vectors, body.embedding_type, service.model.ranges)
+        if vectors.dtype == np.float32:
+            vectors = vectors.astype("<f4")  # base64's bytes are little-endian wherever the server runs
+        encode = ((lambda vector: base64.b64encode(vector.tobytes()).decode("ascii"))
                   if body.encoding_format == "base64" else (lambda vector: vector.tolist()))
         return {"object": "list", "model": model_name,
                 "data": [{"object": "embedding", "index": index, "embedding": encode(vector)}
                          for index, vector in enumerate(vectors)],
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    batched_route(app, "/v1/embeddings", OpenAIRequest, "input", limits, "embed", openai_error,
-                  lambda body, texts: served(service.embed(batcher, texts, False), "input"), openai_answer,
+    batched_route(app, "/v1/embeddings", OpenAIRequest, "input", limits, "embed", openai_error, openai_vectors,
+                  openai_answer,
                   "OpenAI's embeddings API: a vector per text, with the tokens used")
     batched_route(app, "/embed", TEIRequest, "inputs", limits, "embed", tei_error,
                   lambda body, texts: served(service.embed(batcher, texts, body.truncate, body.prompt_name), "inputs"),

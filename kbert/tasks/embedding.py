@@ -33,6 +33,7 @@ from kbert.layers.pooling import L2Normalize, Pooling, SpladePooling
 from kbert.layers.views import SplitViews, StackViews
 from kbert.models import naming
 from kbert.models.registry import load_config
+from kbert.tasks.embedding_precision import RANGES_FILE, load_ranges, save_ranges
 from kbert.tasks.inference_free import StaticQuery
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.long_texts import encode_within
@@ -91,7 +92,8 @@ class Embedder:
         do_lower_case: sentence-transformers' own lower-casing of each text (prompt included) before its
             tokenizer sees it (`sentence_bert_config.json`), whatever the tokenizer itself does.
         ranges: each dimension's calibration range (`kbert.tasks.embedding_precision`), for int8 and uint8
-            vectors; None: those precisions are refused.
+            vectors (`load` reads the folder's `calibration_ranges.json`, `save` writes it); None: those
+            precisions are refused.
         static_query: an inference-free sparse encoder's query side (`kbert.tasks.inference_free.StaticQuery`:
             a query's vector is a weight table's, no model call), or None.
 
@@ -122,8 +124,10 @@ class Embedder:
         `adapter`, its weights merged with that task LoRA adapter (jina-embeddings-v3's `retrieval.query`, ...);
         with `head` `sparse` or `colbert`, bge-m3's head of that name instead of the folder's dense vector
         (`kbert.checkpoints.bge_m3`)."""
-        return _from_sentence_transformer(read_sentence_transformer(cls.folder(model, cache_dir)), os.fspath(model),
-                                          adapter, head)
+        folder = cls.folder(model, cache_dir)
+        embedder = _from_sentence_transformer(read_sentence_transformer(folder), os.fspath(model), adapter, head)
+        embedder.ranges = _folder_ranges(folder, embedder)
+        return embedder
 
     @staticmethod
     def folder(model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> str:
@@ -358,10 +362,22 @@ class Embedder:
         staging = staging_directory(folder)
         try:
             write_sentence_transformer(staging, self)
+            if self.ranges is not None:
+                save_ranges(os.path.join(staging, RANGES_FILE), self.ranges, self.source, 0)
             replace_directory(staging, folder)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return folder
+
+
+def _folder_ranges(folder: str, embedder: Embedder) -> Optional[np.ndarray]:
+    """The calibration ranges saved in the model's `folder` (`RANGES_FILE`), checked against its vectors; None
+    where there are none. bge-m3's other heads and sparse or multi-vector encoders have no dense vector for them:
+    their folder's file is left unread."""
+    path = os.path.join(folder, RANGES_FILE)
+    if not os.path.isfile(path) or embedder.sparse or embedder.multi_vector:
+        return None
+    return load_ranges(path, embedder.dimensions)
 
 
 def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapter: Optional[str] = None,

@@ -5,7 +5,8 @@ them: `int8` and `uint8` (each value's place in its dimension's calibration rang
 int8 and uint8 need each dimension's range. Taken from the vectors being quantized, they would change with every
 batch, so two requests' vectors would not compare; kbert takes them from a calibration file instead
 (`kbert embed --calibrate OUT.json` on texts like the corpus), which `kbert embed --ranges` and
-`kbert serve --ranges` read.
+`kbert serve --ranges` read. Saved in the model's folder as `calibration_ranges.json` (`RANGES_FILE`), they go
+with the model: `Embedder.load` reads them, and `Embedder.save` writes them back.
 
 Example:
 >>> import numpy as np
@@ -28,6 +29,7 @@ from kbert.errors import KbertError
 
 PRECISIONS = ("float", "int8", "uint8", "binary", "ubinary")
 RANGES_FORMAT = "kbert-embedding-ranges"
+RANGES_FILE = "calibration_ranges.json"  # a model folder's own ranges (sentence-transformers leaves the file be)
 
 
 def calibration_ranges(vectors: np.ndarray) -> np.ndarray:
