@@ -98,7 +98,7 @@ class EmbeddingService(TokenizedService):
     def _static_terms(self, texts: List[str], truncate: bool) -> Tuple[list, List[int]]:
         """Queries' weights from the table, a query longer than its tokenizer takes a `TooLong` unless `truncate`."""
         static = self.model.static_query
-        ids = [tokens for tokens, _ in static.tokenizer.ids_and_offsets(texts)]
+        ids = static.tokens(texts, cut=False)
         longest = static.max_length
         for index, tokens in enumerate(ids):
             if longest is not None and len(tokens) > longest and not truncate:

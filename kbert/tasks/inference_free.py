@@ -61,9 +61,10 @@ class StaticQuery:
         """Whether a text of `role` (`query`, `document` or None: the default route) is read by the table."""
         return (role or self.default_route) == "query"
 
-    def tokens(self, texts: Sequence[str]) -> List[List[int]]:
-        """Each text's token ids, without special tokens, cut to `max_length`."""
-        return [ids[:self.max_length] for ids, _ in self.tokenizer.ids_and_offsets(list(texts))]
+    def tokens(self, texts: Sequence[str], cut: bool = True) -> List[List[int]]:
+        """Each text's token ids, without special tokens, cut to `max_length` (uncut with `cut` False: a server
+        refuses an over-long query unless asked to cut it)."""
+        return [ids[:self.max_length if cut else None] for ids, _ in self.tokenizer.ids_and_offsets(list(texts))]
 
     def terms(self, ids: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
         """A query's sparse vector from its token ids: each distinct id (ascending) and its weight, those of
