@@ -333,6 +333,8 @@ def cli(*arguments) -> int:
     return main([str(argument) for argument in arguments])
 
 
+# Every task trained, written and read back through the CLI: 33-50 s here, an example (CI runs it).
+@pytest.mark.examples
 def test_each_task_trains_from_the_cli_and_reads_back(backbone, tmp_path):
     family = backbone.parent.name.rstrip("0123456789")
     assert_every_task(backbone, tmp_path, family, pad_id=1 if family == "mpnet" else 0,

@@ -92,6 +92,8 @@ def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
     assert_transformers_parity(tmp_path, LAYOUTS[layout], TOKENS, REAL)
 
 
+# Every task trained, written and read back through the CLI: 33-50 s here, an example (CI runs it).
+@pytest.mark.examples
 def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
     """A random EuroBERT with its (untied) MLM head and a WordPiece tokenizer.json: pre-trained, fine-tuned to
     accuracy 1.0 and exported to ONNX (int8), an embedding model, a reranker written as

@@ -264,6 +264,8 @@ def gte_folder(tmp_path):
     return folder
 
 
+# Every task trained, written and read back through the CLI: 33-50 s here, an example (CI runs it).
+@pytest.mark.examples
 def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
     """Pre-trained, fine-tuned to accuracy 1.0 and exported to ONNX (int8), an embedding model, a reranker written
     as GteForSequenceClassification and a CRF tagger, each read back."""
