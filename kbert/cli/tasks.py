@@ -608,7 +608,8 @@ def run_embed(args) -> int:
 
     from kbert.io import atomic_path
     from kbert.tasks.embedding import Embedder
-    from kbert.tasks.embedding_precision import RANGES_FILE, calibration_ranges, load_ranges, quantized, save_ranges
+    from kbert.tasks.embedding_precision import (CALIBRATED, RANGES_FILE, calibration_ranges, load_ranges, quantized,
+                                                 save_ranges)
 
     for path in (args.npy, args.npy and offsets_path(args.npy)):
         if path and os.path.lexists(path):
@@ -616,8 +617,7 @@ def run_embed(args) -> int:
     _check_precision_options(args)
     onnx = onnx_runtime_chosen(args)
     folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
-    if args.precision in ("int8", "uint8") and not args.ranges and not os.path.isfile(os.path.join(folder,
-                                                                                                  RANGES_FILE)):
+    if args.precision in CALIBRATED and not args.ranges and not os.path.isfile(os.path.join(folder, RANGES_FILE)):
         raise KbertError(f"--precision {args.precision} needs each dimension's range: --ranges FILE, or "
                          f"{RANGES_FILE} in {folder}; kbert embed --calibrate OUT.json writes them from texts like "
                          "yours")
@@ -636,7 +636,7 @@ def run_embed(args) -> int:
     texts = embedder.role_prompted(texts, role, None if role else args.prompt_name, args.prompt)
     embedder.check_dimensions(args.dimensions)
     ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else embedder.ranges
-    if args.precision in ("int8", "uint8") and not args.ranges and args.dimensions not in (None, embedder.dimensions):
+    if args.precision in CALIBRATED and not args.ranges and args.dimensions not in (None, embedder.dimensions):
         raise KbertError(f"{os.path.join(folder, RANGES_FILE)}: ranges of all {embedder.dimensions} dimensions; "
                          f"--dimensions {args.dimensions} vectors are scaled anew, so they need ranges of their own "
                          f"(kbert embed --dimensions {args.dimensions} --calibrate OUT.json, then --ranges OUT.json)")

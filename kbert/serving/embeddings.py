@@ -51,7 +51,7 @@ from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService, TooLong
 from kbert.tasks.embedding import unit_length
 from kbert.tasks.multi_vector import ROLES, expanded_queries
-from kbert.tasks.embedding_precision import PRECISIONS, RANGES_FILE, quantized
+from kbert.tasks.embedding_precision import CALIBRATED, PRECISIONS, RANGES_FILE, quantized
 
 
 class EmbeddingService(TokenizedService):
@@ -263,14 +263,14 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
 
     def without_ranges(kinds, field: str) -> Optional[Refusal]:
         """int8 or uint8 among `kinds` where the server has no calibration ranges: the refusal naming `field`."""
-        missing = [kind for kind in kinds if kind in ("int8", "uint8") and service.model.ranges is None]
+        missing = [kind for kind in kinds if kind in CALIBRATED and service.model.ranges is None]
         return Refusal(422, f"{field}: {missing[0]} needs each dimension's calibration range, which this server "
                             f"was not given (kbert serve --ranges FILE, or {RANGES_FILE} in the model's folder)",
                        field) if missing else None
 
     def openai_vectors(body, texts):
         refusal = without_ranges([body.embedding_type], "embedding_type")
-        if not refusal and body.embedding_type in ("int8", "uint8") and body.dimensions not in (None, width):
+        if not refusal and body.embedding_type in CALIBRATED and body.dimensions not in (None, width):
             refusal = Refusal(422, f"dimensions: {body.dimensions} values are scaled anew, and the calibration "
                                    f"ranges are the {width} dimensions' own; ask {body.embedding_type} vectors "
                                    "without dimensions, or binary ones", "dimensions")
@@ -301,8 +301,8 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
     def openai_answer(body, texts, vectors, tokens):
         vectors = service.model.truncated(vectors, body.dimensions)  # within 1..width: the request's schema
         vectors = quantized(vectors, body.embedding_type, service.model.ranges)
-        if vectors.dtype == np.float32:
-            vectors = vectors.astype("<f4")  # base64's bytes are little-endian wherever the server runs
+        # base64's bytes are little-endian wherever the server runs (a one-byte type has no order to change)
+        vectors = vectors.astype(vectors.dtype.newbyteorder("<"), copy=False)
         encode = ((lambda vector: base64.b64encode(vector.tobytes()).decode("ascii"))
                   if body.encoding_format == "base64" else (lambda vector: vector.tolist()))
         return {"object": "list", "model": model_name,

@@ -363,7 +363,7 @@ class Embedder:
         try:
             write_sentence_transformer(staging, self)
             if self.ranges is not None:
-                save_ranges(os.path.join(staging, RANGES_FILE), self.ranges, self.source, 0)
+                save_ranges(os.path.join(staging, RANGES_FILE), self.ranges, self.source, None)
             replace_directory(staging, folder)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

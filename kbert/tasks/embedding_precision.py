@@ -28,6 +28,7 @@ import numpy as np
 from kbert.errors import KbertError
 
 PRECISIONS = ("float", "int8", "uint8", "binary", "ubinary")
+CALIBRATED = ("int8", "uint8")  # the precisions that need each dimension's calibration range
 RANGES_FORMAT = "kbert-embedding-ranges"
 RANGES_FILE = "calibration_ranges.json"  # a model folder's own ranges (sentence-transformers leaves the file be)
 
@@ -45,7 +46,7 @@ def quantized(vectors: np.ndarray, precision: str, ranges: Optional[np.ndarray] 
     if precision in ("binary", "ubinary"):
         packed = np.packbits(vectors > 0, axis=-1)
         return (packed.astype(np.int16) - 128).astype(np.int8) if precision == "binary" else packed
-    if precision not in ("int8", "uint8"):
+    if precision not in CALIBRATED:
         raise KbertError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     if ranges is None:
         raise KbertError(f"precision {precision}: needs each dimension's calibration range (kbert embed "
@@ -57,8 +58,9 @@ def quantized(vectors: np.ndarray, precision: str, ranges: Optional[np.ndarray] 
     return places.astype(np.uint8) if precision == "uint8" else (places - 128).astype(np.int8)
 
 
-def save_ranges(path: "str | os.PathLike[str]", ranges: np.ndarray, model: str, texts: int) -> None:
-    """The calibration `ranges` of `model` (from `texts` texts) as JSON at `path`, atomically; never over a file."""
+def save_ranges(path: "str | os.PathLike[str]", ranges: np.ndarray, model: str, texts: Optional[int]) -> None:
+    """The calibration `ranges` of `model` (from `texts` texts; None: not known, as when a model is saved again)
+    as JSON at `path`, atomically; never over a file."""
     from kbert.io import atomic_write_text
 
     path = os.fspath(path)
