@@ -8,6 +8,7 @@ random models of each pooling mode is the reference.
 import json
 import os
 import pathlib
+import re
 import shutil
 
 import keras
@@ -26,7 +27,12 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The 
 
 
 def numpy_pooling(states, mask, mode):
+    if "+" in mode:  # several modes: their vectors side by side, in the order named
+        return np.concatenate([numpy_pooling(states, mask, part) for part in mode.split("+")], axis=-1)
     real = mask[..., None].astype(np.float32)
+    if mode == "weightedmean":
+        real = real * np.arange(1, states.shape[1] + 1, dtype=np.float32)[None, :, None]
+        return (states * real).sum(1) / real.sum(1)
     if mode == "cls":
         return states[:, 0]
     if mode == "max":
@@ -37,7 +43,11 @@ def numpy_pooling(states, mask, mode):
     return total / (np.sqrt(count) if mode == "mean_sqrt_len" else count)
 
 
-@pytest.mark.parametrize("mode", POOLING_MODES)
+#: several modes at once, sentence-transformers' order and another
+COMBINED_MODES = ("cls+mean", "weightedmean+max+lasttoken")
+
+
+@pytest.mark.parametrize("mode", POOLING_MODES + COMBINED_MODES)
 def test_pooling_counts_only_the_real_tokens(mode):
     states = np.random.default_rng(0).normal(size=(3, 5, 4)).astype(np.float32)
     mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], bool)
@@ -45,8 +55,8 @@ def test_pooling_counts_only_the_real_tokens(mode):
     np.testing.assert_allclose(pooled, numpy_pooling(states, mask, mode), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("layer", [Pooling(mode) for mode in POOLING_MODES] + [L2Normalize()],
-                         ids=[*POOLING_MODES, "l2_normalize"])
+@pytest.mark.parametrize("layer", [Pooling(mode) for mode in POOLING_MODES + COMBINED_MODES] + [L2Normalize()],
+                         ids=[*POOLING_MODES, *COMBINED_MODES, "l2_normalize"])
 def test_layer_contract(layer, tmp_path):
     """Shapes, masks, get_config round trip, .keras save/load with safe_mode=True."""
     tokens = keras.Input((None,), dtype="int32")
@@ -55,7 +65,8 @@ def test_layer_contract(layer, tmp_path):
     model = keras.Model(tokens, vectors)
     ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]])
     output = model.predict(ids, verbose=0)
-    assert output.shape == (2, 8) and output.dtype == np.float32
+    modes = len(layer.mode.split("+")) if isinstance(layer, Pooling) else 1
+    assert output.shape == (2, 8 * modes) == tuple(model.compute_output_shape((2, 4))) and output.dtype == np.float32
     padded_differently = model.predict(np.array([[5, 6, 7, 0, 0, 0], [8, 9, 0, 0, 0, 0]]), verbose=0)
     np.testing.assert_allclose(padded_differently, output, atol=1e-6)  # the mask keeps padding out
     if isinstance(layer, L2Normalize):
@@ -67,9 +78,11 @@ def test_layer_contract(layer, tmp_path):
     np.testing.assert_array_equal(restored.predict(ids, verbose=0), output)
 
 
-def test_an_unknown_pooling_mode_is_refused():
-    with pytest.raises(ValueError, match="mode 'weightedmean'; expected one of cls, mean, max"):
-        Pooling("weightedmean")
+@pytest.mark.parametrize("mode", ["median", "cls+median", "mean+mean", ""])
+def test_an_unknown_pooling_mode_is_refused(mode):
+    with pytest.raises(ValueError, match=f"mode {re.escape(repr(mode))}; expected one of cls, max, mean, mean_sqrt_len, "
+                                         "weightedmean, lasttoken, or several of them joined by"):
+        Pooling(mode)
 
 
 # --- sentence-transformers folders ------------------------------------------------------------
@@ -153,8 +166,10 @@ def test_threads_tokenizing_at_once_each_get_their_own_cut(minilm):
 
 @pytest.mark.parametrize("change, message", [
     (lambda folder: (folder / "modules.json").unlink(), "no modules.json, so not a sentence-transformers folder"),
-    (lambda folder: (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "weightedmean"})),
-     r"1_Pooling/config.json: expected exactly one pooling mode"),
+    (lambda folder: (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "median"})),
+     r"1_Pooling/config.json: expected one or more pooling modes of pooling_mode_cls_token, .*got \['median'\]"),
+    (lambda folder: (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": False})),
+     r"1_Pooling/config.json: expected one or more pooling modes of .* got none"),
     (lambda folder: (folder / "modules.json").write_text("[{]"), r"modules.json: not JSON"),
 ])
 def test_a_folder_kbert_cannot_read_is_named(change, message, tmp_path):
@@ -331,10 +346,12 @@ def test_each_precision_is_sentence_transformers_quantize_embeddings_with_the_sa
         np.testing.assert_array_equal(embedded_in(precision, texts, ranges, capsys), expected)
 
 
-@pytest.mark.parametrize("mode", POOLING_MODES)
+@pytest.mark.parametrize("mode", POOLING_MODES + COMBINED_MODES)
 @pytest.mark.parity
 def test_models_of_each_pooling_mode_match_sentence_transformers(mode, tmp_path):
-    """A random BERT with the mode's pooling, a Dense projection and Normalize, saved by sentence-transformers."""
+    """A random BERT with the mode's pooling, a Dense projection and Normalize, saved by sentence-transformers;
+    and kbert's own folder of it, which sentence-transformers reads back alike (several modes in their order, and
+    a pooling that leaves prompts out kept so)."""
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
                                                 "(with torch) for the parity tests")
     import torch
@@ -344,15 +361,20 @@ def test_models_of_each_pooling_mode_match_sentence_transformers(mode, tmp_path)
 
     torch.manual_seed(0)
     transformer = models.Transformer(str(minilm_dir()), max_seq_length=64)
-    pooling = models.Pooling(384, pooling_mode={"mean_sqrt_len": "mean_sqrt_len_tokens"}.get(mode, mode))
-    dense = models.Dense(384, 48, activation_function=torch.nn.Tanh())
+    modes = tuple({"mean_sqrt_len": "mean_sqrt_len_tokens"}.get(part, part) for part in mode.split("+"))
+    pooling = models.Pooling(384, pooling_mode=modes, include_prompt=len(modes) == 1)
+    dense = models.Dense(384 * len(modes), 48, activation_function=torch.nn.Tanh())
     model = sentence_transformers.SentenceTransformer(modules=[transformer, pooling, dense, models.Normalize()],
                                                       device="cpu")
     model.save(str(tmp_path / "model"))
     reference = model.encode(SENTENCES)
-    vectors = Embedder.load(tmp_path / "model").encode(SENTENCES)
+    embedder = Embedder.load(tmp_path / "model")
+    vectors = embedder.encode(SENTENCES)
     assert vectors.shape == reference.shape == (len(SENTENCES), 48)
     assert np.abs(vectors - reference).max() <= 1e-5
+    theirs = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "kbert"), device="cpu")
+    assert (theirs[1].pooling_mode, theirs[1].include_prompt) == (pooling.pooling_mode, pooling.include_prompt)
+    assert np.abs(theirs.encode(SENTENCES) - reference).max() <= 1e-5
     # the projection as sentence-transformers 2 saved it, a pickle: read without running it, the same vectors
     torch.save(dense.state_dict(), tmp_path / "model" / "2_Dense" / "pytorch_model.bin")
     (tmp_path / "model" / "2_Dense" / "model.safetensors").unlink()

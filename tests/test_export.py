@@ -304,7 +304,8 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The 
 
 
 def test_an_embedding_model_in_onnx_keeps_its_pooling_projection_and_normalisation(tmp_path):
-    """A small XLM-R sentence-transformers model (max pooling, a Tanh projection, Normalize; padded with its <pad>,
+    """A small XLM-R sentence-transformers model (max and weighted-mean pooling side by side, a Tanh projection,
+    Normalize; padded with its <pad>,
     id 1): the ONNX file's vectors are Embedder.encode's. The export runs in a process of its own, as a user runs
     it: tf2onnx's conversions keep memory a long-lived test worker would carry on. (The real all-MiniLM-L6-v2
     goes through ONNX in the `kbert embed --quantize int8` test below.)"""
@@ -314,8 +315,8 @@ def test_an_embedding_model_in_onnx_keeps_its_pooling_projection_and_normalisati
 
     folder = xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES)
     rng = np.random.default_rng(2)
-    projection = [rng.normal(scale=0.3, size=(32, 24)).astype(np.float32), rng.normal(size=24).astype(np.float32)]
-    write_modules(str(folder), "max", 32, [(projection, "tanh")], True, 64)
+    projection = [rng.normal(scale=0.3, size=(64, 24)).astype(np.float32), rng.normal(size=24).astype(np.float32)]
+    write_modules(str(folder), "max+weightedmean", 32, [(projection, "tanh")], True, 64)
     result = subprocess.run([sys.executable, "-m", "kbert", "export", "--model", str(folder),
                              str(tmp_path / "xlmr.onnx")], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -324,7 +325,7 @@ def test_an_embedding_model_in_onnx_keeps_its_pooling_projection_and_normalisati
                                        pad_id=embedder.tokenizer.pad_id)
     session = onnxruntime.InferenceSession(str(tmp_path / "xlmr.onnx"), providers=["CPUExecutionProvider"])
     metadata = session.get_modelmeta().custom_metadata_map
-    assert metadata["kbert_task"] == "embed" and metadata["kbert_pooling"] == "max"
+    assert metadata["kbert_task"] == "embed" and metadata["kbert_pooling"] == "max+weightedmean"
     assert json.loads(metadata["kbert_normalized"]) is True and json.loads(metadata["kbert_dimensions"]) == 24
     vectors = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
     np.testing.assert_allclose(vectors, embedder.encode(SENTENCES), atol=1e-5)

@@ -25,13 +25,13 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from kbert.errors import CheckpointError, is_whole_number
-from kbert.layers.pooling import SPLADE_ACTIVATIONS, SPLADE_STRATEGIES
+from kbert.layers.pooling import SPLADE_ACTIVATIONS, SPLADE_STRATEGIES, pooling_modes
 
 MODULES_FILE = "modules.json"
-# sentence-transformers' pooling flags, in its order of precedence, and kbert's names for them
-_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
-                  "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
-                  "pooling_mode_lasttoken": "lasttoken"}
+# sentence-transformers' pooling flags, in the order it concatenates the modes they set, and kbert's names for them
+_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                  "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+                  "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 # torch activations a Dense module names, and Keras's
 _ACTIVATIONS = {"Tanh": "tanh", "Identity": None, "ReLU": "relu", "GELU": "gelu", "Sigmoid": "sigmoid"}
 #: sentence-transformers' names for the vectors a module reads: a text's pooled one, or each token's.
@@ -132,7 +132,7 @@ class SentenceTransformerSpec:
 
     Args:
         transformer: the folder of the transformer's `config.json` and weights.
-        pooling: the pooling mode (`kbert.layers.pooling.POOLING_MODES`), a sparse encoder's SPLADE pooling
+        pooling: the pooling mode (`kbert.layers.pooling.POOLING_MODES`, several joined by `+`), a sparse encoder's SPLADE pooling
             of its masked-LM transformer's logits, or a multi-vector encoder's token vectors (`MultiVectorSpec`).
         dense: the projections after the pooling (a multi-vector encoder's: of each token's vector), in order.
         normalize: whether the vectors (each token's) are scaled to unit length last.
@@ -445,9 +445,9 @@ def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
 def write_modules(folder: str, pooling: "str | SpladeSpec | MultiVectorSpec", dimensions: int,
                   dense: Sequence[Tuple[list, Optional[str]]], normalize: bool, max_seq_length: int,
                   prompts: Optional[Dict[str, str]] = None, default_prompt_name: Optional[str] = None,
-                  do_lower_case: bool = False) -> None:
+                  do_lower_case: bool = False, include_prompt: bool = True) -> None:
     """A sentence-transformers folder's module files beside the transformer's, in the names every version from 2
-    on reads: `modules.json`, `1_Pooling/config.json`, a `N_Dense` folder per projection (`(weights, Keras
+    on reads: `modules.json`, `1_Pooling/config.json` (its modes, and `include_prompt` where false), a `N_Dense` folder per projection (`(weights, Keras
     activation)`: its `config.json` and `model.safetensors`), `Normalize` where asked,
     `sentence_bert_config.json`, and `config_sentence_transformers.json` where there are `prompts`. A SPLADE
     `pooling` writes a sparse encoder (an `MLMTransformer` and `1_SpladePooling`, in the names
@@ -463,9 +463,8 @@ def write_modules(folder: str, pooling: "str | SpladeSpec | MultiVectorSpec", di
         modules.append(_write_splade_pooling(folder, 1, "1_SpladePooling", pooling, dimensions))
     elif kind == "SentenceTransformer":
         modules.append(_module(1, "1_Pooling", "models.Pooling"))
-        flags = {flag: mode == pooling for flag, mode in _POOLING_FLAGS.items()}
-        _write_json(os.path.join(folder, "1_Pooling", "config.json"), {"word_embedding_dimension": dimensions,
-                                                                       **flags})
+        _write_json(os.path.join(folder, "1_Pooling", "config.json"),
+                    _pooling_config(pooling, dimensions, include_prompt))
     else:
         settings.update(query_length=pooling.query_length, document_length=pooling.document_length,
                         query_expansion=pooling.expansion and dataclasses.asdict(pooling.expansion))
@@ -568,7 +567,8 @@ def _write_json(path: str, value) -> None:
 
 
 def _pooling(path: str) -> Tuple[str, bool]:
-    """The Pooling's mode, and whether it counts a prompt's tokens."""
+    """The Pooling's mode (several modes joined by `+`, in the order their vectors are concatenated), and whether it
+    counts a prompt's tokens."""
     config = _object(path)
     if config.get("pooling_mode"):  # sentence-transformers 6 writes the mode (or a list of modes) by name
         named = config["pooling_mode"]
@@ -576,10 +576,25 @@ def _pooling(path: str) -> Tuple[str, bool]:
                   for mode in ([named] if isinstance(named, str) else named if isinstance(named, list) else [named])]
     else:
         chosen = [mode for flag, mode in _POOLING_FLAGS.items() if _flag(config, flag, False, path)]
-    if len(chosen) != 1 or chosen[0] not in _POOLING_FLAGS.values():
-        raise CheckpointError(f"{path}: expected exactly one pooling mode of {', '.join(_POOLING_FLAGS)} (true), "
-                              f"got {chosen or 'none'}; kbert pools one way (concatenated modes are not read)")
-    return chosen[0], _flag(config, "include_prompt", True, path)
+    try:
+        mode = pooling_modes("+".join(map(str, chosen)))
+    except ValueError:
+        raise CheckpointError(f"{path}: expected one or more pooling modes of {', '.join(_POOLING_FLAGS)} (true), "
+                              f"or pooling_mode naming them, got {chosen or 'none'}") from None
+    return "+".join(mode), _flag(config, "include_prompt", True, path)
+
+
+def _pooling_config(pooling: str, dimensions: int, include_prompt: bool) -> dict:
+    """A Pooling's `config.json`: its modes as the flags every version reads; where their order is not the flags'
+    (a sentence-transformers 6 `pooling_mode` list read in), also `pooling_mode`, which version 6 reads first and
+    earlier versions refuse rather than concatenate in another order."""
+    modes = pooling_modes(pooling)
+    config = {"word_embedding_dimension": dimensions, **{flag: mode in modes for flag, mode in _POOLING_FLAGS.items()}}
+    if list(modes) != [mode for mode in _POOLING_FLAGS.values() if mode in modes]:
+        config["pooling_mode"] = [{"mean_sqrt_len": "mean_sqrt_len_tokens"}.get(mode, mode) for mode in modes]
+    if not include_prompt:  # written where it differs from the default, which every version reads
+        config["include_prompt"] = False
+    return config
 
 
 def _splade(path: str) -> SpladeSpec:

@@ -2,19 +2,38 @@
 
 The modes are sentence-transformers' (`1_Pooling/config.json`): the `[CLS]`
 state, the mean or maximum of the real tokens, the mean scaled by the square
-root of the length, or the last real token (decoder embedding models). The
+root of the length, the mean weighted by position (SGPT's), or the last real
+token (decoder embedding models); several modes joined by `+` concatenate their
+vectors in that order, as sentence-transformers does for several modes. The
 padding travels as the Keras mask, so padded positions never count.
 """
 
 from __future__ import annotations
+
+from typing import Tuple
 
 import keras
 from keras import ops
 
 from kbert.layers.common import _PACKAGE
 
-#: The pooling modes, by sentence-transformers' names (`pooling_mode_<name>` in its config).
-POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len", "lasttoken")
+#: The pooling modes, by sentence-transformers' names (`pooling_mode_<name>` in its config), in the order its
+#: flags concatenate them.
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len", "weightedmean", "lasttoken")
+
+
+def pooling_modes(mode: str) -> Tuple[str, ...]:
+    """The modes a pooling names: one of `POOLING_MODES`, or several joined by `+` (their vectors concatenated in
+    that order); anything else is a `ValueError` naming the modes.
+
+    >>> pooling_modes("cls+mean")
+    ('cls', 'mean')
+    """
+    modes = tuple(str(mode).split("+"))
+    if not all(part in POOLING_MODES for part in modes) or len(set(modes)) != len(modes):
+        raise ValueError(f"Pooling: mode {mode!r}; expected one of {', '.join(POOLING_MODES)}, or several of them "
+                         "joined by + (each once)")
+    return modes
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -24,42 +43,54 @@ class Pooling(keras.layers.Layer):
     Args:
         mode: `cls` (position 0), `mean` (the real tokens' mean), `max` (their
             element-wise maximum), `mean_sqrt_len` (their sum over the square
-            root of their count) or `lasttoken` (the last real token).
+            root of their count), `weightedmean` (their mean weighted by
+            position, 1 for the first), `lasttoken` (the last real token), or
+            several joined by `+` (`cls+mean`: `[batch, 2 * H]`, the vectors
+            side by side in that order).
 
     Example:
     >>> states = ops.convert_to_tensor([[[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]]])
     >>> mask = ops.convert_to_tensor([[True, True, False]])
     >>> [ops.convert_to_numpy(Pooling(mode)(states, mask=mask)).tolist() for mode in ("cls", "mean", "max")]
     [[[1.0, 2.0]], [[2.0, 3.0]], [[3.0, 4.0]]]
+    >>> ops.convert_to_numpy(Pooling("weightedmean+cls")(states, mask=mask)).tolist()  # (1·1 + 2·3) / 3, ...
+    [[2.3333332538604736, 3.3333332538604736, 1.0, 2.0]]
     """
 
     def __init__(self, mode: str = "mean", **kwargs):
         super().__init__(**kwargs)
-        if mode not in POOLING_MODES:
-            raise ValueError(f"Pooling: mode {mode!r}; expected one of {', '.join(POOLING_MODES)}")
+        self.modes = pooling_modes(mode)
         self.mode = mode
         self.supports_masking = True
 
     def call(self, inputs, mask=None):
-        if self.mode == "cls":
-            return inputs[:, 0]
         real = ops.ones(ops.shape(inputs)[:2], dtype="bool") if mask is None else ops.cast(mask, "bool")
-        weights = ops.cast(real, inputs.dtype)[..., None]
-        if self.mode == "max":  # a padded position takes the lowest value, so it never wins
+        vectors = [self._pooled(mode, inputs, real) for mode in self.modes]
+        return vectors[0] if len(vectors) == 1 else ops.concatenate(vectors, axis=-1)
+
+    @staticmethod
+    def _pooled(mode: str, inputs, real):
+        if mode == "cls":
+            return inputs[:, 0]
+        if mode == "max":  # a padded position takes the lowest value, so it never wins
             lowest = ops.cast(ops.min(inputs) - 1e4, inputs.dtype)
             return ops.max(ops.where(real[..., None], inputs, lowest), axis=1)
-        if self.mode == "lasttoken":
+        if mode == "lasttoken":
             last = ops.maximum(ops.sum(ops.cast(real, "int32"), axis=1) - 1, 0)
             return ops.take_along_axis(inputs, ops.reshape(last, (-1, 1, 1)), axis=1)[:, 0]
+        weights = ops.cast(real, inputs.dtype)[..., None]
+        if mode == "weightedmean":  # position 1 for the first token (the padding is on the right)
+            weights = weights * ops.cast(ops.arange(1, ops.shape(inputs)[1] + 1), inputs.dtype)[None, :, None]
         total = ops.sum(inputs * weights, axis=1)
         count = ops.maximum(ops.sum(weights, axis=1), 1e-9)  # sentence-transformers' floor: no division by 0
-        return total / (ops.sqrt(count) if self.mode == "mean_sqrt_len" else count)
+        return total / (ops.sqrt(count) if mode == "mean_sqrt_len" else count)
 
     def compute_mask(self, inputs, mask=None):
         return None
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+        width = input_shape[-1]
+        return (input_shape[0], None if width is None else width * len(self.modes))
 
     def get_config(self):
         return {**super().get_config(), "mode": self.mode}

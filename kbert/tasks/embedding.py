@@ -518,7 +518,8 @@ def write_sentence_transformer(folder: str, embedder: Embedder) -> None:
     dense = [(layer.get_weights(), layer.activation.__name__ if layer.activation else None)
              for layer in embedder.model.layers if layer.name.startswith("Embedding-Dense-")]
     write_modules(folder, embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]), dense, embedder.normalize,
-                  embedder.maxlen, embedder.prompts, embedder.default_prompt_name, embedder.do_lower_case)
+                  embedder.maxlen, embedder.prompts, embedder.default_prompt_name, embedder.do_lower_case,
+                  embedder.include_prompt)
 
 
 # --- training: kbert train --task embed ----------------------------------------------------------------

@@ -19,7 +19,7 @@ WHOLE_WORDS = ("jieba", "wordpiece", "none")  # pre-training's word boundaries (
 PACKINGS = ("stream", "documents", "none")
 CONTRASTIVE_LOSSES = ("in_batch", "simcse", "cosent")  # --task embed (kbert.training.contrastive)
 RERANK_LOSSES = ("pointwise", "listwise")  # --task rerank (kbert.tasks.reranking)
-POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "lasttoken")  # kbert.layers.pooling's modes
+POOLINGS = ("mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken")  # kbert.layers.pooling's modes
 
 
 @dataclasses.dataclass
