@@ -5,6 +5,8 @@ loads), their analytic tables, and (in the parity venv) transformers' outputs on
 The random models are drawn with `initializer_range` 0.3, so that the rotary positions move the outputs well past
 the tolerance (a rotation of the wrong halves, or GTE's up and gate swapped, fails)."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from kbert.analysis.summary import crosscheck
 from kbert.layers import GatedFeedForward, RotarySelfAttention
 from kbert.models.config import bundled_config_path
 from kbert.models.registry import resolve
-from test_hf_families import assert_transformers_parity, written_back
+from test_hf_families import assert_transformers_parity, write_layout, written_back
 from test_modernbert import assert_layer_contract
 
 V, H, I = 60, 16, 24
@@ -26,6 +28,9 @@ CONFIGS = {
     "gte": {**BASE, "model_type": "gte", "pad_token_id": 1, "type_vocab_size": 0},  # gte-base-en-v1.5: no segments
     "gte_segments": {**BASE, "model_type": "gte", "pad_token_id": 0, "type_vocab_size": 1},
     "nomic": {**BASE, "model_type": "nomic_bert", "pad_token_id": 0},
+    # transformers' linear scaling (what GTE v1.5's fixed NTK scaling is, `kbert.models.gte.family.from_new_keys`)
+    "gte_linear": {**BASE, "model_type": "gte", "pad_token_id": 1, "type_vocab_size": 0,
+                   "rope_parameters": {"rope_type": "linear", "rope_theta": 20000.0, "factor": 1.7}},
 }
 
 
@@ -73,6 +78,7 @@ LAYOUTS = {
                  {**prefixed("roberta", backbone("jina")), **linear("lm_head.dense", H, H), **norm("lm_head.layer_norm"),
                   "lm_head.bias": (V,)}, "JinaEmbeddingsV3ForMaskedLM"),
     "gte": (CONFIGS["gte"], {}, backbone("gte", segments=0), "GteModel"),
+    "gte_linear": (CONFIGS["gte_linear"], {}, backbone("gte", segments=0), "GteModel"),
     "gte_mlm": (CONFIGS["gte_segments"], {"with_mlm": True},
                 {**prefixed("gte", backbone("gte")), **linear("lm_head.dense", H, H), **norm("lm_head.norm"),
                  "lm_head.decoder.bias": (V,)}, "GteForMaskedLM"),
@@ -145,8 +151,11 @@ def test_the_analytic_table_is_transformers_count(name, flags, total):
 
 
 @pytest.mark.parametrize("changed, message", [
-    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}},
-     "key 'rope_parameters': rope_type 'linear' scales the rotary positions"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}},
+     "key 'rope_parameters': rope_type 'yarn' scales the rotary positions; kbert builds rope_type 'default' or "
+     "'linear'"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 0}},
+     "key 'rope_parameters': factor 0: expected a positive number"),
     ({"head_dim": 4}, "key 'head_dim': 4 is not hidden_size / num_attention_heads"),
     ({"rope_theta": 0.5}, "key 'rope_theta': expected a number > 1"),
     ({"num_attention_heads": 16}, "key 'num_attention_heads': hidden_size 16 / 16 heads = 1 features"),
@@ -165,12 +174,100 @@ def test_gte_without_segments_takes_them_and_reads_none():
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     model, tensors, saved = written_back(tmp_path, layout, LAYOUTS)
-    assert saved["rope_parameters"]["rope_type"] == "default"
+    assert saved["rope_parameters"] == LAYOUTS[layout][0].get("rope_parameters", {
+        "rope_type": "default", "rope_theta": model.get_layer("Transformer-0-MultiHeadSelfAttention").rope_theta})
     if layout.startswith("gte"):  # one up_gate_proj: up (linear) first, gate (activated) second
         weights = {variable.path: keras.ops.convert_to_numpy(variable) for variable in model.weights}
         fused = next(value for name, value in tensors.items() if name.endswith("layer.1.mlp.up_gate_proj.weight"))
         np.testing.assert_array_equal(weights["Transformer-1-FeedForward/up/kernel"], fused[:I].T)
         np.testing.assert_array_equal(weights["Transformer-1-FeedForward/gate/kernel"], fused[I:].T)
+
+
+# --- the hub's own configs (their remote code's): Nomic's keys, Alibaba's "new" ---------------------------------
+
+#: nomic-embed-text's config.json as Nomic's code writes it (a GPT2Config), for the "nomic" config above
+NOMIC_OWN = {"model_type": "nomic_bert", "vocab_size": V, "n_embd": H, "n_layer": 2, "n_head": 2, "n_inner": I,
+             "n_positions": 64, "initializer_range": 0.3, "rotary_emb_base": 1000, "rotary_emb_fraction": 1.0,
+             "rotary_emb_interleaved": False, "rotary_scaling_factor": None, "activation_function": "swiglu",
+             "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "prenorm": False,
+             "parallel_block": False, "use_rms_norm": False, "causal": False, "layer_norm_epsilon": 1e-12,
+             "type_vocab_size": 2, "max_trained_positions": 2048, "use_flash_attn": True, "fused_bias_fc": True}
+#: gte-*-v1.5 / gte-multilingual's config.json as Alibaba's code writes it, for the "gte" config above
+NEW_OWN = {"model_type": "new", "vocab_size": V, "hidden_size": H, "num_hidden_layers": 2, "num_attention_heads": 2,
+           "intermediate_size": I, "max_position_embeddings": 64, "initializer_range": 0.3, "pad_token_id": 1,
+           "type_vocab_size": 0, "position_embedding_type": "rope", "rope_theta": 160000.0, "rope_scaling": None,
+           "layer_norm_type": "layer_norm", "logn_attention_scale": False, "pack_qkv": True, "unpad_inputs": True,
+           "use_memory_efficient_attention": True}
+
+
+@pytest.mark.parametrize("own, native", [(NOMIC_OWN, "nomic"), (NEW_OWN, "gte"),
+                                         ({**NOMIC_OWN, "n_inner": None}, "nomic")], ids=["nomic", "new", "n_inner"])
+def test_the_hubs_own_configs_are_transformers_5s(own, native):
+    """nomic-ai's and Alibaba-NLP's folders ship their remote code's config.json: the same model as transformers 5's
+    keys (GPT-2's rule where n_inner is null: 4 × n_embd)."""
+    family, config = resolve(own)
+    expected = {**CONFIGS[native], **({"intermediate_size": 4 * H} if own.get("n_inner", I) is None else {})}
+    native_family, native_config = resolve(expected)
+    assert (family.name, config) == (native_family.name, native_config)
+
+
+def test_gte_v1_5s_ntk_scaling_turns_positions_as_alibabas_code():
+    """gte-base-en-v1.5's `rope_scaling` {"type": "ntk", "factor": 2}: Alibaba's code (read by hand) turns position
+    p of feature i by p · (θ·f)^(−2i/d) / f^(2/d); kbert's attention layer by the same angles."""
+    from kbert.layers import rotary_cos_sin
+
+    model = build_transformer_model({**NEW_OWN, "rope_theta": 500000.0, "rope_scaling": {"type": "ntk", "factor": 2.0}})
+    layer = model.get_layer("Transformer-0-MultiHeadSelfAttention")
+    d, f = H // 2, 2.0
+    inverse = 1.0 / (500000.0 * f) ** (np.arange(0, d, 2) / d) / f ** (2 / d)
+    angles = np.arange(40)[:, None] * inverse[None, :]
+    cos, sin = rotary_cos_sin(40, d, layer.rope_theta, factor=layer.rope_factor)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(cos), np.cos(np.concatenate([angles, angles], 1)), atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(sin), np.sin(np.concatenate([angles, angles], 1)), atol=1e-5)
+
+
+def test_gte_files_of_alibabas_task_models_load_under_new(tmp_path):
+    """Alibaba's NewForMaskedLM files hold the backbone under `new.`: read as transformers 5's `gte.`."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = write_layout(tmp_path / "gte", "gte_mlm", LAYOUTS)
+    (tmp_path / "new").mkdir()
+    save_file({name.replace("gte.", "new.", 1): value for name, value in tensors.items()},
+              str(tmp_path / "new" / "model.safetensors"), metadata={"format": "pt"})
+    own = {**NEW_OWN, "type_vocab_size": 1, "pad_token_id": 0}
+    (tmp_path / "new" / "config.json").write_text(json.dumps(own))
+    tokens = np.random.default_rng(1).integers(3, V, (2, 9))
+    expected = build_transformer_model(tmp_path / "gte" / "config.json", tmp_path / "gte", with_mlm=True)
+    ours = build_transformer_model(tmp_path / "new" / "config.json", tmp_path / "new", with_mlm=True)
+    np.testing.assert_array_equal(ours.predict_on_batch([tokens, 0 * tokens]),
+                                  expected.predict_on_batch([tokens, 0 * tokens]))
+    assert set(load_file(str(tmp_path / "new" / "model.safetensors"))) != set(tensors)
+
+
+@pytest.mark.parametrize("changed, message", [
+    ({"qkv_proj_bias": True}, r"key 'qkv_proj_bias' is True; kbert builds NomicBERT with qkv_proj_bias False"),
+    ({"rotary_emb_fraction": None}, r"key 'rotary_emb_fraction' is 0.0; .* rotary_emb_fraction 1.0"),  # the default
+    ({"prenorm": True}, r"key 'prenorm' is True"),
+    ({"rotary_scaling_factor": 2.0}, r"key 'rotary_scaling_factor' is 2.0"),
+    ({"activation_function": "gelu"}, r"key 'activation_function' is 'gelu'; .* 'swiglu'"),
+])
+def test_nomics_settings_kbert_does_not_build_are_named(changed, message):
+    own = {key: value for key, value in {**NOMIC_OWN, **changed}.items() if value is not None}
+    with pytest.raises(ConfigError, match=message):
+        resolve(own)
+
+
+@pytest.mark.parametrize("changed, message", [
+    ({"logn_attention_scale": True}, r"key 'logn_attention_scale' is True; kbert builds GTE with"),
+    ({"layer_norm_type": "rms_norm"}, r"key 'layer_norm_type' is 'rms_norm'"),
+    ({"pack_qkv": False}, r"key 'pack_qkv' is False"),
+    ({"rope_scaling": {"type": "ntk", "factor": 2.0, "mixed_b": 0.5}}, r"key 'rope_scaling' .*fixed NTK"),
+    ({"rope_scaling": {"type": "yarn", "factor": 2.0}}, r"key 'rope_scaling' .*fixed NTK"),
+    ({"position_embedding_type": "absolute"}, r"kbert builds .*; got 'new'"),
+])
+def test_alibabas_settings_kbert_does_not_build_are_named(changed, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve({**NEW_OWN, **changed})
 
 
 # --- parity with transformers ------------------------------------------------------------------------------------

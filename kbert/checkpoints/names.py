@@ -52,9 +52,10 @@ def hf_families() -> List[str]:
 
 
 def hf_prefixes() -> Tuple[str, ...]:
-    """The backbones' scopes in Hugging Face's task models (`bert.`, `albert.`, ...)."""
-    return tuple(dict.fromkeys(f"{get_family(name).hf_prefix}." for name in hf_families()
-                               if get_family(name).hf_prefix))
+    """The backbones' scopes in Hugging Face's task models (`bert.`, `albert.`, ...; GTE's `new.` too)."""
+    return tuple(dict.fromkeys(f"{prefix}." for name in hf_families()
+                               for prefix in (get_family(name).hf_prefix, *get_family(name).hf_prefix_aliases)
+                               if prefix))
 
 
 def check_hf_names(family, context: str, outcome: str) -> None:

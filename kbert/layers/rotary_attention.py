@@ -21,15 +21,18 @@ from kbert.layers.attention import _blocked_score
 from kbert.layers.common import _PACKAGE, clone_initializer
 
 
-def rotary_cos_sin(length, head_size: int, theta: float, dtype="float32"):
-    """`(cos, sin)`, each `[length, head_size]`: position p's angle `p · θ^(−2i/d)` for feature i and i + d/2.
+def rotary_cos_sin(length, head_size: int, theta: float, dtype="float32", factor: float = 1.0):
+    """`(cos, sin)`, each `[length, head_size]`: position p's angle `p · θ^(−2i/d) / factor` for feature i and
+    i + d/2 (`factor`: transformers' `linear` rope_type, positions slowed down by it).
 
     Example:
     >>> cos, sin = rotary_cos_sin(3, 4, 10000.0)
     >>> [round(float(x), 4) for x in sin[2]]
     [0.9093, 0.02, 0.9093, 0.02]
+    >>> [round(float(x), 4) for x in rotary_cos_sin(3, 4, 10000.0, factor=2.0)[1][2]]  # position 2 turns as 1
+    [0.8415, 0.01, 0.8415, 0.01]
     """
-    inverse = 1.0 / (theta ** (ops.arange(0, head_size, 2, dtype="float32") / head_size))
+    inverse = 1.0 / (theta ** (ops.arange(0, head_size, 2, dtype="float32") / head_size)) / factor
     angles = ops.arange(length, dtype="float32")[:, None] * inverse[None, :]
     angles = ops.concatenate([angles, angles], axis=-1)
     return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
@@ -95,6 +98,8 @@ class RotarySelfAttention(keras.layers.Layer):
             heads (None: as many as the queries).
         fused_qkv: one `qkv` projection (ModernBERT's `Wqkv`) rather than `query`, `key` and `value`.
         rope_theta: the rotary base θ (ModernBERT: 160,000 on its global layers, 10,000 on its local ones).
+        rope_factor: the rotary frequencies divided by it (transformers' `linear` rope_type; GTE v1.5's NTK
+            scaling, `kbert.models.gte.family`); 1.0: none.
         window: None, every query sees every key; else w, each query sees the keys within w positions of
             it, computed block by block (`windowed_attention`).
         use_bias: biases in the two projections.
@@ -117,7 +122,8 @@ class RotarySelfAttention(keras.layers.Layer):
 
     def __init__(self, num_heads: int, head_size: int, rope_theta: float = 10000.0, window: Optional[int] = None,
                  use_bias: bool = False, dropout: float = 0.0, kernel_initializer="glorot_uniform",
-                 num_key_value_heads: Optional[int] = None, fused_qkv: bool = True, **kwargs):
+                 num_key_value_heads: Optional[int] = None, fused_qkv: bool = True, rope_factor: float = 1.0,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.head_size = head_size
@@ -128,6 +134,7 @@ class RotarySelfAttention(keras.layers.Layer):
             raise ValueError("a fused qkv projection has as many key and value heads as query heads")
         self.fused_qkv = fused_qkv
         self.rope_theta = rope_theta
+        self.rope_factor = rope_factor
         self.window = window
         self.use_bias = use_bias
         self.dropout = dropout
@@ -156,7 +163,7 @@ class RotarySelfAttention(keras.layers.Layer):
     def call(self, x, mask=None, training=None):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         q, k, v = self._heads(x, batch, length)
-        cos, sin = rotary_cos_sin(length, self.head_size, self.rope_theta, q.dtype)
+        cos, sin = rotary_cos_sin(length, self.head_size, self.rope_theta, q.dtype, self.rope_factor)
         q, k = apply_rotary_half(q, cos, sin), apply_rotary_half(k, cos, sin)
         keep = ops.ones((batch, length), "bool") if mask is None else ops.cast(mask, "bool")
         if self.window is not None:
@@ -197,5 +204,5 @@ class RotarySelfAttention(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "head_size": self.head_size,
                 "num_key_value_heads": self.num_key_value_heads, "fused_qkv": self.fused_qkv,
-                "rope_theta": self.rope_theta, "window": self.window, "use_bias": self.use_bias,
+                "rope_theta": self.rope_theta, "rope_factor": self.rope_factor, "window": self.window, "use_bias": self.use_bias,
                 "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}

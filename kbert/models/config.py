@@ -240,16 +240,19 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
             )
 
 
-def with_rope_theta(values: Mapping[str, Any], source: str) -> Mapping[str, Any]:
-    """`values` with transformers 5's `rope_parameters` read into `rope_theta`; a scaled `rope_type` (linear,
-    yarn, ...) is a `ConfigError`."""
+def with_rope_theta(values: Mapping[str, Any], source: str, linear: bool = False) -> Mapping[str, Any]:
+    """`values` with transformers 5's `rope_parameters` read into `rope_theta` (and, where the family computes
+    `linear` scaling, its `factor` into `rope_factor`); any other scaled `rope_type` (yarn, dynamic, ...) is a
+    `ConfigError`."""
     rope = values.get("rope_parameters") if isinstance(values, Mapping) else None
     if not isinstance(rope, Mapping):
         return values
-    if rope.get("rope_type", "default") != "default":
+    kinds = ("default", "linear") if linear else ("default",)
+    if rope.get("rope_type", "default") not in kinds:
         raise ConfigError(f"{source}: key 'rope_parameters': rope_type {rope['rope_type']!r} scales the rotary "
-                          "positions; kbert builds rope_type 'default' only")
-    return {**values, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {})}
+                          f"positions; kbert builds rope_type {' or '.join(map(repr, kinds))} here")
+    factor = {"rope_factor": rope.get("factor")} if rope.get("rope_type") == "linear" else {}
+    return {**values, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {}), **factor}
 
 
 def check_head_dim(values: Mapping[str, Any], source: str) -> None:

@@ -143,12 +143,14 @@ def model_type_of(values: Mapping[str, Any], source: str = "config") -> Optional
         return None
     if model_type == "t5" and str(values.get("feed_forward_proj", "")).startswith("gated"):
         model_type = "t5.1.1"  # Hugging Face's T5.1.1: model_type "t5" with the gated feed-forward
-    return _by_position_type(model_type, values.get("position_embedding_type"), source)
+    position_type = values.get("position_embedding_type", "rope" if model_type == "new" else None)
+    return _by_position_type(model_type, position_type, source)
 
 
 # Hugging Face configs whose `position_embedding_type` makes another model than their model_type's: Jina's own
-# jina-embeddings-v3 files (model_type xlm-roberta, rotary positions from its remote code).
-_POSITION_TYPES = {("xlm-roberta", "rotary"): "jina_embeddings_v3"}
+# jina-embeddings-v3 files (model_type xlm-roberta, rotary positions from its remote code), and Alibaba's own
+# GTE v1.5 / mGTE files (model_type "new", rotary positions: transformers 5's gte).
+_POSITION_TYPES = {("xlm-roberta", "rotary"): "jina_embeddings_v3", ("new", "rope"): "gte"}
 
 
 def _by_position_type(model_type: str, position_type: Any, source: str) -> str:
@@ -159,8 +161,8 @@ def _by_position_type(model_type: str, position_type: Any, source: str) -> str:
     if (model_type, position_type) in _POSITION_TYPES:
         return _POSITION_TYPES[model_type, position_type]
     raise ConfigError(f"{source}: key 'position_embedding_type': {position_type!r} with model_type {model_type!r} "
-                      "is not a model kbert builds (it builds 'absolute' positions, and 'rotary' with "
-                      "xlm-roberta: Jina's jina-embeddings-v3)")
+                      "is not a model kbert builds (it builds 'absolute' positions, 'rotary' with "
+                      "xlm-roberta: Jina's jina-embeddings-v3, and 'rope' with new: Alibaba's GTE)")
 
 
 def _whole_model_type(model_type: str) -> str:

@@ -36,6 +36,8 @@ class BertFamily:
         hf_class: the stem of Hugging Face's class names (`Bert` in `BertModel`).
         hf_prefix: the backbone's scope in Hugging Face's task models
             (`bert.` in `BertForMaskedLM`); a bare `BertModel` has none.
+        hf_prefix_aliases: other scopes of the backbone in the files of its hub releases (GTE's `new.`), read
+            as `hf_prefix`.
         hf_head_scopes: the heads' scopes there (beside the backbone's, not in it).
         embedding_axis: the config key of the embeddings' width (E or H).
         default_application: what `application="encoder"` (the builder's
@@ -88,6 +90,7 @@ class BertFamily:
     hf_model_type = "bert"
     hf_class = "Bert"
     hf_prefix = "bert"
+    hf_prefix_aliases: tuple = ()
     hf_head_scopes = ("cls.",)
     # The config key named when an embedding's width does not fit a checkpoint.
     embedding_axis = H

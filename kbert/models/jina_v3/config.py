@@ -4,7 +4,7 @@ BERT's keys, and the rotary base in `rope_parameters` (or the older `rope_theta`
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Optional
 
 from kbert.errors import ConfigError
 from kbert.models.config import BertConfig, check_even_head_size, check_head_dim, with_rope_theta
@@ -17,9 +17,11 @@ class RotaryBertConfig(BertConfig):
     Args (beyond BERT's):
         rope_theta: the rotary base θ (`rope_parameters["rope_theta"]` in transformers 5's files,
             `rotary_emb_base` in Jina's own).
+        rope_factor: the rotary frequencies divided by it (`rope_parameters` of `rope_type` `linear`: its
+            `factor`); None: not scaled.
 
-    `type_vocab_size` may be 0 (gte-base-en-v1.5: no segment table). Scaled rotary positions
-    (`rope_type` other than `default`) are refused by name.
+    `type_vocab_size` may be 0 (gte-base-en-v1.5: no segment table). Rotary positions scaled otherwise than
+    linearly (`rope_type` `yarn`, `dynamic`, ...) are refused by name.
 
     Example:
     >>> config = RotaryBertConfig.from_dict({"vocab_size": 250002, "hidden_size": 1024, "num_hidden_layers": 24,
@@ -36,13 +38,14 @@ class RotaryBertConfig(BertConfig):
     layer_norm_eps: float = 1e-5
     pad_token_id: Any = 1
     rope_theta: float = 20000.0
+    rope_factor: Optional[float] = None
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RotaryBertConfig":
         if values.get("position_embedding_type") == "rotary":  # Jina's own config.json: transformers 5's keys
             values = {**values, "model_type": "jina_embeddings_v3",
                       **({"rope_theta": values["rotary_emb_base"]} if "rotary_emb_base" in values else {})}
-        return super().from_dict(with_rope_theta(values, source), source)
+        return super().from_dict(with_rope_theta(values, source, linear=True), source)
 
     @classmethod
     def check(cls, values: Mapping[str, Any], source: str) -> None:
@@ -51,6 +54,10 @@ class RotaryBertConfig(BertConfig):
         theta = values.get("rope_theta", 10000.0)  # absent: the class's own default
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 1:
             raise ConfigError(f"{source}: key 'rope_theta': expected a number > 1, got {theta!r}")
+        factor = values.get("rope_factor")
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                   or not 0 < factor < float("inf")):
+            raise ConfigError(f"{source}: key 'rope_parameters': factor {factor!r}: expected a positive number")
 
     @classmethod
     def check_unread_keys(cls, values: Mapping[str, Any], source: str) -> None:
@@ -58,5 +65,8 @@ class RotaryBertConfig(BertConfig):
 
     def to_hf_dict(self) -> dict:
         """BERT's keys without the position table's, and `rope_parameters` as transformers 5 writes it."""
-        own = {key: value for key, value in self.to_dict().items() if key not in ("rope_theta", "embedding_size")}
-        return {**own, "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta}}
+        own = {key: value for key, value in self.to_dict().items()
+               if key not in ("rope_theta", "rope_factor", "embedding_size")}
+        rope = {"rope_type": "default", "rope_theta": self.rope_theta} if self.rope_factor is None else \
+            {"rope_type": "linear", "rope_theta": self.rope_theta, "factor": self.rope_factor}
+        return {**own, "rope_parameters": rope}

@@ -29,7 +29,8 @@ class RotaryBertGraph(BertGraph):
         config = self.config
         return self.apply(x, RotarySelfAttention, name, num_heads=config.num_attention_heads,
                           head_size=config.head_size, rope_theta=config.rope_theta,
-                          use_bias=self.family.attention_bias, dropout=config.attention_probs_dropout_prob,
+                          rope_factor=config.rope_factor or 1.0, use_bias=self.family.attention_bias,
+                          dropout=config.attention_probs_dropout_prob,
                           kernel_initializer=self.initializer())
 
     def apply_feed_forward(self, x, name: str):
