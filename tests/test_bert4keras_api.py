@@ -196,6 +196,7 @@ def test_build_transformer_model_keywords(tmp_path):
         build_transformer_model(tiny, config_path=tiny)
 
 
+@pytest.mark.examples
 def test_ported_bert4keras_script_runs(tmp_path, tiny_checkpoint_dir):
     """docs/examples/sentiment_classification.py: a bert4keras script with only its imports changed."""
     import os

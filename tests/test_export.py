@@ -111,6 +111,7 @@ def test_taggers_in_onnx_and_saved_model(model_dirs, tmp_path):
             tagger.labels.names
 
 
+@pytest.mark.examples
 def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
     """Every head gives what Keras gives in the LiteRT interpreter; a CRF's emissions decode with the transitions
     of the metadata beside the file to the tagger's tags."""
@@ -149,6 +150,7 @@ def test_litert_files_for_a_classifier_and_taggers(model_dirs, tmp_path):
         np.testing.assert_array_equal(got, keras.ops.convert_to_numpy(tagger.decode(tokens, segments)))
 
 
+@pytest.mark.examples
 def test_a_seq2seq_model_in_onnx_decodes_as_kbert_generate(model_dirs, tmp_path):
     """The cached step as one ONNX graph: OnnxGenerator's greedy loop on it (NumPy and onnxruntime only)
     gives kbert.generate's tokens, on other sources and for longer than the export's own check."""
@@ -176,6 +178,7 @@ def test_a_seq2seq_model_in_onnx_decodes_as_kbert_generate(model_dirs, tmp_path)
         OnnxGenerator(str(tmp_path / "classifier.onnx"))
 
 
+@pytest.mark.examples
 def test_a_t5_in_onnx_is_its_encoder_and_its_step_and_decodes_as_kbert_generate(model_dirs, tmp_path):
     """A T5: NAME.encoder.onnx beside the step NAME.onnx; OnnxGenerator encodes each source once and decodes
     from the start id, giving kbert.generate's tokens; an existing encoder file is never replaced."""

@@ -487,6 +487,7 @@ def _weights(model_dir: pathlib.Path) -> list:
     return arrays
 
 
+@pytest.mark.examples
 def test_train_by_name_is_train_by_three_paths(hub_cache, tmp_path):
     texts = ["a good film", "a bad film", "great acting", "awful plot", "i loved it", "i hated it"] * 4
     (tmp_path / "train.tsv").write_text("".join(f"{text}\t{index % 2}\n" for index, text in enumerate(texts)))

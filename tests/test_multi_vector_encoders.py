@@ -337,6 +337,7 @@ def test_score_distillation_is_the_kl_divergence_over_each_querys_own_documents(
                                                                           rel=1e-5)
 
 
+@pytest.mark.examples
 def test_kbert_train_colbert_distils_a_kbert_reranker(tmp_path):
     from conftest import shared_path
 

@@ -77,6 +77,7 @@ def processes_together(args, out, batch_size, environments) -> list:
     return [(run.returncode, stderr) for run, (_, stderr) in zip(runs, outputs)]
 
 
+@pytest.mark.examples
 def test_two_workers_train_exactly_like_one_process_with_the_same_global_batch(run_args):
     directory, args = run_args
     ports = [free_port(), free_port()]

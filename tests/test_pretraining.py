@@ -180,6 +180,7 @@ def test_pretraining_learns_and_its_checkpoint_predicts_masked_characters(pretra
     assert np.mean(hits) > 100 / vocab_size and np.mean(losses) < np.log(vocab_size) - 2, (np.mean(hits), np.mean(losses))
 
 
+@pytest.mark.examples
 def test_fine_tuning_and_further_pretraining_read_the_directory(pretrained, reviews, tmp_path, capsys):
     directory, _ = reviews
     vocab, config = pretrained / "vocab.txt", pretrained / "bert_config.json"

@@ -162,6 +162,7 @@ def test_train_evaluate_predict_from_the_command_line(tmp_path, capsys):
     assert capped.stdout == result.stdout
 
 
+@pytest.mark.examples
 def test_t5_trains_evaluates_and_predicts_from_the_command_line(tmp_path):
     """--model t5.1.1: the encoder-decoder learns the pairs; generation decodes with the cache from [CLS]."""
     write_msra_pairs(tmp_path, train=200, dev=30)

@@ -397,6 +397,7 @@ def test_only_a_position_table_bounds_maxlen(config, bounded):
     assert family.has_position_table(values) is bounded
 
 
+@pytest.mark.examples
 def test_minilm_fine_tunes_on_a_generated_task(tmp_path):
     directory = minilm_dir()
     rng = random.Random(0)
@@ -431,6 +432,7 @@ MIRRORED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.examples
 def test_mirrored_strategy_on_two_cpus_matches_one_device(sentiment_slice, tmp_path):
     config = json.loads((CONFIGS / "bert_tiny.json").read_text())
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # no randomness per replica
@@ -498,6 +500,7 @@ def test_ema_and_gradient_accumulation(tiny_run, sentiment_slice, tmp_path, monk
     assert all(np.isfinite(losses)) and losses != plain_losses, (losses, plain_losses)
 
 
+@pytest.mark.examples
 def test_jit_compile_compiles_the_training_step(tiny_run, tmp_path, monkeypatch):
     """`--jit-compile`: the step is compiled with XLA (Keras leaves TensorFlow's uncompiled without a GPU) and
     trains as the plain step does; on torch it is refused before anything is written."""
@@ -521,6 +524,7 @@ def test_jit_compile_compiles_the_training_step(tiny_run, tmp_path, monkeypatch)
     assert np.isfinite(loss) and loss == pytest.approx(reference, rel=0.05), (loss, reference)
 
 
+@pytest.mark.examples
 def test_adversarial_training_from_the_command_line(tiny_run, tmp_path):
     config, vocab, train_path = tiny_run
     one_epoch = ["--epochs", "1", "--batch-size", "64", "--lr", "1e-3", "--maxlen", "32"]
