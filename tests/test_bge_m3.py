@@ -56,21 +56,30 @@ def test_head_is_an_embedding_models_option_refused_for_other_tasks(dense_folder
     assert run.returncode != 0 and "colbert_linear.pt: missing" in run.stderr and "Traceback" not in run.stderr
 
 
-@pytest.mark.parity
-def test_bge_m3s_sparse_and_colbert_heads_are_flagembeddings(dense_folder, tmp_path):
+@pytest.fixture(scope="module")
+def m3_folder(dense_folder, tmp_path_factory):
+    """`dense_folder` with random sparse and ColBERT heads that torch saves (seed 0); the folder and the heads."""
     torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
-    transformers = pytest.importorskip("transformers", reason="pip install '.[parity]'")
     import shutil
 
-    from kbert.errors import KbertError
-    from kbert.tasks.embedding import Embedder
-
-    folder = tmp_path / "bge-m3"
+    folder = tmp_path_factory.mktemp("heads") / "bge-m3"
     shutil.copytree(dense_folder, folder)
     torch.manual_seed(0)
     sparse_linear, colbert_linear = torch.nn.Linear(32, 1), torch.nn.Linear(32, 24)
     torch.save(sparse_linear.state_dict(), folder / "sparse_linear.pt")
     torch.save(colbert_linear.state_dict(), folder / "colbert_linear.pt")
+    return folder, sparse_linear, colbert_linear
+
+
+@pytest.mark.parity
+def test_bge_m3s_sparse_and_colbert_heads_are_flagembeddings(m3_folder, tmp_path):
+    torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
+    transformers = pytest.importorskip("transformers", reason="pip install '.[parity]'")
+
+    from kbert.errors import KbertError
+    from kbert.tasks.embedding import Embedder
+
+    folder, sparse_linear, colbert_linear = m3_folder
     model = transformers.XLMRobertaModel.from_pretrained(str(folder)).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
     special = {tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
@@ -114,6 +123,56 @@ def test_bge_m3s_sparse_and_colbert_heads_are_flagembeddings(dense_folder, tmp_p
         status, answer = post(url, {"inputs": TEXTS}, path="/embed_all")
         assert status == 200
         np.testing.assert_allclose(answer[3], vectors[3], atol=1e-5)
+
+
+@pytest.mark.parity
+def test_bge_m3s_heads_run_in_onnxruntime(m3_folder, tmp_path):
+    """The sparse head's token weights as an ONNX file (`kbert export --head sparse`), and `kbert embed --runtime
+    onnxruntime` and `--quantize int8` on it: pooled into the vocabulary after the model, the Keras model's terms.
+    Before, all three were refused ("its ONNX export is not built"). The ColBERT head's file gives Keras's token
+    vectors."""
+    import onnxruntime
+
+    from kbert.checkpoints.bge_m3 import lexical_terms
+    from kbert.tasks.embedding import Embedder
+
+    folder = m3_folder[0]
+    sparse = Embedder.load(folder, head="sparse")
+    expected = sparse.encode_sparse(TEXTS)
+    run = kbert_in_process("export", "--model", str(folder), "--head", "sparse", str(tmp_path / "sparse.onnx"))
+    assert run.returncode == 0, run.stderr
+    session = onnxruntime.InferenceSession(str(tmp_path / "sparse.onnx"), providers=["CPUExecutionProvider"])
+    assert "largest weight of its tokens" in session.get_modelmeta().custom_metadata_map["kbert_input_note"]
+    tokenizer = sparse.tokenizer
+    special = np.array([token for token in (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id,
+                                            getattr(tokenizer, "unk_id", None)) if token is not None])
+    for text, (indices, values) in zip(TEXTS, expected):
+        ids = np.array([tokenizer.encode(text)[0]], np.int32)
+        weights = session.run(None, {"token_ids": ids, "segment_ids": 0 * ids})[0][0]
+        got_indices, got_values = lexical_terms(ids[0].tolist(), weights, special)
+        assert got_indices.tolist() == indices.tolist()
+        np.testing.assert_allclose(got_values, values, rtol=1e-4, atol=1e-6)
+    colbert = Embedder.load(folder, head="colbert")
+    run = kbert_in_process("export", "--model", str(folder), "--head", "colbert", str(tmp_path / "colbert.onnx"))
+    assert run.returncode == 0, run.stderr
+    session = onnxruntime.InferenceSession(str(tmp_path / "colbert.onnx"), providers=["CPUExecutionProvider"])
+    ids = np.array([tokenizer.encode(TEXTS[2])[0]], np.int32)
+    np.testing.assert_allclose(session.run(None, {"token_ids": ids, "segment_ids": 0 * ids})[0],
+                               colbert.model.predict_on_batch([ids, 0 * ids]), atol=1e-5)
+    texts = write(tmp_path, "texts.txt", "\n".join(TEXTS) + "\n")
+    for options in (["--runtime", "onnxruntime"], ["--quantize", "int8"]):
+        run = kbert_in_process("embed", "--model", str(folder), str(texts), "--head", "sparse", *options)
+        assert run.returncode == 0, run.stderr
+        for line, (indices, values) in zip(run.stdout.splitlines(), expected):
+            row = json.loads(line)
+            if options[0] == "--runtime":
+                assert row["indices"] == indices.tolist()
+                np.testing.assert_allclose(row["values"], values, rtol=1e-4, atol=1e-6)
+            else:  # int8 weights: the same terms weigh close to the same
+                ours, theirs = dict(zip(row["indices"], row["values"])), dict(zip(indices.tolist(), values))
+                keys = sorted(set(ours) | set(theirs))
+                a, b = (np.array([terms.get(key, 0.0) for key in keys]) for terms in (ours, theirs))
+                assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.95
 
 
 @pytest.mark.parity

@@ -450,6 +450,7 @@ def test_mirrored_strategy_on_two_cpus_matches_one_device(sentiment_slice, tmp_p
     np.testing.assert_allclose(losses["mirrored"], losses["auto"], rtol=1e-5)
 
 
+@pytest.mark.examples
 def test_mixed_precision_bf16(sentiment_slice, tmp_path):
     options = TrainingOptions(epochs=1, batch_size=32, learning_rate=1e-3, maxlen=32, mixed_precision="bf16")
     lines = (sentiment_slice / "train.data").read_text(encoding="utf-8").splitlines()[:128]
@@ -468,6 +469,7 @@ def test_mixed_precision_bf16(sentiment_slice, tmp_path):
     assert {variable.dtype for variable in classifier.model.weights} == {"float32"}
 
 
+@pytest.mark.examples
 def test_ema_and_gradient_accumulation(tiny_run, sentiment_slice, tmp_path, monkeypatch):
     from kbert.training import loop
     from kbert.training.optimizers import make_optimizer

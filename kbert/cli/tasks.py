@@ -113,6 +113,7 @@ def add_commands(command) -> None:
     export.add_argument("--quantize", choices=("int8",),
                         help="ONNX and LiteRT: int8 weights, run by the runtime's int8 kernels (smaller, and "
                              "faster on CPU with onnxruntime)")
+    embedding_head_argument(export)
     precision_option(export)
     export.set_defaults(run=run_export)
 
@@ -743,7 +744,7 @@ def run_export(args) -> int:
     # (Python's default for SIGTERM dies without any cleanup; an exception raised wherever the signal lands,
     # inside TensorFlow or a converter, might be turned into another error).
     signal.signal(signal.SIGTERM, _remove_staging_and_exit)
-    print(export_model(args.model, args.output, args.format, args.quantize))
+    print(export_model(args.model, args.output, args.format, args.quantize, args.head))
     return 0
 
 

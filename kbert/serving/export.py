@@ -90,7 +90,7 @@ def format_of(out: str, format: Optional[str]) -> str:
 
 
 def export_model(model_dir: str, out: str, format: Optional[str] = None,
-                 quantize: Optional[str] = None) -> ExportReport:
+                 quantize: Optional[str] = None, head: Optional[str] = None) -> ExportReport:
     """Exports a model directory of `kbert train` (see the module's docstring); nothing is replaced.
 
     Args:
@@ -99,6 +99,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
             file.
         format: `saved_model`, `onnx`, `litert` or `keras` (default: from `out`).
         quantize: `int8` (ONNX and LiteRT).
+        head: an embedding folder's bge-m3 head (`sparse`, `colbert`; `Embedder.load(head=)`), None: its own.
     """
     format = format_of(out, format)
     if os.path.lexists(out):
@@ -113,7 +114,10 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     if _is_embedding_model(model_dir):  # a sentence-transformers folder: its pooling and normalisation in the graph
         from kbert.tasks.embedding import Embedder
 
-        return _write(embedder_endpoint(Embedder.load(model_dir)), out, format, quantize)
+        return _write(embedder_endpoint(Embedder.load(model_dir, head=head)), out, format, quantize)
+    if head not in (None, "dense"):
+        raise KbertError(f"--head {head}: bge-m3's heads are an embedding folder's; {model_dir} is a "
+                         f"{_task(model_dir)} model")
     task = _task(model_dir)
     if task == "seq2seq":
         if format != "onnx":
@@ -204,8 +208,14 @@ def embedder_endpoint(embedder) -> _Endpoint:
     """An embedding model's vectors (pooled, projected and normalised as the model declares, in the graph), with
     what a runtime without kbert needs to make its input and read its output. A multi-vector encoder's are each
     token's (`[batch, tokens, dimensions]`), checked on queries filled up to their expansion as well."""
+    from kbert.checkpoints.bge_m3 import LexicalSpec
+
     note = ("token_ids and segment_ids as the model's own tokenizer (tokenizer.json or vocab.txt in its folder) "
             "makes them, cut to kbert_maxlen tokens")
+    if isinstance(embedder.pooling, LexicalSpec):
+        note += ("; the output is each token's weight ([batch, tokens, 1]): a text's sparse vector is, for each "
+                 "vocabulary id it holds, the largest weight of its tokens of that id, the special tokens and "
+                 "weights of 0 left out (kbert.checkpoints.bge_m3.lexical_terms)")
     samples = None
     if embedder.multi_vector:
         note += ("; a query is filled up to its length with the expansion token, given as -1 - id where no other "
@@ -358,13 +368,9 @@ def onnx_classifier(classifier, quantize: Optional[str] = None, threads: Optiona
 
 
 def onnx_embedder(embedder, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
-    """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) ONNX model; bge-m3's sparse head's is
-    refused (not built)."""
-    from kbert.checkpoints.bge_m3 import LexicalSpec
-
-    if isinstance(embedder.pooling, LexicalSpec):
-        raise KbertError(f"{embedder.source or 'this model'}: bge-m3's sparse head, which kbert runs in Keras only: "
-                         "its ONNX export (--runtime onnxruntime, --quantize) is not built")
+    """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) ONNX model: its vectors, a multi-vector
+    encoder's token vectors, or bge-m3's sparse head's token weights (pooled into the vocabulary after it, as
+    after the Keras model)."""
     return OnnxModel(embedder_endpoint(embedder), quantize, threads)
 
 
@@ -406,6 +412,8 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
                              f"{allowed}); nothing was written")
         return difference
     if endpoint.output == "embeddings":
+        if got.shape[-1] == 1:  # bge-m3's token weights: a row's weights are its vector
+            got, expected = got[..., 0], expected[..., 0]
         cosines = np.sum(got * expected, -1) / np.maximum(
             np.linalg.norm(got, axis=-1) * np.linalg.norm(expected, axis=-1), 1e-12)
         if not cosines.min() >= INT8_COSINE:
