@@ -24,8 +24,11 @@ def batched_route(app, path: str, schema, field: str, limits, task: str, error: 
     `limits`; `serve(body,
     texts)` gives `(rows, tokens)` or `(None, Refusal)`; `answer(body, texts, rows, tokens)` the response.
     `error` writes a `Refusal` in the API's form. Rows that are not all finite (a model that overflowed) are a
-    500 in that form, never NaN in JSON or in base64 bytes."""
+    500 in that form, never NaN in JSON or in base64 bytes. The answer (JSON's own types: lists, dicts,
+    numbers, strings) is written as it is, without FastAPI's `jsonable_encoder`, which walks every value (1.5 ms
+    of a server's thread for a SPLADE text's 289 terms, 0.3 ms for json.dumps)."""
     from fastapi import Request
+    from fastapi.responses import JSONResponse
 
     async def route(request: Request):
         body, texts = await parse_request(request, schema, field, limits, task, texts_of)
@@ -37,7 +40,7 @@ def batched_route(app, path: str, schema, field: str, limits, task: str, error: 
         if not finite_rows(rows):
             return error(Refusal(500, "the model gave NaN or infinite values for this input (its weights, or an "
                                       "overflow in its precision); nothing can be answered for it"))
-        return answer(body, texts, rows, tokens)
+        return JSONResponse(answer(body, texts, rows, tokens))
 
     route.__name__ = path.strip("/").replace("/", "_")  # the OpenAPI operation's name
     app.post(path, openapi_extra=body_schema(schema), summary=summary)(route)
