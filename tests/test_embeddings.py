@@ -66,7 +66,8 @@ def test_layer_contract(layer, tmp_path):
     ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]])
     output = model.predict(ids, verbose=0)
     modes = len(layer.mode.split("+")) if isinstance(layer, Pooling) else 1
-    assert output.shape == (2, 8 * modes) == tuple(model.compute_output_shape((2, 4))) and output.dtype == np.float32
+    assert output.shape == (2, 8 * modes) == tuple(model.compute_output_shape((2, 4)))
+    assert output.dtype == np.float32
     padded_differently = model.predict(np.array([[5, 6, 7, 0, 0, 0], [8, 9, 0, 0, 0, 0]]), verbose=0)
     np.testing.assert_allclose(padded_differently, output, atol=1e-6)  # the mask keeps padding out
     if isinstance(layer, L2Normalize):
@@ -80,8 +81,8 @@ def test_layer_contract(layer, tmp_path):
 
 @pytest.mark.parametrize("mode", ["median", "cls+median", "mean+mean", ""])
 def test_an_unknown_pooling_mode_is_refused(mode):
-    with pytest.raises(ValueError, match=f"mode {re.escape(repr(mode))}; expected one of cls, max, mean, mean_sqrt_len, "
-                                         "weightedmean, lasttoken, or several of them joined by"):
+    expected = "expected one of cls, max, mean, mean_sqrt_len, weightedmean, lasttoken, or several of them joined by"
+    with pytest.raises(ValueError, match=f"mode {re.escape(repr(mode))}; {expected}"):
         Pooling(mode)
 
 

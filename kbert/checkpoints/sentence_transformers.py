@@ -132,8 +132,9 @@ class SentenceTransformerSpec:
 
     Args:
         transformer: the folder of the transformer's `config.json` and weights.
-        pooling: the pooling mode (`kbert.layers.pooling.POOLING_MODES`, several joined by `+`), a sparse encoder's SPLADE pooling
-            of its masked-LM transformer's logits, or a multi-vector encoder's token vectors (`MultiVectorSpec`).
+        pooling: the pooling mode (`kbert.layers.pooling.POOLING_MODES`, several joined by `+`), a sparse
+            encoder's SPLADE pooling of its masked-LM transformer's logits, or a multi-vector encoder's token
+            vectors (`MultiVectorSpec`).
         dense: the projections after the pooling (a multi-vector encoder's: of each token's vector), in order.
         normalize: whether the vectors (each token's) are scaled to unit length last.
         max_seq_length: the longest input in tokens (None: the model's own limit).
@@ -447,10 +448,10 @@ def write_modules(folder: str, pooling: "str | SpladeSpec | MultiVectorSpec", di
                   prompts: Optional[Dict[str, str]] = None, default_prompt_name: Optional[str] = None,
                   do_lower_case: bool = False, include_prompt: bool = True) -> None:
     """A sentence-transformers folder's module files beside the transformer's, in the names every version from 2
-    on reads: `modules.json`, `1_Pooling/config.json` (its modes, and `include_prompt` where false), a `N_Dense` folder per projection (`(weights, Keras
-    activation)`: its `config.json` and `model.safetensors`), `Normalize` where asked,
-    `sentence_bert_config.json`, and `config_sentence_transformers.json` where there are `prompts`. A SPLADE
-    `pooling` writes a sparse encoder (an `MLMTransformer` and `1_SpladePooling`, in the names
+    on reads: `modules.json`, `1_Pooling/config.json` (its modes, and `include_prompt` where false), a `N_Dense`
+    folder per projection (`(weights, Keras activation)`: its `config.json` and `model.safetensors`), `Normalize`
+    where asked, `sentence_bert_config.json`, and `config_sentence_transformers.json` where there are `prompts`.
+    A SPLADE `pooling` writes a sparse encoder (an `MLMTransformer` and `1_SpladePooling`, in the names
     sentence-transformers 5 and later read, and `model_type` SparseEncoder); a `MultiVectorSpec` a multi-vector
     encoder (its projections and normalisation of each token, then `MultiVectorMask`, as sentence-transformers 6
     writes it, and `model_type` MultiVectorEncoder)."""

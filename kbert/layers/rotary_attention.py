@@ -204,5 +204,6 @@ class RotarySelfAttention(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "head_size": self.head_size,
                 "num_key_value_heads": self.num_key_value_heads, "fused_qkv": self.fused_qkv,
-                "rope_theta": self.rope_theta, "rope_factor": self.rope_factor, "window": self.window, "use_bias": self.use_bias,
+                "rope_theta": self.rope_theta, "rope_factor": self.rope_factor, "window": self.window,
+                "use_bias": self.use_bias,
                 "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}

@@ -24,7 +24,8 @@ NOMIC_KEYS = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head":
 #: The settings of Nomic's code that kbert computes one way only: `key: (Nomic's default, the value kbert computes)`.
 NOMIC_FIXED = {"activation_function": ("gelu_new", "swiglu"), "prenorm": (False, False),
                "parallel_block": (False, False), "qkv_proj_bias": (True, False), "mlp_fc1_bias": (True, False),
-               "mlp_fc2_bias": (True, False), "rotary_emb_fraction": (0.0, 1.0), "rotary_emb_interleaved": (False, False),
+               "mlp_fc2_bias": (True, False), "rotary_emb_fraction": (0.0, 1.0),
+               "rotary_emb_interleaved": (False, False),
                "use_rms_norm": (False, False), "causal": (False, False), "rotary_scaling_factor": (None, None),
                "rotary_emb_scale_base": (None, None)}
 
