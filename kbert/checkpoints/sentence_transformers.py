@@ -32,6 +32,9 @@ MODULES_FILE = "modules.json"
 _POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
                   "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
                   "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+# the one mode sentence-transformers 6's `pooling_mode` names otherwise than kbert
+_ST_MODE_NAMES = {"mean_sqrt_len_tokens": "mean_sqrt_len"}
+_KBERT_MODE_NAMES = {ours: theirs for theirs, ours in _ST_MODE_NAMES.items()}  # and back
 # torch activations a Dense module names, and Keras's
 _ACTIVATIONS = {"Tanh": "tanh", "Identity": None, "ReLU": "relu", "GELU": "gelu", "Sigmoid": "sigmoid"}
 #: sentence-transformers' names for the vectors a module reads: a text's pooled one, or each token's.
@@ -573,7 +576,7 @@ def _pooling(path: str) -> Tuple[str, bool]:
     config = _object(path)
     if config.get("pooling_mode"):  # sentence-transformers 6 writes the mode (or a list of modes) by name
         named = config["pooling_mode"]
-        chosen = [{"mean_sqrt_len_tokens": "mean_sqrt_len"}.get(mode, mode)
+        chosen = [_ST_MODE_NAMES.get(mode, mode)
                   for mode in ([named] if isinstance(named, str) else named if isinstance(named, list) else [named])]
     else:
         chosen = [mode for flag, mode in _POOLING_FLAGS.items() if _flag(config, flag, False, path)]
@@ -592,7 +595,7 @@ def _pooling_config(pooling: str, dimensions: int, include_prompt: bool) -> dict
     modes = pooling_modes(pooling)
     config = {"word_embedding_dimension": dimensions, **{flag: mode in modes for flag, mode in _POOLING_FLAGS.items()}}
     if list(modes) != [mode for mode in _POOLING_FLAGS.values() if mode in modes]:
-        config["pooling_mode"] = [{"mean_sqrt_len": "mean_sqrt_len_tokens"}.get(mode, mode) for mode in modes]
+        config["pooling_mode"] = [_KBERT_MODE_NAMES.get(mode, mode) for mode in modes]
     if not include_prompt:  # written where it differs from the default, which every version reads
         config["include_prompt"] = False
     return config

@@ -13,7 +13,7 @@ import json
 import math
 import os
 from importlib import resources
-from typing import Any, ClassVar, List, Mapping, Optional, Union
+from typing import Any, ClassVar, List, Mapping, Optional, Tuple, Union
 
 from kbert.errors import ConfigError, check_whole_number
 from kbert.io import atomic_write_text
@@ -253,6 +253,17 @@ def with_rope_theta(values: Mapping[str, Any], source: str, linear: bool = False
                           f"positions; kbert builds rope_type {' or '.join(map(repr, kinds))} here")
     factor = {"rope_factor": rope.get("factor")} if rope.get("rope_type") == "linear" else {}
     return {**values, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {}), **factor}
+
+
+def check_fixed_settings(values: Mapping[str, Any], fixed: Mapping[str, Tuple[Any, Any]], source: str,
+                         model: str, whose: str) -> None:
+    """A hub release's own config (its remote code's keys): each key of `fixed` (`key: (the code's default, the
+    value kbert computes)`), its default counted where it is absent, must be the value kbert computes; else a
+    `ConfigError` naming the key, the `model` kbert builds and `whose` models those settings are."""
+    for key, (default, computed) in fixed.items():
+        if values.get(key, default) != computed:
+            raise ConfigError(f"{source}: key {key!r} is {values.get(key, default)!r}; kbert builds {model} with "
+                              f"{key} {computed!r} ({whose})")
 
 
 def check_head_dim(values: Mapping[str, Any], source: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, List, Mapping
 
 from kbert.errors import ConfigError, is_whole_number
 from kbert.models import naming
+from kbert.models.config import check_fixed_settings
 from kbert.models.jina_v3.config import RotaryBertConfig
 from kbert.models.jina_v3.family import RotaryBertFamily
 from kbert.models.tables import V, WeightName, dense, norm
@@ -27,10 +28,7 @@ def from_new_keys(values: Mapping[str, Any], source: str) -> dict:
     its code's fixed NTK scaling, frequencies `(θ·f)^(−2i/d) / f^(2/d)`, which is transformers' `linear` scaling
     of θ·f by `f^(2/d)`. A setting of its code that builds another model (RMSNorm, log-n attention scaling,
     separate query/key/value tensors, mixed NTK) is a `ConfigError` naming the key."""
-    for key, (default, computed) in NEW_FIXED.items():
-        if values.get(key, default) != computed:
-            raise ConfigError(f"{source}: key {key!r} is {values.get(key, default)!r}; kbert builds GTE with {key} "
-                              f"{computed!r} (the released models')")
+    check_fixed_settings(values, NEW_FIXED, source, "GTE", "the released models'")
     kept = {key: value for key, value in values.items() if key not in ("rope_scaling", *NEW_FIXED)}
     return {**ntk_as_linear(kept, values.get("rope_scaling"), source), "model_type": "gte"}
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, List, Mapping
 
-from kbert.errors import ConfigError
 from kbert.models import naming
+from kbert.models.config import check_fixed_settings
 from kbert.models.jina_v3.config import RotaryBertConfig
 from kbert.models.jina_v3.family import RotaryBertFamily
 from kbert.models.tables import WeightName, norm
@@ -36,10 +36,7 @@ def from_nomic_keys(values: Mapping[str, Any], source: str) -> dict:
     (the BERT vocabulary's `[PAD]` that Nomic's tokenizers use). A setting of Nomic's code that builds another
     model than kbert's NomicBERT (biases, pre-norm, partial or interleaved rotation, scaled rotary positions, ...)
     is a `ConfigError` naming the key."""
-    for key, (default, computed) in NOMIC_FIXED.items():
-        if values.get(key, default) != computed:
-            raise ConfigError(f"{source}: key {key!r} is {values.get(key, default)!r}; kbert builds NomicBERT with "
-                              f"{key} {computed!r} (nomic-embed-text's)")
+    check_fixed_settings(values, NOMIC_FIXED, source, "NomicBERT", "nomic-embed-text's")
     renamed = {new: values[old] for old, new in NOMIC_KEYS.items() if old in values}
     if renamed.get("intermediate_size") is None and isinstance(renamed.get("hidden_size"), int):
         renamed["intermediate_size"] = 4 * renamed["hidden_size"]
