@@ -52,6 +52,7 @@ def main(argv=None) -> int:
 
     from kbert import build_transformer_model, save_hf_weights
     from kbert.checkpoints.sentence_transformers import MultiVectorSpec, QueryExpansion, SpladeSpec, write_modules
+    from kbert.checkpoints.st_modules import Dense
     from kbert.models.config import bundled_config_path
 
     os.makedirs(args.out)
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
         projection = np.random.default_rng(0).normal(0, width ** -0.5, (width, 128)).astype("float32")
         spec = MultiVectorSpec(document_length=180, expansion=QueryExpansion("fixed", 32),
                                skiplist_words=tuple(string.punctuation))
-        write_modules(args.out, spec, width, [([projection], None)], True, 512)
+        write_modules(args.out, spec, width, [Dense([projection])], True, 512)
     else:
         write_modules(args.out, "mean", width, [], True, 512)
     lengths = sorted(len(tokenizer.encode(text).ids) for text in texts("sentiment.test.data"))

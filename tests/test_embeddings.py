@@ -98,8 +98,11 @@ def minilm():
 def test_all_minilm_is_read_as_its_modules_declare():
     from kbert.checkpoints.sentence_transformers import read_sentence_transformer
 
+    from kbert.checkpoints.st_modules import Normalize, Pooling
+
     spec = read_sentence_transformer(minilm_dir())
-    assert (spec.pooling, spec.normalize, spec.max_seq_length, spec.dense) == ("mean", True, 256, [])
+    assert (spec.pooling, spec.normalize, spec.max_seq_length) == ("mean", True, 256)
+    assert spec.modules == [Pooling("mean", True, 384), Normalize()]
 
 
 def test_minilm_vectors_are_the_backbones_mean_pooled_and_normalised(minilm):
@@ -414,6 +417,32 @@ def test_sentence_transformers_loads_what_kbert_saves(minilm, tmp_path):
         reference = sentence_transformers.SentenceTransformer(folder, device="cpu").encode(SENTENCES)
         assert np.abs(embedder.encode(SENTENCES) - reference).max() <= 1e-5
 
+
+
+@pytest.mark.parity
+def test_modules_are_computed_and_saved_in_the_folders_order(tmp_path):
+    """A pipeline out of the common order, a Normalize before two projections: kbert computes each module in
+    turn, as sentence-transformers does (a fixed pooling, dense, normalize order would give other vectors), and
+    saves the modules back in that order, which sentence-transformers reads module for module."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    import torch
+    from sentence_transformers import models
+
+    from kbert.tasks.embedding import Embedder
+
+    torch.manual_seed(3)
+    modules = [models.Transformer(str(minilm_dir()), max_seq_length=64), models.Pooling(384, pooling_mode="mean"),
+               models.Normalize(), models.Dense(384, 64, activation_function=torch.nn.Tanh()),
+               models.Dense(64, 16, activation_function=torch.nn.Identity())]
+    model = sentence_transformers.SentenceTransformer(modules=modules, device="cpu")
+    model.save(str(tmp_path / "theirs"))
+    reference = model.encode(SENTENCES)
+    embedder = Embedder.load(tmp_path / "theirs")
+    assert np.abs(embedder.encode(SENTENCES) - reference).max() <= 1e-5
+    theirs = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "kbert"), device="cpu")
+    assert [type(module).__name__ for module in theirs] == ["Transformer", "Pooling", "Normalize", "Dense", "Dense"]
+    assert np.abs(theirs.encode(SENTENCES) - reference).max() <= 1e-5
 
 
 # --- prompts (config_sentence_transformers.json) ------------------------------------------------

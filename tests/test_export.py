@@ -313,13 +313,14 @@ def test_an_embedding_model_in_onnx_keeps_its_pooling_projection_and_normalisati
     it: tf2onnx's conversions keep memory a long-lived test worker would carry on. (The real all-MiniLM-L6-v2
     goes through ONNX in the `kbert embed --quantize int8` test below.)"""
     from kbert.checkpoints.sentence_transformers import write_modules
+    from kbert.checkpoints.st_modules import Dense
     from kbert.tasks.embedding import Embedder
     from kbert.tokenizers import pad_batch
 
     folder = xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES)
     rng = np.random.default_rng(2)
     projection = [rng.normal(scale=0.3, size=(64, 24)).astype(np.float32), rng.normal(size=24).astype(np.float32)]
-    write_modules(str(folder), "max+weightedmean", 32, [(projection, "tanh")], True, 64)
+    write_modules(str(folder), "max+weightedmean", 32, [Dense(projection, "tanh")], True, 64)
     result = subprocess.run([sys.executable, "-m", "kbert", "export", "--model", str(folder),
                              str(tmp_path / "xlmr.onnx")], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

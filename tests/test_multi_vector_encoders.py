@@ -149,7 +149,7 @@ def rewrite(folder, tmp_path, path, change):
      "query_expansion .*expected null or an object"),
     ("sentence_bert_config.json", lambda c: {**c, "query_length": 8}, "query_length 8 is below"),
     ("1_Dense/config.json", lambda c: {**c, "module_input_name": "sentence_embedding"},
-     "reads sentence_embedding; kbert computes them on the token_embeddings"),
+     "a Dense reads the sentence_embedding; kbert computes it on the token_embeddings"),
     ("config_sentence_transformers.json", lambda c: {**c, "model_type": "ColBERT", "query_prefix": "[Q] "},
      "model_type ColBERT, a PyLate folder .* sentence-transformers 6 loads it as a MultiVectorEncoder"),
 ])

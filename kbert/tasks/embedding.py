@@ -24,10 +24,10 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.checkpoints.bge_m3 import LexicalSpec, lexical_terms
 from kbert.checkpoints.hf import load_hf_weights
-from kbert.checkpoints.sentence_transformers import (ROUTER_FOLDERS, DenseSpec, MultiVectorSpec,
-                                                     SentenceTransformerSpec, SpladeSpec, StaticQuerySpec,
-                                                     dense_weights, is_sentence_transformer,
-                                                     read_sentence_transformer, write_modules, write_router)
+from kbert.checkpoints import st_modules
+from kbert.checkpoints.sentence_transformers import (MultiVectorSpec, SentenceTransformerSpec, SpladeSpec,
+                                                     is_sentence_transformer, pipeline, read_sentence_transformer,
+                                                     transformer_module, write_pipeline)
 from kbert.errors import DataError, KbertError, shown
 from kbert.layers.pooling import L2Normalize, Pooling, SpladePooling
 from kbert.layers.views import SplitViews, StackViews
@@ -393,7 +393,7 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     pooling = _within_positions(spec.pooling, model_config.longest_input)
     bert = build_transformer_model(config, **_mlm_head(spec, model_config, config))
     load_hf_weights(bert, spec.transformer, adapter=adapter)
-    model = embedding_model(bert, pooling, spec.dense, spec.normalize, head_weights=head_weights)
+    model = embedding_model(bert, pooling, spec.modules, head_weights=head_weights)
     static_query = spec.static_query and StaticQuery.load(spec.static_query, int(model.outputs[0].shape[-1]))
     embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, pooling, spec.prompts,
                         spec.default_prompt_name, spec.include_prompt, spec.do_lower_case, static_query=static_query)
@@ -416,8 +416,9 @@ def _with_head(spec: SentenceTransformerSpec, head: Optional[str], hidden_size: 
                          "bge-m3's heads sit beside a dense model's folder")
     weights = head_weights(spec.transformer, head, hidden_size)
     if head == "sparse":
-        return dataclasses.replace(spec, pooling=LexicalSpec(), dense=[], normalize=False), weights
-    return dataclasses.replace(spec, pooling=MultiVectorSpec(skip_first=True), dense=[], normalize=True), weights
+        return dataclasses.replace(spec, pooling=LexicalSpec(), modules=[]), weights
+    return dataclasses.replace(spec, pooling=MultiVectorSpec(skip_first=True),
+                               modules=[st_modules.Normalize(st_modules.TOKENS)]), weights
 
 
 def _within_positions(pooling, longest: int):
@@ -444,41 +445,42 @@ def _mlm_head(spec: SentenceTransformerSpec, model_config, config_path: str) -> 
 
 
 def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec | MultiVectorSpec | LexicalSpec",
-                    dense: Sequence[DenseSpec] = (), normalize: bool = False, name: str = "embedder",
+                    modules: Optional[Sequence[st_modules.Module]] = None, name: str = "embedder",
                     head_weights: Optional[list] = None) -> keras.Model:
-    """`bert`'s hidden states pooled (`Pooling`), projected by each `dense` (weights read from its folder) and
-    scaled to unit length where `normalize`: the sentence-transformers pipeline as one Keras model. A SPLADE
-    `pooling` pools `bert`'s masked-LM logits instead (`SpladePooling`); a `MultiVectorSpec` keeps every token's
-    hidden state, projected and normalised token by token (`[batch, tokens, dims]`). `head_weights`: bge-m3's
-    head's `Linear` (`[kernel, bias]`), each token's projection (`colbert`), or with a `LexicalSpec` each token's
-    `ReLU` weight (`[batch, tokens, 1]`)."""
+    """The sentence-transformers pipeline as one Keras model: `bert`'s outputs through each of `modules` (the
+    modules after the transformer, `kbert.checkpoints.st_modules`) in order, each adding its layer: a `Pooling`
+    of the hidden states, `SpladePooling` of the masked-LM logits, `Dense` projections, `Normalize`. None: the
+    `pooling`'s own module alone. A `MultiVectorSpec` `pooling` keeps every token's hidden state (its modules
+    project and normalise token by token: `[batch, tokens, dims]`). `head_weights`: bge-m3's head's `Linear`
+    (`[kernel, bias]`), each token's projection (`colbert`), or with a `LexicalSpec` each token's `ReLU` weight
+    (`[batch, tokens, 1]`)."""
     if isinstance(pooling, LexicalSpec):
         layer = keras.layers.Dense(1, activation="relu", name="Embedding-Sparse-Linear")
         weights = layer(bert.outputs[0])  # [batch, tokens, 1]
         layer.set_weights(head_weights)
         return keras.Model(bert.inputs, weights, name=name)
-    if isinstance(pooling, SpladeSpec):
-        vectors = SpladePooling(pooling.strategy, pooling.activation, name="Embedding-Pooling")(bert.outputs[0])
-    elif isinstance(pooling, MultiVectorSpec):
+    vectors = bert.outputs[0]
+    if isinstance(pooling, MultiVectorSpec):
         _hide_query_expansion(bert, pooling)
-        vectors = bert.outputs[0]
         if head_weights is not None:
             layer = keras.layers.Dense(int(head_weights[0].shape[1]), name="Embedding-Dense-0")
             vectors = layer(vectors)
             layer.set_weights(head_weights)
-    else:
-        vectors = Pooling(pooling, name="Embedding-Pooling")(bert.outputs[0])
-    for index, spec in enumerate(dense):
-        if int(vectors.shape[-1]) != spec.in_features:
-            raise KbertError(f"{os.path.join(spec.path, 'config.json')}: in_features {spec.in_features}, but the "
-                             f"vectors before it have {int(vectors.shape[-1])} values")
-        layer = keras.layers.Dense(spec.out_features, use_bias=spec.bias, activation=spec.activation,
-                                   name=f"Embedding-Dense-{index}")
-        vectors = layer(vectors)
-        layer.set_weights(dense_weights(spec))
-    if normalize:
-        vectors = L2Normalize(name="Embedding-Normalize")(vectors)
+    if modules is None:
+        modules = [] if isinstance(pooling, MultiVectorSpec) else pipeline(pooling, int(vectors.shape[-1]))
+    projections = 0
+    for module in modules:
+        if isinstance(module, st_modules.Dense):  # numbered: a folder may have several
+            layer_name, projections = f"Embedding-Dense-{projections}", projections + 1
+        else:
+            layer_name = _LAYER_NAMES.get(type(module), f"Embedding-{type(module).__name__}")
+        vectors = module.apply(vectors, layer_name)
     return keras.Model(bert.inputs, vectors, name=name)
+
+
+#: The names of the layers the modules add (what `write_sentence_transformer` and the exporters find them by).
+_LAYER_NAMES = {st_modules.Pooling: "Embedding-Pooling", st_modules.SpladePooling: "Embedding-Pooling",
+                st_modules.Normalize: "Embedding-Normalize"}
 
 
 def _hide_query_expansion(bert: keras.Model, spec: MultiVectorSpec) -> None:
@@ -498,28 +500,43 @@ def _hide_query_expansion(bert: keras.Model, spec: MultiVectorSpec) -> None:
 
 def write_sentence_transformer(folder: str, embedder: Embedder) -> None:
     """The embedder's files in `folder`: the backbone as Hugging Face weights with its config and tokenizer
-    files (`save_tokenizer_files`), then the modules (`kbert.checkpoints.sentence_transformers.write_modules`)."""
+    files (`save_tokenizer_files`), then its modules (`write_pipeline`), as its model computes them."""
     from kbert.checkpoints.hf import save_hf_weights
 
+    modules = _modules(embedder)
     static = embedder.static_query
-    transformer = os.path.join(folder, ROUTER_FOLDERS["document"]) if static else folder
-    for path in (transformer, static and os.path.join(folder, ROUTER_FOLDERS["query"])):
-        if path:
-            os.makedirs(path, exist_ok=True)
+    if static is not None:  # an inference-free sparse encoder: a Router, its query side a weight table
+        query = st_modules.SparseStaticEmbedding("", static.frozen, static.weights)
+        modules = [st_modules.Router(query, modules, static.default_route)]
+    folders = st_modules.Router.FOLDERS if static else {"document": ""}
+    transformer = os.path.join(folder, folders["document"])
+    os.makedirs(transformer, exist_ok=True)
     save_hf_weights(embedder.backbone, transformer)
     save_tokenizer_files(embedder.tokenizer, transformer, embedder.maxlen)
-    if static is not None:  # an inference-free sparse encoder: a Router, its query side a weight table
-        save_tokenizer_files(static.tokenizer, os.path.join(folder, ROUTER_FOLDERS["query"]),
+    if static is not None:
+        save_tokenizer_files(static.tokenizer, os.path.join(folder, folders["query"]),
                              static.max_length or embedder.maxlen)
-        write_router(folder, embedder.pooling, StaticQuerySpec("", static.frozen, static.default_route),
-                     static.weights, embedder.maxlen, embedder.prompts, embedder.default_prompt_name,
-                     embedder.do_lower_case)
-        return
-    dense = [(layer.get_weights(), layer.activation.__name__ if layer.activation else None)
-             for layer in embedder.model.layers if layer.name.startswith("Embedding-Dense-")]
-    write_modules(folder, embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]), dense, embedder.normalize,
-                  embedder.maxlen, embedder.prompts, embedder.default_prompt_name, embedder.do_lower_case,
-                  embedder.include_prompt)
+    write_pipeline(folder, modules, embedder.prompts, embedder.default_prompt_name)
+
+
+def _modules(embedder: Embedder) -> List[st_modules.Module]:
+    """The embedder's modules: its transformer, then a module for each layer after the backbone, in its model's
+    order (a multi-vector encoder's `MultiVectorMask` before a last normalisation, where sentence-transformers 6
+    puts it)."""
+    pooled = pipeline(embedder.pooling, int(embedder.backbone.outputs[0].shape[-1]),
+                      include_prompt=embedder.include_prompt)[0]
+    vectors = st_modules.TOKENS if embedder.multi_vector else st_modules.SENTENCE
+    steps = []
+    for layer in embedder.model.layers:
+        if isinstance(layer, (Pooling, SpladePooling)):
+            steps.append(pooled)
+        elif layer.name.startswith("Embedding-Dense-"):
+            steps.append(st_modules.Dense.from_layer(layer, vectors))
+        elif isinstance(layer, L2Normalize):
+            steps.append(st_modules.Normalize(vectors))
+    if embedder.multi_vector:
+        steps.insert(len(steps) - 1 if steps and isinstance(steps[-1], st_modules.Normalize) else len(steps), pooled)
+    return [transformer_module(embedder.pooling, embedder.maxlen, embedder.do_lower_case), *steps]
 
 
 # --- training: kbert train --task embed ----------------------------------------------------------------
@@ -673,7 +690,8 @@ class EmbeddingTask(Task):
 
     def build(self, bert, num_labels: int, options):
         self.backbone = bert
-        return embedding_model(bert, options.pooling, normalize=True)
+        return embedding_model(bert, options.pooling,
+                               pipeline(options.pooling, int(bert.outputs[0].shape[-1]), normalize=True))
 
     def training_model(self, model):
         inputs = [keras.Input((None,), dtype="int32", name=f"View-{view}-{kind}")

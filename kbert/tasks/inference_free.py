@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.checkpoints.sentence_transformers import StaticQuerySpec, static_query_weights
+from kbert.checkpoints.st_modules import Router
 from kbert.errors import CheckpointError
 
 #: transformers' stand-in for "no limit" in a tokenizer's `model_max_length` is 1e30: anything past this is none.
@@ -48,14 +48,16 @@ class StaticQuery:
     default_route: str = "document"
 
     @classmethod
-    def load(cls, spec: StaticQuerySpec, vocab_size: int) -> "StaticQuery":
-        """The query module of `spec`, its weights checked against the document side's `vocab_size`."""
+    def load(cls, router: Router, vocab_size: int) -> "StaticQuery":
+        """The query route of `router` (its `SparseStaticEmbedding`), its weights checked against the document
+        side's `vocab_size`."""
         from kbert.tokenizers.tokenizer_json import check_tokenizer_fits, folder_tokenizer
 
-        tokenizer = folder_tokenizer(spec.path)
-        check_tokenizer_fits(tokenizer, vocab_size, spec.path)
-        return cls(static_query_weights(spec, vocab_size), tokenizer, _model_max_length(spec.path), spec.frozen,
-                   spec.default_route)
+        path = router.query.path
+        tokenizer = folder_tokenizer(path)
+        check_tokenizer_fits(tokenizer, vocab_size, path)
+        return cls(router.query.static_weights(vocab_size), tokenizer, _model_max_length(path), router.query.frozen,
+                   router.default_route)
 
     def takes(self, role: Optional[str]) -> bool:
         """Whether a text of `role` (`query`, `document` or None: the default route) is read by the table."""
