@@ -495,10 +495,8 @@ def test_the_default_prompt_a_named_one_and_kbert_embeds_options(minilm, tmp_pat
     assert Embedder.load(folder).prompts == PROMPTS
 
 
-def test_an_unknown_prompt_and_a_pooling_that_leaves_prompts_out_are_refused(minilm, tmp_path, capsys):
+def test_an_unknown_prompt_is_refused(minilm, tmp_path, capsys):
     import dataclasses
-
-    from kbert.tasks.embedding import Embedder
 
     prompted = dataclasses.replace(minilm, prompts=PROMPTS, source="e5-like")
     with pytest.raises(KbertError, match=r"prompt_name 'document': e5-like has the prompts 'query', 'passage' "
@@ -512,19 +510,111 @@ def test_an_unknown_prompt_and_a_pooling_that_leaves_prompts_out_are_refused(min
     texts.write_text("好\n", encoding="utf-8")
     assert main(["embed", "--model", str(minilm_dir()), str(texts), "--prompt-name", "query"]) == 2
     assert "kbert: error: prompt_name 'query'" in capsys.readouterr().err
+
+
+def prompt_left_out_folder(tmp_path, mode="mean"):
+    """The real all-MiniLM-L6-v2 with e5's prompts, its pooling leaving a prompt's tokens out (include_prompt
+    false)."""
     folder = tmp_path / "left-out"
     shutil.copytree(minilm_dir(), folder, copy_function=os.symlink)  # the weights are linked, not copied
     for name, value in (("config_sentence_transformers.json", {"prompts": PROMPTS, "default_prompt_name": "query"}),
-                        ("1_Pooling/config.json", {"pooling_mode_mean_tokens": True, "include_prompt": False})):
+                        ("1_Pooling/config.json", {f"pooling_mode_{mode}_tokens": True, "include_prompt": False})):
         (folder / name).unlink()
         (folder / name).write_text(json.dumps(value))
-    with pytest.raises(KbertError, match=r"pooling leaves a prompt's tokens out \(include_prompt false"):
-        Embedder.load(folder)
+    return folder
+
+
+def test_a_pooling_that_leaves_the_prompt_out_pools_the_texts_own_tokens(minilm, tmp_path, capsys):
+    """Independent of the Embedder's graph: the backbone's states of each prompted text, mean-pooled in NumPy
+    from the first token after the prompt ([CLS] and "query :" left out), normalised; by the CLI alike."""
+    from kbert.tasks.embedding import Embedder
+
+    folder = prompt_left_out_folder(tmp_path)
+    embedder = Embedder.load(folder)
+    assert not embedder.include_prompt and embedder.prompt_tokens("query: ") == 3  # [CLS] query :
+    tokens, segments = minilm.tokenizer.encode_batch([PROMPTS["query"] + text for text in SENTENCES], maxlen=256)
+    states = minilm.backbone.predict([tokens, segments], verbose=0)
+    expected = []
+    for row, ids in zip(states, tokens):
+        length = int((np.asarray(ids) != 0).sum())
+        expected.append(row[3:length].mean(axis=0))
+    expected = np.array(expected) / np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(embedder.encode(SENTENCES), expected, atol=1e-5)
+    np.testing.assert_allclose(embedder.encode(SENTENCES, prompt=""), minilm.encode(SENTENCES), atol=1e-6)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    assert main(["embed", "--model", str(folder), str(texts)]) == 0
+    rows = [json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()]
+    np.testing.assert_allclose(np.array(rows), expected, atol=1e-5)
+    from kbert.serving.export import embedder_endpoint
+
+    with pytest.raises(KbertError, match=r"its Pooling leaves a prompt's tokens out \(include_prompt false\)"):
+        embedder_endpoint(embedder)  # an exported file's two inputs cannot say which tokens to pool
     (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS,
                                                                          "default_prompt_name": "doc"}))
     with pytest.raises(CheckpointError, match=r"config_sentence_transformers.json: default_prompt_name 'doc' is not "
                                               "one of its prompts"):
         Embedder.load(folder)
+
+
+def test_a_servers_batch_of_texts_with_prompts_of_two_lengths_pools_each_as_its_own(tmp_path):
+    """Two requests batched into one model call, with prompts of 3 and 7 tokens left out of their pooling: each
+    gets the vectors it gets alone."""
+    import asyncio
+    import dataclasses
+
+    from kbert.serving import Batcher
+    from kbert.serving.embeddings import EmbeddingService
+    from kbert.tasks.embedding import Embedder
+
+    embedder = Embedder.load(prompt_left_out_folder(tmp_path))
+    embedder = dataclasses.replace(embedder, prompts={**PROMPTS, "long": "Represent this sentence for searching: "})
+    assert embedder.prompt_tokens(embedder.prompts["long"]) == 7
+    service = EmbeddingService(embedder, 8)
+    calls = []
+
+    def model(encoded, pairs=None):
+        calls.append(len(encoded))
+        return service(encoded, pairs)
+
+    async def scenario():
+        batcher = Batcher(model, max_batch=8, max_wait_ms=200, max_queue=8)
+        batcher.start()
+        answers = await asyncio.gather(service.embed(batcher, SENTENCES[:2], False, "query"),
+                                       service.embed(batcher, SENTENCES[2:4], False, "long"))
+        await batcher.close()
+        return answers
+
+    (queries, _), (long, _) = asyncio.run(scenario())
+    assert calls == [4]
+    np.testing.assert_allclose(queries, embedder.encode(SENTENCES[:2], prompt_name="query"), atol=1e-5)
+    np.testing.assert_allclose(long, embedder.encode(SENTENCES[2:4], prompt_name="long"), atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["cls", "max", "mean", "weightedmean", "lasttoken", "cls+mean"])
+@pytest.mark.parity
+def test_a_pooling_that_leaves_the_prompt_out_matches_sentence_transformers(mode, tmp_path):
+    """sentence-transformers 6 pools from the first token after the prompt (its length counted with [CLS]): each
+    mode, with the default prompt, a named one and a prompt's text; and reads kbert's saved folder alike."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    from sentence_transformers import models
+
+    from kbert.tasks.embedding import Embedder
+
+    transformer = models.Transformer(str(minilm_dir()), max_seq_length=64)
+    pooling = models.Pooling(384, pooling_mode=tuple(mode.split("+")), include_prompt=False)
+    model = sentence_transformers.SentenceTransformer(modules=[transformer, pooling], device="cpu",
+                                                      prompts=PROMPTS, default_prompt_name="query")
+    model.save(str(tmp_path / "theirs"))
+    embedder = Embedder.load(tmp_path / "theirs")
+    for options in ({}, {"prompt_name": "passage"}, {"prompt": "Represent this sentence for searching: "}):
+        reference = model.encode(SENTENCES, **options)
+        assert np.abs(embedder.encode(SENTENCES, **options) - reference).max() <= 1e-5, options
+    theirs = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "kbert"), device="cpu")
+    assert theirs[1].include_prompt is False
+    assert np.abs(theirs.encode(SENTENCES) - model.encode(SENTENCES)).max() <= 1e-5
+
 
 # --- XLM-RoBERTa backbones (multilingual-e5, bge-m3 are built on them) ---------------------------------
 

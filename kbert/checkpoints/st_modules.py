@@ -168,10 +168,13 @@ class Pooling(Module):
             config["include_prompt"] = False
         write_json(os.path.join(path, "config.json"), config)
 
-    def apply(self, vectors, name: str):
+    def apply(self, vectors, name: str, pooled=None):
+        """Its `kbert.layers.Pooling`; `pooled` (`[batch, tokens]`, 1 for a token it counts): the tokens it pools
+        where `include_prompt` is false (a text's prompt left out), else the padding mask decides."""
         from kbert.layers.pooling import Pooling as PoolingLayer
 
-        return PoolingLayer(self.mode, name=name)(vectors)
+        layer = PoolingLayer(self.mode, name=name)
+        return layer(vectors) if pooled is None else layer(vectors, mask=pooled)
 
 
 @dataclasses.dataclass(frozen=True)

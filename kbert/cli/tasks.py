@@ -634,7 +634,9 @@ def run_embed(args) -> int:
         return _embed_multi_vector(args, embedder, texts)
     # an unknown name is refused before an export; a sparse encoder's --prompt-name query or document is the role
     role = args.prompt_name if embedder.sparse and args.prompt_name in ("query", "document") else None
-    texts = embedder.role_prompted(texts, role, None if role else args.prompt_name, args.prompt)
+    if embedder.sparse:
+        texts = embedder.role_prompted(texts, role, None if role else args.prompt_name, args.prompt)
+    prompt = "" if embedder.sparse else embedder.prompt_text(args.prompt_name, args.prompt)
     embedder.check_dimensions(args.dimensions)
     ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else embedder.ranges
     if args.precision in CALIBRATED and not args.ranges and args.dimensions not in (None, embedder.dimensions):
@@ -649,7 +651,7 @@ def run_embed(args) -> int:
         for indices, values in embedder.encode_sparse(texts, args.batch_size, args.top_k, prompt="", role=role):
             print(json.dumps({"indices": indices.tolist(), "values": values.tolist()}))
         return 0
-    vectors = embedder.truncated(embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt=""),
+    vectors = embedder.truncated(embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt=prompt),
                                  args.dimensions, args.normalize)
     broken = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
     if broken.size:  # JSON has no NaN, and a NaN in a .npy poisons every search over it

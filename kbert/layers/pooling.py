@@ -38,10 +38,12 @@ def pooling_modes(mode: str) -> Tuple[str, ...]:
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class Pooling(keras.layers.Layer):
-    """Pools `[batch, seq, H]` hidden states into `[batch, H]` vectors, padding excluded (the Keras mask).
+    """Pools `[batch, seq, H]` hidden states into `[batch, H]` vectors, padding excluded (the Keras mask; a mask
+    given to the call instead says which tokens are pooled: a prompt's can be left out, as sentence-transformers'
+    `include_prompt` false does).
 
     Args:
-        mode: `cls` (position 0), `mean` (the real tokens' mean), `max` (their
+        mode: `cls` (the first token the mask keeps: position 0), `mean` (the real tokens' mean), `max` (their
             element-wise maximum), `mean_sqrt_len` (their sum over the square
             root of their count), `weightedmean` (their mean weighted by
             position, 1 for the first), `lasttoken` (the last real token), or
@@ -71,13 +73,16 @@ class Pooling(keras.layers.Layer):
 
     @staticmethod
     def _pooled(mode: str, inputs, real):
-        if mode == "cls":
-            return inputs[:, 0]
+        if mode == "cls":  # the first token the mask keeps: position 0, unless a prompt before it is left out
+            places = ops.shape(inputs)[1] - ops.arange(ops.shape(inputs)[1])  # n, n-1, ..., 1: the first is largest
+            first = ops.shape(inputs)[1] - ops.max(ops.where(real, places[None], 0), axis=1)
+            return ops.take_along_axis(inputs, ops.reshape(ops.minimum(first, ops.shape(inputs)[1] - 1), (-1, 1, 1)),
+                                       axis=1)[:, 0]
         if mode == "max":  # a padded position takes the lowest value, so it never wins
             lowest = ops.cast(ops.min(inputs) - 1e4, inputs.dtype)
             return ops.max(ops.where(real[..., None], inputs, lowest), axis=1)
         if mode == "lasttoken":
-            last = ops.maximum(ops.sum(ops.cast(real, "int32"), axis=1) - 1, 0)
+            last = ops.max(ops.where(real, ops.arange(ops.shape(inputs)[1])[None], 0), axis=1)  # the last kept
             return ops.take_along_axis(inputs, ops.reshape(last, (-1, 1, 1)), axis=1)[:, 0]
         weights = ops.cast(real, inputs.dtype)[..., None]
         if mode == "weightedmean":  # position 1 for the first token (the padding is on the right)

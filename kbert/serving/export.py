@@ -210,6 +210,10 @@ def embedder_endpoint(embedder) -> _Endpoint:
     token's (`[batch, tokens, dimensions]`), checked on queries filled up to their expansion as well."""
     from kbert.checkpoints.bge_m3 import LexicalSpec
 
+    if not embedder.include_prompt:
+        raise KbertError(f"{embedder.source}: its Pooling leaves a prompt's tokens out (include_prompt false), which "
+                         "needs each text's tokens to pool as a third input beside token_ids and segment_ids; kbert "
+                         "exports models that pool every token: embed or serve this one with --runtime keras")
     note = ("token_ids and segment_ids as the model's own tokenizer (tokenizer.json or vocab.txt in its folder) "
             "makes them, cut to kbert_maxlen tokens")
     if isinstance(embedder.pooling, LexicalSpec):

@@ -87,8 +87,8 @@ class Embedder:
             encoder's token vectors (`MultiVectorSpec`; `multi_vector`: a vector per token, scored by MaxSim).
         prompts: texts put before the inputs, by name (`{"query": "query: "}`).
         default_prompt_name: the prompt used when none is asked for (None: no prompt).
-        include_prompt: whether the pooling counts the prompt's tokens (kbert's does; a model whose pooling
-            leaves them out is refused a prompt rather than given other vectors than its own).
+        include_prompt: whether the pooling counts the prompt's tokens (False: the model takes each text's tokens
+            to pool as a third input, `POOLED_INPUT`, the prompt's left out; `pooled_rows` makes them).
         do_lower_case: sentence-transformers' own lower-casing of each text (prompt included) before its
             tokenizer sees it (`sentence_bert_config.json`), whatever the tokenizer itself does.
         ranges: each dimension's calibration range (`kbert.tasks.embedding_precision`), for int8 and uint8
@@ -158,37 +158,56 @@ class Embedder:
             prompt_name: the model's prompt to put before each text (`prompts`); None: its default one.
             prompt: a prompt's text itself, instead of a named one ("" for none).
         """
-        return self.encode_tokens(self._tokenized(texts, prompt_name, prompt), batch_size, normalize, bucketing)
-
-    def _tokenized(self, texts: Sequence[str], prompt_name: Optional[str], prompt: Optional[str]) -> list:
-        """The texts after their prompt (`prompted`), tokenized within `maxlen`; one string is refused."""
         if isinstance(texts, str):
             raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
-        texts = self.prompted(texts, prompt_name, prompt)
-        return encode_within(self.tokenizer, texts, self.maxlen) if texts else []
+        prompt = self.prompt_text(prompt_name, prompt)
+        texts = self.prompted(texts, prompt=prompt)
+        encoded = encode_within(self.tokenizer, texts, self.maxlen) if texts else []
+        return self.encode_tokens(self.pooled_rows(encoded, self.prompt_tokens(prompt)), batch_size, normalize,
+                                  bucketing)
+
+    def prompt_text(self, prompt_name: Optional[str] = None, prompt: Optional[str] = None) -> str:
+        """The prompt `encode` puts before each text: `prompt` itself, else the model's prompt named
+        `prompt_name`, else its default one, else none ("": sentence-transformers' order). An unknown name is
+        refused saying what is there."""
+        if prompt is not None and prompt_name is not None:
+            raise KbertError(f"prompt {prompt!r} and prompt_name {prompt_name!r}: give one of them, not both")
+        if prompt is not None:
+            return prompt
+        name = self.default_prompt_name if prompt_name is None else prompt_name
+        if name is not None and name not in self.prompts:
+            known = ", ".join(map(repr, self.prompts))
+            raise KbertError(f"prompt_name {shown(name)}: {self.source or 'this model'} has "
+                             + (f"the prompts {known}" if known else "no prompts")
+                             + " (config_sentence_transformers.json); name one of them, or give the prompt's text")
+        return self.prompts[name] if name is not None else ""
 
     def prompted(self, texts: Sequence[str], prompt_name: Optional[str] = None,
                  prompt: Optional[str] = None) -> List[str]:
-        """`texts`, each after the prompt `encode` puts before it: `prompt` itself, else the model's prompt named
-        `prompt_name`, else its default one, else none (sentence-transformers' order), lower-cased where the
-        model's `do_lower_case` says. An unknown name, or a prompt for a model whose pooling leaves the prompt
-        out, is refused saying what is there."""
-        if prompt is not None and prompt_name is not None:
-            raise KbertError(f"prompt {prompt!r} and prompt_name {prompt_name!r}: give one of them, not both")
-        if prompt is None:
-            name = self.default_prompt_name if prompt_name is None else prompt_name
-            if name is not None and name not in self.prompts:
-                known = ", ".join(map(repr, self.prompts))
-                raise KbertError(f"prompt_name {shown(name)}: {self.source or 'this model'} has "
-                                 + (f"the prompts {known}" if known else "no prompts")
-                                 + " (config_sentence_transformers.json); name one of them, or give the prompt's text")
-            prompt = self.prompts[name] if name is not None else ""
-        if prompt and not self.include_prompt:
-            raise KbertError(f"prompt {prompt!r}: {self.source or 'this model'}'s pooling leaves a prompt's tokens "
-                             "out (include_prompt false in its Pooling config), which kbert's pooling does not do; "
-                             "encode without a prompt (prompt=\"\") or with sentence-transformers")
+        """`texts`, each after its prompt (`prompt_text`), lower-cased where the model's `do_lower_case` says."""
+        prompt = self.prompt_text(prompt_name, prompt)
         texts = [prompt + text for text in texts] if prompt else list(texts)
         return [text.lower() for text in texts] if self.do_lower_case else texts
+
+    def prompt_tokens(self, prompt: str) -> int:
+        """The leading tokens of a text after `prompt` that the pooling leaves out: none where it counts the
+        prompt's (`include_prompt`), else the prompt's own tokens with the first special token, as
+        sentence-transformers counts them (the prompt tokenized alone, less a special token at its end)."""
+        if self.include_prompt or not prompt:
+            return 0
+        ids = encode_within(self.tokenizer, self.prompted([""], prompt=prompt), self.maxlen)[0][0]
+        specials = {self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id}
+        return len(ids) - (1 if ids and ids[-1] in specials else 0)
+
+    def pooled_rows(self, encoded: Sequence[tuple], prompt_tokens: int = 0) -> list:
+        """Tokenized texts (`(token_ids, segment_ids)` each) as the model takes them: where its pooling leaves a
+        prompt out, each with the tokens it pools (`[0] * prompt_tokens + [1, ...]`; a row that has them already
+        as it is); else as they are."""
+        if self.include_prompt:
+            return list(encoded)
+        return [row if len(row) > 2 else
+                (*row, [0] * min(prompt_tokens, len(row[0])) + [1] * max(len(row[0]) - prompt_tokens, 0))
+                for row in encoded]
 
     def prompt_name_for(self, role: str) -> Optional[str]:
         """The model's prompt for a retrieval `role`, as sentence-transformers' `encode_query` and
@@ -199,10 +218,11 @@ class Embedder:
 
     def encode_tokens(self, encoded: Sequence[Tuple[List[int], List[int]]], batch_size: int = 32,
                       normalize: Optional[bool] = None, bucketing: bool = True) -> np.ndarray:
-        """`encode` for texts already tokenized: `(token_ids, segment_ids)` each, at most `maxlen` long
-        (a server tokenizes on its own threads, to count and check the tokens before the model runs)."""
+        """`encode` for texts already tokenized: `(token_ids, segment_ids)` each, at most `maxlen` long (a server
+        tokenizes on its own threads, to count and check the tokens before the model runs), and where the pooling
+        leaves a prompt out the tokens it pools (`pooled_rows`; without them, every token)."""
         vectors = np.empty((len(encoded), self.dimensions), np.float32)
-        for rows, batch in self._batches(encoded, batch_size, bucketing):
+        for rows, batch in self._batches(self.pooled_rows(encoded), batch_size, bucketing):
             vectors[rows] = batch
         if normalize and not self.normalize:
             vectors = unit_length(vectors)
@@ -397,7 +417,6 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     static_query = spec.static_query and StaticQuery.load(spec.static_query, int(model.outputs[0].shape[-1]))
     embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, pooling, spec.prompts,
                         spec.default_prompt_name, spec.include_prompt, spec.do_lower_case, static_query=static_query)
-    embedder.prompted([])  # a default prompt the pooling would leave out is refused now, not at the first text
     return embedder
 
 
@@ -468,14 +487,23 @@ def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec | MultiVectorS
             layer.set_weights(head_weights)
     if modules is None:
         modules = [] if isinstance(pooling, MultiVectorSpec) else pipeline(pooling, int(vectors.shape[-1]))
-    projections = 0
+    inputs, projections = list(bert.inputs), 0
     for module in modules:
         if isinstance(module, st_modules.Dense):  # numbered: a folder may have several
             layer_name, projections = f"Embedding-Dense-{projections}", projections + 1
         else:
             layer_name = _LAYER_NAMES.get(type(module), f"Embedding-{type(module).__name__}")
-        vectors = module.apply(vectors, layer_name)
-    return keras.Model(bert.inputs, vectors, name=name)
+        if isinstance(module, st_modules.Pooling) and not module.include_prompt:
+            # which tokens it pools, per text: a prompt's left out (`Embedder.pooled_rows` gives them)
+            inputs.append(keras.Input((None,), dtype="int32", name=POOLED_INPUT))
+            vectors = module.apply(vectors, layer_name, inputs[-1])
+        else:
+            vectors = module.apply(vectors, layer_name)
+    return keras.Model(inputs, vectors, name=name)
+
+
+#: The input of a model whose pooling leaves a prompt out: `[batch, tokens]`, 1 for a token it pools.
+POOLED_INPUT = "Input-Pooled"
 
 
 #: The names of the layers the modules add (what `write_sentence_transformer` and the exporters find them by).
