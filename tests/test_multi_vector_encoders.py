@@ -151,7 +151,9 @@ def rewrite(folder, tmp_path, path, change):
     ("1_Dense/config.json", lambda c: {**c, "module_input_name": "sentence_embedding"},
      "a Dense reads the sentence_embedding; kbert computes it on the token_embeddings"),
     ("config_sentence_transformers.json", lambda c: {**c, "model_type": "ColBERT", "query_prefix": "[Q] "},
-     "model_type ColBERT, a PyLate folder .* sentence-transformers 6 loads it as a MultiVectorEncoder"),
+     "expected one Pooling, SpladePooling or MultiVectorMask module after the Transformer, found 2"),
+    ("1_Dense/config.json", lambda c: {**c, "use_residual": True}, "use_residual true: a projection added to its "
+                                                                    "input"),
 ])
 def test_a_multi_vector_folder_kbert_does_not_compute_is_refused_by_name(colbert_folder, tmp_path, path, change,
                                                                         message):
@@ -252,6 +254,78 @@ def test_kbert_evaluate_ranks_by_maxsim(colbert_folder, tmp_path, capsys):
     assert result["mrr@10"] == pytest.approx(mean_reciprocal_rank(scores))
     assert result["query_vectors"] == 16
     assert result["document_vectors"] == pytest.approx(np.mean([len(document) for document in documents]))
+
+
+# --- PyLate's ColBERT folders ------------------------------------------------------------------------------------
+
+PYLATE = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "MaxSim", "query_prefix": "[unused0]",
+          "document_prefix": "[unused1]", "query_length": 12, "document_length": 20,
+          "attend_to_expansion_tokens": False, "skiplist_words": list(string.punctuation)}
+
+
+def pylate_folder(folder, **settings):
+    """A folder as PyLate saves a ColBERT model (read by hand from PyLate's `ColBERT.save`, which lists the
+    Transformer and its own Dense in `modules.json` and puts its settings in `config_sentence_transformers.json`):
+    a random 2-layer BERT with the real all-MiniLM-L6-v2's (lower-casing) tokenizer, projected to 16 values."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from kbert import build_transformer_model, save_hf_weights
+
+    keras.utils.set_random_seed(7)
+    bert = build_transformer_model({"model_type": "bert", "vocab_size": 30522, "hidden_size": 32,
+                                    "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+                                    "max_position_embeddings": 64})
+    folder.mkdir(parents=True)
+    save_hf_weights(bert, folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_dir() / name, folder / name)
+    (folder / "1_Dense").mkdir()
+    write(folder, "sentence_bert_config.json", json.dumps({"max_seq_length": 59, "do_lower_case": False}))
+    write(folder, "modules.json", json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}]))
+    write(folder / "1_Dense", "config.json", json.dumps({
+        "in_features": 32, "out_features": 16, "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False}))
+    projection = np.random.default_rng(7).normal(0, 32 ** -0.5, (16, 32)).astype(np.float32)
+    save_file({"linear.weight": projection}, str(folder / "1_Dense" / "model.safetensors"))
+    write(folder, "config_sentence_transformers.json", json.dumps({"model_type": "ColBERT", **PYLATE, **settings}))
+    return folder
+
+
+def test_a_pylate_folder_is_read_with_its_markers_expansion_and_skiplist(tmp_path):
+    """PyLate inserts [unused0] (queries) or [unused1] (documents) after [CLS], fills a query with [MASK] up to
+    12 tokens, cuts a document at 20, leaves a document's punctuation out, normalises each token's vector: so
+    does kbert, and writes it back as a sentence-transformers 6 folder that reads back alike. A folder saved before
+    sentence-transformers wrote a model_type is known by PyLate's settings."""
+    from kbert.checkpoints.sentence_transformers import QueryExpansion
+    from kbert.tasks.embedding import Embedder
+
+    embedder = Embedder.load(pylate_folder(tmp_path / "pylate"))
+    spec = embedder.pooling
+    assert (spec.expansion, spec.document_length, spec.skiplist_tasks) == (QueryExpansion("fixed", 12), 20,
+                                                                          ("document",))
+    assert embedder.prompts == {"query": "[unused0]", "document": "[unused1]"}
+    long = " ".join(["drums"] * 30)
+    (query, _), (document, _) = (embedder.role_tokens(embedder.role_prompted([long], role), role)[0]
+                                 for role in ("query", "document"))
+    assert query[:3] == [101, 1, 3846] and len(query) == 12  # [CLS] [unused0] drums ...
+    assert document[:3] == [101, 2, 3846] and len(document) == 20 and document[-1] == 102
+    assert embedder.role_tokens(embedder.role_prompted(["drums"], "query"), "query")[0][0] == \
+        [101, 1, 3846, 102] + [-1 - 103] * 8  # filled with [MASK], hidden from attention (-1 - id)
+    vectors = embedder.encode_multi_vector(TEXTS, "document")
+    assert [len(tokens) for tokens in vectors][1:3] == [4, 14]  # [CLS] [unused1] drums [SEP]; 16 less "," and "!"
+    np.testing.assert_allclose(np.linalg.norm(vectors[2], axis=1), 1.0, rtol=1e-5)
+    back = Embedder.load(embedder.save(tmp_path / "back"))
+    for role in ("query", "document"):
+        for mine, again in zip(embedder.encode_multi_vector(TEXTS, role), back.encode_multi_vector(TEXTS, role)):
+            np.testing.assert_allclose(again, mine, atol=1e-6)
+    older = pylate_folder(tmp_path / "older")
+    write(older, "config_sentence_transformers.json", json.dumps(PYLATE))  # no model_type
+    for mine, again in zip(vectors, Embedder.load(older).encode_multi_vector(TEXTS, "document")):
+        np.testing.assert_allclose(again, mine, atol=1e-6)
 
 
 # --- training: kbert train --task colbert ------------------------------------------------------------------------
@@ -413,3 +487,26 @@ def test_sentence_transformers_multi_vector_encoders_both_ways(family, expansion
         for tokens, theirs_tokens, back in zip(got, expected, encode_back(TEXTS)):
             np.testing.assert_allclose(tokens, theirs_tokens, atol=2e-6, err_msg=str(role))
             np.testing.assert_allclose(back.numpy(), theirs_tokens, atol=2e-6, err_msg=str(role))
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("attend", [False, True], ids=["expansion-hidden", "expansion-attended"])
+def test_a_pylate_folder_is_encoded_as_sentence_transformers_6_encodes_it(attend, tmp_path):
+    """sentence-transformers 6 loads a PyLate folder as a MultiVectorEncoder (its markers registered as tokens, its
+    mask and normalisation added): kbert's query and document vectors are its, and kbert's saved folder reads back in
+    it alike."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
+    from kbert.tasks.embedding import Embedder
+
+    folder = pylate_folder(tmp_path / "pylate", attend_to_expansion_tokens=attend)
+    theirs = sentence_transformers.MultiVectorEncoder(str(folder), device="cpu")
+    mine = Embedder.load(folder)
+    read_back = sentence_transformers.MultiVectorEncoder(mine.save(tmp_path / "back"), device="cpu")
+    for role, encode, encode_back in (("query", theirs.encode_query, read_back.encode_query),
+                                      ("document", theirs.encode_document, read_back.encode_document)):
+        expected = [tokens.numpy() for tokens in encode(TEXTS)]
+        got = mine.encode_multi_vector(TEXTS, role, batch_size=3)
+        assert [len(tokens) for tokens in got] == [len(tokens) for tokens in expected], role
+        for tokens, theirs_tokens, back in zip(got, expected, encode_back(TEXTS)):
+            np.testing.assert_allclose(tokens, theirs_tokens, atol=2e-6, err_msg=role)
+            np.testing.assert_allclose(back.numpy(), theirs_tokens, atol=2e-6, err_msg=role)

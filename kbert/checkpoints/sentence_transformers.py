@@ -6,7 +6,8 @@ it, each in its own sub-folder: a `Pooling` (its `config.json` names the
 mode), `Dense` projections (their `config.json` and `model.safetensors`), a
 `Normalize`; a sparse encoder's `MLMTransformer` and `SpladePooling`, or a
 `Router` of its query and document sides; a multi-vector encoder's
-`MultiVectorMask`. Each type is one class of `kbert.checkpoints.st_modules`
+`MultiVectorMask` (a PyLate `ColBERT` folder lists its Transformer and Dense only, its other
+settings in `config_sentence_transformers.json`: `PyLateSettings`). Each type is one class of `kbert.checkpoints.st_modules`
 that reads and writes its sub-folder and adds its Keras layer; this module
 reads the list (`read_sentence_transformer`), checks that it is a pipeline
 kbert computes, and writes one back (`write_modules`) as sentence-transformers
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import string
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from kbert.checkpoints.st_modules import (SENTENCE, TOKENS, TRANSFORMER_SETTINGS, Dense, MLMTransformer, Module,
@@ -96,6 +98,8 @@ class SentenceTransformerSpec:
         include_prompt: whether the pooling counts the prompt's tokens (the Pooling's `include_prompt`).
         static_query: an inference-free sparse encoder's `Router` (its query side a weight table; the other
             fields describe its document side), or None.
+        markers: tokens its prompts begin with that the tokenizer must take as one token each (a PyLate folder's
+            `[Q] ` or `[unused0]`; `PyLateSettings`).
     """
 
     transformer: str
@@ -107,6 +111,7 @@ class SentenceTransformerSpec:
     default_prompt_name: Optional[str] = None
     include_prompt: bool = True
     static_query: Optional[Router] = None
+    markers: Tuple[str, ...] = ()
 
     @property
     def normalize(self) -> bool:
@@ -118,7 +123,7 @@ SETTINGS_FILE = "config_sentence_transformers.json"
 
 
 #: The `model_type`s of `config_sentence_transformers.json` that embed texts (dense, sparse and multi-vector;
-#: PyLate's `ColBERT`, whose folders `read_sentence_transformer` refuses saying how to convert them).
+#: PyLate's `ColBERT`, read as sentence-transformers 6 reads it: `PyLateSettings`).
 EMBEDDING_MODEL_TYPES = (None, "SentenceTransformer", "SparseEncoder", "MultiVectorEncoder", "ColBERT")
 
 
@@ -159,13 +164,13 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     """The modules of the sentence-transformers folder `folder` as one pipeline kbert computes, checked; a
     `CheckpointError` names the file and what was expected."""
     folder = os.fspath(folder)
-    if model_type(folder) == "ColBERT":
-        raise CheckpointError(f"{os.path.join(folder, SETTINGS_FILE)}: model_type ColBERT, a PyLate folder (its "
-                              "[Q]/[D] prefixes inserted as tokens, its masking and normalisation inside PyLate), "
-                              "which kbert does not read; sentence-transformers 6 loads it as a MultiVectorEncoder "
-                              "and save() writes the folder kbert reads")
-    modules_file = os.path.join(folder, MODULES_FILE)
+    modules_file, settings_file, kind = os.path.join(folder, MODULES_FILE), os.path.join(folder, SETTINGS_FILE), \
+        model_type(folder)
     modules = read_modules(folder)
+    prompts, default_prompt_name = _prompts(settings_file)
+    pylate = _pylate(settings_file, prompts) if is_pylate(folder) else None
+    if pylate:  # a PyLate folder lists its Transformer and Dense; its mask and normalisation were PyLate's code
+        modules, prompts, kind = pylate.completed(modules), pylate.prompts, "MultiVectorEncoder"
     router = modules[0] if isinstance(modules[0], Router) else None
     if any(isinstance(module, Router) for module in modules[1:]):
         raise CheckpointError(f"{modules_file}: a Router after the first module; kbert reads an inference-free "
@@ -178,15 +183,79 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     config_path = next((path for path in (os.path.join(transformer.path, TRANSFORMER_SETTINGS),
                                           os.path.join(folder, TRANSFORMER_SETTINGS)) if os.path.isfile(path)), None)
     config = json_object(config_path) if config_path else {}
-    pooling = _pooling(steps, transformer, config, config_path, modules_file, model_type(folder))
+    if pylate:  # its lengths and expansion are the folder's settings' (sentence-transformers 6 moves them here)
+        config, config_path = {**config, **pylate.transformer}, settings_file
+    pooling = _pooling(steps, transformer, config, config_path, modules_file, kind)
     if router and not isinstance(pooling, SpladeSpec):
         raise CheckpointError(f"{modules_file}: a Router's query route of static weights needs SPLADE (an "
                               "MLMTransformer and a SpladePooling) as its document route")
-    prompts, default_prompt_name = _prompts(os.path.join(folder, SETTINGS_FILE))
     include_prompt = all(module.include_prompt for module in steps if isinstance(module, Pooling))
     return SentenceTransformerSpec(transformer.path, pooling, steps, _length(config, "max_seq_length", config_path),
-                                   flag_setting(config, "do_lower_case", False, config_path), prompts, default_prompt_name,
-                                   include_prompt, router)
+                                   flag_setting(config, "do_lower_case", False, config_path), prompts,
+                                   default_prompt_name, include_prompt, router, pylate.markers if pylate else ())
+
+
+@dataclasses.dataclass(frozen=True)
+class PyLateSettings:
+    """A PyLate ColBERT folder's own settings (`model_type` ColBERT in `config_sentence_transformers.json`), read
+    as sentence-transformers 6 reads such a folder.
+
+    Args:
+        transformer: the multi-vector settings of its transformer: `document_length`, and `query_expansion` (PyLate
+            fills each query with `[MASK]` up to its `query_length`; `attend_to_expansion_tokens`;
+            `do_query_expansion` false: none).
+        prompts: its prompts, the query's and the document's beginning with their marker (`query_prefix`,
+            `document_prefix`: PyLate inserts the marker's token after `[CLS]`, which a prompt of it does where
+            the tokenizer takes the marker as one token).
+        markers: the markers, which the tokenizer must take as one token each (`TokenizerJson.add_markers`).
+        skiplist_words: the tokens left out of a document's scoring (PyLate's default: the punctuation).
+    """
+
+    transformer: dict
+    prompts: Dict[str, str]
+    markers: Tuple[str, ...]
+    skiplist_words: Tuple[str, ...]
+
+    def completed(self, modules: Sequence[Module]) -> List[Module]:
+        """A PyLate folder's modules (its Transformer and Dense: PyLate 3 masked and normalised in its own code)
+        as sentence-transformers 6 completes them: each projection on the token vectors, then a
+        `MultiVectorMask` of its skiplist and a token-level `Normalize`."""
+        modules = [dataclasses.replace(module, input_name=TOKENS) if isinstance(module, Dense) else module
+                   for module in modules]
+        return [*modules, MultiVectorMask(self.skiplist_words, ("document",)), Normalize(TOKENS)]
+
+
+def is_pylate(folder: "str | os.PathLike[str]") -> bool:
+    """Whether `folder` is PyLate's: `model_type` ColBERT, or (saved before sentence-transformers wrote a
+    `model_type`) PyLate's `query_prefix` or `document_prefix` in its `config_sentence_transformers.json`."""
+    config = settings(folder)
+    return config.get("model_type") == "ColBERT" or \
+        ("model_type" not in config and any(key in config for key in ("query_prefix", "document_prefix")))
+
+
+def _pylate(path: str, prompts: Dict[str, str]) -> PyLateSettings:
+    """The PyLate settings of the `config_sentence_transformers.json` at `path` (beside its `prompts`), checked."""
+    config = json_object(path)
+    prompts, markers = dict(prompts), []
+    for key, role in (("query_prefix", "query"), ("document_prefix", "document")):
+        if key in config:
+            marker = config[key] or ""
+            if not isinstance(marker, str):
+                raise CheckpointError(f"{path}: {key} {marker!r}: expected the marker text put before a {role}")
+            markers.append(marker)
+            prompts[role] = marker + (prompts.get(role) or "").removeprefix(marker)
+    transformer = {key: config[key] for key in ("query_length", "document_length", "query_expansion")
+                   if key in config and (config[key] is not None or key == "query_expansion")}
+    if "query_expansion" not in transformer:
+        attend = config.get("attend_to_expansion_tokens", config.get("attend_to_mask_tokens"))
+        length = transformer.pop("query_length", None) or 32  # ColBERT's queries: 32 tokens
+        transformer["query_expansion"] = None if config.get("do_query_expansion") is False else \
+            {"strategy": "fixed", "attend": bool(attend), "length": length}
+    words = config.get("skiplist_words")
+    words = list(string.punctuation) if words is None else words
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+        raise CheckpointError(f"{path}: skiplist_words {words!r}: expected a list of tokens")
+    return PyLateSettings(transformer, prompts, tuple(marker for marker in markers if marker.strip()), tuple(words))
 
 
 def _pooling(steps: Sequence[Module], transformer: Transformer, config: dict, config_path: Optional[str],

@@ -277,6 +277,9 @@ class Dense(Module):
             raise CheckpointError(f"{config_path}: in_features {sizes[0]!r}, out_features {sizes[1]!r}: expected "
                                   "positive whole numbers")
         bias = flag_setting(config, "bias", True, config_path)
+        if flag_setting(config, "use_residual", False, config_path):
+            raise CheckpointError(f"{config_path}: use_residual true: a projection added to its input (PyLate's) is "
+                                  "not one kbert computes")
         if not any(os.path.isfile(os.path.join(path, name)) for name in ("model.safetensors", "pytorch_model.bin")):
             raise CheckpointError(f"{path}: no model.safetensors (nor pytorch_model.bin): the projection's weights "
                                   "are missing")

@@ -407,6 +407,11 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     spec, head_weights = _with_head(spec, head, model_config.hidden_size)
     # sentence-transformers' own do_lower_case lower-cases whatever the tokenizer's config says.
     tokenizer = folder_tokenizer(spec.transformer, lower_case_default=spec.do_lower_case, lower_case=spec.do_lower_case)
+    if spec.markers:  # a PyLate folder's [Q] and [D]: one token each, as PyLate inserted them
+        if not isinstance(tokenizer, TokenizerJson):
+            raise KbertError(f"{spec.transformer}: its queries and documents begin with the markers "
+                             f"{', '.join(map(repr, spec.markers))}, which need the folder's tokenizer.json")
+        tokenizer.add_markers(spec.markers)
     check_tokenizer_fits(tokenizer, model_config.vocab_size, spec.transformer)  # before the weights are read
     # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.
     maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)

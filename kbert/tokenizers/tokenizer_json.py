@@ -38,7 +38,8 @@ class TokenizerJson:
         from kbert.errors import KbertError, first_line
 
         self.path = os.fspath(path)
-        self.converted = backend is not None  # built from another file (`from_sentencepiece`), not read from one
+        # built from another file (`from_sentencepiece`) or changed (`add_markers`), not the file it was read from
+        self.converted = backend is not None
         try:
             self._backend = backend or Backend.from_file(self.path)
         except Exception as error:  # the tokenizers library's own error, for a file it cannot read
@@ -103,9 +104,29 @@ class TokenizerJson:
             special_tokens=[(tokens["cls"], cls_id), (tokens["sep"], sep_id)])
         return cls(path, backend=backend)
 
+    def add_markers(self, markers: Sequence[str]) -> None:
+        """Makes each marker a model puts before its texts (PyLate's `[Q] `, ColBERT's `[unused0]`) one special
+        token, as sentence-transformers 6 does for a PyLate folder: PyLate inserted the marker's token after
+        `[CLS]`, and a text after the marker then gets the same ids. A marker the vocabulary holds (or else its
+        first word) is registered, unnormalised (a lower-casing tokenizer would not find `[Q]` otherwise), where
+        the tokenizer would split it; one the vocabulary lacks stays text."""
+        from tokenizers import AddedToken
+
+        added = []
+        for marker in markers:
+            for token in (marker, *marker.split(None, 1)[:1]):
+                if self._backend.token_to_id(token) is None:
+                    continue
+                if self._backend.encode(token, add_special_tokens=False).tokens != [token]:
+                    added.append(AddedToken(token, normalized=False, special=True))
+                break
+        if added:
+            self._backend.add_special_tokens(added)
+            self.converted, self._cutters, self.vocab = True, {}, self._backend.get_vocab()
+
     def save(self, destination: str) -> None:
         """This tokenizer as a `tokenizer.json` at `destination` (atomically): the file it was read from, or the
-        one it was built as."""
+        one it was built as (or given markers)."""
         from kbert.io import atomic_copy, atomic_write_text
 
         if self.converted:
