@@ -60,6 +60,32 @@ def test_splade_pooling_layer_contract(tmp_path):
         SpladePooling("mean")
 
 
+def test_term_weights_layer_contract(tmp_path):
+    """A weight table's vectors: each id once, the ignored and hidden (negative) ids none, the padding appended
+    changes nothing; get_config round trip, .keras with safe_mode=True, the weights trained by a gradient."""
+    from kbert.layers import TermWeights
+
+    layer = TermWeights(12, ignored_ids=(0, 1))
+    tokens = keras.Input((None,), dtype="int32")
+    model = keras.Model(tokens, layer(tokens))
+    weights = np.linspace(0.5, 6.0, 12).astype(np.float32)
+    layer.set_weights([weights])
+    ids = np.array([[1, 5, 7, 5, 0], [1, 9, -4, 0, 0]])
+    output = model.predict(ids, verbose=0)
+    expected = np.zeros((2, 12), np.float32)
+    expected[0, [5, 7]], expected[1, 9] = weights[[5, 7]], weights[9]
+    np.testing.assert_allclose(output, expected)
+    np.testing.assert_allclose(model.predict(np.pad(ids, [(0, 0), (0, 4)]), verbose=0), output)
+    assert TermWeights.from_config(layer.get_config()).get_config() == layer.get_config()
+    model.save(tmp_path / "model.keras")
+    restored = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_allclose(restored.predict(ids, verbose=0), output)
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss="mse")
+    model.fit(ids, np.zeros((2, 12)), epochs=1, verbose=0)
+    moved = layer.get_weights()[0] != weights
+    assert moved.tolist() == [index in (5, 7, 9) for index in range(12)]  # only the present terms learn
+
+
 def test_sparse_terms_keeps_the_largest_in_ascending_ids():
     from kbert.tasks.embedding import sparse_terms
 
@@ -490,6 +516,40 @@ def test_kbert_train_sparse_regularizes_towards_fewer_terms_and_writes_a_sparse_
     embedder = Embedder.load(out)
     indices, values = embedder.encode_sparse(["房间很大"])[0]
     assert embedder.sparse and 0 < indices.size < embedder.dimensions and (values > 0).all()
+
+
+def test_kbert_train_sparse_inference_free_reads_queries_by_inverse_document_frequency(tmp_path):
+    """--inference-free: the documents are SPLADE's, a query's vector the table of each id's BM25 IDF over the
+    training documents (checked against NumPy); the directory is a Router folder whose queries are read by the
+    table, and kbert reads it back alike."""
+    from kbert.cli.main import main
+    from kbert.tasks.embedding import Embedder
+
+    rows = [line.split("\t")[0] for line in
+            shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:64]]
+    halves = [(text[:len(text) // 2], text[len(text) // 2:]) for text in rows if len(text) > 8]
+    data = write(tmp_path, "pairs.tsv", "".join(f"{a}\t{b}\n" for a, b in halves))
+    out = tmp_path / "inference-free"
+    assert main(["train", "--task", "sparse", "--inference-free", "--train", str(data), "--valid", str(data),
+                 "--config", bundled_config_path("bert_tiny"), "--vocab", str(shared_path("vocab", "chinese_vocab.txt")),
+                 "--batch-size", "16", "--maxlen", "32", "--epochs", "1", "--lr", "5e-4", "--out", str(out)]) == 0
+    state = json.loads((out / "training.json").read_text(encoding="utf-8"))
+    assert state["inference_free"] is True and 0 <= state["history"][-1]["val_score"] <= 1
+    assert json.loads((out / "modules.json").read_text())[0]["type"] == "sentence_transformers.base.modules.router.Router"
+    embedder = Embedder.load(out)
+    tokenizer = embedder.static_query.tokenizer
+    documents = [set(ids) for ids, _ in tokenizer.ids_and_offsets(sorted({b for _, b in halves}))]
+    frequency = np.zeros(embedder.dimensions)
+    for ids in documents:
+        frequency[list(ids)] += 1
+    query = "房间很大"
+    ids = sorted(set(tokenizer.ids_and_offsets([query])[0][0]))
+    expected = np.log1p((len(documents) - frequency[ids] + 0.5) / (frequency[ids] + 0.5))
+    indices, values = embedder.encode_sparse([query], role="query")[0]
+    assert indices.tolist() == ids
+    np.testing.assert_allclose(values, expected, rtol=1e-5)
+    indices, values = embedder.encode_sparse([query], role="document")[0]  # the model's: expanded terms
+    assert indices.size > 0 and (values > 0).all()
 
 
 def test_a_loss_other_than_splades_is_refused_for_a_sparse_encoder(tmp_path, capsys):

@@ -13,7 +13,8 @@ BERT's layer names: the model builders give the names.
 - `memm`: `MaximumEntropyMarkovModel` (bert4keras's bidirectional MEMM)
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
 - `pooling`: `Pooling` (cls, mean, max, mean_sqrt_len, lasttoken), `L2Normalize`: sentence embeddings;
-  `SpladePooling`: SPLADE's sparse term weights from masked-LM logits
+  `SpladePooling`: SPLADE's sparse term weights from masked-LM logits; `TermWeights`: a weight table's sparse
+  vector of a text's ids (an inference-free sparse encoder's queries)
 - `views`: `StackViews`, `SplitViews`: an example's several texts through one encoder call (contrastive training)
 - `masks`: `AttentionMask` (the `lm` and `unilm` applications), `UnmaskingDropout`
   (Hugging Face's T5 decoder)
@@ -39,7 +40,7 @@ from kbert.layers.heads import BiasAdd, Scale, TakePositions, TakeToken
 from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
 from kbert.layers.memm import MaximumEntropyMarkovModel
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
-from kbert.layers.pooling import POOLING_MODES, L2Normalize, Pooling, SpladePooling
+from kbert.layers.pooling import POOLING_MODES, L2Normalize, Pooling, SpladePooling, TermWeights
 from kbert.layers.rotary_attention import RotarySelfAttention, apply_rotary_half, rotary_cos_sin, windowed_attention
 from kbert.layers.masks import AttentionMask, UnmaskingDropout
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
@@ -48,7 +49,7 @@ from kbert.layers.rotary import apply_rotary, sinusoidal_positions
 from kbert.layers.views import SplitViews, StackViews
 
 __all__ = ["AttentionMask", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling", "SpladePooling", "SplitViews",
-           "StackViews",
+           "StackViews", "TermWeights",
            "ConditionalLayerNormalization", "ConditionalRandomField",
            "DepthScaledTruncatedNormal", "DisentangledSelfAttention", "RelativePositionTable", "log_buckets",
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GatedFeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",

@@ -175,3 +175,49 @@ class SpladePooling(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "strategy": self.strategy, "activation": self.activation}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TermWeights(keras.layers.Layer):
+    """A text's sparse vector from a weight per vocabulary entry: each entry among its token ids, once however
+    often, gets the entry's weight, the others 0 (sentence-transformers' `SparseStaticEmbedding`, the query side of
+    an inference-free sparse encoder: no model runs on a query).
+
+    Args:
+        vocab_size: the vocabulary's size, the vector's width.
+        ignored_ids: ids that never count: the padding and the special tokens (the table reads a query without
+            them); negative ids (hidden ones) never count either.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = TermWeights(6, ignored_ids=(0,))
+    >>> layer.build((None, None))
+    >>> layer.set_weights([np.arange(6, dtype="float32") / 2])
+    >>> ops.convert_to_numpy(layer(np.array([[4, 3, 4, 0]]))).tolist()  # 4 once, 3 once; the padding none
+    [[0.0, 0.0, 0.0, 1.5, 2.0, 0.0]]
+    """
+
+    def __init__(self, vocab_size: int, ignored_ids: Tuple[int, ...] = (), **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.ignored_ids = int(vocab_size), tuple(int(index) for index in ignored_ids)
+
+    def build(self, input_shape):
+        self.weight = self.add_weight(shape=(self.vocab_size,), initializer="ones", name="weight")
+
+    def call(self, token_ids):
+        ids = ops.cast(token_ids, "int32")
+        counted = ids >= 0
+        for index in self.ignored_ids:
+            counted = ops.logical_and(counted, ids != index)
+        rows = ops.broadcast_to(ops.arange(ops.shape(ids)[0], dtype="int32")[:, None], ops.shape(ids))
+        places = ops.stack([ops.reshape(rows, (-1,)), ops.reshape(ops.maximum(ids, 0), (-1,))], axis=1)
+        # a scatter sums the repeats of an id: at most 1 each, so a repeated term counts once
+        present = ops.scatter(places, ops.reshape(ops.cast(counted, self.compute_dtype), (-1,)),
+                              (ops.shape(ids)[0], self.vocab_size))
+        return ops.minimum(present, 1.0) * ops.cast(self.weight, self.compute_dtype)[None]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.vocab_size)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size, "ignored_ids": list(self.ignored_ids)}

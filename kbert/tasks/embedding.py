@@ -677,7 +677,7 @@ class EmbeddingTask(Task):
 
     def __init__(self, options):
         self.options = options
-        self.loss_name, self.views, self.tokenizer, self.backbone = None, 2, None, None
+        self.loss_name, self.views, self.tokenizer, self.backbone, self.train_groups = None, 2, None, None, []
 
     @classmethod
     def from_options(cls, options) -> "EmbeddingTask":
@@ -688,6 +688,7 @@ class EmbeddingTask(Task):
         if num_labels:
             raise DataError("--num-labels: an embedding model has no labels; leave it out")
         groups, report = read_training_file(read_text_groups, train_path, options)
+        self.train_groups = groups
         self.loss_name = loss_for(groups, options.contrastive_loss, train_path)
         self.views = max(len(groups[0].texts), 2)
         if self.loss_name != "cosent" and len(groups) < 2:
@@ -778,6 +779,11 @@ def recall_at_1(embedder: Embedder, queries: Sequence[str], positives: Sequence[
 
         index = MaxSimIndex(embedder.encode_multi_vector(positives, "document"))
         scores = np.stack([index.scores(query) for query in embedder.encode_multi_vector(queries, "query")])
+    elif embedder.static_query is not None:  # an inference-free encoder's queries: its weight table's vectors
+        scores = np.zeros((len(queries), embedder.dimensions), np.float32)
+        for row, (indices, values) in enumerate(embedder.encode_sparse(queries, role="query")):
+            scores[row, indices] = values
+        scores = scores @ embedder.encode(positives).T
     else:
         scores = embedder.encode(queries, normalize=cosine) @ embedder.encode(positives, normalize=cosine).T
     return float(np.mean(scores.argmax(1) == np.arange(len(queries))))

@@ -8,18 +8,28 @@ quadratically over the first third of the steps (`FlopsRegularization`), as sent
 trains. Each epoch logs how many weights a query and a document keep (`query_active_dimensions`,
 `document_active_dimensions`). The model directory is a sentence-transformers `SparseEncoder` folder: `kbert embed`,
 `kbert serve` (`/embed_sparse`) and sentence-transformers read it.
+
+With `inference_free` (`--inference-free`), only the documents go through the model: a query's vector is a
+fixed weight table's (`kbert.layers.TermWeights`), each vocabulary entry's BM25 inverse document frequency over
+the training documents, as opensearch's inference-free models weigh their queries; the model learns documents
+that those weights find. The directory is then a `Router` folder (its query route the table), as
+sentence-transformers writes one.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import keras
+import numpy as np
 
 from kbert.checkpoints.sentence_transformers import SpladeSpec
 from kbert.errors import DataError
+from kbert.layers.pooling import TermWeights
+from kbert.layers.views import SplitViews, StackViews
 from kbert.tasks.embedding import Embedder, EmbeddingTask, embedding_model
+from kbert.tasks.inference_free import StaticQuery
 from kbert.training.contrastive import (FlopsRegularization, InBatchNegatives, document_active_dimensions,
                                         query_active_dimensions)
 from kbert.training.task import TrainingData
@@ -48,7 +58,11 @@ class SparseEmbeddingTask(EmbeddingTask):
             raise DataError(f"{train_path}: {self.loss_name}'s rows; a sparse encoder trains on "
                             "query<TAB>positive (optionally <TAB>hard negative) rows")
         data.state = {"loss": "splade", "pooling": str(SPLADE), "query_regularizer": options.query_regularizer,
-                      "document_regularizer": options.document_regularizer}
+                      "document_regularizer": options.document_regularizer,
+                      **({"inference_free": True} if options.inference_free else {})}
+        if options.inference_free:  # the distinct ids of each training document, for the queries' weights
+            self.documents = [set(ids) for ids, _ in tokenizer.ids_and_offsets(
+                sorted({text for group in self.train_groups for text in group.texts[1:]}))]
         # SPLADE's (and sentence-transformers') warm-up: the regularizers' full weight a third of the way in
         self.warmup_steps = max(1, math.ceil(data.steps_per_epoch * options.epochs / 3))
         return data
@@ -58,10 +72,39 @@ class SparseEmbeddingTask(EmbeddingTask):
         return embedding_model(bert, SPLADE)
 
     def training_model(self, model):
-        contrastive = super().training_model(model)
+        if self.options.inference_free:
+            inputs, vectors = self._inference_free_views(model)
+        else:
+            contrastive = super().training_model(model)
+            inputs, vectors = contrastive.inputs, contrastive.outputs[0]
         regularized = FlopsRegularization(self.options.query_regularizer, self.options.document_regularizer,
-                                          getattr(self, "warmup_steps", 0), name="FLOPS")(contrastive.outputs[0])
-        return keras.Model(contrastive.inputs, regularized, name="splade")
+                                          getattr(self, "warmup_steps", 0), name="FLOPS")(vectors)
+        return keras.Model(inputs, regularized, name="splade")
+
+    def _inference_free_views(self, model):
+        """The views' vectors `[batch, views, V]`: the queries' (view 0) from the weight table, frozen, the
+        documents' from the model."""
+        vocab_size = int(model.outputs[0].shape[-1])
+        inputs = [keras.Input((None,), dtype="int32", name=f"View-{view}-{kind}")
+                  for view in range(self.views) for kind in ("Token", "Segment")]
+        table = TermWeights(vocab_size, self._special_ids(), trainable=False, name="Query-Term-Weights")
+        queries = keras.layers.Reshape((1, vocab_size), name="Query-View")(table(inputs[0]))
+        tokens = StackViews(self.tokenizer.pad_id, name="Stack-Tokens")(inputs[2::2])
+        segments = StackViews(name="Stack-Segments")(inputs[3::2])
+        documents = SplitViews(self.views - 1, name="Split-Views")(model([tokens, segments]))
+        table.set_weights([self.query_weights(vocab_size)])
+        return inputs, keras.layers.Concatenate(axis=1, name="Views")([queries, documents])
+
+    def _special_ids(self) -> tuple:
+        tokenizer = self.tokenizer
+        return tuple(index for index in (tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id) if index is not None)
+
+    def query_weights(self, vocab_size: int) -> np.ndarray:
+        """The queries' weight table: each entry's inverse document frequency over the training documents
+        (`inverse_document_frequencies`), the padding and special tokens 0."""
+        weights = inverse_document_frequencies(getattr(self, "documents", []), vocab_size)
+        weights[list(self._special_ids())] = 0.0
+        return weights
 
     def compile_args(self, model) -> dict:
         return {"loss": InBatchNegatives(self.options.temperature or 1.0, normalize=False,
@@ -69,4 +112,22 @@ class SparseEmbeddingTask(EmbeddingTask):
                 "metrics": [query_active_dimensions, document_active_dimensions]}
 
     def embedder(self, model, source: str) -> Embedder:
-        return Embedder(model, self.tokenizer, self.options.maxlen, False, source, self.backbone, SPLADE)
+        static = None
+        if self.options.inference_free:  # the table's queries, as the training read them
+            static = StaticQuery(self.query_weights(int(model.outputs[0].shape[-1])), self.tokenizer,
+                                 self.options.maxlen - 2, frozen=True)
+        return Embedder(model, self.tokenizer, self.options.maxlen, False, source, self.backbone, SPLADE,
+                        static_query=static)
+
+
+def inverse_document_frequencies(documents: Sequence[set], vocab_size: int) -> np.ndarray:
+    """Each vocabulary entry's BM25 inverse document frequency, `ln(1 + (N - df + 0.5) / (df + 0.5))` (Lucene's),
+    over `documents` (each the set of its token ids): float32 `[vocab_size]`, largest for an id no document holds.
+
+    >>> [round(float(weight), 4) for weight in inverse_document_frequencies([{1, 2}, {2}], 4)]  # ln 6, ln 2, ...
+    [1.7918, 0.6931, 0.1823, 1.7918]
+    """
+    frequencies = np.zeros(vocab_size, np.float64)
+    for ids in documents:
+        frequencies[[index for index in ids if 0 <= index < vocab_size]] += 1
+    return np.log1p((len(documents) - frequencies + 0.5) / (frequencies + 0.5)).astype(np.float32)

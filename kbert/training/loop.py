@@ -447,6 +447,9 @@ def _check_options(options: TrainingOptions) -> None:
         if not (_is_number(getattr(options, name)) and 0 <= getattr(options, name) < math.inf):
             raise KbertError(f"{name} (--{name.replace('_', '-')}) must be a finite number, 0 or more, got "
                              f"{getattr(options, name)!r}")
+    if options.inference_free and options.task != "sparse":
+        raise KbertError(f"--inference-free: a weight table for the queries is for --task sparse, not --task "
+                         f"{options.task}")
     if options.teacher and options.task != "colbert":
         raise KbertError(f"--teacher: a reranker to distil is for --task colbert, not --task {options.task}")
     if options.rerank_loss not in RERANK_LOSSES:

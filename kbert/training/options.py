@@ -113,6 +113,9 @@ class TrainingOptions:
         query_regularizer, document_regularizer: `task="sparse"`: the weights of SPLADE's FLOPS regularizer on
             the queries' and the documents' vectors (sentence-transformers' defaults), reached over the first
             third of the steps (quadratically, as SPLADE warms them up).
+        inference_free: `task="sparse"`: only documents go through the model; a query's vector is a fixed table
+            of each vocabulary entry's inverse document frequency over the training documents (an inference-free
+            encoder, written as a sentence-transformers `Router` folder).
         query_length: `task="colbert"`: a query's tokens, filled with `[MASK]` up to it (ColBERT's query
             expansion) and cut at it.
         teacher: `task="colbert"`: a reranker (a CrossEncoder folder) whose logits of each row's (query,
@@ -167,6 +170,7 @@ class TrainingOptions:
     symmetric: bool = False
     query_regularizer: float = 5e-5
     document_regularizer: float = 3e-5
+    inference_free: bool = False
     query_length: int = 32
     teacher: Optional[str] = None
 
