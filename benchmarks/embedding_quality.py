@@ -67,12 +67,14 @@ def kbert(*arguments: str) -> float:
 def raw_embedder(backbone: str, maxlen: int):
     """The pre-trained backbone, mean-pooled and normalised, untrained for embeddings."""
     from kbert.builder import build_transformer_model
+    from kbert.checkpoints.sentence_transformers import pipeline
     from kbert.tasks.embedding import Embedder, embedding_model
     from kbert.tokenizers import load_tokenizer
 
     bert = build_transformer_model(os.path.join(backbone, "bert_config.json"), backbone)
     tokenizer = load_tokenizer(os.path.join(backbone, "vocab.txt"))
-    return Embedder(embedding_model(bert, "mean", normalize=True), tokenizer, maxlen, True, backbone, bert, "mean")
+    modules = pipeline("mean", int(bert.outputs[0].shape[-1]), normalize=True)  # mean-pooled, then normalised
+    return Embedder(embedding_model(bert, "mean", modules), tokenizer, maxlen, True, backbone, bert, "mean")
 
 
 def scores(embedder, train, test) -> dict:

@@ -373,6 +373,7 @@ def test_layer_norms_and_gelus_rewritten_for_onnxruntime_compute_the_same(tmp_pa
         np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
 
 
+@pytest.mark.examples
 def test_kbert_embed_in_int8_through_onnxruntime_stays_close_to_kerass_vectors(tmp_path, capsys):
     """`kbert embed --quantize int8`: the vectors of the model's export with int8 weights in onnxruntime (the file
     `kbert serve --quantize int8` serves), close to Keras's float32 ones (in a process of its own, as a user runs

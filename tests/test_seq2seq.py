@@ -122,6 +122,7 @@ def msra_example():
     return example
 
 
+@pytest.mark.examples
 def test_train_evaluate_predict_from_the_command_line(tmp_path, capsys):
     """MSRA as generative extraction: the target lists the sentence's entities as TYPE:text."""
     write_msra_pairs(tmp_path, train=400, dev=60)

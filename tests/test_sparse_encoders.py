@@ -518,6 +518,7 @@ def test_kbert_train_sparse_regularizes_towards_fewer_terms_and_writes_a_sparse_
     assert embedder.sparse and 0 < indices.size < embedder.dimensions and (values > 0).all()
 
 
+@pytest.mark.examples
 def test_kbert_train_sparse_inference_free_reads_queries_by_inverse_document_frequency(tmp_path):
     """--inference-free: the documents are SPLADE's, a query's vector the table of each id's BM25 IDF over the
     training documents (checked against NumPy); the directory is a Router folder whose queries are read by the
