@@ -638,8 +638,9 @@ def run_embed(args) -> int:
     # an unknown name is refused before an export; a sparse encoder's --prompt-name query or document is the role
     role = args.prompt_name if embedder.sparse and args.prompt_name in ("query", "document") else None
     if embedder.sparse:
-        texts = embedder.role_prompted(texts, role, None if role else args.prompt_name, args.prompt)
-    prompt = "" if embedder.sparse else embedder.prompt_text(args.prompt_name, args.prompt)
+        texts, prompt = embedder.role_prompted(texts, role, None if role else args.prompt_name, args.prompt), ""
+    else:  # the prompt goes to encode, which counts its tokens where the pooling leaves them out
+        prompt = embedder.prompt_text(args.prompt_name, args.prompt)
     embedder.check_dimensions(args.dimensions)
     ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else embedder.ranges
     if args.precision in CALIBRATED and not args.ranges and args.dimensions not in (None, embedder.dimensions):

@@ -81,10 +81,10 @@ class EmbeddingService(TokenizedService):
         (`Embedder.prompted`; a pooling that leaves it out is told its tokens, `Embedder.pooled_rows`), and the
         tokens they took."""
         prompt = self.model.prompt_text(prompt_name)
-        encoded, counts = await batcher.prepare(len(texts), self.tokenize, self.model.prompted(texts, prompt=prompt),
-                                                None, truncate)
-        encoded = self.model.pooled_rows(encoded, self.model.prompt_tokens(prompt))
-        return np.asarray(await batcher.predict(encoded, tokens=sum(counts)), np.float32), sum(counts)
+        leading = self.model.prompt_tokens(prompt)
+        vectors, tokens = await self.run(batcher, self.model.prompted(texts, prompt=prompt), None, truncate,
+                                         lambda encoded: self.model.pooled_rows(encoded, leading))
+        return np.asarray(vectors, np.float32), tokens
 
     async def embed_sparse(self, batcher, texts: List[str], truncate: bool,
                            prompt_name: Optional[str] = None) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int]:

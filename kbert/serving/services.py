@@ -44,8 +44,10 @@ class TokenizedService:
                 encoded[index] = tokenizer.encode(texts[index], pairs[index] if pairs else None, maxlen=maxlen)
         return encoded, [len(ids) for ids, _ in encoded]
 
-    async def run(self, batcher: Batcher, texts: List[str], pairs: Optional[List[str]], truncate: bool) -> Tuple[list, int]:
+    async def run(self, batcher: Batcher, texts: List[str], pairs: Optional[List[str]], truncate: bool,
+                  rows: Optional[Callable[[list], list]] = None) -> Tuple[list, int]:
         """The batch's rows for these inputs, and the tokens they took (`QueueFull` before tokenizing when the
-        queue has no room)."""
+        queue has no room); `rows`: what the tokenized inputs become before they join a batch (an embedding
+        model's tokens to pool)."""
         encoded, counts = await batcher.prepare(len(texts), self.tokenize, texts, pairs, truncate)
-        return await batcher.predict(encoded, tokens=sum(counts)), sum(counts)
+        return await batcher.predict(rows(encoded) if rows else encoded, tokens=sum(counts)), sum(counts)

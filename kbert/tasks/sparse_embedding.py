@@ -63,6 +63,7 @@ class SparseEmbeddingTask(EmbeddingTask):
         if options.inference_free:  # the distinct ids of each training document, for the queries' weights
             self.documents = [set(ids) for ids, _ in tokenizer.ids_and_offsets(
                 sorted({text for group in self.train_groups for text in group.texts[1:]}))]
+            self.query_table = None  # counted from these documents when first asked for
         # SPLADE's (and sentence-transformers') warm-up: the regularizers' full weight a third of the way in
         self.warmup_steps = max(1, math.ceil(data.steps_per_epoch * options.epochs / 3))
         return data
@@ -101,10 +102,14 @@ class SparseEmbeddingTask(EmbeddingTask):
 
     def query_weights(self, vocab_size: int) -> np.ndarray:
         """The queries' weight table: each entry's inverse document frequency over the training documents
-        (`inverse_document_frequencies`), the padding and special tokens 0."""
-        weights = inverse_document_frequencies(getattr(self, "documents", []), vocab_size)
-        weights[list(self._special_ids())] = 0.0
-        return weights
+        (`inverse_document_frequencies`), the padding and special tokens 0. Counted once: the training model and
+        each epoch's validation embedder read the same table."""
+        table = getattr(self, "query_table", None)
+        if table is None or table.shape[0] != vocab_size:
+            table = inverse_document_frequencies(getattr(self, "documents", []), vocab_size)
+            table[list(self._special_ids())] = 0.0
+            self.query_table = table
+        return table
 
     def compile_args(self, model) -> dict:
         return {"loss": InBatchNegatives(self.options.temperature or 1.0, normalize=False,
