@@ -23,6 +23,9 @@ the vectors are compared densified, and the mean of each text's non-zero weights
 encoder's (`MultiVectorEncoder`, ColBERT) as documents: `Embedder.encode_multi_vector(texts, "document")` against
 `MultiVectorEncoder.encode_document`, every token's vector compared.
 
+For a dense folder it also prints the tokens kbert's model calls compute against the texts' own tokens: the
+padding share, the most that unpadded calls (a batch's texts packed without padding) could save.
+
 `--one-batch` times the model call alone instead, on one fixed batch of
 `--batch-size` × 128 token ids (no tokenizing, no batching by length): where a
 gap between the engines lies, in the encoder or around it.
@@ -128,6 +131,18 @@ def _dense(vectors, width: int = 0) -> np.ndarray:
     return np.asarray(vectors, np.float32)
 
 
+def tokens_computed(embedder, texts: List[str], batch_size: int) -> List[int]:
+    """The texts' own tokens and the tokens kbert's model calls compute over them (the padding counted), as
+    `Embedder.encode` batches them: how much unpadded calls could save at most."""
+    from kbert.tokenizers.long_texts import encode_within
+    from kbert.training.pipeline import batches_by_length
+
+    encoded = encode_within(embedder.tokenizer, embedder.prompted(texts), embedder.maxlen)
+    computed = sum(int(features[0].size) for _, features in batches_by_length(
+        encoded, batch_size, True, maxlen=embedder.maxlen, pad_id=embedder.tokenizer.pad_id))
+    return [sum(len(ids) for ids, _ in encoded), computed]
+
+
 def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_batch: bool = False,
            dtype: str = "float32", runtime: str = "keras") -> None:
     """Loads `engine`, then answers each line on stdin with the seconds one encoding of the texts took (and, for
@@ -140,7 +155,10 @@ def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_
         encode = _encoder(engine, loaded, texts, batch_size, kind(model))
     vectors = encode()  # the warm-up (a compiled graph, the thread pools)
     vectors = _dense(vectors, getattr(loaded, "dimensions", 0) if not one_batch else 0)
-    print(json.dumps({"ready": True}), flush=True)
+    ready = {"ready": True}
+    if engine == "kbert" and not one_batch and kind(model) == "SentenceTransformer":
+        ready["tokens"] = tokens_computed(loaded, texts, batch_size)
+    print(json.dumps(ready), flush=True)
     for line in sys.stdin:
         start = time.perf_counter()
         encode()
@@ -176,15 +194,17 @@ def main(argv=None) -> int:
               "--batch-size", str(args.batch_size), "--dtype", args.dtype, "--runtime", args.runtime,
               *(["--one-batch"] if args.one_batch else []),
               "--worker"]
-    workers = {}
+    workers, tokens = {}, None
     for name, python in (("kbert", sys.executable), ("sentence-transformers", args.st_python)):
         # one after the other: a load and warm-up (an ONNX export, whose conversion peaks at gigabytes) never
         # overlaps the other engine's
         workers[name] = subprocess.Popen([python, *common, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.DEVNULL, text=True, cwd=REPOSITORY)
-        if not workers[name].stdout.readline():
+        ready = workers[name].stdout.readline()
+        if not ready:
             raise SystemExit(f"the {name} worker stopped while loading (run it alone to see why: python -m "
                              f"benchmarks.embedding --worker {name} ...)")
+        tokens = json.loads(ready).get("tokens", tokens)
     seconds = {name: [] for name in workers}
     vectors = {}
     try:
@@ -228,6 +248,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"the engines' vectors differ in shape: kbert {mine.shape}, sentence-transformers "
                          f"{theirs.shape}")
     print(f"largest difference between the engines' vectors: {np.abs(mine - theirs).max():.2e}")
+    if tokens:
+        print(f"kbert's model calls compute {tokens[1]:,} tokens for the texts' {tokens[0]:,}: padding is "
+              f"{1 - tokens[0] / tokens[1]:.1%} of them, what unpadded calls could save at most")
     if kind(args.model) == "MultiVectorEncoder":
         print(f"token vectors a text: {len(mine) / len(texts):.1f}")
     if is_sparse(args.model):

@@ -295,6 +295,84 @@ def pylate_folder(folder, **settings):
     return folder
 
 
+def stanford_folder(folder, **metadata):
+    """A folder as Stanford's ColBERT saves a checkpoint (colbert-ir/colbertv2.0's layout, read by hand from its
+    `HF_ColBERT`): no modules.json; a `config.json` of `architectures` HF_ColBERT; the BERT's tensors under `bert.`
+    beside the projection `linear.weight` (no bias) in one file; its settings in `artifact.metadata`. The BERT and
+    projection are `pylate_folder`'s."""
+    from safetensors.numpy import load_file, save_file
+
+    pylate = pylate_folder(folder.with_name(folder.name + "-pylate"))
+    folder.mkdir(parents=True)
+    tensors = {"bert." + name: value for name, value in load_file(str(pylate / "model.safetensors")).items()}
+    tensors["linear.weight"] = load_file(str(pylate / "1_Dense" / "model.safetensors"))["linear.weight"]
+    save_file(tensors, str(folder / "model.safetensors"))
+    config = json.loads((pylate / "config.json").read_text())
+    write(folder, "config.json", json.dumps({**config, "architectures": ["HF_ColBERT"]}))
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (folder / name).write_bytes((pylate / name).read_bytes())
+    write(folder, "artifact.metadata", json.dumps({
+        "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_token": "[Q]", "doc_token": "[D]",
+        "query_maxlen": 12, "doc_maxlen": 20, "dim": 16, "mask_punctuation": True, "attend_to_mask_tokens": False,
+        "similarity": "cosine", **metadata}))
+    return folder
+
+
+def test_a_stanford_colbert_checkpoint_is_read_as_its_pylate_twin(tmp_path, capsys):
+    """A Stanford ColBERT checkpoint (no modules.json) is the same model as the PyLate folder of the same weights and
+    settings: the same markers, expansion, cut and skiplist, the same vectors (through `kbert embed` too, and `kbert evaluate` reads it); a folder
+    with vocab.txt alone gives them too; `mask_punctuation` false keeps a
+    document's punctuation, and a folder without `artifact.metadata` takes ColBERT's defaults (queries of 32)."""
+    from kbert.tasks.embedding import Embedder
+
+    stanford = Embedder.load(stanford_folder(tmp_path / "stanford"))
+    pylate = Embedder.load(tmp_path / "stanford-pylate")
+    assert stanford.prompts == {"query": "[unused0] ", "document": "[unused1] "}
+    assert stanford.pooling == pylate.pooling
+    for role in ("query", "document"):
+        for mine, twin in zip(stanford.encode_multi_vector(TEXTS, role), pylate.encode_multi_vector(TEXTS, role)):
+            np.testing.assert_allclose(mine, twin, atol=1e-6, err_msg=role)
+    texts = write(tmp_path, "texts.txt", "\n".join(TEXTS) + "\n")
+    run = kbert_in_process("embed", "--model", str(tmp_path / "stanford"), str(texts), "--prompt-name", "query")
+    assert run.returncode == 0, run.stderr
+    for line, expected in zip(run.stdout.splitlines(), stanford.encode_multi_vector(TEXTS, "query"), strict=True):
+        np.testing.assert_allclose(np.array(json.loads(line)["embedding"]), expected, atol=1e-6)
+    (tmp_path / "beir").mkdir()
+    result, _ = evaluated_on_prefixes(tmp_path / "stanford", tmp_path / "beir", capsys, TEXTS, 12)
+    assert result["query_vectors"] == 12 and result["mrr@10"] > 0
+    kept = Embedder.load(stanford_folder(tmp_path / "kept", mask_punctuation=False))
+    assert [len(tokens) for tokens in kept.encode_multi_vector(TEXTS, "document")][2] == 16  # "," and "!" kept
+    (tmp_path / "stanford" / "tokenizer.json").unlink()  # vocab.txt alone: its markers still one token each
+    for mine, twin in zip(Embedder.load(tmp_path / "stanford").encode_multi_vector(TEXTS, "query"),
+                          pylate.encode_multi_vector(TEXTS, "query")):
+        np.testing.assert_allclose(mine, twin, atol=1e-6)
+    (tmp_path / "stanford" / "artifact.metadata").unlink()
+    assert Embedder.load(tmp_path / "stanford").pooling.expansion.length == 32
+    back = Embedder.load(stanford.save(tmp_path / "back"))
+    for mine, again in zip(stanford.encode_multi_vector(TEXTS, "query"), back.encode_multi_vector(TEXTS, "query")):
+        np.testing.assert_allclose(again, mine, atol=1e-6)
+
+
+def test_a_damaged_stanford_colbert_checkpoint_is_refused_naming_the_file(tmp_path):
+    """A Stanford checkpoint without its projection, or with a marker that is not text, is refused naming the file
+    and what was expected."""
+    from safetensors.numpy import load_file, save_file
+
+    from kbert.errors import CheckpointError
+    from kbert.tasks.embedding import Embedder
+
+    folder = stanford_folder(tmp_path / "stanford", query_token_id=1)
+    with pytest.raises(CheckpointError, match=r"artifact.metadata: query_token_id 1: expected the marker token"):
+        Embedder.load(folder)
+    write(folder, "artifact.metadata", "{}")
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file({name: value for name, value in tensors.items() if name != "linear.weight"},
+              str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"model.safetensors: linear.weight: expected floats of shape "
+                                              r"\[128, 32\] \(ColBERT's projection \[dim, hidden_size\]\), got missing"):
+        Embedder.load(folder)
+
+
 def test_a_pylate_folder_is_read_with_its_markers_expansion_and_skiplist(tmp_path):
     """PyLate inserts [unused0] (queries) or [unused1] (documents) after [CLS], fills a query with [MASK] up to
     12 tokens, cuts a document at 20, leaves a document's punctuation out, normalises each token's vector: so
@@ -510,3 +588,29 @@ def test_a_pylate_folder_is_encoded_as_sentence_transformers_6_encodes_it(attend
         for tokens, theirs_tokens, back in zip(got, expected, encode_back(TEXTS)):
             np.testing.assert_allclose(tokens, theirs_tokens, atol=2e-6, err_msg=role)
             np.testing.assert_allclose(back.numpy(), theirs_tokens, atol=2e-6, err_msg=role)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("metadata, tokenizer", [({}, True),
+                                                 ({"attend_to_mask_tokens": True, "mask_punctuation": False}, True),
+                                                 ({}, False)],
+                         ids=["classic", "attended-punctuation-kept", "vocab-txt-alone"])
+def test_a_stanford_colbert_checkpoint_is_encoded_as_sentence_transformers_6_encodes_it(metadata, tokenizer,
+                                                                                          tmp_path):
+    """sentence-transformers 6 loads a Stanford ColBERT checkpoint (HF_ColBERT, artifact.metadata; its tokenizer
+    from tokenizer.json, or converted from vocab.txt) as a MultiVectorEncoder: kbert's query and document vectors
+    are its."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
+    from kbert.tasks.embedding import Embedder
+
+    folder = stanford_folder(tmp_path / "stanford", **metadata)
+    if not tokenizer:
+        (folder / "tokenizer.json").unlink()
+    theirs = sentence_transformers.MultiVectorEncoder(str(folder), device="cpu")
+    mine = Embedder.load(folder)
+    for role, encode in (("query", theirs.encode_query), ("document", theirs.encode_document)):
+        expected = [tokens.numpy() for tokens in encode(TEXTS)]
+        got = mine.encode_multi_vector(TEXTS, role, batch_size=3)
+        assert [len(tokens) for tokens in got] == [len(tokens) for tokens in expected], role
+        for tokens, theirs_tokens in zip(got, expected):
+            np.testing.assert_allclose(tokens, theirs_tokens, atol=2e-6, err_msg=role)

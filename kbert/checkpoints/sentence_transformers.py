@@ -7,7 +7,9 @@ mode), `Dense` projections (their `config.json` and `model.safetensors`), a
 `Normalize`; a sparse encoder's `MLMTransformer` and `SpladePooling`, or a
 `Router` of its query and document sides; a multi-vector encoder's
 `MultiVectorMask` (a PyLate `ColBERT` folder lists its Transformer and Dense only, its other
-settings in `config_sentence_transformers.json`: `PyLateSettings`). Each type is one class of `kbert.checkpoints.st_modules`
+settings in `config_sentence_transformers.json`; a Stanford ColBERT checkpoint has no `modules.json`
+at all, its projection beside the BERT's weights and its settings in `artifact.metadata`: both
+`ColBERTSettings`). Each type is one class of `kbert.checkpoints.st_modules`
 that reads and writes its sub-folder and adds its Keras layer; this module
 reads the list (`read_sentence_transformer`), checks that it is a pipeline
 kbert computes, and writes one back (`write_modules`) as sentence-transformers
@@ -26,8 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from kbert.checkpoints.st_modules import (SENTENCE, TOKENS, TRANSFORMER_SETTINGS, Dense, MLMTransformer, Module,
                                           MultiVectorMask, Normalize, Pooling, Router, SpladePooling, SpladeSpec,
-                                          Transformer, flag_setting, json_file, json_object, read_module, write_json,
-                                          write_modules_file)
+                                          Transformer, check_tensor, flag_setting, json_file, json_object,
+                                          module_tensors, read_module, write_json, write_modules_file)
 from kbert.errors import CheckpointError, is_whole_number
 
 MODULES_FILE = "modules.json"
@@ -99,7 +101,7 @@ class SentenceTransformerSpec:
         static_query: an inference-free sparse encoder's `Router` (its query side a weight table; the other
             fields describe its document side), or None.
         markers: tokens its prompts begin with that the tokenizer must take as one token each (a PyLate folder's
-            `[Q] ` or `[unused0]`; `PyLateSettings`).
+            `[Q] ` or `[unused0]`; `ColBERTSettings`).
     """
 
     transformer: str
@@ -123,16 +125,29 @@ SETTINGS_FILE = "config_sentence_transformers.json"
 
 
 #: The `model_type`s of `config_sentence_transformers.json` that embed texts (dense, sparse and multi-vector;
-#: PyLate's `ColBERT`, read as sentence-transformers 6 reads it: `PyLateSettings`).
+#: PyLate's `ColBERT`, read as sentence-transformers 6 reads it: `ColBERTSettings`).
 EMBEDDING_MODEL_TYPES = (None, "SentenceTransformer", "SparseEncoder", "MultiVectorEncoder", "ColBERT")
 
 
 def is_sentence_transformer(path: "str | os.PathLike[str]") -> bool:
     """Whether `path` is a sentence-transformers embedding folder, dense, sparse or multi-vector: it has
     `modules.json`, and its `config_sentence_transformers.json` names no other model type (sentence-transformers 6
-    writes a `CrossEncoder`'s folder with modules too)."""
-    return os.path.isfile(os.path.join(os.fspath(path), MODULES_FILE)) and \
-        model_type(path) in EMBEDDING_MODEL_TYPES
+    writes a `CrossEncoder`'s folder with modules too); or a Stanford ColBERT checkpoint, which
+    sentence-transformers 6 reads as a multi-vector encoder (`is_stanford_colbert`)."""
+    if not os.path.isfile(os.path.join(os.fspath(path), MODULES_FILE)):
+        return is_stanford_colbert(path)
+    return model_type(path) in EMBEDDING_MODEL_TYPES
+
+
+def is_stanford_colbert(path: "str | os.PathLike[str]") -> bool:
+    """Whether `path` is a checkpoint of Stanford's ColBERT (colbert-ir/colbertv2.0's layout): no `modules.json`,
+    and `HF_ColBERT` among its `config.json`'s `architectures`."""
+    path = os.fspath(path)
+    config = os.path.join(path, "config.json")
+    if os.path.isfile(os.path.join(path, MODULES_FILE)) or not os.path.isfile(config):
+        return False
+    architectures = json_object(config).get("architectures")
+    return isinstance(architectures, list) and STANFORD_ARCHITECTURE in architectures
 
 
 def model_type(path: "str | os.PathLike[str]") -> Optional[str]:
@@ -166,11 +181,12 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     folder = os.fspath(folder)
     modules_file, settings_file, kind = os.path.join(folder, MODULES_FILE), os.path.join(folder, SETTINGS_FILE), \
         model_type(folder)
-    modules = read_modules(folder)
+    stanford = is_stanford_colbert(folder)
+    modules = _stanford_modules(folder) if stanford else read_modules(folder)
     prompts, default_prompt_name = _prompts(settings_file)
-    pylate = _pylate(settings_file, prompts) if is_pylate(folder) else None
-    if pylate:  # a PyLate folder lists its Transformer and Dense; its mask and normalisation were PyLate's code
-        modules, prompts, kind = pylate.completed(modules), pylate.prompts, "MultiVectorEncoder"
+    colbert = _stanford(folder) if stanford else _pylate(settings_file, prompts) if is_pylate(folder) else None
+    if colbert:  # its Transformer and Dense: its mask and normalisation were PyLate's (or ColBERT's) code
+        modules, prompts, kind = colbert.completed(modules), colbert.prompts, "MultiVectorEncoder"
     router = modules[0] if isinstance(modules[0], Router) else None
     if any(isinstance(module, Router) for module in modules[1:]):
         raise CheckpointError(f"{modules_file}: a Router after the first module; kbert reads an inference-free "
@@ -183,8 +199,8 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     config_path = next((path for path in (os.path.join(transformer.path, TRANSFORMER_SETTINGS),
                                           os.path.join(folder, TRANSFORMER_SETTINGS)) if os.path.isfile(path)), None)
     config = json_object(config_path) if config_path else {}
-    if pylate:  # its lengths and expansion are the folder's settings' (sentence-transformers 6 moves them here)
-        config, config_path = {**config, **pylate.transformer}, settings_file
+    if colbert:  # its lengths and expansion are the folder's settings' (sentence-transformers 6 moves them here)
+        config, config_path = {**config, **colbert.transformer}, colbert.path
     pooling = _pooling(steps, transformer, config, config_path, modules_file, kind)
     if router and not isinstance(pooling, SpladeSpec):
         raise CheckpointError(f"{modules_file}: a Router's query route of static weights needs SPLADE (an "
@@ -192,13 +208,13 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     include_prompt = all(module.include_prompt for module in steps if isinstance(module, Pooling))
     return SentenceTransformerSpec(transformer.path, pooling, steps, _length(config, "max_seq_length", config_path),
                                    flag_setting(config, "do_lower_case", False, config_path), prompts,
-                                   default_prompt_name, include_prompt, router, pylate.markers if pylate else ())
+                                   default_prompt_name, include_prompt, router, colbert.markers if colbert else ())
 
 
 @dataclasses.dataclass(frozen=True)
-class PyLateSettings:
-    """A PyLate ColBERT folder's own settings (`model_type` ColBERT in `config_sentence_transformers.json`), read
-    as sentence-transformers 6 reads such a folder.
+class ColBERTSettings:
+    """A PyLate ColBERT folder's own settings (`model_type` ColBERT in `config_sentence_transformers.json`), or a
+    Stanford ColBERT checkpoint's (its `artifact.metadata`), read as sentence-transformers 6 reads such a folder.
 
     Args:
         transformer: the multi-vector settings of its transformer: `document_length`, and `query_expansion` (PyLate
@@ -209,12 +225,14 @@ class PyLateSettings:
             the tokenizer takes the marker as one token).
         markers: the markers, which the tokenizer must take as one token each (`TokenizerJson.add_markers`).
         skiplist_words: the tokens left out of a document's scoring (PyLate's default: the punctuation).
+        path: the file they were read from (named in errors).
     """
 
     transformer: dict
     prompts: Dict[str, str]
     markers: Tuple[str, ...]
     skiplist_words: Tuple[str, ...]
+    path: str
 
     def completed(self, modules: Sequence[Module]) -> List[Module]:
         """A PyLate folder's modules (its Transformer and Dense: PyLate 3 masked and normalised in its own code)
@@ -233,7 +251,7 @@ def is_pylate(folder: "str | os.PathLike[str]") -> bool:
         ("model_type" not in config and any(key in config for key in ("query_prefix", "document_prefix")))
 
 
-def _pylate(path: str, prompts: Dict[str, str]) -> PyLateSettings:
+def _pylate(path: str, prompts: Dict[str, str]) -> ColBERTSettings:
     """The PyLate settings of the `config_sentence_transformers.json` at `path` (beside its `prompts`), checked."""
     config = json_object(path)
     prompts, markers = dict(prompts), []
@@ -255,7 +273,43 @@ def _pylate(path: str, prompts: Dict[str, str]) -> PyLateSettings:
     words = list(string.punctuation) if words is None else words
     if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
         raise CheckpointError(f"{path}: skiplist_words {words!r}: expected a list of tokens")
-    return PyLateSettings(transformer, prompts, tuple(marker for marker in markers if marker.strip()), tuple(words))
+    return ColBERTSettings(transformer, prompts, tuple(marker for marker in markers if marker.strip()), tuple(words),
+                           path)
+
+
+STANFORD_ARCHITECTURE, STANFORD_SETTINGS = "HF_ColBERT", "artifact.metadata"
+
+
+def _stanford(folder: str) -> ColBERTSettings:
+    """A Stanford ColBERT checkpoint's settings (its `artifact.metadata`; ColBERT's defaults where it has none, as
+    sentence-transformers 6 takes them): the `[unused0]` and `[unused1]` markers, queries always filled with
+    `[MASK]` to `query_maxlen` (32), documents cut at `doc_maxlen`, their punctuation left out (`mask_punctuation`)."""
+    path = os.path.join(folder, STANFORD_SETTINGS)
+    metadata = json_object(path) if os.path.isfile(path) else {}
+    prompts = {}
+    for key, role, default in (("query_token_id", "query", "[unused0]"), ("doc_token_id", "document", "[unused1]")):
+        marker = metadata.get(key) or default
+        if not isinstance(marker, str):
+            raise CheckpointError(f"{path}: {key} {marker!r}: expected the marker token put before a {role}")
+        prompts[role] = marker + " "
+    transformer = {"query_expansion": {"strategy": "fixed", "attend": flag_setting(metadata, "attend_to_mask_tokens",
+                                                                                   False, path),
+                                       "length": metadata.get("query_maxlen") or 32}}
+    if metadata.get("doc_maxlen") is not None:
+        transformer["document_length"] = metadata["doc_maxlen"]
+    words = string.punctuation if flag_setting(metadata, "mask_punctuation", True, path) else ()
+    return ColBERTSettings(transformer, prompts, tuple(prompts.values()), tuple(words), path)
+
+
+def _stanford_modules(folder: str) -> List[Module]:
+    """A Stanford ColBERT checkpoint's Transformer (the folder, its BERT's tensors under `bert.`) and its projection
+    (the tensor `linear.weight` `[dim, hidden]` beside them, no bias)."""
+    hidden_size = json_object(os.path.join(folder, "config.json")).get("hidden_size")
+    file, tensors = module_tensors(folder, ("linear.weight",))
+    weight = tensors.get("linear.weight")
+    dim = weight.shape[0] if weight is not None and weight.ndim == 2 else 128  # ColBERT's usual dim, for the message
+    check_tensor(file, "linear.weight", weight, (dim, hidden_size), "ColBERT's projection [dim, hidden_size]")
+    return [Transformer(folder), Dense([weight.T], None, TOKENS, folder)]
 
 
 def _pooling(steps: Sequence[Module], transformer: Transformer, config: dict, config_path: Optional[str],

@@ -564,20 +564,23 @@ def module_config(path: str) -> dict:
     return json_object(config_path) if os.path.isfile(config_path) else {}
 
 
-def module_tensors(folder: str) -> Tuple[str, Dict[str, np.ndarray]]:
-    """A module's file of tensors and what it holds: its `model.safetensors`, else its `pytorch_model.bin`
-    (sentence-transformers 2's pickle, read by `read_torch_tensors`: no code of the file runs)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+def module_tensors(folder: str, names: Optional[Sequence[str]] = None) -> Tuple[str, Dict[str, np.ndarray]]:
+    """A module's file of tensors and what it holds (only `names` of them, where given and present): its
+    `model.safetensors`, else its `pytorch_model.bin` (sentence-transformers 2's pickle, read by
+    `read_torch_tensors`: no code of the file runs)."""
+    from safetensors import SafetensorError, safe_open
 
     path = os.path.join(folder, "model.safetensors")
     if not os.path.isfile(path):
         from kbert.checkpoints.torch_pickle import read_torch_tensors
 
         path = os.path.join(folder, "pytorch_model.bin")
-        return path, read_torch_tensors(path)
+        tensors = read_torch_tensors(path)
+        return path, tensors if names is None else {name: tensors[name] for name in names if name in tensors}
     try:
-        return path, load_file(path)
+        with safe_open(path, framework="numpy") as file:
+            return path, {name: file.get_tensor(name) for name in (file.keys() if names is None else names)
+                          if name in file.keys()}
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{path}: not a readable safetensors file ({str(error).splitlines()[0]})") from None
 

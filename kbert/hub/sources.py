@@ -42,7 +42,9 @@ HUB_FILES = ["*.safetensors", "model.safetensors.index.json", "config.json", "be
              "*/model.safetensors", "config_sentence_transformers.json",
              # the older layout, its transformer in 0_Transformer/ with its own settings and tokenizer
              "*/sentence_bert_config.json", "*/tokenizer_config.json", "*/tokenizer.json", "*/vocab.txt",
-             "*/spiece.model", "*/sentencepiece.bpe.model"]
+             "*/spiece.model", "*/sentencepiece.bpe.model",
+             # a Stanford ColBERT checkpoint's settings (colbert-ir/colbertv2.0)
+             "artifact.metadata"]
 
 
 @dataclasses.dataclass(frozen=True)

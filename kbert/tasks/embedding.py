@@ -141,8 +141,9 @@ class Embedder:
             raise KbertError(f"{source}: not a directory; expected a sentence-transformers folder (with modules.json) "
                              "or a name such as hf://sentence-transformers/all-MiniLM-L6-v2")
         if not is_sentence_transformer(folder):
-            raise KbertError(f"{source}: no modules.json, so not a sentence-transformers folder; kbert embed reads "
-                             "those (its pooling and normalisation are declared there)")
+            raise KbertError(f"{source}: no modules.json, so not a sentence-transformers folder (nor a Stanford "
+                             "ColBERT checkpoint: HF_ColBERT in its config.json); kbert embed reads those (its "
+                             "pooling and normalisation are declared there)")
         return folder
 
     def encode(self, texts: Sequence[str], batch_size: int = 32, normalize: Optional[bool] = None,
@@ -407,10 +408,10 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     spec, head_weights = _with_head(spec, head, model_config.hidden_size)
     # sentence-transformers' own do_lower_case lower-cases whatever the tokenizer's config says.
     tokenizer = folder_tokenizer(spec.transformer, lower_case_default=spec.do_lower_case, lower_case=spec.do_lower_case)
-    if spec.markers:  # a PyLate folder's [Q] and [D]: one token each, as PyLate inserted them
-        if not isinstance(tokenizer, TokenizerJson):
-            raise KbertError(f"{spec.transformer}: its queries and documents begin with the markers "
-                             f"{', '.join(map(repr, spec.markers))}, which need the folder's tokenizer.json")
+    if spec.markers:  # a ColBERT folder's [Q] and [D]: one token each, as PyLate (or ColBERT) inserted them
+        if not isinstance(tokenizer, TokenizerJson):  # vocab.txt alone, as transformers converts it
+            tokenizer = TokenizerJson.from_wordpiece(os.path.join(spec.transformer, "vocab.txt"),
+                                                     tokenizer.do_lower_case)
         tokenizer.add_markers(spec.markers)
     check_tokenizer_fits(tokenizer, model_config.vocab_size, spec.transformer)  # before the weights are read
     # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.

@@ -61,6 +61,15 @@ class TokenizerJson:
         self.segments = _feeds_segments(os.path.join(os.path.dirname(self.path), "tokenizer_config.json"))
 
     @classmethod
+    def from_wordpiece(cls, path: "str | os.PathLike[str]", lower_case: bool) -> "TokenizerJson":
+        """A `vocab.txt` alone as the fast tokenizer transformers converts it to (`BertTokenizerFast`'s: BERT's
+        normaliser, lower-casing and accents stripped with `lower_case`, `[CLS] A [SEP]`): what a folder
+        needs whose markers must become tokens of their own (`add_markers`; a Stanford ColBERT checkpoint)."""
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        return cls(path, backend=BertWordPieceTokenizer(os.fspath(path), lowercase=lower_case)._tokenizer)
+
+    @classmethod
     def from_sentencepiece(cls, path: "str | os.PathLike[str]") -> "TokenizerJson":
         """DeBERTa-v2/v3's `spm.model` (a folder without a `tokenizer.json`: `microsoft/deberta-v3-base`) as the
         tokenizer transformers 5's `DebertaV2Tokenizer` builds from it: the model's pieces and scores as a
