@@ -8,6 +8,7 @@ BERT and DistilBERT masked-LMs that transformers builds, both ways, in each pool
 """
 
 import json
+import math
 
 import keras
 import numpy as np
@@ -553,6 +554,46 @@ def test_kbert_train_sparse_inference_free_reads_queries_by_inverse_document_fre
     assert indices.size > 0 and (values > 0).all()
 
 
+@pytest.mark.examples
+def test_kbert_train_sparse_inference_free_learns_its_query_table_at_its_own_rate(tmp_path):
+    """--query-learning-rate: the table starts from the IDF and learns at its own rate. An entry no training query
+    holds gets no gradient, so it only decays (AdamW's weight decay, one factor for all of them); a query's entries
+    move by more than the model's rate allows (Adam moves a weight by about its rate a step, at most), so the table
+    learnt at its own; the special tokens stay 0; the folder's table is not frozen."""
+    from kbert.cli.main import main
+    from kbert.tasks.embedding import Embedder
+
+    rows = [line.split("\t")[0] for line in
+            shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:64]]
+    halves = [(text[:len(text) // 2], text[len(text) // 2:]) for text in rows if len(text) > 8]
+    data = write(tmp_path, "pairs.tsv", "".join(f"{a}\t{b}\n" for a, b in halves))
+    out, learning_rate = tmp_path / "learned", 5e-4
+    assert main(["train", "--task", "sparse", "--inference-free", "--query-learning-rate", "0.02", "--train",
+                 str(data), "--config", bundled_config_path("bert_tiny"), "--vocab",
+                 str(shared_path("vocab", "chinese_vocab.txt")), "--batch-size", "16", "--maxlen", "32",
+                 "--epochs", "1", "--lr", str(learning_rate), "--out", str(out)]) == 0
+    state = json.loads((out / "training.json").read_text(encoding="utf-8"))
+    assert state["query_learning_rate"] == 0.02
+    embedder = Embedder.load(out)
+    table, tokenizer = embedder.static_query.weights, embedder.static_query.tokenizer
+    assert embedder.static_query.frozen is False
+    documents = [set(ids) for ids, _ in tokenizer.ids_and_offsets(sorted({b for _, b in halves}))]
+    frequency = np.zeros(embedder.dimensions)
+    for ids in documents:
+        frequency[list(ids)] += 1
+    idf = np.log1p((len(documents) - frequency + 0.5) / (frequency + 0.5))
+    special = [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id]
+    assert not table[special].any()
+    in_queries = sorted({index for ids, _ in tokenizer.ids_and_offsets([a for a, _ in halves]) for index in ids})
+    elsewhere = np.setdiff1d(np.arange(embedder.dimensions), in_queries + special)
+    decay = table[elsewhere] / idf[elsewhere]
+    np.testing.assert_allclose(decay, decay[0], rtol=1e-5)  # one factor: weight decay, no gradient
+    assert 0.99 < decay[0] < 1
+    moved = np.abs(table[in_queries] - idf[in_queries] * decay[0])
+    steps = len(state["history"]) * math.ceil(len(halves) / 16)
+    assert moved.max() > 2 * steps * learning_rate, moved.max()  # past what the model's rate could move it
+
+
 def test_a_loss_other_than_splades_is_refused_for_a_sparse_encoder(tmp_path, capsys):
     from kbert.cli.main import main
 
@@ -563,6 +604,20 @@ def test_a_loss_other_than_splades_is_refused_for_a_sparse_encoder(tmp_path, cap
     assert code != 0 and "--loss cosent: a sparse encoder trains with SPLADE's in-batch ranking loss" in \
         capsys.readouterr().err and not (tmp_path / "out").exists()
 
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--task", "embed", "--inference-free"], "--inference-free: a weight table for the queries is for --task sparse"),
+    (["--task", "sparse", "--query-learning-rate", "1e-3"], "--query-learning-rate: the rate of an inference-free"),
+    (["--task", "sparse", "--inference-free", "--query-learning-rate", "-1"],
+     "query_learning_rate (--query-learning-rate) must be a finite positive number, got -1.0")])
+def test_the_query_tables_options_are_refused_where_they_mean_nothing(tmp_path, capsys, extra, message):
+    from kbert.cli.main import main
+
+    data = write(tmp_path, "pairs.tsv", "房间很大\t房间宽敞\n服务很好\t服务周到\n")
+    code = main(["train", *extra, "--train", str(data), "--config", bundled_config_path("bert_tiny"), "--vocab",
+                 str(shared_path("vocab", "chinese_vocab.txt")), "--maxlen", "32", "--out", str(tmp_path / "out")])
+    assert code != 0 and message in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 # --- evaluation: exact retrieval through an inverted index -------------------------------------------------------
 

@@ -157,6 +157,9 @@ def _add_train(train) -> None:
     train.add_argument("--inference-free", action="store_true",
                        help="--task sparse: only documents go through the model; a query's vector is a fixed "
                             "table of inverse document frequencies (written as a sentence-transformers Router)")
+    train.add_argument("--query-learning-rate", type=float, default=defaults.query_learning_rate,
+                       help="--task sparse --inference-free: train the queries' table too, at this learning rate "
+                            "(sentence-transformers' example: 1e-3); default: it stays the IDF table")
     train.add_argument("--symmetric", action="store_true",
                        help="--task embed, in_batch: also score each positive against the queries")
     train.add_argument("--rerank-loss", choices=RERANK_LOSSES, default=defaults.rerank_loss,
@@ -317,7 +320,8 @@ def run_train(args) -> int:
         pooling=args.pooling, contrastive_loss=args.contrastive_loss, temperature=args.temperature,
         symmetric=args.symmetric, rerank_loss=args.rerank_loss, group_size=args.group_size,
         query_regularizer=args.query_regularizer, document_regularizer=args.document_regularizer,
-        inference_free=args.inference_free, query_length=args.query_length, teacher=args.teacher)
+        inference_free=args.inference_free, query_learning_rate=args.query_learning_rate,
+        query_length=args.query_length, teacher=args.teacher)
     return _run(args, options, train, beside, num_labels=args.num_labels)
 
 

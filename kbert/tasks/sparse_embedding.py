@@ -12,8 +12,11 @@ trains. Each epoch logs how many weights a query and a document keep (`query_act
 With `inference_free` (`--inference-free`), only the documents go through the model: a query's vector is a
 fixed weight table's (`kbert.layers.TermWeights`), each vocabulary entry's BM25 inverse document frequency over
 the training documents, as opensearch's inference-free models weigh their queries; the model learns documents
-that those weights find. The directory is then a `Router` folder (its query route the table), as
-sentence-transformers writes one.
+that those weights find. With `query_learning_rate` (`--query-learning-rate`) the table learns too, from those
+weights, at its own rate (a multiple of the model's: `learning_rate_multipliers`), as sentence-transformers'
+inference-free example trains its `SparseStaticEmbedding`; the special tokens' entries stay 0. The directory is
+then a `Router` folder (its query route the table, `frozen` as it was trained), as sentence-transformers writes
+one.
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ class SparseEmbeddingTask(EmbeddingTask):
                             "query<TAB>positive (optionally <TAB>hard negative) rows")
         data.state = {"loss": "splade", "pooling": str(SPLADE), "query_regularizer": options.query_regularizer,
                       "document_regularizer": options.document_regularizer,
-                      **({"inference_free": True} if options.inference_free else {})}
+                      **({"inference_free": True, "query_learning_rate": options.query_learning_rate}
+                         if options.inference_free else {})}
         if options.inference_free:  # the distinct ids of each training document, for the queries' weights
             self.documents = [set(ids) for ids, _ in tokenizer.ids_and_offsets(
                 sorted({text for group in self.train_groups for text in group.texts[1:]}))]
@@ -83,18 +87,29 @@ class SparseEmbeddingTask(EmbeddingTask):
         return keras.Model(inputs, regularized, name="splade")
 
     def _inference_free_views(self, model):
-        """The views' vectors `[batch, views, V]`: the queries' (view 0) from the weight table, frozen, the
-        documents' from the model."""
+        """The views' vectors `[batch, views, V]`: the queries' (view 0) from the weight table (frozen unless it
+        has a learning rate of its own), the documents' from the model."""
         vocab_size = int(model.outputs[0].shape[-1])
         inputs = [keras.Input((None,), dtype="int32", name=f"View-{view}-{kind}")
                   for view in range(self.views) for kind in ("Token", "Segment")]
-        table = TermWeights(vocab_size, self._special_ids(), trainable=False, name="Query-Term-Weights")
+        table = TermWeights(vocab_size, self._special_ids(), trainable=self._table_learns(),
+                            name="Query-Term-Weights")
         queries = keras.layers.Reshape((1, vocab_size), name="Query-View")(table(inputs[0]))
         tokens = StackViews(self.tokenizer.pad_id, name="Stack-Tokens")(inputs[2::2])
         segments = StackViews(name="Stack-Segments")(inputs[3::2])
         documents = SplitViews(self.views - 1, name="Split-Views")(model([tokens, segments]))
         table.set_weights([self.query_weights(vocab_size)])
+        self.query_table_layer = table
         return inputs, keras.layers.Concatenate(axis=1, name="Views")([queries, documents])
+
+    def _table_learns(self) -> bool:
+        return self.options.inference_free and self.options.query_learning_rate is not None
+
+    def learning_rate_multipliers(self, trained) -> dict:
+        """The query table's rate as a multiple of the model's (the schedule's warm-up and decay apply to both)."""
+        if not self._table_learns():
+            return {}
+        return {self.query_table_layer.weight.path: self.options.query_learning_rate / self.options.learning_rate}
 
     def _special_ids(self) -> tuple:
         tokenizer = self.tokenizer
@@ -118,9 +133,11 @@ class SparseEmbeddingTask(EmbeddingTask):
 
     def embedder(self, model, source: str) -> Embedder:
         static = None
-        if self.options.inference_free:  # the table's queries, as the training read them
-            static = StaticQuery(self.query_weights(int(model.outputs[0].shape[-1])), self.tokenizer,
-                                 self.options.maxlen - 2, frozen=True)
+        if self.options.inference_free:  # the table's queries, as the training read them (and, learning, left it)
+            table = keras.ops.convert_to_numpy(self.query_table_layer.weight) if self._table_learns() else \
+                self.query_weights(int(model.outputs[0].shape[-1]))
+            static = StaticQuery(np.asarray(table, np.float32), self.tokenizer, self.options.maxlen - 2,
+                                 frozen=not self._table_learns())
         return Embedder(model, self.tokenizer, self.options.maxlen, False, source, self.backbone, SPLADE,
                         static_query=static)
 

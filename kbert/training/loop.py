@@ -322,6 +322,7 @@ def _compiled(task: Task, family, config: BertConfig, checkpoint_path: Optional[
         enable_lora(model, options.lora_rank, options.lora_alpha, options.lora_embeddings)
     # The optimizer belongs to this wrapper, so model.weights.h5 holds weights only.
     trained = task.training_model(model)
+    multipliers = {**multipliers, **task.learning_rate_multipliers(trained)}
     trainer = Trainer(trained.inputs, trained.outputs, name="trainer")
     trainer.compile(make_optimizer(options, data.steps_per_epoch, model, multipliers), **task.compile_args(model),
                     jit_compile=True if options.jit_compile else "auto")
@@ -450,6 +451,13 @@ def _check_options(options: TrainingOptions) -> None:
     if options.inference_free and options.task != "sparse":
         raise KbertError(f"--inference-free: a weight table for the queries is for --task sparse, not --task "
                          f"{options.task}")
+    if options.query_learning_rate is not None and not options.inference_free:
+        raise KbertError("--query-learning-rate: the rate of an inference-free encoder's query table; give it with "
+                         "--task sparse --inference-free")
+    if options.query_learning_rate is not None and not (_is_number(options.query_learning_rate)
+                                                         and 0 < options.query_learning_rate < math.inf):
+        raise KbertError(f"query_learning_rate (--query-learning-rate) must be a finite positive number, got "
+                         f"{options.query_learning_rate!r}")
     if options.teacher and options.task != "colbert":
         raise KbertError(f"--teacher: a reranker to distil is for --task colbert, not --task {options.task}")
     if options.rerank_loss not in RERANK_LOSSES:

@@ -116,6 +116,8 @@ class TrainingOptions:
         inference_free: `task="sparse"`: only documents go through the model; a query's vector is a fixed table
             of each vocabulary entry's inverse document frequency over the training documents (an inference-free
             encoder, written as a sentence-transformers `Router` folder).
+        query_learning_rate: `inference_free`: the table learns too, at this rate (its own: sentence-transformers'
+            example trains it at 1e-3 beside the model's 2e-5); None: it stays the inverse document frequencies.
         query_length: `task="colbert"`: a query's tokens, filled with `[MASK]` up to it (ColBERT's query
             expansion) and cut at it.
         teacher: `task="colbert"`: a reranker (a CrossEncoder folder) whose logits of each row's (query,
@@ -171,6 +173,7 @@ class TrainingOptions:
     query_regularizer: float = 5e-5
     document_regularizer: float = 3e-5
     inference_free: bool = False
+    query_learning_rate: Optional[float] = None
     query_length: int = 32
     teacher: Optional[str] = None
 

@@ -92,6 +92,11 @@ class Task(abc.ABC):
         only, for the language models). `model` is what is saved and loaded."""
         return model
 
+    def learning_rate_multipliers(self, trained) -> dict:
+        """`{weight path: multiplier}` for weights of the training graph `trained` that learn at a multiple of the
+        learning rate (`kbert.training.optimizers.WeightLearningRates`); none by default."""
+        return {}
+
     @abc.abstractmethod
     def compile_args(self, model) -> dict:
         """`loss` and `metrics` for `model.compile`."""
