@@ -313,7 +313,8 @@ def test_kbert_embed_checks_the_model_before_reading_standard_input(tmp_path, ca
     monkeypatch.setattr("sys.stdin", Unread())
     assert main(["embed", "--model", str(tmp_path), "-"]) == 2
     assert capsys.readouterr().err == (f"kbert: error: {tmp_path}: no modules.json, so not a sentence-transformers "
-                                       "folder; kbert embed reads those (its pooling and normalisation are declared "
+                                       "folder (nor a Stanford ColBERT checkpoint: HF_ColBERT in its config.json); "
+                                       "kbert embed reads those (its pooling and normalisation are declared "
                                        "there)\n")
 
 

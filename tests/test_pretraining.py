@@ -155,6 +155,7 @@ def pretrained(reviews, tmp_path_factory):
     return out
 
 
+@pytest.mark.examples
 def test_pretraining_learns_and_its_checkpoint_predicts_masked_characters(pretrained, reviews, tokenizer):
     state = json.loads((pretrained / "training.json").read_text(encoding="utf-8"))
     losses = [epoch["loss"] for epoch in state["history"]]
@@ -180,6 +181,7 @@ def test_pretraining_learns_and_its_checkpoint_predicts_masked_characters(pretra
     assert np.mean(hits) > 100 / vocab_size and np.mean(losses) < np.log(vocab_size) - 2, (np.mean(hits), np.mean(losses))
 
 
+@pytest.mark.examples
 @pytest.mark.examples
 def test_fine_tuning_and_further_pretraining_read_the_directory(pretrained, reviews, tmp_path, capsys):
     directory, _ = reviews
