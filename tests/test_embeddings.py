@@ -547,15 +547,54 @@ def test_a_pooling_that_leaves_the_prompt_out_pools_the_texts_own_tokens(minilm,
     assert main(["embed", "--model", str(folder), str(texts)]) == 0
     rows = [json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()]
     np.testing.assert_allclose(np.array(rows), expected, atol=1e-5)
-    from kbert.serving.export import embedder_endpoint
-
-    with pytest.raises(KbertError, match=r"its Pooling leaves a prompt's tokens out \(include_prompt false\)"):
-        embedder_endpoint(embedder)  # an exported file's two inputs cannot say which tokens to pool
     (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": PROMPTS,
                                                                          "default_prompt_name": "doc"}))
     with pytest.raises(CheckpointError, match=r"config_sentence_transformers.json: default_prompt_name 'doc' is not "
                                               "one of its prompts"):
         Embedder.load(folder)
+
+
+@pytest.mark.examples
+def test_a_pooling_that_leaves_the_prompt_out_runs_on_its_onnx_export(tmp_path, capsys):
+    """Its ONNX file takes a third input, the tokens to pool: `kbert export` writes it (each prompt's tokens left
+    out in its metadata); onnxruntime on it gives Keras's vectors with no prompt and with each of the model's, so
+    do its LiteRT file and `kbert embed --runtime onnxruntime`, and `--quantize int8` within the export's check."""
+    onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export: pip install 'kbert[onnx]'")
+    pytest.importorskip("tf2onnx", reason="ONNX export: pip install 'kbert[onnx]'")
+    from kbert.tasks.embedding import Embedder
+    from kbert.tokenizers import pad_batch
+    from kbert.tokenizers.long_texts import encode_within
+
+    folder = prompt_left_out_folder(tmp_path)
+    embedder = Embedder.load(folder)
+    assert main(["export", "--model", str(folder), str(tmp_path / "model.onnx")]) == 0
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [value.name for value in session.get_inputs()]
+    assert names == ["token_ids", "segment_ids", "pooled"]
+    metadata = session.get_modelmeta().custom_metadata_map
+    assert json.loads(metadata["kbert_prompt_tokens"]) == {"query": 3, "passage": 3}  # [CLS] query : / passage :
+    for prompt in ("", PROMPTS["query"], PROMPTS["passage"]):
+        encoded = encode_within(embedder.tokenizer, embedder.prompted(SENTENCES, prompt=prompt), embedder.maxlen)
+        features = pad_batch(embedder.pooled_rows(encoded, embedder.prompt_tokens(prompt)), embedder.tokenizer.pad_id)
+        np.testing.assert_allclose(session.run(None, dict(zip(names, features)))[0],
+                                   embedder.encode(SENTENCES, prompt=prompt), atol=1e-5, err_msg=repr(prompt))
+    # LiteRT's converter took the pooling's `[..., None]` on the pooled tokens as a slice it cannot convert
+    from kbert.serving.export import INPUTS, POOLED, litert_runner
+
+    assert main(["export", "--model", str(folder), str(tmp_path / "model.tflite")]) == 0
+    np.testing.assert_allclose(litert_runner(str(tmp_path / "model.tflite"), INPUTS + (POOLED,))(*features),
+                               embedder.encode(SENTENCES, prompt=PROMPTS["passage"]), atol=1e-5)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["embed", "--model", str(folder), str(texts), "--runtime", "onnxruntime"]) == 0
+    rows = [json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()]
+    np.testing.assert_allclose(np.array(rows), embedder.encode(SENTENCES), atol=1e-5)
+    assert main(["embed", "--model", str(folder), str(texts), "--quantize", "int8"]) == 0
+    rows = np.array([json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()])
+    from kbert.serving.conversion import INT8_COSINE  # what the export checks an int8 file's vectors against
+
+    assert np.sum(rows * embedder.encode(SENTENCES), axis=1).min() >= INT8_COSINE  # unit vectors: their cosines
 
 
 def test_a_servers_batch_of_texts_with_prompts_of_two_lengths_pools_each_as_its_own(tmp_path):

@@ -132,6 +132,7 @@ def msra_slices(tmp_path_factory):
     return directory
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("head", ["crf", "softmax", "global_pointer"])
 def test_train_evaluate_predict_from_the_command_line(msra_slices, tmp_path, head):
     out = tmp_path / "tagger"

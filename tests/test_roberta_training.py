@@ -142,6 +142,7 @@ def test_an_xlm_r_reranker_trains_and_is_a_cross_encoder_folder(xlmr, tmp_path):
     np.testing.assert_allclose(together, logits, atol=1e-4)
 
 
+@pytest.mark.examples
 def test_an_xlm_r_tagger_trains_on_words_and_finds_entities_by_character(xlmr, tmp_path):
     """Each word is tokenized on its own (byte-level pieces, several a word) and its tag covers its pieces;
     chunks are padded with <pad>, so a sentence's entities do not depend on the batch it is in."""

@@ -80,11 +80,11 @@ class Pooling(keras.layers.Layer):
                                        axis=1)[:, 0]
         if mode == "max":  # a padded position takes the lowest value, so it never wins
             lowest = ops.cast(ops.min(inputs) - 1e4, inputs.dtype)
-            return ops.max(ops.where(real[..., None], inputs, lowest), axis=1)
+            return ops.max(ops.where(ops.expand_dims(real, -1), inputs, lowest), axis=1)
         if mode == "lasttoken":
             last = ops.max(ops.where(real, ops.arange(ops.shape(inputs)[1])[None], 0), axis=1)  # the last kept
             return ops.take_along_axis(inputs, ops.reshape(last, (-1, 1, 1)), axis=1)[:, 0]
-        weights = ops.cast(real, inputs.dtype)[..., None]
+        weights = ops.expand_dims(ops.cast(real, inputs.dtype), -1)
         if mode == "weightedmean":  # position 1 for the first token (the padding is on the right)
             weights = weights * ops.cast(ops.arange(1, ops.shape(inputs)[1] + 1), inputs.dtype)[None, :, None]
         total = ops.sum(inputs * weights, axis=1)

@@ -36,7 +36,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import keras
 import numpy as np
@@ -53,10 +53,15 @@ VITERBI_NOTE = ("emissions [batch, length, tags]: decode each row with Viterbi o
                 "[from tag, to tag], starting and ending at tag O (kbert.layers.crf.viterbi_decode does)")
 
 
+#: What an exported file takes: token and segment ids, and for an embedding model whose pooling leaves a prompt
+#: out, the tokens it pools (`POOLED`: 1 for each token counted, 0 for the prompt's).
+INPUTS, POOLED = ("token_ids", "segment_ids"), "pooled"
+
+
 @dataclasses.dataclass
 class _Endpoint:
-    """The graph to export: a function of token and segment ids, its output's name, its labels, and
-    for ONNX and LiteRT metadata beyond them (a CRF's transitions)."""
+    """The graph to export: a function of its `inputs` (token and segment ids, int32 `[batch, length]` each), its
+    output's name, its labels, and for ONNX and LiteRT metadata beyond them (a CRF's transitions)."""
 
     model: keras.Model
     function: Callable
@@ -65,7 +70,16 @@ class _Endpoint:
     tokenizer: object
     task: str
     metadata: dict = dataclasses.field(default_factory=dict)
-    samples: Optional[list] = None  # the check's rows `(token_ids, segment_ids)` where a tokenizer's do not do
+    samples: Optional[list] = None  # the check's rows (a feature each) where a tokenizer's do not do
+    inputs: Tuple[str, ...] = INPUTS
+
+    def serving_function(self) -> Callable:
+        """`{output: the function's value}` of the inputs by name, as a SavedModel or ONNX file answers."""
+        def serve(token_ids, segment_ids, pooled=None):
+            features = (token_ids, segment_ids) + (() if pooled is None else (pooled,))
+            return {self.output: self.function(*features)}
+
+        return serve
 
 
 SUFFIXES = {".onnx": "onnx", ".tflite": "litert", ".keras": "keras"}
@@ -210,17 +224,19 @@ def embedder_endpoint(embedder) -> _Endpoint:
     token's (`[batch, tokens, dimensions]`), checked on queries filled up to their expansion as well."""
     from kbert.checkpoints.bge_m3 import LexicalSpec
 
-    if not embedder.include_prompt:
-        raise KbertError(f"{embedder.source}: its Pooling leaves a prompt's tokens out (include_prompt false), which "
-                         "needs each text's tokens to pool as a third input beside token_ids and segment_ids; kbert "
-                         "exports models that pool every token: embed or serve this one with --runtime keras")
     note = ("token_ids and segment_ids as the model's own tokenizer (tokenizer.json or vocab.txt in its folder) "
             "makes them, cut to kbert_maxlen tokens")
+    inputs, samples = INPUTS, None
+    if not embedder.include_prompt:  # its pooling leaves a prompt out: which tokens to pool is a third input
+        inputs = INPUTS + (POOLED,)
+        note += ("; pooled: 1 for each token the pooling counts, 0 for the prompt's leading tokens (the prompt "
+                 "tokenized alone, less a special token at its end: kbert_prompt_tokens for each of the model's "
+                 "prompts) and for padding")
+        samples = _prompted_samples(embedder)
     if isinstance(embedder.pooling, LexicalSpec):
         note += ("; the output is each token's weight ([batch, tokens, 1]): a text's sparse vector is, for each "
                  "vocabulary id it holds, the largest weight of its tokens of that id, the special tokens and "
                  "weights of 0 left out (kbert.checkpoints.bge_m3.lexical_terms)")
-    samples = None
     if embedder.multi_vector:
         note += ("; a query is filled up to its length with the expansion token, given as -1 - id where no other "
                  "token attends to it (kbert.tasks.multi_vector.role_tokens); the skiplist's tokens are left out "
@@ -230,7 +246,27 @@ def embedder_endpoint(embedder) -> _Endpoint:
     return _Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
                      {"kbert_pooling": str(embedder.pooling), "kbert_normalized": embedder.normalize,
                       "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
-                      "kbert_input_note": note}, samples)
+                      "kbert_input_note": note, **_prompt_metadata(embedder)}, samples, inputs)
+
+
+def _prompted_samples(embedder) -> list:
+    """The check's rows for a model whose pooling leaves a prompt out: the sample texts after each of its prompts
+    (and none), each with the tokens its pooling counts."""
+    from kbert.tokenizers.long_texts import encode_within
+
+    texts, rows = list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS), []
+    for prompt in ("", *embedder.prompts.values()):
+        encoded = encode_within(embedder.tokenizer, embedder.prompted(texts, prompt=prompt), embedder.maxlen)
+        rows += embedder.pooled_rows(encoded, embedder.prompt_tokens(prompt))
+    return rows
+
+
+def _prompt_metadata(embedder) -> dict:
+    """A model's prompts by name, and where its pooling leaves them out, each one's leading tokens it skips."""
+    if embedder.include_prompt:
+        return {}
+    return {"kbert_prompts": dict(embedder.prompts),
+            "kbert_prompt_tokens": {name: embedder.prompt_tokens(text) for name, text in embedder.prompts.items()}}
 
 
 def _classifier_endpoint(classifier) -> _Endpoint:
@@ -241,13 +277,12 @@ def _classifier_endpoint(classifier) -> _Endpoint:
 
 
 def _forward(model) -> Callable:
-    """The model's outputs as a function of token and segment ids, in inference mode."""
-    return lambda token_ids, segment_ids: model([token_ids, segment_ids], training=False)
+    """The model's outputs as a function of its inputs (token and segment ids, ...), in inference mode."""
+    return lambda *features: model(list(features), training=False)
 
 
-def _signature(tf):
-    return [tf.TensorSpec([None, None], tf.int32, name="token_ids"),
-            tf.TensorSpec([None, None], tf.int32, name="segment_ids")]
+def _signature(tf, inputs: Tuple[str, ...] = INPUTS):
+    return [tf.TensorSpec([None, None], tf.int32, name=name) for name in inputs]
 
 
 def _write_saved_model(endpoint: _Endpoint, out: str) -> None:
@@ -268,8 +303,8 @@ def _saved_model(endpoint: _Endpoint, path: str) -> None:
 
     archive = keras.export.ExportArchive()
     archive.track(endpoint.model)
-    archive.add_endpoint("serving_default", lambda token_ids, segment_ids: {
-        endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
+    archive.add_endpoint("serving_default", endpoint.serving_function(),
+                         input_signature=_signature(tf, endpoint.inputs))
     archive.write_out(path, verbose=False)
     with open(os.path.join(path, "labels.json"), "w", encoding="utf-8") as handle:
         json.dump(endpoint.labels, handle, ensure_ascii=False)
@@ -305,14 +340,14 @@ def _write_litert(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Exp
             handle.write(flatbuffer)
         with open(metadata, "w", encoding="utf-8") as handle:
             json.dump(_metadata(endpoint), handle, ensure_ascii=False, indent=1)
-        difference = _check_export(endpoint, litert_runner(path), "LiteRT", quantize)
+        difference = _check_export(endpoint, litert_runner(path, endpoint.inputs), "LiteRT", quantize)
         publish({metadata: metadata_path(out), path: out})
     return ExportReport(out, "litert", quantize, difference, runtime="the LiteRT interpreter")
 
 
-def litert_runner(path: str) -> Callable:
-    """A function of token and segment ids (int32 arrays) running the LiteRT file's signature on every core
-    (ai-edge-litert's interpreter where installed, else TensorFlow's)."""
+def litert_runner(path: str, inputs: Tuple[str, ...] = INPUTS) -> Callable:
+    """A function of the file's `inputs` (token and segment ids, ...: int32 arrays, in that order) running the
+    LiteRT file's signature on every core (ai-edge-litert's interpreter where installed, else TensorFlow's)."""
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
@@ -321,17 +356,16 @@ def litert_runner(path: str) -> Callable:
         Interpreter = tf.lite.Interpreter
     # every core, as onnxruntime takes them (the interpreter's default is one thread)
     signature = Interpreter(model_path=path, num_threads=os.cpu_count()).get_signature_runner("serving_default")
-    return lambda token_ids, segment_ids: next(iter(signature(token_ids=token_ids,
-                                                              segment_ids=segment_ids).values()))
+    return lambda *features: next(iter(signature(**dict(zip(inputs, features))).values()))
 
 
 def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
     tf = require_tensorflow("ONNX export (through tf2onnx)", "--format keras")
-    function = tf.function(lambda token_ids, segment_ids: {
-        endpoint.output: endpoint.function(token_ids, segment_ids)}, input_signature=_signature(tf))
+    signature = _signature(tf, endpoint.inputs)
+    function = tf.function(endpoint.serving_function(), input_signature=signature)
     with export_staging() as staging:
         # An embedding's every value counts (not only the top label): its weights get a scale per channel.
-        path = convert_to_onnx(function, _signature(tf), _metadata(endpoint), staging, quantize, endpoint.task,
+        path = convert_to_onnx(function, signature, _metadata(endpoint), staging, quantize, endpoint.task,
                                per_channel=endpoint.output == "embeddings")
         difference = _check_export(endpoint, onnx_runner(path), "ONNX", quantize)
         publish({path: out})
@@ -362,8 +396,7 @@ class OnnxModel:
             self.run = onnx_runner(path, threads)  # onnxruntime holds the model in memory: the file may go
 
     def predict_on_batch(self, features) -> np.ndarray:
-        token_ids, segment_ids = (np.asarray(feature, dtype=np.int32) for feature in features)
-        return self.run(token_ids, segment_ids)
+        return self.run(*(np.asarray(feature, dtype=np.int32) for feature in features))
 
 
 def onnx_classifier(classifier, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
@@ -379,14 +412,15 @@ def onnx_embedder(embedder, quantize: Optional[str] = None, threads: Optional[in
 
 
 def onnx_runner(path: str, threads: Optional[int] = None) -> Callable:
-    """A function of token and segment ids (int32 arrays) running the ONNX file in onnxruntime on the CPU, on
-    `threads` threads a call (None: onnxruntime's default, every core)."""
+    """A function of the file's inputs (token and segment ids, ...: int32 arrays, in the file's order) running it
+    in onnxruntime on the CPU, on `threads` threads a call (None: onnxruntime's default, every core)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads or 0  # 0: onnxruntime's default
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return lambda token_ids, segment_ids: session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]
+    names = [value.name for value in session.get_inputs()]
+    return lambda *features: session.run(None, dict(zip(names, features)))[0]
 
 
 def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optional[str]) -> float:
@@ -398,10 +432,9 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
 
     texts = SAMPLE_TEXTS + (EMBEDDING_SAMPLE_TEXTS if endpoint.output == "embeddings" else ())
     rows = endpoint.samples or [endpoint.tokenizer.encode(text) for text in texts]
-    token_ids, segment_ids = pad_batch(rows, endpoint.tokenizer.pad_id)
-    token_ids, segment_ids = token_ids.astype(np.int32), segment_ids.astype(np.int32)
-    expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(token_ids, segment_ids)))
-    got = np.asarray(run(token_ids, segment_ids))
+    features = pad_batch(rows, endpoint.tokenizer.pad_id)
+    expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(*features)))
+    got = np.asarray(run(*features))
     refused = f"the {what} file's {endpoint.output}" + (" (int8)" if quantize else "")
     if got.dtype.kind in "fc" and not np.isfinite(got).all():
         raise KbertError(f"{refused} hold NaN or infinite values on sample text; nothing was written")

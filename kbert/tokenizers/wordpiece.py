@@ -416,15 +416,16 @@ class Tokenizer:
         return token_ids, segment_ids
 
 
-def pad_batch(encoded: Sequence[Tuple[List[int], List[int]]], pad_id: int = 0) -> Tuple[np.ndarray, np.ndarray]:
-    """Pads `(token_ids, segment_ids)` pairs to one length: two int32 arrays."""
-    length = max(len(ids) for ids, _ in encoded)
-    tokens = np.full((len(encoded), length), pad_id, dtype=np.int32)
-    segments = np.zeros((len(encoded), length), dtype=np.int32)
-    for row, (ids, segs) in enumerate(encoded):
-        tokens[row, : len(ids)] = ids
-        segments[row, : len(segs)] = segs
-    return tokens, segments
+def pad_batch(encoded: Sequence[Tuple[List[int], ...]], pad_id: int = 0) -> Tuple[np.ndarray, ...]:
+    """Pads rows of features, `(token_ids, segment_ids)` (and any more: the tokens a pooling counts), to one
+    length: an int32 array per feature, the token ids padded with `pad_id`, the others with 0."""
+    length = max(len(row[0]) for row in encoded)
+    arrays = [np.full((len(encoded), length), pad_id if feature == 0 else 0, dtype=np.int32)
+              for feature in range(len(encoded[0]))]
+    for row, features in enumerate(encoded):
+        for array, values in zip(arrays, features):
+            array[row, : len(values)] = values
+    return tuple(arrays)
 
 
 def _truncate_longest_first(pieces: List[list], budget: int) -> None:
