@@ -134,13 +134,12 @@ def _dense(vectors, width: int = 0) -> np.ndarray:
 def tokens_computed(embedder, texts: List[str], batch_size: int) -> List[int]:
     """The texts' own tokens and the tokens kbert's model calls compute over them (the padding counted), as
     `Embedder.encode` batches them: how much unpadded calls could save at most."""
-    from kbert.tokenizers.long_texts import encode_within
     from kbert.training.pipeline import batches_by_length
 
-    encoded = encode_within(embedder.tokenizer, embedder.prompted(texts), embedder.maxlen)
+    encoded = embedder.prompted_rows(texts, embedder.prompt_text())
     computed = sum(int(features[0].size) for _, features in batches_by_length(
         encoded, batch_size, True, maxlen=embedder.maxlen, pad_id=embedder.tokenizer.pad_id))
-    return [sum(len(ids) for ids, _ in encoded), computed]
+    return [sum(len(row[0]) for row in encoded), computed]
 
 
 def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_batch: bool = False,

@@ -252,13 +252,8 @@ def embedder_endpoint(embedder) -> _Endpoint:
 def _prompted_samples(embedder) -> list:
     """The check's rows for a model whose pooling leaves a prompt out: the sample texts after each of its prompts
     (and none), each with the tokens its pooling counts."""
-    from kbert.tokenizers.long_texts import encode_within
-
-    texts, rows = list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS), []
-    for prompt in ("", *embedder.prompts.values()):
-        encoded = encode_within(embedder.tokenizer, embedder.prompted(texts, prompt=prompt), embedder.maxlen)
-        rows += embedder.pooled_rows(encoded, embedder.prompt_tokens(prompt))
-    return rows
+    texts = list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS)
+    return [row for prompt in ("", *embedder.prompts.values()) for row in embedder.prompted_rows(texts, prompt)]
 
 
 def _prompt_metadata(embedder) -> dict:

@@ -161,11 +161,14 @@ class Embedder:
         """
         if isinstance(texts, str):
             raise KbertError("texts: expected a list of texts, got one string; wrap it in a list")
-        prompt = self.prompt_text(prompt_name, prompt)
-        texts = self.prompted(texts, prompt=prompt)
-        encoded = encode_within(self.tokenizer, texts, self.maxlen) if texts else []
-        return self.encode_tokens(self.pooled_rows(encoded, self.prompt_tokens(prompt)), batch_size, normalize,
-                                  bucketing)
+        return self.encode_tokens(self.prompted_rows(texts, self.prompt_text(prompt_name, prompt)), batch_size,
+                                  normalize, bucketing)
+
+    def prompted_rows(self, texts: Sequence[str], prompt: str = "") -> list:
+        """`texts` after `prompt` as the model takes them: tokenized within `maxlen`, and where its pooling leaves
+        the prompt out, each with the tokens it pools (`pooled_rows`)."""
+        encoded = encode_within(self.tokenizer, self.prompted(texts, prompt=prompt), self.maxlen) if texts else []
+        return self.pooled_rows(encoded, self.prompt_tokens(prompt))
 
     def prompt_text(self, prompt_name: Optional[str] = None, prompt: Optional[str] = None) -> str:
         """The prompt `encode` puts before each text: `prompt` itself, else the model's prompt named
