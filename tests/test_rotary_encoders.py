@@ -487,23 +487,32 @@ def test_an_adapter_the_file_lacks_is_refused_by_name(tmp_path):
         jina_outputs(folder / "config.json", tmp_path / "base", adapter="retrieval.query")
 
 
-def test_kbert_embed_and_serve_choose_the_adapter(tmp_path, capsys):
-    """A sentence-transformers folder around Jina's files: `kbert embed --adapter` gives the task's vectors, which
-    differ from the base weights'; `kbert serve --adapter` with a task the model lacks names the ones it has."""
+def as_sentence_transformer(folder, words: str) -> None:
+    """Jina's files in `folder` made a sentence-transformers folder (mean pooling) with a word-level tokenizer.json
+    of `words` (ids from 10), XLM-R's special tokens."""
     import json
 
     from kbert.checkpoints.sentence_transformers import write_modules
-    from test_distilbert_mpnet import cli
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
-    folder, _ = jina_hub_folder(tmp_path)
-    vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "a": 10, "b": 11, "c": 12}
+    vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{word: 10 + i for i, word in enumerate(words.split())}}
     tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"model_input_names": ["input_ids", "attention_mask"]}))
     write_modules(str(folder), "mean", H, [], True, 32)
+
+
+def test_kbert_embed_and_serve_choose_the_adapter(tmp_path, capsys):
+    """A sentence-transformers folder around Jina's files: `kbert embed --adapter` gives the task's vectors, which
+    differ from the base weights'; `kbert serve --adapter` with a task the model lacks names the ones it has."""
+    import json
+
+    from test_distilbert_mpnet import cli
+
+    folder, _ = jina_hub_folder(tmp_path)
+    as_sentence_transformer(folder, "a b c")
     (tmp_path / "texts.txt").write_text("a b c\nc b\n")
     vectors = {}
     for adapter in (None, "retrieval.query"):

@@ -46,6 +46,7 @@ def build_transformer_model(
     residual_attention_scores: bool = False,
     name: str = "bert",
     dtype: Optional[str] = None,
+    task_lora: Optional[dict] = None,
 ) -> "keras.Model | Transformer":
     """Builds a BERT-family model, optionally loading its original checkpoint.
 
@@ -117,6 +118,12 @@ def build_transformer_model(
             in bfloat16, half the memory, and computes in it (the heads that
             must stay exact are float32 under any policy); a checkpoint's
             float32 tensors are rounded as each is assigned.
+        task_lora: `{"tasks": n, "rank": r, "scale": s}`: a low-rank pair per
+            task beside each embedding table, attention projection and
+            feed-forward kernel (`kbert.layers.task_lora`), as Jina-v3's files
+            hold them (`load_hf_weights` reads them all); the model computes
+            the base weights, and one task's when its layers are called with
+            `task=` (`kbert.tasks.embedding.Embedder.for_task`). Jina-v3 only.
 
     Returns:
         A `keras.Model` on inputs `[token_ids, segment_ids]` (or
@@ -162,8 +169,13 @@ def build_transformer_model(
         raise ConfigError(f"residual_attention_scores: built for the encoder families' application='encoder' "
                           f"(not model={family.name!r}, application={application!r}); with an lm/unilm mask, "
                           "bert4keras 0.11.5's code would Add the scores to its boolean mask")
+    if task_lora is not None and not family.task_lora_layers:
+        raise ConfigError(f"task_lora: model={family.name!r} holds no task adapters (Jina-v3's do)")
+    if task_lora is not None and (with_pool or with_nsp):
+        raise ConfigError("task_lora: the pooler has task adapters in Jina-v3's files that kbert does not compute "
+                          "per task; build the encoder without with_pool (an embedding model pools the tokens)")
     graph = graph_class(family)(family, config, heads, segment_vocab_size, application, condition,
-                                residual_attention_scores)
+                                residual_attention_scores, task_lora)
     with global_dtype_policy(dtype):
         built = graph.build(name)
     if checkpoint_path is not None:

@@ -25,7 +25,8 @@ from kbert.errors import CheckpointError, ConfigError, first_line
 from kbert.io import atomic_copy, atomic_path, atomic_write_text
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
 from kbert.checkpoints.names import family_of, hf_families, hf_prefixes, values_for
-from kbert.checkpoints.task_adapters import adapted_source, is_adapter_tensor, unwrapped_name
+from kbert.checkpoints.task_adapters import (EVERY_TASK, adapted_source, assign_task_pairs, has_task_lora,
+                                            is_adapter_tensor, task_pairs, unwrapped_name)
 from kbert.models.registry import get_family, model_type_of
 from kbert.models.heads import Heads
 from kbert.models.tables import HF
@@ -56,7 +57,8 @@ def open_safetensors(path: "str | os.PathLike[str]", adapter: Optional[str] = No
     """The tensors of a safetensors file, or of the shards an index names, under kbert's canonical HF names.
 
     A file with task LoRA adapters (Jina's jina-embeddings-v3: `kbert.checkpoints.task_adapters`) gives the task
-    `adapter`'s weights (`retrieval.query`, ...), or with None the base weights."""
+    `adapter`'s weights (`retrieval.query`, ...), or with None the base weights; with `EVERY_TASK` the base
+    weights, the pairs read apart (`read_stored`)."""
     from safetensors import safe_open
 
     path = resolve_safetensors_path(path)
@@ -88,7 +90,7 @@ def open_safetensors(path: "str | os.PathLike[str]", adapter: Optional[str] = No
     def read(name: str) -> np.ndarray:
         return read_adapted(canonical[name])
 
-    return TensorSource(path, HF, shapes, dtypes, read, roberta, evidence)
+    return TensorSource(path, HF, shapes, dtypes, read, roberta, evidence, canonical, read_stored)
 
 
 def _header(path: str) -> tuple:
@@ -182,7 +184,7 @@ def load_hf_weights(
         keep_tokens: vocabulary ids to keep, as for `load_google_checkpoint`.
         adapter: the task LoRA adapter to merge in, for a file that holds them (Jina's jina-embeddings-v3:
             `retrieval.query`, `retrieval.passage`, `separation`, `classification`, `text-matching`); None:
-            the base weights.
+            the base weights. A model built with `task_lora` loads the base weights and every task's pair.
 
     Example (with a Hugging Face download: `build_transformer_model(
     "all-MiniLM-L6-v2/config.json")`, then this function on the directory);
@@ -195,7 +197,16 @@ def load_hf_weights(
     >>> len(report.loaded), report.loaded[0]
     (37, 'embeddings.word_embeddings.weight')
     """
-    return load_into(model, open_safetensors(path, adapter), keep_tokens=keep_tokens)
+    if not has_task_lora(model):
+        return load_into(model, open_safetensors(path, adapter), keep_tokens=keep_tokens)
+    if adapter is not None or keep_tokens is not None:
+        raise CheckpointError(f"{path}: the model holds every task's LoRA pair (built with task_lora), so it loads "
+                              "them all, with the whole vocabulary: load it without adapter= and keep_tokens=")
+    source = open_safetensors(path, EVERY_TASK)
+    pairs = task_pairs(model, source)  # every pair read and checked before anything is assigned
+    report = load_into(model, source)
+    assign_task_pairs(pairs)
+    return report
 
 
 def save_hf_weights(model, path: "str | os.PathLike[str]",
@@ -220,6 +231,10 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
     from safetensors.numpy import save_file
 
     path = os.fspath(path)
+    if has_task_lora(model):
+        raise CheckpointError(f"{path}: not written: the model holds every task's LoRA pair (built with task_lora) "
+                              "and a Hugging Face file holds one set of weights; load it with adapter=TASK to write "
+                              "that task's, or copy the hub's own files")
     directory = None
     if os.path.isdir(path) or not path.endswith(".safetensors"):
         directory, path = path, os.path.join(path, WEIGHTS_NAME)

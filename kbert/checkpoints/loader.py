@@ -45,6 +45,9 @@ class TensorSource:
         roberta: the file is Hugging Face's RoBERTa layout (True), another
             layout (False), or nothing tells (None).
         layout_evidence: what told (a config's model_type, the names).
+        stored_names: a tensor's name in the file, where it differs from `shapes`' (Jina's parametrized
+            weights), by the name in `shapes`.
+        read_stored: reads one tensor by its name in the file (the task LoRA pairs beside such weights).
     """
 
     path: str
@@ -54,6 +57,8 @@ class TensorSource:
     read: Callable[[str], np.ndarray]
     roberta: Optional[bool] = None
     layout_evidence: str = ""
+    stored_names: Dict[str, str] = dataclasses.field(default_factory=dict)
+    read_stored: Optional[Callable[[str], np.ndarray]] = None
 
 
 @dataclasses.dataclass

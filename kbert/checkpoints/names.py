@@ -26,7 +26,9 @@ def weight_names(model) -> List[WeightName]:
     family computes from the config (NEZHA's sinusoidal relative positions)
     are in no checkpoint and have no row; nor, in a model built with
     `layer_norm_cond`, are the condition's layers and the norms' condition
-    projections (as in bert4keras). Raises `ValueError` for another variable
+    projections (as in bert4keras); nor task LoRA pairs (`task_lora`), which
+    sit beside the weights they update (`kbert.checkpoints.task_adapters.task_pairs`
+    reads them). Raises `ValueError` for another variable
     the table does not know (a layer that kbert's builders do not make).
     """
     family = family_of(model)
@@ -34,7 +36,8 @@ def weight_names(model) -> List[WeightName]:
     conditional = bool((getattr(model, "build_spec", None) or {}).get("layer_norm_cond"))
     names = []
     for variable in model.weights:
-        if layer_of(variable.path) in family.derived_layers or (conditional and variable.path not in rows):
+        if layer_of(variable.path) in family.derived_layers or (conditional and variable.path not in rows) \
+                or variable.path.endswith(("/task_lora_a", "/task_lora_b")):
             continue
         if variable.path not in rows:
             raise ValueError(f"no checkpoint name for the model variable {variable.path!r}")

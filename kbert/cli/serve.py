@@ -46,9 +46,11 @@ def add_commands(command) -> None:
                        help="seq2seq: the longest target (default: the room --maxlen of training leaves)")
     serve.add_argument("--top-k", type=positive_int, default=5,
                        help="a pre-trained model: the tokens given for each [MASK]")
-    serve.add_argument("--adapter", metavar="TASK", help="an embedding model with task LoRA adapters "
-                                                         "(jina-embeddings-v3): the task's, merged in "
-                                                         "(retrieval.query, ...); default: the base weights")
+    serve.add_argument("--adapter", metavar="TASK", action="append",
+                       help="an embedding model with task LoRA adapters (jina-embeddings-v3): the task's "
+                            "(retrieval.query, ...), merged in; given once per task (or 'all'), every one from "
+                            "one set of weights, a request's 'task' choosing (default: the first); "
+                            "default: the base weights")
     serve.add_argument("--ranges", metavar="FILE", help="an embedding model's calibration ranges (kbert embed "
                                                         "--calibrate wrote them): int8 and uint8 vectors on "
                                                         "POST /v1/embed and /v1/embeddings; default: the model "
@@ -80,7 +82,8 @@ def run_serve(args) -> int:
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     task = model_task(resolved(args.model))
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
-                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k, adapter=args.adapter,
+                                  max_new_tokens=args.max_new_tokens, top_k=args.top_k,
+                                  adapter=_adapters(args.adapter, onnx),
                                   ranges=args.ranges, head=args.head)
     check_settings(settings, task, args.model)  # before the model loads (the ONNX path skips load_predictor)
     if onnx and task not in ("classify", "embed"):
@@ -115,6 +118,17 @@ def run_serve(args) -> int:
 
 
 WARM_UP = {"mlm": "[MASK]", None: "warm up"}
+
+
+def _adapters(names: "list | None", onnx: bool) -> "str | list | None":
+    """`--adapter`'s tasks as `Embedder.load` takes them: one merged in (a name), several (or `all`) served from
+    one set of weights (a list), refused for an ONNX model (one task's weights a file)."""
+    if not names or (len(names) == 1 and names[0] != "all"):
+        return names[0] if names else None
+    if onnx:
+        raise KbertError(f"--adapter {' --adapter '.join(names)}: an ONNX model computes one task's weights; serve "
+                         "it with one --adapter (or without --runtime onnxruntime and --quantize)")
+    return names
 
 
 def _onnx_predictor(model_dir: str, task: str, settings, quantize: "str | None", threads: "int | None"):

@@ -94,8 +94,9 @@ def add_commands(command) -> None:
     embedding_head_argument(embed)
     embed.add_argument("--adapter", metavar="TASK", help="a model with task LoRA adapters (jina-embeddings-v3): "
                                                          "the task's, merged in (retrieval.query, retrieval.passage, "
-                                                         "separation, classification, text-matching); default: none, "
-                                                         "the base weights")
+                                                         "separation, classification, text-matching), with the "
+                                                         "folder's prompt of that name if it has one; default: "
+                                                         "none, the base weights")
     embed.add_argument("--cache-dir", help="where a named model is kept (default: $KBERT_CACHE, else "
                                            "~/.cache/kbert; the hub's own cache for hf://)")
     runtime_options(embed, "the model", "worth it for a long file on a CPU: the export takes seconds "

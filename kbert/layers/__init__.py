@@ -24,6 +24,8 @@ BERT's layer names: the model builders give the names.
 - `disentangled`: `DisentangledSelfAttention`, `RelativePositionTable`, `log_buckets` (DeBERTa-v2/v3)
 - `rotary_attention`: `RotarySelfAttention` (half-split RoPE, fused projections, sliding windows block by
   block: ModernBERT), `windowed_attention`
+- `task_lora`: `TaskLoRADense`, and the task LoRA pairs an `Embedding`, `FeedForward` or
+  `RotarySelfAttention` holds beside its weights (`task_lora=`; Jina-v3's adapters, chosen by `task=`)
 - `decoding`: `DecodingStep`, what a step of cached decoding gives the layers' `call_step`
 - `common`: `gelu_tanh`, `get_activation`, `clone_initializer`, `DepthScaledTruncatedNormal`
   (RoFormer-v2)
@@ -46,9 +48,10 @@ from kbert.layers.masks import AttentionMask, UnmaskingDropout
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
                                    T5RelativePositionBias, t5_buckets)
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
+from kbert.layers.task_lora import TaskLoRADense
 from kbert.layers.views import SplitViews, StackViews
 
-__all__ = ["AttentionMask", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling", "SpladePooling", "SplitViews",
+__all__ = ["AttentionMask", "TaskLoRADense", "BiasAdd", "L2Normalize", "POOLING_MODES", "Pooling", "SpladePooling", "SplitViews",
            "StackViews", "TermWeights",
            "ConditionalLayerNormalization", "ConditionalRandomField",
            "DepthScaledTruncatedNormal", "DisentangledSelfAttention", "RelativePositionTable", "log_buckets",

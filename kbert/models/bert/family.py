@@ -73,6 +73,8 @@ class BertFamily:
             `Input-Segment`, so that every task feeds it alike, and ignores
             it, as transformers ignores `token_type_ids` for DistilBERT and
             MPNet.
+        task_lora_layers: the graph can hold task LoRA pairs beside its weights (`build_transformer_model(...,
+            task_lora=)`): Jina-v3's, whose hub files carry them.
         mlm_activation: the MLM head's dense activation (None: the config's
             `hidden_act`; XLM-R's `lm_head`, which Jina-v3 and GTE keep: GELU).
     """
@@ -108,6 +110,7 @@ class BertFamily:
     hf_sequence_classifier = True
     own_tokenizer = False
     reads_segments = True
+    task_lora_layers = False
     mlm_activation: Optional[str] = None
 
     # --- structure -----------------------------------------------------------------

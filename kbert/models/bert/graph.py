@@ -62,11 +62,13 @@ class BertGraph(TransformerGraph):
         config = self.config
         width = config.embedding_width
         x = self.apply(inputs[0], TokenEmbedding, naming.EMBEDDING_TOKEN, input_dim=config.vocab_size,
-                       output_dim=width, embeddings_initializer=self.initializer(), **self.token_padding())
+                       output_dim=width, embeddings_initializer=self.initializer(), **self.token_padding(),
+                       **self.task_settings())
         if self.segment_vocab_size and self.family.segment_table(self.config):
             segments = self.apply(inputs[1], Embedding, naming.EMBEDDING_SEGMENT,
                                   input_dim=self.segment_vocab_size, output_dim=width,
-                                  size_key="type_vocab_size", embeddings_initializer=self.initializer())
+                                  size_key="type_vocab_size", embeddings_initializer=self.initializer(),
+                                  **self.task_settings())
             x = self.apply([x, segments], MaskedAdd, naming.EMBEDDING_TOKEN_SEGMENT)
         return x
 

@@ -123,6 +123,7 @@ class JinaV3Family(RotaryBertFamily, HfRobertaFamily):
     google_absent = "Jina-embeddings-v3 was released for transformers, never as a Google TF checkpoint"
     layout_difference = None
     positions_after_padding = False
+    task_lora_layers = True
     mlm_activation = "gelu"  # XLMRobertaLMHead's, whatever hidden_act says
 
     # Transformers' own model_type and classes, not RoBERTa's choice among its stems.

@@ -31,12 +31,12 @@ class RotaryBertGraph(BertGraph):
                           head_size=config.head_size, rope_theta=config.rope_theta,
                           rope_factor=config.rope_factor or 1.0, use_bias=self.family.attention_bias,
                           dropout=config.attention_probs_dropout_prob,
-                          kernel_initializer=self.initializer())
+                          kernel_initializer=self.initializer(), **self.task_settings())
 
     def apply_feed_forward(self, x, name: str):
         config, family = self.config, self.family
         settings = dict(intermediate_size=config.intermediate_size, activation=get_activation(config.activation),
                         use_bias=family.mlp_bias, kernel_initializer=self.initializer())
         if not family.gated_mlp:
-            return self.apply(x, FeedForward, name, **settings)
+            return self.apply(x, FeedForward, name, **settings, **self.task_settings())
         return self.apply(x, GatedFeedForward, name, fused=False, output_bias=family.mlp_output_bias, **settings)
