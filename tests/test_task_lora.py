@@ -188,3 +188,33 @@ def test_a_server_computes_the_task_each_request_names(jina):
         assert status == 422 and answer["error"]["param"] == "task"
         assert "loaded with the task adapters retrieval.query, retrieval.passage" in answer["error"]["message"]
         assert json.loads(urllib.request.urlopen(url + "/info").read())["tasks"] == TASKS[:2]
+
+
+def test_evaluate_takes_each_works_adapter(jina):
+    """Loaded with several adapters, retrieval ranks queries embedded by `retrieval.query` against documents
+    embedded by `retrieval.passage` (each with its prompt), as Jina's model card pairs them; a model without
+    tasks, or with one, ranks as it is."""
+    from kbert.tasks.embedding_evaluation import rankings
+
+    texts = {"document": ["a b c", "d e", "c c d", "e a", "b"], "query": ["a b", "d", "c e"]}
+    ranked, _ = rankings(Embedder.load(jina, adapter=["all"]), texts)
+    query, passage = (Embedder.load(jina, adapter=task) for task in ("retrieval.query", "retrieval.passage"))
+    scores = query.encode(texts["query"], normalize=True) @ passage.encode(texts["document"], normalize=True).T
+    assert [list(order) for order in ranked] == [list(np.argsort(-row, kind="stable")) for row in scores]
+    alone, _ = rankings(query, texts)  # one adapter: both sides through it, as before
+    scores = query.encode(texts["query"], normalize=True) @ query.encode(texts["document"], normalize=True).T
+    assert [list(order) for order in alone] == [list(np.argsort(-row, kind="stable")) for row in scores]
+
+
+def test_an_export_computes_the_adapter_it_names(jina, tmp_path):
+    """`kbert export --adapter TASK`: the ONNX file gives that task's vectors, after its prompt (before, the base
+    weights' were all an export could give)."""
+    from kbert.serving.export import onnx_runner
+    from test_distilbert_mpnet import cli
+
+    assert cli("export", "--model", jina, "--adapter", "retrieval.passage", tmp_path / "passage.onnx") == 0
+    embedder = Embedder.load(jina, adapter="retrieval.passage")
+    rows = embedder.prompted_rows(["d e a b c"], embedder.prompt_text())  # after the task's prompt, "passage : "
+    ids, segments = (np.array([row], "int32") for row in rows[0][:2])
+    got = onnx_runner(str(tmp_path / "passage.onnx"))(ids, segments)
+    np.testing.assert_allclose(got[0], embedder.encode(["d e a b c"])[0], atol=1e-5)

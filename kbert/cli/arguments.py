@@ -159,6 +159,14 @@ def precision_option(parser: argparse.ArgumentParser, weights: bool = False) -> 
 RUNTIMES = ("keras", "onnxruntime")  # what runs a classifier's or an embedding model's batches
 
 
+def adapter_names(names: "list | None") -> "str | list | None":
+    """A repeatable `--adapter`'s tasks as `Embedder.load` takes them: one merged in (its name), several (or
+    `all`) computed from one set of weights (the list), none (None)."""
+    if not names or (len(names) == 1 and names[0] != "all"):
+        return names[0] if names else None
+    return names
+
+
 def embedding_head_argument(parser: argparse.ArgumentParser) -> None:
     """`--head`: which of bge-m3's outputs an embedding model gives (`Embedder.load(head=)`)."""
     parser.add_argument("--head", choices=("dense", "sparse", "colbert"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from kbert.cli.arguments import (embedding_head_argument, host_name, onnx_runtime_chosen, port_number,
-                                 positive_float, positive_int, precision_option, runtime_options)
+from kbert.cli.arguments import (adapter_names, embedding_head_argument, host_name, onnx_runtime_chosen,
+                                 port_number, positive_float, positive_int, precision_option, runtime_options)
 from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
 
@@ -121,14 +121,12 @@ WARM_UP = {"mlm": "[MASK]", None: "warm up"}
 
 
 def _adapters(names: "list | None", onnx: bool) -> "str | list | None":
-    """`--adapter`'s tasks as `Embedder.load` takes them: one merged in (a name), several (or `all`) served from
-    one set of weights (a list), refused for an ONNX model (one task's weights a file)."""
-    if not names or (len(names) == 1 and names[0] != "all"):
-        return names[0] if names else None
-    if onnx:
+    """`--adapter`'s tasks (`adapter_names`), several refused for an ONNX model (one task's weights a file)."""
+    adapters = adapter_names(names)
+    if isinstance(adapters, list) and onnx:
         raise KbertError(f"--adapter {' --adapter '.join(names)}: an ONNX model computes one task's weights; serve "
                          "it with one --adapter (or without --runtime onnxruntime and --quantize)")
-    return names
+    return adapters
 
 
 def _onnx_predictor(model_dir: str, task: str, settings, quantize: "str | None", threads: "int | None"):

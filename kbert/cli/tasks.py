@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from kbert.cli.arguments import (checkpoint_argument, embedding_head_argument, family_argument,
+from kbert.cli.arguments import (adapter_names, checkpoint_argument, embedding_head_argument, family_argument,
                                  fetch_checkpoint_argument, onnx_runtime_chosen, positive_int, precision_option,
                                  runtime_options)
 from kbert.errors import DataError, KbertError, is_blank
@@ -42,6 +42,11 @@ def add_commands(command) -> None:
     evaluate.add_argument("--fuse", metavar="MODEL", help="an embedding model on a BEIR folder: a second one (a "
                                                           "sparse encoder beside a dense one) whose ranking is "
                                                           "fused with --model's by reciprocal ranks (hybrid search)")
+    evaluate.add_argument("--adapter", metavar="TASK", action="append",
+                          help="an embedding model with task LoRA adapters (jina-embeddings-v3): the task's, merged "
+                               "in; given once per task (or 'all'), each kind of work takes its own (retrieval's "
+                               "queries retrieval.query and documents retrieval.passage, STS text-matching, "
+                               "classification, clustering separation)")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
     evaluate.set_defaults(run=run_evaluate)
 
@@ -115,6 +120,9 @@ def add_commands(command) -> None:
                         help="ONNX and LiteRT: int8 weights, run by the runtime's int8 kernels (smaller, and "
                              "faster on CPU with onnxruntime)")
     embedding_head_argument(export)
+    export.add_argument("--adapter", metavar="TASK", help="an embedding model with task LoRA adapters "
+                                                          "(jina-embeddings-v3): the task whose weights the file "
+                                                          "computes, merged in; default: the base weights")
     precision_option(export)
     export.set_defaults(run=run_export)
 
@@ -394,8 +402,10 @@ def run_evaluate(args) -> int:
     if args.fuse:
         raise KbertError(f"--fuse: fuses two embedding models' retrieval rankings; {args.model} is not an embedding "
                          "model")
-    if args.head:
-        raise KbertError(f"--head {args.head}: picks bge-m3's output of an embedding model; {args.model} is not one")
+    for option in ("head", "adapter"):
+        if getattr(args, option):
+            raise KbertError(f"--{option}: an embedding model's option (bge-m3's output, jina-embeddings-v3's task "
+                             f"adapters); {args.model} is not an embedding model")
     if _model_task(args) == "rerank":
         return _evaluate_reranker(args)
     if args.train:
@@ -415,7 +425,7 @@ def _evaluate_embedder(args) -> int:
     from kbert.tasks.embedding_evaluation import evaluate
 
     return _print_scores_line(args, evaluate(args.model, args.data, args.train, batch_size=args.batch_size,
-                                             fuse=args.fuse, head=args.head))
+                                             fuse=args.fuse, head=args.head, adapter=adapter_names(args.adapter)))
 
 
 def _evaluate_reranker(args) -> int:
@@ -755,7 +765,7 @@ def run_export(args) -> int:
     # (Python's default for SIGTERM dies without any cleanup; an exception raised wherever the signal lands,
     # inside TensorFlow or a converter, might be turned into another error).
     signal.signal(signal.SIGTERM, _remove_staging_and_exit)
-    print(export_model(args.model, args.output, args.format, args.quantize, args.head))
+    print(export_model(args.model, args.output, args.format, args.quantize, args.head, args.adapter))
     return 0
 
 

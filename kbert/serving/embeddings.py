@@ -57,7 +57,7 @@ from kbert.errors import KbertError
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService, TooLong
-from kbert.tasks.embedding import unit_length
+from kbert.tasks.embedding import ADAPTER_FOR, unit_length
 from kbert.tasks.multi_vector import ROLES, expanded_queries
 from kbert.tasks.embedding_precision import CALIBRATED, PRECISIONS, RANGES_FILE, quantized
 
@@ -176,8 +176,9 @@ TASK_FIELD = ("the task adapter that computes the vectors (jina-embeddings-v3's 
               "with (kbert serve --adapter); its prompt of that name comes with it; null: the server's first")
 
 #: Cohere's `input_type` as the task adapter of jina-embeddings-v3 that does that work, where the server has it.
-COHERE_TASKS = {"search_query": "retrieval.query", "search_document": "retrieval.passage",
-                "classification": "classification", "clustering": "separation"}
+COHERE_TASKS = {input_type: ADAPTER_FOR[work] for input_type, work in (
+    ("search_query", "query"), ("search_document", "document"), ("classification", "classification"),
+    ("clustering", "clustering"))}
 
 
 #: The routes of dense vectors, refused by a sparse encoder's server, and their error forms.

@@ -103,8 +103,8 @@ def format_of(out: str, format: Optional[str]) -> str:
     return format
 
 
-def export_model(model_dir: str, out: str, format: Optional[str] = None,
-                 quantize: Optional[str] = None, head: Optional[str] = None) -> ExportReport:
+def export_model(model_dir: str, out: str, format: Optional[str] = None, quantize: Optional[str] = None,
+                 head: Optional[str] = None, adapter: Optional[str] = None) -> ExportReport:
     """Exports a model directory of `kbert train` (see the module's docstring); nothing is replaced.
 
     Args:
@@ -114,6 +114,8 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
         format: `saved_model`, `onnx`, `litert` or `keras` (default: from `out`).
         quantize: `int8` (ONNX and LiteRT).
         head: an embedding folder's bge-m3 head (`sparse`, `colbert`; `Embedder.load(head=)`), None: its own.
+        adapter: an embedding folder's task LoRA adapter (jina-embeddings-v3's), merged into the weights the
+            file computes; None: the base weights.
     """
     format = format_of(out, format)
     if os.path.lexists(out):
@@ -128,10 +130,12 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None,
     if _is_embedding_model(model_dir):  # a sentence-transformers folder: its pooling and normalisation in the graph
         from kbert.tasks.embedding import Embedder
 
-        return _write(embedder_endpoint(Embedder.load(model_dir, head=head)), out, format, quantize)
-    if head not in (None, "dense"):
-        raise KbertError(f"--head {head}: bge-m3's heads are an embedding folder's; {model_dir} is a "
-                         f"{_task(model_dir)} model")
+        return _write(embedder_endpoint(Embedder.load(model_dir, adapter=adapter, head=head)), out, format,
+                      quantize)
+    for option, value in (("head", head not in (None, "dense") and head), ("adapter", adapter)):
+        if value:
+            raise KbertError(f"--{option} {value}: an embedding folder's option (bge-m3's heads, jina-embeddings-v3's "
+                             f"task adapters); {model_dir} is a {_task(model_dir)} model")
     task = _task(model_dir)
     if task == "seq2seq":
         if format != "onnx":

@@ -149,6 +149,13 @@ class Embedder:
                              f"{loaded}; name one of them (kbert serve --adapter TASK, once per task, or all)")
         return dataclasses.replace(self, model=self.task_models[task], task=task)._with_task_prompt(task)
 
+    def for_work(self, work: str) -> "Embedder":
+        """This model for a kind of work (`query`, `document`, `sts`, `classification`, `clustering`): the task
+        adapter jina-embeddings-v3 names for it (`ADAPTER_FOR`) where the model was loaded with it among several;
+        else the model as it is."""
+        task = ADAPTER_FOR.get(work)
+        return self.for_task(task) if task in self.task_models else self
+
     def _with_task_prompt(self, task: Optional[str]) -> "Embedder":
         if task is None or task not in self.prompts or self.default_prompt_name == task:
             return self
@@ -459,6 +466,11 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
                         spec.prompts, spec.default_prompt_name, spec.include_prompt, spec.do_lower_case,
                         static_query=static_query, task=task, task_models=task_models)
     return embedder.for_task(task)
+
+
+#: jina-embeddings-v3's task adapter for each kind of work, as its model card pairs them (MTEB's task kinds).
+ADAPTER_FOR = {"query": "retrieval.query", "document": "retrieval.passage", "sts": "text-matching",
+               "classification": "classification", "clustering": "separation"}
 
 
 def _task_adapters(folder: str, adapter: "str | Sequence[str] | None"):

@@ -114,7 +114,8 @@ def rankings(embedder, texts: Dict[str, List[str]], batch_size: int = 64) -> Tup
     (`SparseIndex`), with the mean non-zero weights of a query and a document (`"query_terms"`,
     `"document_terms"`), or for a multi-vector encoder by MaxSim (`MaxSimIndex`), with the mean vectors of a query
     and a document (`"query_vectors"`, `"document_vectors"`). Queries and documents each get the model's prompt
-    for their role, where it has one (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `)."""
+    for their role, where it has one (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `), and a model
+    loaded with several task adapters its query and document ones (`Embedder.for_work`)."""
     prompts = {role: embedder.prompt_name_for(role) for role in texts}
     extra = {}
     if embedder.sparse:
@@ -133,7 +134,8 @@ def rankings(embedder, texts: Dict[str, List[str]], batch_size: int = 64) -> Tup
         extra = {"query_vectors": float(np.mean([len(query) for query in vectors])),
                  "document_vectors": float(np.mean([len(document) for document in documents]))}
     else:
-        documents, vectors = (embedder.encode(texts[role], batch_size, normalize=True, prompt_name=prompts[role])
+        documents, vectors = (embedder.for_work(role).encode(texts[role], batch_size, normalize=True,
+                                                             prompt_name=prompts[role])
                               for role in ("document", "query"))
         blocks = (vectors[start:start + 256] @ documents.T for start in range(0, len(vectors), 256))
     ranked = []
@@ -251,17 +253,20 @@ def _scikit_learn(*modules: str):
 
 
 def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int = 64,
-             fuse: "str | None" = None, head: "str | None" = None) -> dict:
+             fuse: "str | None" = None, head: "str | None" = None, adapter=None) -> dict:
     """An embedding model (a sentence-transformers folder, a `kbert train --task embed` directory, a name) scored
     on `data`, by what it holds: a folder is a BEIR retrieval set; with `train` (labelled texts), `data`'s
     labelled texts are classified; a file of scored pairs (`text<TAB>text_b<TAB>score`) is STS; labelled texts
     (`text<TAB>label`) alone are clustered. Returns the scores with `"kind"` and `"data"`. `fuse`: a second model
     whose retrieval ranking is fused with `model`'s (hybrid search). `head`: bge-m3's output to score (`dense`,
-    `sparse`, `colbert`; `Embedder.load`)."""
+    `sparse`, `colbert`; `Embedder.load`). `adapter`: jina-embeddings-v3's task adapter (`Embedder.load`); with
+    several, each kind of work takes its own (`Embedder.for_work`: retrieval's queries `retrieval.query` and
+    documents `retrieval.passage`, STS `text-matching`, classification `classification`, clustering
+    `separation`)."""
     from kbert.tasks.embedding import Embedder, read_text_groups
     from kbert.training.data import read_examples
 
-    embedder = Embedder.load(model, head=head)
+    embedder = Embedder.load(model, adapter=adapter, head=head)
     if fuse is not None and not os.path.isdir(data):
         raise KbertError(f"--fuse: fuses two models' retrieval rankings, on a BEIR folder; {data} is a file")
     if embedder.multi_vector and not os.path.isdir(data):
@@ -276,15 +281,15 @@ def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int 
         fitted, _ = read_examples(train)
         scored, _ = read_examples(data)
         return {"kind": "classification", "data": data, **classification(
-            embedder, [e.text for e in fitted], [e.label for e in fitted], [e.text for e in scored],
+            embedder.for_work("classification"), [e.text for e in fitted], [e.label for e in fitted], [e.text for e in scored],
             [e.label for e in scored], batch_size)}
     if is_scored_pairs(data):
         groups, _ = read_text_groups(data)
-        return {"kind": "sts", "data": data, **sts(embedder, [group.texts[0] for group in groups],
+        return {"kind": "sts", "data": data, **sts(embedder.for_work("sts"), [group.texts[0] for group in groups],
                                                    [group.texts[1] for group in groups],
                                                    [group.score for group in groups])}
     examples, _ = read_examples(data)
-    return {"kind": "clustering", "data": data, **clustering(embedder, [e.text for e in examples],
+    return {"kind": "clustering", "data": data, **clustering(embedder.for_work("clustering"), [e.text for e in examples],
                                                              [e.label for e in examples], batch_size)}
 
 
