@@ -129,6 +129,10 @@ def test_what_several_tasks_cannot_do_is_refused_by_name(jina, tmp_path):
         Embedder.load(jina, adapter=["retrieval.query", "retrieval"])
     with pytest.raises(KbertError, match="expected task names, each once, or 'all' alone"):
         Embedder.load(jina, adapter=["separation", "separation"])
+    plain = jina.parent / "base"  # the same model in transformers 5's layout: no adapters
+    as_sentence_transformer(plain, "a b c")
+    with pytest.raises(KbertError, match="base holds no task LoRA adapters .*names no lora_adaptations"):
+        Embedder.load(plain, adapter=["all"])
     with pytest.raises(CheckpointError, match="holds every task's LoRA pair .* load it with adapter=TASK"):
         save_hf_weights(embedder.backbone, tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -478,10 +478,14 @@ def _task_adapters(folder: str, adapter: "str | Sequence[str] | None"):
     checked against the file's; None for one name or none (merged at load, or the base weights)."""
     from kbert.checkpoints.hf import resolve_safetensors_path
     from kbert.checkpoints.task_adapters import read_adapters
+    from kbert.models.config import read_json_object
 
     if adapter is None or isinstance(adapter, str):
         return None
     path = resolve_safetensors_path(folder)
+    if "lora_adaptations" not in read_json_object(os.path.join(folder, "config.json")):
+        raise KbertError(f"adapter {list(adapter)!r}: {folder} holds no task LoRA adapters (its config.json names no "
+                         "lora_adaptations); the option chooses among jina-embeddings-v3's")
     adapters = read_adapters(path)
     names = list(adapter)
     if not names or len(set(names)) != len(names) or ("all" in names and len(names) > 1):
