@@ -3,6 +3,7 @@
 weights equal to that task merged in, and a server computing the tasks a request names, several in one batch."""
 
 import concurrent.futures
+import dataclasses
 import json
 import urllib.request
 
@@ -116,6 +117,9 @@ def test_each_task_from_one_set_of_weights_is_that_task_merged(jina):
     query = embedder.for_task("retrieval.query")
     assert query.prompt_text() == "query : " and query.encode(TEXTS).shape == (4, H)
     assert np.abs(query.encode(TEXTS) - query.encode(TEXTS, prompt="")).max() > 1e-3  # the prompt counts
+    # a task without a prompt of its name takes the folder's default (none), not the first task's prompt
+    trimmed = dataclasses.replace(embedder, prompts={"retrieval.query": "query : "})
+    assert trimmed.prompt_text() == "query : " and trimmed.for_task("separation").prompt_text() == ""
     weights = {id(variable) for task in TASKS for variable in embedder.for_task(task).model.weights}
     assert len(weights) == len(embedder.model.weights)
 

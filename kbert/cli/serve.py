@@ -99,8 +99,10 @@ def run_serve(args) -> int:
                  else load_predictor(args.model, settings))
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
-    for task in getattr(predictor.embedder, "task_models", None) or ():  # each task's graph: its own compiled call
-        predictor.embedder.for_task(task).encode([warm_up])
+    embedder = predictor.embedder
+    for task in getattr(embedder, "task_models", None) or ():  # each other task's graph: its own compiled call
+        if task != embedder.task:
+            embedder.for_task(task).encode([warm_up])
 
     def ready(url: str) -> None:
         kind = predictor.embedder.kind if predictor.embedder is not None else "dense"

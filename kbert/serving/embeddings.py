@@ -312,6 +312,13 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
         truncate: str = Field("END", pattern="^(NONE|END)$", description="END: cut a text longer than the model "
                                                                          "takes; NONE: refuse it (413)")
 
+    def task_vectors(texts, truncate: bool, prompt_name: Optional[str], task: Optional[str], field: str):
+        """The route's `serve` step: the texts' vectors by `task`'s adapter, or the 422 of a task not served."""
+        refusal = service.unknown_task(task)
+        if refusal:
+            return _refused(refusal)
+        return served(service.embed(batcher, texts, truncate, prompt_name, task), field)
+
     def without_ranges(kinds, field: str) -> Optional[Refusal]:
         """int8 or uint8 among `kinds` where the server has no calibration ranges: the refusal naming `field`."""
         missing = [kind for kind in kinds if kind in CALIBRATED and service.model.ranges is None]
@@ -325,10 +332,9 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
             refusal = Refusal(422, f"dimensions: {body.dimensions} values are scaled anew, and the calibration "
                                    f"ranges are the {width} dimensions' own; ask {body.embedding_type} vectors "
                                    "without dimensions, or binary ones", "dimensions")
-        refusal = refusal or service.unknown_task(body.task)
         if refusal:
             return _refused(refusal)
-        return served(service.embed(batcher, texts, False, task=body.task), "input")
+        return task_vectors(texts, False, None, body.task, "input")
 
     def cohere_vectors(body, texts):
         wrong = [kind for kind in body.embedding_types or [] if kind not in PRECISIONS]
@@ -339,7 +345,7 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
             return _refused(refusal)
         task = COHERE_TASKS.get(body.input_type)
         if task in service.model.task_models:  # a served task adapter of the input type: its own prompt
-            return served(service.embed(batcher, texts, body.truncate == "END", task=task), "texts")
+            return task_vectors(texts, body.truncate == "END", None, task, "texts")
         role = {"search_query": "query", "search_document": "document"}.get(body.input_type)
         prompt_name = service.model.prompt_name_for(role) if role else None
         return served(service.embed(batcher, texts, body.truncate == "END", prompt_name), "texts")
@@ -368,13 +374,8 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
     batched_route(app, "/v1/embeddings", OpenAIRequest, "input", limits, "embed", openai_error, openai_vectors,
                   openai_answer,
                   "OpenAI's embeddings API: a vector per text, with the tokens used")
-    def tei_vectors(body, texts):
-        refusal = service.unknown_task(body.task)
-        if refusal:
-            return _refused(refusal)
-        return served(service.embed(batcher, texts, body.truncate, body.prompt_name, body.task), "inputs")
-
-    batched_route(app, "/embed", TEIRequest, "inputs", limits, "embed", tei_error, tei_vectors,
+    batched_route(app, "/embed", TEIRequest, "inputs", limits, "embed", tei_error,
+                  lambda body, texts: task_vectors(texts, body.truncate, body.prompt_name, body.task, "inputs"),
                   lambda body, texts, vectors, tokens: (unit_length(vectors) if body.normalize else vectors).tolist(),
                   "Text Embeddings Inference's embed API: a list of floats per input")
 
@@ -383,11 +384,7 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
 
     def similarity_vectors(body, texts):
         parameters = body.parameters or SimilarityParameters()
-        refusal = service.unknown_task(parameters.task)
-        if refusal:
-            return _refused(refusal)
-        return served(service.embed(batcher, texts, parameters.truncate, parameters.prompt_name, parameters.task),
-                      "inputs")
+        return task_vectors(texts, parameters.truncate, parameters.prompt_name, parameters.task, "inputs")
 
     def cosines(body, texts, vectors, tokens):
         vectors = unit_length(vectors)

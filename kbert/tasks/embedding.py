@@ -138,16 +138,16 @@ class Embedder:
         return embedder
 
     def for_task(self, task: Optional[str]) -> "Embedder":
-        """This model computing the task LoRA adapter `task` (None: its default one), over the same weights, with
-        the prompt of the task's name as its default where it has one (Jina's folders name their prompts by
-        task). A task the model was not loaded with is refused, naming those it was."""
+        """This model computing the task LoRA adapter `task` (None: its default one), over the same weights (its
+        prompt of the task's name comes with it: `prompt_text`). A task the model was not loaded with is refused,
+        naming those it was."""
         if task is None or task == self.task:
-            return self._with_task_prompt(self.task)
+            return self
         if task not in self.task_models:
             loaded = ", ".join(self.task_models) or (self.task and f"{self.task} alone") or "none"
             raise KbertError(f"task {shown(task)}: {self.source or 'this model'} was loaded with the task adapters "
                              f"{loaded}; name one of them (kbert serve --adapter TASK, once per task, or all)")
-        return dataclasses.replace(self, model=self.task_models[task], task=task)._with_task_prompt(task)
+        return dataclasses.replace(self, model=self.task_models[task], task=task)
 
     def for_work(self, work: str) -> "Embedder":
         """This model for a kind of work (`query`, `document`, `sts`, `classification`, `clustering`): the task
@@ -155,11 +155,6 @@ class Embedder:
         else the model as it is."""
         task = ADAPTER_FOR.get(work)
         return self.for_task(task) if task in self.task_models else self
-
-    def _with_task_prompt(self, task: Optional[str]) -> "Embedder":
-        if task is None or task not in self.prompts or self.default_prompt_name == task:
-            return self
-        return dataclasses.replace(self, default_prompt_name=task)
 
     @staticmethod
     def folder(model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> str:
@@ -204,13 +199,16 @@ class Embedder:
 
     def prompt_text(self, prompt_name: Optional[str] = None, prompt: Optional[str] = None) -> str:
         """The prompt `encode` puts before each text: `prompt` itself, else the model's prompt named
-        `prompt_name`, else its default one, else none ("": sentence-transformers' order). An unknown name is
-        refused saying what is there."""
+        `prompt_name`, else the prompt of its task adapter's name (Jina's folders name their prompts by task),
+        else its default one, else none ("": sentence-transformers' order). An unknown name is refused saying
+        what is there."""
         if prompt is not None and prompt_name is not None:
             raise KbertError(f"prompt {prompt!r} and prompt_name {prompt_name!r}: give one of them, not both")
         if prompt is not None:
             return prompt
-        name = self.default_prompt_name if prompt_name is None else prompt_name
+        if prompt_name is None:
+            prompt_name = self.task if self.task in self.prompts else self.default_prompt_name
+        name = prompt_name
         if name is not None and name not in self.prompts:
             known = ", ".join(map(repr, self.prompts))
             raise KbertError(f"prompt_name {shown(name)}: {self.source or 'this model'} has "
@@ -452,20 +450,17 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.
     maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)
     pooling = _within_positions(spec.pooling, model_config.longest_input)
-    adapters = _task_adapters(spec.transformer, adapter)
+    adapters, tasks = _task_adapters(spec.transformer, adapter)
     bert = build_transformer_model(config, **_mlm_head(spec, model_config, config),
                                    task_lora=adapters and adapters.settings())
     load_hf_weights(bert, spec.transformer, adapter=None if adapters else adapter)
     model = embedding_model(bert, pooling, spec.modules, head_weights=head_weights)
     static_query = spec.static_query and StaticQuery.load(spec.static_query, int(model.outputs[0].shape[-1]))
-    task_models = {} if adapters is None else {
-        task: task_graph(model, adapters.tasks.index(task))
-        for task in (adapters.tasks if list(adapter) == ["all"] else adapter)}
-    task = next(iter(task_models), None if adapters else adapter)
-    embedder = Embedder(task_models.get(task, model), tokenizer, maxlen, spec.normalize, source, bert, pooling,
-                        spec.prompts, spec.default_prompt_name, spec.include_prompt, spec.do_lower_case,
-                        static_query=static_query, task=task, task_models=task_models)
-    return embedder.for_task(task)
+    task_models = {task: task_graph(model, adapters.tasks.index(task)) for task in tasks}
+    task = tasks[0] if tasks else adapter
+    return Embedder(task_models.get(task, model), tokenizer, maxlen, spec.normalize, source, bert, pooling,
+                    spec.prompts, spec.default_prompt_name, spec.include_prompt, spec.do_lower_case,
+                    static_query=static_query, task=task, task_models=task_models)
 
 
 #: jina-embeddings-v3's task adapter for each kind of work, as its model card pairs them (MTEB's task kinds).
@@ -474,14 +469,15 @@ ADAPTER_FOR = {"query": "retrieval.query", "document": "retrieval.passage", "sts
 
 
 def _task_adapters(folder: str, adapter: "str | Sequence[str] | None"):
-    """The folder's task adapters (`TaskAdapters`) where `adapter` names several (a list; `["all"]`: all), each
-    checked against the file's; None for one name or none (merged at load, or the base weights)."""
+    """The folder's task adapters (`TaskAdapters`) and the tasks to compute, in order, where `adapter` names
+    several (a list; `["all"]`: all the file's), each checked against the file's; `(None, [])` for one name or
+    none (merged at load, or the base weights)."""
     from kbert.checkpoints.hf import resolve_safetensors_path
     from kbert.checkpoints.task_adapters import read_adapters
     from kbert.models.config import read_json_object
 
     if adapter is None or isinstance(adapter, str):
-        return None
+        return None, []
     path = resolve_safetensors_path(folder)
     if "lora_adaptations" not in read_json_object(os.path.join(folder, "config.json")):
         raise KbertError(f"adapter {list(adapter)!r}: {folder} holds no task LoRA adapters (its config.json names no "
@@ -490,9 +486,11 @@ def _task_adapters(folder: str, adapter: "str | Sequence[str] | None"):
     names = list(adapter)
     if not names or len(set(names)) != len(names) or ("all" in names and len(names) > 1):
         raise KbertError(f"adapter {names!r}: expected task names, each once, or 'all' alone")
-    for name in names if names != ["all"] else ():
+    if names == ["all"]:
+        return adapters, list(adapters.tasks)
+    for name in names:
         adapters.index(name, path)
-    return adapters
+    return adapters, names
 
 
 def _with_head(spec: SentenceTransformerSpec, head: Optional[str], hidden_size: int):
