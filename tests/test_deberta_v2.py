@@ -57,6 +57,18 @@ LAYOUTS = {
                         "cls.predictions.bias": (V,), **linear("cls.predictions.transform.dense", H, H),
                         **layer_norm("cls.predictions.transform.LayerNorm")}, "DebertaV2ForMaskedLM"),
     "deberta_v2": (CONFIG, {}, backbone_names(), "DebertaV2Model"),
+    # pos_att_type, norm_rel_ebd and position_biased_input left out: transformers' defaults (no position terms, no
+    # norm of the relative table, absolute positions added), not v3's
+    "deberta_v2_keys_left_out": ({key: value for key, value in CONFIG.items()
+                                  if key not in ("pos_att_type", "norm_rel_ebd", "position_biased_input")}, {},
+                                 {**{name: shape for name, shape in backbone_names().items()
+                                     if not name.startswith("encoder.LayerNorm")},
+                                  "embeddings.position_embeddings.weight": (64, H)}, "DebertaV2Model"),
+    # deberta-v3's 256 buckets on a table of 128 positions: the buckets past the middle fall (transformers' formula)
+    "deberta_v2_buckets_past_the_reach": ({**CONFIG, "position_buckets": 256, "max_relative_positions": -1,
+                                           "max_position_embeddings": 128}, {},
+                                          {**backbone_names(), "encoder.rel_embeddings.weight": (512, H)},
+                                          "DebertaV2Model"),
 }
 
 
@@ -70,10 +82,11 @@ def numpy_log_buckets(distances, buckets, max_position):
     return np.where(size <= middle, distances, far * sign).astype(np.int64)
 
 
-@pytest.mark.parametrize("buckets, reach", [(256, 512), (4, 8), (8, 16)])
+@pytest.mark.parametrize("buckets, reach", [(256, 512), (4, 8), (8, 16), (256, 128), (256, 100), (2, 512), (3, 512)])
 def test_log_buckets_are_transformers(buckets, reach):
     """Every distance up to past the reach, the boundary (reach − 1, whose ratio is 1) included; beyond ±buckets
-    (where the table is clipped) any bucket past it."""
+    (where the table is clipped) any bucket past it. Buckets past twice the reach (falling past the middle) and 2 or
+    3 buckets (constant past it) once looped for ever."""
     distances = np.arange(-2 * reach - 90, 2 * reach + 91)
     ours = keras.ops.convert_to_numpy(log_buckets(distances, buckets, reach))
     np.testing.assert_array_equal(np.clip(ours, -buckets, buckets),
@@ -151,21 +164,35 @@ def test_the_analytic_table_is_the_built_model_and_transformers_count(flags, tot
 
 @pytest.mark.parametrize("key, value, message", [
     ("share_att_key", False, "kbert projects the relative table with the attention's own query and key"),
+    ("share_att_key", None, "kbert projects the relative table .* where the key is left out, is separate "
+                            r"projections\) \(expected True, the key is left out\)"),
+    ("relative_attention", None, "kbert builds DeBERTa with its relative attention, which transformers leaves off "
+                                 "where the key is left out"),
+    ("pos_att_type", 5, "expected terms of 'c2p' and 'p2c'"),
+    ("position_buckets", "256", "expected a whole number, got '256'"),
+    ("max_relative_positions", "16", "expected a whole number, got '16'"),
+    ("position_buckets", 1, "1 leaves no distance unbucketed"),
+    ("max_relative_positions", 1, "a reach of 1 with position_buckets 8"),
+    ("max_relative_positions", 5, "a reach of 5 with position_buckets 8 .* other than 5"),
     ("conv_kernel_size", 3, "kbert has no convolution layer"),
     ("pos_att_type", ["p2p"], "expected terms of 'c2p' and 'p2c'"),
 ])
 def test_keys_kbert_cannot_build_are_named(key, value, message):
     from kbert import ConfigError
 
+    config = {name: setting for name, setting in CONFIG.items() if name != key}
     with pytest.raises(ConfigError, match=f"key '{key}': {message}"):
-        resolve({**CONFIG, key: value})
+        resolve(config if value is None else {**config, key: value})
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     model, _, saved = written_back(tmp_path, layout, LAYOUTS)
     assert [tensor.name for tensor in model.inputs] == ["Input-Token", "Input-Segment"]
-    assert saved["pos_att_type"] == ["p2c", "c2p"] and saved["position_buckets"] == 8
+    config = LAYOUTS[layout][0]
+    assert saved["pos_att_type"] == config.get("pos_att_type", [])
+    assert saved["position_buckets"] == config["position_buckets"]
+    assert saved["norm_rel_ebd"] == config.get("norm_rel_ebd", "none")
 
 
 # --- parity with transformers ------------------------------------------------------------------------------------

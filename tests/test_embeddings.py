@@ -331,6 +331,27 @@ def test_all_minilm_matches_sentence_transformers(minilm):
 
 
 @pytest.mark.parity
+def test_a_sentence_transformers_6_3_folder_is_cut_at_its_tokenizers_model_max_length(tmp_path):
+    """sentence-transformers 6.3 keeps a Transformer's max_seq_length only as `model_max_length` in its
+    `tokenizer_config.json`: read from there, texts are cut where sentence-transformers cuts them."""
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
+                                                "(with torch) for the parity tests")
+    from sentence_transformers import models
+
+    from kbert.tasks.embedding import Embedder
+
+    transformer = models.Transformer(str(minilm_dir()), max_seq_length=8)
+    model = sentence_transformers.SentenceTransformer(modules=[transformer, models.Pooling(384), models.Normalize()],
+                                                      device="cpu")
+    model.save(str(tmp_path / "model"))
+    assert "max_seq_length" not in json.loads((tmp_path / "model" / "sentence_bert_config.json").read_text())
+    embedder = Embedder.load(tmp_path / "model")
+    assert embedder.maxlen == 8
+    long_texts = [text + " and then a good deal more that the cut leaves out" for text in SENTENCES]
+    assert np.abs(embedder.encode(long_texts) - model.encode(long_texts)).max() <= 1e-5
+
+
+@pytest.mark.parity
 def test_kbert_embed_dimensions_is_sentence_transformers_truncate_dim_normalised(tmp_path, capsys):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
                                                 "(with torch) for the parity tests")

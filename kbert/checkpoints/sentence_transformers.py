@@ -29,7 +29,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from kbert.checkpoints.st_modules import (SENTENCE, TOKENS, TRANSFORMER_SETTINGS, Dense, MLMTransformer, Module,
                                           MultiVectorMask, Normalize, Pooling, Router, SpladePooling, SpladeSpec,
                                           Transformer, check_tensor, flag_setting, json_file, json_object,
-                                          module_tensors, read_module, write_json, write_modules_file)
+                                          model_max_length, module_tensors, read_module, write_json,
+                                          write_modules_file)
 from kbert.errors import CheckpointError, is_whole_number
 
 MODULES_FILE = "modules.json"
@@ -206,7 +207,10 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
         raise CheckpointError(f"{modules_file}: a Router's query route of static weights needs SPLADE (an "
                               "MLMTransformer and a SpladePooling) as its document route")
     include_prompt = all(module.include_prompt for module in steps if isinstance(module, Pooling))
-    return SentenceTransformerSpec(transformer.path, pooling, steps, _length(config, "max_seq_length", config_path),
+    # sentence-transformers 6.3 writes a Transformer's max_seq_length only as its tokenizer's model_max_length
+    max_seq_length = _length(config, "max_seq_length", config_path) if config.get("max_seq_length") is not None \
+        else model_max_length(transformer.path)
+    return SentenceTransformerSpec(transformer.path, pooling, steps, max_seq_length,
                                    flag_setting(config, "do_lower_case", False, config_path), prompts,
                                    default_prompt_name, include_prompt, router, colbert.markers if colbert else ())
 

@@ -615,6 +615,24 @@ def json_object(path: str) -> dict:
     return value
 
 
+#: transformers' stand-in for "no limit" in a tokenizer's `model_max_length` is 1e30: anything past this is none.
+_NO_LIMIT = 10 ** 9
+
+
+def model_max_length(folder: str) -> Optional[int]:
+    """The `model_max_length` of `folder`'s `tokenizer_config.json` (the tokens a text is cut to: where
+    sentence-transformers 6.3 keeps a Transformer's `max_seq_length`), None where it has none or sets no limit."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return None
+    value = json_object(path).get("model_max_length")
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= _NO_LIMIT):
+        return None
+    if not is_whole_number(value):
+        raise CheckpointError(f"{path}: model_max_length {value!r}: expected a whole number of tokens, 1 or more")
+    return value
+
+
 def write_json(path: str, value) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:

@@ -22,11 +22,16 @@ from kbert.layers.common import _PACKAGE, clone_initializer
 
 @functools.lru_cache(maxsize=None)
 def _bucket_table(buckets: int, max_position: int) -> tuple:
-    """The bucket of each distance 0, 1, … up to the first whose bucket reaches `buckets`, in float64 as Python
-    computes it (transformers' float32 torch gives the same; float32 elsewhere can put max_position − 1, whose
-    ratio is 1, one bucket further)."""
+    """The bucket of each distance 0, 1, … up to the first whose bucket reaches ±`buckets` (past which the table
+    of 2 · `buckets` rows is clipped), in float64 as Python computes it (transformers' float32 torch gives the same;
+    float32 elsewhere can put max_position − 1, whose ratio is 1, one bucket further). The buckets past the middle
+    rise where the reach passes it, fall (transformers' formula, as it is) where it does not, and stay at the
+    middle with 2 or 3 buckets: the table ends where they stop changing or pass ±`buckets`."""
     middle, table, distance = buckets // 2, [], 0
-    while not table or table[-1] < buckets:
+    if middle < 1 or max_position < 2 or max_position - 1 == middle:
+        raise ValueError(f"log buckets of {buckets} reaching {max_position}: the formula has no value "
+                         "(DeBERTaV2Config.check_buckets refuses such a config)")
+    while not table or (abs(table[-1]) < buckets and (distance <= middle + 1 or middle > 1)):
         if distance <= middle:
             table.append(distance)
         else:

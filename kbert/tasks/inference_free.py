@@ -9,18 +9,11 @@ searching costs a tokenizer and a lookup, no model call.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.checkpoints.st_modules import Router
-from kbert.errors import CheckpointError
-
-#: transformers' stand-in for "no limit" in a tokenizer's `model_max_length` is 1e30: anything past this is none.
-_NO_LIMIT = 10 ** 9
-
+from kbert.checkpoints.st_modules import Router, model_max_length
 
 @dataclasses.dataclass
 class StaticQuery:
@@ -56,7 +49,7 @@ class StaticQuery:
         path = router.query.path
         tokenizer = folder_tokenizer(path)
         check_tokenizer_fits(tokenizer, vocab_size, path)
-        return cls(router.query.static_weights(vocab_size), tokenizer, _model_max_length(path), router.query.frozen,
+        return cls(router.query.static_weights(vocab_size), tokenizer, model_max_length(path), router.query.frozen,
                    router.default_route)
 
     def takes(self, role: Optional[str]) -> bool:
@@ -74,20 +67,3 @@ class StaticQuery:
         present = np.unique(np.asarray(ids, np.int64))
         values = self.weights[present]
         return present[values != 0], values[values != 0]
-
-
-def _model_max_length(folder: str) -> Optional[int]:
-    """The `model_max_length` of a folder's `tokenizer_config.json`, None where it sets no limit."""
-    path = os.path.join(folder, "tokenizer_config.json")
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle).get("model_max_length")
-    except (ValueError, AttributeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path}: not a JSON object of settings ({error})") from None
-    if value is None or (isinstance(value, (int, float)) and value >= _NO_LIMIT):
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise CheckpointError(f"{path}: model_max_length {value!r}: expected a positive whole number")
-    return value

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 
 from kbert.builder import build_transformer_model
+from kbert.checkpoints.st_modules import model_max_length
 from kbert.errors import DataError, KbertError
 from kbert.layers.common import get_activation
 from kbert.layers.heads import TakeToken
@@ -184,7 +185,7 @@ class Reranker:
         tokenizer = folder_tokenizer(folder)
         check_tokenizer_fits(tokenizer, config.vocab_size, folder)
         positions = config.longest_input
-        return cls(model, tokenizer, min(positions, _max_length(folder) or positions), folder, activation)
+        return cls(model, tokenizer, min(positions, model_max_length(folder) or positions), folder, activation)
 
     def logits(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """The relevance logit of each (query, passage) pair."""
@@ -261,15 +262,6 @@ def cross_encoder_config(folder: str) -> dict:
                          "...ForSequenceClassification with one label (a CrossEncoder's relevance score)"
                          + ("; kbert does not serve a CrossEncoder of several labels" if labels != 1 else ""))
     return config
-
-
-def _max_length(folder: str) -> Optional[int]:
-    path = os.path.join(folder, "tokenizer_config.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as handle:
-            length = json.load(handle).get("model_max_length")
-        return int(length) if isinstance(length, int) and length < 1_000_000 else None
-    return None
 
 
 def is_reranker(folder: str) -> bool:
