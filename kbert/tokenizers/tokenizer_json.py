@@ -73,8 +73,10 @@ class TokenizerJson:
     def from_sentencepiece(cls, path: "str | os.PathLike[str]") -> "TokenizerJson":
         """DeBERTa-v2/v3's `spm.model` (a folder without a `tokenizer.json`: `microsoft/deberta-v3-base`) as the
         tokenizer transformers 5's `DebertaV2Tokenizer` builds from it: the model's pieces and scores as a
-        Unigram; whitespace runs, newlines and tabs as one space, NFC, trailing spaces cut (and lower-casing,
-        punctuation split off, the prefix space, as the `tokenizer_config.json` beside it says); `▁` before each
+        Unigram; the model's own normalisation (its precompiled character map: NFKC in most), trailing spaces cut
+        and space runs as one (without a map: whitespace runs, newlines and tabs as one space, NFC, trailing
+        spaces cut); lower-casing, punctuation split off and the prefix space as the `tokenizer_config.json`
+        beside it says; `▁` before each
         word; `[CLS] A [SEP] (B [SEP])` with the second text in segment 1; the special tokens kept whole, and
         `[MASK]`, which the SentencePiece model lacks, added after its pieces."""
         import sentencepiece
@@ -96,10 +98,13 @@ class TokenizerJson:
         vocab = [(model.id_to_piece(index), model.get_score(index)) for index in range(model.get_piece_size())]
         unk_id = vocab.index((tokens["unk"], 0.0)) if (tokens["unk"], 0.0) in vocab else 1
         backend = Tokenizer(Unigram(vocab, unk_id=unk_id, byte_fallback=False))
+        charsmap = _precompiled_charsmap(model)
         backend.normalizer = normalizers.Sequence(
             ([normalizers.Lowercase()] if options["do_lower_case"] else [])
-            + [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
-               normalizers.Strip(left=False, right=True)])
+            + ([normalizers.Precompiled(charsmap), normalizers.Strip(left=False, right=True),
+                normalizers.Replace(Regex(r" {2,}"), " ")] if charsmap else
+               [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),
+                normalizers.Strip(left=False, right=True)]))
         scheme = "always" if options["add_prefix_space"] else "first"
         backend.pre_tokenizer = pre_tokenizers.Sequence(
             ([pre_tokenizers.Punctuation(behavior="isolated")] if options["split_by_punct"] else [])
@@ -251,6 +256,16 @@ def save_tokenizer_files(tokenizer: "TokenizerJson | Tokenizer", folder: str, ma
         save_vocab(os.path.join(folder, "vocab.txt"), tokenizer.vocab)  # WordPiece's own file
     atomic_write_text(os.path.join(folder, "tokenizer_config.json"),
                       json.dumps({**config, "model_max_length": maxlen}, indent=1))
+
+
+def _precompiled_charsmap(model) -> bytes:
+    """A SentencePiece model's precompiled normalisation map (b"" where it has none), which transformers 5.25's
+    `DebertaV2Tokenizer` applies as SentencePiece does."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.serialized_model_proto())
+    return proto.normalizer_spec.precompiled_charsmap
 
 
 def _tokenizer_config_beside(tokenizer_json: str) -> dict:
