@@ -240,19 +240,55 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
             )
 
 
+def with_own_keys(values: Mapping[str, Any], renamed: Mapping[str, str]) -> dict:
+    """`values` with a family's own keys (`renamed`: its key -> BERT's) under BERT's names. Where a file holds both
+    names (DistilBERT's `activation` and a `hidden_act`), the family's own is the one transformers reads, so it
+    wins whatever the order of the keys.
+
+    >>> with_own_keys({"activation": "relu", "hidden_act": "gelu"}, {"activation": "hidden_act"})
+    {'hidden_act': 'relu'}
+    """
+    shadowed = {bert for own, bert in renamed.items() if own in values}
+    return {renamed.get(key, key): value for key, value in values.items() if key not in shadowed}
+
+
+def legacy_rope_scaling(values: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
+    """The older `rope_scaling` key as transformers 5 reads it: where set, it takes the place of `rope_parameters`,
+    its `type` read as `rope_type`, and the config's `rope_theta` its θ where it names none. None where unset."""
+    scaling = values.get("rope_scaling") if isinstance(values, Mapping) else None
+    if not scaling:
+        return None
+    if not isinstance(scaling, Mapping):
+        return scaling  # not an object: refused by the reader that checks the type
+    return {"rope_type": scaling.get("type", "default"), **scaling,
+            **({"rope_theta": values["rope_theta"]} if "rope_theta" in values and "rope_theta" not in scaling else {})}
+
+
 def with_rope_theta(values: Mapping[str, Any], source: str, linear: bool = False) -> Mapping[str, Any]:
-    """`values` with transformers 5's `rope_parameters` read into `rope_theta` (and, where the family computes
-    `linear` scaling, its `factor` into `rope_factor`); any other scaled `rope_type` (yarn, dynamic, ...) is a
-    `ConfigError`."""
-    rope = values.get("rope_parameters") if isinstance(values, Mapping) else None
-    if not isinstance(rope, Mapping):
+    """`values` with transformers 5's `rope_parameters` (or the older `rope_scaling`, which transformers reads in
+    its place) read into `rope_theta` (and, where the family computes `linear` scaling, its `factor` into
+    `rope_factor`); any other scaled `rope_type` (yarn, dynamic, ...) is a `ConfigError`."""
+    key = "rope_scaling" if legacy_rope_scaling(values) is not None else "rope_parameters"
+    rope = legacy_rope_scaling(values) or (values.get("rope_parameters") if isinstance(values, Mapping) else None)
+    if rope is None:
         return values
+    if not isinstance(rope, Mapping):
+        raise ConfigError(f"{source}: key {key!r}: expected an object (rope_type, rope_theta, ...), got {rope!r}")
     kinds = ("default", "linear") if linear else ("default",)
     if rope.get("rope_type", "default") not in kinds:
-        raise ConfigError(f"{source}: key 'rope_parameters': rope_type {rope['rope_type']!r} scales the rotary "
+        raise ConfigError(f"{source}: key {key!r}: rope_type {rope['rope_type']!r} scales the rotary "
                           f"positions; kbert builds rope_type {' or '.join(map(repr, kinds))} here")
     factor = {"rope_factor": rope.get("factor")} if rope.get("rope_type") == "linear" else {}
-    return {**values, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {}), **factor}
+    kept = {name: value for name, value in values.items() if name != "rope_scaling"}
+    return {**kept, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {}), **factor}
+
+
+def check_rope_theta(values: Mapping[str, Any], key: str, source: str, default: float = 10000.0) -> None:
+    """Refuses a rotary base `values[key]` that is not a number above 1 (a string, 0 or less: NaN at the first
+    call)."""
+    theta = values.get(key, default)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < float("inf"):
+        raise ConfigError(f"{source}: key {key!r}: expected a number > 1 (the rotary base), got {theta!r}")
 
 
 def check_fixed_settings(values: Mapping[str, Any], fixed: Mapping[str, Tuple[Any, Any]], source: str,

@@ -141,6 +141,8 @@ def model_type_of(values: Mapping[str, Any], source: str = "config") -> Optional
     model_type = values.get("model_type") if isinstance(values, Mapping) else None
     if model_type is None:
         return None
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{source}: key 'model_type': expected a name (a string such as 'bert'), got {model_type!r}")
     if model_type == "t5" and str(values.get("feed_forward_proj", "")).startswith("gated"):
         model_type = "t5.1.1"  # Hugging Face's T5.1.1: model_type "t5" with the gated feed-forward
     position_type = values.get("position_embedding_type", "rope" if model_type == "new" else None)

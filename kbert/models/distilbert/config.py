@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, ClassVar, Mapping
 
 from kbert.errors import ConfigError
-from kbert.models.config import BertConfig
+from kbert.models.config import BertConfig, with_own_keys
 
 # Hugging Face's DistilBERT key -> kbert's (BERT's) key.
 HF_KEYS = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
@@ -33,7 +33,7 @@ class DistilBertConfig(BertConfig):
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "DistilBertConfig":
         if isinstance(values, Mapping) and "dim" in values:
-            values = {HF_KEYS.get(key, key): value for key, value in values.items()}
+            values = with_own_keys(values, HF_KEYS)
         return super().from_dict(values, source)
 
     @classmethod

@@ -7,7 +7,8 @@ import dataclasses
 from typing import Any, ClassVar, Mapping, Optional
 
 from kbert.errors import ConfigError
-from kbert.models.config import BertConfig, check_even_head_size, check_head_dim, with_rope_theta
+from kbert.models.config import (BertConfig, check_even_head_size, check_head_dim, check_rope_theta,
+                                 with_own_keys, with_rope_theta)
 
 # EuroBERT's (Llama's) key -> kbert's (BERT's) key.
 _RENAMED = {"rms_norm_eps": "layer_norm_eps", "attention_dropout": "attention_probs_dropout_prob"}
@@ -55,13 +56,14 @@ class EuroBertConfig(BertConfig):
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "EuroBertConfig":
         if not isinstance(values, Mapping):
             return super().from_dict(values, source)
-        values = {_RENAMED.get(key, key): value for key, value in values.items()}
+        values = with_own_keys(values, _RENAMED)
         return super().from_dict(with_rope_theta(values, source), source)
 
     @classmethod
     def check(cls, values: Mapping[str, Any], source: str) -> None:
         super().check(values, source)
         check_even_head_size(values, source, "rotary positions turn a head's two halves against each other")
+        check_rope_theta(values, "rope_theta", source)
         if values.get("classifier_pooling", "late") not in ("bos", "mean", "late"):
             raise ConfigError(f"{source}: key 'classifier_pooling': expected 'bos', 'mean' or 'late', "
                               f"got {values['classifier_pooling']!r}")
@@ -75,6 +77,11 @@ class EuroBertConfig(BertConfig):
     @classmethod
     def check_unread_keys(cls, values: Mapping[str, Any], source: str) -> None:
         check_head_dim(values, source)
+        older, pooling = values.get("clf_pooling"), values.get("classifier_pooling", "late")
+        if older is not None and older != pooling:
+            raise ConfigError(f"{source}: key 'clf_pooling' is {older!r}: EuroBERT's older name for classifier_pooling, "
+                              f"which transformers does not read (it pools {pooling!r}); set classifier_pooling to "
+                              "the pooling the classifier was trained with")
 
     @property
     def key_value_heads(self) -> int:

@@ -7,7 +7,8 @@ import dataclasses
 from typing import Any, ClassVar, Mapping, Optional
 
 from kbert.errors import ConfigError
-from kbert.models.config import BertConfig, check_even_head_size, check_head_dim, with_rope_theta
+from kbert.models.config import (BertConfig, check_even_head_size, check_head_dim, check_rope_theta,
+                                 with_rope_theta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +52,7 @@ class RotaryBertConfig(BertConfig):
     def check(cls, values: Mapping[str, Any], source: str) -> None:
         super().check({**values, "type_vocab_size": values.get("type_vocab_size", 1) or None}, source)  # 0: none
         check_even_head_size(values, source, "rotary positions turn a head's two halves against each other")
-        theta = values.get("rope_theta", 10000.0)  # absent: the class's own default
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 1:
-            raise ConfigError(f"{source}: key 'rope_theta': expected a number > 1, got {theta!r}")
+        check_rope_theta(values, "rope_theta", source)  # absent: the class's own default
         factor = values.get("rope_factor")
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
                                    or not 0 < factor < float("inf")):

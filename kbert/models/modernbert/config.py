@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, ClassVar, Mapping, Optional, Tuple
 
 from kbert.errors import ConfigError
-from kbert.models.config import ACTIVATIONS, BertConfig
+from kbert.models.config import ACTIVATIONS, BertConfig, check_rope_theta, with_own_keys
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 # ModernBERT's key -> kbert's (BERT's) key.
@@ -59,7 +59,7 @@ class ModernBertConfig(BertConfig):
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "ModernBertConfig":
         if not isinstance(values, Mapping):
             return super().from_dict(values, source)
-        values = {_RENAMED.get(key, key): value for key, value in values.items()}
+        values = with_own_keys(values, _RENAMED)
         layers = values.get("num_hidden_layers")
         if values.get("layer_types") is None and isinstance(layers, int):
             every = values.get("global_attn_every_n_layers", 3)
@@ -67,11 +67,7 @@ class ModernBertConfig(BertConfig):
                 raise ConfigError(f"{source}: key 'global_attn_every_n_layers': expected a whole number ≥ 1, "
                                   f"got {every!r}")
             values["layer_types"] = [LOCAL if index % every else GLOBAL for index in range(layers)]
-        rope = values.get("rope_parameters")
-        if isinstance(rope, Mapping):  # transformers 5: {"full_attention": {"rope_theta": ...}, ...}
-            for kind, key in ((GLOBAL, "global_rope_theta"), (LOCAL, "local_rope_theta")):
-                if isinstance(rope.get(kind), Mapping) and "rope_theta" in rope[kind]:
-                    values[key] = rope[kind]["rope_theta"]
+        values.update(_rope_thetas(values, source))
         if isinstance(values.get("layer_types"), list):
             values["layer_types"] = tuple(values["layer_types"])
         return super().from_dict(values, source)
@@ -84,6 +80,8 @@ class ModernBertConfig(BertConfig):
                 any(kind not in (GLOBAL, LOCAL) for kind in kinds):
             raise ConfigError(f"{source}: key 'layer_types': expected one of {GLOBAL!r}, {LOCAL!r} for each of the "
                               f"{values['num_hidden_layers']} layers, got {kinds!r}")
+        for key, default in (("global_rope_theta", 160000.0), ("local_rope_theta", 10000.0)):
+            check_rope_theta(values, key, source, default)
         window = values.get("local_attention", 128)
         if isinstance(window, bool) or not isinstance(window, int) or window < 2 or window % 2:
             raise ConfigError(f"{source}: key 'local_attention': expected an even whole number ≥ 2 (the window, "
@@ -109,3 +107,34 @@ class ModernBertConfig(BertConfig):
                 "mlp_dropout": self.hidden_dropout_prob,
                 "rope_parameters": {GLOBAL: {"rope_type": "default", "rope_theta": self.global_rope_theta},
                                     LOCAL: {"rope_type": "default", "rope_theta": self.local_rope_theta}}}
+
+
+def _rope_thetas(values: Mapping[str, Any], source: str) -> dict:
+    """Each kind of layer's rotary base from transformers 5's `rope_parameters` (`{"full_attention": {...},
+    "sliding_attention": {...}}`) or the older `rope_scaling` (one setting for both kinds), as transformers reads
+    them; a scaled `rope_type` (linear, yarn, ...) is refused by name: kbert builds ModernBERT's plain rotations."""
+    scaling, nested = values.get("rope_scaling"), values.get("rope_parameters")
+    if not scaling and nested is None:
+        return {}
+    if nested is not None and not (isinstance(nested, Mapping) and set(nested) <= {GLOBAL, LOCAL}):
+        raise ConfigError(f"{source}: key 'rope_parameters': expected an object of {GLOBAL!r} and {LOCAL!r}, each "
+                          f"its layers' rope_type and rope_theta, got {nested!r}")
+    if scaling and not isinstance(scaling, Mapping):
+        raise ConfigError(f"{source}: key 'rope_scaling': expected an object (rope_type, ...), got {scaling!r}")
+    key = "rope_scaling" if scaling else "rope_parameters"
+    settings = {kind: (nested or {}).get(kind) or {} for kind in (GLOBAL, LOCAL)}
+    if scaling:  # transformers updates both kinds' settings with it
+        settings = {kind: {**setting, **scaling} if isinstance(setting, Mapping) else setting
+                    for kind, setting in settings.items()}
+    thetas = {}
+    for kind, theta_key in ((GLOBAL, "global_rope_theta"), (LOCAL, "local_rope_theta")):
+        setting = settings[kind]
+        if not isinstance(setting, Mapping):
+            raise ConfigError(f"{source}: key {key!r}: expected an object (rope_type, rope_theta), got {setting!r}")
+        kind_of_rope = setting.get("rope_type", setting.get("type", "default"))
+        if kind_of_rope != "default":
+            raise ConfigError(f"{source}: key {key!r}: rope_type {kind_of_rope!r} scales the rotary positions of the "
+                              f"{kind} layers; kbert builds ModernBERT with rope_type 'default'")
+        if "rope_theta" in setting:
+            thetas[theta_key] = setting["rope_theta"]
+    return thetas
