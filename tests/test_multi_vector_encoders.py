@@ -72,8 +72,9 @@ def multi_vector_embedder(**settings):
     bert = build_transformer_model(config)
     spec = MultiVectorSpec(**{"expansion": QueryExpansion("fixed", 16),
                               "skiplist_words": tuple(string.punctuation), **settings})
-    vectors = keras.layers.Dense(16, use_bias=False, name="Embedding-Dense-0")(embedding_model(bert, spec).outputs[0])
-    model = keras.Model(bert.inputs, L2Normalize(name="Embedding-Normalize")(vectors))
+    tokens = embedding_model(bert, spec)  # its own inputs: hidden expansion is a graph traced anew
+    vectors = keras.layers.Dense(16, use_bias=False, name="Embedding-Dense-0")(tokens.outputs[0])
+    model = keras.Model(tokens.inputs, L2Normalize(name="Embedding-Normalize")(vectors))
     return Embedder(model, folder_tokenizer(str(minilm_dir())), 64, True, "", bert, spec,
                     prompts={"query": "query: ", "document": "passage: "})
 
@@ -522,18 +523,30 @@ EXPANSIONS = [None, {"strategy": "fixed", "attend": False, "length": 12},
 
 
 def random_backbone(torch, transformers, family):
-    """A random encoder that transformers builds (BERT or DistilBERT), with MiniLM's vocabulary."""
+    """A random encoder that transformers builds (BERT, DistilBERT, ModernBERT, EuroBERT or DeBERTa-v3), with
+    MiniLM's vocabulary ([PAD] 0)."""
     torch.manual_seed(0)
+    sizes = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "intermediate_size": 64, "max_position_embeddings": 64, "pad_token_id": 0}
     if family == "bert":
-        return transformers.BertModel(transformers.BertConfig(
-            vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=64))
+        return transformers.BertModel(transformers.BertConfig(**sizes))
+    if family == "modernbert":  # windows of ±8 tokens, which a query's expansion crosses; none of them all hidden
+        # (transformers' own kernels differ for a window of hidden keys alone: sdpa and eager by 7e-3)
+        return transformers.ModernBertModel(transformers.ModernBertConfig(**sizes, local_attention=16,
+                                                                          global_attn_every_n_layers=2))
+    if family == "eurobert":
+        return transformers.EuroBertModel(transformers.EuroBertConfig(**sizes, num_key_value_heads=1,
+                                                                      bos_token_id=101, eos_token_id=102))
+    if family == "deberta_v2":
+        return transformers.DebertaV2Model(transformers.DebertaV2Config(
+            **sizes, relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"],
+            norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False))
     return transformers.DistilBertModel(transformers.DistilBertConfig(
         vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64))
 
 
 @pytest.mark.parity
-@pytest.mark.parametrize("family", ["bert", "distilbert"])
+@pytest.mark.parametrize("family", ["bert", "distilbert", "modernbert", "eurobert", "deberta_v2"])
 @pytest.mark.parametrize("expansion", EXPANSIONS, ids=["none", "fixed", "min-attended"])
 def test_sentence_transformers_multi_vector_encoders_both_ways(family, expansion, tmp_path):
     torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")

@@ -10,7 +10,7 @@ import pytest
 
 import keras
 from kbert.layers import (DepthScaledTruncatedNormal, FeedForward, MultiHeadSelfAttention, RMSNormalization, Scale,
-                          T5RelativePositionBias, UnmaskingDropout)
+                          T5RelativePositionBias, UnmaskingDropout, ZeroingDropout)
 
 IDS = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 0, 0, 0, 0]])  # id 0 is padding
 
@@ -126,6 +126,29 @@ def test_scale_multiplies_keeps_the_mask_and_round_trips(tmp_path):
     np.testing.assert_allclose(model.predict(IDS, verbose=0), keras.ops.convert_to_numpy(model.layers[1](IDS)) * 0.25)
     loaded = round_trip(model, tmp_path / "scale.keras")
     np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
+
+
+def test_zeroing_dropout_zeroes_hidden_positions_keeps_the_mask_and_round_trips(tmp_path):
+    """DeBERTa's embeddings: a hidden position's vector is zeros after it, the mask goes on to the next layer,
+    and a real position is what Keras's Dropout gives (out of training: itself)."""
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    zeroed = ZeroingDropout(0.5, name="zeroing")(hidden)
+    assert zeroed._keras_mask is not None
+    model = keras.Model(tokens, [zeroed, MultiHeadSelfAttention(num_heads=2, head_size=4, output_dim=8)([zeroed] * 3)])
+    vectors, attended = model.predict(IDS, verbose=0)
+    assert vectors.shape == attended.shape == (2, 6, 8)
+    assert not vectors[IDS == 0].any() and (vectors[IDS > 0] != 0).all()
+    plain = keras.Model(tokens, hidden).predict(IDS, verbose=0)
+    np.testing.assert_array_equal(vectors[IDS > 0], plain[IDS > 0])
+    longer = model.predict(np.pad(IDS, [(0, 0), (0, 2)]), verbose=0)[1]  # padding appended: real rows the same
+    np.testing.assert_allclose(longer[:, :6][IDS > 0], attended[IDS > 0], atol=1e-6)
+    layer = model.get_layer("zeroing")
+    assert type(layer).from_config(layer.get_config()).get_config() == layer.get_config()
+    loaded = round_trip(model, tmp_path / "zeroing.keras")
+    assert isinstance(loaded.get_layer("zeroing"), ZeroingDropout)
+    for a, b in zip(loaded.predict(IDS, verbose=0), (vectors, attended)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_unmasking_dropout_ends_the_mask_and_round_trips(tmp_path):

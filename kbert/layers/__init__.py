@@ -16,8 +16,8 @@ BERT's layer names: the model builders give the names.
   `SpladePooling`: SPLADE's sparse term weights from masked-LM logits; `TermWeights`: a weight table's sparse
   vector of a text's ids (an inference-free sparse encoder's queries)
 - `views`: `StackViews`, `SplitViews`: an example's several texts through one encoder call (contrastive training)
-- `masks`: `AttentionMask` (the `lm` and `unilm` applications), `UnmaskingDropout`
-  (Hugging Face's T5 decoder)
+- `masks`: `AttentionMask` (the `lm` and `unilm` applications), `UnmaskingDropout` (Hugging Face's T5 decoder),
+  `ZeroingDropout` (DeBERTa's embeddings, zero where hidden)
 - `positions`: `SinusoidalPositionEmbedding` (RoFormer), `RelativePositionEmbedding`
   and its `Sinusoidal` initializer (NEZHA), `T5RelativePositionBias` and `t5_buckets` (T5)
 - `rotary`: `sinusoidal_positions`, `apply_rotary`
@@ -44,7 +44,7 @@ from kbert.layers.memm import MaximumEntropyMarkovModel
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
 from kbert.layers.pooling import POOLING_MODES, L2Normalize, Pooling, SpladePooling, TermWeights
 from kbert.layers.rotary_attention import RotarySelfAttention, apply_rotary_half, rotary_cos_sin, windowed_attention
-from kbert.layers.masks import AttentionMask, UnmaskingDropout
+from kbert.layers.masks import AttentionMask, UnmaskingDropout, ZeroingDropout
 from kbert.layers.positions import (RelativePositionEmbedding, Sinusoidal, SinusoidalPositionEmbedding,
                                    T5RelativePositionBias, t5_buckets)
 from kbert.layers.rotary import apply_rotary, sinusoidal_positions
@@ -60,5 +60,6 @@ __all__ = ["AttentionMask", "TaskLoRADense", "BiasAdd", "L2Normalize", "POOLING_
            "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "RobertaPositionEmbedding", "Scale",
            "Sinusoidal",
            "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakePositions", "TakeToken", "TokenEmbedding", "UnmaskingDropout", "ViterbiDecoder",
+           "ZeroingDropout",
            "apply_rotary", "checked_ids", "clone_initializer", "gelu_tanh", "get_activation", "sinusoidal_positions",
            "t5_buckets", "viterbi_decode"]

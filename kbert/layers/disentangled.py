@@ -179,7 +179,10 @@ class DisentangledSelfAttention(keras.layers.Layer):
             scores = scores + self._picked(by_row, positions[None, :] * width + rows, batch, length)
         scores = scores / scale
         if mask is not None and mask[0] is not None:
-            keep = ops.cast(mask[0], "bool")[:, None, None, :]
+            # transformers' DeBERTa masks query rows as well as key columns (its mask is the outer product): a
+            # hidden position's row is blocked whole, so its softmax spreads evenly over every position
+            real = ops.cast(mask[0], "bool")
+            keep = ops.logical_and(real[:, None, None, :], real[:, None, :, None])
             scores = ops.where(keep, scores, _blocked_score(scores.dtype))
         probs = self.attention_dropout(ops.softmax(scores, axis=-1), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", probs, v)

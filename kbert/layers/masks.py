@@ -100,3 +100,23 @@ class UnmaskingDropout(keras.layers.Dropout):
 
     def compute_mask(self, inputs, mask=None):
         return None
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class ZeroingDropout(keras.layers.Dropout):
+    """Keras's `Dropout`, its hidden positions (mask False) set to zero: DeBERTa's embeddings, which transformers
+    multiplies by the attention mask, so a hidden position enters the first block as zeros. The mask is kept.
+
+    Args:
+        rate: as for `keras.layers.Dropout`.
+        **kwargs: as for `keras.layers.Dropout`.
+
+    Example:
+    >>> x, mask = ops.ones((1, 3, 2)), ops.convert_to_tensor([[True, True, False]])
+    >>> ops.convert_to_numpy(ZeroingDropout(0.1)(x, mask=mask)).tolist()
+    [[[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]]
+    """
+
+    def call(self, inputs, training=False, mask=None):
+        dropped = super().call(inputs, training=training)
+        return dropped if mask is None else dropped * ops.cast(mask, dropped.dtype)[..., None]

@@ -153,6 +153,19 @@ def id_model(inputs, outputs, family: str, name: str, build_spec: Optional[dict]
     return model
 
 
+def remasked(model: IdModel) -> IdModel:
+    """`model`'s graph traced again over the same layers (the same weights), each layer's mask derived anew
+    from its input. Keras records the mask it gives a layer in the graph as the graph is built, so a setting
+    that changes a mask afterwards (`TokenEmbedding.hidden_ids`) reaches the layers only in a graph traced after
+    it."""
+    def call(layer, *args, **kwargs):
+        kwargs.pop("mask", None)  # derived again by Keras from the input, as the new graph is traced
+        return layer(*args, **kwargs)
+
+    traced = keras.models.clone_model(model, clone_function=lambda layer: layer, call_function=call)
+    return id_model(traced.inputs, traced.outputs, model.family, model.name, model.build_spec)
+
+
 @dataclasses.dataclass
 class Transformer:
     """What `build_transformer_model(..., return_keras_model=False)` returns, as in bert4keras.

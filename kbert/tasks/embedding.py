@@ -34,6 +34,7 @@ from kbert.layers.task_lora import task_graph
 from kbert.layers.views import SplitViews, StackViews
 from kbert.models import naming
 from kbert.models.registry import load_config
+from kbert.models.transformer import remasked
 from kbert.tasks.embedding_precision import RANGES_FILE, load_ranges, save_ranges
 from kbert.tasks.inference_free import StaticQuery
 from kbert.tokenizers import Tokenizer
@@ -543,7 +544,8 @@ def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec | MultiVectorS
     modules after the transformer, `kbert.checkpoints.st_modules`) in order, each adding its layer: a `Pooling`
     of the hidden states, `SpladePooling` of the masked-LM logits, `Dense` projections, `Normalize`. None: the
     `pooling`'s own module alone. A `MultiVectorSpec` `pooling` keeps every token's hidden state (its modules
-    project and normalise token by token: `[batch, tokens, dims]`). `head_weights`: bge-m3's head's `Linear`
+    project and normalise token by token: `[batch, tokens, dims]`; where its query expansion is hidden from attention,
+    over `bert`'s graph traced anew, so build on the returned model's inputs). `head_weights`: bge-m3's head's `Linear`
     (`[kernel, bias]`), each token's projection (`colbert`), or with a `LexicalSpec` each token's `ReLU` weight
     (`[batch, tokens, 1]`)."""
     if isinstance(pooling, LexicalSpec):
@@ -551,9 +553,10 @@ def embedding_model(bert: keras.Model, pooling: "str | SpladeSpec | MultiVectorS
         weights = layer(bert.outputs[0])  # [batch, tokens, 1]
         layer.set_weights(head_weights)
         return keras.Model(bert.inputs, weights, name=name)
+    if isinstance(pooling, MultiVectorSpec):
+        bert = _hide_query_expansion(bert, pooling)
     vectors = bert.outputs[0]
     if isinstance(pooling, MultiVectorSpec):
-        _hide_query_expansion(bert, pooling)
         if head_weights is not None:
             layer = keras.layers.Dense(int(head_weights[0].shape[1]), name="Embedding-Dense-0")
             vectors = layer(vectors)
@@ -584,19 +587,23 @@ _LAYER_NAMES = {st_modules.Pooling: "Embedding-Pooling", st_modules.SpladePoolin
                 st_modules.Normalize: "Embedding-Normalize"}
 
 
-def _hide_query_expansion(bert: keras.Model, spec: MultiVectorSpec) -> None:
-    """Lets `bert` take a query's expansion tokens as hidden ids (`TokenEmbedding(hidden_ids=True)`: no other
-    token attends to them), where the model says they are not attended to (classic ColBERT). Refused for a
-    family that numbers positions from its padding mask (RoBERTa's), which would number them as padding."""
+def _hide_query_expansion(bert: keras.Model, spec: MultiVectorSpec) -> keras.Model:
+    """`bert`, or where the model says a query's expansion tokens are not attended to (classic ColBERT), its
+    graph made anew over the same layers with the token embedding taking them as hidden ids
+    (`TokenEmbedding(hidden_ids=True)`: no other token attends to them). Made anew because Keras records each
+    layer's mask in the graph when it is built: an attention layer given its mask as an argument (the rotary and
+    disentangled ones) would keep the mask of ids alone. Refused for a family that numbers positions from its
+    padding mask (RoBERTa's), which would number them as padding."""
     from kbert.models.registry import get_family
 
     if spec.expansion is None or spec.expansion.attend:
-        return
+        return bert
     if getattr(get_family(bert.family), "positions_after_padding", False):
         raise KbertError(f"{bert.family} numbers positions after its padding, so a query's expansion tokens "
                          "cannot be hidden from attention and keep their positions; kbert computes query expansion "
                          "with attend false on the other families")
     bert.get_layer(naming.EMBEDDING_TOKEN).hidden_ids = True
+    return remasked(bert)
 
 
 def write_sentence_transformer(folder: str, embedder: Embedder) -> None:

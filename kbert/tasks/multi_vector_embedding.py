@@ -94,9 +94,9 @@ class MultiVectorEmbeddingTask(EmbeddingTask):
 
     def build(self, bert, num_labels: int, options):
         self.backbone = bert
-        tokens = embedding_model(bert, self.spec).outputs[0]
-        vectors = keras.layers.Dense(DIMENSIONS, use_bias=False, name="Embedding-Dense-0")(tokens)
-        return keras.Model(bert.inputs, L2Normalize(name="Embedding-Normalize")(vectors), name="embedder")
+        tokens = embedding_model(bert, self.spec)  # its own inputs: a graph traced anew where expansion is hidden
+        vectors = keras.layers.Dense(DIMENSIONS, use_bias=False, name="Embedding-Dense-0")(tokens.outputs[0])
+        return keras.Model(tokens.inputs, L2Normalize(name="Embedding-Normalize")(vectors), name="embedder")
 
     def training_model(self, model):
         inputs = [keras.Input((None,), dtype="int32", name=f"View-{view}-{kind}")

@@ -28,7 +28,9 @@ class DebertaV2Family(BertFamily):
     >>> family = DebertaV2Family()
     >>> config = family.config_class.from_dict({"vocab_size": 128100, "hidden_size": 768,
     ...     "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "type_vocab_size": 0,
-    ...     "position_buckets": 256, "max_relative_positions": -1, "position_biased_input": False})
+    ...     "position_buckets": 256, "max_relative_positions": -1, "position_biased_input": False,
+    ...     "relative_attention": True, "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
+    ...     "norm_rel_ebd": "layer_norm"})
     >>> sum(row.params for row in family.layer_params(config))  # deberta-v3-base's backbone
     183831552
     """

@@ -14,7 +14,7 @@ from __future__ import annotations
 import keras
 
 from kbert.layers import (DisentangledSelfAttention, Embedding, MaskedAdd, PositionEmbedding, RelativePositionTable,
-                          TokenEmbedding)
+                          TokenEmbedding, ZeroingDropout)
 from kbert.models import naming
 from kbert.models.bert.graph import BertGraph
 
@@ -39,7 +39,8 @@ class DebertaV2Graph(BertGraph):
             x = self.apply(x, keras.layers.Dense, naming.EMBEDDING_MAPPING, units=config.hidden_size, use_bias=False,
                            kernel_initializer=self.initializer())
         x = self.apply_norm(x, naming.EMBEDDING_NORM)
-        return self.apply(x, keras.layers.Dropout, naming.EMBEDDING_DROPOUT, rate=config.hidden_dropout_prob)
+        # hidden positions enter the blocks as zeros, as transformers multiplies DeBERTa's embeddings by the mask
+        return self.apply(x, ZeroingDropout, naming.EMBEDDING_DROPOUT, rate=config.hidden_dropout_prob)
 
     def apply_attention(self, x, name: str):
         config = self.config
