@@ -155,6 +155,10 @@ def rewrite(folder, tmp_path, path, change):
      "expected one Pooling, SpladePooling or MultiVectorMask module after the Transformer, found 2"),
     ("1_Dense/config.json", lambda c: {**c, "use_residual": True}, "use_residual true: a projection added to its "
                                                                     "input"),
+    # 200 on a table of 64 positions: each query padded past the last position (a TensorFlow assertion before)
+    ("sentence_bert_config.json", lambda c: {**c, "query_expansion": {**c["query_expansion"], "length": 200},
+                                             "query_length": 200},
+     "sentence_bert_config.json: query_expansion's length 200 is longer than the model's longest input, 64 tokens"),
 ])
 def test_a_multi_vector_folder_kbert_does_not_compute_is_refused_by_name(colbert_folder, tmp_path, path, change,
                                                                         message):
@@ -458,6 +462,21 @@ def train_colbert(tmp_path, data, *extra) -> dict:
                  "--batch-size", "16", "--maxlen", "32", "--query-length", "12", "--lr", "1e-3",
                  "--out", str(tmp_path / "colbert"), *extra]) == 0
     return json.loads((tmp_path / "colbert" / "training.json").read_text(encoding="utf-8"))
+
+
+def test_a_query_length_past_the_models_positions_is_refused_before_training(tmp_path, capsys):
+    from conftest import shared_path
+
+    from kbert import bundled_config_path
+    from kbert.cli.main import main
+
+    data = write(tmp_path, "pairs.tsv", "a query\ta passage\n" * 4)
+    assert main(["train", "--task", "colbert", "--train", str(data), "--config", bundled_config_path("bert_tiny"),
+                 "--vocab", str(shared_path("vocab", "chinese_vocab.txt")), "--maxlen", "32", "--query-length",
+                 "100000", "--out", str(tmp_path / "colbert")]) != 0
+    assert "--query-length 100000: a query expanded to it is longer than the model's longest input, 64 tokens" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "colbert").exists()
 
 
 def test_kbert_train_colbert_ranks_by_maxsim_and_writes_a_multi_vector_encoder(tmp_path):

@@ -15,13 +15,13 @@ import keras
 
 from kbert.checkpoints.formats import checkpoint_files, load_weights
 from kbert.checkpoints.loader import compound_rows
-from kbert.errors import ConfigError
+from kbert.errors import ConfigError, is_whole_number
 from kbert.layers.common import global_dtype_policy
 from kbert.models.config import BertConfig
 from kbert.models.heads import Heads
 from kbert.models.registry import graph_class, resolve
 from kbert.models.tables import SYMBOL_KEYS, expand_formula, symbol_values
-from kbert.models.transformer import NormCondition, Transformer
+from kbert.models.transformer import NEGATIVE_PADDING, NormCondition, Transformer
 
 
 def build_transformer_model(
@@ -47,6 +47,7 @@ def build_transformer_model(
     name: str = "bert",
     dtype: Optional[str] = None,
     task_lora: Optional[dict] = None,
+    padding: "int | str | None" = None,
 ) -> "keras.Model | Transformer":
     """Builds a BERT-family model, optionally loading its original checkpoint.
 
@@ -124,6 +125,14 @@ def build_transformer_model(
             hold them (`load_hf_weights` reads them all); the model computes
             the base weights, and one task's when its layers are called with
             `task=` (`kbert.tasks.embedding.Embedder.for_task`). Jina-v3 only.
+        padding: which token positions the model hides from attention and
+            pooling. None: those of the config's `pad_token_id` (bert4keras's:
+            id 0). An id: that one, the id batches are padded with (a
+            tokenizer's `padding`, where it differs from the config's).
+            `"negative"`: batches padded with negative ids (`-1 - i`), a
+            position hidden because its text ended, whatever its token; for a
+            tokenizer whose pad token is also a token of its texts (EuroBERT's
+            `<|end_of_text|>`), or that has none.
 
     Returns:
         A `keras.Model` on inputs `[token_ids, segment_ids]` (or
@@ -174,13 +183,24 @@ def build_transformer_model(
     if task_lora is not None and (with_pool or with_nsp):
         raise ConfigError("task_lora: the pooler has task adapters in Jina-v3's files that kbert does not compute "
                           "per task; build the encoder without with_pool (an embedding model pools the tokens)")
+    _check_padding(padding, config)
     graph = graph_class(family)(family, config, heads, segment_vocab_size, application, condition,
                                 residual_attention_scores, task_lora)
+    graph.padding = padding
     with global_dtype_policy(dtype):
         built = graph.build(name)
     if checkpoint_path is not None:
         load_weights(built, checkpoint_path, keep_tokens=keep_tokens, compound_tokens=compound_tokens)
     return built if return_keras_model else Transformer(built, config)
+
+
+def _check_padding(padding, config) -> None:
+    """`padding`: None, an id of the vocabulary, or `"negative"`."""
+    if padding is None or padding == NEGATIVE_PADDING or (is_whole_number(padding, minimum=0)
+                                                          and padding < config.vocab_size):
+        return
+    raise ConfigError(f"padding: expected None (the config's pad_token_id), an id in [0, vocab_size "
+                      f"{config.vocab_size}) or {NEGATIVE_PADDING!r}, got {padding!r}")
 
 
 def _norm_condition(family, tensor, hidden_size, hidden_act, inputs) -> Optional[NormCondition]:

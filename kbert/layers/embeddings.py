@@ -132,8 +132,10 @@ class TokenEmbedding(Embedding):
         hidden_ids: whether a negative id `-1 - i` stands for token `i` hidden by
             the mask: looked up as `i`, attended to by no other token, yet given
             its own output (ColBERT's query expansion: `[MASK]` tokens in the
-            padding that each read the query, which never reads them). Needs a
-            mask (`mask_zero` or `pad_id`).
+            padding that each read the query, which never reads them). Without
+            `mask_zero` or `pad_id`, the negative ids alone are hidden: padding
+            made of them hides the positions after a text, whatever its ids (a
+            tokenizer whose pad token also ends every text).
         **kwargs: as for `Embedding` (e.g. `mask_zero=True`); ids are
             checked against `vocab_size`.
 
@@ -147,6 +149,9 @@ class TokenEmbedding(Embedding):
     >>> ops.convert_to_numpy(TokenEmbedding(100, 8, mask_zero=True, hidden_ids=True).compute_mask(
     ...     ops.convert_to_tensor([[5, -4, 0]]))).tolist()
     [[True, False, False]]
+    >>> ops.convert_to_numpy(TokenEmbedding(100, 8, hidden_ids=True).compute_mask(
+    ...     ops.convert_to_tensor([[5, 0, -1]]))).tolist()
+    [[True, True, False]]
     """
 
     def __init__(self, input_dim: int, output_dim: int, size_key: str = "vocab_size", pad_id=None,
@@ -156,7 +161,7 @@ class TokenEmbedding(Embedding):
             raise ValueError("TokenEmbedding: give mask_zero=True (padding id 0) or pad_id, not both")
         self.pad_id = pad_id
         self.hidden_ids = hidden_ids
-        if pad_id is not None:  # Keras sets a layer's mask on its output only when it supports masking
+        if pad_id is not None or hidden_ids:  # Keras sets a layer's mask on its output only when it supports masking
             self.supports_masking = True
 
     def call(self, inputs, reverse=False, task=None):
@@ -175,8 +180,8 @@ class TokenEmbedding(Embedding):
             mask = ops.not_equal(inputs, self.pad_id)
         else:
             mask = super().compute_mask(inputs)
-        if self.hidden_ids and mask is not None:
-            mask = ops.logical_and(mask, inputs >= 0)
+        if self.hidden_ids:
+            mask = inputs >= 0 if mask is None else ops.logical_and(mask, inputs >= 0)
         return mask
 
     def check_ids(self, ids: np.ndarray) -> None:

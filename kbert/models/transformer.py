@@ -23,6 +23,7 @@ from kbert.layers.checks import checked
 from kbert.models import naming
 from kbert.models.config import BertConfig
 from kbert.models.heads import Heads
+from kbert.tokenizers.wordpiece import NEGATIVE_PADDING
 from kbert.layers import clone_initializer
 
 
@@ -239,6 +240,7 @@ class TransformerGraph:
     # decoder's mask by both decoder runs); `reset_run_state` forgets them.
     position_bias = None  # the positions or position biases every attention layer takes
     attention_mask = None  # the lm / unilm mask
+    padding = None  # the builder's `padding`: None, the config's pad_token_id
 
     def __init__(self, family, config: BertConfig, heads: Heads, segment_vocab_size: int,
                  application: str = "encoder", condition: Optional[NormCondition] = None,
@@ -314,8 +316,11 @@ class TransformerGraph:
         return {} if self.task_lora is None else {"task_lora": self.task_lora}
 
     def token_padding(self) -> dict:
-        """`TokenEmbedding`'s padding keywords for the config's `pad_token_id` (0: Keras's `mask_zero`)."""
-        pad = self.config.pad_token_id
+        """`TokenEmbedding`'s padding keywords: the builder's `padding` (a tokenizer's: the id its batches are
+        padded with, or `"negative"` ids), else the config's `pad_token_id` (0: Keras's `mask_zero`)."""
+        pad = self.config.pad_token_id if self.padding is None else self.padding
+        if pad == NEGATIVE_PADDING:
+            return {"hidden_ids": True}
         return {"mask_zero": True} if pad == 0 else {} if pad is None else {"pad_id": pad}
 
     def get_inputs(self) -> list:

@@ -28,7 +28,7 @@ from kbert.checkpoints import st_modules
 from kbert.checkpoints.sentence_transformers import (MultiVectorSpec, SentenceTransformerSpec, SpladeSpec,
                                                      is_sentence_transformer, pipeline, read_sentence_transformer,
                                                      transformer_module, write_pipeline)
-from kbert.errors import DataError, KbertError, shown
+from kbert.errors import CheckpointError, DataError, KbertError, shown
 from kbert.layers.pooling import L2Normalize, Pooling, SpladePooling
 from kbert.layers.task_lora import task_graph
 from kbert.layers.views import SplitViews, StackViews
@@ -450,10 +450,11 @@ def _from_sentence_transformer(spec: SentenceTransformerSpec, source: str, adapt
     check_tokenizer_fits(tokenizer, model_config.vocab_size, spec.transformer)  # before the weights are read
     # Cut to the position table, whatever max_seq_length says: a longer row has no position to take.
     maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)
-    pooling = _within_positions(spec.pooling, model_config.longest_input)
+    pooling = _within_positions(spec.pooling, model_config.longest_input,
+                                os.path.join(spec.transformer, st_modules.TRANSFORMER_SETTINGS))
     adapters, tasks = _task_adapters(spec.transformer, adapter)
     bert = build_transformer_model(config, **_mlm_head(spec, model_config, config),
-                                   task_lora=adapters and adapters.settings())
+                                   task_lora=adapters and adapters.settings(), padding=tokenizer.padding)
     load_hf_weights(bert, spec.transformer, adapter=None if adapters else adapter)
     model = embedding_model(bert, pooling, spec.modules, head_weights=head_weights)
     static_query = spec.static_query and StaticQuery.load(spec.static_query, int(model.outputs[0].shape[-1]))
@@ -514,11 +515,15 @@ def _with_head(spec: SentenceTransformerSpec, head: Optional[str], hidden_size: 
                                modules=[st_modules.Normalize(st_modules.TOKENS)]), weights
 
 
-def _within_positions(pooling, longest: int):
+def _within_positions(pooling, longest: int, config_path: str):
     """A multi-vector encoder's query and document lengths cut to the model's positions (a longer row has no
-    position to take); any other pooling as it is."""
+    position to take); any other pooling as it is. A query expansion longer than them is refused: every query
+    would be padded past the last position."""
     if not isinstance(pooling, MultiVectorSpec):
         return pooling
+    if pooling.expansion is not None and pooling.expansion.length > longest:
+        raise CheckpointError(f"{config_path}: query_expansion's length {pooling.expansion.length} is longer than "
+                              f"the model's longest input, {longest} tokens")
     return dataclasses.replace(pooling, **{key: min(value, longest) for key in ("query_length", "document_length")
                                            if (value := getattr(pooling, key)) is not None})
 

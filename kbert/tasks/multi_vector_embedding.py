@@ -42,6 +42,11 @@ class MultiVectorEmbeddingTask(EmbeddingTask):
     name = "colbert"
     score_label = "validation recall@1 (MaxSim)"
 
+    def check_lengths(self, options, config, config_path: str) -> None:
+        if options.query_length > config.longest_input:
+            raise DataError(f"--query-length {options.query_length}: a query expanded to it is longer than the "
+                            f"model's longest input, {config.longest_input} tokens ({config_path})")
+
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
         if options.contrastive_loss not in (None, "in_batch"):

@@ -178,12 +178,12 @@ class Reranker:
         folder = os.fspath(folder)
         config = cross_encoder_config(folder)  # a one-label sequence classifier, else an error saying what it is
         activation = score_activation(folder, config)
-        bert = build_transformer_model(os.path.join(folder, "config.json"))
-        model = reranker_model(bert)
-        load_hf_weights(model, folder)
         config = load_config(os.path.join(folder, "config.json"))
         tokenizer = folder_tokenizer(folder)
         check_tokenizer_fits(tokenizer, config.vocab_size, folder)
+        bert = build_transformer_model(os.path.join(folder, "config.json"), padding=tokenizer.padding)
+        model = reranker_model(bert)
+        load_hf_weights(model, folder)
         positions = config.longest_input
         return cls(model, tokenizer, min(positions, model_max_length(folder) or positions), folder, activation)
 

@@ -85,6 +85,11 @@ class SpTokenizer:
         return self._token_pad_id
 
     @property
+    def padding(self) -> int:
+        """What a model built for this tokenizer's batches hides (`build_transformer_model(padding=)`): its pad id."""
+        return self.pad_id
+
+    @property
     def cls_id(self) -> Optional[int]:
         """The start piece's id (None without one); the WordPiece `Tokenizer`'s name for it."""
         return self._token_start_id

@@ -54,8 +54,15 @@ class TokenizerJson:
         self.wordpiece = (spec.get("model") or {}).get("type") == "WordPiece"
         # BERT's special tokens, or RoBERTa's and XLM-R's (`<s>` 0, `<pad>` 1, `</s>` 2).
         self.cls_id, self.sep_id = (self._first_of("[CLS]", "<s>"), self._first_of("[SEP]", "</s>"))
-        self.pad_id = self._first_of("[PAD]", "<pad>")
-        self.pad_id = 0 if self.pad_id is None else self.pad_id
+        # The pad token transformers pads with (tokenizer_config.json's pad_token, else [PAD] or <pad>), and the
+        # id kbert pads batches with: that one, unless the tokenizer puts it in texts too (EuroBERT's
+        # <|end_of_text|>) or has none; then a negative id, which models built with its `padding` hide by
+        # length, so no token of a text is taken for padding.
+        self.pad_token_id = self._configured_id("pad_token")
+        if self.pad_token_id is None:
+            self.pad_token_id = self._first_of("[PAD]", "<pad>")
+        self.pad_id = self.pad_token_id if self.pad_token_id is not None and \
+            self.pad_token_id not in self.framing_ids() else -1 - (self.pad_token_id or 0)
         self.unk_id = self._first_of("[UNK]", "<unk>")
         self.mask_id = self._first_of("[MASK]", "<mask>")
         self.segments = _feeds_segments(os.path.join(os.path.dirname(self.path), "tokenizer_config.json"))
@@ -151,6 +158,25 @@ class TokenizerJson:
     @property
     def vocab_size(self) -> int:
         return self._backend.get_vocab_size()
+
+    @property
+    def padding(self) -> "int | str":
+        """What a model built for this tokenizer's batches hides (`build_transformer_model(padding=)`): its pad
+        id, or `"negative"` where batches are padded with negative ids."""
+        from kbert.tokenizers.wordpiece import NEGATIVE_PADDING
+
+        return NEGATIVE_PADDING if self.pad_id < 0 else self.pad_id
+
+    def framing_ids(self) -> set:
+        """The ids the tokenizer adds around every text (its post-processor's: `[CLS]`, `</s>`, an end of text)."""
+        return set(self._backend.encode("").ids) | set(self._backend.encode("", "").ids)
+
+    def _configured_id(self, key: str) -> Optional[int]:
+        """The id of the token `tokenizer_config.json` names under `key` (a string, or an object with its
+        `content`), None where it names none the vocabulary holds."""
+        token = _tokenizer_config_beside(self.path).get(key)
+        token = token.get("content") if isinstance(token, dict) else token
+        return self._backend.token_to_id(token) if isinstance(token, str) else None
 
     def _first_of(self, *tokens: str) -> Optional[int]:
         return next((self.vocab[token] for token in tokens if token in self.vocab), None)

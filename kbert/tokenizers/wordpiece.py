@@ -235,6 +235,12 @@ class Tokenizer:
                 seconds[i] = ids
         return [self._assemble([a] if b is None else [a, b], maxlen) for a, b in zip(firsts, seconds)]
 
+    @property
+    def padding(self) -> int:
+        """What a model built for this tokenizer's batches hides (`build_transformer_model(padding=)`): `[PAD]`'s
+        id, which no text holds."""
+        return self.pad_id
+
     def encode_batch(self, first: Sequence[str], second: Optional[Sequence[Optional[str]]] = None,
                      maxlen: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Encodes many texts (or pairs) at once, padded with 0 to the longest.
@@ -414,6 +420,11 @@ class Tokenizer:
             token_ids += piece + [self.sep_id]
             segment_ids += [segment] * (len(piece) + 1)
         return token_ids, segment_ids
+
+
+#: A tokenizer's `padding` where its batches are padded with negative ids (`-1 - i`): `build_transformer_model`
+#: then hides each position after a text, whatever token `i` is.
+NEGATIVE_PADDING = "negative"
 
 
 def pad_batch(encoded: Sequence[Tuple[List[int], ...]], pad_id: int = 0) -> Tuple[np.ndarray, ...]:

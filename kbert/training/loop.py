@@ -225,6 +225,7 @@ def train_task(
     if options.maxlen > config.longest_input and family.has_position_table(config):
         raise KbertError(f"maxlen {options.maxlen} is longer than the model's longest input, {config.longest_input} "
                          f"tokens (max_position_embeddings {config.max_position_embeddings}, {config_path})")
+    task.check_lengths(options, config, config_path)
     tokenizer = _tokenizer(task, family, vocab_path, options, config, config_path)
     data = task.read(tokenizer, train_path, valid_path, num_labels, options)
     if isinstance(strategy, JaxProcesses):
@@ -240,7 +241,8 @@ def train_task(
     warn_if_emulated(options.mixed_precision)
     with precision_policy(options.mixed_precision):
         with strategy.scope():
-            model, trainer = _compiled(task, family, config, checkpoint_path, num_labels, options, data, strategy)
+            model, trainer = _compiled(task, family, config, checkpoint_path, num_labels, options, data, strategy,
+                                       tokenizer.padding)
         # Everything is checked: from here on the run writes, into OUT.partial/.
         state = run.begin(resume, fresh_state)
 
@@ -309,10 +311,12 @@ def _tokenizer(task: Task, family, vocab_path: str, options: TrainingOptions, co
 
 
 def _compiled(task: Task, family, config: BertConfig, checkpoint_path: Optional[str], num_labels: int,
-              options: TrainingOptions, data, strategy):
-    """The task's model (what is saved) and the compiled trainer wrapping it (which owns the optimizer)."""
+              options: TrainingOptions, data, strategy, padding):
+    """The task's model (what is saved) and the compiled trainer wrapping it (which owns the optimizer), hiding
+    the `padding` its tokenizer pads batches with."""
     with remat_scope(options, config):
-        bert = build_transformer_model(config, checkpoint_path, model=options.model, **task.backbone_args())
+        bert = build_transformer_model(config, checkpoint_path, model=options.model, padding=padding,
+                                       **task.backbone_args())
         multipliers = {}
         if checkpoint_path is None:
             graph_class(family).initialise(bert, config)  # the family's own scheme, where it has one (T5)

@@ -111,7 +111,7 @@ def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
     loaded = TrainedModel(None, tokenizer, labels, state)
     task = task_class.from_options(loaded.options)
     bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE), model=loaded.options.model,
-                                   **task.backbone_args())
+                                   padding=tokenizer.padding, **task.backbone_args())
     loaded.model = task.build(bert, state["num_labels"], loaded.options)
     weights = os.path.join(model_dir, WEIGHTS_FILE)
     try:

@@ -74,6 +74,10 @@ class Task(abc.ABC):
         """The backbone's config for this task (by default the one given)."""
         return config
 
+    def check_lengths(self, options, config, config_path: str) -> None:
+        """Refuses a length of this task's options that the model's positions cannot hold (`maxlen` is checked
+        for every task); nothing here."""
+
     def backbone_args(self) -> dict:
         """Keywords for `build_transformer_model` beyond the config and checkpoint (e.g. an application)."""
         return {}
