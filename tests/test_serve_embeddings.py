@@ -150,6 +150,15 @@ def test_tei_embed_normalizes_and_truncates_on_request(server, embedder):
     assert status == 200
     np.testing.assert_allclose(vectors[0], embedder.encode([LONG])[0], atol=1e-5)  # cut as encode cuts it
     assert call(server, "/embed", b"{not json", raw=True)[0] == 400
+    # The character cap is the model's: 50 per token of its input; past it a text asked to be cut is cut, as TEI's
+    cap = call(server, "/info", None)[1]["max_text_chars"]
+    assert cap == 50 * embedder.maxlen
+    huge = "word " * (cap // 5 + 100)
+    status, answer = call(server, "/embed", {"inputs": huge})
+    assert status == 413 and f"more than this server's limit of {cap} (--max-text-chars)" in answer["error"]
+    status, vectors = call(server, "/embed", {"inputs": huge, "truncate": True})
+    assert status == 200
+    np.testing.assert_allclose(vectors[0], embedder.encode([huge])[0], atol=1e-5)
 
 
 def test_cohere_embed_gives_each_type_with_the_servers_calibration(server, embedder, ranges):

@@ -16,7 +16,8 @@ LIMITS = {  # ServerLimits' fields, as options
     "max_wait_ms": (float, "how long a batch waits for more requests"),
     "max_queue": (positive_int, "texts waiting at most; a request beyond is answered 503"),
     "max_texts": (positive_int, "texts in one request at most (413 beyond)"),
-    "max_text_chars": (positive_int, "characters in one text at most (413 beyond)"),
+    "max_text_chars": (positive_int, "characters in one text at most (413 beyond, unless the request asks to "
+                                     "truncate); default: 50 per token of the model's input"),
     "max_body_bytes": (positive_int, "bytes in one request body at most (413 beyond)"),
     "max_batch_tokens": (positive_int, "tokens a batch gathers at most, besides --max-batch (default: no budget)"),
     "max_connections": (positive_int, "connections open at once; more are answered 503 (uvicorn's "

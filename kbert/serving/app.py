@@ -53,7 +53,9 @@ class ServerLimits:
         max_wait_ms: how long a batch waits for more requests.
         max_queue: texts waiting at most; more is answered 503.
         max_texts: texts in one request at most (413 beyond).
-        max_text_chars: characters in one text at most (413 beyond).
+        max_text_chars: characters in one text at most (413 beyond, unless the request asks to truncate: then
+            only the body's bytes bound it, as Text Embeddings Inference's payload limit does). None: the model's
+            input length in tokens times `CHARS_PER_TOKEN` (25,600 characters for 512 tokens).
         max_body_bytes: bytes in a request body at most (413 beyond).
         max_batch_tokens: tokens a model call gathers at most (None: only `max_batch` bounds it).
         max_connections: connections open at once (uvicorn answers 503 beyond).
@@ -66,7 +68,7 @@ class ServerLimits:
     max_wait_ms: float = 5.0
     max_queue: int = 256
     max_texts: int = 64
-    max_text_chars: int = 2000
+    max_text_chars: Optional[int] = None
     max_body_bytes: int = 1_000_000
     max_batch_tokens: Optional[int] = None
     max_connections: int = 1024
@@ -87,8 +89,8 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     from kbert.serving.reranking import RerankService, add_rerank_routes
     from kbert.serving.tokens import add_tokenizer_routes
 
-    limits = limits or ServerLimits()
     embedder, reranker = getattr(predictor, "embedder", None), getattr(predictor, "reranker", None)
+    limits = _with_text_cap(limits or ServerLimits(), (embedder or reranker or predictor).maxlen)
     # An embedding model's and a reranker's batches run tokenized texts: each route tokenizes once, off the
     # event loop, and counts the tokens before the batch forms; other tasks' predictors take the texts.
     service = (EmbeddingService(embedder, limits.max_batch) if embedder is not None
@@ -122,6 +124,18 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(RequestLog, metrics=metrics)
     return app
+
+
+#: The characters a text may hold per token of the model's input (`ServerLimits.max_text_chars` left unset): far
+#: more than a token's text in any language, so a text the model takes whole is never refused for its characters.
+CHARS_PER_TOKEN = 50
+
+
+def _with_text_cap(limits: ServerLimits, maxlen: Optional[int]) -> ServerLimits:
+    """`limits` with `max_text_chars` derived from the model's input length where it is unset."""
+    if limits.max_text_chars is not None:
+        return limits
+    return dataclasses.replace(limits, max_text_chars=CHARS_PER_TOKEN * (maxlen or 512))
 
 
 def _add_model_routes(app, predictor, limits: ServerLimits, metrics: ServerMetrics) -> None:

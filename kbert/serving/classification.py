@@ -81,7 +81,7 @@ def _refused(body, texts: Optional[List[str]], pairs, limits, task: str) -> Opti
     if body.raw_scores:
         return Refusal(422, "raw_scores: this classifier's graph ends in its softmax, so it gives probabilities "
                             "only; ask with raw_scores false", "raw_scores")
-    return refusal(texts, pairs, limits, task, "inputs")
+    return refusal(texts, pairs, limits, task, "inputs", body.truncate)
 
 
 def _too_long(predictor, texts: List[str], pairs: Optional[List[Optional[str]]]) -> Optional[Refusal]:

@@ -27,9 +27,11 @@ def unencodable_at(text: str) -> Optional[int]:
         return error.start
 
 
-def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts") -> Optional[Refusal]:
+def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts",
+            truncate: bool = False) -> Optional[Refusal]:
     """The `Refusal` of a request the server does not take (`limits`: a `ServerLimits`), else None;
-    `field`: the texts' name in the request (`input` in OpenAI's API, `inputs` in TEI's)."""
+    `field`: the texts' name in the request (`input` in OpenAI's API, `inputs` in TEI's). A request that asks to
+    `truncate` is not refused for a text's characters: its tokens are cut to the model's input."""
     if not texts:
         return Refusal(422, f"{field}: expected at least one text", field)
     if len(texts) > limits.max_texts:
@@ -42,7 +44,7 @@ def refusal(texts: List[str], pairs, limits, task: str, field: str = "texts") ->
         for index, text in enumerate(column):
             if text is None and name == "text_pairs":
                 continue
-            if len(text) > limits.max_text_chars:
+            if len(text) > limits.max_text_chars and not truncate:
                 return Refusal(413, f"{name}[{index}]: {len(text)} characters, more than this server's limit of "
                                f"{limits.max_text_chars} (--max-text-chars)", name)
             if is_blank(text):
@@ -83,8 +85,15 @@ async def parse_request(request, schema, field: str, limits, task: str, texts_of
     texts = getattr(body, field) if texts_of is None else texts_of(body)
     texts = [texts] if isinstance(texts, str) else [getattr(text, "text", text) for text in texts]
     request.state.texts = len(texts)
-    refused = refusal(texts, None, limits, task, field)
+    refused = refusal(texts, None, limits, task, field, asks_truncation(body))
     return (None, refused) if refused else (body, texts)
+
+
+def asks_truncation(body) -> bool:
+    """Whether a request asks to cut a text longer than the model takes: TEI's `"truncate": true`, Cohere's
+    `"truncate": "END"` (or `"START"`)."""
+    value = getattr(body, "truncate", False)
+    return value is True or value in ("END", "START")
 
 
 def token_arrays(value) -> bool:

@@ -67,7 +67,7 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
 
     async def scored(query: str, texts: List[str], truncate: bool, field: str):
         """`(logits, tokens)`, or `(None, Refusal)`."""
-        refused = refusal([query], None, limits, "rerank", "query")
+        refused = refusal([query], None, limits, "rerank", "query", truncate)
         if refused:
             return None, refused
         return await served(service.logits(batcher, [query] * len(texts), texts, truncate), field)
