@@ -149,3 +149,43 @@ def test_a_bad_beir_folder_is_named(beir, tmp_path, qrels, message):
     write(tmp_path / "qrels", "test.tsv", qrels)
     with pytest.raises(DataError, match=message):
         read_beir(str(tmp_path))
+
+
+@pytest.mark.parametrize("file, change, message", [
+    ("queries.jsonl", lambda rows: [{**rows[0], "text": "  "}, *rows[1:]],
+     r"test.tsv, line 2: query 'q0' is judged, but its text in queries.jsonl is empty"),
+    ("corpus.jsonl", lambda rows: [{**rows[0], "title": ["not", "a", "string"]}, *rows[1:]],
+     r"corpus.jsonl, line 1: \"title\" \['not', 'a', 'string'\]: expected a string"),
+    ("corpus.jsonl", lambda rows: "[" * 100_000 + "]" * 100_000, "corpus.jsonl, line 1: not JSON"),
+    ("qrels/test.tsv", lambda rows: "query-id\tcorpus-id\tscore\nq0\td0\t" + "9" * 5000 + "\n",
+     "line 2: expected query-id<TAB>corpus-id<TAB>score \\(a whole number of at most 18 digits\\)"),
+])
+def test_beir_rows_that_would_score_nothing_or_break_the_reader_are_named(beir, tmp_path, file, change, message):
+    """Before the fix: an empty judged query was embedded and scored without a word of it (nDCG 0.85 -> 0.71); a
+    title that is not a string was a TypeError, a deeply nested line a RecursionError, a score of 5,000 digits a
+    ValueError."""
+    from kbert.tasks.embedding_evaluation import read_beir
+
+    (tmp_path / "qrels").mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        write(tmp_path, name, (beir / name).read_text(encoding="utf-8"))
+    if file.endswith(".jsonl"):
+        rows = [json.loads(line) for line in (beir / file).read_text(encoding="utf-8").splitlines() if line]
+        changed = change(rows)
+        write(tmp_path, file, changed if isinstance(changed, str) else "".join(json.dumps(row) + "\n"
+                                                                                for row in changed))
+    else:
+        write(tmp_path, file, change(None))
+    with pytest.raises(DataError, match=message):
+        read_beir(str(tmp_path))
+
+
+def test_a_beir_file_with_a_byte_order_mark_is_read(beir, tmp_path):
+    from kbert.tasks.embedding_evaluation import read_beir
+
+    (tmp_path / "qrels").mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        text = (beir / name).read_text(encoding="utf-8")
+        (tmp_path / name).write_text(("\ufeff" if name == "corpus.jsonl" else "") + text, encoding="utf-8")
+    assert read_beir(str(tmp_path)) == read_beir(str(beir))
+

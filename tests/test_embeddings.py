@@ -17,7 +17,7 @@ import pytest
 
 from conftest import minilm_dir, xlm_roberta_embedder_folder
 from kbert.cli.main import main
-from kbert.errors import CheckpointError, KbertError
+from kbert.errors import CheckpointError, DataError, KbertError
 from kbert.layers.pooling import POOLING_MODES, L2Normalize, Pooling
 
 SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
@@ -53,6 +53,30 @@ def test_pooling_counts_only_the_real_tokens(mode):
     mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], bool)
     pooled = keras.ops.convert_to_numpy(Pooling(mode)(states, mask=mask))
     np.testing.assert_allclose(pooled, numpy_pooling(states, mask, mode), rtol=1e-6, atol=1e-6)
+
+
+def test_a_row_that_keeps_no_token_pools_as_sentence_transformers_pools_it():
+    """A left-out prompt that fills a whole row: `cls` gives its first token (before: its last), `lasttoken` zeros
+    (before: token 0 as it is), `max` minus infinity (before: the batch's minimum less 1e4)."""
+    states = np.random.default_rng(1).normal(size=(2, 4, 3)).astype(np.float32)
+    mask = np.array([[False] * 4, [False, True, True, False]])
+    pooled = {mode: keras.ops.convert_to_numpy(Pooling(mode)(states, mask=mask)) for mode in ("cls", "lasttoken", "max")}
+    np.testing.assert_array_equal(pooled["cls"], [states[0, 0], states[1, 1]])
+    np.testing.assert_array_equal(pooled["lasttoken"], [np.zeros(3), states[1, 2]])
+    np.testing.assert_array_equal(pooled["max"], [np.full(3, -np.inf), states[1, 1:3].max(0)])
+
+
+def test_a_text_its_left_out_prompt_leaves_nothing_of_is_refused_by_name(tmp_path):
+    """A row the prompt fills (a tokenizer that ends no text with a token of its own, cut at maxlen): its vector
+    would not depend on the text."""
+    from kbert.tasks.embedding import Embedder
+
+    embedder = Embedder.load(prompt_left_out_folder(tmp_path))
+    rows = [([101, 5, 6, 7], [0] * 4), ([101, 5, 6], [0] * 3)]
+    assert embedder.pooled_rows(rows[:1], prompt_tokens=3)[0][2] == [0, 0, 0, 1]
+    with pytest.raises(DataError, match=r"text 1: its prompt \(3 tokens\) fills all 3 tokens the model takes "
+                                        r"\(maxlen \d+\), and the pooling leaves the prompt out"):
+        embedder.pooled_rows(rows, prompt_tokens=3)
 
 
 @pytest.mark.parametrize("layer", [Pooling(mode) for mode in POOLING_MODES + COMBINED_MODES] + [L2Normalize()],

@@ -73,17 +73,19 @@ class Pooling(keras.layers.Layer):
 
     @staticmethod
     def _pooled(mode: str, inputs, real):
+        # A row that keeps no token (a left-out prompt filling it) pools as sentence-transformers pools it: `cls`
+        # its first token, `lasttoken` zeros, `max` minus infinity.
         if mode == "cls":  # the first token the mask keeps: position 0, unless a prompt before it is left out
             places = ops.shape(inputs)[1] - ops.arange(ops.shape(inputs)[1])  # n, n-1, ..., 1: the first is largest
             first = ops.shape(inputs)[1] - ops.max(ops.where(real, places[None], 0), axis=1)
-            return ops.take_along_axis(inputs, ops.reshape(ops.minimum(first, ops.shape(inputs)[1] - 1), (-1, 1, 1)),
-                                       axis=1)[:, 0]
-        if mode == "max":  # a padded position takes the lowest value, so it never wins
-            lowest = ops.cast(ops.min(inputs) - 1e4, inputs.dtype)
-            return ops.max(ops.where(ops.expand_dims(real, -1), inputs, lowest), axis=1)
+            first = ops.where(ops.any(real, axis=1), first, 0)
+            return ops.take_along_axis(inputs, ops.reshape(first, (-1, 1, 1)), axis=1)[:, 0]
+        if mode == "max":  # a padded position takes minus infinity, so it never wins
+            return ops.max(ops.where(ops.expand_dims(real, -1), inputs, ops.cast(float("-inf"), inputs.dtype)), axis=1)
         if mode == "lasttoken":
             last = ops.max(ops.where(real, ops.arange(ops.shape(inputs)[1])[None], 0), axis=1)  # the last kept
-            return ops.take_along_axis(inputs, ops.reshape(last, (-1, 1, 1)), axis=1)[:, 0]
+            kept = ops.cast(ops.any(real, axis=1), inputs.dtype)[:, None]
+            return ops.take_along_axis(inputs, ops.reshape(last, (-1, 1, 1)), axis=1)[:, 0] * kept
         weights = ops.expand_dims(ops.cast(real, inputs.dtype), -1)
         if mode == "weightedmean":  # position 1 for the first token (the padding is on the right)
             weights = weights * ops.cast(ops.arange(1, ops.shape(inputs)[1] + 1), inputs.dtype)[None, :, None]

@@ -240,9 +240,15 @@ class Embedder:
         as it is); else as they are."""
         if self.include_prompt:
             return list(encoded)
-        return [row if len(row) > 2 else
+        rows = [row if len(row) > 2 else
                 (*row, [0] * min(prompt_tokens, len(row[0])) + [1] * max(len(row[0]) - prompt_tokens, 0))
                 for row in encoded]
+        empty = next((index for index, row in enumerate(rows) if not any(row[2])), None)
+        if empty is not None:  # its vector would not depend on the text at all
+            raise DataError(f"text {empty}: its prompt ({prompt_tokens} tokens) fills all {len(rows[empty][0])} "
+                            f"tokens the model takes (maxlen {self.maxlen}), and the pooling leaves the prompt out, "
+                            "so nothing of the text is left to pool; shorten the prompt or raise maxlen")
+        return rows
 
     def prompt_name_for(self, role: str) -> Optional[str]:
         """The model's prompt for a retrieval `role`, as sentence-transformers' `encode_query` and

@@ -29,7 +29,7 @@ from typing import Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import DataError, KbertError
+from kbert.errors import DataError, KbertError, shown
 from kbert.tasks.ranking_metrics import RANK_DEPTH, ranking_scores
 from kbert.training.metrics import spearman
 
@@ -57,12 +57,16 @@ def read_beir(folder: str, split: str = "test") -> Tuple[Dict[str, str], Dict[st
         for line, row in enumerate(csv.reader(handle, delimiter="\t"), start=1):
             if line == 1 and row and not row[-1].lstrip("-").isdigit():
                 continue  # the header
-            if len(row) != 3 or not row[2].lstrip("-").isdigit():
-                raise DataError(f"{path}, line {line}: expected query-id<TAB>corpus-id<TAB>score (a whole number)")
+            if len(row) != 3 or not row[2].lstrip("-").isdigit() or len(row[2]) > 18:
+                raise DataError(f"{path}, line {line}: expected query-id<TAB>corpus-id<TAB>score (a whole number "
+                                "of at most 18 digits)")
             if row[0] not in queries or row[1] not in corpus:
                 raise DataError(f"{path}, line {line}: {'query' if row[0] not in queries else 'document'} "
                                 f"{row[0] if row[0] not in queries else row[1]!r} is not in the folder's "
                                 f"{'queries' if row[0] not in queries else 'corpus'}.jsonl")
+            if not queries[row[0]].strip():  # embedded and scored without a word of it
+                raise DataError(f"{path}, line {line}: query {row[0]!r} is judged, but its text in queries.jsonl is "
+                                "empty; give it its text, or leave its judgements out")
             judgements.setdefault(row[0], {})[row[1]] = int(row[2])
     return corpus, queries, judgements
 
@@ -71,16 +75,18 @@ def _json_lines(path: str) -> List[dict]:
     if not os.path.isfile(path):
         raise DataError(f"{path}: missing; a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/test.tsv")
     rows, seen = [], {}
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:  # -sig: a byte-order mark before the first line
         for line, text in enumerate(handle, start=1):
             if not text.strip():
                 continue
             try:
                 row = json.loads(text)
-            except ValueError:
-                raise DataError(f"{path}, line {line}: not JSON") from None
+            except (ValueError, RecursionError):
+                raise DataError(f"{path}, line {line}: not JSON (or nested too deeply to read)") from None
             if not isinstance(row, dict) or "_id" not in row or not isinstance(row.get("text"), str):
                 raise DataError(f"{path}, line {line}: expected an object with \"_id\" and \"text\"")
+            if row.get("title") is not None and not isinstance(row["title"], str):
+                raise DataError(f"{path}, line {line}: \"title\" {shown(row['title'])}: expected a string (or none)")
             row["_id"] = str(row["_id"])
             if row["_id"] in seen:  # a dict would keep the last silently, and score against the wrong text
                 raise DataError(f"{path}, line {line}: _id {row['_id']!r} again (first on line {seen[row['_id']]}); "
