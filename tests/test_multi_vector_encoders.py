@@ -155,6 +155,8 @@ def rewrite(folder, tmp_path, path, change):
      "expected one Pooling, SpladePooling or MultiVectorMask module after the Transformer, found 2"),
     ("1_Dense/config.json", lambda c: {**c, "use_residual": True}, "use_residual true: a projection added to its "
                                                                     "input"),
+    ("2_MultiVectorMask/config.json", lambda c: {**c, "skiplist_tasks": [["document"]]},
+     r"skiplist_tasks \[\['document'\]\]: expected a list of query and document"),
     # 200 on a table of 64 positions: each query padded past the last position (a TensorFlow assertion before)
     ("sentence_bert_config.json", lambda c: {**c, "query_expansion": {**c["query_expansion"], "length": 200},
                                              "query_length": 200},

@@ -662,3 +662,28 @@ def test_kbert_evaluate_fuses_a_dense_and_a_sparse_ranking_by_reciprocal_ranks(s
     place = [1 + sum(row[j] > row[i] or (row[j] == row[i] and first[j] < first[i]) for j in range(len(row)))
              for i, (row, first) in enumerate(zip(fused, ranks[0]))]
     assert result["mrr@10"] == pytest.approx(np.mean([1 / rank if rank <= 10 else 0 for rank in place]))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda folder: (folder / "query_0_SparseStaticEmbedding" / "model.safetensors").unlink(),
+     r"query_0_SparseStaticEmbedding: no model.safetensors \(nor pytorch_model.bin\); the module's weights are "
+     "missing"),
+    (lambda folder: (folder / "router_config.json").write_text(json.dumps({
+        **json.loads((folder / "router_config.json").read_text()), "structure": {
+            "query": [["query_0_SparseStaticEmbedding"]], "document": ["document_0_MLMTransformer"]}})),
+     "router_config.json: structure: expected each route's list of module names"),
+])
+def test_a_router_folder_missing_or_malformed_is_named(router_folder, tmp_path, change, message):
+    """Before the fix: a missing weight file was read as "pytorch_model.bin: not a zip archive", and a route's
+    name that is a list was a TypeError (unhashable)."""
+    import shutil
+
+    from kbert.errors import CheckpointError
+    from kbert.tasks.embedding import Embedder
+
+    copy = tmp_path / "copy"
+    shutil.copytree(router_folder, copy)
+    change(copy)
+    with pytest.raises(CheckpointError, match=message):
+        Embedder.load(copy)
+

@@ -108,8 +108,26 @@ def test_a_folder_is_read_as_its_pipeline_in_order(tmp_path):
                                                          "on the sentence_embedding here"),
     (["mlm-transformer", "splade-pooling", "normalize"], "a module after a SpladePooling is not one kbert computes"),
     (["mlm-transformer", "pooling"], "an MLMTransformer gives vocabulary logits: expected a SpladePooling after it"),
+    # before: a Keras error of a layer name used twice
+    (["transformer", "pooling", "normalize", "normalize"], "Normalize more than once; kbert computes one"),
 ])
 def test_a_pipeline_kbert_does_not_compute_is_refused_naming_the_file(modules, message, tmp_path):
     write_pipeline(str(tmp_path), [MODULES[name] for name in modules])
     with pytest.raises(CheckpointError, match=f"modules.json: {message}"):
         read_sentence_transformer(tmp_path)
+
+
+@pytest.mark.parametrize("file, change, message", [
+    ("config_sentence_transformers.json", lambda c: {**c, "prompts": {"query": "q: "}, "default_prompt_name": ["query"]},
+     r"default_prompt_name \['query'\]: expected the name of one of its prompts \(a string\) or null"),
+    ("1_Pooling/config.json", lambda c: {"pooling_mode": {"mean": True}},
+     r"1_Pooling/config.json: pooling_mode \{'mean': True\}: expected a mode's name or a list of them"),
+])
+def test_settings_of_the_wrong_type_are_named_not_tracebacks(tmp_path, file, change, message):
+    """Before the fix: a list as default_prompt_name, an object as pooling_mode were TypeErrors (unhashable)."""
+    write_pipeline(str(tmp_path), [MODULES["transformer"], MODULES["pooling"]])
+    path = tmp_path / file
+    path.write_text(json.dumps(change(json.loads(path.read_text()) if path.exists() else {})))
+    with pytest.raises(CheckpointError, match=message):
+        read_sentence_transformer(tmp_path)
+

@@ -342,6 +342,9 @@ def _pooling(steps: Sequence[Module], transformer: Transformer, config: dict, co
     if splade and pooled is not steps[-1]:
         raise CheckpointError(f"{modules_file}: a module after a SpladePooling is not one kbert computes (a sparse "
                               "vector ends at its pooling)")
+    if sum(isinstance(module, Normalize) for module in steps) > 1:
+        raise CheckpointError(f"{modules_file}: Normalize more than once; kbert computes one (a unit vector "
+                              "normalised again is the same): list it once")
     expected = TOKENS if multi_vector else SENTENCE
     for index, module in enumerate(steps):
         if not isinstance(module, (Dense, Normalize)):
@@ -410,6 +413,9 @@ def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
     prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
     if not isinstance(prompts, dict) or not all(isinstance(text, str) for text in prompts.values()):
         raise CheckpointError(f"{path}: prompts: expected an object of prompt names and their texts, got {prompts!r}")
+    if default is not None and not isinstance(default, str):
+        raise CheckpointError(f"{path}: default_prompt_name {default!r}: expected the name of one of its prompts "
+                              "(a string) or null")
     if default is not None and default not in prompts:
         raise CheckpointError(f"{path}: default_prompt_name {default!r} is not one of its prompts "
                               f"({', '.join(map(repr, prompts)) or 'none'})")

@@ -27,7 +27,7 @@ from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.errors import CheckpointError, is_whole_number
+from kbert.errors import CheckpointError, is_whole_number, shown
 from kbert.layers.pooling import SPLADE_ACTIVATIONS, SPLADE_STRATEGIES, pooling_modes
 
 #: sentence-transformers' names for the vectors a module reads: a text's pooled one, or each token's.
@@ -142,8 +142,11 @@ class Pooling(Module):
         config = json_object(config_path)
         if config.get("pooling_mode"):  # sentence-transformers 6 writes the mode (or a list of modes) by name
             named = config["pooling_mode"]
-            chosen = [_ST_MODE_NAMES.get(mode, mode) for mode in
-                      ([named] if isinstance(named, str) else named if isinstance(named, list) else [named])]
+            named = [named] if isinstance(named, str) else named
+            if not isinstance(named, list) or not all(isinstance(mode, str) for mode in named):
+                raise CheckpointError(f"{config_path}: pooling_mode {shown(config['pooling_mode'])}: expected a mode's "
+                                      "name or a list of them")
+            chosen = [_ST_MODE_NAMES.get(mode, mode) for mode in named]
         else:
             chosen = [mode for flag, mode in _POOLING_FLAGS.items() if flag_setting(config, flag, False, config_path)]
         try:
@@ -373,7 +376,8 @@ class MultiVectorMask(Module):
         tasks = [tasks] if isinstance(tasks, str) else tasks
         if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
             raise CheckpointError(f"{config_path}: skiplist_words {words!r}: expected a list of tokens")
-        if not isinstance(tasks, list) or not set(tasks) <= {"query", "document"}:
+        if not isinstance(tasks, list) or not all(isinstance(task, str) for task in tasks) or \
+                not set(tasks) <= {"query", "document"}:
             raise CheckpointError(f"{config_path}: skiplist_tasks {tasks!r}: expected a list of query and document")
         if config.get("keep_only_token_ids") is not None:
             raise CheckpointError(f"{config_path}: keep_only_token_ids keeps image patches (ColPali's documents); "
@@ -456,6 +460,9 @@ class Router(Module):
             raise CheckpointError(f"{config_path}: expected objects types, structure and parameters, as "
                                   "sentence-transformers' Router writes them")
         parameters = parameters or {}
+        if not all(isinstance(names, list) and all(isinstance(name, str) for name in names)
+                   for names in structure.values()):
+            raise CheckpointError(f"{config_path}: structure: expected each route's list of module names (strings)")
         query = structure.get("query")
         static = isinstance(query, list) and len(query) == 1 and \
             str(types.get(query[0], "")).rsplit(".", 1)[-1] == "SparseStaticEmbedding"
@@ -575,6 +582,9 @@ def module_tensors(folder: str, names: Optional[Sequence[str]] = None) -> Tuple[
         from kbert.checkpoints.torch_pickle import read_torch_tensors
 
         path = os.path.join(folder, "pytorch_model.bin")
+        if not os.path.isfile(path):
+            raise CheckpointError(f"{folder}: no model.safetensors (nor pytorch_model.bin); the module's weights "
+                                  "are missing")
         tensors = read_torch_tensors(path)
         return path, tensors if names is None else {name: tensors[name] for name in names if name in tensors}
     try:
