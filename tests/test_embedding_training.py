@@ -77,6 +77,8 @@ def test_view_layers_contract(tmp_path):
     ("好\t很好\n差\t不好\n", ("好", "很好"), None, "text, text_b"),
     ("好\t很好\t4.5\n差\t好\t0\n", ("好", "很好"), 4.5, "text, text_b, score"),
     ("好\t很好\t差\n差\t不好\t好\n", ("好", "很好", "差"), None, "text, text_b, negative"),
+    # a hard negative that reads as a number (a year): the column is a score only where every row's is a number
+    ("好\t很好\t1998\n差\t不好\t好\n", ("好", "很好", "1998"), None, "text, text_b, negative"),
     ("anchor\tpositive\tnegative\n好\t很好\t3\n", ("好", "很好", "3"), None, "text=anchor"),
     ("sentence1,sentence2,score\n好,很好,1\n", ("好", "很好"), 1.0, "text=sentence1"),
 ])
@@ -90,7 +92,7 @@ def test_each_layout_is_read_by_its_columns(tmp_path, text, texts, score, layout
 
 @pytest.mark.parametrize("text, message", [
     ("好\t很好\n差\n", "line 2: expected text<TAB>text_b \\(1 tab\\(s\\)\\) as on line 1, found 0"),
-    ("好\t很好\t1\n差\t好\t差\n", "line 2: 3 texts, but line 1 has 2 texts and a score"),
+    ("好\t很好\t1\n差\t好\n", "line 2: expected text<TAB>text_b<TAB>score"),
     ("text\ttext_b\tscore\n好\t很好\t高\n", "line 2: the score '高' is not a number"),
     ("好\t\n", "line 1: empty or missing text_b"),
     # before round 5: a later row's tab was read as part of one text, and nan / inf as scores

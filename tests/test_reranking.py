@@ -153,6 +153,11 @@ def test_the_server_answers_tei_and_cohere_rerank(reranker_dir):
         assert answer[0]["score"] == pytest.approx(float(Reranker.load(reranker_dir).score(QUERY, ["很" * 100])[0]),
                                                    abs=1e-5)
         assert call(url, "/rerank", {"query": " ", "texts": PASSAGES})[0] == 422
+        # strict as dimensions is: before, "2" was taken for 2 and "yes" for true
+        status, answer = call(url, "/v1/rerank", {"query": QUERY, "documents": PASSAGES, "top_n": "2"})
+        assert status == 422 and answer["error"]["message"] == "top_n: Input should be a valid integer"
+        status, answer = call(url, "/rerank", {"query": QUERY, "texts": PASSAGES, "raw_scores": "yes"})
+        assert status == 422 and "raw_scores: Input should be a valid boolean" in answer["error"]
         status, answer = call(url, "/v1/predict", {"texts": [QUERY], "text_pairs": [PASSAGES[0]]})
         assert status == 200 and answer["predictions"][0]["score"] == pytest.approx(float(scores[0]), abs=1e-5)
         status, answer = call(url, "/v1/predict", {"texts": [QUERY]})

@@ -331,6 +331,9 @@ def test_tei_predict_gives_every_labels_probability_most_probable_first(model_di
                 ({"inputs": [["a", "b", "c"]]}, 422, "a pair is [text, text_pair]"),
                 ({"inputs": TEXTS[0], "raw_scores": True}, 422, "raw_scores: this classifier's graph ends in its "
                                                                  "softmax"),
+                # before: coerced to true and false (the embedding routes' dimensions was already strict)
+                ({"inputs": TEXTS[0], "raw_scores": "yes"}, 422, "raw_scores: Input should be a valid boolean"),
+                ({"inputs": TEXTS[0], "truncate": "no"}, 422, "truncate: Input should be a valid boolean"),
                 ({"inputs": 3}, 422, "inputs")]:
             status, answer = post(url, body, path="/predict")
             assert (status, answer["error_type"]) == (code, "Validation") and message in answer["error"], answer

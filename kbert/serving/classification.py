@@ -24,11 +24,11 @@ def add_classifier_routes(app, predictor, batcher, limits) -> None:
     class PredictRequest(BaseModel):
         inputs: Union[str, List[str], List[List[str]]] = Field(
             description="a text, a pair [text, text_pair], or a batch of them (a list of lists)")
-        truncate: bool = Field(False, description="cut an input longer than the model takes (else 413)")
+        truncate: bool = Field(False, strict=True, description="cut an input longer than the model takes (else 413)")
         truncation_direction: str = Field("Right", pattern="^(Right|right)$",
                                           description="where an input is cut: its end (Right) only")
-        raw_scores: bool = Field(False, description="logits instead of probabilities (not served: the model's "
-                                                    "graph ends in its softmax)")
+        raw_scores: bool = Field(False, strict=True, description="logits instead of probabilities (not served: the "
+                                                                 "model's graph ends in its softmax)")
 
     async def predict(request: Request):
         try:

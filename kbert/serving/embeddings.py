@@ -227,7 +227,7 @@ def _tei_texts_request():
 
     class TEITextsRequest(BaseModel):
         inputs: Union[str, List[str]] = Field(description="a text or a list of texts")
-        truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
+        truncate: bool = Field(False, strict=True, description="cut a text longer than the model takes (else 413)")
         truncation_direction: str = Field("Right", pattern="^(Right|right)$",
                                           description="where a text is cut: its end (Right) only")
         prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text "
@@ -286,7 +286,7 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
         user: Optional[str] = None
 
     class TEIRequest(_tei_texts_request()):
-        normalize: bool = Field(True, description="scale each vector to unit length")
+        normalize: bool = Field(True, strict=True, description="scale each vector to unit length")
         task: Optional[str] = Field(None, description=TASK_FIELD)
 
     class SimilarityInput(BaseModel):
@@ -295,7 +295,7 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
 
     class SimilarityParameters(BaseModel):
         prompt_name: Optional[str] = Field(None, description="the model's prompt to put before each text")
-        truncate: bool = Field(False, description="cut a text longer than the model takes (else 413)")
+        truncate: bool = Field(False, strict=True, description="cut a text longer than the model takes (else 413)")
         task: Optional[str] = Field(None, description=TASK_FIELD)
 
     class SimilarityRequest(BaseModel):

@@ -51,9 +51,9 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
     class TEIRequest(BaseModel):
         query: str = Field(description="what the texts are ranked for")
         texts: List[str] = Field(description="the passages to rank")
-        raw_scores: bool = Field(False, description="the model's logits instead of scores from 0 to 1")
-        return_text: bool = Field(False, description="each result carries its text")
-        truncate: bool = Field(False, description="cut a pair longer than the model takes (else 413)")
+        raw_scores: bool = Field(False, strict=True, description="the model's logits instead of scores from 0 to 1")
+        return_text: bool = Field(False, strict=True, description="each result carries its text")
+        truncate: bool = Field(False, strict=True, description="cut a pair longer than the model takes (else 413)")
 
     class Document(BaseModel):
         text: str
@@ -61,8 +61,8 @@ def add_rerank_routes(app, service: RerankService, batcher, limits, model_name: 
     class CohereRequest(BaseModel):
         query: str = Field(description="what the documents are ranked for")
         documents: List[Union[str, Document]] = Field(description="the passages: strings or {\"text\": ...}")
-        top_n: Optional[int] = Field(None, ge=1, description="the most relevant n only")
-        return_documents: bool = Field(False, description="each result carries its document")
+        top_n: Optional[int] = Field(None, strict=True, ge=1, description="the most relevant n only")
+        return_documents: bool = Field(False, strict=True, description="each result carries its document")
         model: Optional[str] = None
 
     async def scored(query: str, texts: List[str], truncate: bool, field: str):

@@ -682,8 +682,10 @@ def read_text_groups(path: str, *, skip_malformed: bool = False, columns=None) -
     CoSENT) or `query<TAB>positive<TAB>negative` (a third column that is not a number: a hard negative).
     A header may name the columns (`anchor`, `positive`, `negative`, `sentence1`, `sentence2`, `score`, ...)."""
     rows, layout, header = read_records(path, PAIR_FIELDS, columns)
-    if not header:
-        rows = [(line, row if isinstance(row, ValueError) else _with_negative(row)) for line, row in rows]
+    if not header:  # the third column is a score only where every row's reads as a number (a negative may: "1998")
+        scores = all(is_number(row.get("score")) for _, row in rows
+                     if not isinstance(row, ValueError) and row.get("score") is not None)
+        rows = [(line, row if isinstance(row, ValueError) or scores else _with_negative(row)) for line, row in rows]
     groups, report = parse_rows(path, rows, _text_group, skip_malformed, "no texts", layout)
     if len(groups[0].texts) == 3 and layout.endswith("score"):  # a headerless third column read as texts
         report.layout = layout[:-len("score")] + "negative"
@@ -698,10 +700,9 @@ def read_text_groups(path: str, *, skip_malformed: bool = False, columns=None) -
 
 
 def _with_negative(row: dict) -> dict:
-    """A headerless third column is a score where it reads as a number, else a hard negative."""
-    score = row.get("score")
-    if score is not None and not is_number(score) and "negative" not in row:
-        row = {**{key: value for key, value in row.items() if key != "score"}, "negative": score}
+    """A headerless third column read as a hard negative."""
+    if row.get("score") is not None and "negative" not in row:
+        row = {**{key: value for key, value in row.items() if key != "score"}, "negative": row["score"]}
     return row
 
 

@@ -79,9 +79,9 @@ class EuroBertConfig(BertConfig):
         check_head_dim(values, source)
         older, pooling = values.get("clf_pooling"), values.get("classifier_pooling", "late")
         if older is not None and older != pooling:
-            raise ConfigError(f"{source}: key 'clf_pooling' is {older!r}: EuroBERT's older name for classifier_pooling, "
-                              f"which transformers does not read (it pools {pooling!r}); set classifier_pooling to "
-                              "the pooling the classifier was trained with")
+            raise ConfigError(f"{source}: key 'clf_pooling' is {older!r}: EuroBERT's older name for "
+                              f"classifier_pooling, which transformers does not read (it pools {pooling!r}); set "
+                              "classifier_pooling to the pooling the classifier was trained with")
 
     @property
     def key_value_heads(self) -> int:
