@@ -91,6 +91,48 @@ def test_an_embeddings_task_update_is_its_table_merged(tmp_path):
     assert Embedding.from_config(table.get_config()).get_config() == table.get_config()
 
 
+def values(shape, start):
+    """Distinct, reproducible values: 0.1 apart from `start`."""
+    return (np.arange(np.prod(shape), dtype=np.float32).reshape(shape) * 0.1 + start).round(4)
+
+
+#: Jina's own `LoRAParametrization.lora_forward` (jina-embeddings-v3's modeling_lora.py, run once by hand on these
+#: values: 2 tasks, rank 2, lora_alpha 3): task 1's weight of a Linear 4 -> 3 (its lora_A `[tasks, rank, in]`,
+#: lora_B `[tasks, out, rank]`), that Linear's output for one input, and task 1's table of an Embedding 5 x 3
+#: (lora_A `[tasks, rows, rank]`, lora_B `[tasks, rank, width]`).
+JINA_LINEAR_TASK_1 = [[1.315, 1.67, 2.025, 2.38], [2.135, 2.55, 2.965, 3.38], [2.955, 3.43, 3.905, 4.38]]
+JINA_LINEAR_OUTPUT = [[6.127499, 8.657501, 11.1875]]
+JINA_EMBEDDING_TASK_1 = [[0.53, 0.975, 1.42], [1.04, 1.545, 2.05], [1.55, 2.115, 2.68], [2.06, 2.685, 3.31],
+                         [2.57, 3.255, 3.94]]
+
+
+def test_kbert_reads_jinas_pairs_as_jinas_own_code_merges_them(tmp_path):
+    """A/B order, alpha / rank and the embedding's transposed layout, against values Jina's adapter code gave:
+    merged at load (`merged_reader`) and computed per task by the layers (`task_pairs`' Keras layout)."""
+    from kbert.checkpoints.task_adapters import LORA_A, LORA_B, ORIGINAL, TaskAdapters, merged_reader
+
+    tensors = {"dense" + ORIGINAL: values((3, 4), -0.5), "dense" + LORA_A: values((2, 2, 4), -0.3),
+               "dense" + LORA_B: values((2, 3, 2), 0.2), "table" + ORIGINAL: values((5, 3), -0.7),
+               "table" + LORA_A: values((2, 5, 2), 0.1), "table" + LORA_B: values((2, 2, 3), -0.4)}
+    adapters = TaskAdapters(("t0", "t1"), 3 / 2, 2)
+    read = merged_reader("jina", {name: value.shape for name, value in tensors.items()}, tensors.__getitem__,
+                         adapters, "t1")
+    np.testing.assert_allclose(read("dense" + ORIGINAL), JINA_LINEAR_TASK_1, atol=1e-5)
+    np.testing.assert_allclose(read("table" + ORIGINAL), JINA_EMBEDDING_TASK_1, atol=1e-5)
+    lora = {"tasks": 2, "rank": 2, "scale": 1.5}
+    dense, table = TaskLoRADense(3, use_bias=False, task_lora=lora), Embedding(5, 3, task_lora=lora)
+    dense.build((1, 4)), table.build((1, 1))
+    dense.kernel.assign(tensors["dense" + ORIGINAL].T)  # Keras's [in, out]; the pairs as task_pairs lays them out
+    dense.task_lora_a.assign(np.swapaxes(tensors["dense" + LORA_A], 1, 2))
+    dense.task_lora_b.assign(np.swapaxes(tensors["dense" + LORA_B], 1, 2))
+    table.embeddings.assign(tensors["table" + ORIGINAL])
+    table.task_lora_a.assign(tensors["table" + LORA_A]), table.task_lora_b.assign(tensors["table" + LORA_B])
+    x = np.array([[1.0, -2.0, 0.5, 3.0]], np.float32)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(dense(x, task=1)), JINA_LINEAR_OUTPUT, atol=1e-5)
+    rows = keras.ops.convert_to_numpy(table(keras.ops.convert_to_tensor([[0, 1, 2, 3, 4]]), task=1))[0]
+    np.testing.assert_allclose(rows, JINA_EMBEDDING_TASK_1, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def jina(tmp_path_factory):
     """Jina's files of a random jina-embeddings-v3 (five tasks' pairs), in a sentence-transformers folder whose
