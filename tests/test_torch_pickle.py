@@ -140,6 +140,8 @@ def test_a_storage_many_tensors_refer_to_is_read_once(tmp_path, monkeypatch):
     ("not_a_storage", r"not_a_storage.pt: a tensor rebuilt from str, size tuple and strides tuple: expected a "
                       "storage"),
     ("huge_number", r"huge_number.pt: a tensor of size \(a number of \d+ bits,\) and strides \(1,\) reaches"),
+    ("encrypted", r"encrypted.pt: not a readable torch.save archive \(RuntimeError: File 'head/data.pkl' is encrypted"),
+    ("deflate64", r"deflate64.pt: not a readable torch.save archive \(NotImplementedError: That compression method"),
 ])
 def test_damaged_or_crafted_archives_are_one_line_errors_naming_the_file(tmp_path, damage, expected):
     from kbert.checkpoints.torch_pickle import read_torch_tensors
@@ -153,6 +155,16 @@ def test_damaged_or_crafted_archives_are_one_line_errors_naming_the_file(tmp_pat
         index = data.index(values)
         path.write_bytes(data[:index] + data[index + 8:] if damage == "cut" else
                          data[:index] + b"\xff" * 4 + data[index + 4:])
+    elif damage in ("encrypted", "deflate64"):  # the first member's headers marked so (zipfile writes neither)
+        storage_archive(path, handwritten_tensor((2, 3), (3, 1)), values)
+        data = bytearray(path.read_bytes())
+        local, central = data.index(b"PK\x03\x04"), data.index(b"PK\x01\x02")
+        if damage == "encrypted":  # bit 0 of the general purpose flags
+            data[local + 6] |= 1
+            data[central + 8] |= 1
+        else:  # compression method 9
+            data[local + 8:local + 10] = data[central + 10:central + 12] = (9).to_bytes(2, "little")
+        path.write_bytes(bytes(data))
     elif damage == "nested":  # a persistent id nested 100,000 deep: its repr alone would recurse past Python's limit
         storage_archive(path, b"\x80\x02" + b"(" * 100_000 + b")" + b"\x85" * 100_000 + b"Q.", values)
     elif damage == "not_a_storage":
