@@ -26,8 +26,11 @@ GTE = ROTARY["gte"]
 @pytest.mark.parametrize("config, message", [
     ({**GTE, "rope_scaling": {"type": "yarn", "factor": 2.0}}, "key 'rope_scaling': rope_type 'yarn' scales"),
     ({**GTE, "rope_scaling": 2.0}, "key 'rope_scaling': expected an object"),
-    ({**EUROBERT, "rope_scaling": {"type": "linear", "factor": 2.0}},
-     "key 'rope_scaling': rope_type 'linear' scales the rotary positions; kbert builds rope_type 'default' here"),
+    ({**EUROBERT, "rope_scaling": {"type": "yarn", "factor": 2.0}},
+     "key 'rope_scaling': rope_type 'yarn' scales the rotary positions; kbert builds rope_type 'default' or "
+     "'linear' here"),
+    ({**EUROBERT, "rope_parameters": {"rope_type": "linear", "rope_theta": 500.0, "factor": -2}},
+     "key 'rope_parameters': factor -2: expected a positive number"),
     ({**EUROBERT, "rope_theta": "10000"}, r"key 'rope_theta': expected a number > 1 \(the rotary base\), got '10000'"),
     ({**EUROBERT, "rope_theta": 0}, "key 'rope_theta': expected a number > 1"),
     ({**EUROBERT, "clf_pooling": "bos"}, "key 'clf_pooling' is 'bos': EuroBERT's older name for classifier_pooling, "
@@ -72,6 +75,11 @@ LEGACY = {
                                                  "rope_scaling": {"type": "linear", "factor": 1.7}}),
     "eurobert_rope_scaling": (EUROBERT_LAYOUTS["eurobert"], {"rope_scaling": {"rope_type": "default",
                                                                               "rope_theta": 321.0}}),
+    # linear scaling, in the older key and in transformers 5's (its save is then the file as it is)
+    "eurobert_linear_rope_scaling": (EUROBERT_LAYOUTS["eurobert"], {"rope_theta": 321.0, "rope_scaling": {
+        "type": "linear", "factor": 2.5}}),
+    "eurobert_linear_rope_parameters": (EUROBERT_LAYOUTS["eurobert"], {"rope_parameters": {
+        "rope_type": "linear", "rope_theta": 321.0, "factor": 2.5}}),
     "distilbert_both_activations": (DISTILBERT_LAYOUTS["distilbert"], {"activation": "relu", "hidden_act": "gelu"}),
 }
 
@@ -87,7 +95,7 @@ def test_older_keys_give_transformers_outputs(case, tmp_path):
     reference = getattr(transformers, architecture)(transformers.AutoConfig.for_model(**written)).eval()
     reference.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    saved = {key: value for key, value in saved.items() if key != "rope_parameters"}
+    saved = {key: value for key, value in saved.items() if key not in ("rope_parameters", "rope_scaling")}
     (tmp_path / "config.json").write_text(json.dumps({**saved, **keys}))
     tokens = np.random.default_rng(0).integers(4, config["vocab_size"], (2, 40))
     with torch.no_grad():

@@ -283,12 +283,23 @@ def with_rope_theta(values: Mapping[str, Any], source: str, linear: bool = False
     return {**kept, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {}), **factor}
 
 
+def rope_parameters(theta: float, factor: Optional[float]) -> dict:
+    """transformers 5's `rope_parameters` of a rotary base and, where set, its linear scaling factor."""
+    if factor is None:
+        return {"rope_type": "default", "rope_theta": theta}
+    return {"rope_type": "linear", "rope_theta": theta, "factor": factor}
+
+
 def check_rope_theta(values: Mapping[str, Any], key: str, source: str, default: float = 10000.0) -> None:
     """Refuses a rotary base `values[key]` that is not a number above 1 (a string, 0 or less: NaN at the first
-    call)."""
+    call), and a linear scaling `rope_factor` that is not a positive number."""
     theta = values.get(key, default)
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < float("inf"):
         raise ConfigError(f"{source}: key {key!r}: expected a number > 1 (the rotary base), got {theta!r}")
+    factor = values.get("rope_factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not 0 < factor < float("inf")):
+        raise ConfigError(f"{source}: key 'rope_parameters': factor {factor!r}: expected a positive number")
 
 
 def check_fixed_settings(values: Mapping[str, Any], fixed: Mapping[str, Tuple[Any, Any]], source: str,

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 from kbert.errors import ConfigError
 from kbert.models.config import (BertConfig, check_even_head_size, check_head_dim, check_rope_theta,
-                                 with_own_keys, with_rope_theta)
+                                 rope_parameters, with_own_keys, with_rope_theta)
 
 # EuroBERT's (Llama's) key -> kbert's (BERT's) key.
 _RENAMED = {"rms_norm_eps": "layer_norm_eps", "attention_dropout": "attention_probs_dropout_prob"}
@@ -21,6 +21,8 @@ class EuroBertConfig(BertConfig):
     Args (beyond BERT's):
         num_key_value_heads: key and value heads, each shared by a group of query heads (None: one each).
         rope_theta: the rotary base θ (`rope_parameters["rope_theta"]`).
+        rope_factor: the rotary frequencies divided by it (`rope_parameters` or the older `rope_scaling` of
+            `rope_type` `linear`: its `factor`); None: not scaled.
         attention_bias, mlp_bias: biases in the attention and the feed-forward (and the MLM output).
         tie_word_embeddings: the MLM output is the token table (EuroBERT's releases: no).
         bos_token_id, eos_token_id, mask_token_id: the special tokens' ids, kept for the config kbert writes.
@@ -43,6 +45,7 @@ class EuroBertConfig(BertConfig):
     pad_token_id: Optional[int] = 128001
     num_key_value_heads: Optional[int] = None
     rope_theta: float = 10000.0
+    rope_factor: Optional[float] = None
     attention_bias: bool = False
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
@@ -57,7 +60,7 @@ class EuroBertConfig(BertConfig):
         if not isinstance(values, Mapping):
             return super().from_dict(values, source)
         values = with_own_keys(values, _RENAMED)
-        return super().from_dict(with_rope_theta(values, source), source)
+        return super().from_dict(with_rope_theta(values, source, linear=True), source)
 
     @classmethod
     def check(cls, values: Mapping[str, Any], source: str) -> None:
@@ -91,6 +94,6 @@ class EuroBertConfig(BertConfig):
         """The config in EuroBERT's keys, as transformers writes them."""
         renamed = {value: key for key, value in _RENAMED.items()}
         own = {renamed.get(key, key): value for key, value in self.to_dict().items()
-               if key not in ("type_vocab_size", "embedding_size", "hidden_dropout_prob", "rope_theta")}
+               if key not in ("type_vocab_size", "embedding_size", "hidden_dropout_prob", "rope_theta", "rope_factor")}
         return {**own, "num_key_value_heads": self.key_value_heads,
-                "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta}}
+                "rope_parameters": rope_parameters(self.rope_theta, self.rope_factor)}

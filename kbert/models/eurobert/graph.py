@@ -39,7 +39,8 @@ class EuroBertGraph(TransformerGraph):
         attended = self.apply(self.apply_norm(x, f"{name}-Norm"), RotarySelfAttention, name,
                               num_heads=config.num_attention_heads, head_size=config.head_size,
                               num_key_value_heads=config.key_value_heads, fused_qkv=False,
-                              rope_theta=config.rope_theta, use_bias=config.attention_bias,
+                              rope_theta=config.rope_theta, rope_factor=config.rope_factor or 1.0,
+                              use_bias=config.attention_bias,
                               dropout=config.attention_probs_dropout_prob, kernel_initializer=self.initializer())
         x = self.apply([x, attended], keras.layers.Add, f"{name}-Add")
         name = naming.block(index, naming.FEED_FORWARD)

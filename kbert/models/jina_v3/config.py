@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Mapping, Optional
 
-from kbert.errors import ConfigError
 from kbert.models.config import (BertConfig, check_even_head_size, check_head_dim, check_rope_theta,
-                                 with_rope_theta)
+                                 rope_parameters, with_rope_theta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +52,6 @@ class RotaryBertConfig(BertConfig):
         super().check({**values, "type_vocab_size": values.get("type_vocab_size", 1) or None}, source)  # 0: none
         check_even_head_size(values, source, "rotary positions turn a head's two halves against each other")
         check_rope_theta(values, "rope_theta", source)  # absent: the class's own default
-        factor = values.get("rope_factor")
-        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
-                                   or not 0 < factor < float("inf")):
-            raise ConfigError(f"{source}: key 'rope_parameters': factor {factor!r}: expected a positive number")
 
     @classmethod
     def check_unread_keys(cls, values: Mapping[str, Any], source: str) -> None:
@@ -66,6 +61,4 @@ class RotaryBertConfig(BertConfig):
         """BERT's keys without the position table's, and `rope_parameters` as transformers 5 writes it."""
         own = {key: value for key, value in self.to_dict().items()
                if key not in ("rope_theta", "rope_factor", "embedding_size")}
-        rope = {"rope_type": "default", "rope_theta": self.rope_theta} if self.rope_factor is None else \
-            {"rope_type": "linear", "rope_theta": self.rope_theta, "factor": self.rope_factor}
-        return {**own, "rope_parameters": rope}
+        return {**own, "rope_parameters": rope_parameters(self.rope_theta, self.rope_factor)}
