@@ -94,20 +94,29 @@ def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
 
 # Every task trained, written and read back through the CLI: 33-50 s here, an example (CI runs it).
 @pytest.mark.examples
-def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
+@pytest.mark.parametrize("pad_token", [None, "[SEP]"], ids=["pad-token", "pad-token-ends-every-text"])
+def test_each_task_trains_from_the_cli_and_reads_back(tmp_path, pad_token):
     """A random EuroBERT with its (untied) MLM head and a WordPiece tokenizer.json: pre-trained, fine-tuned to
     accuracy 1.0 and exported to ONNX (int8), an embedding model, a reranker written as
-    EuroBertForSequenceClassification and a CRF tagger, each read back."""
+    EuroBertForSequenceClassification and a CRF tagger, each read back. With its pad token one that ends every
+    text (EuroBERT's own <|end_of_text|> is both), every task pads with negative ids, hidden by length, and a
+    trained model directory keeps the setting."""
     import json
 
     from kbert import save_hf_weights
+    from kbert.tokenizers.tokenizer_json import TokenizerJson
     from test_distilbert_mpnet import assert_every_task, wordpiece_folder
 
     folder = wordpiece_folder(tmp_path / "hf", "distilbert")
+    if pad_token:
+        (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                                  "pad_token": pad_token}))
+    pad_id = TokenizerJson(folder / "tokenizer.json").pad_id
+    assert pad_id == (-1 - 3 if pad_token else 0)  # [SEP] is 3
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     config = {**CONFIG, "vocab_size": vocab, "initializer_range": 0.02, "max_position_embeddings": 128}
     save_hf_weights(build_transformer_model(config, with_mlm=True), folder)
-    assert_every_task(folder, tmp_path, "eurobert", pad_id=0, cross_encoder="EuroBert")
+    assert_every_task(folder, tmp_path, "eurobert", pad_id=pad_id, cross_encoder="EuroBert")
 
 
 @pytest.mark.parametrize("pooling", ["late", "mean", "bos"])

@@ -155,6 +155,15 @@ class TokenizerJson:
         else:
             atomic_copy(self.path, destination)
 
+    def save_settings(self, folder: str) -> None:
+        """The `tokenizer_config.json` beside the file it was read from (its special tokens: the pad token it
+        pads with), into `folder` (atomically); nothing where it has none."""
+        from kbert.io import atomic_write_text
+
+        settings = _tokenizer_config_beside(self.path)
+        if settings:
+            atomic_write_text(os.path.join(folder, "tokenizer_config.json"), json.dumps(settings, indent=1))
+
     @property
     def vocab_size(self) -> int:
         return self._backend.get_vocab_size()

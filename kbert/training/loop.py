@@ -415,6 +415,7 @@ def _keep_vocabulary(tokenizer: "Tokenizer | SpTokenizer | TokenizerJson", vocab
     source = vocab_in_directory(vocab_path) if os.path.isdir(vocab_path) else vocab_path
     if isinstance(tokenizer, TokenizerJson):
         tokenizer.save(os.path.join(directory, TOKENIZER_JSON_FILE))
+        tokenizer.save_settings(directory)  # its pad token: the model directory's batches are padded alike
     elif isinstance(tokenizer, SpTokenizer):
         atomic_copy(source, os.path.join(directory, SENTENCEPIECE_FILE))
     elif source.endswith(".json"):
