@@ -153,3 +153,15 @@ def test_a_folder_whose_tokenizer_gives_no_token_types_feeds_segment_0(tmp_path,
         (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_input_names": names}))
     ids, segments = TokenizerJson(tmp_path / "tokenizer.json").encode("a question", "an answer")
     assert segments == [0] * 4 + [second] * 3 and len(ids) == 7
+
+
+def test_a_tokenizer_config_that_is_not_json_is_named(tmp_path):
+    """It names the pad token the batches are padded with: read once, and refused by name where unreadable."""
+    import shutil
+
+    from kbert.tokenizers.tokenizer_json import TokenizerJson
+
+    shutil.copy(minilm_dir() / "tokenizer.json", tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text("{not json")
+    with pytest.raises(KbertError, match=r"tokenizer_config.json: not JSON \("):
+        TokenizerJson(tmp_path / "tokenizer.json")

@@ -268,8 +268,9 @@ def with_rope_theta(values: Mapping[str, Any], source: str, linear: bool = False
     """`values` with transformers 5's `rope_parameters` (or the older `rope_scaling`, which transformers reads in
     its place) read into `rope_theta` (and, where the family computes `linear` scaling, its `factor` into
     `rope_factor`); any other scaled `rope_type` (yarn, dynamic, ...) is a `ConfigError`."""
-    key = "rope_scaling" if legacy_rope_scaling(values) is not None else "rope_parameters"
-    rope = legacy_rope_scaling(values) or (values.get("rope_parameters") if isinstance(values, Mapping) else None)
+    legacy = legacy_rope_scaling(values)
+    key = "rope_scaling" if legacy is not None else "rope_parameters"
+    rope = legacy or (values.get("rope_parameters") if isinstance(values, Mapping) else None)
     if rope is None:
         return values
     if not isinstance(rope, Mapping):

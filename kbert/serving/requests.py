@@ -91,9 +91,9 @@ async def parse_request(request, schema, field: str, limits, task: str, texts_of
 
 def asks_truncation(body) -> bool:
     """Whether a request asks to cut a text longer than the model takes: TEI's `"truncate": true`, Cohere's
-    `"truncate": "END"` (or `"START"`)."""
+    `"truncate": "END"` (its schema takes no other cut)."""
     value = getattr(body, "truncate", False)
-    return value is True or value in ("END", "START")
+    return value is True or value == "END"
 
 
 def token_arrays(value) -> bool:

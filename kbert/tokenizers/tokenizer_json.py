@@ -58,14 +58,15 @@ class TokenizerJson:
         # id kbert pads batches with: that one, unless the tokenizer puts it in texts too (EuroBERT's
         # <|end_of_text|>) or has none; then a negative id, which models built with its `padding` hide by
         # length, so no token of a text is taken for padding.
-        self.pad_token_id = self._configured_id("pad_token")
+        settings = _tokenizer_config_beside(self.path)  # read once: its pad token, its model's inputs
+        self.pad_token_id = self._configured_id(settings.get("pad_token"))
         if self.pad_token_id is None:
             self.pad_token_id = self._first_of("[PAD]", "<pad>")
         self.pad_id = self.pad_token_id if self.pad_token_id is not None and \
             self.pad_token_id not in self.framing_ids() else -1 - (self.pad_token_id or 0)
         self.unk_id = self._first_of("[UNK]", "<unk>")
         self.mask_id = self._first_of("[MASK]", "<mask>")
-        self.segments = _feeds_segments(os.path.join(os.path.dirname(self.path), "tokenizer_config.json"))
+        self.segments = _feeds_segments(settings)
 
     @classmethod
     def from_wordpiece(cls, path: "str | os.PathLike[str]", lower_case: bool) -> "TokenizerJson":
@@ -180,10 +181,9 @@ class TokenizerJson:
         """The ids the tokenizer adds around every text (its post-processor's: `[CLS]`, `</s>`, an end of text)."""
         return set(self._backend.encode("").ids) | set(self._backend.encode("", "").ids)
 
-    def _configured_id(self, key: str) -> Optional[int]:
-        """The id of the token `tokenizer_config.json` names under `key` (a string, or an object with its
-        `content`), None where it names none the vocabulary holds."""
-        token = _tokenizer_config_beside(self.path).get(key)
+    def _configured_id(self, token) -> Optional[int]:
+        """The id of a token as `tokenizer_config.json` names it (a string, or an object with its `content`),
+        None where it names none the vocabulary holds."""
         token = token.get("content") if isinstance(token, dict) else token
         return self._backend.token_to_id(token) if isinstance(token, str) else None
 
@@ -304,12 +304,18 @@ def _precompiled_charsmap(model) -> bytes:
 
 
 def _tokenizer_config_beside(tokenizer_json: str) -> dict:
-    """The `tokenizer_config.json` beside a `tokenizer.json`, or {} where there is none."""
+    """The `tokenizer_config.json` beside a `tokenizer.json`, or {} where there is none; one that is not JSON is a
+    `KbertError` naming it."""
+    from kbert.errors import KbertError, first_line
+
     path = os.path.join(os.path.dirname(tokenizer_json), "tokenizer_config.json")
     if not os.path.isfile(path):
         return {}
-    with open(path, encoding="utf-8") as handle:
-        config = json.load(handle)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise KbertError(f"{path}: not JSON ({first_line(error)})") from None
     return config if isinstance(config, dict) else {}
 
 
@@ -322,13 +328,9 @@ def _lowercases(normalizer: Optional[dict]) -> bool:
     return normalizer.get("type") == "Lowercase" or bool(normalizer.get("lowercase", False))
 
 
-def _feeds_segments(config_path: str) -> bool:
+def _feeds_segments(settings: dict) -> bool:
     """Whether transformers' tokenizer of this folder gives the model `token_type_ids`: False where its
-    `tokenizer_config.json` lists `model_input_names` without them (XLM-R's, Jina's, GTE's), so a pair's second
-    text is segment 0 too, as the model was trained; True where the file or the key is absent."""
-    try:
-        with open(config_path, encoding="utf-8") as handle:
-            names = json.load(handle).get("model_input_names")
-    except (OSError, ValueError, AttributeError):
-        return True  # no readable config: the tokenizer.json's own type ids
+    `tokenizer_config.json` (`settings`) lists `model_input_names` without them (XLM-R's, Jina's, GTE's), so a
+    pair's second text is segment 0 too, as the model was trained; True where the file or the key is absent."""
+    names = settings.get("model_input_names")
     return not isinstance(names, list) or "token_type_ids" in names

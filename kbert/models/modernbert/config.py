@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, ClassVar, Mapping, Optional, Tuple
 
 from kbert.errors import ConfigError
-from kbert.models.config import ACTIVATIONS, BertConfig, check_rope_theta, with_own_keys
+from kbert.models.config import ACTIVATIONS, BertConfig, check_rope_theta, rope_parameters, with_own_keys
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 # ModernBERT's key -> kbert's (BERT's) key.
@@ -105,8 +105,8 @@ class ModernBertConfig(BertConfig):
                if key not in ("type_vocab_size", "embedding_size", "hidden_dropout_prob")}
         return {**own, "layer_types": list(self.layer_types), "embedding_dropout": self.hidden_dropout_prob,
                 "mlp_dropout": self.hidden_dropout_prob,
-                "rope_parameters": {GLOBAL: {"rope_type": "default", "rope_theta": self.global_rope_theta},
-                                    LOCAL: {"rope_type": "default", "rope_theta": self.local_rope_theta}}}
+                "rope_parameters": {GLOBAL: rope_parameters(self.global_rope_theta, None),
+                                    LOCAL: rope_parameters(self.local_rope_theta, None)}}
 
 
 def _rope_thetas(values: Mapping[str, Any], source: str) -> dict:
