@@ -56,7 +56,7 @@ def read_texts(path: str, count: int) -> List[str]:
 def kind(model: str) -> str:
     """The folder's `model_type`: `SentenceTransformer` (also where none is named), `SparseEncoder` or
     `MultiVectorEncoder`."""
-    from kbert.checkpoints.sentence_transformers import model_type
+    from kbert.embeddings.folders import model_type
 
     return model_type(model) or "SentenceTransformer"
 
@@ -70,7 +70,7 @@ def _load(engine: str, model: str, dtype: str, runtime: str = "keras"):
     int8), or a `SentenceTransformer` on the CPU."""
     if engine == "kbert":
         from kbert.serving.export import onnx_embedder
-        from kbert.tasks.embedding import Embedder
+        from kbert.embeddings.embedder import Embedder
         from kbert.training.precision import precision_policy
 
         with precision_policy(None, dtype):

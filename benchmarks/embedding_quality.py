@@ -67,13 +67,13 @@ def kbert(*arguments: str) -> float:
 def raw_embedder(backbone: str, maxlen: int):
     """The pre-trained backbone, mean-pooled and normalised, untrained for embeddings."""
     from kbert.builder import build_transformer_model
-    from kbert.checkpoints.sentence_transformers import pipeline
-    from kbert.tasks.embedding import Embedder, embedding_model
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.kinds import DenseOutput, embedding_model
     from kbert.tokenizers import load_tokenizer
 
     bert = build_transformer_model(os.path.join(backbone, "bert_config.json"), backbone)
     tokenizer = load_tokenizer(os.path.join(backbone, "vocab.txt"))
-    modules = pipeline("mean", int(bert.outputs[0].shape[-1]), normalize=True)  # mean-pooled, then normalised
+    modules = DenseOutput("mean").modules(int(bert.outputs[0].shape[-1]), normalize=True)  # pooled, normalised
     return Embedder(embedding_model(bert, "mean", modules), tokenizer, maxlen, True, backbone, bert, "mean")
 
 
@@ -130,7 +130,7 @@ def main() -> int:
                                     "--train", files["corpus"], "--epochs", str(args.pretrain_epochs),
                                     "--maxlen", str(args.maxlen), "--batch-size", "64", "--out", backbone)
     results = {"raw (mean-pooled backbone)": scores(raw_embedder(backbone, args.maxlen), train, test)}
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     for loss in LOSSES:
         out = os.path.join(args.work, f"embed-{loss}")

@@ -22,7 +22,7 @@ def measure(model: str, quantize: str) -> dict:
     """One model's export, in this process (`--child`): its memory readings and seconds."""
     from benchmarks.memory import peak_rss_mib, rss_mib
     from kbert.serving.export import onnx_embedder
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(model)
     loaded = rss_mib()

@@ -51,8 +51,10 @@ def main(argv=None) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     from kbert import build_transformer_model, save_hf_weights
-    from kbert.checkpoints.sentence_transformers import MultiVectorSpec, QueryExpansion, SpladeSpec, write_modules
-    from kbert.checkpoints.st_modules import Dense
+    from kbert.embeddings.folders import write_modules
+    from kbert.embeddings.multi_vector import MultiVectorOutput, QueryExpansion
+    from kbert.embeddings.sparse import SparseOutput
+    from kbert.embeddings.modules import Dense
     from kbert.models.config import bundled_config_path
 
     os.makedirs(args.out)
@@ -79,12 +81,12 @@ def main(argv=None) -> int:
                    "model_input_names": ["input_ids", "attention_mask"]}, handle)
     width = config.get("hidden_size", config.get("dim"))
     if args.sparse:
-        write_modules(args.out, SpladeSpec(), config["vocab_size"], [], False, 512)
+        write_modules(args.out, SparseOutput(), config["vocab_size"], [], False, 512)
     elif args.multi_vector:
         import numpy as np
 
         projection = np.random.default_rng(0).normal(0, width ** -0.5, (width, 128)).astype("float32")
-        spec = MultiVectorSpec(document_length=180, expansion=QueryExpansion("fixed", 32),
+        spec = MultiVectorOutput(document_length=180, expansion=QueryExpansion("fixed", 32),
                                skiplist_words=tuple(string.punctuation))
         write_modules(args.out, spec, width, [Dense([projection])], True, 512)
     else:

@@ -42,7 +42,7 @@ def bm25(tokenizer, corpus: Dict[str, str], queries: Dict[str, str], judged, k1:
     the sum, over the distinct terms of the query, of the term's idf times its saturated count in the document."""
     from scipy import sparse
 
-    from kbert.tasks.ranking_metrics import RANK_DEPTH, ranking_scores
+    from kbert.embeddings.ranking_metrics import RANK_DEPTH, ranking_scores
 
     documents = [ids for ids, _ in tokenizer.ids_and_offsets(list(corpus.values()))]
     rows = np.repeat(np.arange(len(documents)), [len(ids) for ids in documents])
@@ -84,8 +84,8 @@ def main() -> int:
                                     os.path.join(SHARED, "vocab", "chinese_vocab.txt"), "--train", files["corpus"],
                                     "--epochs", str(args.pretrain_epochs), "--maxlen", str(args.maxlen),
                                     "--batch-size", "64", "--out", backbone)
-    from kbert.tasks.embedding import Embedder
-    from kbert.tasks.embedding_evaluation import retrieval
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.evaluation import retrieval
 
     corpus, queries, judged = retrieval_set(test)
     models: Dict[str, Embedder] = {}

@@ -6,8 +6,8 @@ built.
 
 The package is laid out in wings, each importing only the wings before it:
 `errors`, `io`, `tokenizers` <- `layers` <- `models` <- `checkpoints` <-
-`builder` <- `analysis`, `generation` <- `training` <- `tasks` <- `compat` (bert4keras's
-module layout) <- `cli`
+`builder` <- `analysis`, `generation` <- `training` <- `embeddings` <- `tasks` <- `serving` <-
+`compat` (bert4keras's module layout) <- `cli`
 (`tests/test_layout.py` keeps it so).
 
 Example:
@@ -58,7 +58,7 @@ _EXPORTS = {
     "extend_with_piecewise_linear_lr": "kbert.training.schedules",
     "TrainingOptions": "kbert.training.options",
     "train": "kbert.tasks",
-    "Embedder": "kbert.tasks.embedding",
+    "Embedder": "kbert.embeddings.embedder",
     "pretrain": "kbert.tasks",
     "adversarial_training": "kbert.training.adversarial",
     "gradient_penalty": "kbert.training.adversarial",

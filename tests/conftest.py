@@ -184,7 +184,7 @@ def xlm_roberta_embedder_folder(folder: pathlib.Path, texts) -> pathlib.Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     from kbert import build_transformer_model, save_hf_weights
-    from kbert.checkpoints.sentence_transformers import write_modules
+    from kbert.embeddings.folders import write_modules
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -174,7 +174,7 @@ def test_training_step_benchmark_runs_against_transformers():
 
 @pytest.mark.examples
 def test_random_folder_writes_a_sentence_transformers_folder_kbert_embeds_with(tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     result = subprocess.run([sys.executable, "-m", "benchmarks.random_folder", "--config", "bert_tiny", "--out",
                              str(tmp_path / "tiny")], capture_output=True, text=True, cwd=REPO, timeout=900)

@@ -28,7 +28,7 @@ def test_a_head_whose_file_is_missing_or_crafted_is_refused(dense_folder, tmp_pa
     import shutil
 
     from kbert.errors import CheckpointError, KbertError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     with pytest.raises(CheckpointError, match=r"sparse_linear.pt: missing; --head sparse reads bge-m3's "
                                               r"sparse_linear.pt \(this folder's extra heads: none\)"):
@@ -77,7 +77,7 @@ def test_bge_m3s_sparse_and_colbert_heads_are_flagembeddings(m3_folder, tmp_path
     transformers = pytest.importorskip("transformers", reason="pip install '.[parity]'")
 
     from kbert.errors import KbertError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder, sparse_linear, colbert_linear = m3_folder
     model = transformers.XLMRobertaModel.from_pretrained(str(folder)).eval()
@@ -133,8 +133,8 @@ def test_bge_m3s_heads_run_in_onnxruntime(m3_folder, tmp_path):
     vectors."""
     import onnxruntime
 
-    from kbert.checkpoints.bge_m3 import lexical_terms
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.bge_m3 import lexical_terms
+    from kbert.embeddings.embedder import Embedder
 
     folder = m3_folder[0]
     sparse = Embedder.load(folder, head="sparse")
@@ -180,8 +180,8 @@ def test_kbert_evaluate_scores_each_head_of_bge_m3(dense_folder, tmp_path, capsy
     torch = pytest.importorskip("torch", reason="pip install '.[parity]' (with CPU torch) for the parity tests")
     import shutil
 
-    from kbert.tasks.embedding import Embedder
-    from kbert.tasks.multi_vector import maxsim
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.multi_vector import maxsim
 
     folder = tmp_path / "bge-m3"
     shutil.copytree(dense_folder, folder)

@@ -412,3 +412,37 @@ def test_predict_with_the_weights_in_bfloat16(trained_model):
         probabilities[dtype] = np.array([json.loads(line)["probability"] for line in result.stdout.splitlines()])
     difference = np.abs(probabilities["bfloat16"] - probabilities["float32"])
     assert len(difference) == 100 and 0 < difference.max() < 0.05, difference.max()
+
+
+def test_each_tasks_options_come_from_the_task_table_and_reach_its_training_options():
+    """`kbert train` and `kbert pretrain` add each task's options from `kbert.tasks.arguments` (none is written
+    in a CLI module), each naming its tasks, and every value given reaches its `TrainingOptions` field."""
+    import argparse
+    import dataclasses
+    from kbert.cli.main import build_parser
+    from kbert.cli.train import _task_values
+    from kbert.tasks import TASKS
+    from kbert.tasks.arguments import TASK_OPTIONS
+    from kbert.training.options import TrainingOptions
+
+    fields = {field.name for field in dataclasses.fields(TrainingOptions)}
+    assert {option.field for option in TASK_OPTIONS} <= fields
+    assert {task for option in TASK_OPTIONS for task in option.tasks} <= set(TASKS)
+    parser = build_parser()
+    [commands] = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    train_help = " ".join(commands.choices["train"].format_help().split())
+    for option in TASK_OPTIONS:
+        command = "pretrain" if option.tasks == ("mlm",) else "train"
+        flags = {flag for action in commands.choices[command]._actions for flag in action.option_strings}
+        assert option.flag in flags, (command, option.flag)
+        if command == "train":
+            assert option.described.split(":")[0] in train_help
+    args = parser.parse_args(["train", "--config", "c", "--vocab", "v", "--train", "t", "--out", "o", "--task",
+                              "rerank", "--group-size", "8", "--temperature", "0.5", "--inference-free"])
+    values = _task_values(args, "rerank", "sparse")
+    assert (values["group_size"], values["temperature"], values["inference_free"]) == (8, 0.5, True)
+    pretrain = parser.parse_args(["pretrain", "--config", "c", "--vocab", "v", "--train", "t", "--out", "o",
+                                  "--pack", "documents"])
+    defaults = TrainingOptions.for_pretraining()
+    assert _task_values(pretrain, "mlm") == {"whole_word": defaults.whole_word, "mask_rate": defaults.mask_rate,
+                                             "pack": "documents"}

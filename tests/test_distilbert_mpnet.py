@@ -177,7 +177,7 @@ def get_family(model_type):
 
 
 def embedder_folder(folder, model_type):
-    from kbert.checkpoints.sentence_transformers import write_modules
+    from kbert.embeddings.folders import write_modules
 
     wordpiece_folder(folder, model_type)
     write_modules(str(folder), "mean", H, [], True, 32)
@@ -187,7 +187,7 @@ def embedder_folder(folder, model_type):
 @pytest.mark.parametrize("model_type", ["mpnet", "distilbert"])
 def test_an_embedder_on_each_backbone_pads_with_its_own_padding_id(tmp_path, model_type):
     """Texts of several lengths in one batch give the vectors each gives alone (MPNet pads with <pad>, id 1)."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(embedder_folder(tmp_path / model_type, model_type))
     assert embedder.backbone.family == model_type
@@ -270,7 +270,7 @@ def test_same_outputs_as_transformers_both_ways_and_sharded(tmp_path, layout):
 def test_an_embedder_on_each_backbone_matches_sentence_transformers_both_ways(tmp_path, model_type):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
                                                 "(with torch) for the parity tests")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = embedder_folder(tmp_path / model_type, model_type)
     reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
@@ -346,7 +346,7 @@ def assert_every_task(backbone, tmp_path, family, pad_id, cross_encoder=None, ep
     from women) and exported to ONNX (int8), an embedding model, a reranker (where `cross_encoder`, the stem of
     its Hugging Face class, says the family has one) and a tagger with a CRF: each written and read back by kbert."""
     from kbert.tasks.classification import load_classifier
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from kbert.tasks.ner import load_tagger
     from kbert.tasks.reranking import Reranker
 
@@ -409,7 +409,7 @@ def test_a_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(
 def test_kbert_serve_embeds_with_mpnet_and_reranks_with_distilbert(tmp_path):
     """The server's routes on the new backbones give what kbert gives offline."""
     pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from kbert.tasks.reranking import Reranker
     from test_serve import post, running_server
 

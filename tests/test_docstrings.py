@@ -34,7 +34,7 @@ def test_the_public_classes_and_functions_have_examples():
     # The modules whose public API users call first carry runnable examples.
     for name in ("kbert", "kbert.builder.backbone", "kbert.builder.heads", "kbert.models.config",
                  "kbert.models.heads", "kbert.tokenizers.wordpiece", "kbert.tokenizers.sentence_piece",
-                 "kbert.checkpoints.google", "kbert.checkpoints.st_modules",
+                 "kbert.checkpoints.google", "kbert.embeddings.modules",
                  "kbert.checkpoints.hf", "kbert.layers.embeddings", "kbert.layers.attention",
                  "kbert.layers.feed_forward", "kbert.layers.heads", "kbert.analysis.summary",
                  "kbert.analysis.keras2", "kbert.tokenizers.vocab", "kbert.training.batches",

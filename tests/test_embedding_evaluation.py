@@ -9,7 +9,7 @@ import pytest
 from conftest import minilm_dir, write
 from kbert.cli.main import main
 from kbert.errors import DataError
-from kbert.tasks.ranking_metrics import ranking_scores
+from kbert.embeddings.ranking_metrics import ranking_scores
 from kbert.training.metrics import spearman
 
 SENTENCES = ["A man is eating food.", "A man is riding a horse.", "A woman is playing violin.",
@@ -57,8 +57,8 @@ def test_retrieval_puts_the_models_query_and_document_prompts_before_each():
     those of the texts written with them), which ranks otherwise than without them."""
     import dataclasses
 
-    from kbert.tasks.embedding import Embedder
-    from kbert.tasks.embedding_evaluation import retrieval
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.evaluation import retrieval
 
     embedder = Embedder.load(minilm_dir())
     prompted = dataclasses.replace(embedder, prompts={"query": "query: ", "passage": "passage: "})
@@ -92,8 +92,8 @@ def test_sts_classification_and_clustering_from_the_command(tmp_path, capsys):
 
 def test_macro_f1_averages_over_the_labels_the_test_set_or_the_predictions_hold(tmp_path, capsys):
     """Before the fix, a training label absent from both counted as an F1 of 0 (scikit-learn's 1.0 read 0.667)."""
-    from kbert.tasks.embedding import Embedder
-    from kbert.tasks.embedding_evaluation import classification
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.evaluation import classification
 
     train = ["The chef is cooking pasta.", "He ate a sandwich.", "Fresh bread from the bakery.",
              "She plays the violin.", "The band played a loud song.", "A pianist gave a concert.",
@@ -124,7 +124,7 @@ def test_fewer_distinct_texts_than_labels_are_refused_for_clustering(tmp_path, c
 @pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl"])
 def test_a_beir_id_given_twice_is_named(beir, tmp_path, name):
     """Before the fix, the last row of a repeated _id was kept silently."""
-    from kbert.tasks.embedding_evaluation import read_beir
+    from kbert.embeddings.evaluation import read_beir
 
     for file in ("corpus.jsonl", "queries.jsonl"):
         write(tmp_path, file, (beir / file).read_text(encoding="utf-8"))
@@ -141,7 +141,7 @@ def test_a_beir_id_given_twice_is_named(beir, tmp_path, name):
     ("query-id\tcorpus-id\tscore\nq0\td0\thigh\n", "line 2: expected query-id<TAB>corpus-id<TAB>score"),
 ])
 def test_a_bad_beir_folder_is_named(beir, tmp_path, qrels, message):
-    from kbert.tasks.embedding_evaluation import read_beir
+    from kbert.embeddings.evaluation import read_beir
 
     for name in ("corpus.jsonl", "queries.jsonl"):
         write(tmp_path, name, (beir / name).read_text(encoding="utf-8"))
@@ -164,7 +164,7 @@ def test_beir_rows_that_would_score_nothing_or_break_the_reader_are_named(beir, 
     """Before the fix: an empty judged query was embedded and scored without a word of it (nDCG 0.85 -> 0.71); a
     title that is not a string was a TypeError, a deeply nested line a RecursionError, a score of 5,000 digits a
     ValueError."""
-    from kbert.tasks.embedding_evaluation import read_beir
+    from kbert.embeddings.evaluation import read_beir
 
     (tmp_path / "qrels").mkdir()
     for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
@@ -181,7 +181,7 @@ def test_beir_rows_that_would_score_nothing_or_break_the_reader_are_named(beir, 
 
 
 def test_a_beir_file_with_a_byte_order_mark_is_read(beir, tmp_path):
-    from kbert.tasks.embedding_evaluation import read_beir
+    from kbert.embeddings.evaluation import read_beir
 
     (tmp_path / "qrels").mkdir()
     for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):

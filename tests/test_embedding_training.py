@@ -83,7 +83,7 @@ def test_view_layers_contract(tmp_path):
     ("sentence1,sentence2,score\n好,很好,1\n", ("好", "很好"), 1.0, "text=sentence1"),
 ])
 def test_each_layout_is_read_by_its_columns(tmp_path, text, texts, score, layout):
-    from kbert.tasks.embedding import read_text_groups
+    from kbert.training.text_groups import read_text_groups
 
     groups, report = read_text_groups(str(write(tmp_path, "data.tsv", text)))
     assert (groups[0].texts, groups[0].score) == (texts, score)
@@ -101,7 +101,7 @@ def test_each_layout_is_read_by_its_columns(tmp_path, text, texts, score, layout
     ("text\ttext_b\tscore\n好\t很好\t-inf\n", "line 2: the score '-inf' is not a finite number"),
 ])
 def test_bad_rows_are_named_by_line(tmp_path, text, message):
-    from kbert.tasks.embedding import read_text_groups
+    from kbert.training.text_groups import read_text_groups
 
     with pytest.raises(DataError, match=message):
         read_text_groups(str(write(tmp_path, "data.tsv", text)))
@@ -141,7 +141,7 @@ def train_embed(data_files, tmp_path, name, *flags, valid=True):
 @pytest.mark.parametrize("name, loss", [("pairs.tsv", "in_batch"), ("triplets.tsv", "in_batch"),
                                         ("single.txt", "simcse"), ("scored.tsv", "cosent")])
 def test_each_loss_trains_a_model_that_loads_as_a_sentence_transformer(data_files, tmp_path, name, loss):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     # SimCSE is validated on pairs (recall@1 of a text and its other half): one text a line would score 1.0 always
     out, state = train_embed(data_files, tmp_path, name, "--epochs", "3", "--lr", "5e-4",
@@ -197,7 +197,7 @@ def test_a_loss_the_data_cannot_feed_is_refused(data_files, tmp_path, capsys):
 @pytest.mark.parity
 def test_a_trained_model_matches_sentence_transformers(data_files, tmp_path):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="a test extra with torch")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     out, _ = train_embed(data_files, tmp_path, "pairs.tsv", "--epochs", "1", "--pooling", "cls", valid=False)
     texts = ["房间很大", "服务很好，下次还来"]

@@ -69,7 +69,7 @@ def test_a_row_that_keeps_no_token_pools_as_sentence_transformers_pools_it():
 def test_a_text_its_left_out_prompt_leaves_nothing_of_is_refused_by_name(tmp_path):
     """A row the prompt fills (a tokenizer that ends no text with a token of its own, cut at maxlen): its vector
     would not depend on the text."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(prompt_left_out_folder(tmp_path))
     rows = [([101, 5, 6, 7], [0] * 4), ([101, 5, 6], [0] * 3)]
@@ -114,18 +114,18 @@ def test_an_unknown_pooling_mode_is_refused(mode):
 
 @pytest.fixture(scope="module")
 def minilm():
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     return Embedder.load(minilm_dir())
 
 
 def test_all_minilm_is_read_as_its_modules_declare():
-    from kbert.checkpoints.sentence_transformers import read_sentence_transformer
+    from kbert.embeddings.folders import read_sentence_transformer
 
-    from kbert.checkpoints.st_modules import Normalize, Pooling
+    from kbert.embeddings.modules import Normalize, Pooling
 
     spec = read_sentence_transformer(minilm_dir())
-    assert (spec.pooling, spec.normalize, spec.max_seq_length) == ("mean", True, 256)
+    assert (str(spec.output), spec.output.name, spec.normalize, spec.max_seq_length) == ("mean", "dense", True, 256)
     assert spec.modules == [Pooling("mean", True, 384), Normalize()]
 
 
@@ -160,7 +160,7 @@ def test_a_folder_with_one_vocabulary_file_and_old_module_names_reads_the_same(m
     for module in modules:  # as sentence-transformers 2 wrote them
         module["type"] = old_names[module["type"].rsplit(".", 1)[-1]]
     (folder / "modules.json").write_text(json.dumps(modules))
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     np.testing.assert_allclose(Embedder.load(folder).encode(SENTENCES), minilm.encode(SENTENCES), atol=1e-6)
 
@@ -201,7 +201,7 @@ def test_threads_tokenizing_at_once_each_get_their_own_cut(minilm):
     (lambda folder: (folder / "modules.json").write_text("[{]"), r"modules.json: not JSON"),
 ])
 def test_a_folder_kbert_cannot_read_is_named(change, message, tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = tmp_path / "minilm"
     shutil.copytree(minilm_dir(), folder)
@@ -286,7 +286,7 @@ def test_ranges_saved_in_the_folder_go_with_the_model(minilm, tmp_path, capsys):
     from starlette.testclient import TestClient
 
     from kbert.serving import ServerLimits, create_app
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from kbert.tasks.predictors import PredictionSettings, embedding_predictor
 
     texts, ranges = calibrated(tmp_path, capsys)
@@ -362,7 +362,7 @@ def test_a_sentence_transformers_6_3_folder_is_cut_at_its_tokenizers_model_max_l
                                                 "(with torch) for the parity tests")
     from sentence_transformers import models
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     transformer = models.Transformer(str(minilm_dir()), max_seq_length=8)
     model = sentence_transformers.SentenceTransformer(modules=[transformer, models.Pooling(384), models.Normalize()],
@@ -407,7 +407,7 @@ def test_models_of_each_pooling_mode_match_sentence_transformers(mode, tmp_path)
     import torch
     from sentence_transformers import models
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     torch.manual_seed(0)
     transformer = models.Transformer(str(minilm_dir()), max_seq_length=64)
@@ -432,7 +432,7 @@ def test_models_of_each_pooling_mode_match_sentence_transformers(mode, tmp_path)
 
 
 def test_a_saved_embedder_is_a_sentence_transformers_folder_kbert_reads_back(minilm, tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = pathlib.Path(minilm.save(tmp_path / "saved"))
     assert {"modules.json", "1_Pooling", "config.json", "model.safetensors", "vocab.txt",
@@ -450,7 +450,7 @@ def test_sentence_transformers_loads_what_kbert_saves(minilm, tmp_path):
     import torch
     from sentence_transformers import models
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     torch.manual_seed(1)
     transformer = models.Transformer(str(minilm_dir()), max_seq_length=128)
@@ -475,7 +475,7 @@ def test_modules_are_computed_and_saved_in_the_folders_order(tmp_path):
     import torch
     from sentence_transformers import models
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     torch.manual_seed(3)
     modules = [models.Transformer(str(minilm_dir()), max_seq_length=64), models.Pooling(384, pooling_mode="mean"),
@@ -502,7 +502,7 @@ def test_prompts_go_before_the_texts_as_sentence_transformers_puts_them(tmp_path
     prompt, a named one and a prompt's text match sentence-transformers' `encode`; kbert writes them back."""
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
                                                 "(with torch) for the parity tests")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     theirs = sentence_transformers.SentenceTransformer(str(minilm_dir()), device="cpu", prompts=PROMPTS,
                                                        default_prompt_name="query")
@@ -522,7 +522,7 @@ def test_the_default_prompt_a_named_one_and_kbert_embeds_options(minilm, tmp_pat
     it is asked for (the default, a name, `--prompt-name`, `--prompt`), and a saved model keeps its prompts."""
     import dataclasses
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     prompted = dataclasses.replace(minilm, prompts=PROMPTS, default_prompt_name="query")
     as_written = {name: minilm.encode([text + s for s in SENTENCES]) for name, text in PROMPTS.items()}
@@ -573,7 +573,7 @@ def prompt_left_out_folder(tmp_path, mode="mean"):
 def test_a_pooling_that_leaves_the_prompt_out_pools_the_texts_own_tokens(minilm, tmp_path, capsys):
     """Independent of the Embedder's graph: the backbone's states of each prompted text, mean-pooled in NumPy
     from the first token after the prompt ([CLS] and "query :" left out), normalised; by the CLI alike."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = prompt_left_out_folder(tmp_path)
     embedder = Embedder.load(folder)
@@ -606,7 +606,7 @@ def test_a_pooling_that_leaves_the_prompt_out_runs_on_its_onnx_export(tmp_path, 
     do its LiteRT file and `kbert embed --runtime onnxruntime`, and `--quantize int8` within the export's check."""
     onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export: pip install 'kbert[onnx]'")
     pytest.importorskip("tf2onnx", reason="ONNX export: pip install 'kbert[onnx]'")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from kbert.tokenizers import pad_batch
     from kbert.tokenizers.long_texts import encode_within
 
@@ -650,7 +650,7 @@ def test_a_servers_batch_of_texts_with_prompts_of_two_lengths_pools_each_as_its_
 
     from kbert.serving import Batcher
     from kbert.serving.embeddings import EmbeddingService
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(prompt_left_out_folder(tmp_path))
     embedder = dataclasses.replace(embedder, prompts={**PROMPTS, "long": "Represent this sentence for searching: "})
@@ -685,7 +685,7 @@ def test_a_pooling_that_leaves_the_prompt_out_matches_sentence_transformers(mode
                                                 "(with torch) for the parity tests")
     from sentence_transformers import models
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     transformer = models.Transformer(str(minilm_dir()), max_seq_length=64)
     pooling = models.Pooling(384, pooling_mode=tuple(mode.split("+")), include_prompt=False)
@@ -706,7 +706,7 @@ def test_a_pooling_that_leaves_the_prompt_out_matches_sentence_transformers(mode
 def test_an_xlm_r_embedder_pads_with_its_own_padding_id(tmp_path):
     """Texts of several lengths in one batch give the vectors each gives alone: the batch is padded with
     <pad> (id 1), which the model hides, not with <s> (id 0), a real token to RoBERTa."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES))
     assert embedder.backbone.family == "hf_roberta" and embedder.tokenizer.pad_id == 1
@@ -721,7 +721,7 @@ def test_an_xlm_r_embedder_pads_with_its_own_padding_id(tmp_path):
 def test_an_xlm_r_embedder_matches_sentence_transformers_both_ways(tmp_path):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
                                                 "(with torch) for the parity tests")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES)
     reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
@@ -734,7 +734,7 @@ def test_an_xlm_r_embedder_matches_sentence_transformers_both_ways(tmp_path):
 
 def test_kbert_embed_holds_the_weights_in_bfloat16_when_asked(minilm, tmp_path, capsys):
     """`--dtype bfloat16`: half the memory for the weights; each vector's cosine with float32's ≥ 0.999."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from kbert.training.precision import precision_policy
 
     texts = tmp_path / "texts.txt"

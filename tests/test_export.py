@@ -312,9 +312,9 @@ def test_an_embedding_model_in_onnx_keeps_its_pooling_projection_and_normalisati
     id 1): the ONNX file's vectors are Embedder.encode's. The export runs in a process of its own, as a user runs
     it: tf2onnx's conversions keep memory a long-lived test worker would carry on. (The real all-MiniLM-L6-v2
     goes through ONNX in the `kbert embed --quantize int8` test below.)"""
-    from kbert.checkpoints.sentence_transformers import write_modules
-    from kbert.checkpoints.st_modules import Dense
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.folders import write_modules
+    from kbert.embeddings.modules import Dense
+    from kbert.embeddings.embedder import Embedder
     from kbert.tokenizers import pad_batch
 
     folder = xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES)
@@ -378,7 +378,7 @@ def test_kbert_embed_in_int8_through_onnxruntime_stays_close_to_kerass_vectors(t
     """`kbert embed --quantize int8`: the vectors of the model's export with int8 weights in onnxruntime (the file
     `kbert serve --quantize int8` serves), close to Keras's float32 ones (in a process of its own, as a user runs
     it); beside a precision other than float32 it is refused."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")

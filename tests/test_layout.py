@@ -29,10 +29,11 @@ WINGS = {
     "builder": 5,
     "analysis": 6, "generation": 6,
     "training": 7,
-    "tasks": 8,
-    "serving": 9,
-    "compat": 10,
-    "cli": 11,
+    "embeddings": 8,
+    "tasks": 9,
+    "serving": 10,
+    "compat": 11,
+    "cli": 12,
 }
 ENTRY_POINTS = {"kbert", "kbert.__main__"}
 _REGISTRY_STRING = re.compile(r"kbert(?:\.\w+)+(?::\w+)?")
@@ -145,3 +146,46 @@ def test_setup_cfg_lists_every_package():
     listed = set(config["options"]["packages"].split())
     on_disk = {".".join(path.parent.relative_to(REPO).parts) for path in PACKAGE.rglob("__init__.py")}
     assert on_disk | {"kbert.configs"} == listed, sorted(on_disk ^ (listed - {"kbert.configs"}))
+
+
+#: The longest a module of kbert/ may be: past it, a module holds more than one concern (docs/layout.md).
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_the_cap():
+    long = {str(path.relative_to(REPO)): lines for path in PACKAGE.rglob("*.py")
+            if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+# The output kinds' classes, and the modules that define them: only there may code tell the kinds apart by class.
+KIND_CLASSES = ("OutputKind", "DenseOutput", "SparseOutput", "LexicalOutput", "MultiVectorOutput")
+KIND_MODULES = {"kbert.embeddings.kinds", "kbert.embeddings.sparse", "kbert.embeddings.bge_m3",
+                "kbert.embeddings.multi_vector"}
+
+
+def kind_tests_in(path: pathlib.Path) -> list:
+    """The lines of `path` that test a value's class against an output kind (`isinstance(x, SparseOutput)`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+            names = {leaf.id if isinstance(leaf, ast.Name) else getattr(leaf, "attr", None)
+                     for leaf in ast.walk(node.args[1])}
+            if names & set(KIND_CLASSES):
+                found.append(node.lineno)
+    return found
+
+
+def test_only_the_kinds_tell_the_kinds_apart():
+    """What a dense, sparse or multi-vector model does differently is its kind's method, not an `isinstance`
+    elsewhere (kbert.embeddings.kinds)."""
+    tests = {name: lines for name, path in all_modules().items()
+             if name not in KIND_MODULES and (lines := kind_tests_in(path))}
+    assert not tests, f"isinstance on an output kind outside the kinds: {tests}"
+
+
+def test_the_kind_check_finds_an_isinstance(tmp_path):
+    path = tmp_path / "example.py"
+    path.write_text("def f(output):\n    return isinstance(output, (SparseOutput, str))\n")
+    assert kind_tests_in(path) == [2]

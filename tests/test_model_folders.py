@@ -18,7 +18,7 @@ MODULES = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.mo
 
 @pytest.fixture(scope="module")
 def minilm():
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     return Embedder.load(minilm_dir())
 
@@ -43,7 +43,7 @@ def linked_minilm(folder):
 @pytest.mark.parametrize("path", ["../elsewhere", "/abs/elsewhere", "1_Pooling/../../elsewhere", ".."])
 def test_a_module_path_out_of_the_folder_is_refused(path, tmp_path):
     """Before the fix, `../elsewhere` or an absolute path loaded another folder's module without a word."""
-    from kbert.checkpoints.sentence_transformers import read_sentence_transformer
+    from kbert.embeddings.folders import read_sentence_transformer
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -57,14 +57,14 @@ def test_a_module_path_out_of_the_folder_is_refused(path, tmp_path):
 
 
 def test_a_module_path_inside_the_folder_still_reads(tmp_path):
-    from kbert.checkpoints.sentence_transformers import read_sentence_transformer
+    from kbert.embeddings.folders import read_sentence_transformer
 
     folder = linked_minilm(tmp_path / "model")
     modules = json.loads((folder / "modules.json").read_text())
     modules[1]["path"] = "./1_Pooling/"
     (folder / "modules.json").write_text(json.dumps(modules))
     spec = read_sentence_transformer(folder)
-    assert spec.pooling == "mean" and spec.transformer == str(folder)
+    assert str(spec.output) == "mean" and spec.transformer == str(folder)
 
 
 # --- malformed settings are named, not tracebacks ------------------------------------------------------
@@ -84,7 +84,7 @@ def test_a_module_path_inside_the_folder_still_reads(tmp_path):
 ])
 def test_malformed_settings_are_named(file, content, message, tmp_path):
     """Each was an AttributeError or TypeError traceback before the fix."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = linked_minilm(tmp_path / "model")
     (folder / file).write_text(json.dumps(content))
@@ -129,7 +129,8 @@ def dense_folder(tmp_path, minilm, activation):
     """all-MiniLM-L6-v2 with a Dense projection of `activation` (a Keras name, None: none), saved by kbert."""
     import keras
 
-    from kbert.tasks.embedding import Embedder, embedding_model
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.kinds import embedding_model
 
     keras.utils.set_random_seed(0)
     model = embedding_model(minilm.backbone, "mean")
@@ -144,7 +145,7 @@ def dense_folder(tmp_path, minilm, activation):
 def test_a_dense_is_saved_with_the_activation_torch_names(activation, written, minilm, tmp_path):
     """Before the fix, a Dense without activation (Keras's "linear") was written as
     torch.nn.modules.activation.Identity, which is not where torch keeps Identity."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder, folder = dense_folder(tmp_path, minilm, activation)
     config = json.loads((tmp_path / f"dense-{activation}" / "2_Dense" / "config.json").read_text())
@@ -154,7 +155,7 @@ def test_a_dense_is_saved_with_the_activation_torch_names(activation, written, m
 
 
 def test_a_dense_whose_weights_do_not_match_its_config_is_named(minilm, tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     _, folder = dense_folder(tmp_path, minilm, "tanh")
     rewrite_tensor(tmp_path / "dense-tanh" / "2_Dense" / "model.safetensors", "linear.weight",
@@ -169,7 +170,7 @@ def test_a_dense_whose_weights_do_not_match_its_config_is_named(minilm, tmp_path
 def test_do_lower_case_lowers_the_text_even_with_a_tokenizer_json_and_is_saved(minilm, tmp_path):
     """sentence-transformers lower-cases the text itself when its config says do_lower_case, whatever the
     tokenizer does: a cased tokenizer.json must not undo it (before the fix: cosine 0.187 where it gives 1.0)."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = linked_minilm(tmp_path / "model")
     tokenizer = json.loads((folder / "tokenizer.json").read_text())
@@ -214,7 +215,7 @@ def test_max_seq_length_beyond_the_position_table_is_cut_to_it(max_seq_length, t
     """Before the fix, max_seq_length 512 on a table of 64 positions failed inside PositionEmbedding.call() on
     a long text (and `kbert serve` said max_input_length 512)."""
     from conftest import xlm_roberta_embedder_folder
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = tmp_path / "xlmr"
     folder.mkdir()
@@ -233,7 +234,7 @@ def test_max_seq_length_beyond_the_position_table_is_cut_to_it(max_seq_length, t
 
 def test_a_tokenizer_with_ids_beyond_the_models_vocabulary_is_named(tmp_path):
     """Before the fix, a text holding such a token failed with TensorFlow's InvalidArgumentError traceback."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = linked_minilm(tmp_path / "model")
     tokenizer = json.loads((folder / "tokenizer.json").read_text())
@@ -333,7 +334,7 @@ TEXTS = ["HELLO World", "A man is eating food.", "abc abd"]
 def test_sentence_transformers_reads_kbert_dense_and_lower_casing_as_kbert_does(minilm, tmp_path):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]' (with "
                                                 "CPU torch) for the parity tests")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder, folder = dense_folder(tmp_path, minilm, None)
     theirs = sentence_transformers.SentenceTransformer(folder, device="cpu").encode(TEXTS)
@@ -372,7 +373,7 @@ def test_vectors_that_overflow_are_refused_by_kbert_embed_and_the_server(minilm,
     from starlette.testclient import TestClient
 
     from kbert.serving import ServerLimits, create_app
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from kbert.tasks.predictors import PredictionSettings, embedding_predictor
 
     _, folder = dense_folder(tmp_path, minilm, None)

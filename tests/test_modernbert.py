@@ -204,7 +204,7 @@ def modernbert_folder(folder):
 
 
 def modernbert_embedder_folder(folder):
-    from kbert.checkpoints.sentence_transformers import write_modules
+    from kbert.embeddings.folders import write_modules
 
     modernbert_folder(folder)
     write_modules(str(folder), "mean", H, [], True, 64)
@@ -212,7 +212,7 @@ def modernbert_embedder_folder(folder):
 
 
 def test_a_modernbert_embedder_gives_each_text_the_vector_it_gets_alone(tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(modernbert_embedder_folder(tmp_path / "modernbert"))
     assert embedder.backbone.family == "modernbert" and embedder.tokenizer.pad_id == 0
@@ -225,7 +225,7 @@ def test_a_modernbert_embedder_gives_each_text_the_vector_it_gets_alone(tmp_path
 def test_a_modernbert_embedder_matches_sentence_transformers_both_ways(tmp_path):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers "
                                                 "(with torch) for the parity tests")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = modernbert_embedder_folder(tmp_path / "modernbert")
     reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)

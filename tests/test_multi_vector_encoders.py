@@ -45,7 +45,7 @@ def test_hidden_ids_look_up_their_token_and_are_masked(tmp_path):
 
 
 def test_maxsim_is_the_sum_of_each_query_vectors_best_dot_product():
-    from kbert.tasks.multi_vector import MaxSimIndex, maxsim
+    from kbert.embeddings.multi_vector import MaxSimIndex, maxsim
 
     rng = np.random.default_rng(0)
     documents = [rng.normal(size=(length, 8)).astype("float32") for length in (5, 1, 0, 9)]
@@ -61,16 +61,17 @@ def multi_vector_embedder(**settings):
     """A ColBERT embedder on a random 2-layer BERT with MiniLM's vocabulary and tokenizer: 16-value token vectors,
     normalised, queries expanded to 16 tokens, the document punctuation skipped (PyLate's defaults, smaller)."""
     from kbert import build_transformer_model
-    from kbert.checkpoints.sentence_transformers import MultiVectorSpec, QueryExpansion
+    from kbert.embeddings.multi_vector import MultiVectorOutput, QueryExpansion
     from kbert.layers import L2Normalize
-    from kbert.tasks.embedding import Embedder, embedding_model
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.kinds import embedding_model
     from kbert.tokenizers.tokenizer_json import folder_tokenizer
 
     keras.utils.set_random_seed(5)
     config = {"model_type": "bert", "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
               "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64}
     bert = build_transformer_model(config)
-    spec = MultiVectorSpec(**{"expansion": QueryExpansion("fixed", 16),
+    spec = MultiVectorOutput(**{"expansion": QueryExpansion("fixed", 16),
                               "skiplist_words": tuple(string.punctuation), **settings})
     tokens = embedding_model(bert, spec)  # its own inputs: hidden expansion is a graph traced anew
     vectors = keras.layers.Dense(16, use_bias=False, name="Embedding-Dense-0")(tokens.outputs[0])
@@ -87,7 +88,7 @@ def colbert_folder(tmp_path_factory):
 
 
 def test_a_multi_vector_folder_reads_back_in_sentence_transformers_6s_layout(colbert_folder):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     modules = json.loads((colbert_folder / "modules.json").read_text())
     assert [module["type"].rsplit(".", 1)[-1] for module in modules] == ["Transformer", "Dense", "MultiVectorMask",
@@ -97,7 +98,7 @@ def test_a_multi_vector_folder_reads_back_in_sentence_transformers_6s_layout(col
     settings = json.loads((colbert_folder / "sentence_bert_config.json").read_text())
     assert settings["query_expansion"] == {"strategy": "fixed", "length": 16, "attend": False, "token": None}
     embedder = Embedder.load(colbert_folder)
-    assert embedder.multi_vector and embedder.pooling == multi_vector_embedder().pooling
+    assert embedder.output.name == "multi-vector" and embedder.output == multi_vector_embedder().output
     np.testing.assert_allclose(embedder.encode_multi_vector(TEXTS, "query")[2],
                                multi_vector_embedder().encode_multi_vector(TEXTS, "query")[2], atol=1e-6)
 
@@ -105,8 +106,8 @@ def test_a_multi_vector_folder_reads_back_in_sentence_transformers_6s_layout(col
 def test_an_expanded_querys_own_tokens_do_not_attend_to_its_expansion(colbert_folder):
     """The real tokens' vectors of an expanded query are those of the text alone; each [MASK] gives a vector of its
     own. Attended expansion (attend true) changes the real tokens' vectors."""
-    from kbert.checkpoints.sentence_transformers import QueryExpansion
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.multi_vector import QueryExpansion
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(colbert_folder)
     texts = ["drums", "a crowd watches the gorilla play the drums"]  # no punctuation to skip
@@ -122,7 +123,7 @@ def test_an_expanded_querys_own_tokens_do_not_attend_to_its_expansion(colbert_fo
 
 
 def test_documents_leave_their_punctuation_out(colbert_folder):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(colbert_folder)
     document = embedder.encode_multi_vector(["drums, loud!"], "document")[0]
@@ -165,14 +166,14 @@ def rewrite(folder, tmp_path, path, change):
 def test_a_multi_vector_folder_kbert_does_not_compute_is_refused_by_name(colbert_folder, tmp_path, path, change,
                                                                         message):
     from kbert.errors import CheckpointError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     with pytest.raises(CheckpointError, match=message):
         Embedder.load(rewrite(colbert_folder, tmp_path, path, change))
 
 
 def test_kbert_embed_writes_each_texts_token_vectors(colbert_folder, tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     texts = write(tmp_path, "texts.txt", "\n".join(TEXTS) + "\n")
     embedder = Embedder.load(colbert_folder)
@@ -200,7 +201,7 @@ def test_kbert_embed_runs_a_multi_vector_encoder_on_its_onnx_export(colbert_fold
     """The queries' hidden expansion ids (-1 - id) go through the ONNX graph as through Keras's."""
     pytest.importorskip("tf2onnx", reason="ONNX export: pip install 'kbert[onnx]'")
     pytest.importorskip("onnxruntime", reason="ONNX export: pip install 'kbert[onnx]'")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     texts = write(tmp_path, "texts.txt", "\n".join(TEXTS) + "\n")
     expected = Embedder.load(colbert_folder).encode_multi_vector(TEXTS, "query")
@@ -218,7 +219,7 @@ def test_kbert_embed_runs_a_multi_vector_encoder_on_its_onnx_export(colbert_fold
 
 def test_the_server_answers_embed_all_by_role_and_refuses_one_vector_routes(colbert_folder):
     pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from test_serve import post, running_server
 
     embedder = Embedder.load(colbert_folder)
@@ -250,8 +251,8 @@ def test_the_server_answers_embed_all_by_role_and_refuses_one_vector_routes(colb
 
 
 def test_kbert_evaluate_ranks_by_maxsim(colbert_folder, tmp_path, capsys):
-    from kbert.tasks.embedding import Embedder
-    from kbert.tasks.multi_vector import maxsim
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.multi_vector import maxsim
 
     corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods."]
     result, queries = evaluated_on_prefixes(colbert_folder, tmp_path, capsys, corpus, 12)
@@ -330,12 +331,12 @@ def test_a_stanford_colbert_checkpoint_is_read_as_its_pylate_twin(tmp_path, caps
     settings: the same markers, expansion, cut and skiplist, the same vectors (through `kbert embed` too, and `kbert evaluate` reads it); a folder
     with vocab.txt alone gives them too; `mask_punctuation` false keeps a
     document's punctuation, and a folder without `artifact.metadata` takes ColBERT's defaults (queries of 32)."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     stanford = Embedder.load(stanford_folder(tmp_path / "stanford"))
     pylate = Embedder.load(tmp_path / "stanford-pylate")
     assert stanford.prompts == {"query": "[unused0] ", "document": "[unused1] "}
-    assert stanford.pooling == pylate.pooling
+    assert stanford.output == pylate.output
     for role in ("query", "document"):
         for mine, twin in zip(stanford.encode_multi_vector(TEXTS, role), pylate.encode_multi_vector(TEXTS, role)):
             np.testing.assert_allclose(mine, twin, atol=1e-6, err_msg=role)
@@ -354,7 +355,7 @@ def test_a_stanford_colbert_checkpoint_is_read_as_its_pylate_twin(tmp_path, caps
                           pylate.encode_multi_vector(TEXTS, "query")):
         np.testing.assert_allclose(mine, twin, atol=1e-6)
     (tmp_path / "stanford" / "artifact.metadata").unlink()
-    assert Embedder.load(tmp_path / "stanford").pooling.expansion.length == 32
+    assert Embedder.load(tmp_path / "stanford").output.expansion.length == 32
     back = Embedder.load(stanford.save(tmp_path / "back"))
     for mine, again in zip(stanford.encode_multi_vector(TEXTS, "query"), back.encode_multi_vector(TEXTS, "query")):
         np.testing.assert_allclose(again, mine, atol=1e-6)
@@ -366,7 +367,7 @@ def test_a_damaged_stanford_colbert_checkpoint_is_refused_naming_the_file(tmp_pa
     from safetensors.numpy import load_file, save_file
 
     from kbert.errors import CheckpointError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = stanford_folder(tmp_path / "stanford", query_token_id=1)
     with pytest.raises(CheckpointError, match=r"artifact.metadata: query_token_id 1: expected the marker token"):
@@ -385,11 +386,11 @@ def test_a_pylate_folder_is_read_with_its_markers_expansion_and_skiplist(tmp_pat
     12 tokens, cuts a document at 20, leaves a document's punctuation out, normalises each token's vector: so
     does kbert, and writes it back as a sentence-transformers 6 folder that reads back alike. A folder saved before
     sentence-transformers wrote a model_type is known by PyLate's settings."""
-    from kbert.checkpoints.sentence_transformers import QueryExpansion
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.multi_vector import QueryExpansion
+    from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(pylate_folder(tmp_path / "pylate"))
-    spec = embedder.pooling
+    spec = embedder.output
     assert (spec.expansion, spec.document_length, spec.skiplist_tasks) == (QueryExpansion("fixed", 12), 20,
                                                                           ("document",))
     assert embedder.prompts == {"query": "[unused0]", "document": "[unused1]"}
@@ -482,14 +483,14 @@ def test_a_query_length_past_the_models_positions_is_refused_before_training(tmp
 
 
 def test_kbert_train_colbert_ranks_by_maxsim_and_writes_a_multi_vector_encoder(tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     state = train_colbert(tmp_path, colbert_training_rows(tmp_path), "--epochs", "3")
     assert (state["loss"], state["pooling"], state["query_length"]) == ("maxsim", "multi-vector", 12)
     first, *_, last = state["history"]
     assert last["loss"] < first["loss"] and last["val_score"] >= first["val_score"], state["history"]
     embedder = Embedder.load(tmp_path / "colbert")
-    assert embedder.multi_vector and embedder.pooling.expansion.length == 12
+    assert embedder.output.name == "multi-vector" and embedder.output.expansion.length == 12
     query, document = embedder.encode_multi_vector(["房间很大"], "query")[0], \
         embedder.encode_multi_vector(["房间很大，很干净。"], "document")[0]
     assert query.shape == (12, 128) and document.shape[1] == 128
@@ -576,7 +577,7 @@ def test_sentence_transformers_multi_vector_encoders_both_ways(family, expansion
     from sentence_transformers.base.modules import Dense, Normalize, Transformer
     from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     random_backbone(torch, transformers, family).save_pretrained(tmp_path / "encoder")
     transformers.AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(tmp_path / "encoder")
@@ -608,7 +609,7 @@ def test_a_pylate_folder_is_encoded_as_sentence_transformers_6_encodes_it(attend
     mask and normalisation added): kbert's query and document vectors are its, and kbert's saved folder reads back in
     it alike."""
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = pylate_folder(tmp_path / "pylate", attend_to_expansion_tokens=attend)
     theirs = sentence_transformers.MultiVectorEncoder(str(folder), device="cpu")
@@ -635,7 +636,7 @@ def test_a_stanford_colbert_checkpoint_is_encoded_as_sentence_transformers_6_enc
     from tokenizer.json, or converted from vocab.txt) as a MultiVectorEncoder: kbert's query and document vectors
     are its."""
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = stanford_folder(tmp_path / "stanford", **metadata)
     if not tokenizer:

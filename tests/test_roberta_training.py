@@ -76,7 +76,8 @@ def test_a_contrastive_batch_gives_each_text_the_vector_it_has_alone(xlmr):
     import keras
 
     from kbert import build_transformer_model
-    from kbert.tasks.embedding import Embedder, EmbeddingTask
+    from kbert.embeddings.embedder import Embedder
+    from kbert.tasks.embedding import EmbeddingTask
     from kbert.tokenizers.tokenizer_json import TokenizerJson
     from kbert.training.options import TrainingOptions
 
@@ -96,7 +97,7 @@ def test_a_contrastive_batch_gives_each_text_the_vector_it_has_alone(xlmr):
 
 @pytest.mark.parity
 def test_an_xlm_r_embedding_model_trains_and_is_a_sentence_transformers_folder(xlmr, tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     pairs = "".join(f"{man}\t{woman}\n" for man, woman in zip(MEN, WOMEN)) * 2
     assert train(xlmr, tmp_path, pairs, "--task", "embed", "--epochs", "2", "--batch-size", "4") == 0

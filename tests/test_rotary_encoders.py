@@ -28,7 +28,7 @@ CONFIGS = {
     "gte": {**BASE, "model_type": "gte", "pad_token_id": 1, "type_vocab_size": 0},  # gte-base-en-v1.5: no segments
     "gte_segments": {**BASE, "model_type": "gte", "pad_token_id": 0, "type_vocab_size": 1},
     "nomic": {**BASE, "model_type": "nomic_bert", "pad_token_id": 0},
-    # transformers' linear scaling (what GTE v1.5's fixed NTK scaling is, `kbert.models.gte.family.from_new_keys`)
+    # transformers' linear scaling (what GTE v1.5's fixed NTK scaling is, `kbert.models.gte.config.from_new_keys`)
     "gte_linear": {**BASE, "model_type": "gte", "pad_token_id": 1, "type_vocab_size": 0,
                    "rope_parameters": {"rope_type": "linear", "rope_theta": 20000.0, "factor": 1.7}},
 }
@@ -329,8 +329,8 @@ def test_a_cross_encoder_scores_as_transformers_and_sentence_transformers(tmp_pa
 def test_an_embedder_with_prompts_matches_sentence_transformers_both_ways(tmp_path, key, stem):
     """nomic-embed-text's way: mean pooling, normalised, `search_query: ` / `search_document: ` prompts by name."""
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
-    from kbert.checkpoints.sentence_transformers import write_modules
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.folders import write_modules
+    from kbert.embeddings.embedder import Embedder
     from test_distilbert_mpnet import SENTENCES
 
     folder = transformers_folder(tmp_path, key, f"{stem}Model")
@@ -492,7 +492,7 @@ def as_sentence_transformer(folder, words: str) -> None:
     of `words` (ids from 10), XLM-R's special tokens."""
     import json
 
-    from kbert.checkpoints.sentence_transformers import write_modules
+    from kbert.embeddings.folders import write_modules
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
     vocabulary = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{word: 10 + i for i, word in enumerate(words.split())}}

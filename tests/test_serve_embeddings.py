@@ -49,7 +49,7 @@ def test_a_refused_batch_call_is_answered_with_its_status(name, status, message,
 
 @pytest.fixture(scope="module")
 def embedder():
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     return Embedder.load(minilm_dir())
 
@@ -162,7 +162,7 @@ def test_tei_embed_normalizes_and_truncates_on_request(server, embedder):
 
 
 def test_cohere_embed_gives_each_type_with_the_servers_calibration(server, embedder, ranges):
-    from kbert.tasks.embedding_precision import load_ranges, quantized
+    from kbert.embeddings.precision import load_ranges, quantized
 
     types = ["float", "int8", "uint8", "binary", "ubinary"]
     status, answer = call(server, "/v1/embed", {"texts": SENTENCES, "model": "m", "embedding_types": types})
@@ -187,7 +187,7 @@ def test_cohere_embed_gives_each_type_with_the_servers_calibration(server, embed
 def test_openai_embedding_type_gives_the_quantized_values_as_numbers_or_bytes(server, embedder, ranges):
     """kbert's `embedding_type` on OpenAI's route: Cohere's precisions, as integers with `float` and one byte each
     with `base64`; int8 and uint8 by the server's calibration, binary of shortened vectors too."""
-    from kbert.tasks.embedding_precision import load_ranges, quantized
+    from kbert.embeddings.precision import load_ranges, quantized
 
     vectors = embedder.encode(SENTENCES)
     for kind, dtype in (("int8", np.int8), ("uint8", np.uint8), ("binary", np.int8), ("ubinary", np.uint8)):

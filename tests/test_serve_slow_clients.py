@@ -97,7 +97,7 @@ def test_client():
     from starlette.testclient import TestClient
 
     from kbert.serving import ServerLimits, create_app
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from kbert.tasks.predictors import PredictionSettings, embedding_predictor
 
     embedder = Embedder.load(minilm_dir())

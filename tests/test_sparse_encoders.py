@@ -88,7 +88,7 @@ def test_term_weights_layer_contract(tmp_path):
 
 
 def test_sparse_terms_keeps_the_largest_in_ascending_ids():
-    from kbert.tasks.embedding import sparse_terms
+    from kbert.embeddings.sparse import sparse_terms
 
     indices, values = sparse_terms(np.array([0.0, 0.3, 0.0, 0.9, 0.1, 0.5], np.float32), top_k=3)
     assert indices.tolist() == [1, 3, 5] and values.tolist() == pytest.approx([0.3, 0.9, 0.5])
@@ -100,8 +100,9 @@ def test_sparse_terms_keeps_the_largest_in_ascending_ids():
 def sparse_embedder(pooling=("max", "relu")):
     """A SPLADE embedder on a random 2-layer BERT with MiniLM's vocabulary and tokenizer."""
     from kbert import build_transformer_model
-    from kbert.checkpoints.sentence_transformers import SpladeSpec
-    from kbert.tasks.embedding import Embedder, embedding_model
+    from kbert.embeddings.sparse import SparseOutput
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.kinds import embedding_model
     from kbert.tokenizers.tokenizer_json import folder_tokenizer
 
     keras.utils.set_random_seed(3)
@@ -109,7 +110,7 @@ def sparse_embedder(pooling=("max", "relu")):
               "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,
               "initializer_range": 0.5}
     bert = build_transformer_model(config, with_mlm="linear")
-    spec = SpladeSpec(*pooling)
+    spec = SparseOutput(*pooling)
     return Embedder(embedding_model(bert, spec), folder_tokenizer(str(minilm_dir())), 64, False, "", bert, spec)
 
 
@@ -128,14 +129,14 @@ def alone(embedder, text, pooling=("max", "relu")):
 
 
 def test_a_sparse_folder_reads_back_and_gives_each_texts_weights(sparse_folder):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     modules = json.loads((sparse_folder / "modules.json").read_text())
     assert [module["type"].rsplit(".", 1)[-1] for module in modules] == ["MLMTransformer", "SpladePooling"]
     assert json.loads((sparse_folder / "config_sentence_transformers.json").read_text())["model_type"] == \
         "SparseEncoder"
     embedder = Embedder.load(sparse_folder)
-    assert embedder.sparse and embedder.dimensions == 30522
+    assert embedder.output.name == "sparse" and embedder.dimensions == 30522
     terms = embedder.encode_sparse(TEXTS, batch_size=3)  # padded batches of unlike lengths
     for text, (indices, values) in zip(TEXTS, terms):
         expected = alone(embedder, text)
@@ -147,7 +148,7 @@ def test_a_sparse_folder_reads_back_and_gives_each_texts_weights(sparse_folder):
 
 @pytest.mark.parametrize("strategy, activation", POOLINGS[1:])
 def test_each_pooling_and_activation_is_written_and_read(strategy, activation, tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     sparse_embedder((strategy, activation)).save(tmp_path / "splade")
     assert json.loads((tmp_path / "splade" / "1_SpladePooling" / "config.json").read_text()) == {
@@ -178,7 +179,7 @@ def test_a_pipeline_kbert_does_not_compute_is_refused_by_name(sparse_folder, tmp
     import shutil
 
     from kbert.errors import CheckpointError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = tmp_path / "changed"
     shutil.copytree(sparse_folder, folder)
@@ -191,7 +192,7 @@ def test_a_splade_config_of_unknown_options_is_named(sparse_folder, tmp_path):
     import shutil
 
     from kbert.errors import CheckpointError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = tmp_path / "changed"
     shutil.copytree(sparse_folder, folder)
@@ -201,7 +202,7 @@ def test_a_splade_config_of_unknown_options_is_named(sparse_folder, tmp_path):
 
 
 def test_kbert_embed_writes_indices_and_values_and_refuses_dense_options(sparse_folder, tmp_path):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
@@ -222,7 +223,7 @@ def test_kbert_embed_writes_indices_and_values_and_refuses_dense_options(sparse_
 
 def test_the_server_answers_embed_sparse_and_refuses_dense_routes(sparse_folder):
     pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from test_serve import post, running_server
 
     expected = Embedder.load(sparse_folder).encode_sparse(TEXTS)
@@ -252,7 +253,7 @@ def test_the_server_answers_embed_sparse_and_refuses_dense_routes(sparse_folder)
 
 def router_embedder():
     """`sparse_embedder`'s SPLADE for documents, and for queries a random weight table (a third of it 0)."""
-    from kbert.tasks.inference_free import StaticQuery
+    from kbert.embeddings.inference_free import StaticQuery
 
     embedder = sparse_embedder()
     weights = np.random.default_rng(5).random(30522).astype(np.float32) * 3
@@ -284,7 +285,7 @@ def table_terms(folder, text):
 
 
 def test_an_inference_free_folder_is_a_router_and_reads_queries_from_its_table(router_folder):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     assert [module["type"] for module in json.loads((router_folder / "modules.json").read_text())] == [
         "sentence_transformers.base.modules.router.Router"]
@@ -293,7 +294,7 @@ def test_an_inference_free_folder_is_a_router_and_reads_queries_from_its_table(r
                                    "document": ["document_0_MLMTransformer", "document_1_SpladePooling"]}
     assert router["parameters"]["default_route"] == "document"
     embedder = Embedder.load(router_folder)
-    assert embedder.static_query is not None and embedder.sparse
+    assert embedder.static_query is not None and embedder.output.name == "sparse"
     queries = ["what does a man eat?", "drums drums drums", "a baby"]
     for text, (indices, values) in zip(queries, embedder.encode_sparse(queries, role="query")):
         expected_ids, expected_values = table_terms(router_folder, text)
@@ -309,7 +310,7 @@ def test_an_inference_free_folder_is_a_router_and_reads_queries_from_its_table(r
 
 def test_kbert_embed_and_the_server_take_the_role_of_an_inference_free_encoder(router_folder, tmp_path):
     pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from test_serve import post, running_server
 
     texts = tmp_path / "texts.txt"
@@ -352,7 +353,7 @@ def test_a_router_kbert_does_not_compute_is_refused_by_name(router_folder, tmp_p
     import shutil
 
     from kbert.errors import CheckpointError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = tmp_path / "changed"
     shutil.copytree(router_folder, folder)
@@ -369,7 +370,7 @@ def test_a_weight_table_of_another_vocabulary_is_refused_naming_the_file(router_
     from safetensors.numpy import save_file
 
     from kbert.errors import CheckpointError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     folder = tmp_path / "changed"
     shutil.copytree(router_folder, folder)
@@ -409,7 +410,7 @@ def test_sentence_transformers_sparse_encoders_both_ways(family, strategy, activ
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="pip install '.[parity]'")
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     random_masked_lm(torch, transformers, family).save_pretrained(tmp_path / "mlm")
     transformers.AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(tmp_path / "mlm")
@@ -438,7 +439,7 @@ def test_sentence_transformers_inference_free_routers_both_ways(tmp_path):
     from sentence_transformers.base.modules import Router, Transformer
     from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding, SpladePooling
 
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     random_masked_lm(torch, transformers, "bert").save_pretrained(tmp_path / "mlm")
     transformers.AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(tmp_path / "mlm")
@@ -496,7 +497,7 @@ def test_the_flops_regularizer_is_numpys_and_warms_up_quadratically():
 
 def test_kbert_train_sparse_regularizes_towards_fewer_terms_and_writes_a_sparse_encoder(tmp_path):
     from kbert.cli.main import main
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     rows = [line.split("\t")[0] for line in
             shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:96]]
@@ -516,7 +517,7 @@ def test_kbert_train_sparse_regularizes_towards_fewer_terms_and_writes_a_sparse_
     assert 0 <= last["val_score"] <= 1
     embedder = Embedder.load(out)
     indices, values = embedder.encode_sparse(["房间很大"])[0]
-    assert embedder.sparse and 0 < indices.size < embedder.dimensions and (values > 0).all()
+    assert embedder.output.name == "sparse" and 0 < indices.size < embedder.dimensions and (values > 0).all()
 
 
 @pytest.mark.examples
@@ -525,7 +526,7 @@ def test_kbert_train_sparse_inference_free_reads_queries_by_inverse_document_fre
     training documents (checked against NumPy); the directory is a Router folder whose queries are read by the
     table, and kbert reads it back alike."""
     from kbert.cli.main import main
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     rows = [line.split("\t")[0] for line in
             shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:64]]
@@ -561,7 +562,7 @@ def test_kbert_train_sparse_inference_free_learns_its_query_table_at_its_own_rat
     move by more than the model's rate allows (Adam moves a weight by about its rate a step, at most), so the table
     learnt at its own; the special tokens stay 0; the folder's table is not frozen."""
     from kbert.cli.main import main
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     rows = [line.split("\t")[0] for line in
             shared_path("data", "sentiment", "sentiment.train.data").read_text(encoding="utf-8").splitlines()[:64]]
@@ -622,8 +623,8 @@ def test_the_query_tables_options_are_refused_where_they_mean_nothing(tmp_path, 
 # --- evaluation: exact retrieval through an inverted index -------------------------------------------------------
 
 def test_the_inverted_index_scores_are_the_dense_dot_products():
-    from kbert.tasks.embedding import sparse_terms
-    from kbert.tasks.embedding_evaluation import SparseIndex
+    from kbert.embeddings.sparse import sparse_terms
+    from kbert.embeddings.sparse import SparseIndex
 
     rng = np.random.default_rng(4)
     dense = np.where(rng.random((30, 50)) < 0.1, rng.random((30, 50)), 0).astype("float32")
@@ -635,7 +636,7 @@ def test_the_inverted_index_scores_are_the_dense_dot_products():
 
 
 def test_kbert_evaluate_ranks_a_sparse_encoders_documents_by_dot_product(sparse_folder, tmp_path, capsys):
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods."]
     result, queries = evaluated_on_prefixes(sparse_folder, tmp_path, capsys, corpus, 20)
@@ -647,7 +648,7 @@ def test_kbert_evaluate_ranks_a_sparse_encoders_documents_by_dot_product(sparse_
 
 def test_kbert_evaluate_fuses_a_dense_and_a_sparse_ranking_by_reciprocal_ranks(sparse_folder, tmp_path, capsys):
     """Hybrid search: each model's own scores, and the ranking fused by 1 / (60 + rank) counted here."""
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     corpus = TEXTS + ["A woman is playing violin.", "Two men pushed carts through the woods.", "A man plays drums."]
     result, queries = evaluated_on_prefixes(minilm_dir(), tmp_path, capsys, corpus, 14, "--fuse", str(sparse_folder))
@@ -679,7 +680,7 @@ def test_a_router_folder_missing_or_malformed_is_named(router_folder, tmp_path, 
     import shutil
 
     from kbert.errors import CheckpointError
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
 
     copy = tmp_path / "copy"
     shutil.copytree(router_folder, copy)

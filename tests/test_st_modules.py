@@ -1,4 +1,4 @@
-"""Sentence-transformers' module types (`kbert.checkpoints.st_modules`): each reads what it writes, adds its layer,
+"""Sentence-transformers' module types (`kbert.embeddings.modules`): each reads what it writes, adds its layer,
 and a folder's modules make a pipeline in their order. Parity with sentence-transformers itself is in
 test_embeddings.py, test_sparse_encoders.py and test_multi_vector_encoders.py."""
 
@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from kbert.checkpoints import st_modules
-from kbert.checkpoints.sentence_transformers import read_sentence_transformer, write_pipeline
+from kbert.embeddings import modules as st_modules
+from kbert.embeddings.folders import read_sentence_transformer, write_pipeline
+from kbert.embeddings.kinds import DenseOutput
 from kbert.errors import CheckpointError
 
 RNG = np.random.default_rng(0)
@@ -19,7 +20,7 @@ MODULES = {
     "mlm-transformer": st_modules.MLMTransformer("", {"max_seq_length": 12, "do_lower_case": False}),
     "pooling": st_modules.Pooling("mean", True, 6),
     "pooling-in-its-own-order": st_modules.Pooling("weightedmean+cls", False, 6),
-    "splade-pooling": st_modules.SpladePooling(st_modules.SpladeSpec("sum", "log1p_relu"), 30),
+    "splade-pooling": st_modules.SpladePooling("sum", "log1p_relu", 30),
     "dense": st_modules.Dense(WEIGHTS, "tanh"),
     "dense-of-each-token": st_modules.Dense(WEIGHTS[:1], None, st_modules.TOKENS),
     "normalize": st_modules.Normalize(),
@@ -89,9 +90,9 @@ def test_modules_add_their_layers_in_order():
 
 def test_a_folder_is_read_as_its_pipeline_in_order(tmp_path):
     modules = [MODULES["transformer"], MODULES["pooling"], MODULES["normalize"], MODULES["dense"]]
-    write_pipeline(str(tmp_path), modules, {"query": "query: "}, "query")
+    write_pipeline(str(tmp_path), modules, DenseOutput("mean"), {"query": "query: "}, "query")
     spec = read_sentence_transformer(tmp_path)
-    assert (spec.transformer, spec.pooling, spec.max_seq_length, spec.do_lower_case) == (str(tmp_path), "mean", 12,
+    assert (spec.transformer, str(spec.output), spec.max_seq_length, spec.do_lower_case) == (str(tmp_path), "mean", 12,
                                                                                        True)
     assert [type(module) for module in spec.modules] == [st_modules.Pooling, st_modules.Normalize, st_modules.Dense]
     assert (spec.prompts, spec.default_prompt_name, spec.normalize) == ({"query": "query: "}, "query", True)
@@ -112,7 +113,7 @@ def test_a_folder_is_read_as_its_pipeline_in_order(tmp_path):
     (["transformer", "pooling", "normalize", "normalize"], "Normalize more than once; kbert computes one"),
 ])
 def test_a_pipeline_kbert_does_not_compute_is_refused_naming_the_file(modules, message, tmp_path):
-    write_pipeline(str(tmp_path), [MODULES[name] for name in modules])
+    write_pipeline(str(tmp_path), [MODULES[name] for name in modules], DenseOutput("mean"))
     with pytest.raises(CheckpointError, match=f"modules.json: {message}"):
         read_sentence_transformer(tmp_path)
 
@@ -125,7 +126,7 @@ def test_a_pipeline_kbert_does_not_compute_is_refused_naming_the_file(modules, m
 ])
 def test_settings_of_the_wrong_type_are_named_not_tracebacks(tmp_path, file, change, message):
     """Before the fix: a list as default_prompt_name, an object as pooling_mode were TypeErrors (unhashable)."""
-    write_pipeline(str(tmp_path), [MODULES["transformer"], MODULES["pooling"]])
+    write_pipeline(str(tmp_path), [MODULES["transformer"], MODULES["pooling"]], DenseOutput("mean"))
     path = tmp_path / file
     path.write_text(json.dumps(change(json.loads(path.read_text()) if path.exists() else {})))
     with pytest.raises(CheckpointError, match=message):

@@ -14,7 +14,7 @@ import pytest
 from kbert import CheckpointError, ConfigError, KbertError, build_transformer_model, load_hf_weights, save_hf_weights
 from kbert.layers import Embedding, FeedForward, RotarySelfAttention, TaskLoRADense
 from kbert.layers.task_lora import task_graph
-from kbert.tasks.embedding import Embedder
+from kbert.embeddings.embedder import Embedder
 from test_rotary_encoders import CONFIGS, H, TASKS, as_sentence_transformer, jina_hub_folder
 
 LORA = {"tasks": 3, "rank": 2, "scale": 0.5}
@@ -152,17 +152,17 @@ def test_each_task_from_one_set_of_weights_is_that_task_merged(jina):
     """`Embedder.load(adapter=["all"])`: each task's vectors (`for_task`) equal those of the model with that task
     merged at load, prompt included; every task's model shares the one set of weights."""
     embedder = Embedder.load(jina, adapter=["all"])
-    assert list(embedder.task_models) == TASKS and embedder.task == TASKS[0]
+    assert list(embedder.adapter_models) == TASKS and embedder.adapter == TASKS[0]
     for task in TASKS:
         one = Embedder.load(jina, adapter=task)
-        np.testing.assert_allclose(embedder.for_task(task).encode(TEXTS), one.encode(TEXTS), atol=1e-5)
-    query = embedder.for_task("retrieval.query")
+        np.testing.assert_allclose(embedder.for_adapter(task).encode(TEXTS), one.encode(TEXTS), atol=1e-5)
+    query = embedder.for_adapter("retrieval.query")
     assert query.prompt_text() == "query : " and query.encode(TEXTS).shape == (4, H)
     assert np.abs(query.encode(TEXTS) - query.encode(TEXTS, prompt="")).max() > 1e-3  # the prompt counts
     # a task without a prompt of its name takes the folder's default (none), not the first task's prompt
     trimmed = dataclasses.replace(embedder, prompts={"retrieval.query": "query : "})
-    assert trimmed.prompt_text() == "query : " and trimmed.for_task("separation").prompt_text() == ""
-    weights = {id(variable) for task in TASKS for variable in embedder.for_task(task).model.weights}
+    assert trimmed.prompt_text() == "query : " and trimmed.for_adapter("separation").prompt_text() == ""
+    weights = {id(variable) for task in TASKS for variable in embedder.for_adapter(task).model.weights}
     assert len(weights) == len(embedder.model.weights)
 
 
@@ -170,7 +170,7 @@ def test_what_several_tasks_cannot_do_is_refused_by_name(jina, tmp_path):
     embedder = Embedder.load(jina, adapter=["retrieval.query", "separation"])
     with pytest.raises(KbertError, match="task 'retrieval.passage': .* loaded with the task adapters "
                                          "retrieval.query, separation; name one of them"):
-        embedder.for_task("retrieval.passage")
+        embedder.for_adapter("retrieval.passage")
     with pytest.raises(CheckpointError, match="no task adapter 'retrieval'; this file's are retrieval.query"):
         Embedder.load(jina, adapter=["retrieval.query", "retrieval"])
     with pytest.raises(KbertError, match="expected task names, each once, or 'all' alone"):
@@ -244,7 +244,7 @@ def test_evaluate_takes_each_works_adapter(jina):
     """Loaded with several adapters, retrieval ranks queries embedded by `retrieval.query` against documents
     embedded by `retrieval.passage` (each with its prompt), as Jina's model card pairs them; a model without
     tasks, or with one, ranks as it is."""
-    from kbert.tasks.embedding_evaluation import rankings
+    from kbert.embeddings.evaluation import rankings
 
     texts = {"document": ["a b c", "d e", "c c d", "e a", "b"], "query": ["a b", "d", "c e"]}
     ranked, _ = rankings(Embedder.load(jina, adapter=["all"]), texts)

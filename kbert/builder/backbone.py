@@ -124,7 +124,7 @@ def build_transformer_model(
             feed-forward kernel (`kbert.layers.task_lora`), as Jina-v3's files
             hold them (`load_hf_weights` reads them all); the model computes
             the base weights, and one task's when its layers are called with
-            `task=` (`kbert.tasks.embedding.Embedder.for_task`). Jina-v3 only.
+            `task=` (`kbert.embeddings.embedder.Embedder.for_adapter`). Jina-v3 only.
         padding: which token positions the model hides from attention and
             pooling. None: those of the config's `pad_token_id` (bert4keras's:
             id 0). An id: that one, the id batches are padded with (a

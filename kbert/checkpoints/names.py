@@ -139,61 +139,15 @@ def known_names(fmt: str, num_layers: int, family=None) -> Dict[str, str]:
 
 
 def family_named_by(names) -> str:
-    """The family whose own checkpoint names appear in `names`, else BERT.
-
-    ELECTRA's `electra/…`; ALBERT's `…/transformer/group_0/…`; GPT's `gpt/…`
-    (GPT-2 with `gpt/output/LayerNorm`); GPT2-ML's `newslm/…`; T5's
-    `shared/embedding` (T5.1.1 with `decoder/logits/kernel`, mT5 with
-    `rms_norm`); RoFormer-v2: BERT's names without biases. NEZHA and RoFormer
-    use BERT's names. In Hugging Face's layout (names without the backbone's
-    prefix): ALBERT's `albert_layer_groups`, RoFormer's `embed_positions`,
-    ELECTRA's `embeddings_project` or `discriminator_predictions`, NEZHA's
-    `relative_positions_encoding`, GPT-2's `wte`, MPNet's `relative_attention_bias`, DistilBERT's `q_lin`.
+    """The family whose own checkpoint names appear in `names`, else BERT: the first family, in the registry's
+    order, that knows them as its own (`named_in`: ELECTRA's `electra/…`, ALBERT's `…/transformer/group_0/…`,
+    GPT-2's `wte`, T5's `shared/embedding`, ...). NEZHA and RoFormer use BERT's Google names.
 
     >>> family_named_by(["shared/embedding", "decoder/logits/kernel", "encoder/rms_norm/scale"])
     'mt5.1.1'
     """
     names = list(names)
-    hf = _hf_family_named_by(names)
-    if hf:
-        return hf
-    if any(name.startswith("electra/") for name in names):
-        return "electra"
-    if any("/transformer/group_0/" in name for name in names):
-        return "albert"
-    if any(name.startswith("newslm/") for name in names):
-        return "gpt2_ml"
-    if any(name.startswith("gpt/") for name in names):
-        return "gpt2" if any(name.startswith("gpt/output/LayerNorm") for name in names) else "gpt"
-    if "shared/embedding" in names:
-        if any("rms_norm" in name for name in names):
-            return "mt5.1.1"
-        return "t5.1.1" if "decoder/logits/kernel" in names else "t5.1.0"
-    if "bert/encoder/layer_0/attention/self/query/kernel" in names \
-            and "bert/encoder/layer_0/attention/self/query/bias" not in names:
-        return "roformer_v2"
-    return "bert"
-
-
-def _hf_family_named_by(names: List[str]) -> Optional[str]:
-    if "wte.weight" in names:
-        return "gpt2"
-    if "shared.weight" in names and any(name.startswith("encoder.block.") for name in names):
-        wi_0 = any(".DenseReluDense.wi_0." in name for name in names)
-        return "t5.1.1" if wi_0 else "t5.1.0"
-    if any(name.startswith("encoder.albert_layer_groups.") for name in names):
-        return "albert"
-    if "encoder.embed_positions.weight" in names:  # before ELECTRA's: RoFormer may project E to H too
-        return "roformer"
-    if "embeddings_project.weight" in names or any(name.startswith("discriminator_predictions.") for name in names):
-        return "electra"
-    if any(".relative_positions_encoding." in name for name in names):
-        return "nezha"
-    if "encoder.relative_attention_bias.weight" in names:
-        return "mpnet"
-    if any(".attention.q_lin." in name for name in names):
-        return "distilbert"
-    return None
+    return next((found for found in (get_family(name).named_in(names) for name in FAMILIES) if found), "bert")
 
 
 def block_count(names) -> int:

@@ -9,6 +9,7 @@ from typing import Optional
 from kbert.errors import ConfigError, KbertError, is_whole_number
 from kbert.models.config import BertConfig, bundled_config_names, bundled_config_path
 from kbert.models.registry import FAMILIES, resolve
+from kbert.tasks import TASKS
 
 DEFAULT_CONFIG = "bert_base_chinese.json"
 
@@ -193,3 +194,26 @@ def onnx_runtime_chosen(args: argparse.Namespace) -> bool:
         given = f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else f"--dtype {args.dtype}"
         raise KbertError(f"{what} with {given}: the ONNX file is made from the float32 model; pick one")
     return onnx
+
+
+def inference_arguments(parser, task_help: str) -> None:
+    """What `evaluate` and `predict` share: the model directory, batching, generation, precision."""
+    parser.add_argument("--model", required=True, help="model directory from kbert train")
+    parser.add_argument("--task", choices=TASKS, help=f"the model's task, {task_help}")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per step")
+    parser.add_argument("--no-bucketing", action="store_true",
+                        help="batch the texts in input order instead of by length (results are in input "
+                             "order either way)")
+    parser.add_argument("--beam-size", type=positive_int, default=1,
+                        help="seq2seq: beam search with this many beams (default: 1, greedy)")
+    parser.add_argument("--max-new-tokens", type=positive_int,
+                        help="seq2seq: the longest target (default: what --maxlen of training leaves after each source)")
+    parser.add_argument("--columns", metavar="FIELD=COLUMN,...",
+                        help="the columns (or JSON keys) of the data when their names are not known, e.g. "
+                             "text=review,label=sentiment")
+    parser.add_argument("--top-k", type=positive_int, default=5,
+                        help="a pre-trained model (kbert pretrain): the tokens given for each [MASK] of a text")
+    parser.add_argument("--model-parallel", type=positive_int, default=1, metavar="N",
+                        help="JAX: the model split over N devices as kbert train --model-parallel splits it")
+    precision_option(parser, weights=True)
+    embedding_head_argument(parser)

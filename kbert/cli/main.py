@@ -16,7 +16,7 @@ import sys
 from typing import List, Optional
 
 from kbert import __version__
-from kbert.cli import migrate, models, serve, tasks
+from kbert.cli import embed, evaluate, export, migrate, models, predict, serve, train
 from kbert.cli.arguments import HelpWithDefaults
 from kbert.errors import KbertError
 
@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, description=help, formatter_class=HelpWithDefaults)
 
     models.add_commands(command)
-    tasks.add_commands(command)
+    for module in (train, evaluate, predict, embed, export):
+        module.add_commands(command)
     serve.add_commands(command)
     migrate.add_commands(command)
     return parser

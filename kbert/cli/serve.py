@@ -101,14 +101,15 @@ def run_serve(args) -> int:
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
     embedder = predictor.embedder
-    for task in getattr(embedder, "task_models", None) or ():  # each other task's graph: its own compiled call
-        if task != embedder.task:
-            embedder.for_task(task).encode([warm_up])
+    for adapter in getattr(embedder, "adapter_models", None) or ():  # each other adapter's graph: its own call
+        if adapter != embedder.adapter:
+            embedder.for_adapter(adapter).encode([warm_up])
 
     def ready(url: str) -> None:
-        kind = predictor.embedder.kind if predictor.embedder is not None else "dense"
-        own = {"sparse": f"POST {url}/embed_sparse, ", "multi-vector": f"POST {url}/embed_all, "}.get(
-            kind, f"POST {url}/v1/embeddings, {url}/embed, ")
+        from kbert.embeddings.kinds import DenseOutput
+
+        route = predictor.embedder.output.route if predictor.embedder is not None else DenseOutput.route
+        own = f"POST {url}/v1/embeddings, {url}/embed, " if route == DenseOutput.route else f"POST {url}{route}, "
         routes = {"embed": own,
                   "rerank": f"POST {url}/rerank, {url}/v1/rerank, "}.get(predictor.task, "POST ")
         runtime = f" through onnxruntime ({args.quantize or 'float32'})" if onnx else ""
@@ -140,7 +141,7 @@ def _onnx_predictor(model_dir: str, task: str, settings, quantize: "str | None",
     model, which it then replaces."""
     from kbert.serving.export import onnx_classifier, onnx_embedder
     from kbert.tasks.classification import load_classifier
-    from kbert.tasks.embedding import Embedder
+    from kbert.embeddings.embedder import Embedder
     from kbert.tasks.predictors import classifier_predictor, embedding_predictor
 
     if task == "embed":

@@ -5,7 +5,7 @@ A layer built with `task_lora={"tasks": n, "rank": r, "scale": s}` holds, beside
 `[n, rows, r]` and `task_lora_b` `[n, r, columns]`; called with `task=t` (a Python int, fixed in the graph) it
 adds `s · (x @ A[t]) @ B[t]` (an embedding: `s · A[t][ids] @ B[t]`) to what the weight gives; with `task=None`
 the weight alone. One set of weights then serves every task: each task is a graph over the same layers
-(`task_graph`; `kbert.tasks.embedding.Embedder.for_task`), at the cost of two rank-r products per weight.
+(`task_graph`; `kbert.embeddings.embedder.Embedder.for_adapter`), at the cost of two rank-r products per weight.
 """
 
 from __future__ import annotations

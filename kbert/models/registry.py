@@ -149,22 +149,20 @@ def model_type_of(values: Mapping[str, Any], source: str = "config") -> Optional
     return _by_position_type(model_type, position_type, source)
 
 
-# Hugging Face configs whose `position_embedding_type` makes another model than their model_type's: Jina's own
-# jina-embeddings-v3 files (model_type xlm-roberta, rotary positions from its remote code), and Alibaba's own
-# GTE v1.5 / mGTE files (model_type "new", rotary positions: transformers 5's gte).
-_POSITION_TYPES = {("xlm-roberta", "rotary"): "jina_embeddings_v3", ("new", "rope"): "gte"}
-
-
 def _by_position_type(model_type: str, position_type: Any, source: str) -> str:
-    """The model_type a config's `position_embedding_type` makes of it; one kbert does not compute (BERT's
-    `relative_key`, `relative_key_query`) is a `ConfigError`, not a model silently built with absolute positions."""
+    """The model_type a config's `position_embedding_type` makes of it: the family's that reads such configs
+    (its `position_types`); one kbert does not compute (BERT's `relative_key`, `relative_key_query`) is a
+    `ConfigError`, not a model silently built with absolute positions."""
     if position_type in (None, "absolute"):
         return model_type
-    if (model_type, position_type) in _POSITION_TYPES:
-        return _POSITION_TYPES[model_type, position_type]
+    readers = {(theirs, position): (family.model_type, described) for family in map(get_family, FAMILIES)
+               for theirs, position, described in family.position_types}
+    if (model_type, position_type) in readers:
+        return readers[model_type, position_type][0]
+    built = ", and ".join(f"{position!r} with {theirs}: {described}"
+                          for (theirs, position), (_, described) in readers.items())
     raise ConfigError(f"{source}: key 'position_embedding_type': {position_type!r} with model_type {model_type!r} "
-                      "is not a model kbert builds (it builds 'absolute' positions, 'rotary' with "
-                      "xlm-roberta: Jina's jina-embeddings-v3, and 'rope' with new: Alibaba's GTE)")
+                      f"is not a model kbert builds (it builds 'absolute' positions, {built})")
 
 
 def _whole_model_type(model_type: str) -> str:

@@ -158,7 +158,8 @@ def _add_model_routes(app, predictor, limits: ServerLimits, metrics: ServerMetri
     async def info():
         return {"model_id": predictor.model_dir, "task": predictor.task, "version": _kbert_version(),
                 "dimensions": embedder.dimensions if embedder else None,
-                "tasks": (list(embedder.task_models) or [embedder.task]) if embedder and embedder.task else None,
+                "tasks": (list(embedder.adapter_models) or [embedder.adapter]) if embedder and embedder.adapter
+                else None,
                 "max_input_length": embedder.maxlen if embedder else predictor.maxlen,
                 "max_client_batch_size": limits.max_texts, "max_batch_texts": limits.max_batch,
                 "max_batch_tokens": limits.max_batch_tokens, "max_queue_texts": limits.max_queue,
@@ -199,22 +200,11 @@ def _add_predict_route(app, predictor, service, batcher: Batcher, limits: Server
         return JSONResponse({"detail": message}, status_code=status, headers=headers)
 
     async def rows_of(body) -> list:
-        if embedder is not None and embedder.multi_vector:  # the texts as documents, as `kbert predict`'s rows
-            vectors, _ = await service.embed_all(batcher, body.texts, truncate=True, prompt_name="document")
-            if not finite_rows(vectors):
+        if embedder is not None:  # as `kbert predict`'s rows (a multi-vector encoder's texts as documents)
+            results = await service.predicted(batcher, body.texts)
+            if not finite_rows(embedder.output.values(results)):
                 raise KbertError("the model gave NaN or infinite values for this input")
-            return [{"text": text, "embeddings": tokens.tolist()} for text, tokens in zip(body.texts, vectors)]
-        if embedder is not None and embedder.sparse:
-            terms, _ = await service.embed_sparse(batcher, body.texts, truncate=True)
-            if not finite_rows([values for _, values in terms]):
-                raise KbertError("the model gave NaN or infinite values for this input")
-            return [{"text": text, "indices": indices.tolist(), "values": values.tolist()}
-                    for text, (indices, values) in zip(body.texts, terms)]
-        if embedder is not None:
-            vectors, _ = await service.embed(batcher, body.texts, truncate=True)
-            if not finite_rows(vectors):
-                raise KbertError("the model gave NaN or infinite values for this input")
-            return [{"text": text, "embedding": vector.tolist()} for text, vector in zip(body.texts, vectors)]
+            return embedder.output.rows(body.texts, results)
         if reranker is not None:
             predictor.check_pairs(body.text_pairs)
             logits, _ = await service.logits(batcher, body.texts, body.text_pairs, truncate=True)

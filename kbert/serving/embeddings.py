@@ -48,6 +48,7 @@ batch's token budget) before a batch is formed; the model then runs the ids.
 """
 
 import base64
+import functools
 import uuid
 from typing import List, Optional, Tuple, Union
 
@@ -57,39 +58,35 @@ from kbert.errors import KbertError
 from kbert.serving.refusals import Refusal, openai_error, served, tei_error
 from kbert.serving.routes import batched_route
 from kbert.serving.services import TokenizedService, TooLong
-from kbert.tasks.embedding import ADAPTER_FOR, unit_length
-from kbert.tasks.multi_vector import ROLES, expanded_queries
-from kbert.tasks.embedding_precision import CALIBRATED, PRECISIONS, RANGES_FILE, quantized
+from kbert.embeddings.embedder import ADAPTER_FOR
+from kbert.embeddings.kinds import DenseOutput, unit_length
+from kbert.embeddings.multi_vector import ROLES, MultiVectorOutput, expanded_queries
+from kbert.embeddings.precision import CALIBRATED, PRECISIONS, RANGES_FILE, quantized
+from kbert.embeddings.sparse import SparseOutput
 
 
 class EmbeddingService(TokenizedService):
     """An `Embedder` behind a server's batcher: texts in, vectors and their token counts out.
 
     Args:
-        model: a `kbert.tasks.embedding.Embedder`.
+        model: a `kbert.embeddings.embedder.Embedder`.
         batch_size: texts in one model call at most (the server's `--max-batch`).
     """
 
     def __call__(self, encoded, pairs=None) -> "np.ndarray | list":
-        """The batcher's model call: vectors of tokenized texts (`Embedder.encode_tokens`), a sparse encoder's
-        non-zero weights (`Embedder.sparse_rows`), a multi-vector encoder's every token's vectors
-        (`Embedder.token_vectors`)."""
-        if self.model.sparse:
-            return self.model.sparse_rows(encoded, self.batch_size)
-        if self.model.multi_vector:
-            return self.model.token_vectors(encoded, self.batch_size)
-        if self.model.task_models:  # rows of several tasks: `(task, row)` each, each task's through its graph
-            return self._by_task(encoded)
-        return self.model.encode_tokens(encoded, self.batch_size, normalize=False)
+        """The batcher's model call: what the model's kind gives a batch (`Embedder.batch_rows`): vectors (a
+        model of several task adapters takes `(adapter, row)` rows), a sparse encoder's non-zero weights, a
+        multi-vector encoder's every token's vectors."""
+        return self.model.batch_rows(encoded, self.batch_size)
 
-    def _by_task(self, tagged: list) -> np.ndarray:
-        """The vectors of `(task, row)` rows, in their order: each task's rows through that task's model."""
-        vectors = np.empty((len(tagged), self.model.dimensions), np.float32)
-        for task in dict.fromkeys(task for task, _ in tagged):
-            rows = [index for index, (row_task, _) in enumerate(tagged) if row_task == task]
-            vectors[rows] = self.model.for_task(task).encode_tokens([tagged[index][1] for index in rows],
-                                                                    self.batch_size, normalize=False)
-        return vectors
+    async def predicted(self, batcher, texts: List[str]) -> list:
+        """What the model gives each text, cut where too long, as `kbert predict` computes it: a multi-vector
+        encoder's texts as documents (`embed_all`), a sparse encoder's non-zero weights (`embed_sparse`), else
+        vectors (`embed`)."""
+        embed = {MultiVectorOutput.route: functools.partial(self.embed_all, prompt_name="document"),
+                 SparseOutput.route: self.embed_sparse}.get(self.model.output.route, self.embed)
+        results, _ = await embed(batcher, texts, truncate=True)
+        return results
 
     def too_long(self, tokens: int) -> str:
         return f"{super().too_long(tokens)} (its max_seq_length)"
@@ -98,14 +95,15 @@ class EmbeddingService(TokenizedService):
                     task: Optional[str] = None) -> Tuple[np.ndarray, int]:
         """`[len(texts), dimensions]` vectors (as the model gives them) of the texts after their prompt
         (`Embedder.prompted`; a pooling that leaves it out is told its tokens, `Embedder.pooled_rows`), and the
-        tokens they took; `task`: the task adapter that computes them (`Embedder.for_task`; None: the default)."""
-        model = self.model.for_task(task)
+        tokens they took; `task`: the task adapter that computes them (`Embedder.for_adapter`; None: the
+        default)."""
+        model = self.model.for_adapter(task)
         prompt = model.prompt_text(prompt_name)
         leading = model.prompt_tokens(prompt)
 
         def rows(encoded):
             pooled = model.pooled_rows(encoded, leading)
-            return [(model.task, row) for row in pooled] if self.model.task_models else pooled
+            return [(model.adapter, row) for row in pooled] if self.model.adapter_models else pooled
 
         vectors, tokens = await self.run(batcher, model.prompted(texts, prompt=prompt), None, truncate, rows)
         return np.asarray(vectors, np.float32), tokens
@@ -114,7 +112,7 @@ class EmbeddingService(TokenizedService):
         """The 422 of a request's `task` the server does not compute, naming those it does; None for one it
         does (or none asked)."""
         try:
-            self.model.for_task(task)
+            self.model.for_adapter(task)
         except KbertError as error:
             return Refusal(422, str(error), "task")
         return None
@@ -161,7 +159,7 @@ class EmbeddingService(TokenizedService):
         encoded, _ = self.tokenize(texts, None, truncate, length,
                                    lambda tokens: f"{tokens} tokens, more than the model's {length} for a "
                                                   f"{role or 'text'}")
-        encoded = expanded_queries(self.model.pooling, self.model.tokenizer, encoded, role)
+        encoded = expanded_queries(self.model.output, self.model.tokenizer, encoded, role)
         return encoded, [len(ids) for ids, _ in encoded]
 
 
@@ -181,34 +179,29 @@ COHERE_TASKS = {input_type: ADAPTER_FOR[work] for input_type, work in (
     ("clustering", "clustering"))}
 
 
-#: The routes of dense vectors, refused by a sparse encoder's server, and their error forms.
-DENSE_ROUTES = {"/v1/embeddings": openai_error, "/embed": tei_error, "/v1/embed": openai_error,
-                "/similarity": tei_error}
+#: The routes of each kind of embedding model (by the route of its vectors, `OutputKind.route`; beside
+#: `/v1/predict`) and their error forms: another kind's server refuses them.
+KIND_ROUTES = {DenseOutput.route: {"/v1/embeddings": openai_error, "/embed": tei_error, "/v1/embed": openai_error,
+                                   "/similarity": tei_error},
+               SparseOutput.route: {"/embed_sparse": tei_error}, MultiVectorOutput.route: {"/embed_all": tei_error}}
 
-
-#: Each kind of embedding model's own routes (beside `/v1/predict`), and what it is called in a refusal.
-KIND_ROUTES = {"dense": ("POST /embed", "a dense model"), "sparse": ("POST /embed_sparse", "a sparse encoder (SPLADE)"),
-               "multi-vector": ("POST /embed_all", "a multi-vector encoder (ColBERT)")}
+#: How a refusal names each kind, by its route.
+KIND_NAMES = {kind.route: kind.described for kind in (DenseOutput, SparseOutput, MultiVectorOutput)}
 
 
 def add_embedding_routes(app, service: EmbeddingService, batcher, limits, model_name: str) -> None:
     """`POST /v1/embeddings` (OpenAI's form), `POST /embed` (TEI's), `/v1/embed` (Cohere's) and `/similarity`
     on `app`, run through `batcher`; a sparse encoder's `POST /embed_sparse` instead, a multi-vector encoder's
-    `POST /embed_all`. The other kinds' routes answer 400, naming the route that serves this model."""
-    kind = service.model.kind
-    route, described = KIND_ROUTES[kind]
-    refused = {"dense": DENSE_ROUTES, "sparse": {"/embed_sparse": tei_error},
-               "multi-vector": {"/embed_all": tei_error}}
-    for other, paths in refused.items():
-        for path, error in paths.items() if other != kind else ():
-            _refusing_route(app, path, error, f"{path} gives {KIND_ROUTES[other][1]}'s vectors, and this model is "
-                                              f"{described}: {route} gives its vectors")
-    if kind == "dense":
-        _add_dense_routes(app, service, batcher, limits, model_name)
-    elif kind == "sparse":
-        _add_sparse_route(app, service, batcher, limits)
-    else:
-        _add_multi_vector_route(app, service, batcher, limits)
+    `POST /embed_all` (the model's kind's `route`). The other kinds' routes answer 400, naming the route that
+    serves this model."""
+    output = service.model.output
+    for route, paths in KIND_ROUTES.items():
+        for path, error in paths.items() if route != output.route else ():
+            _refusing_route(app, path, error, f"{path} gives {KIND_NAMES[route]}'s vectors, and this model is "
+                                              f"{output.described}: POST {output.route} gives its vectors")
+    add_routes = {DenseOutput.route: functools.partial(_add_dense_routes, model_name=model_name),
+                  SparseOutput.route: _add_sparse_route, MultiVectorOutput.route: _add_multi_vector_route}
+    add_routes[output.route](app, service, batcher, limits)
 
 
 def _refusing_route(app, path: str, error, message: str) -> None:
@@ -344,7 +337,7 @@ def _add_dense_routes(app, service: EmbeddingService, batcher, limits, model_nam
         if refusal:
             return _refused(refusal)
         task = COHERE_TASKS.get(body.input_type)
-        if task in service.model.task_models:  # a served task adapter of the input type: its own prompt
+        if task in service.model.adapter_models:  # a served task adapter of the input type: its own prompt
             return task_vectors(texts, body.truncate == "END", None, task, "texts")
         role = {"search_query": "query", "search_document": "document"}.get(body.input_type)
         prompt_name = service.model.prompt_name_for(role) if role else None

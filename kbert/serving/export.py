@@ -128,7 +128,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None, quantiz
     if format != "keras":
         _require_tensorflow_backend(f"--format {format}")
     if _is_embedding_model(model_dir):  # a sentence-transformers folder: its pooling and normalisation in the graph
-        from kbert.tasks.embedding import Embedder
+        from kbert.embeddings.embedder import Embedder
 
         return _write(embedder_endpoint(Embedder.load(model_dir, adapter=adapter, head=head)), out, format,
                       quantize)
@@ -226,8 +226,6 @@ def embedder_endpoint(embedder) -> _Endpoint:
     """An embedding model's vectors (pooled, projected and normalised as the model declares, in the graph), with
     what a runtime without kbert needs to make its input and read its output. A multi-vector encoder's are each
     token's (`[batch, tokens, dimensions]`), checked on queries filled up to their expansion as well."""
-    from kbert.checkpoints.bge_m3 import LexicalSpec
-
     note = ("token_ids and segment_ids as the model's own tokenizer (tokenizer.json or vocab.txt in its folder) "
             "makes them, cut to kbert_maxlen tokens")
     inputs, samples = INPUTS, None
@@ -237,18 +235,10 @@ def embedder_endpoint(embedder) -> _Endpoint:
                  "tokenized alone, less a special token at its end: kbert_prompt_tokens for each of the model's "
                  "prompts) and for padding")
         samples = _prompted_samples(embedder)
-    if isinstance(embedder.pooling, LexicalSpec):
-        note += ("; the output is each token's weight ([batch, tokens, 1]): a text's sparse vector is, for each "
-                 "vocabulary id it holds, the largest weight of its tokens of that id, the special tokens and "
-                 "weights of 0 left out (kbert.checkpoints.bge_m3.lexical_terms)")
-    if embedder.multi_vector:
-        note += ("; a query is filled up to its length with the expansion token, given as -1 - id where no other "
-                 "token attends to it (kbert.tasks.multi_vector.role_tokens); the skiplist's tokens are left out "
-                 "after the model")
-        texts = list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS)
-        samples = embedder.role_tokens(texts, "query") + embedder.role_tokens(texts, "document")
+    note += embedder.output.export_note()
+    samples = embedder.output.export_samples(embedder, list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS)) or samples
     return _Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
-                     {"kbert_pooling": str(embedder.pooling), "kbert_normalized": embedder.normalize,
+                     {"kbert_pooling": str(embedder.output), "kbert_normalized": embedder.normalize,
                       "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
                       "kbert_input_note": note, **_prompt_metadata(embedder)}, samples, inputs)
 
@@ -404,7 +394,7 @@ def onnx_classifier(classifier, quantize: Optional[str] = None, threads: Optiona
 
 
 def onnx_embedder(embedder, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
-    """A loaded embedding model's (`kbert.tasks.embedding.Embedder`) ONNX model: its vectors, a multi-vector
+    """A loaded embedding model's (`kbert.embeddings.embedder.Embedder`) ONNX model: its vectors, a multi-vector
     encoder's token vectors, or bge-m3's sparse head's token weights (pooled into the vocabulary after it, as
     after the Keras model)."""
     return OnnxModel(embedder_endpoint(embedder), quantize, threads)

@@ -1,16 +1,16 @@
-"""Tasks built on the models: their data, their heads, how they are trained, scored and used.
+"""Tasks trained on the models: their data, their heads, how they are trained, scored and used.
 
 - `classification`: a label per text (the default task); predict, evaluate, export.
 - `labelling`: tagged files, tag schemes, spans, entity scores.
 - `ner`: the tagger: units and WordPiece chunks, CRF/softmax/GlobalPointer heads, decoding.
 - `seq2seq`: UniLM fine-tuning on source/target pairs; generation, exact match and character F1.
 - `pretraining`: masked-language-model pre-training on plain text, whole-word masking (`pretrain`).
-- `embedding`: sentence embeddings (`Embedder`): a sentence-transformers model's pooling, projection and
-  normalisation on a kbert backbone (`kbert embed`); contrastive training (`--task embed`).
+- `embedding`: sentence embeddings trained contrastively (`--task embed`), run by `kbert.embeddings`' `Embedder`.
 - `sparse_embedding`: SPLADE sparse encoders trained with the FLOPS regularizer (`--task sparse`).
-- `multi_vector`: multi-vector (ColBERT) encoders' roles, query expansion and MaxSim;
-  `multi_vector_embedding`: their training by MaxSim (`--task colbert`).
+- `multi_vector_embedding`: multi-vector (ColBERT) encoders trained by MaxSim (`--task colbert`).
 - `reranking`: cross-encoders (`Reranker`): a relevance score per query-passage pair (`--task rerank`).
+- `predictors`: any model directory loaded for prediction (what `kbert predict` and `kbert serve` share).
+- `arguments`: each task's own options of `kbert train`.
 
 Each task is a `kbert.training.task.Task`; the training run
 (`kbert.training.loop.train_task`) receives it and never imports a task.

@@ -21,12 +21,13 @@ from typing import Optional, Sequence
 import keras
 import numpy as np
 
-from kbert.checkpoints.sentence_transformers import MultiVectorSpec, QueryExpansion
 from kbert.errors import DataError
 from kbert.layers.pooling import L2Normalize
 from kbert.layers.views import StackViews
-from kbert.tasks.embedding import Embedder, EmbeddingTask, TextGroup, embedding_model
-from kbert.tasks.multi_vector import role_tokens, scored_mask, skiplist_ids
+from kbert.embeddings.embedder import Embedder
+from kbert.embeddings.multi_vector import MultiVectorOutput, QueryExpansion, role_tokens, scored_mask, skiplist_ids
+from kbert.tasks.embedding import EmbeddingTask
+from kbert.training.text_groups import TextGroup
 from kbert.training.contrastive import InBatchScores, MaxSimScores, ScoreDistillation
 from kbert.training.pipeline import make_dataset
 from kbert.training.task import TrainingData
@@ -54,9 +55,9 @@ class MultiVectorEmbeddingTask(EmbeddingTask):
                             "negatives by MaxSim (query<TAB>positive[<TAB>negative] rows); leave --loss out")
         if options.symmetric:
             raise DataError("--symmetric: MaxSim scores a query against a document, not the other way; leave it out")
-        self.spec = MultiVectorSpec(document_length=options.maxlen,
-                                    expansion=QueryExpansion("fixed", options.query_length),
-                                    skiplist_words=tuple(string.punctuation))
+        self.spec = MultiVectorOutput(document_length=options.maxlen,
+                                      expansion=QueryExpansion("fixed", options.query_length),
+                                      skiplist_words=tuple(string.punctuation))
         data = super().read(tokenizer, train_path, valid_path, num_labels, options)
         if self.loss_name != "in_batch":
             raise DataError(f"{train_path}: {self.loss_name}'s rows; a multi-vector encoder trains on "
@@ -99,7 +100,7 @@ class MultiVectorEmbeddingTask(EmbeddingTask):
 
     def build(self, bert, num_labels: int, options):
         self.backbone = bert
-        tokens = embedding_model(bert, self.spec)  # its own inputs: a graph traced anew where expansion is hidden
+        tokens = self.spec.build(bert)  # its own inputs: a graph traced anew where expansion is hidden
         vectors = keras.layers.Dense(DIMENSIONS, use_bias=False, name="Embedding-Dense-0")(tokens.outputs[0])
         return keras.Model(tokens.inputs, L2Normalize(name="Embedding-Normalize")(vectors), name="embedder")
 

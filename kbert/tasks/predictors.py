@@ -31,7 +31,7 @@ class PredictionSettings:
     """How a predictor runs: `batch_size` texts a batch, `bucketing` by length; for seq2seq
     `beam_size` and `max_new_tokens`; for fill-mask `top_k` candidates a mark; for an embedding model with task
     LoRA adapters (jina-embeddings-v3) the `adapter` merged in; for an embedding model, the calibration `ranges`
-    file its int8 and uint8 vectors take (`kbert.tasks.embedding_precision`), and of bge-m3 the `head` whose
+    file its int8 and uint8 vectors take (`kbert.embeddings.precision`), and of bge-m3 the `head` whose
     vectors it gives (`dense`, `sparse`, `colbert`)."""
 
     batch_size: int = 64
@@ -54,7 +54,7 @@ class Predictor:
         rows: the function from texts (and, for classify, text pairs) to rows.
         tokenizer: the model's tokenizer (a server counts tokens with it).
         maxlen: the longest input the model takes, in tokens.
-        embedder: an embedding model's `kbert.tasks.embedding.Embedder` (its server's own routes use it).
+        embedder: an embedding model's `kbert.embeddings.embedder.Embedder` (its server's own routes use it).
         reranker: a reranker's `kbert.tasks.reranking.Reranker` (likewise).
 
     Example (a classifier `kbert train` wrote):
@@ -86,15 +86,12 @@ class Predictor:
 
     def blank(self, text: str) -> dict:
         """The row of a blank text (which is not predicted), so that outputs line up with inputs."""
-        if self.embedder is not None and self.embedder.sparse:
-            return {"text": text, "indices": None, "values": None}
-        if self.embedder is not None and self.embedder.multi_vector:
-            return {"text": text, "embeddings": None}
+        if self.embedder is not None:
+            return self.embedder.output.blank_row(text)
         return {"classify": {"text": text, "label": None, "probability": None, "probabilities": None},
                 "ner": {"text": text, "entities": []},
                 "seq2seq": {"text": text, "target": None},
                 "mlm": {"text": text, "masks": [], "filled": None},
-                "embed": {"text": text, "embedding": None},
                 "rerank": {"text": text, "text_pair": None, "score": None, "logit": None}}[self.task]
 
 
@@ -187,7 +184,7 @@ def _names_a_classifier(folder: str) -> bool:
     Face config without kbert's training state."""
     import os
 
-    from kbert.checkpoints.sentence_transformers import model_type
+    from kbert.embeddings.folders import model_type
 
     return model_type(folder) == "CrossEncoder" or os.path.isfile(os.path.join(folder, "config.json"))
 
@@ -204,7 +201,7 @@ def is_embedding_model(model: str) -> bool:
     directory is one too)."""
     import os
 
-    from kbert.checkpoints.sentence_transformers import is_sentence_transformer
+    from kbert.embeddings.folders import is_sentence_transformer
 
     return os.path.isdir(model) and is_sentence_transformer(model)
 
@@ -240,27 +237,14 @@ def embedding_predictor(model: str, settings: PredictionSettings, embedder=None)
     """An embedding model's predictor: a `{"text", "embedding"}` row per text (a sparse encoder's:
     `{"text", "indices", "values"}`; a multi-vector encoder's: `{"text", "embeddings"}`, a vector per scored token,
     the texts embedded as documents; `embedder`: `model` loaded already, e.g. with its int8 model in place)."""
-    from kbert.tasks.embedding import Embedder
-
-    from kbert.tasks.embedding_precision import load_ranges
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.precision import load_ranges
 
     embedder = embedder or Embedder.load(model, adapter=settings.adapter, head=settings.head)
     if settings.ranges is not None:
-        if embedder.sparse or embedder.multi_vector:
-            raise KbertError(f"{model}: a {'sparse' if embedder.sparse else 'multi-vector'} encoder's vectors are not "
+        if not embedder.output.calibrated:
+            raise KbertError(f"{model}: a {embedder.output.name} encoder's vectors are not "
                              f"quantized by calibration ranges ({settings.ranges}); serve it without --ranges")
         embedder.ranges = load_ranges(settings.ranges, embedder.dimensions)
-    if embedder.sparse:
-        return Predictor("embed", model, lambda texts: [
-            {"text": text, "indices": indices.tolist(), "values": values.tolist()}
-            for text, (indices, values) in zip(texts, embedder.encode_sparse(texts, settings.batch_size))],
-            embedder.tokenizer, embedder.maxlen, embedder)
-    if embedder.multi_vector:
-        return Predictor("embed", model, lambda texts: [
-            {"text": text, "embeddings": tokens.tolist()}
-            for text, tokens in zip(texts, embedder.encode_multi_vector(texts, "document", settings.batch_size))],
-            embedder.tokenizer, embedder.maxlen, embedder)
-    return Predictor("embed", model, lambda texts: [
-        {"text": text, "embedding": vector.tolist()}
-        for text, vector in zip(texts, embedder.encode(texts, settings.batch_size, bucketing=settings.bucketing))],
-        embedder.tokenizer, embedder.maxlen, embedder)
+    return Predictor("embed", model, lambda texts: embedder.output.predict_rows(
+        embedder, texts, settings.batch_size, settings.bucketing), embedder.tokenizer, embedder.maxlen, embedder)

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from kbert.builder import build_transformer_model
-from kbert.checkpoints.st_modules import model_max_length
+from kbert.embeddings.files import model_max_length
 from kbert.errors import DataError, KbertError
 from kbert.layers.common import get_activation
 from kbert.layers.heads import TakeToken
@@ -97,7 +97,7 @@ def listwise_groups(pairs: Sequence[JudgedPair], group_size: int, seed: int = 0)
 def ranking_of(pairs: Sequence[JudgedPair], logits: np.ndarray) -> Dict[str, float]:
     """nDCG@10 and MRR@10 (means over the queries with a relevant passage) of each query's passages ranked
     by their logits, as MTEB's reranking tasks score."""
-    from kbert.tasks.ranking_metrics import ranking_scores
+    from kbert.embeddings.ranking_metrics import ranking_scores
 
     groups: Dict[str, List[int]] = {}
     for index, pair in enumerate(pairs):
@@ -227,7 +227,7 @@ def score_activation(folder: str, config: dict) -> str:
     """The CrossEncoder's `activation_fn`, where sentence-transformers keeps it: `config_sentence_transformers.json`
     (version 6), `config.json`'s `sentence_transformers` (4 and 5) or `sbert_ce_default_activation_function`
     (before 4); else the sigmoid, its default for one label."""
-    from kbert.checkpoints.sentence_transformers import SETTINGS_FILE, settings
+    from kbert.embeddings.folders import SETTINGS_FILE, settings
 
     places = [(os.path.join(folder, SETTINGS_FILE), settings(folder).get("activation_fn")),
               (os.path.join(folder, "config.json"), (config.get("sentence_transformers") or {}).get("activation_fn")

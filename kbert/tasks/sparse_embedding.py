@@ -27,18 +27,19 @@ from typing import Optional, Sequence
 import keras
 import numpy as np
 
-from kbert.checkpoints.sentence_transformers import SpladeSpec
 from kbert.errors import DataError
 from kbert.layers.pooling import TermWeights
 from kbert.layers.views import SplitViews, StackViews
-from kbert.tasks.embedding import Embedder, EmbeddingTask, embedding_model
-from kbert.tasks.inference_free import StaticQuery
+from kbert.embeddings.embedder import Embedder
+from kbert.embeddings.inference_free import StaticQuery
+from kbert.embeddings.sparse import SparseOutput
+from kbert.tasks.embedding import EmbeddingTask
 from kbert.training.contrastive import (FlopsRegularization, InBatchNegatives, document_active_dimensions,
                                         query_active_dimensions)
 from kbert.training.task import TrainingData
 
 #: SPLADE v2's pooling: the maximum over tokens of log(1 + ReLU(logits)).
-SPLADE = SpladeSpec("max", "relu")
+SPLADE = SparseOutput("max", "relu")
 
 
 class SparseEmbeddingTask(EmbeddingTask):
@@ -74,7 +75,7 @@ class SparseEmbeddingTask(EmbeddingTask):
 
     def build(self, bert, num_labels: int, options):
         self.backbone = bert
-        return embedding_model(bert, SPLADE)
+        return SPLADE.build(bert)
 
     def training_model(self, model):
         if self.options.inference_free:

@@ -83,6 +83,13 @@ class AlbertFamily(BertFamily):
     hf_prefix = "albert"
     hf_head_scopes = ("predictions.", "sop_classifier.")
 
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """ALBERT's shared layer groups: Hugging Face's `albert_layer_groups`, Google's `…/transformer/group_0/…`."""
+        if any(name.startswith("encoder.albert_layer_groups.") or "/transformer/group_0/" in name for name in names):
+            return "albert"
+        return None
+
     def block_weights(self, layer: str, index: Optional[int], sublayer: str, is_norm: bool) -> List[WeightName]:
         return [row.renamed(_renamed(row.google, _BLOCK_SCOPE, _ALBERT_NAMES, "/"),
                             _renamed(row.hf, _HF_BLOCK_SCOPE, _HF_ALBERT_NAMES, "."))

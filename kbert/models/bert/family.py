@@ -77,6 +77,9 @@ class BertFamily:
             task_lora=)`): Jina-v3's, whose hub files carry them.
         mlm_activation: the MLM head's dense activation (None: the config's
             `hidden_act`; XLM-R's `lm_head`, which Jina-v3 and GTE keep: GELU).
+        position_types: other models' configs this family reads, told by their
+            `position_embedding_type`: `(model_type, position_embedding_type,
+            what they are)` each (Jina's own files: xlm-roberta with rotary).
     """
 
     name = "bert"
@@ -104,6 +107,7 @@ class BertFamily:
     model_type_aliases: tuple = ()
     positions_after_padding = False
     google_absent: Optional[str] = None
+    position_types: tuple = ()
     layout_difference: Optional[str] = None
     classifier_hidden = naming.POOLER_DENSE
     classifier_activation = "tanh"
@@ -249,6 +253,12 @@ class BertFamily:
                 "architectures": [self.hf_architecture(heads)]}
 
     # --- checkpoint variable names ---------------------------------------------------
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """The family (this one, or one of its variants) whose own checkpoint names `names` holds, in either
+        layout; None: none of them (BERT's names are every family's default, `family_named_by`)."""
+        return None
+
     def weight_layers(self, num_blocks: int) -> List[str]:
         """Every layer that can hold stored weights, for a checkpoint of `num_blocks` blocks."""
         layers = [naming.EMBEDDING_TOKEN, naming.EMBEDDING_SEGMENT, naming.EMBEDDING_POSITION,

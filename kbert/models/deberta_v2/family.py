@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import List, Optional
 
 from kbert.models import naming
-from kbert.models.bert.family import BertFamily
+from kbert.models.hub_family import HubFamily
 from kbert.models.deberta_v2.config import DebertaV2Config
 from kbert.models.tables import H, LayerParams, WeightName, dense, norm
 
 
-class DebertaV2Family(BertFamily):
+class DebertaV2Family(HubFamily):
     """DeBERTa-v2 and v3 as transformers builds them (`DebertaV2Model`, `DebertaV2ForMaskedLM`,
     `DebertaV2ForSequenceClassification`); a config with `model_type` deberta-v2 gets it.
 
@@ -36,6 +36,7 @@ class DebertaV2Family(BertFamily):
     """
 
     name = "deberta_v2"
+    released_by, released_for = "DeBERTa", "PyTorch and transformers"
     model_type = hf_model_type = "deberta-v2"
     config_class = DebertaV2Config
     graph = "kbert.models.deberta_v2.graph:DebertaV2Graph"
@@ -44,9 +45,6 @@ class DebertaV2Family(BertFamily):
     hf_class = "DebertaV2"
     hf_prefix = "deberta"
     hf_head_scopes = ("cls.", "pooler.")
-    google_absent = "DeBERTa was released for PyTorch and transformers, never as a Google TF checkpoint"
-    conditional_norms = False
-    residual_scores = False
     own_tokenizer = True
     classifier_activation = "gelu"  # ContextPooler: pooler.dense, then pooler_hidden_act
 

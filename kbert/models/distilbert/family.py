@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from kbert.models import naming
-from kbert.models.bert.family import BertFamily
+from kbert.models.hub_family import HubFamily
 from kbert.models.distilbert.config import DistilBertConfig
 from kbert.models.tables import H, I, V, WeightName, dense, embedding, norm
 
@@ -26,7 +26,7 @@ def _embedding(path: str, hf: str, rows: str) -> WeightName:
     return embedding(path, hf.replace(".", "/"), hf, rows)
 
 
-class DistilBertFamily(BertFamily):
+class DistilBertFamily(HubFamily):
     """DistilBERT as transformers builds it (`DistilBertModel`, `DistilBertForMaskedLM`,
     `DistilBertForSequenceClassification`); a config with `model_type` distilbert gets it.
 
@@ -46,6 +46,7 @@ class DistilBertFamily(BertFamily):
     """
 
     name = "distilbert"
+    released_by, released_for = "DistilBERT", "transformers"
     model_type = hf_model_type = "distilbert"
     config_class = DistilBertConfig
     heads = ("with_mlm",)
@@ -53,12 +54,14 @@ class DistilBertFamily(BertFamily):
     hf_class = "DistilBert"
     hf_prefix = "distilbert"
     hf_head_scopes = ("vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "pre_classifier.")
-    google_absent = "DistilBERT was released for transformers, never as a Google TF checkpoint"
-    conditional_norms = False
-    residual_scores = False
     reads_segments = False
     classifier_hidden = naming.CLASSIFIER_HIDDEN
     classifier_activation = "relu"
+
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """DistilBERT's Hugging Face names (`q_lin`)."""
+        return "distilbert" if any(".attention.q_lin." in name for name in names) else None
 
     def weight_layers(self, num_blocks: int) -> List[str]:
         return super().weight_layers(num_blocks) + [naming.CLASSIFIER_HIDDEN]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
@@ -30,6 +30,15 @@ class ElectraFamily(BertFamily):
     hf_class = "Electra"
     hf_prefix = "electra"
     hf_head_scopes = ("discriminator_predictions.",)
+
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """ELECTRA's names: Hugging Face's `embeddings_project` or `discriminator_predictions`, Google's
+        `electra/…`."""
+        if "embeddings_project.weight" in names or any(name.startswith(("discriminator_predictions.", "electra/"))
+                                                       for name in names):
+            return "electra"
+        return None
 
     def hf_architecture(self, heads: Heads) -> str:
         return "ElectraForPreTraining" if heads.discriminator else "ElectraModel"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from kbert.models import naming
-from kbert.models.bert.family import BertFamily
+from kbert.models.hub_family import HubFamily
 from kbert.models.eurobert.config import EuroBertConfig
 from kbert.models.heads import SequenceHead
 from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding, linear, output_weights
@@ -21,7 +21,7 @@ def _rms_norm(path: str, hf: str) -> List[WeightName]:
     return [WeightName(f"{path}/scale", hf.replace(".", "/"), f"{hf}.weight", False, False, (H,))]
 
 
-class EuroBertFamily(BertFamily):
+class EuroBertFamily(HubFamily):
     """EuroBERT as transformers builds it (`EuroBertModel`, `EuroBertForMaskedLM`); a config with `model_type`
     eurobert gets it.
 
@@ -40,6 +40,7 @@ class EuroBertFamily(BertFamily):
     """
 
     name = "eurobert"
+    released_by, released_for = "EuroBERT", "transformers"
     model_type = hf_model_type = "eurobert"
     config_class = EuroBertConfig
     graph = "kbert.models.eurobert.graph:EuroBertGraph"
@@ -48,9 +49,6 @@ class EuroBertFamily(BertFamily):
     hf_class = "EuroBert"
     hf_prefix = "model"
     hf_head_scopes = ("lm_head.", "dense.")  # the MLM head's; the sequence classifier's dense
-    google_absent = "EuroBERT was released for transformers, never as a Google TF checkpoint"
-    conditional_norms = False
-    residual_scores = False
     reads_segments = False
     own_tokenizer = True
     classifier_hidden = naming.CLASSIFIER_HIDDEN  # EuroBertForSequenceClassification's dense

@@ -45,6 +45,15 @@ class GptFamily(BertFamily):
                  "has a segment table of its own")
     lm_output = naming.LM_ACTIVATION
 
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """GPT-2's Hugging Face names (`wte`), or GPT's Google ones (`gpt/…`; GPT-2 with `gpt/output/LayerNorm`)."""
+        if "wte.weight" in names:
+            return "gpt2"
+        if any(name.startswith("gpt/") for name in names):
+            return "gpt2" if any(name.startswith("gpt/output/LayerNorm") for name in names) else "gpt"
+        return None
+
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
         h = config.hidden_size
         rows = [LayerParams(naming.EMBEDDING_TOKEN, "embeddings", "V·H", config.vocab_size * h,
@@ -167,6 +176,11 @@ class Gpt2MlFamily(GptFamily):
     graph = "kbert.models.gpt.graph:Gpt2MlGraph"
     takes_segments = False
     hf_absent = "Hugging Face's transformers has no GPT2-ML class; its weights are released in this TF layout only"
+
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """GPT2-ML's Google names (`newslm/…`)."""
+        return "gpt2_ml" if any(name.startswith("newslm/") for name in names) else None
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
         return super().embedding_params(config, with_mlm) + [

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import List
 
 from kbert.models import naming
-from kbert.models.bert.family import BertFamily
+from kbert.models.hub_family import HubFamily
 from kbert.models.heads import Heads
 from kbert.models.hf_roberta.config import RobertaConfig
 from kbert.models.tables import H, WeightName, dense, norm
@@ -24,7 +24,7 @@ from kbert.models.tables import H, WeightName, dense, norm
 HF_CLASSES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
 
 
-class HfRobertaFamily(BertFamily):
+class HfRobertaFamily(HubFamily):
     """RoBERTa as transformers builds it; a config with `model_type` roberta, xlm-roberta or camembert gets it.
 
     Layer names, order and parameter counts are BERT's (bert4keras's names);
@@ -35,6 +35,7 @@ class HfRobertaFamily(BertFamily):
     """
 
     name = "hf_roberta"
+    released_by, released_for = "RoBERTa in Hugging Face's layout", "fairseq and transformers"
     model_type = "roberta"
     model_type_aliases = ("xlm-roberta", "camembert")
     config_class = RobertaConfig
@@ -42,8 +43,6 @@ class HfRobertaFamily(BertFamily):
     applications = ("encoder",)
     positions_after_padding = True
     own_tokenizer = True
-    google_absent = ("RoBERTa in Hugging Face's layout was released for fairseq and transformers, never as a "
-                     "Google TF checkpoint")
     layout_difference = ("Hugging Face's RoBERTa (model='hf_roberta') numbers positions from 2, after its padding id 1, "
                          "and its <s> is id 0; bert4keras's model='roberta' is BERT's layout (positions from 0, "
                          "padding id 0), for RoBERTa released as BERT checkpoints such as Chinese RoBERTa-wwm")
@@ -51,8 +50,6 @@ class HfRobertaFamily(BertFamily):
     hf_class = "Roberta"
     hf_prefix = "roberta"
     hf_head_scopes = ("lm_head.",)
-    conditional_norms = False
-    residual_scores = False
     classifier_hidden = naming.CLASSIFIER_HIDDEN  # RobertaForSequenceClassification: classifier.dense
 
     def hf_config(self, config: RobertaConfig, heads: Heads) -> dict:

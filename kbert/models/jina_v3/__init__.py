@@ -1,1 +1,1 @@
-"""Jina-embeddings-v3 (`model_type` jina_embeddings_v3), and the rotary post-norm encoders built like it."""
+"""Jina-embeddings-v3 (`model_type` jina_embeddings_v3): the rotary post-norm skeleton on Hugging Face's XLM-R."""

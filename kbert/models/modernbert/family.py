@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from kbert.models import naming
-from kbert.models.bert.family import BertFamily
+from kbert.models.hub_family import HubFamily
 from kbert.models.config import ACTIVATIONS
 from kbert.models.heads import SequenceHead
 from kbert.models.modernbert.config import ModernBertConfig
@@ -23,7 +23,7 @@ def _norm(path: str, hf: str) -> List[WeightName]:
             WeightName(f"{path}/beta", f"{google}/beta", f"{hf}.bias", False, False, (H,))]
 
 
-class ModernBertFamily(BertFamily):
+class ModernBertFamily(HubFamily):
     """ModernBERT as transformers builds it (`ModernBertModel`, `ModernBertForMaskedLM`); a config with
     `model_type` modernbert gets it (mmBERT and the Ettin encoders are ModernBERTs).
 
@@ -44,6 +44,7 @@ class ModernBertFamily(BertFamily):
     """
 
     name = "modernbert"
+    released_by, released_for = "ModernBERT", "transformers"
     model_type = hf_model_type = "modernbert"
     config_class = ModernBertConfig
     graph = "kbert.models.modernbert.graph:ModernBertGraph"
@@ -52,9 +53,6 @@ class ModernBertFamily(BertFamily):
     hf_class = "ModernBert"
     hf_prefix = "model"
     hf_head_scopes = ("head.", "decoder.")
-    google_absent = "ModernBERT was released for transformers, never as a Google TF checkpoint"
-    conditional_norms = False
-    residual_scores = False
     reads_segments = False
     own_tokenizer = True
     classifier_hidden = naming.CLASSIFIER_HIDDEN  # ModernBertForSequenceClassification's head.dense

@@ -35,15 +35,20 @@ class MpnetFamily(HfRobertaFamily):
     """
 
     name = "mpnet"
+    released_by, released_for = "MPNet", "fairseq and transformers"
     model_type = hf_model_type = "mpnet"
     model_type_aliases = ()
     config_class = MpnetConfig
     graph = "kbert.models.mpnet.graph:MpnetGraph"
     hf_class = "MPNet"
     hf_prefix = "mpnet"
-    google_absent = "MPNet was released for fairseq and transformers, never as a Google TF checkpoint"
     layout_difference = None
     reads_segments = False
+
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """MPNet's Hugging Face names (`relative_attention_bias`)."""
+        return "mpnet" if "encoder.relative_attention_bias.weight" in names else None
 
     def block_params(self, config: MpnetConfig) -> List[LayerParams]:
         buckets = config.relative_attention_num_buckets

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, ClassVar, List, Mapping
+from typing import Any, ClassVar, List, Mapping, Optional
 
 from kbert.models import naming
 from kbert.models.config import BertConfig, check_even_head_size, check_positive_int
@@ -77,6 +77,11 @@ class NezhaFamily(BertFamily):
     hf_model_type = "nezha"
     hf_class = "Nezha"
     hf_prefix = "nezha"
+
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """NEZHA's Hugging Face names (`relative_positions_encoding`); its Google ones are BERT's."""
+        return "nezha" if any(".relative_positions_encoding." in name for name in names) else None
 
     def position_params(self, config: NezhaConfig) -> List[LayerParams]:
         rows = 2 * TABLE_DISTANCE + 1

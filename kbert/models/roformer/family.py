@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Dict, List, Mapping
+from typing import Any, ClassVar, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -51,6 +51,11 @@ class RoformerFamily(BertFamily):
     hf_model_type = "roformer"
     hf_class = "RoFormer"
     hf_prefix = "roformer"
+
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """RoFormer's Hugging Face names (`embed_positions`); its Google ones are BERT's."""
+        return "roformer" if "encoder.embed_positions.weight" in names else None
 
     def layer_weights(self, layer: str) -> List[WeightName]:
         rows = super().layer_weights(layer)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from kbert.models import naming
 from kbert.models.config import BertConfig
@@ -32,6 +32,14 @@ class RoformerV2Family(RoformerFamily):
     knows_hf_names = False
     hf_absent = ("Hugging Face's transformers has no RoFormer-v2 class (its RoFormer is v1, with biases and "
                  "LayerNorm weights)")
+
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """RoFormer-v2's Google names: BERT's without biases."""
+        if "bert/encoder/layer_0/attention/self/query/kernel" in names \
+                and "bert/encoder/layer_0/attention/self/query/bias" not in names:
+            return "roformer_v2"
+        return RoformerFamily.named_in(names)
 
     def embedding_params(self, config: BertConfig, with_mlm: bool) -> List[LayerParams]:
         # BERT's token and segment rows; the norm has no weights and the mapping no bias.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import List
+from typing import List, Optional
 
 from kbert.models import naming
 from kbert.models.bert.family import BertFamily
@@ -85,6 +85,18 @@ class T5Family(BertFamily):
     residual_scores = False
     version = "t5.1.0"
     part = "both"  # or "encoder", "decoder"
+
+    @staticmethod
+    def named_in(names: List[str]) -> Optional[str]:
+        """T5's names: Hugging Face's `shared` and `encoder.block.` (T5.1.1 with `wi_0`), Google's `shared/embedding`
+        (T5.1.1 with `decoder/logits/kernel`, mT5 with `rms_norm`)."""
+        if "shared.weight" in names and any(name.startswith("encoder.block.") for name in names):
+            return "t5.1.1" if any(".DenseReluDense.wi_0." in name for name in names) else "t5.1.0"
+        if "shared/embedding" in names:
+            if any("rms_norm" in name for name in names):
+                return "mt5.1.1"
+            return "t5.1.1" if "decoder/logits/kernel" in names else "t5.1.0"
+        return None
 
     def config_to_train(self, config: T5Config, initialised: bool) -> T5Config:
         """A T5 that kbert initialises is built as Google's: no output scale before an untied
@@ -242,71 +254,63 @@ class T5Family(BertFamily):
         return differences
 
 
-class T5EncoderFamily(T5Family):
-    """T5.1.0's encoder alone (`model="t5_encoder"` or `"t5.1.0_encoder"`)."""
+class EncoderAlone:
+    """A T5's encoder alone: mixed into the family of its whole model."""
 
-    name = "t5.1.0_encoder"
-    model_type = "t5_encoder"
     part = "encoder"
 
 
-class T5DecoderFamily(T5Family):
-    """T5.1.0's decoder alone (`model="t5_decoder"` or `"t5.1.0_decoder"`), on `[context, decoder token ids]`."""
+class DecoderAlone:
+    """A T5's decoder alone, on `[context, decoder token ids]`: mixed into the family of its whole model."""
 
-    name = "t5.1.0_decoder"
-    model_type = "t5_decoder"
     part = "decoder"
     knows_hf_names = False
     hf_absent = "Hugging Face's transformers has no class for T5's decoder alone on a context input"
 
 
+class T5EncoderFamily(EncoderAlone, T5Family):
+    """T5.1.0's encoder alone (`model="t5_encoder"` or `"t5.1.0_encoder"`)."""
+
+    name, model_type = "t5.1.0_encoder", "t5_encoder"
+
+
+class T5DecoderFamily(DecoderAlone, T5Family):
+    """T5.1.0's decoder alone (`model="t5_decoder"` or `"t5.1.0_decoder"`)."""
+
+    name, model_type = "t5.1.0_decoder", "t5_decoder"
+
+
 class T511Family(T5Family):
     """T5.1.1 (`model="t5.1.1"`): gated feed-forward (`hidden_act: ["gelu", "linear"]`), untied LM output."""
 
-    name = "t5.1.1"
-    model_type = "t5.1.1"
-    version = "t5.1.1"
+    name = model_type = version = "t5.1.1"
 
 
-class T511EncoderFamily(T511Family):
+class T511EncoderFamily(EncoderAlone, T511Family):
     """T5.1.1's encoder alone (`model="t5.1.1_encoder"`)."""
 
-    name = "t5.1.1_encoder"
-    model_type = "t5.1.1_encoder"
-    part = "encoder"
+    name = model_type = "t5.1.1_encoder"
 
 
-class T511DecoderFamily(T511Family):
+class T511DecoderFamily(DecoderAlone, T511Family):
     """T5.1.1's decoder alone (`model="t5.1.1_decoder"`)."""
 
-    name = "t5.1.1_decoder"
-    model_type = "t5.1.1_decoder"
-    part = "decoder"
-    knows_hf_names = False
-    hf_absent = T5DecoderFamily.hf_absent
+    name = model_type = "t5.1.1_decoder"
 
 
 class Mt5Family(T511Family):
     """mT5 (`model="mt5.1.1"`): T5.1.1 with mT5's checkpoint names (`rms_norm`)."""
 
-    name = "mt5.1.1"
-    model_type = "mt5"
-    version = "mt5.1.1"
+    name, model_type, version = "mt5.1.1", "mt5", "mt5.1.1"
 
 
-class Mt5EncoderFamily(Mt5Family):
+class Mt5EncoderFamily(EncoderAlone, Mt5Family):
     """mT5's encoder alone (`model="mt5.1.1_encoder"`)."""
 
-    name = "mt5.1.1_encoder"
-    model_type = "mt5_encoder"
-    part = "encoder"
+    name, model_type = "mt5.1.1_encoder", "mt5_encoder"
 
 
-class Mt5DecoderFamily(Mt5Family):
+class Mt5DecoderFamily(DecoderAlone, Mt5Family):
     """mT5's decoder alone (`model="mt5.1.1_decoder"`)."""
 
-    name = "mt5.1.1_decoder"
-    model_type = "mt5_decoder"
-    part = "decoder"
-    knows_hf_names = False
-    hf_absent = T5DecoderFamily.hf_absent
+    name, model_type = "mt5.1.1_decoder", "mt5_decoder"

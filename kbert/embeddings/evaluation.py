@@ -17,7 +17,7 @@ and clustering (`kbert evaluate --model EMBEDDING_MODEL`).
   against the labels, as MTEB's clustering tasks do.
 
 Classification and clustering use scikit-learn, the library MTEB scores with (`pip install
-'kbert[eval]'`); ranking is counted here (`kbert.tasks.ranking_metrics`), with pytrec_eval's definitions.
+'kbert[eval]'`); ranking is counted here (`kbert.embeddings.ranking_metrics`), with pytrec_eval's definitions.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from kbert.errors import DataError, KbertError, shown
-from kbert.tasks.ranking_metrics import RANK_DEPTH, ranking_scores
+from kbert.embeddings.ranking_metrics import RANK_DEPTH, ranking_scores
 from kbert.training.metrics import spearman
 
 
@@ -115,46 +115,19 @@ def retrieval(embedder, corpus: Dict[str, str], queries: Dict[str, str], judgeme
 
 
 def rankings(embedder, texts: Dict[str, List[str]], batch_size: int = 64) -> Tuple[List[np.ndarray], dict]:
-    """Each query's `RANK_DEPTH` best documents (their indices, best first) by exact search, and what the model's
-    vectors hold: by cosine, or for a sparse encoder by the dot product of sparse vectors through an inverted index
-    (`SparseIndex`), with the mean non-zero weights of a query and a document (`"query_terms"`,
-    `"document_terms"`), or for a multi-vector encoder by MaxSim (`MaxSimIndex`), with the mean vectors of a query
-    and a document (`"query_vectors"`, `"document_vectors"`). Queries and documents each get the model's prompt
-    for their role, where it has one (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `), and a model
-    loaded with several task adapters its query and document ones (`Embedder.for_work`)."""
-    prompts = {role: embedder.prompt_name_for(role) for role in texts}
-    extra = {}
-    if embedder.sparse:
-        documents, vectors = (embedder.encode_sparse(texts[role], batch_size, role=role)  # a role's prompt and side
-                              for role in ("document", "query"))
-        index = SparseIndex(documents, len(documents))
-        blocks = _blocks(lambda terms: index.scores(*terms), vectors)
-        extra = {"query_terms": float(np.mean([ids.size for ids, _ in vectors])),
-                 "document_terms": float(np.mean([ids.size for ids, _ in documents]))}
-    elif embedder.multi_vector:
-        from kbert.tasks.multi_vector import MaxSimIndex
-
-        documents, vectors = (embedder.encode_multi_vector(texts[role], role, batch_size)
-                              for role in ("document", "query"))
-        blocks = _blocks(MaxSimIndex(documents).scores, vectors)
-        extra = {"query_vectors": float(np.mean([len(query) for query in vectors])),
-                 "document_vectors": float(np.mean([len(document) for document in documents]))}
-    else:
-        documents, vectors = (embedder.for_work(role).encode(texts[role], batch_size, normalize=True,
-                                                             prompt_name=prompts[role])
-                              for role in ("document", "query"))
-        blocks = (vectors[start:start + 256] @ documents.T for start in range(0, len(vectors), 256))
+    """Each query's `RANK_DEPTH` best documents (their indices, best first) by exact search as the model's kind
+    searches (`OutputKind.search`: by cosine; a sparse encoder's dot product through an inverted index, with the
+    mean non-zero weights of a query and a document; a multi-vector encoder's MaxSim, with the mean vectors of
+    each), and what the vectors hold. Queries and documents each get the model's prompt for their role, where it
+    has one (`Embedder.prompt_name_for`: e5's `query: ` and `passage: `), and a model loaded with several task
+    adapters its query and document ones (`Embedder.for_work`)."""
+    blocks, extra = embedder.output.search(embedder, texts, batch_size)
     ranked = []
     for similarity in blocks:  # [256, documents] scores in memory at most
         depth = min(RANK_DEPTH, similarity.shape[1])
         top = np.argpartition(-similarity, depth - 1, axis=1)[:, :depth]
         ranked += [row[np.argsort(-scores[row], kind="stable")] for row, scores in zip(top, similarity)]
     return ranked, extra
-
-
-def _blocks(score, queries: Sequence) -> Iterator[np.ndarray]:
-    """`[256, documents]` scores of each block of 256 queries, `score(query)` giving one query's row."""
-    return (np.stack([score(query) for query in queries[start:start + 256]]) for start in range(0, len(queries), 256))
 
 
 def reciprocal_rank_fusion(*ranked: np.ndarray, k: int = 60) -> np.ndarray:
@@ -181,36 +154,6 @@ def _scores(ranked: List[np.ndarray], asked: List[str], ids: List[str],
         for name, value in ranking_scores(relevance, judgements[key]).items():
             scores[name].append(value)
     return {name: float(np.mean(values)) for name, values in scores.items()}
-
-
-class SparseIndex:
-    """An inverted index of sparse vectors in memory: for each vocabulary id, the documents that weigh it and
-    their weights, so that a query's exact dot product with every document reads only its own ids' postings.
-
-    Args:
-        documents: each document's `(ids, weights)` (`Embedder.encode_sparse`).
-        count: the number of documents.
-
-    Example:
-    >>> index = SparseIndex([(np.array([1, 5]), np.array([0.5, 2.0])), (np.array([5]), np.array([1.0]))], 2)
-    >>> index.scores(np.array([5, 7]), np.array([3.0, 1.0])).tolist()
-    [6.0, 3.0]
-    """
-
-    def __init__(self, documents: Sequence[Tuple[np.ndarray, np.ndarray]], count: int):
-        terms = np.concatenate([ids for ids, _ in documents]) if documents else np.zeros(0, np.int64)
-        owners = np.repeat(np.arange(len(documents)), [ids.size for ids, _ in documents])
-        weights = np.concatenate([values for _, values in documents]) if documents else np.zeros(0, np.float32)
-        order = np.argsort(terms, kind="stable")
-        self.terms, self.documents, self.weights = terms[order], owners[order], weights[order].astype(np.float64)
-        self.count = count
-
-    def scores(self, ids: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """`[count]` dot products of the query `(ids, weights)` with every document."""
-        starts, ends = np.searchsorted(self.terms, ids, "left"), np.searchsorted(self.terms, ids, "right")
-        postings = np.concatenate([np.arange(start, end) for start, end in zip(starts, ends)] or [np.zeros(0, int)])
-        contributions = self.weights[postings] * np.repeat(np.asarray(weights, np.float64), ends - starts)
-        return np.bincount(self.documents[postings], contributions, minlength=self.count)
 
 
 # --- classification and clustering -------------------------------------------------------------------
@@ -269,13 +212,14 @@ def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int 
     several, each kind of work takes its own (`Embedder.for_work`: retrieval's queries `retrieval.query` and
     documents `retrieval.passage`, STS `text-matching`, classification `classification`, clustering
     `separation`)."""
-    from kbert.tasks.embedding import Embedder, read_text_groups
+    from kbert.embeddings.embedder import Embedder
     from kbert.training.data import read_examples
+    from kbert.training.text_groups import read_text_groups
 
     embedder = Embedder.load(model, adapter=adapter, head=head)
     if fuse is not None and not os.path.isdir(data):
         raise KbertError(f"--fuse: fuses two models' retrieval rankings, on a BEIR folder; {data} is a file")
-    if embedder.multi_vector and not os.path.isdir(data):
+    if not embedder.output.one_vector and not os.path.isdir(data):
         raise KbertError(f"{data}: {model} is a multi-vector encoder, scored on retrieval (a BEIR folder: "
                          "corpus.jsonl, queries.jsonl, qrels/); STS, classification and clustering take one vector "
                          "a text")
@@ -302,10 +246,8 @@ def evaluate(model: str, data: str, train: "str | None" = None, batch_size: int 
 def is_scored_pairs(path: str) -> bool:
     """Whether a file's rows are scored pairs (`text<TAB>text_b<TAB>score`, or a header naming two texts and a
     score), not labelled texts: a header `text<TAB>label` names a label, whatever word `label` is an alias of."""
-    from kbert.tasks.embedding import PAIR_FIELDS
     from kbert.training.records import read_records
-
-    from kbert.tasks.embedding import is_number
+    from kbert.training.text_groups import PAIR_FIELDS, is_number
 
     rows, _, _ = read_records(path, PAIR_FIELDS)
     first = next((row for _, row in rows if isinstance(row, dict)), {})

@@ -13,7 +13,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from kbert.checkpoints.st_modules import Router, model_max_length
+from kbert.embeddings.files import model_max_length
+from kbert.embeddings.modules import Router
 
 @dataclasses.dataclass
 class StaticQuery:

@@ -9,7 +9,7 @@ mode), `Dense` projections (their `config.json` and `model.safetensors`), a
 `MultiVectorMask` (a PyLate `ColBERT` folder lists its Transformer and Dense only, its other
 settings in `config_sentence_transformers.json`; a Stanford ColBERT checkpoint has no `modules.json`
 at all, its projection beside the BERT's weights and its settings in `artifact.metadata`: both
-`ColBERTSettings`). Each type is one class of `kbert.checkpoints.st_modules`
+`ColBERTSettings`). Each type is one class of `kbert.embeddings.modules`
 that reads and writes its sub-folder and adds its Keras layer; this module
 reads the list (`read_sentence_transformer`), checks that it is a pipeline
 kbert computes, and writes one back (`write_modules`) as sentence-transformers
@@ -26,61 +26,17 @@ import os
 import string
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from kbert.checkpoints.st_modules import (SENTENCE, TOKENS, TRANSFORMER_SETTINGS, Dense, MLMTransformer, Module,
-                                          MultiVectorMask, Normalize, Pooling, Router, SpladePooling, SpladeSpec,
-                                          Transformer, check_tensor, flag_setting, json_file, json_object,
-                                          model_max_length, module_tensors, read_module, write_json,
-                                          write_modules_file)
+from kbert.embeddings.kinds import DenseOutput, OutputKind, as_output
+from kbert.embeddings.files import (check_tensor, flag_setting, json_file, json_object, model_max_length,
+                                    module_tensors, write_json)
+from kbert.embeddings.modules import (SENTENCE, TOKENS, TRANSFORMER_SETTINGS, Dense, Module, MultiVectorMask,
+                                      Normalize, Pooling, Router, SpladePooling, Transformer, read_module,
+                                      write_modules_file)
+from kbert.embeddings.multi_vector import MultiVectorOutput, QueryExpansion
+from kbert.embeddings.sparse import SparseOutput
 from kbert.errors import CheckpointError, is_whole_number
 
 MODULES_FILE = "modules.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class QueryExpansion:
-    """ColBERT's query expansion (the `query_expansion` of sentence-transformers 6's Transformer config): each
-    query shorter than `length` tokens is filled up to it with `token` (None: the tokenizer's `[MASK]`).
-
-    Args:
-        strategy: `fixed`: every query is cut or filled to exactly `length` tokens; `min`: `length` is only the
-            floor (longer queries are cut at the query length instead).
-        length: the tokens a query has at least.
-        attend: whether the other tokens attend to the filling (False, classic ColBERT: they do not, yet each
-            filling token reads the query and gives a vector of its own).
-        token: the filling token (None: `[MASK]`).
-    """
-
-    strategy: str
-    length: int
-    attend: bool = False
-    token: Optional[str] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class MultiVectorSpec:
-    """A multi-vector (ColBERT, late-interaction) encoder's token vectors: what each role's input is cut to, how a
-    query is expanded, and which tokens are left out of the scoring (its `MultiVectorMask`).
-
-    Args:
-        query_length: a query's longest input in tokens (None: the model's `max_seq_length`).
-        document_length: a document's longest input (None: the model's `max_seq_length`).
-        expansion: the queries' expansion (`QueryExpansion`), or None.
-        skiplist_words: tokens whose vectors are left out (PyLate's punctuation), for the roles in `skiplist_tasks`.
-        skiplist_tasks: the roles (`query`, `document`) the skiplist applies to; a text of no role counts as a
-            document.
-        skip_first: leave every text's first token out (bge-m3's ColBERT head leaves `<s>` out; not a
-            sentence-transformers setting).
-    """
-
-    query_length: Optional[int] = None
-    document_length: Optional[int] = None
-    expansion: Optional[QueryExpansion] = None
-    skiplist_words: Tuple[str, ...] = ()
-    skiplist_tasks: Tuple[str, ...] = ("document",)
-    skip_first: bool = False
-
-    def __str__(self) -> str:  # how a file's metadata names the pooling
-        return "multi-vector"
 
 
 @dataclasses.dataclass
@@ -89,10 +45,10 @@ class SentenceTransformerSpec:
 
     Args:
         transformer: the folder of the transformer's `config.json` and weights.
-        pooling: what the pipeline gives: a pooling mode (`kbert.layers.pooling.POOLING_MODES`, several joined by
-            `+`), a sparse encoder's SPLADE pooling of its masked-LM transformer's logits (`SpladeSpec`), or a
-            multi-vector encoder's token vectors (`MultiVectorSpec`).
-        modules: the modules after the transformer, in the folder's order (`kbert.checkpoints.st_modules`): each
+        output: what the pipeline gives (`kbert.embeddings.kinds`): a pooled vector (`DenseOutput` of a pooling
+            mode), a sparse encoder's SPLADE pooling of its masked-LM transformer's logits (`SparseOutput`), or a
+            multi-vector encoder's token vectors (`MultiVectorOutput`).
+        modules: the modules after the transformer, in the folder's order (`kbert.embeddings.modules`): each
             adds its Keras layer in turn.
         max_seq_length: the longest input in tokens (None: the model's own limit).
         do_lower_case: sentence-transformers' own lower-casing of the text before tokenizing.
@@ -106,7 +62,7 @@ class SentenceTransformerSpec:
     """
 
     transformer: str
-    pooling: "str | SpladeSpec | MultiVectorSpec"
+    output: OutputKind
     modules: List[Module]
     max_seq_length: Optional[int]
     do_lower_case: bool = False
@@ -166,7 +122,7 @@ def settings(path: "str | os.PathLike[str]") -> dict:
 
 def read_modules(folder: str) -> List[Module]:
     """The modules `folder`'s `modules.json` lists, in their order (`idx`), each read by its type's class
-    (`kbert.checkpoints.st_modules.MODULE_TYPES`); a type kbert does not compute is refused by name, never
+    (`kbert.embeddings.modules.MODULE_TYPES`); a type kbert does not compute is refused by name, never
     skipped."""
     modules_file = os.path.join(folder, MODULES_FILE)
     listed = json_file(modules_file)
@@ -202,15 +158,15 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     config = json_object(config_path) if config_path else {}
     if colbert:  # its lengths and expansion are the folder's settings' (sentence-transformers 6 moves them here)
         config, config_path = {**config, **colbert.transformer}, colbert.path
-    pooling = _pooling(steps, transformer, config, config_path, modules_file, kind)
-    if router and not isinstance(pooling, SpladeSpec):
+    output = _output(steps, transformer, config, config_path, modules_file, kind)
+    if router and not output.reads_logits:
         raise CheckpointError(f"{modules_file}: a Router's query route of static weights needs SPLADE (an "
                               "MLMTransformer and a SpladePooling) as its document route")
     include_prompt = all(module.include_prompt for module in steps if isinstance(module, Pooling))
     # sentence-transformers 6.3 writes a Transformer's max_seq_length only as its tokenizer's model_max_length
     max_seq_length = _length(config, "max_seq_length", config_path) if config.get("max_seq_length") is not None \
         else model_max_length(transformer.path)
-    return SentenceTransformerSpec(transformer.path, pooling, steps, max_seq_length,
+    return SentenceTransformerSpec(transformer.path, output, steps, max_seq_length,
                                    flag_setting(config, "do_lower_case", False, config_path), prompts,
                                    default_prompt_name, include_prompt, router, colbert.markers if colbert else ())
 
@@ -316,8 +272,8 @@ def _stanford_modules(folder: str) -> List[Module]:
     return [Transformer(folder), Dense([weight.T], None, TOKENS, folder)]
 
 
-def _pooling(steps: Sequence[Module], transformer: Transformer, config: dict, config_path: Optional[str],
-             modules_file: str, kind: Optional[str]) -> "str | SpladeSpec | MultiVectorSpec":
+def _output(steps: Sequence[Module], transformer: Transformer, config: dict, config_path: Optional[str],
+            modules_file: str, kind: Optional[str]) -> OutputKind:
     """What the modules after the transformer give, checked to be a pipeline kbert computes: one pooling (a
     `Pooling`, SPLADE's exactly on a masked-LM transformer, whose logits it pools), or a multi-vector encoder's
     token vectors (a `MultiVectorMask`, its `Dense` and `Normalize` on each token's vector); a `Dense` or
@@ -357,7 +313,7 @@ def _pooling(steps: Sequence[Module], transformer: Transformer, config: dict, co
                                   "reads the pooled vector that is not there yet; expected it after the pooling")
     if multi_vector:
         return _multi_vector(config, config_path, pooled)
-    return pooled.spec if splade else pooled.mode
+    return SparseOutput(pooled.strategy, pooled.activation) if splade else DenseOutput(pooled.mode)
 
 
 def _index(module: dict, modules_file: str) -> int:
@@ -377,7 +333,7 @@ def _length(config: dict, key: str, path: Optional[str]) -> Optional[int]:
     return value
 
 
-def _multi_vector(config: dict, config_path: Optional[str], mask: MultiVectorMask) -> MultiVectorSpec:
+def _multi_vector(config: dict, config_path: Optional[str], mask: MultiVectorMask) -> MultiVectorOutput:
     """A multi-vector encoder's settings: the Transformer's `query_length`, `document_length` and
     `query_expansion` (`config`, its `sentence_bert_config.json`) and the MultiVectorMask's skiplist, checked as
     sentence-transformers 6 checks them."""
@@ -386,8 +342,8 @@ def _multi_vector(config: dict, config_path: Optional[str], mask: MultiVectorMas
     if expansion and query_length is not None and query_length < expansion.length:
         raise CheckpointError(f"{config_path}: query_length {query_length} is below query_expansion's length "
                               f"{expansion.length}, the tokens a query has at least")
-    return MultiVectorSpec(query_length, _length(config, "document_length", config_path), expansion,
-                           mask.skiplist_words, mask.skiplist_tasks)
+    return MultiVectorOutput(query_length, _length(config, "document_length", config_path), expansion,
+                             mask.skiplist_words, mask.skiplist_tasks)
 
 
 def _expansion(value, path: Optional[str]) -> Optional[QueryExpansion]:
@@ -422,58 +378,27 @@ def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
     return prompts, default
 
 
-def write_modules(folder: str, pooling: "str | SpladeSpec | MultiVectorSpec", dimensions: int,
-                  dense: Sequence[Dense], normalize: bool, max_seq_length: int,
-                  prompts: Optional[Dict[str, str]] = None, default_prompt_name: Optional[str] = None,
-                  do_lower_case: bool = False, include_prompt: bool = True) -> None:
+def write_modules(folder: str, output: "str | OutputKind", dimensions: int, dense: Sequence[Dense], normalize: bool,
+                  max_seq_length: int, prompts: Optional[Dict[str, str]] = None,
+                  default_prompt_name: Optional[str] = None, do_lower_case: bool = False,
+                  include_prompt: bool = True) -> None:
     """A sentence-transformers folder's module files beside the transformer's (`dimensions` wide, its outputs),
-    for the pipeline kbert builds: the transformer, its `pooling`, the `dense` projections in order, and
-    `Normalize` where asked (`write_pipeline`)."""
-    modules = pipeline(pooling, dimensions, dense, normalize, include_prompt)
-    write_pipeline(folder, [transformer_module(pooling, max_seq_length, do_lower_case), *modules], prompts,
+    for the pipeline kbert builds: the transformer, the `output`'s modules (a pooling mode's name: a dense
+    vector's) with the `dense` projections in order, and `Normalize` where asked (`write_pipeline`)."""
+    output = as_output(output)
+    modules = output.modules(dimensions, dense, normalize, include_prompt)
+    write_pipeline(folder, [output.transformer_module(max_seq_length, do_lower_case), *modules], output, prompts,
                    default_prompt_name)
 
 
-def transformer_module(pooling: "str | SpladeSpec | MultiVectorSpec", max_seq_length: Optional[int] = None,
-                       do_lower_case: bool = False) -> Transformer:
-    """The `Transformer` module before `pooling` (an `MLMTransformer` for SPLADE; a multi-vector encoder's with
-    its query and document lengths and query expansion), its model files in the folder itself."""
-    transformer_settings = {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case}
-    if isinstance(pooling, SpladeSpec):
-        return MLMTransformer("", transformer_settings)
-    if isinstance(pooling, MultiVectorSpec):
-        transformer_settings.update(query_length=pooling.query_length, document_length=pooling.document_length,
-                                    query_expansion=pooling.expansion and dataclasses.asdict(pooling.expansion))
-    return Transformer("", transformer_settings)
-
-
-def pipeline(pooling: "str | SpladeSpec | MultiVectorSpec", dimensions: int, dense: Sequence[Dense] = (),
-             normalize: bool = False, include_prompt: bool = True) -> List[Module]:
-    """The modules after the transformer (its outputs `dimensions` wide) of a pipeline kbert builds, as
-    sentence-transformers 6 lays it out: a `Pooling` or `SpladePooling`, the `dense` projections, `Normalize`
-    where asked; a multi-vector encoder's projections and normalisation of each token, its `MultiVectorMask`
-    between them."""
-    if isinstance(pooling, SpladeSpec):
-        return [SpladePooling(pooling, dimensions)]
-    if isinstance(pooling, MultiVectorSpec):
-        return [*(dataclasses.replace(module, input_name=TOKENS) for module in dense),
-                MultiVectorMask(pooling.skiplist_words, pooling.skiplist_tasks),
-                *([Normalize(TOKENS)] if normalize else [])]
-    return [Pooling(pooling, include_prompt, dimensions), *dense, *([Normalize()] if normalize else [])]
-
-
-def write_pipeline(folder: str, modules: Sequence[Module], prompts: Optional[Dict[str, str]] = None,
-                   default_prompt_name: Optional[str] = None) -> None:
-    """`modules` written as a sentence-transformers folder (`modules.json`, each module's sub-folder; the
-    transformer's own files are the caller's), and `config_sentence_transformers.json` where there are `prompts`
-    or the model is not a dense one: a `SparseEncoder` (an `MLMTransformer`, or a `Router`, first) or a
-    `MultiVectorEncoder` (a `MultiVectorMask` among them), as sentence-transformers 5 and 6 name them."""
+def write_pipeline(folder: str, modules: Sequence[Module], output: OutputKind,
+                   prompts: Optional[Dict[str, str]] = None, default_prompt_name: Optional[str] = None) -> None:
+    """`modules` (an `output`'s) written as a sentence-transformers folder (`modules.json`, each module's
+    sub-folder; the transformer's own files are the caller's), and `config_sentence_transformers.json` where there
+    are `prompts` or the model is not a dense one: its kind's `model_type` (`SparseEncoder`, `MultiVectorEncoder`,
+    as sentence-transformers 5 and 6 name them) and similarity."""
     write_modules_file(folder, modules)
-    kind = "SparseEncoder" if isinstance(modules[0], (MLMTransformer, Router)) else \
-        "MultiVectorEncoder" if any(isinstance(module, MultiVectorMask) for module in modules) else \
-        "SentenceTransformer"
-    if prompts or kind != "SentenceTransformer":
-        similarity = {"SparseEncoder": "dot", "MultiVectorEncoder": "maxsim"}.get(kind, "cosine")
-        write_json(os.path.join(folder, SETTINGS_FILE), {"model_type": kind, "prompts": prompts or {},
+    if prompts or output.model_type != DenseOutput.model_type:
+        write_json(os.path.join(folder, SETTINGS_FILE), {"model_type": output.model_type, "prompts": prompts or {},
                                                          "default_prompt_name": default_prompt_name,
-                                                         "similarity_fn_name": similarity})
+                                                         "similarity_fn_name": output.similarity})

@@ -14,19 +14,19 @@ refused by name.
 The transformer itself is built by kbert's builder from its Hugging Face
 files; the `Transformer` module holds what its `sentence_bert_config.json`
 says. A `MultiVectorMask` is applied to token ids, after the model
-(`kbert.tasks.multi_vector`), so it adds no layer.
+(`kbert.embeddings.multi_vector`), so it adds no layer.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import json
 import os
 from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from kbert.embeddings.files import check_tensor, flag_setting, json_object, module_tensors, write_json
 from kbert.errors import CheckpointError, is_whole_number, shown
 from kbert.layers.pooling import SPLADE_ACTIVATIONS, SPLADE_STRATEGIES, pooling_modes
 
@@ -180,29 +180,19 @@ class Pooling(Module):
         return layer(vectors) if pooled is None else layer(vectors, mask=pooled)
 
 
-@dataclasses.dataclass(frozen=True)
-class SpladeSpec:
-    """A `SpladePooling` module (a sparse encoder's): how each token's logits are activated and pooled
-    (`kbert.layers.pooling.SpladePooling`)."""
-
-    strategy: str = "max"
-    activation: str = "relu"
-
-    def __str__(self) -> str:  # how a file's metadata names the pooling: "splade max relu"
-        return f"splade {self.strategy} {self.activation}"
-
-
 @dataclasses.dataclass
 class SpladePooling(Module):
     """A `SpladePooling`: a masked-LM's logits activated (`relu`, `log1p_relu`) and pooled over the tokens
     (`max`, `sum`) into one weight per vocabulary entry (`kbert.layers.SpladePooling`).
 
     Args:
-        spec: its strategy and activation.
+        strategy: how the tokens' weights are pooled (`max`, `sum`).
+        activation: how each logit is activated (`relu`, `log1p_relu`).
         dimensions: the vocabulary's size (its `embedding_dimension`; None where unknown).
     """
 
-    spec: SpladeSpec = SpladeSpec()
+    strategy: str = "max"
+    activation: str = "relu"
     dimensions: Optional[int] = None
 
     type_path: ClassVar[str] = "sparse_encoder.models.SpladePooling"
@@ -211,23 +201,23 @@ class SpladePooling(Module):
     def read(cls, path: str) -> "SpladePooling":
         config_path = os.path.join(path, "config.json")
         config = json_object(config_path) if os.path.isfile(config_path) else {}
-        spec = SpladeSpec(config.get("pooling_strategy", "max"), config.get("activation_function", "relu"))
-        if spec.strategy not in SPLADE_STRATEGIES or spec.activation not in SPLADE_ACTIVATIONS:
-            raise CheckpointError(f"{config_path}: pooling_strategy {spec.strategy!r}, activation_function "
-                                  f"{spec.activation!r}: expected one of {', '.join(SPLADE_STRATEGIES)} and one of "
+        strategy, activation = config.get("pooling_strategy", "max"), config.get("activation_function", "relu")
+        if strategy not in SPLADE_STRATEGIES or activation not in SPLADE_ACTIVATIONS:
+            raise CheckpointError(f"{config_path}: pooling_strategy {strategy!r}, activation_function "
+                                  f"{activation!r}: expected one of {', '.join(SPLADE_STRATEGIES)} and one of "
                                   f"{', '.join(SPLADE_ACTIVATIONS)}")
         dimensions = config.get("embedding_dimension")
-        return cls(spec, dimensions if is_whole_number(dimensions) else None)
+        return cls(strategy, activation, dimensions if is_whole_number(dimensions) else None)
 
     def write(self, path: str) -> None:
         write_json(os.path.join(path, "config.json"), {
-            "pooling_strategy": self.spec.strategy, "activation_function": self.spec.activation,
+            "pooling_strategy": self.strategy, "activation_function": self.activation,
             "embedding_dimension": self.dimensions})
 
     def apply(self, vectors, name: str):
         from kbert.layers.pooling import SpladePooling as SpladePoolingLayer
 
-        return SpladePoolingLayer(self.spec.strategy, self.spec.activation, name=name)(vectors)
+        return SpladePoolingLayer(self.strategy, self.activation, name=name)(vectors)
 
 
 @dataclasses.dataclass(eq=False)
@@ -356,7 +346,7 @@ class Normalize(Module):
 @dataclasses.dataclass
 class MultiVectorMask(Module):
     """A `MultiVectorMask` (sentence-transformers 6's multi-vector encoders): which tokens' vectors are left out of
-    the scoring. It is applied to the token ids after the model (`kbert.tasks.multi_vector.skiplist_ids`).
+    the scoring. It is applied to the token ids after the model (`kbert.embeddings.multi_vector.skiplist_ids`).
 
     Args:
         skiplist_words: the tokens left out (PyLate's punctuation).
@@ -393,7 +383,7 @@ class MultiVectorMask(Module):
 @dataclasses.dataclass(eq=False)
 class SparseStaticEmbedding(Module):
     """A `SparseStaticEmbedding` (an inference-free sparse encoder's query side): one weight per vocabulary entry,
-    given to each token a query holds (`kbert.tasks.inference_free.StaticQuery`); its tokenizer's files are in
+    given to each token a query holds (`kbert.embeddings.inference_free.StaticQuery`); its tokenizer's files are in
     its folder too.
 
     Args:
@@ -569,89 +559,3 @@ def module_config(path: str) -> dict:
     """A module folder's `config.json` (an object), or {} where it has none (the module's defaults)."""
     config_path = os.path.join(path, "config.json")
     return json_object(config_path) if os.path.isfile(config_path) else {}
-
-
-def module_tensors(folder: str, names: Optional[Sequence[str]] = None) -> Tuple[str, Dict[str, np.ndarray]]:
-    """A module's file of tensors and what it holds (only `names` of them, where given and present): its
-    `model.safetensors`, else its `pytorch_model.bin` (sentence-transformers 2's pickle, read by
-    `read_torch_tensors`: no code of the file runs)."""
-    from safetensors import SafetensorError, safe_open
-
-    path = os.path.join(folder, "model.safetensors")
-    if not os.path.isfile(path):
-        from kbert.checkpoints.torch_pickle import read_torch_tensors
-
-        path = os.path.join(folder, "pytorch_model.bin")
-        if not os.path.isfile(path):
-            raise CheckpointError(f"{folder}: no model.safetensors (nor pytorch_model.bin); the module's weights "
-                                  "are missing")
-        tensors = read_torch_tensors(path)
-        return path, tensors if names is None else {name: tensors[name] for name in names if name in tensors}
-    try:
-        with safe_open(path, framework="numpy") as file:
-            return path, {name: file.get_tensor(name) for name in (file.keys() if names is None else names)
-                          if name in file.keys()}
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({str(error).splitlines()[0]})") from None
-
-
-def check_tensor(path: str, name: str, value: Optional[np.ndarray], shape: tuple, meaning: str) -> None:
-    """A module's tensor `name` of `path` is floats of `shape` (`meaning` says where the shape comes from), all
-    finite."""
-    if value is None or tuple(value.shape) != tuple(shape) or value.dtype.kind != "f":
-        got = "missing" if value is None else f"{value.dtype} {list(value.shape)}"
-        raise CheckpointError(f"{path}: {name}: expected floats of shape {list(shape)} ({meaning}), got {got}")
-    if not np.isfinite(value).all():
-        raise CheckpointError(f"{path}: {name} holds NaN or infinite values; the file is damaged or its run "
-                              "diverged")
-
-
-def json_file(path: str):
-    """A JSON file's value; a missing or unreadable one is a `CheckpointError` naming it."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing; a sentence-transformers folder needs it") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path}: not JSON ({error})") from None
-
-
-def json_object(path: str) -> dict:
-    """A JSON file that must hold an object (a module's config)."""
-    value = json_file(path)
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{path}: expected a JSON object of settings, got {type(value).__name__}")
-    return value
-
-
-#: transformers' stand-in for "no limit" in a tokenizer's `model_max_length` is 1e30: anything past this is none.
-_NO_LIMIT = 10 ** 9
-
-
-def model_max_length(folder: str) -> Optional[int]:
-    """The `model_max_length` of `folder`'s `tokenizer_config.json` (the tokens a text is cut to: where
-    sentence-transformers 6.3 keeps a Transformer's `max_seq_length`), None where it has none or sets no limit."""
-    path = os.path.join(folder, "tokenizer_config.json")
-    if not os.path.isfile(path):
-        return None
-    value = json_object(path).get("model_max_length")
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= _NO_LIMIT):
-        return None
-    if not is_whole_number(value):
-        raise CheckpointError(f"{path}: model_max_length {value!r}: expected a whole number of tokens, 1 or more")
-    return value
-
-
-def write_json(path: str, value) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(value, handle, indent=2)
-
-
-def flag_setting(config: dict, key: str, default: bool, path: str) -> bool:
-    """A true/false setting of a module's config: JSON's booleans only (the string "false" is not false)."""
-    value = config.get(key, default)
-    if not isinstance(value, bool):
-        raise CheckpointError(f"{path}: {key} {value!r}: expected true or false")
-    return value

@@ -19,19 +19,52 @@ from typing import List, Tuple
 
 import numpy as np
 
-from kbert.errors import CheckpointError
+from kbert.embeddings.sparse import SparseOutput, top_terms
+from kbert.errors import CheckpointError, KbertError
+from kbert.models import naming
 
 #: The heads a folder holds beside its dense vector, by the name `kbert embed --head` takes, and their files.
 HEAD_FILES = {"sparse": "sparse_linear.pt", "colbert": "colbert_linear.pt"}
 
 
 @dataclasses.dataclass(frozen=True)
-class LexicalSpec:
-    """bge-m3's sparse head as a pooling: each token's weight `ReLU(w · h + b)`, pooled per vocabulary id by max,
-    the special tokens left out (`lexical_terms`)."""
+class LexicalOutput(SparseOutput, reads_logits=False):
+    """bge-m3's sparse head as an output: each token's weight `ReLU(w · h + b)` (its `Linear`, one Keras `Dense`),
+    pooled per vocabulary id by max, the special tokens left out (`lexical_terms`). It is read beside the folder's
+    dense model, never written as a folder of its own.
+
+    Example:
+    >>> output = LexicalOutput()
+    >>> str(output), output.name, output.route, output.reads_logits
+    ('bge-m3 lexical', 'sparse', '/embed_sparse', False)
+    """
 
     def __str__(self) -> str:  # how a file's metadata names the pooling
         return "bge-m3 lexical"
+
+    def dimensions(self, model, backbone) -> int:  # a weight per token, pooled into the vocabulary
+        return int(backbone.get_layer(naming.EMBEDDING_TOKEN).input_dim)
+
+    def build(self, bert, modules=None, head_weights=None, name: str = "embedder"):
+        """Each token's weight (`[batch, tokens, 1]`) from the head's `Linear` (`head_weights`: kernel, bias)."""
+        import keras
+
+        layer = keras.layers.Dense(1, activation="relu", name="Embedding-Sparse-Linear")
+        weights = layer(bert.outputs[0])
+        layer.set_weights(head_weights)
+        return keras.Model(bert.inputs, weights, name=name)
+
+    def check_savable(self, source: str) -> None:
+        raise KbertError(f"{source or 'this model'}: a bge-m3 head is read beside its folder's dense model, not "
+                         "written as a sentence-transformers folder; copy the folder itself")
+
+    def terms(self, ids, vector, special, top_k):
+        return top_terms(*lexical_terms(ids, vector, special), top_k)
+
+    def export_note(self) -> str:
+        return ("; the output is each token's weight ([batch, tokens, 1]): a text's sparse vector is, for each "
+                "vocabulary id it holds, the largest weight of its tokens of that id, the special tokens and "
+                "weights of 0 left out (kbert.embeddings.bge_m3.lexical_terms)")
 
 
 def has_heads(folder: "str | os.PathLike[str]") -> List[str]:
@@ -39,7 +72,7 @@ def has_heads(folder: "str | os.PathLike[str]") -> List[str]:
     return [head for head, name in HEAD_FILES.items() if os.path.isfile(os.path.join(os.fspath(folder), name))]
 
 
-def head_weights(folder: "str | os.PathLike[str]", head: str, hidden_size: int) -> List[np.ndarray]:
+def read_head(folder: "str | os.PathLike[str]", head: str, hidden_size: int) -> List[np.ndarray]:
     """A head's `Linear` as Keras's `[kernel [hidden, out], bias [out]]`, checked: `weight` `[out, hidden]` (out 1
     for the sparse head) and `bias` `[out]`, floating-point and finite. A missing file is refused naming it."""
     from kbert.checkpoints.torch_pickle import read_torch_tensors

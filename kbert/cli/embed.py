@@ -1,0 +1,202 @@
+"""`kbert embed`: a vector per input text from a sentence-transformers model, as JSON Lines or `.npy`; a sparse
+encoder's weights, a multi-vector encoder's token vectors; int8 and binary precisions, calibration."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from kbert.cli.arguments import (embedding_head_argument, onnx_runtime_chosen, positive_int, precision_option,
+                                 runtime_options)
+from kbert.cli.inputs import input_lines
+from kbert.errors import DataError, KbertError, is_blank
+
+
+def add_commands(command) -> None:
+    """Adds `embed` through `command(name, help)`, which returns a sub-parser."""
+    embed = command("embed", "a vector per input text from a sentence-transformers model (a folder or a name "
+                             "such as hf://sentence-transformers/all-MiniLM-L6-v2): JSON Lines, or --npy; a "
+                             "SparseEncoder's as {\"indices\", \"values\"} lines; a MultiVectorEncoder's "
+                             "(ColBERT) as a vector per token")
+    embed.add_argument("--model", required=True, help="a sentence-transformers folder, or a name (hf://OWNER/NAME, "
+                                                       "an archive's URL) fetched once into the cache")
+    embed.add_argument("input", nargs="?", default="-", help="file of texts, one a line; - for standard input")
+    embed.add_argument("--npy", metavar="OUT", help="write one float32 array [texts, dimensions] to OUT (.npy) "
+                                                    "instead of printing; OUT must not exist (a multi-vector "
+                                                    "model: every token's vectors [tokens, dimensions], and OUT's "
+                                                    "name with .offsets.npy, where each text's rows start)")
+    embed.add_argument("--batch-size", type=positive_int, default=32, help="texts a model call takes at most")
+    embed.add_argument("--normalize", action="store_true",
+                       help="scale each vector to unit length (a model whose last module is Normalize does)")
+    prompt = embed.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt-name", metavar="NAME", help="put the model's prompt NAME before each text (the "
+                                                              "prompts of its config_sentence_transformers.json; "
+                                                              "default: its default_prompt_name, if any); a "
+                                                              "multi-vector model: query or document embeds the "
+                                                              "texts as queries (expanded) or documents")
+    prompt.add_argument("--prompt", metavar="TEXT", help="put TEXT before each text instead ('' for no prompt)")
+    embed.add_argument("--dimensions", type=positive_int, metavar="N",
+                       help="keep each vector's first N values (a Matryoshka model's shorter vectors), scaled back "
+                            "to unit length where the model's vectors are")
+    embed.add_argument("--precision", choices=("float", "int8", "uint8", "binary", "ubinary"), default="float",
+                       help="the vectors' values: float32, or fewer bits as sentence-transformers' "
+                            "quantize_embeddings gives them (int8 and uint8 need --ranges, or the "
+                            "model folder's calibration_ranges.json)")
+    embed.add_argument("--ranges", metavar="FILE", help="each dimension's calibration range, for --precision int8 "
+                                                        "or uint8 (a file --calibrate wrote)")
+    embed.add_argument("--calibrate", metavar="OUT", help="write each dimension's range over the input texts' "
+                                                          "vectors to OUT (JSON) instead of the vectors")
+    embed.add_argument("--top-k", type=positive_int, metavar="K",
+                       help="a sparse encoder: keep each vector's K largest weights (sentence-transformers' "
+                            "max_active_dims); default: every non-zero one")
+    embedding_head_argument(embed)
+    embed.add_argument("--adapter", metavar="TASK", help="a model with task LoRA adapters (jina-embeddings-v3): "
+                                                         "the task's, merged in (retrieval.query, retrieval.passage, "
+                                                         "separation, classification, text-matching), with the "
+                                                         "folder's prompt of that name if it has one; default: "
+                                                         "none, the base weights")
+    embed.add_argument("--cache-dir", help="where a named model is kept (default: $KBERT_CACHE, else "
+                                           "~/.cache/kbert; the hub's own cache for hf://)")
+    runtime_options(embed, "the model", "worth it for a long file on a CPU: the export takes seconds "
+                    "(docs/embeddings.md)")
+    precision_option(embed, weights=True)
+    embed.set_defaults(run=run_embed)
+
+
+def run_embed(args) -> int:
+    """`kbert embed`: one `{"embedding": [...]}` line per input line, or one `.npy` array."""
+    import numpy as np
+
+    from kbert.io import atomic_path
+    from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.precision import (CALIBRATED, RANGES_FILE, calibration_ranges, load_ranges, quantized,
+                                            save_ranges)
+
+    for path in (args.npy, args.npy and offsets_path(args.npy)):
+        if path and os.path.lexists(path):
+            raise KbertError(f"{path}: already exists; choose a new path (kbert never writes over an earlier output)")
+    _check_precision_options(args)
+    onnx = onnx_runtime_chosen(args)
+    folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
+    if args.precision in CALIBRATED and not args.ranges and not os.path.isfile(os.path.join(folder, RANGES_FILE)):
+        raise KbertError(f"--precision {args.precision} needs each dimension's range: --ranges FILE, or "
+                         f"{RANGES_FILE} in {folder}; kbert embed --calibrate OUT.json writes them from texts like "
+                         "yours")
+    texts = input_lines(args.input)
+    blank = [number for number, text in enumerate(texts, 1) if is_blank(text)]
+    if blank:
+        raise DataError(f"{args.input}: line {blank[0]} is blank, or invisible characters only ({len(blank)} blank "
+                        "lines in all); every line must "
+                        "hold a text to embed, so that the vectors line up with the lines")
+    embedder = Embedder.load(folder, adapter=args.adapter, head=args.head)
+    _check_kind_options(args, embedder)
+    if not embedder.output.calibrated:  # sparse or multi-vector: no precision, ranges or dimensions
+        return _embed_by_role(args, embedder, texts)
+    # an unknown name is refused before an export; the prompt goes to encode, which counts its tokens where the
+    # pooling leaves them out
+    prompt = embedder.prompt_text(args.prompt_name, args.prompt)
+    embedder.check_dimensions(args.dimensions)
+    ranges = load_ranges(args.ranges, args.dimensions or embedder.dimensions) if args.ranges else embedder.ranges
+    if args.precision in CALIBRATED and not args.ranges and args.dimensions not in (None, embedder.dimensions):
+        raise KbertError(f"{os.path.join(folder, RANGES_FILE)}: ranges of all {embedder.dimensions} dimensions; "
+                         f"--dimensions {args.dimensions} vectors are scaled anew, so they need ranges of their own "
+                         f"(kbert embed --dimensions {args.dimensions} --calibrate OUT.json, then --ranges OUT.json)")
+    if onnx:
+        from kbert.serving.export import onnx_embedder
+
+        embedder.model = onnx_embedder(embedder, args.quantize)
+    vectors = embedder.truncated(embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt=prompt),
+                                 args.dimensions, args.normalize)
+    broken = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+    if broken.size:  # JSON has no NaN, and a NaN in a .npy poisons every search over it
+        raise KbertError(f"{args.input}: line {broken[0] + 1} ({broken.size} lines in all) gave NaN or infinite "
+                         "values (an overflow in the model's precision, or damaged weights); nothing was written")
+    if args.calibrate:
+        save_ranges(args.calibrate, calibration_ranges(vectors), args.model, len(texts))
+        print(f"kbert: the ranges of {vectors.shape[1]} dimensions over {len(texts)} texts written to "
+              f"{args.calibrate}", file=sys.stderr)
+        return 0
+    vectors = quantized(vectors, args.precision, ranges)
+    if args.npy:
+        with atomic_path(args.npy) as temporary:
+            with open(temporary, "wb") as handle:
+                np.save(handle, vectors)
+        print(f"kbert: {len(texts)} vectors of {vectors.shape[1]} dimensions written to {args.npy}", file=sys.stderr)
+        return 0
+    for vector in vectors:
+        print(json.dumps({"embedding": vector.tolist()}))
+    return 0
+
+
+def offsets_path(npy: str) -> str:
+    """Where `kbert embed --npy OUT` of a multi-vector model writes where each text's rows start."""
+    return (npy[:-len(".npy")] if npy.endswith(".npy") else npy) + ".offsets.npy"
+
+
+def _embed_by_role(args, embedder, texts) -> int:
+    """`kbert embed` of a sparse or multi-vector encoder, `--prompt-name query` or `document` the texts' role (which
+    picks its prompt, and an inference-free encoder's side): a sparse encoder's `{"indices", "values"}` lines, a
+    multi-vector encoder's token vectors (`_write_token_vectors`)."""
+    from kbert.serving.export import onnx_embedder
+
+    role = args.prompt_name if args.prompt_name in ("query", "document") else None
+    prompt_name, prompt = None if role else args.prompt_name, args.prompt
+    if embedder.output.one_vector:  # a sparse encoder's prompt: an unknown name is refused before an export
+        texts, prompt_name, prompt = embedder.role_prompted(texts, role, prompt_name, prompt), None, ""
+    if onnx_runtime_chosen(args):
+        embedder.model = onnx_embedder(embedder, args.quantize)
+    if not embedder.output.one_vector:
+        return _write_token_vectors(args, embedder.encode_multi_vector(
+            texts, role, args.batch_size, prompt_name=prompt_name, prompt=prompt), len(texts))
+    for indices, values in embedder.encode_sparse(texts, args.batch_size, args.top_k, prompt=prompt, role=role):
+        print(json.dumps({"indices": indices.tolist(), "values": values.tolist()}))
+    return 0
+
+
+def _write_token_vectors(args, vectors: list, texts: int) -> int:
+    """A multi-vector encoder's token vectors, as `{"embedding": [[...], ...]}` lines or `--npy` (every token's rows,
+    and the offsets of each text's first row, `texts + 1` of them)."""
+    import numpy as np
+
+    from kbert.io import atomic_path
+
+    if not args.npy:
+        for tokens in vectors:
+            print(json.dumps({"embedding": tokens.tolist()}))
+        return 0
+    offsets = np.concatenate([[0], np.cumsum([len(tokens) for tokens in vectors])]).astype(np.int64)
+    for path, array in ((args.npy, np.concatenate(vectors)), (offsets_path(args.npy), offsets)):
+        with atomic_path(path) as temporary:
+            with open(temporary, "wb") as handle:
+                np.save(handle, array)
+    print(f"kbert: {offsets[-1]} token vectors of {vectors[0].shape[1]} dimensions for {texts} texts written "
+          f"to {args.npy}, each text's first row in {offsets_path(args.npy)}", file=sys.stderr)
+    return 0
+
+
+def _check_kind_options(args, embedder) -> None:
+    """The options of one dense vector refused for a sparse or multi-vector encoder (and `--top-k` for any but a
+    sparse one), naming them and how its vectors are written."""
+    output = embedder.output
+    dense_only = [option for option, given in (("--npy", args.npy and output.one_vector),
+                                               ("--normalize", args.normalize),
+                                               ("--dimensions", args.dimensions), ("--calibrate", args.calibrate),
+                                               ("--ranges", args.ranges), ("--precision", args.precision != "float"))
+                  if given]
+    if dense_only and not output.calibrated:
+        raise KbertError(f"{args.model} is {output.listed_as}: {', '.join(dense_only)} shape one dense vector a "
+                         f"text; {output.written_as}")
+    if args.top_k is not None and output.name != "sparse":
+        raise KbertError(f"--top-k: {args.model} is not a sparse encoder; --top-k keeps a sparse encoder's "
+                         "largest weights (--dimensions shortens a dense vector)")
+
+
+def _check_precision_options(args) -> None:
+    """`--precision`, `--ranges` and `--calibrate` that cannot go together, refused before anything is read."""
+    if args.calibrate and (args.precision != "float" or args.npy or args.ranges):
+        raise KbertError("--calibrate writes ranges from float vectors: give it without --precision, --ranges "
+                         "or --npy")
+    if args.calibrate and os.path.lexists(args.calibrate):
+        raise KbertError(f"{args.calibrate}: already exists; choose a new path (kbert never writes over an "
+                         "earlier output)")

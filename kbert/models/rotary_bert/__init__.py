@@ -1,0 +1,1 @@
+"""The rotary post-norm encoders' skeleton: Jina-v3, GTE and NomicBERT build on it."""
