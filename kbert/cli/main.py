@@ -16,7 +16,7 @@ import sys
 from typing import List, Optional
 
 from kbert import __version__
-from kbert.cli import embed, evaluate, export, migrate, models, predict, serve, train
+from kbert.cli import convert, embed, evaluate, export, inspect, migrate, predict, presets, serve, summary, train
 from kbert.cli.arguments import HelpWithDefaults
 from kbert.errors import KbertError
 
@@ -66,11 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, description=help, formatter_class=HelpWithDefaults)
 
-    models.add_commands(command)
-    for module in (train, evaluate, predict, embed, export):
-        module.add_commands(command)
-    serve.add_commands(command)
-    migrate.add_commands(command)
+    for module in (summary, inspect, convert, presets, train, evaluate, predict, embed, export, serve, migrate):
+        module.add_commands(command)  # each command's module (or group's) adds its own
     return parser
 
 

@@ -136,12 +136,14 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     """The modules of the sentence-transformers folder `folder` as one pipeline kbert computes, checked; a
     `CheckpointError` names the file and what was expected."""
     folder = os.fspath(folder)
-    modules_file, settings_file, kind = os.path.join(folder, MODULES_FILE), os.path.join(folder, SETTINGS_FILE), \
-        model_type(folder)
+    modules_file, settings_file, folder_settings = os.path.join(folder, MODULES_FILE), \
+        os.path.join(folder, SETTINGS_FILE), settings(folder)  # read once
+    kind = folder_settings.get("model_type") if isinstance(folder_settings.get("model_type"), str) else None
     stanford = is_stanford_colbert(folder)
     modules = _stanford_modules(folder) if stanford else read_modules(folder)
-    prompts, default_prompt_name = _prompts(settings_file)
-    colbert = _stanford(folder) if stanford else _pylate(settings_file, prompts) if is_pylate(folder) else None
+    prompts, default_prompt_name = _prompts(settings_file, folder_settings)
+    colbert = _stanford(folder) if stanford else \
+        _pylate(settings_file, folder_settings, prompts) if _is_pylate(folder_settings) else None
     if colbert:  # its Transformer and Dense: its mask and normalisation were PyLate's (or ColBERT's) code
         modules, prompts, kind = colbert.completed(modules), colbert.prompts, "MultiVectorEncoder"
     router = modules[0] if isinstance(modules[0], Router) else None
@@ -155,7 +157,9 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     transformer, steps = steps[0], steps[1:]
     config_path = next((path for path in (os.path.join(transformer.path, TRANSFORMER_SETTINGS),
                                           os.path.join(folder, TRANSFORMER_SETTINGS)) if os.path.isfile(path)), None)
-    config = json_object(config_path) if config_path else {}
+    # the Transformer module read its own (a Stanford checkpoint's has none: the folder's, where it has one)
+    own = config_path == os.path.join(transformer.path, TRANSFORMER_SETTINGS)
+    config = transformer.settings if own else json_object(config_path) if config_path else {}
     if colbert:  # its lengths and expansion are the folder's settings' (sentence-transformers 6 moves them here)
         config, config_path = {**config, **colbert.transformer}, colbert.path
     output = _output(steps, transformer, config, config_path, modules_file, kind)
@@ -203,17 +207,16 @@ class ColBERTSettings:
         return [*modules, MultiVectorMask(self.skiplist_words, ("document",)), Normalize(TOKENS)]
 
 
-def is_pylate(folder: "str | os.PathLike[str]") -> bool:
-    """Whether `folder` is PyLate's: `model_type` ColBERT, or (saved before sentence-transformers wrote a
-    `model_type`) PyLate's `query_prefix` or `document_prefix` in its `config_sentence_transformers.json`."""
-    config = settings(folder)
+def _is_pylate(config: dict) -> bool:
+    """Whether a folder's `config_sentence_transformers.json` (`config`) is PyLate's: `model_type` ColBERT, or
+    (saved before sentence-transformers wrote a `model_type`) PyLate's `query_prefix` or `document_prefix`."""
     return config.get("model_type") == "ColBERT" or \
         ("model_type" not in config and any(key in config for key in ("query_prefix", "document_prefix")))
 
 
-def _pylate(path: str, prompts: Dict[str, str]) -> ColBERTSettings:
-    """The PyLate settings of the `config_sentence_transformers.json` at `path` (beside its `prompts`), checked."""
-    config = json_object(path)
+def _pylate(path: str, config: dict, prompts: Dict[str, str]) -> ColBERTSettings:
+    """The PyLate settings of the `config_sentence_transformers.json` at `path` (`config`, beside its `prompts`),
+    checked."""
     prompts, markers = dict(prompts), []
     for key, role in (("query_prefix", "query"), ("document_prefix", "document")):
         if key in config:
@@ -363,9 +366,9 @@ def _expansion(value, path: Optional[str]) -> Optional[QueryExpansion]:
     return expansion
 
 
-def _prompts(path: str) -> Tuple[Dict[str, str], Optional[str]]:
-    """The prompts by name and the default one's name, checked as sentence-transformers checks them."""
-    config = json_object(path) if os.path.isfile(path) else {}
+def _prompts(path: str, config: dict) -> Tuple[Dict[str, str], Optional[str]]:
+    """The prompts by name and the default one's name in the `config_sentence_transformers.json` at `path`
+    (`config`), checked as sentence-transformers checks them."""
     prompts, default = config.get("prompts") or {}, config.get("default_prompt_name")
     if not isinstance(prompts, dict) or not all(isinstance(text, str) for text in prompts.values()):
         raise CheckpointError(f"{path}: prompts: expected an object of prompt names and their texts, got {prompts!r}")

@@ -58,7 +58,7 @@ def embedder_fields(folder: str, source: str, adapter: "str | Sequence[str] | No
     output = spec.output.within_positions(model_config.longest_input,
                                           os.path.join(spec.transformer, st_modules.TRANSFORMER_SETTINGS))
     adapters, tasks = _task_adapters(spec.transformer, adapter)
-    bert = build_transformer_model(config, **_mlm_head(output, model_config, config),
+    bert = build_transformer_model(model_config, **_mlm_head(output, model_config, config),
                                    task_lora=adapters and adapters.settings(), padding=tokenizer.padding)
     load_hf_weights(bert, spec.transformer, adapter=None if adapters else adapter)
     model = output.build(bert, spec.modules, head_weights)
