@@ -271,9 +271,18 @@ class BertFamily:
                          naming.MLM_BIAS, naming.CLASSIFIER_DENSE]
 
     def layer_weights(self, layer: str) -> List[WeightName]:
-        """The table rows of one layer (empty for layers without stored weights)."""
+        """The table rows of one layer (empty for layers without stored weights): a layer outside the blocks
+        (`outside_weights`), else a block's (`block_weights`)."""
+        fixed = self.outside_weights(layer)
+        if layer in fixed:
+            return fixed[layer]
+        parsed = naming.parse_block(layer)
+        return [] if parsed is None else self.block_weights(layer, *parsed)
+
+    def outside_weights(self, layer: str) -> Dict[str, List[WeightName]]:
+        """The table rows of the layers outside the blocks (embeddings, heads), by layer, named for `layer`."""
         e = self.embedding_axis
-        fixed = {
+        return {
             naming.EMBEDDING_TOKEN: [embedding(layer, "bert/embeddings/word_embeddings",
                                                "embeddings.word_embeddings", V, e)],
             naming.EMBEDDING_SEGMENT: [embedding(layer, "bert/embeddings/token_type_embeddings",
@@ -294,10 +303,6 @@ class BertFamily:
                                              (H, "2")),
             naming.CLASSIFIER_DENSE: output_weights(layer, "", "classifier", (H, "num_labels")),
         }
-        if layer in fixed:
-            return fixed[layer]
-        parsed = naming.parse_block(layer)
-        return [] if parsed is None else self.block_weights(layer, *parsed)
 
     def block_weights(self, layer: str, index: Optional[int], sublayer: str, is_norm: bool) -> List[WeightName]:
         """Rows of a block's attention, feed-forward or norm layer, under Google BERT's names."""

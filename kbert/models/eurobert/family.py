@@ -5,7 +5,7 @@ Pure Python (no TensorFlow). The Keras graph is in `graph.py`.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from kbert.models import naming
 from kbert.models.hub_family import HubFamily
@@ -93,8 +93,8 @@ class EuroBertFamily(HubFamily):
         return layers + [naming.OUTPUT_NORM, naming.MLM_BIAS, MLM_OUTPUT, naming.CLASSIFIER_HIDDEN,
                          naming.CLASSIFIER_DENSE]
 
-    def layer_weights(self, layer: str) -> List[WeightName]:
-        fixed = {
+    def outside_weights(self, layer: str) -> Dict[str, List[WeightName]]:
+        return {
             naming.EMBEDDING_TOKEN: [embedding(layer, "embed_tokens", "embed_tokens", V)],
             naming.OUTPUT_NORM: _rms_norm(layer, "norm"),
             naming.MLM_BIAS: [WeightName(f"{layer}/bias", "lm_head/bias", "lm_head.bias", False, False, (V,))],
@@ -103,10 +103,6 @@ class EuroBertFamily(HubFamily):
             naming.CLASSIFIER_HIDDEN: linear(layer, "dense", (H, H), bias=True),
             naming.CLASSIFIER_DENSE: output_weights(layer, "", "classifier", (H, "num_labels")),
         }
-        if layer in fixed:
-            return fixed[layer]
-        parsed = naming.parse_block(layer)
-        return [] if parsed is None else self.block_weights(layer, *parsed)
 
     def block_weights(self, layer: str, index: Optional[int], sublayer: str, is_norm: bool) -> List[WeightName]:
         scope = f"layers.{index or 0}"

@@ -5,7 +5,7 @@ Pure Python (no TensorFlow). The Keras graph is in `graph.py`.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from kbert.models import naming
 from kbert.models.hub_family import HubFamily
@@ -102,8 +102,8 @@ class ModernBertFamily(HubFamily):
         return layers + [naming.OUTPUT_NORM, naming.CLASSIFIER_HIDDEN, naming.CLASSIFIER_NORM,
                          naming.CLASSIFIER_DENSE, naming.MLM_DENSE, naming.MLM_NORM, naming.MLM_BIAS]
 
-    def layer_weights(self, layer: str) -> List[WeightName]:
-        fixed = {
+    def outside_weights(self, layer: str) -> Dict[str, List[WeightName]]:
+        return {
             naming.EMBEDDING_TOKEN: [embedding(layer, "embeddings/tok_embeddings", "embeddings.tok_embeddings", V)],
             naming.EMBEDDING_NORM: _norm(layer, "embeddings.norm"),
             naming.OUTPUT_NORM: _norm(layer, "final_norm"),
@@ -114,10 +114,6 @@ class ModernBertFamily(HubFamily):
             naming.CLASSIFIER_DENSE: output_weights(layer, "", "classifier", (H, "num_labels")),
             naming.MLM_BIAS: [WeightName(f"{layer}/bias", "decoder/bias", "decoder.bias", False, False, (V,))],
         }
-        if layer in fixed:
-            return fixed[layer]
-        parsed = naming.parse_block(layer)
-        return [] if parsed is None else self.block_weights(layer, *parsed)
 
     def block_weights(self, layer: str, index: Optional[int], sublayer: str, is_norm: bool) -> List[WeightName]:
         hf = f"layers.{index or 0}"
