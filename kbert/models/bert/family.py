@@ -77,6 +77,9 @@ class BertFamily:
             task_lora=)`): Jina-v3's, whose hub files carry them.
         mlm_activation: the MLM head's dense activation (None: the config's
             `hidden_act`; XLM-R's `lm_head`, which Jina-v3 and GTE keep: GELU).
+        hf_classes: the model_types among the family's own (`model_type_aliases`) that
+            transformers builds with classes of their own, and those classes' stem
+            (`XLMRoberta` for xlm-roberta); a config of one is written as it.
         position_types: other models' configs this family reads, told by their
             `position_embedding_type`: `(model_type, position_embedding_type,
             what they are)` each (Jina's own files: xlm-roberta with rotary).
@@ -108,6 +111,7 @@ class BertFamily:
     positions_after_padding = False
     google_absent: Optional[str] = None
     position_types: tuple = ()
+    hf_classes: Dict[str, str] = {}
     layout_difference: Optional[str] = None
     classifier_hidden = naming.POOLER_DENSE
     classifier_activation = "tanh"
@@ -248,9 +252,15 @@ class BertFamily:
         return {}
 
     def hf_config(self, config: BertConfig, heads: Heads) -> dict:
-        """A Hugging Face config.json for `config` and `heads`, in the config's Hugging Face keys."""
-        return {**config.to_hf_dict(), "model_type": self.hf_model_type,
-                "architectures": [self.hf_architecture(heads)]}
+        """A Hugging Face config.json for `config` and `heads`, in the config's Hugging Face keys: the config's own
+        model_type where transformers has a class of its own for it (`hf_classes`), else the family's."""
+        architecture = self.hf_architecture(heads)
+        if config.model_type in self.hf_classes:
+            model_type = config.model_type
+            architecture = self.hf_classes[model_type] + architecture.removeprefix(self.hf_class)
+        else:
+            model_type = self.hf_model_type
+        return {**config.to_hf_dict(), "model_type": model_type, "architectures": [architecture]}
 
     # --- checkpoint variable names ---------------------------------------------------
     @staticmethod

@@ -16,7 +16,6 @@ from typing import List
 
 from kbert.models import naming
 from kbert.models.hub_family import HubFamily
-from kbert.models.heads import Heads
 from kbert.models.hf_roberta.config import RobertaConfig
 from kbert.models.tables import H, WeightName, dense, norm
 
@@ -50,14 +49,8 @@ class HfRobertaFamily(HubFamily):
     hf_class = "Roberta"
     hf_prefix = "roberta"
     hf_head_scopes = ("lm_head.",)
+    hf_classes = HF_CLASSES
     classifier_hidden = naming.CLASSIFIER_HIDDEN  # RobertaForSequenceClassification: classifier.dense
-
-    def hf_config(self, config: RobertaConfig, heads: Heads) -> dict:
-        """The config's own model_type (roberta, xlm-roberta or camembert) and its class."""
-        model_type = config.model_type if config.model_type in HF_CLASSES else self.hf_model_type
-        stem = HF_CLASSES[model_type]
-        return {**config.to_dict(), "model_type": model_type,
-                "architectures": [f"{stem}ForMaskedLM" if heads.mlm else f"{stem}Model"]}
 
     def weight_layers(self, num_blocks: int) -> List[str]:
         return super().weight_layers(num_blocks) + [naming.CLASSIFIER_HIDDEN]

@@ -6,7 +6,6 @@ Pure Python (no TensorFlow). The graph is the skeleton's (`kbert.models.rotary_b
 
 from __future__ import annotations
 
-from kbert.models.bert.family import BertFamily
 from kbert.models.hf_roberta.family import HfRobertaFamily
 from kbert.models.jina_v3.config import JinaV3Config
 from kbert.models.rotary_bert.family import RotaryBertFamily
@@ -43,7 +42,3 @@ class JinaV3Family(RotaryBertFamily, HfRobertaFamily):
     positions_after_padding = False
     task_lora_layers = True
     mlm_activation = "gelu"  # XLMRobertaLMHead's, whatever hidden_act says
-
-    # Transformers' own model_type and classes, not RoBERTa's choice among its stems.
-    hf_config = BertFamily.hf_config
-

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import List, Optional
 
 from kbert.models import naming
-from kbert.models.bert.family import BertFamily
 from kbert.models.hf_roberta.family import HfRobertaFamily
 from kbert.models.mpnet.config import MpnetConfig
 from kbert.models.tables import H, LayerParams, WeightName, dense, norm
@@ -57,8 +56,6 @@ class MpnetFamily(HfRobertaFamily):
                             "a bias per head for each bucket of relative distance, shared by every layer"),
                 *super().block_params(config)]
 
-    # MPNet's own model_type and class (MPNetModel, MPNetForMaskedLM), not RoBERTa's choice among its stems.
-    hf_config = BertFamily.hf_config
 
     def weight_layers(self, num_blocks: int) -> List[str]:
         return [naming.EMBEDDING_RELATIVE_POSITION] + super().weight_layers(num_blocks)
