@@ -16,6 +16,9 @@ from kbert.tasks.arguments import COUNT, TASK_OPTIONS
 from kbert.training.options import ADVERSARIAL, OPTIMIZERS, SCHEDULES, TrainingOptions
 from kbert.training.records import parse_columns
 
+#: The tasks `kbert train` trains (`mlm` is `kbert pretrain`'s).
+FINE_TUNED = tuple(task for task in TASKS if task != "mlm")
+
 
 def add_commands(command) -> None:
     """Adds `train` and `pretrain` through `command(name, help)`, which returns a sub-parser."""
@@ -29,7 +32,7 @@ def _add_train(train) -> None:
     defaults = TrainingOptions()
     _run_arguments(train, defaults, data="training data (text<TAB>label, CSV/TSV, JSONL; a tagged file for "
                                          "--task ner)", valid="validation data")
-    train.add_argument("--task", choices=[task for task in TASKS if task != "mlm"], default=defaults.task,
+    train.add_argument("--task", choices=FINE_TUNED, default=defaults.task,
                        help="classify: a label per text; ner: entities in tagged text (token<TAB>tag a line, "
                             "a blank line between sentences; BIO, BIOES or BMES); seq2seq: a target text per "
                             "source text (source<TAB>target, or JSONL with source and target), UniLM or T5 (--model); "
@@ -38,7 +41,7 @@ def _add_train(train) -> None:
                             "query<TAB>positive[<TAB>negative] rows)")
     family_argument(train, "default: the config's model_type, else bert; t5, t5.1.1 or mt5.1.1 for an "
                            "encoder-decoder --task seq2seq")
-    _add_task_options(train, defaults, [task for task in TASKS if task != "mlm"])
+    _add_task_options(train, defaults, FINE_TUNED)
     train.add_argument("--columns", metavar="FIELD=COLUMN,...",
                        help="the columns (or JSON keys) of --train and --valid when their names are not known, "
                             "e.g. text=review,label=sentiment (fields: text, text_b, label; seq2seq: source, "
@@ -171,7 +174,7 @@ def run_train(args) -> int:
         args, skip_malformed=args.skip_malformed, bucketing=not args.no_bucketing, adversarial=args.adversarial,
         adversarial_epsilon=args.adversarial_epsilon, task=args.task, columns=parse_columns(args.columns) or None,
         lora_rank=args.lora_rank, lora_alpha=args.lora_alpha, lora_embeddings=args.lora_embeddings,
-        **_task_values(args, *(task for task in TASKS if task != "mlm")))
+        **_task_values(args, *FINE_TUNED))
     return _run(args, options, train, beside, num_labels=args.num_labels)
 
 

@@ -110,7 +110,12 @@ def is_stanford_colbert(path: "str | os.PathLike[str]") -> bool:
 def model_type(path: "str | os.PathLike[str]") -> Optional[str]:
     """The `model_type` of a folder's `config_sentence_transformers.json` (`SentenceTransformer`, `CrossEncoder`,
     `SparseEncoder`, ...), None where it names none."""
-    kind = settings(path).get("model_type")
+    return _model_type_in(settings(path))
+
+
+def _model_type_in(config: dict) -> Optional[str]:
+    """The `model_type` a folder's `config_sentence_transformers.json` (`config`) names, None where it names none."""
+    kind = config.get("model_type")
     return kind if isinstance(kind, str) else None
 
 
@@ -138,7 +143,7 @@ def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTrans
     folder = os.fspath(folder)
     modules_file, settings_file, folder_settings = os.path.join(folder, MODULES_FILE), \
         os.path.join(folder, SETTINGS_FILE), settings(folder)  # read once
-    kind = folder_settings.get("model_type") if isinstance(folder_settings.get("model_type"), str) else None
+    kind = _model_type_in(folder_settings)
     stanford = is_stanford_colbert(folder)
     modules = _stanford_modules(folder) if stanford else read_modules(folder)
     prompts, default_prompt_name = _prompts(settings_file, folder_settings)
