@@ -1,4 +1,5 @@
-"""Writing files safely: atomically (a failed write never leaves a half-written file), and never over an input."""
+"""Writing files safely: atomically (a failed write never leaves a half-written file), and never over an input;
+reading a model's folder once (`ModelFolder`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,73 @@ import contextlib
 import os
 import shutil
 import tempfile
-from typing import Iterator, Mapping, Optional
+from typing import Callable, Dict, Iterator, Mapping, Optional, Tuple, TypeVar
 
 from kbert.errors import KbertError
+
+T = TypeVar("T")
+
+
+class ModelFolder(os.PathLike):
+    """A model's folder, each of its files parsed at most once: the one object a folder's loaders, its
+    predictor and the server pass along, so that deciding what a folder holds and loading it read each file
+    once (a sentence-transformers folder's settings, its `config.json`, its modules' configs).
+
+    It is a path (`os.fspath`), so it goes wherever a folder's path goes; a sub-folder (`child`: a module's)
+    shares its parsed files. A file is parsed by the reader a caller names (its errors name the file as that
+    reader names it, and are raised again on the next call: only values are kept).
+
+    Args:
+        path: the folder.
+
+    Example:
+    >>> import json, tempfile
+    >>> folder = ModelFolder(tempfile.mkdtemp())
+    >>> with open(folder.file("config.json"), "w") as handle:
+    ...     json.dump({"model_type": "bert"}, handle)
+    >>> reads = []
+    >>> def read(path):
+    ...     reads.append(path)
+    ...     with open(path) as handle:
+    ...         return json.load(handle)
+    >>> folder.parsed("config.json", read) is folder.child("").parsed("config.json", read), len(reads)
+    (True, 1)
+    """
+
+    def __init__(self, path: "str | os.PathLike[str]", _parsed: Optional[Dict[Tuple[str, Callable], object]] = None):
+        self.path = os.fspath(path)
+        self._parsed = {} if _parsed is None else _parsed  # (file, reader) -> value, shared with its children
+
+    @classmethod
+    def of(cls, folder: "str | os.PathLike[str]") -> "ModelFolder":
+        """`folder` itself where it is one (its parsed files kept), else a new one."""
+        return folder if isinstance(folder, ModelFolder) else cls(folder)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:  # in messages, the path
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"ModelFolder({self.path!r})"
+
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def has(self, name: str) -> bool:
+        return os.path.isfile(self.file(name))
+
+    def child(self, name: str) -> "ModelFolder":
+        """The sub-folder `name` (`""`: this one), sharing the files parsed so far."""
+        return ModelFolder(os.path.normpath(self.file(name)) if name else self.path, self._parsed)
+
+    def parsed(self, name: str, reader: Callable[[str], T]) -> T:
+        """`reader(path)` of the file `name`, read once: each later call with that reader gets the same value."""
+        key = (os.path.normpath(self.file(name)), reader)
+        if key not in self._parsed:
+            self._parsed[key] = reader(key[0])
+        return self._parsed[key]
 
 
 @contextlib.contextmanager

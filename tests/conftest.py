@@ -293,3 +293,20 @@ def finish_together(runs: dict, timeout: float) -> dict:
     for name, run in runs.items():
         assert run.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
     return outputs
+
+
+def count_opens(monkeypatch, folder) -> "collections.Counter":
+    """From here on, each file under `folder` opened by Python's `open` is counted (by its path within `folder`):
+    a folder read once opens each file once."""
+    import builtins
+    import collections
+
+    folder, opened, real_open = os.fspath(folder), collections.Counter(), builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and os.fspath(file).startswith(folder):
+            opened[os.path.relpath(os.fspath(file), folder)] += 1
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    return opened

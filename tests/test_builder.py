@@ -130,7 +130,9 @@ def test_bad_num_labels():
 
 
 @pytest.mark.parametrize("tokens, segments, message", [
-    ([[101, -5, 102]], [[0, 0, 0]], "Embedding-Token (vocab_size): ids must be in [0, 21128); found a negative id"),
+    ([[101, -5, 102]], [[0, 0, 0]], "Embedding-Token (vocab_size): ids must be in [0, 21128); found a negative id (a "
+     "batch padded by a tokenizer.json pads with negative ids: build the model with padding=tokenizer.padding, "
+     "which hides them)"),
     ([[101, 21128, 102]], [[0, 0, 0]], "Embedding-Token (vocab_size): ids must be in [0, 21128); found one of 21128 or more"),
     ([[101, 5, 102]], [[0, -1, 0]], "Embedding-Segment (type_vocab_size): ids must be in [0, 2); found a negative id"),
     ([[101, 5, 102]], [[0, 2, 0]], "Embedding-Segment (type_vocab_size): ids must be in [0, 2); found one of 2 or more"),

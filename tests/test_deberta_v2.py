@@ -18,7 +18,7 @@ from kbert.analysis.summary import crosscheck
 from kbert.layers import DisentangledSelfAttention, RelativePositionTable, log_buckets
 from kbert.models.config import bundled_config_path
 from kbert.models.registry import resolve
-from test_hf_families import assert_transformers_parity, written_back
+from test_hf_families import assert_transformers_parity, padded_rows, written_back
 
 V, H, I = 60, 16, 32
 # Buckets of 8 reaching 16: rows of 30 tokens read log-bucketed distances.
@@ -197,9 +197,7 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
 
 # --- parity with transformers ------------------------------------------------------------------------------------
 
-TOKENS = np.random.default_rng(0).integers(3, V, (2, 30))
-TOKENS[1, 20:] = 0
-REAL = TOKENS > 0
+TOKENS, REAL = padded_rows(V, lowest=3, length=30, second_real=20)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -276,7 +274,7 @@ def test_spm_model_tokenizes_as_transformers_deberta_tokenizer(tmp_path, lower):
     expected = reference(TEXTS[:3], TEXTS[3:])
     assert [ids for ids, _ in pairs] == expected["input_ids"]
     assert [segments for _, segments in pairs] == expected["token_type_ids"]
-    assert ours.mask_id == reference.mask_token_id and ours.pad_id == reference.pad_token_id == 0
+    assert ours.mask_id == reference.mask_token_id and ours.pad_token_id == reference.pad_token_id == 0
 
 
 def test_a_deberta_folder_with_spm_model_alone_trains_from_the_cli(tmp_path):

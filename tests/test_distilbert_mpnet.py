@@ -186,12 +186,13 @@ def embedder_folder(folder, model_type):
 
 @pytest.mark.parametrize("model_type", ["mpnet", "distilbert"])
 def test_an_embedder_on_each_backbone_pads_with_its_own_padding_id(tmp_path, model_type):
-    """Texts of several lengths in one batch give the vectors each gives alone (MPNet pads with <pad>, id 1)."""
+    """Texts of several lengths in one batch give the vectors each gives alone (MPNet's pad token is <pad>, id 1;
+    batches are padded with its negative id)."""
     from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(embedder_folder(tmp_path / model_type, model_type))
     assert embedder.backbone.family == model_type
-    assert embedder.tokenizer.pad_id == (1 if model_type == "mpnet" else 0)
+    assert embedder.tokenizer.pad_token_id == (1 if model_type == "mpnet" else 0)
     together = embedder.encode(SENTENCES, batch_size=len(SENTENCES))
     alone = np.concatenate([embedder.encode([text]) for text in SENTENCES])
     np.testing.assert_allclose(together, alone, atol=1e-5)
@@ -337,11 +338,11 @@ def cli(*arguments) -> int:
 @pytest.mark.examples
 def test_each_task_trains_from_the_cli_and_reads_back(backbone, tmp_path):
     family = backbone.parent.name.rstrip("0123456789")
-    assert_every_task(backbone, tmp_path, family, pad_id=1 if family == "mpnet" else 0,
+    assert_every_task(backbone, tmp_path, family, pad_token_id=1 if family == "mpnet" else 0,
                       cross_encoder="MPNet" if family == "mpnet" else "DistilBert")
 
 
-def assert_every_task(backbone, tmp_path, family, pad_id, cross_encoder=None, epochs=8):
+def assert_every_task(backbone, tmp_path, family, pad_token_id, cross_encoder=None, epochs=8):
     """Pre-training from the MLM head, a classifier fine-tuned from that (to accuracy 1.0 on texts that tell men
     from women) and exported to ONNX (int8), an embedding model, a reranker (where `cross_encoder`, the stem of
     its Hugging Face class, says the family has one) and a tagger with a CRF: each written and read back by kbert."""
@@ -377,7 +378,7 @@ def assert_every_task(backbone, tmp_path, family, pad_id, cross_encoder=None, ep
     for task, data, extra in tasks + ([("rerank", "judged.tsv", [])] if cross_encoder else []):
         assert cli("train", "--task", task, "--checkpoint", backbone, "--train", tmp_path / data,
                    "--out", tmp_path / task, "--epochs", 1, *common, *extra) == 0, task
-    assert load_tagger(str(tmp_path / "ner")).encoder.tokenizer.pad_id == pad_id
+    assert load_tagger(str(tmp_path / "ner")).encoder.tokenizer.pad_token_id == pad_token_id
     assert Embedder.load(tmp_path / "embed").backbone.family == family
     if cross_encoder:
         reranker = Reranker.load(tmp_path / "rerank")

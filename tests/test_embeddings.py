@@ -136,11 +136,11 @@ def test_minilm_vectors_are_the_backbones_mean_pooled_and_normalised(minilm):
 
     vectors = minilm.encode(SENTENCES, batch_size=4)
     assert vectors.shape == (len(SENTENCES), 384) and vectors.dtype == np.float32
-    bert = build_transformer_model(minilm_dir() / "config.json")
+    bert = build_transformer_model(minilm_dir() / "config.json", padding=minilm.tokenizer.padding)
     load_hf_weights(bert, minilm_dir())
     tokens, segments = minilm.tokenizer.encode_batch(SENTENCES, maxlen=256)
     states = bert.predict([tokens, segments], verbose=0)
-    expected = numpy_pooling(states, tokens > 0, "mean")
+    expected = numpy_pooling(states, tokens >= 0, "mean")  # the tokenizer pads with negative ids
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     np.testing.assert_allclose(vectors, expected, atol=1e-5)
     np.testing.assert_allclose(minilm.encode(SENTENCES, batch_size=3, bucketing=False), vectors, atol=1e-5)
@@ -582,7 +582,7 @@ def test_a_pooling_that_leaves_the_prompt_out_pools_the_texts_own_tokens(minilm,
     states = minilm.backbone.predict([tokens, segments], verbose=0)
     expected = []
     for row, ids in zip(states, tokens):
-        length = int((np.asarray(ids) != 0).sum())
+        length = int((np.asarray(ids) >= 0).sum())  # padded with negative ids
         expected.append(row[3:length].mean(axis=0))
     expected = np.array(expected) / np.linalg.norm(expected, axis=1, keepdims=True)
     np.testing.assert_allclose(embedder.encode(SENTENCES), expected, atol=1e-5)
@@ -705,11 +705,12 @@ def test_a_pooling_that_leaves_the_prompt_out_matches_sentence_transformers(mode
 
 def test_an_xlm_r_embedder_pads_with_its_own_padding_id(tmp_path):
     """Texts of several lengths in one batch give the vectors each gives alone: the batch is padded with
-    <pad> (id 1), which the model hides, not with <s> (id 0), a real token to RoBERTa."""
+    <pad>'s negative id (-1 - 1), which the model hides, not with <s> (id 0), a real token to RoBERTa."""
     from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(xlm_roberta_embedder_folder(tmp_path / "xlmr", SENTENCES))
-    assert embedder.backbone.family == "hf_roberta" and embedder.tokenizer.pad_id == 1
+    assert embedder.backbone.family == "hf_roberta" and embedder.tokenizer.pad_token_id == 1
+    assert embedder.tokenizer.pad_id == -2
     assert embedder.maxlen == 64  # 66 position rows less <pad>'s and the one below it
     together = embedder.encode(SENTENCES, batch_size=len(SENTENCES))
     alone = np.concatenate([embedder.encode([text]) for text in SENTENCES])

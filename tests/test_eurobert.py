@@ -3,7 +3,6 @@ Hugging Face layout both ways, its analytic table, and (in the parity venv) tran
 that it builds (drawn with `initializer_range` 0.3, so that the rotary positions and the shared key/value heads move
 the outputs well past the tolerance)."""
 
-import numpy as np
 import pytest
 
 from kbert import ConfigError, build_transformer_model
@@ -11,7 +10,7 @@ from kbert.analysis.params import analyze
 from kbert.analysis.summary import crosscheck
 from kbert.models.config import bundled_config_path
 from kbert.models.registry import resolve
-from test_hf_families import assert_transformers_parity, written_back
+from test_hf_families import assert_transformers_parity, padded_rows, written_back
 
 V, H, I = 60, 16, 24
 # Four query heads sharing two key/value heads; special ids inside the small vocabulary.
@@ -81,9 +80,7 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
     assert saved["num_key_value_heads"] == LAYOUTS[layout][0]["num_key_value_heads"]
 
 
-TOKENS = np.random.default_rng(0).integers(4, V, (2, 11))
-TOKENS[1, 7:] = 0
-REAL = TOKENS > 0
+TOKENS, REAL = padded_rows(V, lowest=4, length=11, second_real=7)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -111,12 +108,12 @@ def test_each_task_trains_from_the_cli_and_reads_back(tmp_path, pad_token):
     if pad_token:
         (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
                                                                   "pad_token": pad_token}))
-    pad_id = TokenizerJson(folder / "tokenizer.json").pad_id
-    assert pad_id == (-1 - 3 if pad_token else 0)  # [SEP] is 3
+    tokenizer = TokenizerJson(folder / "tokenizer.json")
+    assert (tokenizer.pad_token_id, tokenizer.pad_id) == ((3, -4) if pad_token else (0, -1))  # [SEP] is 3
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     config = {**CONFIG, "vocab_size": vocab, "initializer_range": 0.02, "max_position_embeddings": 128}
     save_hf_weights(build_transformer_model(config, with_mlm=True), folder)
-    assert_every_task(folder, tmp_path, "eurobert", pad_id=pad_id, cross_encoder="EuroBert")
+    assert_every_task(folder, tmp_path, "eurobert", pad_token_id=tokenizer.pad_token_id, cross_encoder="EuroBert")
 
 
 @pytest.mark.parametrize("pooling", ["late", "mean", "bos"])

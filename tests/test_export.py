@@ -308,8 +308,8 @@ SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "The 
 
 def test_an_embedding_model_in_onnx_keeps_its_pooling_projection_and_normalisation(tmp_path):
     """A small XLM-R sentence-transformers model (max and weighted-mean pooling side by side, a Tanh projection,
-    Normalize; padded with its <pad>,
-    id 1): the ONNX file's vectors are Embedder.encode's. The export runs in a process of its own, as a user runs
+    Normalize; padded with the negative id of its <pad>, -2, which the metadata names): the ONNX file's vectors
+    are Embedder.encode's. The export runs in a process of its own, as a user runs
     it: tf2onnx's conversions keep memory a long-lived test worker would carry on. (The real all-MiniLM-L6-v2
     goes through ONNX in the `kbert embed --quantize int8` test below.)"""
     from kbert.embeddings.folders import write_modules
@@ -325,10 +325,11 @@ def test_an_embedding_model_in_onnx_keeps_its_pooling_projection_and_normalisati
                              str(tmp_path / "xlmr.onnx")], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     embedder = Embedder.load(folder)
-    token_ids, segment_ids = pad_batch([embedder.tokenizer.encode(sentence) for sentence in SENTENCES],
-                                       pad_id=embedder.tokenizer.pad_id)
     session = onnxruntime.InferenceSession(str(tmp_path / "xlmr.onnx"), providers=["CPUExecutionProvider"])
     metadata = session.get_modelmeta().custom_metadata_map
+    assert json.loads(metadata["kbert_pad_id"]) == embedder.tokenizer.pad_id == -2  # -1 - <pad>
+    token_ids, segment_ids = pad_batch([embedder.tokenizer.encode(sentence) for sentence in SENTENCES],
+                                       pad_id=json.loads(metadata["kbert_pad_id"]))
     assert metadata["kbert_task"] == "embed" and metadata["kbert_pooling"] == "max+weightedmean"
     assert json.loads(metadata["kbert_normalized"]) is True and json.loads(metadata["kbert_dimensions"]) == 24
     vectors = session.run(None, {"token_ids": token_ids, "segment_ids": segment_ids})[0]

@@ -296,6 +296,14 @@ def saved_reference(directory, layout):
     return torch, transformers, reference
 
 
+def padded_rows(vocab_size: int, lowest: int, length: int, second_real: int):
+    """Two rows of `length` random ids from `lowest` (past the specials), the second padded with 0 after
+    `second_real` tokens, and which positions are real (transformers' attention mask)."""
+    tokens = np.random.default_rng(0).integers(lowest, vocab_size, (2, length))
+    tokens[1, second_real:] = 0
+    return tokens, tokens > 0
+
+
 def assert_transformers_parity(tmp_path, layout, tokens, real):
     """A random model that transformers builds for `layout` (config, flags, names, class; seed 0), saved: kbert's
     model of it gives transformers' outputs on `tokens` (MLM probabilities or hidden states at the `real` tokens,

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import minilm_dir
+from conftest import count_opens, minilm_dir
 from kbert.cli.main import main
 from kbert.errors import CheckpointError, KbertError
 
@@ -393,3 +393,20 @@ def test_vectors_that_overflow_are_refused_by_kbert_embed_and_the_server(minilm,
                                     ("/v1/predict", {"texts": ["a text"]}, lambda answer: answer["detail"])]:
             answer = client.post(path, json=body)
             assert answer.status_code in (422, 500) and "NaN or infinite values" in message(answer.json()), path
+
+
+# --- a folder read once (issue 86) ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["sentence-transformers", "cross-encoder"])
+def test_loading_a_folder_for_prediction_reads_each_of_its_files_once(tmp_path, monkeypatch, kind):
+    """`load_predictor` (what `kbert predict` and `kbert serve` load with) decides what a folder holds and loads
+    it from one `ModelFolder`: each JSON file of the folder is opened once. Before, all-MiniLM-L6-v2's
+    `config_sentence_transformers.json` was opened three times and its `config.json` twice; a sentence-transformers
+    6 CrossEncoder's `config.json` five times, its settings and `tokenizer_config.json` twice each."""
+    from kbert.tasks.predictors import load_predictor
+
+    folder = str(minilm_dir() if kind == "sentence-transformers" else cross_encoder_folder(tmp_path, settings={}))
+    opened = count_opens(monkeypatch, folder)
+    predictor = load_predictor(folder)
+    assert predictor.task == ("embed" if kind == "sentence-transformers" else "rerank")
+    assert "config.json" in opened and set(opened.values()) == {1}, dict(opened)

@@ -14,7 +14,7 @@ from kbert.analysis.summary import crosscheck
 from kbert.layers import GatedFeedForward, RotarySelfAttention, windowed_attention
 from kbert.models.config import bundled_config_path
 from kbert.models.registry import resolve
-from test_hf_families import assert_transformers_parity, written_back
+from test_hf_families import assert_transformers_parity, padded_rows, written_back
 
 V, H, I = 60, 16, 24
 # Four blocks, global on 0 and 3; a window of ±2 tokens, so rows of 11 tokens cross several of its blocks.
@@ -162,9 +162,7 @@ def test_layout_loads_and_is_written_back_byte_for_byte(tmp_path, layout):
 
 # --- parity with transformers ------------------------------------------------------------------------------------
 
-TOKENS = np.random.default_rng(0).integers(3, V, (2, 11))
-TOKENS[1, 7:] = 0
-REAL = TOKENS > 0
+TOKENS, REAL = padded_rows(V, lowest=3, length=11, second_real=7)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -215,7 +213,7 @@ def test_a_modernbert_embedder_gives_each_text_the_vector_it_gets_alone(tmp_path
     from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(modernbert_embedder_folder(tmp_path / "modernbert"))
-    assert embedder.backbone.family == "modernbert" and embedder.tokenizer.pad_id == 0
+    assert embedder.backbone.family == "modernbert" and embedder.tokenizer.pad_token_id == 0
     together = embedder.encode(SENTENCES, batch_size=len(SENTENCES))
     alone = np.concatenate([embedder.encode([text]) for text in SENTENCES])
     np.testing.assert_allclose(together, alone, atol=1e-5)
@@ -274,4 +272,4 @@ def test_a_modernbert_classifier_trains_from_the_cli(tmp_path):
                  "--maxlen", "32", "--batch-size", "8"]) == 0
     state = json.loads((tmp_path / "run" / "training.json").read_text())
     assert state["options"]["model"] == "modernbert" and state["best_val_accuracy"] == 1.0
-    assert load_classifier(str(tmp_path / "run")).tokenizer.pad_id == 0
+    assert load_classifier(str(tmp_path / "run")).tokenizer.pad_token_id == 0

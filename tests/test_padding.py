@@ -5,6 +5,9 @@ same alone and in a padded batch, and none of its tokens is hidden. A tokenizer 
 text (EuroBERT's `<|end_of_text|>`) pads with negative ids, hidden by length; Alibaba's config without a
 `pad_token_id` (kbert's default 1) is padded and hidden as its BERT vocabulary pads (0). In the parity venv, such a
 EuroBERT gives transformers' outputs under the tokenizer's own attention mask.
+
+Issue 86: every `tokenizer.json` pads with negative ids, so a pad token a text holds (`[PAD]` typed in a query:
+the tokenizers library reads it as the token) is a real token, as sentence-transformers attends it.
 """
 
 import dataclasses
@@ -12,6 +15,8 @@ import json
 
 import numpy as np
 import pytest
+
+from conftest import minilm_dir
 
 from kbert import build_transformer_model
 from kbert.models.config import bundled_config_path
@@ -155,3 +160,33 @@ def test_eurobert_with_its_own_framing_gives_transformers_outputs(tmp_path):
     ids, segments = tokenizer.encode_batch(texts)
     np.testing.assert_array_equal(np.where(ids < 0, specials["<|end_of_text|>"], ids), encoded["input_ids"].numpy())
     np.testing.assert_allclose(model.predict_on_batch([ids, segments])[real], expected[real], atol=1e-5)
+
+
+PAD_TYPED = ["hello [PAD] world", "a longer query about [PAD] tokens [PAD] [PAD] typed in it"]
+
+
+def test_a_pad_token_typed_in_a_text_is_a_real_token():
+    """all-MiniLM's `tokenizer.json` reads `[PAD]` in a text as id 0, its pad token: the model built for the
+    tokenizer hides the batch's padding only, so the typed `[PAD]` is attended and the text's vector depends on
+    it (before, id 0 was hidden wherever it stood: the vector was that of the text without it)."""
+    from kbert.embeddings.embedder import Embedder
+
+    tokenizer = TokenizerJson(minilm_dir() / "tokenizer.json")
+    ids, _ = tokenizer.encode_batch(PAD_TYPED)
+    assert tokenizer.pad_token_id == 0 and ids[0, :5].tolist() == [101, 7592, 0, 2088, 102]
+    assert (ids[0, 5:] == -1).all()  # the padding: -1 - [PAD]
+    model = build_transformer_model(minilm_dir() / "config.json", padding=tokenizer.padding)
+    mask = np.asarray(model.get_layer("Embedding-Token").compute_mask(ids))
+    np.testing.assert_array_equal(mask, ids >= 0)
+    embedder = Embedder.load(minilm_dir())
+    typed, without = embedder.encode(["hello [PAD] world", "hello world"])
+    assert float(typed @ without) < 0.99
+
+
+@pytest.mark.parity
+def test_a_pad_token_typed_in_a_text_embeds_as_sentence_transformers_embeds_it():
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
+    from kbert.embeddings.embedder import Embedder
+
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir()), device="cpu").encode(PAD_TYPED)
+    np.testing.assert_allclose(Embedder.load(minilm_dir()).encode(PAD_TYPED), reference, atol=1e-5)

@@ -42,7 +42,7 @@ def test_an_xlm_r_classifier_trains_on_its_own_tokenizer_and_pads_with_its_pad(x
     assert state["options"]["model"] == "hf_roberta" and state["best_val_accuracy"] == 1.0
 
     classifier = load_classifier(str(run))
-    assert isinstance(classifier.tokenizer, TokenizerJson) and classifier.tokenizer.pad_id == 1
+    assert isinstance(classifier.tokenizer, TokenizerJson) and classifier.tokenizer.pad_token_id == 1
     texts = MEN[:2] + WOMEN[:2] + ["A man."]  # of several lengths: one batch pads the shorter ones
     examples = [Example(text, None, None, line) for line, text in enumerate(texts, 1)]
     together = classifier.predict_proba(examples, batch_size=len(texts), bucketing=False)
@@ -66,7 +66,7 @@ def test_the_training_batches_pad_token_ids_with_pad_and_the_rest_with_zero(xlmr
     lengths = [len(ids) for ids, _ in tokenizer.encode_all(MEN, WOMEN, maxlen=32)]
     assert tokens.shape[1] > min(lengths)  # some rows are padded
     for row, length in zip(tokens[0::2], lengths):
-        assert row[length - 1] == 2 and set(row[length:].tolist()) <= {1}
+        assert row[length - 1] == 2 and set(row[length:].tolist()) <= {-2}  # -1 - <pad>: hidden by length
     assert not segments.any()
 
 
@@ -85,7 +85,7 @@ def test_a_contrastive_batch_gives_each_text_the_vector_it_has_alone(xlmr):
     task, tokenizer = EmbeddingTask(options), TokenizerJson(xlmr / "tokenizer.json")
     pairs = write(xlmr.parent, "views.tsv", "".join(f"{man}\t{woman}\n" for man, woman in zip(MEN, WOMEN)))
     data = task.read(tokenizer, str(pairs), None, None, options)
-    bert = build_transformer_model(xlmr / "config.json", xlmr)
+    bert = build_transformer_model(xlmr / "config.json", xlmr, padding=tokenizer.padding)
     model = task.build(bert, 0, options)
     features, _ = next(iter(data.train))
     vectors = keras.ops.convert_to_numpy(task.training_model(model).predict_on_batch(list(features)))
@@ -105,7 +105,7 @@ def test_an_xlm_r_embedding_model_trains_and_is_a_sentence_transformers_folder(x
     assert json.loads((run / "config.json").read_text())["model_type"] == "xlm-roberta"
     assert json.loads((run / "tokenizer_config.json").read_text())["tokenizer_class"] == "RobertaTokenizer"
     embedder = Embedder.load(run)
-    assert embedder.backbone.family == "hf_roberta" and embedder.tokenizer.pad_id == 1
+    assert embedder.backbone.family == "hf_roberta" and embedder.tokenizer.pad_token_id == 1
     together = embedder.encode(MEN + WOMEN, batch_size=len(MEN + WOMEN), bucketing=False)
     np.testing.assert_allclose(together, np.concatenate([embedder.encode([text]) for text in MEN + WOMEN]),
                                atol=1e-5)
@@ -127,7 +127,7 @@ def test_an_xlm_r_reranker_trains_and_is_a_cross_encoder_folder(xlmr, tmp_path):
     config = json.loads((run / "config.json").read_text())
     assert config["architectures"] == ["XLMRobertaForSequenceClassification"] and config["model_type"] == "xlm-roberta"
     reranker = Reranker.load(run)
-    assert reranker.tokenizer.pad_id == 1
+    assert reranker.tokenizer.pad_token_id == 1
     together = reranker.score("who is a man", MEN + WOMEN, batch_size=len(MEN + WOMEN), raw=True)
     np.testing.assert_allclose(together, [reranker.score("who is a man", [text], raw=True)[0]
                                           for text in MEN + WOMEN], atol=1e-5)
@@ -158,7 +158,7 @@ def test_an_xlm_r_tagger_trains_on_words_and_finds_entities_by_character(xlmr, t
     run = tmp_path / "run"
     assert (run / "tokenizer.json").exists() and not (run / "vocab.txt").exists()
     tagger = load_tagger(str(run))
-    assert tagger.encoder.tokenizer.pad_id == 1
+    assert tagger.encoder.tokenizer.pad_token_id == 1
     words = [[word for word, _ in sentence] for sentence in sentences]
     chunks = [tagger.encoder.chunks(units)[0] for units in words]
     (rows, features), = tagger.batches(chunks, len(chunks), bucketing=False)
@@ -193,9 +193,9 @@ def test_xlm_r_pre_trains_with_its_mask_and_pad_then_fine_tunes_from_what_it_wro
     inputs, labels, weights = data.train[0]
     masked_ids = inputs["Input-Token"]
     assert (masked_ids == tokenizer.mask_id).any() and (masked_ids[:, 0] == tokenizer.cls_id).all()
-    for row in masked_ids:  # one line a row: </s>, then <pad> to the end
+    for row in masked_ids:  # one line a row: </s>, then <pad>'s negative id to the end
         end = np.flatnonzero(row == tokenizer.sep_id)[-1] + 1
-        assert end < len(row) and (row[end:] == tokenizer.pad_id).all() and tokenizer.pad_id == 1
+        assert end < len(row) and (row[end:] == tokenizer.pad_id).all() and tokenizer.pad_id == -1 - 1
 
     out = tmp_path / "pretrained"
     assert main(["pretrain", "--config", str(xlmr / "config.json"), "--vocab", str(xlmr / "tokenizer.json"),

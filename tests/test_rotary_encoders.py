@@ -369,7 +369,7 @@ def test_each_task_trains_from_the_cli_and_reads_back(tmp_path):
     from test_distilbert_mpnet import assert_every_task
 
     # A GLU drawn at 0.02 multiplies two small projections: the classifier takes longer to part the texts.
-    assert_every_task(gte_folder(tmp_path), tmp_path, "gte", pad_id=0, cross_encoder="Gte", epochs=16)
+    assert_every_task(gte_folder(tmp_path), tmp_path, "gte", pad_token_id=0, cross_encoder="Gte", epochs=16)
 
 
 @pytest.mark.parity

@@ -22,7 +22,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, REPO, shared_path, write_task_data
+from conftest import CONFIGS, REPO, count_opens, shared_path, write_task_data
 from kbert.cli.main import main
 
 pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
@@ -97,6 +97,17 @@ def assert_same_rows(served, printed):
         if "masks" in mine:
             assert [[c["token"] for c in m["candidates"]] for m in mine["masks"]] == \
                 [[c["token"] for c in m["candidates"]] for m in theirs["masks"]]
+
+
+@pytest.mark.parametrize("task", ["classify", "ner", "seq2seq", "mlm"])
+def test_a_model_directory_is_read_once_to_serve_it(model_dirs, task, monkeypatch):
+    """What the server loads (`load_predictor`): each file of a `kbert train` directory opened once (before issue
+    86, `training.json` twice: once to learn the task, once to load the model)."""
+    from kbert.tasks.predictors import load_predictor
+
+    opened = count_opens(monkeypatch, model_dirs / task)
+    assert load_predictor(str(model_dirs / task)).task == task
+    assert "training.json" in opened and set(opened.values()) == {1}, dict(opened)
 
 
 @pytest.mark.parametrize("task", ["classify", "ner", "seq2seq", "mlm"])

@@ -22,11 +22,12 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from kbert.errors import CheckpointError, ConfigError, first_line
-from kbert.io import atomic_copy, atomic_path, atomic_write_text
+from kbert.io import ModelFolder, atomic_copy, atomic_path, atomic_write_text
 from kbert.checkpoints.loader import LoadReport, TensorSource, load_into
 from kbert.checkpoints.names import family_of, hf_families, hf_prefixes, values_for
 from kbert.checkpoints.task_adapters import (EVERY_TASK, adapted_source, assign_task_pairs, has_task_lora,
                                             is_adapter_tensor, task_pairs, unwrapped_name)
+from kbert.models.config import read_json_object
 from kbert.models.registry import get_family, model_type_of
 from kbert.models.heads import Heads
 from kbert.models.tables import HF
@@ -61,6 +62,7 @@ def open_safetensors(path: "str | os.PathLike[str]", adapter: Optional[str] = No
     weights, the pairs read apart (`read_stored`)."""
     from safetensors import safe_open
 
+    folder = path if isinstance(path, ModelFolder) else None  # its config.json, where read already
     path = resolve_safetensors_path(path)
     index = _shard_index(path) if path.endswith(".json") else None
     stored, stored_dtypes, files = {}, {}, {}
@@ -73,7 +75,7 @@ def open_safetensors(path: "str | os.PathLike[str]", adapter: Optional[str] = No
         if files.get(name) != file:
             raise CheckpointError(f"{path}: names {name!r} in {os.path.basename(file)}, which does not hold it; "
                                   "the index and its shards are from different downloads: fetch them again")
-    roberta, evidence = _roberta_layout(path, stored)
+    roberta, evidence = _roberta_layout(folder or ModelFolder(os.path.dirname(path)), stored)
     # A bare backbone's names are its own (DistilBertModel's `transformer.layer.0...` is no GPT-2 scope).
     bare = any(name.startswith("embeddings.") for name in stored)
     canonical = {_canonical_name(unwrapped_name(name), bare): name for name in stored
@@ -139,7 +141,7 @@ def _named_like_roberta() -> set:
             and (family.hf_prefix == "roberta" or "lm_head." in family.hf_head_scopes)}
 
 
-def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
+def _roberta_layout(folder: ModelFolder, names) -> Tuple[Optional[bool], str]:
     """Whether a safetensors file is Hugging Face's RoBERTa layout (True), another's (False) or cannot tell
     (None), and the evidence: RoBERTa's task-model prefixes, the `model_type` of the config.json beside it,
     BERT's task-model prefixes.
@@ -147,12 +149,11 @@ def _roberta_layout(path: str, names) -> Tuple[Optional[bool], str]:
     The bare models' tensor names are the same in both (`embeddings.word_embeddings.weight`, ...), but the
     computations differ (positions from 2, `<s>` at 0), so a file is loaded into the family it was made by.
     """
-    config_path = os.path.join(os.path.dirname(path), CONFIG_NAME)
+    config_path = folder.file(CONFIG_NAME)
     model_type = None
-    if os.path.exists(config_path):
+    if folder.has(CONFIG_NAME):
         try:
-            with open(config_path, encoding="utf-8") as handle:
-                model_type = model_type_of(json.load(handle), config_path)
+            model_type = model_type_of(folder.parsed(CONFIG_NAME, read_json_object), config_path)
         except (OSError, ValueError, AttributeError, ConfigError):
             model_type = None  # the config is checked, with its own errors, where it is read
     if model_type in _named_like_roberta():

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import sys
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from kbert.errors import DataError, KbertError
 
+if TYPE_CHECKING:
+    from kbert.io import ModelFolder
 
-def model_task(args) -> str:
-    """The model directory's task; a --task that differs is an error."""
-    from kbert.tasks.predictors import model_task, resolved
 
-    task = model_task(resolved(args.model))
+def model_folder(args) -> "ModelFolder":
+    """The model `--model` names (a name fetched once), as the one `ModelFolder` its task and its loading read."""
+    from kbert.io import ModelFolder
+    from kbert.tasks.predictors import resolved
+
+    return ModelFolder(resolved(args.model))
+
+
+def model_task(args, folder: "ModelFolder | None" = None) -> str:
+    """The model directory's task (`folder`: `model_folder(args)`, read already); a --task that differs is an
+    error."""
+    from kbert.tasks.predictors import model_task
+
+    task = model_task(folder or model_folder(args))
     if task == "mlm" and args.command != "predict":
         raise KbertError(f"{args.model}: a pre-trained model (kbert pretrain), which has no task to "
                          f"{args.command}: fine-tune it with kbert train --checkpoint {args.model} (its "

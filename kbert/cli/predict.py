@@ -7,7 +7,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from kbert.cli.arguments import inference_arguments
-from kbert.cli.inputs import input_lines, model_task, read_standard_input
+from kbert.cli.inputs import input_lines, model_folder, model_task, read_standard_input
 from kbert.errors import DataError, KbertError
 from kbert.training.records import ONE_A_LINE, parse_columns
 
@@ -29,11 +29,12 @@ def add_commands(command) -> None:
 def run_predict(args) -> int:
     from kbert.tasks.predictors import PredictionSettings, load_predictor
 
-    task = model_task(args)  # before waiting for standard input
+    folder = model_folder(args)  # read once, for its task and its model
+    task = model_task(args, folder)  # before waiting for standard input
     texts, pairs = _prediction_input(args, task)
     settings = PredictionSettings(args.batch_size, not args.no_bucketing, args.beam_size, args.max_new_tokens,
                                   args.top_k, head=args.head)
-    predictor = load_predictor(args.model, settings)
+    predictor = load_predictor(folder, settings)
     kept = [index for index, text in enumerate(texts) if text.strip()]
     if not kept:
         raise DataError("no texts to predict: every line is blank")

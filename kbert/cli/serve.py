@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from kbert.cli.arguments import (adapter_names, embedding_head_argument, host_name, onnx_runtime_chosen,
                                  port_number, positive_float, positive_int, precision_option, runtime_options)
 from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
+
+if TYPE_CHECKING:
+    from kbert.io import ModelFolder
 
 DEFAULTS = ServerLimits()
 LIMITS = {  # ServerLimits' fields, as options
@@ -74,6 +78,7 @@ def run_serve(args) -> int:
                          "prometheus_client)") \
             from None
     from kbert.serving.instances import serial_reason, share_cores
+    from kbert.io import ModelFolder
     from kbert.tasks.predictors import PredictionSettings, check_settings, load_predictor, model_task, resolved
 
     if args.max_wait_ms < 0:
@@ -81,7 +86,8 @@ def run_serve(args) -> int:
     onnx = onnx_runtime_chosen(args)
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
-    task = model_task(resolved(args.model))
+    folder = ModelFolder(resolved(args.model))  # read once, for its task and its model
+    task = model_task(folder)
     settings = PredictionSettings(batch_size=args.max_batch, beam_size=args.beam_size,
                                   max_new_tokens=args.max_new_tokens, top_k=args.top_k,
                                   adapter=_adapters(args.adapter, onnx),
@@ -96,8 +102,8 @@ def run_serve(args) -> int:
         limits.instances = 1
     # Before the model loads: TensorFlow's pool of threads is fixed once it runs an operation.
     threads = share_cores(limits.instances)
-    predictor = (_onnx_predictor(args.model, task, settings, args.quantize, threads) if onnx
-                 else load_predictor(args.model, settings))
+    predictor = (_onnx_predictor(folder, task, settings, args.quantize, threads) if onnx
+                 else load_predictor(folder, settings))
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
     embedder = predictor.embedder
@@ -135,7 +141,7 @@ def _adapters(names: "list | None", onnx: bool) -> "str | list | None":
     return adapters
 
 
-def _onnx_predictor(model_dir: str, task: str, settings, quantize: "str | None", threads: "int | None"):
+def _onnx_predictor(model_dir: "ModelFolder", task: str, settings, quantize: "str | None", threads: "int | None"):
     """A classifier or an embedding model (`task`) whose model is its ONNX export, float32 or int8
     (`kbert.serving.export.OnnxModel`, on `threads` threads a call; None: every core), made from the Keras
     model, which it then replaces."""
@@ -150,4 +156,4 @@ def _onnx_predictor(model_dir: str, task: str, settings, quantize: "str | None",
         return embedding_predictor(model_dir, settings, embedder)
     classifier = load_classifier(model_dir)
     classifier.model = onnx_classifier(classifier, quantize, threads)
-    return classifier_predictor(classifier, model_dir, settings)
+    return classifier_predictor(classifier, model_dir.path, settings)

@@ -28,6 +28,7 @@ from kbert.embeddings.multi_vector import ROLES, role_length, role_tokens, score
 from kbert.embeddings.precision import RANGES_FILE, save_ranges
 from kbert.embeddings.sparse import top_terms
 from kbert.errors import DataError, KbertError, shown
+from kbert.io import ModelFolder
 from kbert.tokenizers import Tokenizer
 from kbert.tokenizers.long_texts import encode_within
 from kbert.tokenizers.tokenizer_json import TokenizerJson
@@ -122,13 +123,14 @@ class Embedder:
         return self.for_adapter(adapter) if adapter in self.adapter_models else self
 
     @staticmethod
-    def folder(model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> str:
-        """The sentence-transformers folder `model` names (a name is fetched into the cache once); anything
-        else is refused saying what is expected."""
+    def folder(model: "str | os.PathLike[str]", cache_dir: Optional[str] = None) -> ModelFolder:
+        """The sentence-transformers folder `model` names (a name is fetched into the cache once; a
+        `ModelFolder` keeps the files it has read); anything else is refused saying what is expected."""
         from kbert.hub.sources import is_checkpoint_name, resolve_checkpoint
 
         source = os.fspath(model)
-        folder = resolve_checkpoint(source, cache_dir) if is_checkpoint_name(source) else source
+        folder = model if isinstance(model, ModelFolder) else ModelFolder(
+            resolve_checkpoint(source, cache_dir) if is_checkpoint_name(source) else source)
         if not os.path.isdir(folder):
             raise KbertError(f"{source}: not a directory; expected a sentence-transformers folder (with modules.json) "
                              "or a name such as hf://sentence-transformers/all-MiniLM-L6-v2")
@@ -195,7 +197,7 @@ class Embedder:
         if self.include_prompt or not prompt:
             return 0
         ids = encode_within(self.tokenizer, self.prompted([""], prompt=prompt), self.maxlen)[0][0]
-        specials = {self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id}
+        specials = {self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_token_id}
         return len(ids) - (1 if ids and ids[-1] in specials else 0)
 
     def pooled_rows(self, encoded: Sequence[tuple], prompt_tokens: int = 0) -> list:
@@ -254,8 +256,9 @@ class Embedder:
         """`encode_sparse` for texts already tokenized (`(token_ids, segment_ids)` each, within `maxlen`): the
         model's side, whatever the role."""
         terms: List[Tuple[np.ndarray, np.ndarray]] = [None] * len(encoded)
-        special = np.array([token for token in (self.tokenizer.cls_id, self.tokenizer.sep_id, self.tokenizer.pad_id,
-                                                getattr(self.tokenizer, "unk_id", None)) if token is not None])
+        tokenizer = self.tokenizer
+        special = np.array([token for token in (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_token_id,
+                                                getattr(tokenizer, "unk_id", None)) if token is not None])
         for rows, batch in self._batches(encoded, batch_size, True):
             for row, vector in zip(rows, batch):
                 terms[row] = self.output.terms(encoded[row][0], vector, special, top_k)

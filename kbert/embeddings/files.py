@@ -11,6 +11,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from kbert.errors import CheckpointError, is_whole_number
+from kbert.tokenizers.tokenizer_json import tokenizer_settings
 
 
 def module_tensors(folder: str, names: Optional[Sequence[str]] = None) -> Tuple[str, Dict[str, np.ndarray]]:
@@ -71,13 +72,11 @@ def json_object(path: str) -> dict:
 _NO_LIMIT = 10 ** 9
 
 
-def model_max_length(folder: str) -> Optional[int]:
+def model_max_length(folder: "str | os.PathLike[str]") -> Optional[int]:
     """The `model_max_length` of `folder`'s `tokenizer_config.json` (the tokens a text is cut to: where
     sentence-transformers 6.3 keeps a Transformer's `max_seq_length`), None where it has none or sets no limit."""
     path = os.path.join(folder, "tokenizer_config.json")
-    if not os.path.isfile(path):
-        return None
-    value = json_object(path).get("model_max_length")
+    value = tokenizer_settings(folder).get("model_max_length")
     if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= _NO_LIMIT):
         return None
     if not is_whole_number(value):

@@ -35,6 +35,8 @@ from kbert.embeddings.modules import (SENTENCE, TOKENS, TRANSFORMER_SETTINGS, De
 from kbert.embeddings.multi_vector import MultiVectorOutput, QueryExpansion
 from kbert.embeddings.sparse import SparseOutput
 from kbert.errors import CheckpointError, is_whole_number
+from kbert.io import ModelFolder
+from kbert.models.config import read_json_object
 
 MODULES_FILE = "modules.json"
 
@@ -91,19 +93,19 @@ def is_sentence_transformer(path: "str | os.PathLike[str]") -> bool:
     `modules.json`, and its `config_sentence_transformers.json` names no other model type (sentence-transformers 6
     writes a `CrossEncoder`'s folder with modules too); or a Stanford ColBERT checkpoint, which
     sentence-transformers 6 reads as a multi-vector encoder (`is_stanford_colbert`)."""
-    if not os.path.isfile(os.path.join(os.fspath(path), MODULES_FILE)):
-        return is_stanford_colbert(path)
-    return model_type(path) in EMBEDDING_MODEL_TYPES
+    folder = ModelFolder.of(path)
+    if not folder.has(MODULES_FILE):
+        return is_stanford_colbert(folder)
+    return model_type(folder) in EMBEDDING_MODEL_TYPES
 
 
 def is_stanford_colbert(path: "str | os.PathLike[str]") -> bool:
     """Whether `path` is a checkpoint of Stanford's ColBERT (colbert-ir/colbertv2.0's layout): no `modules.json`,
     and `HF_ColBERT` among its `config.json`'s `architectures`."""
-    path = os.fspath(path)
-    config = os.path.join(path, "config.json")
-    if os.path.isfile(os.path.join(path, MODULES_FILE)) or not os.path.isfile(config):
+    folder = ModelFolder.of(path)
+    if folder.has(MODULES_FILE) or not folder.has("config.json"):
         return False
-    architectures = json_object(config).get("architectures")
+    architectures = folder.parsed("config.json", read_json_object).get("architectures")
     return isinstance(architectures, list) and STANFORD_ARCHITECTURE in architectures
 
 
@@ -121,8 +123,8 @@ def _model_type_in(config: dict) -> Optional[str]:
 
 def settings(path: "str | os.PathLike[str]") -> dict:
     """A folder's `config_sentence_transformers.json` (an object), or {} where it has none."""
-    file = os.path.join(os.fspath(path), SETTINGS_FILE)
-    return json_object(file) if os.path.isfile(file) else {}
+    folder = ModelFolder.of(path)
+    return folder.parsed(SETTINGS_FILE, json_object) if folder.has(SETTINGS_FILE) else {}
 
 
 def read_modules(folder: str) -> List[Module]:
@@ -140,11 +142,11 @@ def read_modules(folder: str) -> List[Module]:
 def read_sentence_transformer(folder: "str | os.PathLike[str]") -> SentenceTransformerSpec:
     """The modules of the sentence-transformers folder `folder` as one pipeline kbert computes, checked; a
     `CheckpointError` names the file and what was expected."""
-    folder = os.fspath(folder)
-    modules_file, settings_file, folder_settings = os.path.join(folder, MODULES_FILE), \
-        os.path.join(folder, SETTINGS_FILE), settings(folder)  # read once
+    root = ModelFolder.of(folder)  # its files read once, here and by whoever passed it
+    folder = root.path
+    modules_file, settings_file, folder_settings = root.file(MODULES_FILE), root.file(SETTINGS_FILE), settings(root)
     kind = _model_type_in(folder_settings)
-    stanford = is_stanford_colbert(folder)
+    stanford = is_stanford_colbert(root)
     modules = _stanford_modules(folder) if stanford else read_modules(folder)
     prompts, default_prompt_name = _prompts(settings_file, folder_settings)
     colbert = _stanford(folder) if stanford else \

@@ -21,6 +21,7 @@ from kbert.embeddings.kinds import DenseOutput, OutputKind
 from kbert.embeddings.multi_vector import MultiVectorOutput
 from kbert.embeddings.precision import RANGES_FILE, load_ranges
 from kbert.errors import KbertError
+from kbert.io import ModelFolder
 from kbert.layers.pooling import L2Normalize, Pooling, SpladePooling
 from kbert.layers.task_lora import task_graph
 from kbert.models.registry import load_config, resolve
@@ -36,14 +37,17 @@ def folder_ranges(folder: str, output: OutputKind, dimensions: int) -> Optional[
     return load_ranges(path, dimensions)
 
 
-def embedder_fields(folder: str, source: str, adapter: "str | Sequence[str] | None" = None,
+def embedder_fields(folder: "str | ModelFolder", source: str, adapter: "str | Sequence[str] | None" = None,
                     head: Optional[str] = None) -> dict:
     """An `Embedder`'s fields read from the sentence-transformers `folder` (`source`: what the user named):
     the backbone built and its weights loaded, the modules after it as one Keras graph, a multi-adapter model's
-    graph per adapter (`_task_adapters`), bge-m3's `head` in place of the dense vector (`_with_head`)."""
-    spec = read_sentence_transformer(folder)
-    config = os.path.join(spec.transformer, "config.json")
-    model_config = load_config(config)
+    graph per adapter (`_task_adapters`), bge-m3's `head` in place of the dense vector (`_with_head`). Each file
+    of the folder is read once (a `ModelFolder` passed in keeps what its caller read)."""
+    root = ModelFolder.of(folder)
+    spec = read_sentence_transformer(root)
+    transformer = root.child(os.path.relpath(spec.transformer, root.path))
+    config = transformer.file("config.json")
+    model_config = load_config(transformer)
     spec, head_weights = _with_head(spec, head, model_config.hidden_size)
     # sentence-transformers' own do_lower_case lower-cases whatever the tokenizer's config says.
     tokenizer = folder_tokenizer(spec.transformer, lower_case_default=spec.do_lower_case, lower_case=spec.do_lower_case)
@@ -57,10 +61,10 @@ def embedder_fields(folder: str, source: str, adapter: "str | Sequence[str] | No
     maxlen = min(spec.max_seq_length or model_config.longest_input, model_config.longest_input)
     output = spec.output.within_positions(model_config.longest_input,
                                           os.path.join(spec.transformer, st_modules.TRANSFORMER_SETTINGS))
-    adapters, tasks = _task_adapters(spec.transformer, adapter)
+    adapters, tasks = _task_adapters(transformer, adapter)
     bert = build_transformer_model(model_config, **_mlm_head(output, model_config, config),
                                    task_lora=adapters and adapters.settings(), padding=tokenizer.padding)
-    load_hf_weights(bert, spec.transformer, adapter=None if adapters else adapter)
+    load_hf_weights(bert, transformer, adapter=None if adapters else adapter)
     model = output.build(bert, spec.modules, head_weights)
     static_query = spec.static_query and StaticQuery.load(spec.static_query, int(model.outputs[0].shape[-1]))
     adapter_models = {task: task_graph(model, adapters.tasks.index(task)) for task in tasks}
@@ -72,7 +76,7 @@ def embedder_fields(folder: str, source: str, adapter: "str | Sequence[str] | No
                 adapter_models=adapter_models)
 
 
-def _task_adapters(folder: str, adapter: "str | Sequence[str] | None"):
+def _task_adapters(folder: ModelFolder, adapter: "str | Sequence[str] | None"):
     """The folder's task adapters (`TaskAdapters`) and the tasks to compute, in order, where `adapter` names
     several (a list; `["all"]`: all the file's), each checked against the file's; `(None, [])` for one name or
     none (merged at load, or the base weights)."""
@@ -83,7 +87,7 @@ def _task_adapters(folder: str, adapter: "str | Sequence[str] | None"):
     if adapter is None or isinstance(adapter, str):
         return None, []
     path = resolve_safetensors_path(folder)
-    if "lora_adaptations" not in read_json_object(os.path.join(folder, "config.json")):
+    if "lora_adaptations" not in folder.parsed("config.json", read_json_object):
         raise KbertError(f"adapter {list(adapter)!r}: {folder} holds no task LoRA adapters (its config.json names no "
                          "lora_adaptations); the option chooses among jina-embeddings-v3's")
     adapters = read_adapters(path)

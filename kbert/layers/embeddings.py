@@ -17,7 +17,7 @@ from kbert.layers.common import _PACKAGE, clone_initializer
 from kbert.layers.task_lora import add_task_weights, check_task_lora, task_update
 
 
-def checked_ids(ids, limit: int, description: str):
+def checked_ids(ids, limit: int, description: str, negative_hint: str = ""):
     """`ids`, after checks that each is in `[0, limit)`; an error names `description` otherwise.
 
     Keras would otherwise take a negative id as counting from the end of the
@@ -25,15 +25,15 @@ def checked_ids(ids, limit: int, description: str):
     for one past the end. The checks run on every backend where values can be
     read (`kbert.layers.checks`).
     """
-    negative, too_large = _range_errors(limit, description)
+    negative, too_large = _range_errors(limit, description, negative_hint)
     ids = checked(ids, ops.all(ids >= 0), negative)
     return checked(ids, ops.all(ids < limit), too_large)
 
 
-def _range_errors(limit: int, description: str) -> tuple:
-    """The messages of an id below 0 and of one at least `limit`."""
+def _range_errors(limit: int, description: str, negative_hint: str = "") -> tuple:
+    """The messages of an id below 0 (with what may have made it) and of one at least `limit`."""
     expected = f"{description}: ids must be in [0, {limit})"
-    return f"{expected}; found a negative id", f"{expected}; found one of {limit} or more"
+    return f"{expected}; found a negative id{negative_hint}", f"{expected}; found one of {limit} or more"
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -87,9 +87,11 @@ class Embedding(keras.layers.Embedding):
         kwargs.setdefault("autocast", False)
         return super().add_weight(*args, **kwargs)
 
+    negative_hint = ""  # what may have made a negative id, for the error
+
     def call(self, inputs, task=None):
         ids = checked_ids(ops.cast(inputs, "int32") if inputs.dtype not in ("int32", "int64") else inputs,
-                          self.input_dim, self._description)
+                          self.input_dim, self._description, self.negative_hint)
         rows = super().call(ids)
         if task is None:
             return rows
@@ -101,7 +103,7 @@ class Embedding(keras.layers.Embedding):
 
     def check_ids(self, ids: np.ndarray) -> None:
         """`call`'s checks on an array of ids, for a model to run before a compiled step (`IdModel`)."""
-        negative, too_large = _range_errors(self.input_dim, self._description)
+        negative, too_large = _range_errors(self.input_dim, self._description, self.negative_hint)
         if ids.size and ids.min() < 0:
             raise InputError(negative)
         if ids.size and ids.max() >= self.input_dim:
@@ -153,6 +155,10 @@ class TokenEmbedding(Embedding):
     ...     ops.convert_to_tensor([[5, 0, -1]]))).tolist()
     [[True, True, False]]
     """
+
+    # A `tokenizer.json`'s batches are padded with negative ids, which only a model built for them takes.
+    negative_hint = (" (a batch padded by a tokenizer.json pads with negative ids: build the model with "
+                     "padding=tokenizer.padding, which hides them)")
 
     def __init__(self, input_dim: int, output_dim: int, size_key: str = "vocab_size", pad_id=None,
                  hidden_ids: bool = False, **kwargs):

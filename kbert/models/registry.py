@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 from kbert.models.config import BertConfig, read_json_object
 from kbert.errors import ConfigError
+from kbert.io import ModelFolder
 
 # bert4keras's `model=` name -> "module:class" of the family.
 FAMILIES = {
@@ -74,7 +75,8 @@ def graph_class(family) -> type:
 
 def resolve(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]", str],
             model: Optional[str] = None) -> Tuple[Any, BertConfig]:
-    """The family and its config object for a config (object, dict or JSON path) and `model=`.
+    """The family and its config object for a config (object, dict, JSON path, or a `ModelFolder`: its
+    `config.json`, read once) and `model=`.
 
     Without `model`, the config's `model_type` (Hugging Face's key, also
     written into kbert's model directories) picks the family; without either,
@@ -93,6 +95,8 @@ def resolve(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]", str
         return family, config
     if isinstance(config, Mapping):
         values, source = config, "config"
+    elif isinstance(config, ModelFolder):
+        values, source = config.parsed("config.json", read_json_object), config.file("config.json")
     else:
         source = os.fspath(config)
         values = read_json_object(source)
@@ -101,7 +105,7 @@ def resolve(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]", str
 
 
 def load_config(config: Union[BertConfig, Mapping[str, Any], "os.PathLike[str]", str]) -> BertConfig:
-    """Accepts a `BertConfig`, a dict, or the path of a JSON config file.
+    """Accepts a `BertConfig`, a dict, the path of a JSON config file, or a `ModelFolder` (its `config.json`).
 
     The family's own config class is used (e.g. NEZHA's, with
     `max_relative_position`); `resolve` gives the family too.

@@ -339,3 +339,20 @@ class TransformerGraph:
 
     def apply_final_layers(self, x):
         raise NotImplementedError
+
+
+class PreNormGraph(TransformerGraph):
+    """A pre-norm stack (each block normalises its input; EuroBERT's, ModernBERT's): it ends with one more
+    norm, `Output-Norm`, then the MLM head where the model has one.
+
+    Subclasses give `apply_norm(x, name)` and `apply_mlm_head(x)`, with the other hooks."""
+
+    def apply_norm(self, x, name: str):
+        raise NotImplementedError
+
+    def apply_mlm_head(self, x):
+        raise NotImplementedError
+
+    def apply_final_layers(self, x):
+        x = self.apply_norm(x, naming.OUTPUT_NORM)
+        return self.apply_mlm_head(x) if self.heads.mlm else x

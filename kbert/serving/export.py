@@ -301,9 +301,15 @@ def _saved_model(endpoint: _Endpoint, path: str) -> None:
 
 def _metadata(endpoint: _Endpoint) -> dict:
     """What an ONNX or LiteRT file's reader needs beside its output: the task, the output's name, the label or
-    tag names and, for a CRF's emissions, the transitions and how to decode with them."""
+    tag names, what a batch is padded with (`kbert_pad_id`: the model hides exactly it) and, for a CRF's
+    emissions, the transitions and how to decode with them."""
     return {"kbert_task": endpoint.task, "kbert_output": endpoint.output, "kbert_labels": endpoint.labels,
-            **endpoint.metadata}
+            "kbert_pad_id": endpoint.tokenizer.pad_id, "kbert_padding_note": PADDING_NOTE, **endpoint.metadata}
+
+
+PADDING_NOTE = ("a batch's shorter rows are padded to its longest with kbert_pad_id in token_ids (0 in "
+                "segment_ids): the model hides those positions, and no other; a negative kbert_pad_id (-1 - the pad "
+                "token: a tokenizer.json's) hides the positions after a text whatever token it holds")
 
 
 def metadata_path(litert_file: str) -> str:

@@ -8,6 +8,7 @@ labelled file and export a SavedModel.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import keras
@@ -116,7 +117,7 @@ class TrainedClassifier:
                 for text, index, row in zip(texts, best, probabilities)]
 
 
-def load_classifier(model_dir: str) -> TrainedClassifier:
+def load_classifier(model_dir: "str | os.PathLike[str]") -> TrainedClassifier:
     """Loads a classifier's model directory written by `kbert train`."""
     loaded = load_model(model_dir, ClassificationTask)
     return TrainedClassifier(loaded.model, loaded.tokenizer, loaded.labels, loaded.options.maxlen,

@@ -26,6 +26,7 @@ remembers the task, head, scheme and units in training.json.
 from __future__ import annotations
 
 import dataclasses
+import os
 import logging
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -393,7 +394,7 @@ def _entity_rows(hits: np.ndarray) -> List[np.ndarray]:
     return [found[found[:, 0] == example, 1:] for example in range(len(hits))]
 
 
-def load_tagger(model_dir: str) -> Tagger:
+def load_tagger(model_dir: "str | os.PathLike[str]") -> Tagger:
     """The tagger of a model directory written by `kbert train --task ner`."""
     from kbert.training.model_dir import load_model
 

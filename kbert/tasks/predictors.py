@@ -17,6 +17,7 @@ one JSON-ready row per text, the row `kbert predict --json` prints:
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Callable, List, Optional, Sequence
 
 
@@ -114,24 +115,27 @@ def check_settings(settings: PredictionSettings, task: str, model_dir: str) -> N
 def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None) -> Predictor:
     """The model directory `kbert train` or `kbert pretrain` wrote, or an embedding model (a
     sentence-transformers folder or a name of one), loaded for prediction."""
+    from kbert.io import ModelFolder
     from kbert.training.model_dir import load_model
 
     settings = settings or PredictionSettings()
-    model_dir = resolved(model_dir)
-    task = model_task(model_dir)
+    # what it holds and its model read from one reading of its files (the caller's, where it read some already)
+    folder = model_dir if isinstance(model_dir, ModelFolder) else ModelFolder(resolved(model_dir))
+    model_dir = folder.path
+    task = model_task(folder)
     check_settings(settings, task, model_dir)
     if task == "embed":
-        return embedding_predictor(model_dir, settings)
+        return embedding_predictor(folder, settings)
     if task == "rerank":
-        return reranker_predictor(model_dir, settings)
+        return reranker_predictor(folder, settings)
     if task == "classify":
         from kbert.tasks.classification import load_classifier
 
-        return classifier_predictor(load_classifier(model_dir), model_dir, settings)
+        return classifier_predictor(load_classifier(folder), model_dir, settings)
     if task == "ner":
         from kbert.tasks.ner import find_entities, load_tagger
 
-        tagger = load_tagger(model_dir)
+        tagger = load_tagger(folder)
         return Predictor(task, model_dir, lambda texts: [
             {"text": text, "entities": entities}
             for text, entities in zip(texts, find_entities(tagger, texts, settings.batch_size, settings.bucketing))],
@@ -139,14 +143,14 @@ def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None
     if task == "seq2seq":
         from kbert.tasks.seq2seq import generate_targets, load_generator
 
-        loaded = load_generator(model_dir)
+        loaded = load_generator(folder)
         return Predictor(task, model_dir, lambda texts: [
             {"text": text, "target": target} for text, target in zip(texts, generate_targets(
                 loaded, texts, settings.beam_size, settings.max_new_tokens, settings.batch_size))],
             loaded.tokenizer, loaded.options.maxlen)
     from kbert.tasks.pretraining import MaskedLanguageModelTask, fill_masks
 
-    loaded = load_model(model_dir, MaskedLanguageModelTask)
+    loaded = load_model(folder, MaskedLanguageModelTask)
     return Predictor(task, model_dir, lambda texts: fill_masks(loaded, texts, settings.top_k, settings.batch_size),
                      loaded.tokenizer, loaded.options.maxlen)
 
@@ -159,8 +163,6 @@ def model_task(folder: str) -> str:
     """The task of a model's folder (`resolved` already): an embedding model's, a reranker's, or the one its
     training state records. A path that is no folder, or a folder that is none of these, is refused naming
     what a model may be."""
-    import os
-
     from kbert.tasks.reranking import cross_encoder_config
     from kbert.training.model_dir import CONFIG_FILE, TRAINING_FILE, read_training_state
 
@@ -182,8 +184,6 @@ def model_task(folder: str) -> str:
 def _names_a_classifier(folder: str) -> bool:
     """Whether a folder is a CrossEncoder's by its own word (sentence-transformers' settings), or holds a Hugging
     Face config without kbert's training state."""
-    import os
-
     from kbert.embeddings.folders import model_type
 
     return model_type(folder) == "CrossEncoder" or os.path.isfile(os.path.join(folder, "config.json"))
@@ -199,8 +199,6 @@ def resolved(model: str) -> str:
 def is_embedding_model(model: str) -> bool:
     """Whether a folder holds an embedding model: a sentence-transformers folder (a `kbert train --task embed`
     directory is one too)."""
-    import os
-
     from kbert.embeddings.folders import is_sentence_transformer
 
     return os.path.isdir(model) and is_sentence_transformer(model)
@@ -209,19 +207,17 @@ def is_embedding_model(model: str) -> bool:
 def is_cross_encoder(model: str) -> bool:
     """Whether a folder holds a reranker: a one-label sequence classifier (a `kbert train --task rerank`
     directory is one too)."""
-    import os
-
     from kbert.tasks.reranking import is_reranker
 
     return os.path.isdir(model) and is_reranker(model)
 
 
-def reranker_predictor(model: str, settings: PredictionSettings) -> Predictor:
+def reranker_predictor(model: "str | os.PathLike[str]", settings: PredictionSettings) -> Predictor:
     """A reranker's predictor: each (query, passage) pair's `{"text", "text_pair", "score", "logit"}`."""
     from kbert.tasks.reranking import Reranker
 
     reranker = Reranker.load(model)
-    return Predictor("rerank", model, lambda queries, passages: rerank_rows(
+    return Predictor("rerank", os.fspath(model), lambda queries, passages: rerank_rows(
         reranker, queries, passages, reranker.logits(queries, passages, settings.batch_size)), reranker.tokenizer,
         reranker.maxlen, reranker=reranker)
 
@@ -233,7 +229,7 @@ def rerank_rows(reranker, queries: Sequence[str], passages: Sequence[str], logit
             for query, passage, logit, score in zip(queries, passages, logits, reranker.scores(logits))]
 
 
-def embedding_predictor(model: str, settings: PredictionSettings, embedder=None) -> Predictor:
+def embedding_predictor(model: "str | os.PathLike[str]", settings: PredictionSettings, embedder=None) -> Predictor:
     """An embedding model's predictor: a `{"text", "embedding"}` row per text (a sparse encoder's:
     `{"text", "indices", "values"}`; a multi-vector encoder's: `{"text", "embeddings"}`, a vector per scored token,
     the texts embedded as documents; `embedder`: `model` loaded already, e.g. with its int8 model in place)."""
@@ -246,5 +242,5 @@ def embedding_predictor(model: str, settings: PredictionSettings, embedder=None)
             raise KbertError(f"{model}: a {embedder.output.name} encoder's vectors are not "
                              f"quantized by calibration ranges ({settings.ranges}); serve it without --ranges")
         embedder.ranges = load_ranges(settings.ranges, embedder.dimensions)
-    return Predictor("embed", model, lambda texts: embedder.output.predict_rows(
+    return Predictor("embed", os.fspath(model), lambda texts: embedder.output.predict_rows(
         embedder, texts, settings.batch_size, settings.bucketing), embedder.tokenizer, embedder.maxlen, embedder)

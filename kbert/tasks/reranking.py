@@ -20,12 +20,14 @@ import numpy as np
 from kbert.builder import build_transformer_model
 from kbert.embeddings.files import model_max_length
 from kbert.errors import DataError, KbertError
+from kbert.io import ModelFolder
 from kbert.layers.common import get_activation
 from kbert.layers.heads import TakeToken
 from kbert.layers.pooling import Pooling
 from kbert.tokenizers.tokenizer_json import check_tokenizer_fits, folder_tokenizer, save_tokenizer_files
 from kbert.models import naming
 from kbert.models.heads import SequenceHead
+from kbert.models.config import read_json_object
 from kbert.models.registry import FAMILIES, get_family, load_config
 from kbert.models.transformer import id_model
 from kbert.training.data import LabelMap, check_known_tokens
@@ -175,17 +177,17 @@ class Reranker:
         label, its `model.safetensors` and tokenizer (a `kbert train --task rerank` directory is one)."""
         from kbert.checkpoints.hf import load_hf_weights
 
-        folder = os.fspath(folder)
+        folder = ModelFolder.of(folder)  # each file read once, here and by whoever passed it
         config = cross_encoder_config(folder)  # a one-label sequence classifier, else an error saying what it is
         activation = score_activation(folder, config)
-        config = load_config(os.path.join(folder, "config.json"))
+        config = load_config(folder)
         tokenizer = folder_tokenizer(folder)
         check_tokenizer_fits(tokenizer, config.vocab_size, folder)
-        bert = build_transformer_model(os.path.join(folder, "config.json"), padding=tokenizer.padding)
+        bert = build_transformer_model(folder, padding=tokenizer.padding)
         model = reranker_model(bert)
         load_hf_weights(model, folder)
         positions = config.longest_input
-        return cls(model, tokenizer, min(positions, model_max_length(folder) or positions), folder, activation)
+        return cls(model, tokenizer, min(positions, model_max_length(folder) or positions), folder.path, activation)
 
     def logits(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """The relevance logit of each (query, passage) pair."""
@@ -243,23 +245,17 @@ def score_activation(folder: str, config: dict) -> str:
     return SCORE_ACTIVATIONS[kind]
 
 
-def cross_encoder_config(folder: str) -> dict:
-    path = os.path.join(folder, "config.json")
-    if not os.path.isfile(path):
+def cross_encoder_config(folder: "str | ModelFolder") -> dict:
+    folder = ModelFolder.of(folder)
+    if not folder.has("config.json"):
         raise KbertError(f"{folder}: no config.json; a reranker is a Hugging Face sequence classifier folder "
                          "(config.json, model.safetensors, its tokenizer) or a kbert train --task rerank directory")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise KbertError(f"{path}: not JSON ({error})") from None
-    if not isinstance(config, dict):
-        raise KbertError(f"{path}: expected a JSON object (a Hugging Face model config)")
+    config = folder.parsed("config.json", read_json_object)
     architectures = config.get("architectures") or []
     labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
     if not any(str(name).endswith("ForSequenceClassification") for name in architectures) or labels != 1:
-        raise KbertError(f"{path}: architectures {architectures} with {labels} labels; a reranker is a "
-                         "...ForSequenceClassification with one label (a CrossEncoder's relevance score)"
+        raise KbertError(f"{folder.file('config.json')}: architectures {architectures} with {labels} labels; a "
+                         "reranker is a ...ForSequenceClassification with one label (a CrossEncoder's relevance score)"
                          + ("; kbert does not serve a CrossEncoder of several labels" if labels != 1 else ""))
     return config
 

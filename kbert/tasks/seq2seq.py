@@ -126,7 +126,7 @@ def encode_pairs(tokenizer, pairs: Sequence[Pair], maxlen: int, encoder_decoder:
 def decoder_start_id(tokenizer) -> int:
     """The id T5's decoder starts from: WordPiece's `[CLS]` (T5 PEGASUS), which opens every encoded text;
     SentencePiece's padding id 0 (Google's T5 and mT5, and bert4keras's scripts)."""
-    return tokenizer.cls_id if tokenizer.cls_id is not None else tokenizer.pad_id
+    return tokenizer.cls_id if tokenizer.cls_id is not None else tokenizer.pad_token_id
 
 
 def _encode_for_t5(tokenizer, pairs: Sequence[Pair], maxlen: int):
@@ -261,7 +261,7 @@ def predict(model_dir: str, sources: Sequence[str], *, beam_size: int = 1, max_n
     return generate_targets(load_generator(model_dir), sources, beam_size, max_new_tokens, batch_size)
 
 
-def load_generator(model_dir: str):
+def load_generator(model_dir: "str | os.PathLike[str]"):
     """The model directory of `kbert train --task seq2seq`, loaded (`kbert.training.model_dir.TrainedModel`)."""
     from kbert.training.model_dir import load_model
 

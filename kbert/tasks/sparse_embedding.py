@@ -114,7 +114,8 @@ class SparseEmbeddingTask(EmbeddingTask):
 
     def _special_ids(self) -> tuple:
         tokenizer = self.tokenizer
-        return tuple(index for index in (tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id) if index is not None)
+        return tuple(index for index in (tokenizer.pad_token_id, tokenizer.cls_id, tokenizer.sep_id)
+                     if index is not None)
 
     def query_weights(self, vocab_size: int) -> np.ndarray:
         """The queries' weight table: each entry's inverse document frequency over the training documents

@@ -82,7 +82,10 @@ class SpTokenizer:
 
     @property
     def pad_id(self) -> int:
+        """The id batches are padded with: the padding piece, which no text holds (a control piece)."""
         return self._token_pad_id
+
+    pad_token_id = pad_id  # the padding piece (`TokenizerJson`'s name: there `pad_id` is a negative id)
 
     @property
     def padding(self) -> int:

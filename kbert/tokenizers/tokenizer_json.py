@@ -32,7 +32,7 @@ class TokenizerJson:
     [([101, 7592, 2088, 102], [0, 0, 0, 0])]
     """
 
-    def __init__(self, path: "str | os.PathLike[str]", backend=None):
+    def __init__(self, path: "str | os.PathLike[str]", backend=None, settings: Optional[dict] = None):
         from tokenizers import Tokenizer as Backend
 
         from kbert.errors import KbertError, first_line
@@ -55,15 +55,15 @@ class TokenizerJson:
         # BERT's special tokens, or RoBERTa's and XLM-R's (`<s>` 0, `<pad>` 1, `</s>` 2).
         self.cls_id, self.sep_id = (self._first_of("[CLS]", "<s>"), self._first_of("[SEP]", "</s>"))
         # The pad token transformers pads with (tokenizer_config.json's pad_token, else [PAD] or <pad>), and the
-        # id kbert pads batches with: that one, unless the tokenizer puts it in texts too (EuroBERT's
-        # <|end_of_text|>) or has none; then a negative id, which models built with its `padding` hide by
-        # length, so no token of a text is taken for padding.
-        settings = _tokenizer_config_beside(self.path)  # read once: its pad token, its model's inputs
+        # id kbert pads batches with: a negative one, `-1 - pad token`, which models built with its `padding` hide
+        # by length. A position is hidden because its text ended, never because of its id: the pad token may end
+        # every text (EuroBERT's <|end_of_text|>), and a text may hold it (`[PAD]` typed in a query is a token).
+        # read once (or given: its folder's, read already): its pad token, its model's inputs
+        settings = _tokenizer_config_beside(self.path) if settings is None else settings
         self.pad_token_id = self._configured_id(settings.get("pad_token"))
         if self.pad_token_id is None:
             self.pad_token_id = self._first_of("[PAD]", "<pad>")
-        self.pad_id = self.pad_token_id if self.pad_token_id is not None and \
-            self.pad_token_id not in self.framing_ids() else -1 - (self.pad_token_id or 0)
+        self.pad_id = -1 - (self.pad_token_id or 0)
         self.unk_id = self._first_of("[UNK]", "<unk>")
         self.mask_id = self._first_of("[MASK]", "<mask>")
         self.segments = _feeds_segments(settings)
@@ -170,16 +170,12 @@ class TokenizerJson:
         return self._backend.get_vocab_size()
 
     @property
-    def padding(self) -> "int | str":
-        """What a model built for this tokenizer's batches hides (`build_transformer_model(padding=)`): its pad
-        id, or `"negative"` where batches are padded with negative ids."""
+    def padding(self) -> str:
+        """What a model built for this tokenizer's batches hides (`build_transformer_model(padding=)`): the
+        negative ids its batches are padded with, whatever token the text ends with or holds."""
         from kbert.tokenizers.wordpiece import NEGATIVE_PADDING
 
-        return NEGATIVE_PADDING if self.pad_id < 0 else self.pad_id
-
-    def framing_ids(self) -> set:
-        """The ids the tokenizer adds around every text (its post-processor's: `[CLS]`, `</s>`, an end of text)."""
-        return set(self._backend.encode("").ids) | set(self._backend.encode("", "").ids)
+        return NEGATIVE_PADDING
 
     def _configured_id(self, token) -> Optional[int]:
         """The id of a token as `tokenizer_config.json` names it (a string, or an object with its `content`),
@@ -239,7 +235,17 @@ class TokenizerJson:
         return self.encode_all([first], None if second is None else [second], maxlen)[0]
 
 
-def folder_tokenizer(folder: str, lower_case_default: bool = True, lower_case: bool = False):
+def tokenizer_settings(folder: "str | os.PathLike[str]") -> dict:
+    """A model folder's `tokenizer_config.json` (its pad token, `do_lower_case`, `model_max_length`), read once
+    for a `ModelFolder`; {} where it has none."""
+    from kbert.io import ModelFolder
+
+    folder = ModelFolder.of(folder)
+    return folder.parsed("tokenizer_config.json", _read_tokenizer_config) if folder.has("tokenizer_config.json") \
+        else {}
+
+
+def folder_tokenizer(folder: "str | os.PathLike[str]", lower_case_default: bool = True, lower_case: bool = False):
     """The tokenizer of a Hugging Face model folder: its own `tokenizer.json` where it has one (the ids
     transformers gives), else DeBERTa's `spm.model` as transformers reads it, else kbert's WordPiece `Tokenizer`
     on its `vocab.txt`, lower-casing as
@@ -248,17 +254,13 @@ def folder_tokenizer(folder: str, lower_case_default: bool = True, lower_case: b
     from kbert.tokenizers.wordpiece import Tokenizer
 
     if os.path.isfile(os.path.join(folder, "tokenizer.json")):
-        return TokenizerJson(os.path.join(folder, "tokenizer.json"))
+        return TokenizerJson(os.path.join(folder, "tokenizer.json"), settings=tokenizer_settings(folder))
     if os.path.isfile(os.path.join(folder, DEBERTA_SENTENCEPIECE)):
         return TokenizerJson.from_sentencepiece(os.path.join(folder, DEBERTA_SENTENCEPIECE))
     if not os.path.isfile(os.path.join(folder, "vocab.txt")):
         raise KbertError(f"{folder}: neither tokenizer.json, {DEBERTA_SENTENCEPIECE} nor vocab.txt; the model's "
                          "vocabulary is needed")
-    config = {}
-    if os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
-        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as handle:
-            config = json.load(handle)
-    lower = lower_case or bool(config.get("do_lower_case", lower_case_default))
+    lower = lower_case or bool(tokenizer_settings(folder).get("do_lower_case", lower_case_default))
     return Tokenizer(os.path.join(folder, "vocab.txt"), do_lower_case=lower)
 
 
@@ -304,13 +306,16 @@ def _precompiled_charsmap(model) -> bytes:
 
 
 def _tokenizer_config_beside(tokenizer_json: str) -> dict:
-    """The `tokenizer_config.json` beside a `tokenizer.json`, or {} where there is none; one that is not JSON is a
+    """The `tokenizer_config.json` beside a `tokenizer.json`, or {} where there is none."""
+    path = os.path.join(os.path.dirname(tokenizer_json), "tokenizer_config.json")
+    return _read_tokenizer_config(path) if os.path.isfile(path) else {}
+
+
+def _read_tokenizer_config(path: str) -> dict:
+    """A `tokenizer_config.json` (its settings: {} where it holds no object); one that is not JSON is a
     `KbertError` naming it."""
     from kbert.errors import KbertError, first_line
 
-    path = os.path.join(os.path.dirname(tokenizer_json), "tokenizer_config.json")
-    if not os.path.isfile(path):
-        return {}
     try:
         with open(path, encoding="utf-8") as handle:
             config = json.load(handle)

@@ -178,8 +178,10 @@ class Tokenizer:
         backend = _Backend(models.WordPiece(self.vocab, unk_token=UNK, max_input_chars_per_word=200))
         backend.pre_tokenizer = _pre_tokenizer()
         self._backend = backend
+        # [PAD] pads batches, and the model hides it: no text holds it (`[PAD]` typed in a text is `[`, `pad`, `]`).
         self.cls_id, self.sep_id, self.pad_id = (self.vocab[CLS], self.vocab[SEP],
                                                  self.vocab.get(PAD, 0))
+        self.pad_token_id = self.pad_id
         self.unk_id, self.mask_id = self.vocab[UNK], self.token_to_id(MASK)  # no [MASK]: [UNK]'s, as ever
         # bert4keras's names, which scripts written for it read: `_token_<name>` for each special
         # token, `_token_<name>_id` for those the vocabulary has, and `_vocab_size`.

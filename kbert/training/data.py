@@ -202,7 +202,8 @@ def check_known_tokens(path: str, rows: Iterable[Sequence[int]], tokenizer, refu
     unknown_id = tokenizer.unk_id  # a byte-level BPE's tokenizer.json has none: it reads every byte
     if unknown_id is None:
         return 0.0
-    ignored = {0, getattr(tokenizer, "pad_id", 0), getattr(tokenizer, "cls_id", 0), getattr(tokenizer, "sep_id", 0)}
+    ignored = {0, getattr(tokenizer, "pad_token_id", 0), getattr(tokenizer, "cls_id", 0),
+               getattr(tokenizer, "sep_id", 0)}
     tokens = unknown = 0
     for row in rows:
         row = np.asarray(row).ravel()

@@ -13,6 +13,7 @@ Directories written by kbert 0.1 (classifiers, no `task` key) read as
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -23,6 +24,7 @@ import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.errors import KbertError, first_line
+from kbert.io import ModelFolder
 from kbert.tokenizers import SENTENCEPIECE_NAME, SpTokenizer, Tokenizer, load_tokenizer
 from kbert.tokenizers.tokenizer_json import TokenizerJson
 from kbert.training.data import LabelMap
@@ -78,10 +80,14 @@ class TrainedModel:
         return TrainingOptions(**{k: v for k, v in self.state["options"].items() if k in known})
 
 
-def read_training_state(model_dir: str) -> dict:
-    """training.json of a model directory, checked; `task` and `options["task"]` always present."""
+def read_training_state(model_dir: "str | os.PathLike[str]") -> dict:
+    """training.json of a model directory, checked; `task` and `options["task"]` always present (read once for
+    a `ModelFolder`; each call gets its own copy)."""
     check_model_dir(model_dir)
-    state_path = os.path.join(model_dir, TRAINING_FILE)
+    return copy.deepcopy(ModelFolder.of(model_dir).parsed(TRAINING_FILE, _read_state))
+
+
+def _read_state(state_path: str) -> dict:
     try:
         with open(state_path, encoding="utf-8") as handle:
             state = json.load(handle)
@@ -94,11 +100,12 @@ def read_training_state(model_dir: str) -> dict:
     return state
 
 
-def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
+def load_model(model_dir: "str | os.PathLike[str]", task_class: Type[Task]) -> TrainedModel:
     """Loads a model directory written by `train_task`, rebuilding the model of `task_class`.
 
     A directory trained for another task is refused.
     """
+    model_dir = ModelFolder.of(model_dir)  # the caller's, where it read the directory already
     state = read_training_state(model_dir)
     if task_class.name != state["task"]:
         raise KbertError(f"{model_dir}: a model trained for --task {state['task']}, not {task_class.name}")
@@ -110,7 +117,7 @@ def load_model(model_dir: str, task_class: Type[Task]) -> TrainedModel:
     tokenizer = model_tokenizer(model_dir, state["options"]["do_lower_case"])
     loaded = TrainedModel(None, tokenizer, labels, state)
     task = task_class.from_options(loaded.options)
-    bert = build_transformer_model(os.path.join(model_dir, CONFIG_FILE), model=loaded.options.model,
+    bert = build_transformer_model(model_dir.file(CONFIG_FILE), model=loaded.options.model,
                                    padding=tokenizer.padding, **task.backbone_args())
     loaded.model = task.build(bert, state["num_labels"], loaded.options)
     weights = os.path.join(model_dir, WEIGHTS_FILE)

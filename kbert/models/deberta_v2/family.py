@@ -37,15 +37,12 @@ class DebertaV2Family(HubFamily):
 
     name = "deberta_v2"
     released_by, released_for = "DeBERTa", "PyTorch and transformers"
-    model_type = hf_model_type = "deberta-v2"
+    model_type = "deberta-v2"
     config_class = DebertaV2Config
     graph = "kbert.models.deberta_v2.graph:DebertaV2Graph"
-    heads = ("with_mlm",)
-    applications = ("encoder",)
     hf_class = "DebertaV2"
     hf_prefix = "deberta"
     hf_head_scopes = ("cls.", "pooler.")
-    own_tokenizer = True
     classifier_activation = "gelu"  # ContextPooler: pooler.dense, then pooler_hidden_act
 
     def segment_input_size(self, config: DebertaV2Config) -> int:

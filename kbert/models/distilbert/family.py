@@ -12,6 +12,8 @@ from kbert.models.hub_family import HubFamily
 from kbert.models.distilbert.config import DistilBertConfig
 from kbert.models.tables import H, I, V, WeightName, dense, embedding, norm
 
+ATTENTION_NAMES = {"query": "q_lin", "key": "k_lin", "value": "v_lin", "output": "out_lin"}  # kbert's: transformers'
+
 
 def _dense(path: str, hf: str, axes) -> List[WeightName]:
     """A Linear under its Hugging Face name (the Google-style name, for inspection only, is the same with `/`)."""
@@ -47,14 +49,13 @@ class DistilBertFamily(HubFamily):
 
     name = "distilbert"
     released_by, released_for = "DistilBERT", "transformers"
-    model_type = hf_model_type = "distilbert"
+    model_type = "distilbert"
     config_class = DistilBertConfig
-    heads = ("with_mlm",)
-    applications = ("encoder",)
     hf_class = "DistilBert"
     hf_prefix = "distilbert"
     hf_head_scopes = ("vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "pre_classifier.")
     reads_segments = False
+    own_tokenizer = False  # BERT's vocab.txt
     classifier_hidden = naming.CLASSIFIER_HIDDEN
     classifier_activation = "relu"
 
@@ -88,9 +89,7 @@ class DistilBertFamily(HubFamily):
         if is_norm:
             return _norm(layer, f"{hf}.{'sa' if sublayer == naming.ATTENTION else 'output'}_layer_norm")
         if sublayer == naming.ATTENTION:
-            rows = []
-            for part, name in (("query", "q_lin"), ("key", "k_lin"), ("value", "v_lin"), ("output", "out_lin")):
-                rows += _dense(f"{layer}/{part}", f"{hf}.attention.{name}", (H, H))
-            return rows
+            return [row for part, name in ATTENTION_NAMES.items()
+                    for row in _dense(f"{layer}/{part}", f"{hf}.attention.{name}", (H, H))]
         return (_dense(f"{layer}/intermediate", f"{hf}.ffn.lin1", (H, I))
                 + _dense(f"{layer}/output", f"{hf}.ffn.lin2", (I, H)))

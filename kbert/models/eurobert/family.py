@@ -15,6 +15,8 @@ from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding, lin
 
 MLM_OUTPUT = "MLM-Output"  # the untied output matrix (lm_head)
 KV = "num_key_value_heads·head_size"
+# kbert's projections: transformers' names and their axes (grouped queries: fewer key and value heads)
+ATTENTION_NAMES = {"query": ("q", (H, H)), "key": ("k", (H, KV)), "value": ("v", (H, KV)), "output": ("o", (H, H))}
 
 
 def _rms_norm(path: str, hf: str) -> List[WeightName]:
@@ -41,16 +43,13 @@ class EuroBertFamily(HubFamily):
 
     name = "eurobert"
     released_by, released_for = "EuroBERT", "transformers"
-    model_type = hf_model_type = "eurobert"
+    model_type = "eurobert"
     config_class = EuroBertConfig
     graph = "kbert.models.eurobert.graph:EuroBertGraph"
-    heads = ("with_mlm",)
-    applications = ("encoder",)
     hf_class = "EuroBert"
     hf_prefix = "model"
     hf_head_scopes = ("lm_head.", "dense.")  # the MLM head's; the sequence classifier's dense
     reads_segments = False
-    own_tokenizer = True
     classifier_hidden = naming.CLASSIFIER_HIDDEN  # EuroBertForSequenceClassification's dense
 
     def sequence_head(self, config: EuroBertConfig) -> SequenceHead:
@@ -109,11 +108,8 @@ class EuroBertFamily(HubFamily):
         if is_norm:
             return _rms_norm(layer, f"{scope}.{'input_layernorm' if sublayer == naming.ATTENTION else 'post_attention_layernorm'}")
         if sublayer == naming.ATTENTION:
-            rows = []
-            for part, short, axes in (("query", "q", (H, H)), ("key", "k", (H, KV)), ("value", "v", (H, KV)),
-                                      ("output", "o", (H, H))):
-                rows += linear(f"{layer}/{part}", f"{scope}.self_attn.{short}_proj", axes, True)
-            return rows
+            return [row for part, (short, axes) in ATTENTION_NAMES.items()
+                    for row in linear(f"{layer}/{part}", f"{scope}.self_attn.{short}_proj", axes, True)]
         return (linear(f"{layer}/gate", f"{scope}.mlp.gate_proj", (H, I), True)
                 + linear(f"{layer}/up", f"{scope}.mlp.up_proj", (H, I), True)
                 + linear(f"{layer}/output", f"{scope}.mlp.down_proj", (I, H), True))

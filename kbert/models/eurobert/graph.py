@@ -17,10 +17,10 @@ import keras
 from kbert.layers import BiasAdd, GatedFeedForward, RMSNormalization, RotarySelfAttention, TokenEmbedding, get_activation
 from kbert.models import naming
 from kbert.models.eurobert.family import MLM_OUTPUT
-from kbert.models.transformer import TransformerGraph
+from kbert.models.transformer import PreNormGraph
 
 
-class EuroBertGraph(TransformerGraph):
+class EuroBertGraph(PreNormGraph):
     """Llama's pre-norm blocks, bidirectional: RMS norms, grouped-query `RotarySelfAttention`, a SiLU
     `GatedFeedForward`; no dropout (EuroBERT has none in its blocks)."""
 
@@ -49,10 +49,7 @@ class EuroBertGraph(TransformerGraph):
                          use_bias=config.mlp_bias, kernel_initializer=self.initializer())
         return self.apply([x, fed], keras.layers.Add, f"{name}-Add")
 
-    def apply_final_layers(self, x):
-        x = self.apply_norm(x, naming.OUTPUT_NORM)
-        if not self.heads.mlm:
-            return x
+    def apply_mlm_head(self, x):
         config = self.config
         if config.tie_word_embeddings:
             x = self.layers[naming.EMBEDDING_TOKEN](x, reverse=True)

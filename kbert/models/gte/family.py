@@ -35,7 +35,7 @@ class GteFamily(RotaryBertFamily):
     released_by, released_for = "GTE", "transformers"
     # Alibaba's own GTE v1.5 / mGTE files: model_type "new", rotary positions (transformers 5's gte).
     position_types = (("new", "rope", "Alibaba's GTE"),)
-    model_type = hf_model_type = "gte"
+    model_type = "gte"
     config_class = GteConfig
     hf_class = "Gte"
     hf_prefix = "gte"

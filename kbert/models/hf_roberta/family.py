@@ -39,13 +39,10 @@ class HfRobertaFamily(HubFamily):
     model_type_aliases = ("xlm-roberta", "camembert")
     config_class = RobertaConfig
     heads = ("with_pool", "with_mlm")
-    applications = ("encoder",)
     positions_after_padding = True
-    own_tokenizer = True
     layout_difference = ("Hugging Face's RoBERTa (model='hf_roberta') numbers positions from 2, after its padding id 1, "
                          "and its <s> is id 0; bert4keras's model='roberta' is BERT's layout (positions from 0, "
                          "padding id 0), for RoBERTa released as BERT checkpoints such as Chinese RoBERTa-wwm")
-    hf_model_type = "roberta"
     hf_class = "Roberta"
     hf_prefix = "roberta"
     hf_head_scopes = ("lm_head.",)

@@ -33,7 +33,7 @@ class JinaV3Family(RotaryBertFamily, HfRobertaFamily):
     name = "jina_embeddings_v3"
     config_class = JinaV3Config
     released_by, released_for = "Jina-embeddings-v3", "transformers"
-    model_type = hf_model_type = "jina_embeddings_v3"
+    model_type = "jina_embeddings_v3"
     model_type_aliases = ()
     # Jina's own files: model_type xlm-roberta, rotary positions from its remote code.
     position_types = (("xlm-roberta", "rotary", "Jina's jina-embeddings-v3"),)

@@ -45,16 +45,13 @@ class ModernBertFamily(HubFamily):
 
     name = "modernbert"
     released_by, released_for = "ModernBERT", "transformers"
-    model_type = hf_model_type = "modernbert"
+    model_type = "modernbert"
     config_class = ModernBertConfig
     graph = "kbert.models.modernbert.graph:ModernBertGraph"
-    heads = ("with_mlm",)
-    applications = ("encoder",)
     hf_class = "ModernBert"
     hf_prefix = "model"
     hf_head_scopes = ("head.", "decoder.")
     reads_segments = False
-    own_tokenizer = True
     classifier_hidden = naming.CLASSIFIER_HIDDEN  # ModernBertForSequenceClassification's head.dense
 
     def sequence_head(self, config: ModernBertConfig) -> SequenceHead:

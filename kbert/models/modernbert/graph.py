@@ -18,10 +18,10 @@ from kbert.layers import BiasAdd, GatedFeedForward, RotarySelfAttention, TokenEm
 from kbert.models import naming
 from kbert.models.config import ACTIVATIONS
 from kbert.models.modernbert.config import GLOBAL
-from kbert.models.transformer import TransformerGraph
+from kbert.models.transformer import PreNormGraph
 
 
-class ModernBertGraph(TransformerGraph):
+class ModernBertGraph(PreNormGraph):
     """Pre-norm blocks of `RotarySelfAttention` (global or windowed by the config's `layer_types`) and
     `GatedFeedForward`, without biases unless the config asks for them."""
 
@@ -57,10 +57,7 @@ class ModernBertGraph(TransformerGraph):
         x = self.apply(x, keras.layers.Dropout, f"{prefix}-Dropout", rate=self.config.hidden_dropout_prob)
         return self.apply([shortcut, x], keras.layers.Add, f"{prefix}-Add")
 
-    def apply_final_layers(self, x):
-        x = self.apply_norm(x, naming.OUTPUT_NORM)
-        if not self.heads.mlm:
-            return x
+    def apply_mlm_head(self, x):
         config = self.config
         x = self.apply(x, keras.layers.Dense, naming.MLM_DENSE, units=config.hidden_size,
                        activation=get_activation(ACTIVATIONS[config.classifier_activation]), use_bias=config.classifier_bias,

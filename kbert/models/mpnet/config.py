@@ -17,11 +17,13 @@ BUCKETS, PADDING_ID = 32, 1
 class MpnetConfig(RobertaConfig):
     """`RobertaConfig` with MPNet's relative position table (`relative_attention_num_buckets`, 32).
 
-    Example:
-    >>> config = MpnetConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-    ...                      intermediate_size=16, max_position_embeddings=514, model_type="mpnet")
-    >>> config.relative_attention_num_buckets, config.longest_input
-    (32, 512)
+    Example (all-mpnet-base-v2's config.json, as kbert reads it):
+    >>> from kbert.models.registry import resolve
+    >>> family, config = resolve({"model_type": "mpnet", "vocab_size": 30527, "hidden_size": 768,
+    ...     "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+    ...     "max_position_embeddings": 514, "relative_attention_num_buckets": 32})
+    >>> family.name, config.pad_token_id, config.relative_attention_num_buckets, config.longest_input
+    ('mpnet', 1, 32, 512)
     """
 
     family: ClassVar[str] = "mpnet"

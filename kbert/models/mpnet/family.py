@@ -35,7 +35,7 @@ class MpnetFamily(HfRobertaFamily):
 
     name = "mpnet"
     released_by, released_for = "MPNet", "fairseq and transformers"
-    model_type = hf_model_type = "mpnet"
+    model_type = "mpnet"
     model_type_aliases = ()
     config_class = MpnetConfig
     graph = "kbert.models.mpnet.graph:MpnetGraph"

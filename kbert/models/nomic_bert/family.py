@@ -32,7 +32,7 @@ class NomicBertFamily(RotaryBertFamily):
 
     name = "nomic_bert"
     released_by, released_for = "NomicBERT", "transformers"
-    model_type = hf_model_type = "nomic_bert"
+    model_type = "nomic_bert"
     config_class = NomicBertConfig
     hf_class = "NomicBert"
     hf_prefix = "nomic_bert"

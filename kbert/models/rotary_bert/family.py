@@ -30,8 +30,6 @@ class RotaryBertFamily(HubFamily):
     config_class = RotaryBertConfig
     graph = "kbert.models.rotary_bert.graph:RotaryBertGraph"
     heads = ("with_pool", "with_mlm")
-    applications = ("encoder",)
-    own_tokenizer = True
     gated_mlp = False
     attention_bias = mlp_bias = mlp_output_bias = True
     # The hub's (and transformers' on-disk) names: Jina's flash-attention XLM-R.
