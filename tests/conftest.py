@@ -295,7 +295,7 @@ def finish_together(runs: dict, timeout: float) -> dict:
     return outputs
 
 
-def count_opens(monkeypatch, folder) -> "collections.Counter":
+def count_opens(monkeypatch, folder) -> dict:
     """From here on, each file under `folder` opened by Python's `open` is counted (by its path within `folder`):
     a folder read once opens each file once."""
     import builtins
