@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from kbert.cli.arguments import adapter_names, inference_arguments
-from kbert.cli.inputs import model_task
+from kbert.cli.inputs import model_folder, model_task
 from kbert.errors import KbertError
 from kbert.training.records import parse_columns
 
@@ -40,9 +40,10 @@ def add_commands(command) -> None:
 
 
 def run_evaluate(args) -> int:
-    from kbert.tasks.predictors import is_embedding_model, resolved
+    from kbert.tasks.predictors import is_embedding_model
 
-    if is_embedding_model(resolved(args.model)):
+    folder = model_folder(args)  # what it holds, read once
+    if is_embedding_model(folder):
         return _evaluate_embedder(args)
     if args.fuse:
         raise KbertError(f"--fuse: fuses two embedding models' retrieval rankings; {args.model} is not an embedding "
@@ -51,12 +52,12 @@ def run_evaluate(args) -> int:
         if getattr(args, option):
             raise KbertError(f"--{option}: an embedding model's option (bge-m3's output, jina-embeddings-v3's task "
                              f"adapters); {args.model} is not an embedding model")
-    if model_task(args) == "rerank":
+    task = model_task(args, folder)
+    if task == "rerank":
         return _evaluate_reranker(args)
     if args.train:
         raise KbertError("--train: for an embedding model (a logistic regression on its vectors); "
                          f"{args.model} is a model directory of kbert train")
-    task = model_task(args)
     if task == "ner" and args.columns:
         raise KbertError("--columns: a tagger reads token<TAB>tag files, which have no named columns")
     if task == "ner":
