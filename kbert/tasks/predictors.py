@@ -112,9 +112,10 @@ def check_settings(settings: PredictionSettings, task: str, model_dir: str) -> N
                              f"option; this is a {task} model")
 
 
-def load_predictor(model_dir: str, settings: Optional[PredictionSettings] = None) -> Predictor:
+def load_predictor(model_dir: "str | os.PathLike[str]", settings: Optional[PredictionSettings] = None) -> Predictor:
     """The model directory `kbert train` or `kbert pretrain` wrote, or an embedding model (a
-    sentence-transformers folder or a name of one), loaded for prediction."""
+    sentence-transformers folder or a name of one), loaded for prediction; a `kbert.io.ModelFolder` keeps the
+    files its caller read."""
     from kbert.io import ModelFolder
     from kbert.training.model_dir import load_model
 

