@@ -78,6 +78,7 @@ def test_a_module_path_inside_the_folder_still_reads(tmp_path):
     ("1_Pooling/config.json", {"pooling_mode_mean_tokens": "false", "pooling_mode_cls_token": True},
      r"pooling_mode_mean_tokens 'false': expected true or false"),
     ("config_sentence_transformers.json", ["query: "], r"config_sentence_transformers.json: expected a JSON object"),
+    ("tokenizer_config.json", ["[PAD]"], r"tokenizer_config.json: expected a JSON object of settings, got list"),
     ("sentence_bert_config.json", {"max_seq_length": -3}, r"max_seq_length -3: expected a whole number of tokens"),
     ("sentence_bert_config.json", {"max_seq_length": "64"}, r"max_seq_length '64': expected a whole number"),
     ("sentence_bert_config.json", {"max_seq_length": 64, "do_lower_case": "yes"}, r"do_lower_case 'yes': expected"),

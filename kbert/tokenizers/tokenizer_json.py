@@ -318,16 +318,18 @@ def _tokenizer_config_beside(tokenizer_json: str) -> dict:
 
 
 def _read_tokenizer_config(path: str) -> dict:
-    """A `tokenizer_config.json` (its settings: {} where it holds no object); one that is not JSON is a
-    `KbertError` naming it."""
-    from kbert.errors import KbertError, first_line
+    """A `tokenizer_config.json`'s settings; one that is not JSON, or not an object, is a `CheckpointError` naming
+    it (every reader of the file goes through here: the tokenizer, `do_lower_case`, `model_max_length`)."""
+    from kbert.errors import CheckpointError, first_line
 
     try:
         with open(path, encoding="utf-8") as handle:
             config = json.load(handle)
     except (ValueError, UnicodeDecodeError) as error:
-        raise KbertError(f"{path}: not JSON ({first_line(error)})") from None
-    return config if isinstance(config, dict) else {}
+        raise CheckpointError(f"{path}: not JSON ({first_line(error)})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: expected a JSON object of settings, got {type(config).__name__}")
+    return config
 
 
 def _lowercases(normalizer: Optional[dict]) -> bool:
