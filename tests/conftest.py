@@ -23,6 +23,10 @@ import pytest
 REPO = pathlib.Path(os.environ.get("KBERT_REPO", pathlib.Path(__file__).resolve().parents[1]))
 SHARED = pathlib.Path(os.environ.get("KBERT_SHARED", REPO.parent / "shared"))
 CONFIGS = REPO / "configs"
+# The suite's tolerances are float32's, and `--dtype auto` (every inference command's default) picks bfloat16 on a
+# CPU with AMX: each test runs in float32 unless it asks for a dtype (tests/test_dtype_auto.py unsets this to test
+# the rule). Subprocesses (the CLI's tests) inherit it.
+os.environ["KBERT_DTYPE"] = "float32"
 
 
 def pytest_addoption(parser):

@@ -152,9 +152,11 @@ def precision_option(parser: argparse.ArgumentParser, weights: bool = False) -> 
                         help="compute in this precision, weights and softmax/loss/CRF in float32 (default: "
                              "none, all float32); bf16 pays on CPUs with avx512_bf16/amx_bf16 and on GPUs")
     if weights:
-        parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+        parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                             help="hold the weights in this dtype: bfloat16 loads the model in half the memory and "
-                                 "computes in bfloat16 (softmax/CRF heads stay float32)")
+                                 "computes in bfloat16 (softmax/CRF heads stay float32); auto (the default): "
+                                 "bfloat16 where the CPU has AMX (amx_bf16) and a bfloat16 product measures faster, "
+                                 "else float32 (or what KBERT_DTYPE names); float32 for bit-for-bit work")
 
 
 RUNTIMES = ("keras", "onnxruntime")  # what runs a classifier's or an embedding model's batches

@@ -92,14 +92,33 @@ def _cache_jax_compilations() -> None:
 
 
 def _run_in_precision(args) -> int:
-    """Runs an inference command with its model built under --mixed-precision (and --dtype)."""
+    """Runs an inference command with its model built under --mixed-precision (and --dtype, `auto` chosen here)."""
     from kbert.training.precision import precision_policy, warn_if_emulated
 
     warn_if_emulated(args.mixed_precision)
     if getattr(args, "model_parallel", 1) > 1:
         _split_the_model(args.model_parallel, args.model)
-    with precision_policy(args.mixed_precision, getattr(args, "dtype", None)):
+    with precision_policy(args.mixed_precision, _weight_dtype(args)):
         return args.run(args)
+
+
+def _weight_dtype(args):
+    """`--dtype` resolved (`auto`: for this machine) and put back in `args.dtype` (the loaders log it as the model
+    loads: an input refused before says nothing of it); float32 under
+    --mixed-precision and where onnxruntime runs the float32 export. None for a command without `--dtype`."""
+    from kbert.training.precision import DtypeChoice, choose_dtype
+
+    if getattr(args, "dtype", None) is None:
+        return None
+    onnx = getattr(args, "runtime", "keras") != "keras" or getattr(args, "quantize", None)
+    if args.dtype == "auto" and (args.mixed_precision or onnx):
+        because = f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else \
+            "onnxruntime runs the float32 export"
+        choice = DtypeChoice("float32", f"auto: {because}")
+    else:
+        choice = choose_dtype(args.dtype)
+    args.dtype = choice.dtype
+    return choice
 
 
 def _split_the_model(model_parallel: int, model_dir: str) -> None:

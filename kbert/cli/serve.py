@@ -149,11 +149,16 @@ def _onnx_predictor(model_dir: "ModelFolder", task: str, settings, quantize: "st
     from kbert.tasks.classification import load_classifier
     from kbert.embeddings.embedder import Embedder
     from kbert.tasks.predictors import classifier_predictor, embedding_predictor
+    from kbert.training.precision import DtypeChoice
 
     if task == "embed":
-        embedder = Embedder.load(model_dir, adapter=settings.adapter, head=settings.head)
+        embedder = Embedder.load(model_dir, adapter=settings.adapter, head=settings.head, dtype="float32")
         embedder.model = onnx_embedder(embedder, quantize, threads)
-        return embedding_predictor(model_dir, settings, embedder)
-    classifier = load_classifier(model_dir)
-    classifier.model = onnx_classifier(classifier, quantize, threads)
-    return classifier_predictor(classifier, model_dir.path, settings)
+        predictor = embedding_predictor(model_dir, settings, embedder)
+    else:
+        classifier = load_classifier(model_dir)
+        classifier.model = onnx_classifier(classifier, quantize, threads)
+        predictor = classifier_predictor(classifier, model_dir.path, settings)
+    predictor.dtype = DtypeChoice(quantize or "float32", "onnxruntime runs the model's " +
+                                  ("int8 (dynamic) ONNX export" if quantize else "float32 ONNX export"))
+    return predictor

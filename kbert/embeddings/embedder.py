@@ -91,15 +91,20 @@ class Embedder:
 
     @classmethod
     def load(cls, model: "str | os.PathLike[str]", cache_dir: Optional[str] = None,
-             adapter: "str | Sequence[str] | None" = None, head: Optional[str] = None) -> "Embedder":
+             adapter: "str | Sequence[str] | None" = None, head: Optional[str] = None,
+             dtype: str = "auto") -> "Embedder":
         """A sentence-transformers folder, or a name of one (`hf://OWNER/NAME`, an archive's URL), loaded; with
         `adapter`, its weights merged with that task LoRA adapter (jina-embeddings-v3's `retrieval.query`, ...);
         with several (a list; `["all"]`: every one the file has), each task computed from one set of weights
         and every task's low-rank pairs (`kbert.layers.task_lora`), the first the default and `for_adapter` giving
         another; with `head` `sparse` or `colbert`, bge-m3's head of that name instead of the folder's dense
-        vector (`kbert.embeddings.bge_m3`)."""
+        vector (`kbert.embeddings.bge_m3`). `dtype`: the weights' (`float32`, `bfloat16`; `auto`, the default:
+        `kbert.training.precision.choose_dtype`'s for this machine, or an enclosing `precision_policy`'s)."""
+        from kbert.training.precision import model_dtype
+
         folder = cls.folder(model, cache_dir)
-        embedder = cls(**loading.embedder_fields(folder, os.fspath(model), adapter, head))
+        with model_dtype(dtype):
+            embedder = cls(**loading.embedder_fields(folder, os.fspath(model), adapter, head))
         embedder.ranges = loading.folder_ranges(folder, embedder.output, embedder.dimensions)
         return embedder
 

@@ -98,7 +98,8 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
     batcher = Batcher(service or predictor, limits.max_batch, limits.max_wait_ms, limits.max_queue,
                       max_batch_tokens=limits.max_batch_tokens,
                       instances=1 if serial_reason(predictor.task) else limits.instances)
-    metrics = ServerMetrics(queue_depth=lambda: batcher.waiting)
+    metrics = ServerMetrics(queue_depth=lambda: batcher.waiting,
+                            model={"task": predictor.task, **_dtype_of(predictor)})
     batcher.observe = metrics.observe_batch
 
     @contextlib.asynccontextmanager
@@ -129,6 +130,13 @@ def create_app(predictor, limits: Optional[ServerLimits] = None):
 #: The characters a text may hold per token of the model's input (`ServerLimits.max_text_chars` left unset): far
 #: more than a token's text in any language, so a text the model takes whole is never refused for its characters.
 CHARS_PER_TOKEN = 50
+
+
+def _dtype_of(predictor) -> dict:
+    """The weights' `dtype` and `dtype_reason` (`--dtype auto`'s rule, or that it was asked for) of a predictor
+    that records them (`load_predictor`'s), for /info and /metrics."""
+    choice = getattr(predictor, "dtype", None)
+    return {"dtype": choice.dtype, "dtype_reason": choice.reason} if choice is not None else {}
 
 
 def _with_text_cap(limits: ServerLimits, maxlen: Optional[int]) -> ServerLimits:
@@ -163,7 +171,8 @@ def _add_model_routes(app, predictor, limits: ServerLimits, metrics: ServerMetri
                 "max_input_length": embedder.maxlen if embedder else predictor.maxlen,
                 "max_client_batch_size": limits.max_texts, "max_batch_texts": limits.max_batch,
                 "max_batch_tokens": limits.max_batch_tokens, "max_queue_texts": limits.max_queue,
-                "max_text_chars": limits.max_text_chars, "max_body_bytes": limits.max_body_bytes}
+                "max_text_chars": limits.max_text_chars, "max_body_bytes": limits.max_body_bytes,
+                **_dtype_of(predictor)}
 
     started = int(time.time())
 

@@ -130,7 +130,9 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None, quantiz
     if _is_embedding_model(model_dir):  # a sentence-transformers folder: its pooling and normalisation in the graph
         from kbert.embeddings.embedder import Embedder
 
-        return _write(embedder_endpoint(Embedder.load(model_dir, adapter=adapter, head=head)), out, format,
+        # float32 on every machine: the file's weights are what it is checked against and what int8 starts from
+        embedder = Embedder.load(model_dir, adapter=adapter, head=head, dtype="float32")
+        return _write(embedder_endpoint(embedder), out, format,
                       quantize)
     for option, value in (("head", head not in (None, "dense") and head), ("adapter", adapter)):
         if value:

@@ -9,7 +9,7 @@ one label value (`unmatched`), not one per path.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Dict, Optional
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -21,6 +21,7 @@ class ServerMetrics:
 
     Args:
         queue_depth: gives the texts waiting in the batcher's queue when scraped.
+        model: labels of the `kbert_model_info` metric (the task, the weights' `dtype` and `dtype_reason`).
 
     Example:
     >>> metrics = ServerMetrics(queue_depth=lambda: 3)
@@ -29,8 +30,8 @@ class ServerMetrics:
     ['kbert_queue_texts 3.0']
     """
 
-    def __init__(self, queue_depth: Callable[[], int]):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+    def __init__(self, queue_depth: Callable[[], int], model: Optional[Dict[str, str]] = None):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
         self.registry = CollectorRegistry()
         self.requests = Counter("kbert_requests", "HTTP requests answered, by route and status",
@@ -46,6 +47,9 @@ class ServerMetrics:
         self.texts = Counter("kbert_texts", "texts run through the model", registry=self.registry)
         queue = Gauge("kbert_queue_texts", "texts waiting for a batch", registry=self.registry)
         queue.set_function(queue_depth)
+        if model:
+            Info("kbert_model", "what the server runs: the task, the weights' dtype and why",
+                 registry=self.registry).info(model)
 
     def observe_batch(self, texts: int, tokens: int) -> None:
         self.batch_texts.observe(texts)

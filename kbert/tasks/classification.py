@@ -22,6 +22,7 @@ from kbert.training.data import Example, LabelMap, check_known_tokens, encode_ex
 from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.metrics import precision_recall_f1
 from kbert.training.model_dir import load_model
+from kbert.training.precision import model_dtype
 from kbert.training.task import Task, TrainingData, read_training_file
 
 
@@ -136,7 +137,8 @@ def evaluate(model_dir: str, data_path: str, batch_size: int = 64, bucketing: bo
 
     `columns` names the file's columns when they have other names (`read_examples`).
     """
-    classifier = load_classifier(model_dir)
+    with model_dtype():  # --dtype auto's choice (the CLI's, where it runs inside one)
+        classifier = load_classifier(model_dir)
     examples, report = read_examples(data_path, columns=columns)
     truth = classifier.labels.ids(examples, data_path)
     predicted = classifier.predict_proba(examples, batch_size, bucketing).argmax(-1)

@@ -36,6 +36,7 @@ from keras import ops
 
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import batches_by_length, make_dataset
+from kbert.training.precision import model_dtype
 from kbert.errors import DataError, KbertError
 from kbert.layers.checks import traced_once
 from kbert.models import naming
@@ -405,7 +406,8 @@ def load_tagger(model_dir: "str | os.PathLike[str]") -> Tagger:
 
 def evaluate(model_dir: str, data_path: str, batch_size: int = 64, bucketing: bool = True) -> dict:
     """Entity-level precision, recall and F1 per type and overall (exact span and type) on a tagged file."""
-    tagger = load_tagger(model_dir)
+    with model_dtype():  # --dtype auto's choice (the CLI's, where it runs inside one)
+        tagger = load_tagger(model_dir)
     sentences, report = read_tagged(data_path)
     truth = [spans(sentence.tags) for sentence in sentences]
     found = tagger.entities([sentence.tokens for sentence in sentences], batch_size, bucketing)

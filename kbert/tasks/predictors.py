@@ -33,7 +33,8 @@ class PredictionSettings:
     `beam_size` and `max_new_tokens`; for fill-mask `top_k` candidates a mark; for an embedding model with task
     LoRA adapters (jina-embeddings-v3) the `adapter` merged in; for an embedding model, the calibration `ranges`
     file its int8 and uint8 vectors take (`kbert.embeddings.precision`), and of bge-m3 the `head` whose
-    vectors it gives (`dense`, `sparse`, `colbert`)."""
+    vectors it gives (`dense`, `sparse`, `colbert`); the weights' `dtype` (`auto`: for this machine,
+    `kbert.training.precision.choose_dtype`)."""
 
     batch_size: int = 64
     bucketing: bool = True
@@ -43,6 +44,7 @@ class PredictionSettings:
     adapter: Optional[str] = None
     ranges: Optional[str] = None
     head: Optional[str] = None
+    dtype: str = "auto"
 
 
 @dataclasses.dataclass
@@ -57,6 +59,7 @@ class Predictor:
         maxlen: the longest input the model takes, in tokens.
         embedder: an embedding model's `kbert.embeddings.embedder.Embedder` (its server's own routes use it).
         reranker: a reranker's `kbert.tasks.reranking.Reranker` (likewise).
+        dtype: the weights' dtype and why (`kbert.training.precision.DtypeChoice`; a server shows it).
 
     Example (a classifier `kbert train` wrote):
     >>> predictor = load_predictor("runs/sentiment")  # doctest: +SKIP
@@ -71,6 +74,7 @@ class Predictor:
     maxlen: Optional[int] = None
     embedder: Any = None
     reranker: Any = None
+    dtype: Any = None
 
     def __call__(self, texts: Sequence[str], text_pairs: Optional[Sequence[Optional[str]]] = None) -> List[dict]:
         if not len(texts):
@@ -114,17 +118,27 @@ def check_settings(settings: PredictionSettings, task: str, model_dir: str) -> N
 
 def load_predictor(model_dir: "str | os.PathLike[str]", settings: Optional[PredictionSettings] = None) -> Predictor:
     """The model directory `kbert train` or `kbert pretrain` wrote, or an embedding model (a
-    sentence-transformers folder or a name of one), loaded for prediction; a `kbert.io.ModelFolder` keeps the
-    files its caller read."""
+    sentence-transformers folder or a name of one), loaded for prediction in `settings.dtype` (the choice in
+    the predictor's `dtype`); a `kbert.io.ModelFolder` keeps the files its caller read."""
     from kbert.io import ModelFolder
-    from kbert.training.model_dir import load_model
+    from kbert.training.precision import model_dtype
 
     settings = settings or PredictionSettings()
     # what it holds and its model read from one reading of its files (the caller's, where it read some already)
     folder = model_dir if isinstance(model_dir, ModelFolder) else ModelFolder(resolved(model_dir))
-    model_dir = folder.path
     task = model_task(folder)
-    check_settings(settings, task, model_dir)
+    check_settings(settings, task, folder.path)
+    with model_dtype(settings.dtype) as choice:
+        predictor = _task_predictor(folder, task, settings)
+    predictor.dtype = choice
+    return predictor
+
+
+def _task_predictor(folder, task: str, settings: PredictionSettings) -> Predictor:
+    """`load_predictor`'s predictor of a `task` model, built in the dtype policy its caller set."""
+    from kbert.training.model_dir import load_model
+
+    model_dir = folder.path
     if task == "embed":
         return embedding_predictor(folder, settings)
     if task == "rerank":

@@ -172,10 +172,12 @@ class Reranker:
     activation: str = "sigmoid"
 
     @classmethod
-    def load(cls, folder: "str | os.PathLike[str]") -> "Reranker":
+    def load(cls, folder: "str | os.PathLike[str]", dtype: str = "auto") -> "Reranker":
         """A cross-encoder folder: Hugging Face's config.json of a `...ForSequenceClassification` with one
-        label, its `model.safetensors` and tokenizer (a `kbert train --task rerank` directory is one)."""
+        label, its `model.safetensors` and tokenizer (a `kbert train --task rerank` directory is one); `dtype` as
+        `Embedder.load` takes it."""
         from kbert.checkpoints.hf import load_hf_weights
+        from kbert.training.precision import model_dtype
 
         folder = ModelFolder.of(folder)  # each file read once, here and by whoever passed it
         config = cross_encoder_config(folder)  # a one-label sequence classifier, else an error saying what it is
@@ -183,9 +185,9 @@ class Reranker:
         config = load_config(folder)
         tokenizer = folder_tokenizer(folder)
         check_tokenizer_fits(tokenizer, config.vocab_size, folder)
-        bert = build_transformer_model(folder, padding=tokenizer.padding)
-        model = reranker_model(bert)
-        load_hf_weights(model, folder)
+        with model_dtype(dtype):
+            model = reranker_model(build_transformer_model(folder, padding=tokenizer.padding))
+            load_hf_weights(model, folder)
         positions = config.longest_input
         return cls(model, tokenizer, min(positions, model_max_length(folder) or positions), folder.path, activation)
 

@@ -41,6 +41,7 @@ from kbert.errors import KbertError
 from kbert.models.registry import get_family
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.pipeline import make_dataset
+from kbert.training.precision import model_dtype
 from kbert.training.records import DataReport, Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file
 
@@ -322,7 +323,8 @@ def evaluate(model_dir: str, data_path: str, *, beam_size: int = 1, max_new_toke
     tokenizer and back (lower-cased if it lower-cases, `[UNK]` for unknown
     characters), and both texts without spaces (decoding re-spaces non-CJK text).
     """
-    loaded = load_generator(model_dir)
+    with model_dtype():  # --dtype auto's choice (the CLI's, where it runs inside one)
+        loaded = load_generator(model_dir)
     pairs, report = read_pairs(data_path, columns=columns)
     generated = generate_targets(loaded, [pair.source for pair in pairs], beam_size, max_new_tokens, batch_size)
     tokenizer = loaded.tokenizer
