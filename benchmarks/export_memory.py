@@ -21,13 +21,13 @@ import time
 def measure(model: str, quantize: str) -> dict:
     """One model's export, in this process (`--child`): its memory readings and seconds."""
     from benchmarks.memory import peak_rss_mib, rss_mib
-    from kbert.serving.export import onnx_embedder
+    from kbert.serving.export import Runtime, onnx_embedder
     from kbert.embeddings.embedder import Embedder
 
-    embedder = Embedder.load(model)
+    embedder = Embedder.load(model, dtype="float32")
     loaded = rss_mib()
     start = time.perf_counter()
-    embedder.model = onnx_embedder(embedder, quantize or None)
+    embedder.model = onnx_embedder(embedder, Runtime(quantize=quantize or None))
     return {"model": model, "quantize": quantize or "float32", "loaded_mib": loaded, "peak_mib": peak_rss_mib(),
             "held_mib": rss_mib(), "seconds": time.perf_counter() - start}
 

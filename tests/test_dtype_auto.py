@@ -92,7 +92,7 @@ def test_kbert_embed_runs_in_bfloat16_by_default_on_an_amx_cpu_and_says_so(machi
     assert precision.choose_dtype("auto").dtype == "bfloat16"
     from kbert.cli.main import _weight_dtype
     args = argparse.Namespace(dtype="auto", mixed_precision=None, runtime="onnxruntime", quantize=None)
-    assert str(_weight_dtype(args)) == "float32 (auto: onnxruntime runs the float32 export)"
+    assert str(_weight_dtype(args)) == "float32 (onnxruntime runs the model's export, made from float32)"
     args = argparse.Namespace(dtype="auto", mixed_precision="bf16", runtime="keras", quantize=None)
     assert str(_weight_dtype(args)) == "float32 (auto: --mixed-precision bf16)"
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from kbert.errors import ConfigError, KbertError, is_whole_number
 from kbert.models.config import BertConfig, bundled_config_names, bundled_config_path
 from kbert.models.registry import FAMILIES, resolve
 from kbert.tasks import TASKS
+
+if TYPE_CHECKING:
+    from kbert.serving.export import Runtime
 
 DEFAULT_CONFIG = "bert_base_chinese.json"
 
@@ -159,7 +162,7 @@ def precision_option(parser: argparse.ArgumentParser, weights: bool = False) -> 
                                  "else float32 (or what KBERT_DTYPE names); float32 for bit-for-bit work")
 
 
-RUNTIMES = ("keras", "onnxruntime")  # what runs a classifier's or an embedding model's batches
+RUNTIMES = ("keras", "onnxruntime", "openvino")  # what runs a classifier's or an embedding model's batches
 
 
 def adapter_names(names: "list | None") -> "str | list | None":
@@ -178,24 +181,49 @@ def embedding_head_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def runtime_options(parser: argparse.ArgumentParser, what: str, why: str) -> None:
-    """`--runtime` and `--quantize`: run `what` through onnxruntime, on its ONNX export made (and checked against
-    Keras) as the command starts; `why` says what that buys here."""
+    """`--runtime`, `--quantize` and `--calibration`: run `what` through onnxruntime or OpenVINO, on its ONNX export
+    made (and checked against Keras) as the command starts; `why` says what that buys here."""
     parser.add_argument("--runtime", choices=RUNTIMES, default="keras",
                         help=f"{what}: onnxruntime runs its float32 ONNX export (made and checked against Keras "
-                             f"as the command starts; pip install 'kbert[onnx]'), {why} (default: keras)")
+                             f"as the command starts; pip install 'kbert[onnx]'), {why}; openvino compiles that "
+                             "export for this CPU, in bfloat16 where the CPU has bfloat16 units unless --dtype "
+                             "float32 (pip install 'kbert[onnx,openvino]') (default: keras)")
     parser.add_argument("--quantize", choices=("int8",),
-                        help=f"{what}: run its int8 ONNX export through onnxruntime (implies --runtime "
-                             "onnxruntime), faster on CPU, within a few hundredths of float32")
+                        help=f"{what}: int8 through onnxruntime (dynamic: int8 weights; implies --runtime "
+                             "onnxruntime unless --runtime openvino), or with --runtime openvino OpenVINO's static "
+                             "int8 (weights and activations, calibrated on --calibration's texts); faster on CPU, "
+                             "within a few hundredths of float32")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="--runtime openvino --quantize int8: texts like those the model will see, one a line "
+                             "(at least 16; 300 sampled evenly from a longer file); kbert embed samples its own "
+                             "input where this is left out")
 
 
-def onnx_runtime_chosen(args: argparse.Namespace) -> bool:
-    """Whether `runtime_options` ask for onnxruntime; refused beside a precision other than float32."""
-    onnx = args.runtime == "onnxruntime" or bool(args.quantize)
-    if onnx and (args.mixed_precision or args.dtype != "float32"):
-        what = "--quantize int8" if args.quantize else "--runtime onnxruntime"
-        given = f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else f"--dtype {args.dtype}"
+def exported_runtime(args: argparse.Namespace, texts: "list | None" = None) -> "Runtime | None":
+    """What `runtime_options` ask for (`kbert.serving.export.Runtime`), None for Keras; `texts` (the input of
+    `kbert embed`) calibrate OpenVINO's int8 where --calibration is left out. Refused: onnxruntime beside a
+    precision other than float32, --calibration without OpenVINO's int8."""
+    from kbert.serving.export import Runtime
+    from kbert.serving.openvino import calibration_sample, read_calibration_texts
+
+    name = "onnxruntime" if args.runtime == "keras" and args.quantize else args.runtime
+    static = name == "openvino" and bool(args.quantize)
+    if args.calibration and not static:
+        raise KbertError(f"--calibration {args.calibration}: the texts OpenVINO's static int8 is calibrated on; "
+                         "give it with --runtime openvino --quantize int8")
+    if name == "keras":
+        return None
+    given = (f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else
+             f"--dtype {args.dtype}" if name == "onnxruntime" and args.dtype == "bfloat16" else None)
+    if given:
+        what = "--quantize int8" if args.quantize else f"--runtime {name}"
         raise KbertError(f"{what} with {given}: the ONNX file is made from the float32 model; pick one")
-    return onnx
+    calibration = None
+    if static:
+        calibration = (read_calibration_texts(args.calibration) if args.calibration else
+                       calibration_sample(texts or [], "the input (no --calibration FILE given)") if texts is not None
+                       else None)
+    return Runtime(name, args.quantize, args.dtype if name == "openvino" else "float32", calibration)
 
 
 def inference_arguments(parser, task_help: str) -> None:

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from kbert.cli.arguments import (embedding_head_argument, onnx_runtime_chosen, positive_int, precision_option,
+from kbert.cli.arguments import (embedding_head_argument, exported_runtime, positive_int, precision_option,
                                  runtime_options)
 from kbert.cli.inputs import input_lines
 from kbert.errors import DataError, KbertError, is_blank
@@ -77,7 +77,7 @@ def run_embed(args) -> int:
         if path and os.path.lexists(path):
             raise KbertError(f"{path}: already exists; choose a new path (kbert never writes over an earlier output)")
     _check_precision_options(args)
-    onnx = onnx_runtime_chosen(args)
+    exported_runtime(args)  # its options checked before the model loads (calibration texts come later)
     folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
     if args.precision in CALIBRATED and not args.ranges and not os.path.isfile(os.path.join(folder, RANGES_FILE)):
         raise KbertError(f"--precision {args.precision} needs each dimension's range: --ranges FILE, or "
@@ -89,10 +89,11 @@ def run_embed(args) -> int:
         raise DataError(f"{args.input}: line {blank[0]} is blank, or invisible characters only ({len(blank)} blank "
                         "lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
+    runtime = exported_runtime(args, texts)  # OpenVINO's int8 calibrated on --calibration, else on these texts
     embedder = Embedder.load(folder, adapter=args.adapter, head=args.head)
     _check_kind_options(args, embedder)
     if not embedder.output.calibrated:  # sparse or multi-vector: no precision, ranges or dimensions
-        return _embed_by_role(args, embedder, texts)
+        return _embed_by_role(args, embedder, texts, runtime)
     # an unknown name is refused before an export; the prompt goes to encode, which counts its tokens where the
     # pooling leaves them out
     prompt = embedder.prompt_text(args.prompt_name, args.prompt)
@@ -102,10 +103,10 @@ def run_embed(args) -> int:
         raise KbertError(f"{os.path.join(folder, RANGES_FILE)}: ranges of all {embedder.dimensions} dimensions; "
                          f"--dimensions {args.dimensions} vectors are scaled anew, so they need ranges of their own "
                          f"(kbert embed --dimensions {args.dimensions} --calibrate OUT.json, then --ranges OUT.json)")
-    if onnx:
+    if runtime:
         from kbert.serving.export import onnx_embedder
 
-        embedder.model = onnx_embedder(embedder, args.quantize)
+        embedder.model = onnx_embedder(embedder, runtime)
     vectors = embedder.truncated(embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt=prompt),
                                  args.dimensions, args.normalize)
     broken = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
@@ -134,7 +135,7 @@ def offsets_path(npy: str) -> str:
     return (npy[:-len(".npy")] if npy.endswith(".npy") else npy) + ".offsets.npy"
 
 
-def _embed_by_role(args, embedder, texts) -> int:
+def _embed_by_role(args, embedder, texts, runtime) -> int:
     """`kbert embed` of a sparse or multi-vector encoder, `--prompt-name query` or `document` the texts' role (which
     picks its prompt, and an inference-free encoder's side): a sparse encoder's `{"indices", "values"}` lines, a
     multi-vector encoder's token vectors (`_write_token_vectors`)."""
@@ -144,8 +145,8 @@ def _embed_by_role(args, embedder, texts) -> int:
     prompt_name, prompt = None if role else args.prompt_name, args.prompt
     if embedder.output.one_vector:  # a sparse encoder's prompt: an unknown name is refused before an export
         texts, prompt_name, prompt = embedder.role_prompted(texts, role, prompt_name, prompt), None, ""
-    if onnx_runtime_chosen(args):
-        embedder.model = onnx_embedder(embedder, args.quantize)
+    if runtime:
+        embedder.model = onnx_embedder(embedder, runtime)
     if not embedder.output.one_vector:
         return _write_token_vectors(args, embedder.encode_multi_vector(
             texts, role, args.batch_size, prompt_name=prompt_name, prompt=prompt), len(texts))

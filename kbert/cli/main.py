@@ -103,20 +103,21 @@ def _run_in_precision(args) -> int:
 
 
 def _weight_dtype(args):
-    """`--dtype` resolved (`auto`: for this machine) and put back in `args.dtype` (the loaders log it as the model
-    loads: an input refused before says nothing of it); float32 under
-    --mixed-precision and where onnxruntime runs the float32 export. None for a command without `--dtype`."""
+    """`--dtype` resolved (`auto`: for this machine) for the Keras model (the loaders log it as the model loads:
+    an input refused before says nothing of it), and put back in `args.dtype`; float32 under --mixed-precision,
+    and where onnxruntime or OpenVINO runs the model's export (made from float32; OpenVINO takes `args.dtype` as
+    its own precision, auto left to it). None for a command without `--dtype`."""
     from kbert.training.precision import DtypeChoice, choose_dtype
 
     if getattr(args, "dtype", None) is None:
         return None
-    onnx = getattr(args, "runtime", "keras") != "keras" or getattr(args, "quantize", None)
-    if args.dtype == "auto" and (args.mixed_precision or onnx):
-        because = f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else \
-            "onnxruntime runs the float32 export"
-        choice = DtypeChoice("float32", f"auto: {because}")
-    else:
-        choice = choose_dtype(args.dtype)
+    runtime = "onnxruntime" if getattr(args, "quantize", None) and args.runtime == "keras" else \
+        getattr(args, "runtime", "keras")
+    if runtime != "keras":
+        return DtypeChoice("float32", f"{runtime} runs the model's export, made from float32")
+    if args.dtype == "auto" and args.mixed_precision:
+        return DtypeChoice("float32", f"auto: --mixed-precision {args.mixed_precision}")
+    choice = choose_dtype(args.dtype)
     args.dtype = choice.dtype
     return choice
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kbert.cli.arguments import (adapter_names, embedding_head_argument, host_name, onnx_runtime_chosen,
+from kbert.cli.arguments import (adapter_names, embedding_head_argument, host_name, exported_runtime,
                                  port_number, positive_float, positive_int, precision_option, runtime_options)
 from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
@@ -83,7 +83,11 @@ def run_serve(args) -> int:
 
     if args.max_wait_ms < 0:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
-    onnx = onnx_runtime_chosen(args)
+    runtime = exported_runtime(args)  # OpenVINO's int8 is calibrated on --calibration's texts
+    onnx = runtime is not None
+    if onnx and runtime.quantize and not runtime.calibration:  # a server has no input of its own to sample
+        raise KbertError("--quantize int8 with --runtime openvino is static int8, calibrated on texts like those the "
+                         "server will see: give --calibration FILE (one text a line)")
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     folder = ModelFolder(resolved(args.model))  # read once, for its task and its model
@@ -94,7 +98,7 @@ def run_serve(args) -> int:
                                   ranges=args.ranges, head=args.head)
     check_settings(settings, task, args.model)  # before the model loads (the ONNX path skips load_predictor)
     if onnx and task not in ("classify", "embed"):
-        option = "--quantize int8" if args.quantize else "--runtime onnxruntime"
+        option = "--quantize int8" if args.quantize else f"--runtime {runtime.name}"
         raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {args.model} is a {task} "
                          f"model: serve it without {option}")
     serial = serial_reason(task)
@@ -102,7 +106,7 @@ def run_serve(args) -> int:
         limits.instances = 1
     # Before the model loads: TensorFlow's pool of threads is fixed once it runs an operation.
     threads = share_cores(limits.instances)
-    predictor = (_onnx_predictor(folder, task, settings, args.quantize, threads) if onnx
+    predictor = (_onnx_predictor(folder, task, settings, runtime, threads) if onnx
                  else load_predictor(folder, settings))
     warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
     predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
@@ -118,8 +122,8 @@ def run_serve(args) -> int:
         own = f"POST {url}/v1/embeddings, {url}/embed, " if route == DenseOutput.route else f"POST {url}{route}, "
         routes = {"embed": own,
                   "rerank": f"POST {url}/rerank, {url}/v1/rerank, "}.get(predictor.task, "POST ")
-        runtime = f" through onnxruntime ({args.quantize or 'float32'})" if onnx else ""
-        print(f"kbert: serving the {predictor.task} model {args.model}{runtime} on {url} ({routes}{url}/v1/predict, "
+        through = f" through {runtime}" if onnx else ""
+        print(f"kbert: serving the {predictor.task} model {args.model}{through} on {url} ({routes}{url}/v1/predict, "
               f"GET {url}/health, {url}/metrics, schema at {url}/docs)", flush=True)
         batches = f"{limits.instances} batch{'es' if limits.instances > 1 else ''} at once"
         on = f"{threads} threads each" if threads else "the backend's threads"
@@ -141,10 +145,10 @@ def _adapters(names: "list | None", onnx: bool) -> "str | list | None":
     return adapters
 
 
-def _onnx_predictor(model_dir: "ModelFolder", task: str, settings, quantize: "str | None", threads: "int | None"):
-    """A classifier or an embedding model (`task`) whose model is its ONNX export, float32 or int8
-    (`kbert.serving.export.OnnxModel`, on `threads` threads a call; None: every core), made from the Keras
-    model, which it then replaces."""
+def _onnx_predictor(model_dir: "ModelFolder", task: str, settings, runtime, threads: "int | None"):
+    """A classifier or an embedding model (`task`) whose model is its ONNX export run by `runtime`
+    (`kbert.serving.export.OnnxModel`, on `threads` threads a call; None: every core), made from the float32 Keras
+    model, which it then replaces; the predictor's `dtype` is the precision the runtime runs in."""
     from kbert.serving.export import onnx_classifier, onnx_embedder
     from kbert.tasks.classification import load_classifier
     from kbert.embeddings.embedder import Embedder
@@ -153,12 +157,11 @@ def _onnx_predictor(model_dir: "ModelFolder", task: str, settings, quantize: "st
 
     if task == "embed":
         embedder = Embedder.load(model_dir, adapter=settings.adapter, head=settings.head, dtype="float32")
-        embedder.model = onnx_embedder(embedder, quantize, threads)
+        model = embedder.model = onnx_embedder(embedder, runtime, threads)
         predictor = embedding_predictor(model_dir, settings, embedder)
     else:
         classifier = load_classifier(model_dir)
-        classifier.model = onnx_classifier(classifier, quantize, threads)
+        model = classifier.model = onnx_classifier(classifier, runtime, threads)
         predictor = classifier_predictor(classifier, model_dir.path, settings)
-    predictor.dtype = DtypeChoice(quantize or "float32", "onnxruntime runs the model's " +
-                                  ("int8 (dynamic) ONNX export" if quantize else "float32 ONNX export"))
+    predictor.dtype = DtypeChoice(model.precision, f"{runtime} runs the model's ONNX export")
     return predictor

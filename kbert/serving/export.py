@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import tempfile
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -44,11 +45,12 @@ import numpy as np
 from kbert.errors import KbertError, first_line, require_tensorflow
 from kbert.io import atomic_path
 from kbert.models import naming
-from kbert.serving.conversion import (EMBEDDING_SAMPLE_TEXTS, FLOAT_TOLERANCE, INT8_COSINE,
+from kbert.serving.conversion import (BF16_COSINE, EMBEDDING_SAMPLE_TEXTS, FLOAT_TOLERANCE, INT8_COSINE,
                                       INT8_PROBABILITY_TOLERANCE, INT8_TAG_SHARE, SAMPLE_TEXTS, ExportReport,
                                       convert_to_onnx, export_staging, publish, refuse_existing)
 
 FORMATS = ("saved_model", "onnx", "litert", "keras")
+CHECKED_CALIBRATION_TEXTS = 16  # OpenVINO's static int8 is checked on this many of its calibration texts
 VITERBI_NOTE = ("emissions [batch, length, tags]: decode each row with Viterbi over kbert_transitions "
                 "[from tag, to tag], starting and ending at tag O (kbert.layers.crf.viterbi_decode does)")
 
@@ -72,6 +74,7 @@ class _Endpoint:
     metadata: dict = dataclasses.field(default_factory=dict)
     samples: Optional[list] = None  # the check's rows (a feature each) where a tokenizer's do not do
     inputs: Tuple[str, ...] = INPUTS
+    encode: Optional[Callable[[list], list]] = None  # texts to rows of the inputs (static int8's calibration)
 
     def serving_function(self) -> Callable:
         """`{output: the function's value}` of the inputs by name, as a SavedModel or ONNX file answers."""
@@ -242,7 +245,8 @@ def embedder_endpoint(embedder) -> _Endpoint:
     return _Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
                      {"kbert_pooling": str(embedder.output), "kbert_normalized": embedder.normalize,
                       "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
-                      "kbert_input_note": note, **_prompt_metadata(embedder)}, samples, inputs)
+                      "kbert_input_note": note, **_prompt_metadata(embedder)}, samples, inputs,
+                     embedder.prompted_rows)
 
 
 def _prompted_samples(embedder) -> list:
@@ -264,7 +268,7 @@ def _classifier_endpoint(classifier) -> _Endpoint:
     """A loaded classifier's probabilities, with its labels and tokenizer."""
     model = classifier.model
     return _Endpoint(model, _forward(model), "probabilities", classifier.labels.names, classifier.tokenizer,
-                     "classify")
+                     "classify", encode=lambda texts: classifier.tokenizer.encode_all(texts, maxlen=classifier.maxlen))
 
 
 def _forward(model) -> Callable:
@@ -369,43 +373,96 @@ def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Expor
     return ExportReport(out, "onnx", quantize, difference)
 
 
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """What runs a model's ONNX export in place of Keras (`--runtime`, `--quantize`, `--dtype`, `--calibration`).
+
+    Args:
+        name: `onnxruntime` or `openvino` (`kbert.serving.openvino`).
+        quantize: None (float32), or `int8`: onnxruntime's dynamic quantization (int8 weights, activations
+            quantized on the fly), OpenVINO's static (activations' ranges calibrated on `calibration`).
+        dtype: OpenVINO's precision: `auto` (its own for the CPU: bfloat16 where the CPU has bfloat16 units),
+            `float32` or `bfloat16`; onnxruntime runs the float32 file.
+        calibration: the texts static int8 is calibrated on (`kbert.serving.openvino.read_calibration_texts`).
+    """
+
+    name: str = "onnxruntime"
+    quantize: Optional[str] = None
+    dtype: str = "auto"
+    calibration: Optional[Sequence[str]] = None
+
+    def __str__(self) -> str:
+        if self.name == "openvino":
+            return f"OpenVINO ({'static int8' if self.quantize else self.dtype})"
+        return f"onnxruntime ({'int8' if self.quantize else 'float32'})"
+
+
 class OnnxModel:
-    """A model's ONNX export run by onnxruntime, answering Keras's `predict_on_batch`: what `kbert serve
-    --runtime onnxruntime` (float32) and `--quantize int8` put in place of a classifier's or an embedding
-    model's Keras model. The file is made, and checked against Keras, as `kbert export` makes it (float32
-    within 1e-4). onnxruntime's calls cost little beyond their compute, where TensorFlow's graph costs
-    several milliseconds a call: the small batches a server forms run about twice as fast (docs/deployment.md).
+    """A model's ONNX export run by onnxruntime or OpenVINO, answering Keras's `predict_on_batch`: what `kbert
+    serve --runtime onnxruntime` (float32), `--runtime openvino` and `--quantize int8` put in place of a
+    classifier's or an embedding model's Keras model. The file is made, and checked against Keras, as `kbert
+    export` makes it (float32 within 1e-4); what the runtime computes from it is checked again (bfloat16 and int8
+    within the bounds of `_check_export`). onnxruntime's calls cost little beyond their compute, where
+    TensorFlow's graph costs several milliseconds a call: the small batches a server forms run about twice as fast
+    (docs/deployment.md).
 
     Args:
         endpoint: what to export (`onnx_classifier`, `onnx_embedder`), its Keras model still in place.
-        quantize: None (float32) or `int8` (onnxruntime's dynamic quantization).
-        threads: onnxruntime's threads a call (None: its default, every core); a server running several
+        runtime: which runtime, in which precision (`Runtime`; None: onnxruntime in float32).
+        threads: the runtime's threads a call (None: its default, every core); a server running several
             batches at once gives each a share (`kbert.serving.instances`).
     """
 
-    def __init__(self, endpoint: _Endpoint, quantize: Optional[str] = None, threads: Optional[int] = None):
-        _require_tensorflow_backend("--quantize int8" if quantize else "--runtime onnxruntime",
+    def __init__(self, endpoint: _Endpoint, runtime: Optional[Runtime] = None, threads: Optional[int] = None):
+        runtime = runtime or Runtime()
+        _require_tensorflow_backend("--quantize int8" if runtime.quantize else f"--runtime {runtime.name}",
                                     instead=", or without the option")
         self.outputs = endpoint.model.outputs  # the output's shape, for those who read it off the model
+        self.runtime = runtime
         with tempfile.TemporaryDirectory(prefix="kbert-onnx-") as directory:
-            path = os.path.join(directory, "model.int8.onnx" if quantize else "model.onnx")
-            self.report = _write_onnx(endpoint, path, quantize=quantize)
+            if runtime.name == "openvino":
+                self.run = _openvino_run(endpoint, runtime, os.path.join(directory, "model.onnx"), threads)
+                self.precision = self.run.precision
+                logging.getLogger("kbert").info("OpenVINO runs the model's export in %s", self.precision)
+                return
+            path = os.path.join(directory, "model.int8.onnx" if runtime.quantize else "model.onnx")
+            _write_onnx(endpoint, path, quantize=runtime.quantize)
             self.run = onnx_runner(path, threads)  # onnxruntime holds the model in memory: the file may go
+            self.precision = runtime.quantize or "float32"
 
     def predict_on_batch(self, features) -> np.ndarray:
         return self.run(*(np.asarray(feature, dtype=np.int32) for feature in features))
 
 
-def onnx_classifier(classifier, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
+def _openvino_run(endpoint: _Endpoint, runtime: Runtime, path: str, threads: Optional[int]):
+    """The float32 export at `path` (checked against Keras) compiled by OpenVINO, calibrated to static int8 on
+    `runtime.calibration` where it quantizes, then checked against Keras as what it runs is."""
+    from kbert.serving.openvino import openvino_runner, require_openvino
+
+    require_openvino("--quantize int8 with --runtime openvino" if runtime.quantize else "--runtime openvino")
+    if runtime.quantize and not runtime.calibration:
+        raise KbertError("--quantize int8 with --runtime openvino is static int8: it needs calibration texts "
+                         "(--calibration FILE, one text a line)")
+    _write_onnx(endpoint, path, quantize=None)
+    rows = endpoint.encode(list(runtime.calibration)) if runtime.quantize else None
+    run = openvino_runner(path, endpoint.inputs, runtime.dtype, rows, threads)
+    # static int8 is checked on texts of the kind it was calibrated for (its ranges fit them, not any text)
+    checked = rows[::max(1, len(rows) // CHECKED_CALIBRATION_TEXTS)] if rows else None
+    _check_export(endpoint, run, "OpenVINO", "int8" if runtime.quantize else "bfloat16" if run.lossy else None,
+                  checked)
+    return run
+
+
+def onnx_classifier(classifier, runtime: Optional[Runtime] = None, threads: Optional[int] = None) -> OnnxModel:
     """A loaded classifier's (`kbert.tasks.classification.load_classifier`) ONNX model."""
-    return OnnxModel(_classifier_endpoint(classifier), quantize, threads)
+    return OnnxModel(_classifier_endpoint(classifier), runtime, threads)
 
 
-def onnx_embedder(embedder, quantize: Optional[str] = None, threads: Optional[int] = None) -> OnnxModel:
+def onnx_embedder(embedder, runtime: Optional[Runtime] = None, threads: Optional[int] = None) -> OnnxModel:
     """A loaded embedding model's (`kbert.embeddings.embedder.Embedder`) ONNX model: its vectors, a multi-vector
     encoder's token vectors, or bge-m3's sparse head's token weights (pooled into the vocabulary after it, as
     after the Keras model)."""
-    return OnnxModel(embedder_endpoint(embedder), quantize, threads)
+    return OnnxModel(embedder_endpoint(embedder), runtime, threads)
 
 
 def onnx_runner(path: str, threads: Optional[int] = None) -> Callable:
@@ -420,19 +477,23 @@ def onnx_runner(path: str, threads: Optional[int] = None) -> Callable:
     return lambda *features: session.run(None, dict(zip(names, features)))[0]
 
 
-def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optional[str]) -> float:
+def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optional[str],
+                  rows: Optional[list] = None) -> float:
     """The largest difference between an exported file's outputs (`run`) and Keras's on real text (for decoded
     tags, the share of positions that differ). Refused: any NaN or infinity; float32 beyond 1e-4 or tags that
-    differ at all; int8 beyond `INT8_PROBABILITY_TOLERANCE` or another top label, or tags (a CRF's best tag per
-    position) differing at more than `INT8_TAG_SHARE` of positions."""
+    differ at all; int8 and bfloat16 (`quantize`, OpenVINO's precision) beyond `INT8_PROBABILITY_TOLERANCE` or
+    another top label, or tags (a CRF's best tag per position) differing at more than `INT8_TAG_SHARE` of
+    positions; vectors below a cosine of `INT8_COSINE` with Keras's (bfloat16: `BF16_COSINE`). `rows`: the
+    texts to check on, as the model takes them (default: `SAMPLE_TEXTS`, and for an embedding model
+    `EMBEDDING_SAMPLE_TEXTS`)."""
     from kbert.tokenizers import pad_batch
 
     texts = SAMPLE_TEXTS + (EMBEDDING_SAMPLE_TEXTS if endpoint.output == "embeddings" else ())
-    rows = endpoint.samples or [endpoint.tokenizer.encode(text) for text in texts]
+    rows = rows or endpoint.samples or [endpoint.tokenizer.encode(text) for text in texts]
     features = pad_batch(rows, endpoint.tokenizer.pad_id)
     expected = np.asarray(keras.ops.convert_to_numpy(endpoint.function(*features)))
     got = np.asarray(run(*features))
-    refused = f"the {what} file's {endpoint.output}" + (" (int8)" if quantize else "")
+    refused = f"the {what} file's {endpoint.output}" + (f" ({quantize})" if quantize else "")
     if got.dtype.kind in "fc" and not np.isfinite(got).all():
         raise KbertError(f"{refused} hold NaN or infinite values on sample text; nothing was written")
     if expected.dtype.kind in "fc":
@@ -450,9 +511,10 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
             got, expected = got[..., 0], expected[..., 0]
         cosines = np.sum(got * expected, -1) / np.maximum(
             np.linalg.norm(got, axis=-1) * np.linalg.norm(expected, axis=-1), 1e-12)
-        if not cosines.min() >= INT8_COSINE:
+        least = BF16_COSINE if quantize == "bfloat16" else INT8_COSINE
+        if not cosines.min() >= least:
             raise KbertError(f"{refused} have a cosine of {cosines.min():.4f} with Keras's float32 vectors on sample "
-                             f"text (allowed: at least {INT8_COSINE}); nothing was written. Serve or export this "
+                             f"text (allowed: at least {least}); nothing was written. Serve or export this "
                              "model in float32")
         return difference
     if endpoint.output == "probabilities":
