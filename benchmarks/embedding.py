@@ -39,7 +39,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import List
+from typing import List, Sequence
 
 import numpy as np
 
@@ -65,23 +65,33 @@ def is_sparse(model: str) -> bool:
     return kind(model) == "SparseEncoder"
 
 
-def _load(engine: str, model: str, dtype: str, runtime: str = "keras"):
-    """The engine's loaded model: a kbert `Embedder` (its model on `runtime`: keras, or onnxruntime float32 or
-    int8), or a `SentenceTransformer` on the CPU."""
+def _load(engine: str, model: str, dtype: str, runtime: str = "keras", texts: Sequence[str] = ()):
+    """The engine's loaded model: a kbert `Embedder` (its model on `runtime`: keras; onnxruntime float32 or int8;
+    OpenVINO in `dtype` or static int8 calibrated on a sample of `texts`, as `kbert embed` does), or a
+    `SentenceTransformer` on the CPU (`runtime` torch in `dtype`, or openvino: its OpenVINO backend)."""
     if engine == "kbert":
-        from kbert.serving.export import onnx_embedder
         from kbert.embeddings.embedder import Embedder
-        from kbert.training.precision import precision_policy
+        from kbert.serving.export import Runtime, onnx_embedder
+        from kbert.serving.openvino import calibration_sample
 
-        with precision_policy(None, dtype):
-            embedder = Embedder.load(model)
-        if runtime != "keras":
-            embedder.model = onnx_embedder(embedder, "int8" if runtime == "onnxruntime-int8" else None)
+        if runtime == "keras":
+            return Embedder.load(model, dtype=dtype)
+        embedder = Embedder.load(model, dtype="float32")  # every export is made from float32
+        name, _, quantize = runtime.partition("-")
+        calibration = calibration_sample(texts, "the texts") if name == "openvino" and quantize else None
+        embedder.model = onnx_embedder(embedder, Runtime(name, quantize or None, dtype if name == "openvino"
+                                                         else "float32", calibration))
         return embedder
     import sentence_transformers
     import torch
 
-    return getattr(sentence_transformers, kind(model))(model, device="cpu", model_kwargs={"dtype": getattr(torch, dtype)})
+    if runtime == "openvino":
+        return getattr(sentence_transformers, kind(model))(model, device="cpu", backend="openvino")
+    return getattr(sentence_transformers, kind(model))(model, device="cpu", model_kwargs={"dtype": getattr(
+        torch, "float32" if dtype == "auto" else dtype)})
+
+
+RUNTIMES = ("keras", "onnxruntime", "onnxruntime-int8", "openvino", "openvino-int8")
 
 
 def _one_batch(engine: str, model: str, batch_size: int, dtype: str, runtime: str):
@@ -150,7 +160,7 @@ def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_
     if one_batch:
         encode = _one_batch(engine, model, batch_size, dtype, runtime)
     else:
-        loaded = _load(engine, model, dtype, runtime)
+        loaded = _load(engine, model, dtype, runtime, texts)
         encode = _encoder(engine, loaded, texts, batch_size, kind(model))
     vectors = encode()  # the warm-up (a compiled graph, the thread pools)
     vectors = _dense(vectors, getattr(loaded, "dimensions", 0) if not one_batch else 0)
@@ -178,11 +188,14 @@ def main(argv=None) -> int:
                         help="the Python that runs sentence-transformers (default: this one)")
     parser.add_argument("--one-batch", action="store_true", help="time the model call alone on one fixed batch of "
                                                                  "--batch-size x 128 token ids")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                        help="both engines' weights (and compute) in this dtype (default: float32)")
-    parser.add_argument("--runtime", choices=("keras", "onnxruntime", "onnxruntime-int8"), default="keras",
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="float32",
+                        help="both engines' weights (and compute) in this dtype (default: float32; auto: kbert's "
+                             "rule, sentence-transformers' float32)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default="keras",
                         help="what runs kbert's model: Keras, or its ONNX export in onnxruntime (`kbert embed "
-                             "--runtime onnxruntime`, `--quantize int8`); sentence-transformers stays PyTorch")
+                             "--runtime onnxruntime`, `--quantize int8`) or OpenVINO (`--runtime openvino`, its "
+                             "static int8 calibrated on the texts); sentence-transformers stays PyTorch (a worker "
+                             "of `benchmarks.cpu_engines` may run its OpenVINO backend: openvino)")
     parser.add_argument("--worker", choices=("kbert", "sentence-transformers"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
