@@ -182,3 +182,34 @@ def test_random_folder_writes_a_sentence_transformers_folder_kbert_embeds_with(t
     assert "the test texts' tokens: median 41, 90th percentile 113, largest 880" in result.stdout
     vectors = Embedder.load(tmp_path / "tiny").encode(["很好", "不好"])
     assert vectors.shape == (2, 32) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.examples
+def test_int8_retrieval_benchmark_runs():
+    from conftest import minilm_dir
+
+    pytest.importorskip("openvino", reason="OpenVINO's static int8: pip install 'kbert[openvino]'")
+    shared_path("data", "sentiment", "sentiment.test.data")
+    result = subprocess.run([sys.executable, "-m", "benchmarks.int8_retrieval", "--model", str(minilm_dir()),
+                             "--count", "40"], capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("| ") and "int8" in line]
+    assert len(rows) == 2 and all(0 < float(row[2]) <= 1 and 0.9 < float(row[4].split(",")[0]) <= 1 for row in rows)
+
+
+@pytest.mark.examples
+@pytest.mark.parity
+def test_cpu_engines_benchmark_runs_against_sentence_transformers():
+    from conftest import minilm_dir
+
+    pytest.importorskip("sentence_transformers", reason="the parity extra (sentence-transformers, torch) is not "
+                                                        "installed")
+    pytest.importorskip("openvino", reason="--runtime openvino: pip install 'kbert[openvino]'")
+    result = subprocess.run([sys.executable, "-m", "benchmarks.cpu_engines", "--model", str(minilm_dir()), "--data",
+                             str(shared_path("data", "sentiment", "sentiment.test.data")), "--count", "40",
+                             "--rounds", "1", "--engines", "kbert defaults", "kbert openvino int8"],
+                            capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| st torch float32 | " in result.stdout and "| kbert openvino int8 | " in result.stdout
+    defaults = next(line for line in result.stdout.splitlines() if line.startswith("| kbert defaults |"))
+    assert defaults.endswith("| 1.00000, 1.00000 |")  # float32 here (KBERT_DTYPE): sentence-transformers' vectors

@@ -23,6 +23,10 @@ onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export: pip instal
 pytest.importorskip("tf2onnx", reason="ONNX export: pip install 'kbert[onnx]'")
 tf = pytest.importorskip("tensorflow", reason="SavedModel and ONNX export go through TensorFlow")
 onnx = pytest.importorskip("onnx", reason="ONNX export: pip install 'kbert[onnx]'")
+# Each test converts a graph through tf2onnx (10-50 s apiece on two cores, 140 s in all with the trained models they
+# share): example runs, which CI runs (--run-examples -m examples); the default suite still exports through the
+# server's --runtime onnxruntime and --quantize int8 (test_serve.py) and the embedding models' heads.
+pytestmark = pytest.mark.examples
 
 REVIEWS = ["这家酒店很好，下次还来", "房间太小了，隔音也差", "早餐一般", "服务员态度很好，位置方便，推荐"]
 

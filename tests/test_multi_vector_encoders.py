@@ -217,6 +217,7 @@ def test_kbert_embed_runs_a_multi_vector_encoder_on_its_onnx_export(colbert_fold
         assert cosines.min() > 0.95 and np.median(cosines) > 0.99
 
 
+@pytest.mark.examples
 def test_the_server_answers_embed_all_by_role_and_refuses_one_vector_routes(colbert_folder):
     pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
     from kbert.embeddings.embedder import Embedder
@@ -482,6 +483,7 @@ def test_a_query_length_past_the_models_positions_is_refused_before_training(tmp
     assert not (tmp_path / "colbert").exists()
 
 
+@pytest.mark.examples
 def test_kbert_train_colbert_ranks_by_maxsim_and_writes_a_multi_vector_encoder(tmp_path):
     from kbert.embeddings.embedder import Embedder
 

@@ -33,6 +33,7 @@ def minilm():
     return Embedder.load(minilm_dir(), dtype="float32")
 
 
+@pytest.mark.examples
 def test_openvino_runs_the_export_in_float32_and_bfloat16(minilm, tmp_path):
     """One export, compiled twice: float32 within 1e-4 of Keras, bfloat16 (where the CPU has bfloat16 units; else
     OpenVINO stays float32) within a cosine of 0.999."""
@@ -59,6 +60,7 @@ def batches(embedder, texts, size: int = 8):
     return [pad_batch(rows[start:start + size], embedder.tokenizer.pad_id) for start in range(0, len(rows), size)]
 
 
+@pytest.mark.examples
 def test_kbert_embed_in_static_int8_calibrated_on_the_users_texts(minilm, tmp_path, capsys):
     """`--runtime openvino --quantize int8 --calibration FILE`: median cosine with float32 at least 0.98 on texts
     it was not calibrated on (0.986 measured on 1,000 reviews, docs/performance.md)."""

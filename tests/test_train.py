@@ -115,6 +115,7 @@ def tiny_run(sentiment_slice):
 FAST = TrainingOptions(epochs=2, batch_size=64, learning_rate=1e-3, maxlen=32)
 
 
+@pytest.mark.examples
 def test_interrupted_training_resumes_from_the_last_epoch(tiny_run, tmp_path, monkeypatch):
     out = tmp_path / "model"
     interrupt_at(monkeypatch, "on_epoch_end")
@@ -174,6 +175,7 @@ def test_ctrl_c_in_the_first_epoch_keeps_nothing(tiny_run, tmp_path, monkeypatch
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.examples
 def test_a_rerun_never_harms_the_earlier_run(trained, tiny_run, tmp_path, monkeypatch, tiny_checkpoint_dir):
     earlier = tmp_path / "model"
     shutil.copytree(trained[0], earlier)
