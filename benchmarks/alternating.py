@@ -17,6 +17,16 @@ from typing import Callable, Dict, List, Sequence
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def cpu_name() -> str:
+    """The CPU's model name (`/proc/cpuinfo`) and core count: every table names the machine it was measured on."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+    except OSError:
+        names = []
+    return f"{names[0] if names else 'unknown CPU'}, {os.cpu_count()} cores"
+
+
 def alternate(engines: Dict[str, Callable[[], object]], rounds: int, calls: int = 1) -> Dict[str, List[float]]:
     """Seconds per call of each engine in each round (every engine once per round, in turn)."""
     seconds: Dict[str, List[float]] = {name: [] for name in engines}

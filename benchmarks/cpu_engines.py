@@ -20,16 +20,15 @@ with `--quantize int8` (static, calibrated on a sample of the texts, as `kbert e
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import subprocess
 import sys
-from typing import Dict, List
+from typing import List
 
 import numpy as np
 
-from benchmarks.embedding import read_texts
+from benchmarks.alternating import cpu_name
+from benchmarks.embedding import engine_arguments, read_texts, timed_rounds
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = "st torch float32"
@@ -51,14 +50,8 @@ def cpu() -> str:
     """The CPU's model name and the flags that pick kernels (bfloat16 and int8 units)."""
     from kbert.training.precision import cpu_flags
 
-    name = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            name = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), name)
-    except OSError:
-        pass
     flags = cpu_flags()
-    return f"{name}, {os.cpu_count()} cores; {', '.join(flag for flag in FLAGS if flag in flags) or 'none of'} " \
+    return f"{cpu_name()}; {', '.join(flag for flag in FLAGS if flag in flags) or 'none of'} " \
            f"({', '.join(flag for flag in FLAGS if flag not in flags) or 'nothing'} absent)"
 
 
@@ -79,25 +72,6 @@ def start(engine: str, args) -> subprocess.Popen:
     return process
 
 
-def rounds(workers: Dict[str, subprocess.Popen], count: int) -> tuple:
-    """Each engine's seconds per round, and its vectors (saved by the first round)."""
-    seconds: Dict[str, List[float]] = {name: [] for name in workers}
-    vectors = {}
-    for number in range(count):
-        for name, process in workers.items():
-            target = os.path.abspath(f".cpu-engines-{name.replace(' ', '-')}.npy") if number == 0 else ""
-            process.stdin.write(target + "\n")
-            process.stdin.flush()
-            answer = process.stdout.readline()
-            if not answer:
-                raise SystemExit(f"the worker of {name} stopped")
-            seconds[name].append(json.loads(answer)["seconds"])
-            if target:
-                vectors[name] = np.load(target)
-                os.remove(target)
-    return seconds, vectors
-
-
 def ratio(mine: List[float], theirs: List[float]) -> str:
     """The median of the per-round speed ratios (theirs / mine seconds), with their range."""
     ratios = [other / own for own, other in zip(mine, theirs)]
@@ -106,12 +80,7 @@ def ratio(mine: List[float], theirs: List[float]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a sentence-transformers folder")
-    parser.add_argument("--data", required=True, help="texts, one a line (text<TAB>label lines: the text)")
-    parser.add_argument("--count", type=int, default=1000, help="texts encoded per round (default: 1000)")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts a call, every engine (default: 32)")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default: 5)")
-    parser.add_argument("--st-python", default=sys.executable, help="the Python that runs sentence-transformers")
+    engine_arguments(parser, count=1000)
     parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES),
                         help=f"the engines to time (default: all; {REFERENCE} is always timed)")
     args = parser.parse_args(argv)
@@ -120,7 +89,7 @@ def main(argv=None) -> int:
     try:
         for engine in engines:  # one after the other: an export's peak never overlaps another load
             workers[engine] = start(engine, args)
-        seconds, vectors = rounds(workers, args.rounds)
+        seconds, vectors = timed_rounds(workers, args.rounds)
     finally:
         for process in workers.values():
             process.stdin.close()

@@ -177,15 +177,41 @@ def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_
         print(json.dumps(answer), flush=True)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def engine_arguments(parser: argparse.ArgumentParser, count: int) -> None:
+    """What every engine of a run shares: the folder, the texts (`count` of them a round), the batch, the rounds and
+    the Python of sentence-transformers."""
     parser.add_argument("--model", required=True, help="a sentence-transformers folder")
     parser.add_argument("--data", required=True, help="texts, one a line (text<TAB>label lines: the text)")
-    parser.add_argument("--count", type=int, default=2000, help="texts encoded per round (default: 2000)")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts a call, both engines (default: 32)")
+    parser.add_argument("--count", type=int, default=count, help=f"texts encoded per round (default: {count})")
+    parser.add_argument("--batch-size", type=int, default=32, help="texts a call, every engine (default: 32)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default: 5)")
     parser.add_argument("--st-python", default=sys.executable,
                         help="the Python that runs sentence-transformers (default: this one)")
+
+
+def timed_rounds(workers: dict, count: int) -> tuple:
+    """Each worker's seconds in each of `count` alternating rounds, and its vectors (saved in the first round)."""
+    seconds = {name: [] for name in workers}
+    vectors = {}
+    for number in range(count):
+        for name, process in workers.items():
+            target = os.path.abspath(f".embedding-{name.replace(' ', '-')}.npy") if number == 0 else ""
+            process.stdin.write(target + "\n")
+            process.stdin.flush()
+            answer = process.stdout.readline()
+            if not answer:
+                raise SystemExit(f"the {name} worker stopped (run it alone to see why: python -m benchmarks.embedding "
+                                 "--worker ...)")
+            seconds[name].append(json.loads(answer)["seconds"])
+            if target:
+                vectors[name] = np.load(target)
+                os.remove(target)
+    return seconds, vectors
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    engine_arguments(parser, count=2000)
     parser.add_argument("--one-batch", action="store_true", help="time the model call alone on one fixed batch of "
                                                                  "--batch-size x 128 token ids")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="float32",
@@ -217,22 +243,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"the {name} worker stopped while loading (run it alone to see why: python -m "
                              f"benchmarks.embedding --worker {name} ...)")
         tokens = json.loads(ready).get("tokens", tokens)
-    seconds = {name: [] for name in workers}
-    vectors = {}
     try:
-        for round_number in range(args.rounds):
-            for name, process in workers.items():
-                target = os.path.abspath(f".embedding-{name}.npy") if round_number == 0 else ""
-                process.stdin.write(target + "\n")
-                process.stdin.flush()
-                answer = process.stdout.readline()
-                if not answer:
-                    raise SystemExit(f"the {name} worker stopped (run it alone to see why: python -m "
-                                     f"benchmarks.embedding --worker {name} ...)")
-                seconds[name].append(json.loads(answer)["seconds"])
-                if target:
-                    vectors[name] = np.load(target)
-                    os.remove(target)
+        seconds, vectors = timed_rounds(workers, args.rounds)
     finally:
         for process in workers.values():
             process.stdin.close()

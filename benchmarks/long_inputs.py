@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from benchmarks.alternating import REPOSITORY, alternate_workers
+from benchmarks.alternating import REPOSITORY, alternate_workers, cpu_name
 from benchmarks.memory import peak_rss_mib, reset_peak, rss_mib
 CONFIG = os.path.join(REPOSITORY, "configs", "modernbert_base.json")
 
@@ -64,12 +64,6 @@ def worker(engine: str, length: int, warmup: int) -> None:
         forward(ids)
         seconds = time.perf_counter() - start
         print(json.dumps({"seconds": seconds, "growth_mib": peak_rss_mib() - before}), flush=True)
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo", encoding="utf-8") as handle:
-        names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
-    return f"{names[0] if names else 'unknown'}, {os.cpu_count()} cores"
 
 
 def main(argv=None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Optional
 
@@ -199,31 +200,45 @@ def runtime_options(parser: argparse.ArgumentParser, what: str, why: str) -> Non
                              "input where this is left out")
 
 
-def exported_runtime(args: argparse.Namespace, texts: "list | None" = None) -> "Runtime | None":
-    """What `runtime_options` ask for (`kbert.serving.export.Runtime`), None for Keras; `texts` (the input of
-    `kbert embed`) calibrate OpenVINO's int8 where --calibration is left out. Refused: onnxruntime beside a
-    precision other than float32, --calibration without OpenVINO's int8."""
-    from kbert.serving.export import Runtime
-    from kbert.serving.openvino import calibration_sample, read_calibration_texts
+def runtime_name(args: argparse.Namespace) -> str:
+    """What `runtime_options` ask to run the model: `keras`, `onnxruntime` (also implied by --quantize alone) or
+    `openvino`."""
+    return "onnxruntime" if args.runtime == "keras" and args.quantize else args.runtime
 
-    name = "onnxruntime" if args.runtime == "keras" and args.quantize else args.runtime
-    static = name == "openvino" and bool(args.quantize)
-    if args.calibration and not static:
+
+def exported_runtime(args: argparse.Namespace) -> "Runtime | None":
+    """What `runtime_options` ask for (`kbert.serving.export.Runtime`), None for Keras, with --calibration's texts
+    read. Refused: onnxruntime beside a precision other than float32, --calibration without OpenVINO's int8."""
+    from kbert.serving.export import Runtime
+    from kbert.serving.openvino import read_calibration_texts
+
+    name = runtime_name(args)
+    runtime = None if name == "keras" else Runtime(name, args.quantize, args.dtype if name == "openvino" else
+                                                   "float32")
+    if args.calibration and not (runtime and runtime.static_int8):
         raise KbertError(f"--calibration {args.calibration}: the texts OpenVINO's static int8 is calibrated on; "
                          "give it with --runtime openvino --quantize int8")
-    if name == "keras":
+    if runtime is None:
         return None
     given = (f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else
              f"--dtype {args.dtype}" if name == "onnxruntime" and args.dtype == "bfloat16" else None)
     if given:
         what = "--quantize int8" if args.quantize else f"--runtime {name}"
         raise KbertError(f"{what} with {given}: the ONNX file is made from the float32 model; pick one")
-    calibration = None
-    if static:
-        calibration = (read_calibration_texts(args.calibration) if args.calibration else
-                       calibration_sample(texts or [], "the input (no --calibration FILE given)") if texts is not None
-                       else None)
-    return Runtime(name, args.quantize, args.dtype if name == "openvino" else "float32", calibration)
+    if args.calibration:
+        return dataclasses.replace(runtime, calibration=read_calibration_texts(args.calibration))
+    return runtime
+
+
+def calibrated_on_input(runtime: "Runtime | None", texts: list) -> "Runtime | None":
+    """`runtime`, its OpenVINO static int8 calibrated on a sample of `texts` (`kbert embed`'s input) where
+    --calibration gave no texts."""
+    from kbert.serving.openvino import calibration_sample
+
+    if runtime is None or not runtime.static_int8 or runtime.calibration is not None:
+        return runtime
+    return dataclasses.replace(runtime, calibration=calibration_sample(texts, "the input (no --calibration FILE "
+                                                                              "given)"))
 
 
 def inference_arguments(parser, task_help: str) -> None:

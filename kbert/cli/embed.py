@@ -7,8 +7,8 @@ import json
 import os
 import sys
 
-from kbert.cli.arguments import (embedding_head_argument, exported_runtime, positive_int, precision_option,
-                                 runtime_options)
+from kbert.cli.arguments import (calibrated_on_input, embedding_head_argument, exported_runtime, positive_int,
+                                 precision_option, runtime_options)
 from kbert.cli.inputs import input_lines
 from kbert.errors import DataError, KbertError, is_blank
 
@@ -77,7 +77,7 @@ def run_embed(args) -> int:
         if path and os.path.lexists(path):
             raise KbertError(f"{path}: already exists; choose a new path (kbert never writes over an earlier output)")
     _check_precision_options(args)
-    exported_runtime(args)  # its options checked before the model loads (calibration texts come later)
+    runtime = exported_runtime(args)  # its options checked, --calibration read, before the model loads
     folder = Embedder.folder(args.model, args.cache_dir)  # before waiting for standard input
     if args.precision in CALIBRATED and not args.ranges and not os.path.isfile(os.path.join(folder, RANGES_FILE)):
         raise KbertError(f"--precision {args.precision} needs each dimension's range: --ranges FILE, or "
@@ -89,7 +89,7 @@ def run_embed(args) -> int:
         raise DataError(f"{args.input}: line {blank[0]} is blank, or invisible characters only ({len(blank)} blank "
                         "lines in all); every line must "
                         "hold a text to embed, so that the vectors line up with the lines")
-    runtime = exported_runtime(args, texts)  # OpenVINO's int8 calibrated on --calibration, else on these texts
+    runtime = calibrated_on_input(runtime, texts)  # OpenVINO's int8 without --calibration: on these texts
     embedder = Embedder.load(folder, adapter=args.adapter, head=args.head)
     _check_kind_options(args, embedder)
     if not embedder.output.calibrated:  # sparse or multi-vector: no precision, ranges or dimensions

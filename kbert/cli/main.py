@@ -107,12 +107,12 @@ def _weight_dtype(args):
     an input refused before says nothing of it), and put back in `args.dtype`; float32 under --mixed-precision,
     and where onnxruntime or OpenVINO runs the model's export (made from float32; OpenVINO takes `args.dtype` as
     its own precision, auto left to it). None for a command without `--dtype`."""
+    from kbert.cli.arguments import runtime_name
     from kbert.training.precision import DtypeChoice, choose_dtype
 
     if getattr(args, "dtype", None) is None:
         return None
-    runtime = "onnxruntime" if getattr(args, "quantize", None) and args.runtime == "keras" else \
-        getattr(args, "runtime", "keras")
+    runtime = runtime_name(args) if hasattr(args, "runtime") else "keras"
     if runtime != "keras":
         return DtypeChoice("float32", f"{runtime} runs the model's export, made from float32")
     if args.dtype == "auto" and args.mixed_precision:

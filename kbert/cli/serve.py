@@ -85,7 +85,7 @@ def run_serve(args) -> int:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
     runtime = exported_runtime(args)  # OpenVINO's int8 is calibrated on --calibration's texts
     onnx = runtime is not None
-    if onnx and runtime.name == "openvino" and runtime.quantize and not runtime.calibration:  # no input to sample
+    if onnx and runtime.static_int8 and not runtime.calibration:  # a server has no input of its own to sample
         raise KbertError("--quantize int8 with --runtime openvino is static int8, calibrated on texts like those the "
                          "server will see: give --calibration FILE (one text a line)")
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up

@@ -391,6 +391,11 @@ class Runtime:
     dtype: str = "auto"
     calibration: Optional[Sequence[str]] = None
 
+    @property
+    def static_int8(self) -> bool:
+        """Whether this is OpenVINO's static int8, which needs calibration texts."""
+        return self.name == "openvino" and bool(self.quantize)
+
     def __str__(self) -> str:
         if self.name == "openvino":
             return f"OpenVINO ({'static int8' if self.quantize else self.dtype})"
@@ -440,7 +445,7 @@ def _openvino_run(endpoint: _Endpoint, runtime: Runtime, path: str, threads: Opt
     from kbert.serving.openvino import openvino_runner, require_openvino
 
     require_openvino("--quantize int8 with --runtime openvino" if runtime.quantize else "--runtime openvino")
-    if runtime.quantize and not runtime.calibration:
+    if runtime.static_int8 and not runtime.calibration:
         raise KbertError("--quantize int8 with --runtime openvino is static int8: it needs calibration texts "
                          "(--calibration FILE, one text a line)")
     _write_onnx(endpoint, path, quantize=None)
