@@ -35,17 +35,24 @@ def pytest_addoption(parser):
     parser.addoption("--require-parity", action="store_true",
                      help="a `parity` test that skips fails instead (CI's parity venv: a skipped comparison "
                           "with transformers or sentence-transformers would check nothing)")
+    parser.addoption("--require-ray", action="store_true",
+                     help="a `ray` test that skips fails instead (CI's Ray step, where Ray is installed)")
+
+
+REQUIRED = {"parity": "--require-parity", "ray": "--require-ray"}  # marker -> the option that forbids its skips
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Under --require-parity, a skipped `parity` test is a failure that says why it skipped."""
+    """Under --require-parity (--require-ray), a skipped `parity` (`ray`) test is a failure that says why it
+    skipped."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and item.get_closest_marker("parity") and item.config.getoption("--require-parity"):
-        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"a parity test skipped under --require-parity: {reason}"
+    for marker, option in REQUIRED.items():
+        if report.skipped and item.get_closest_marker(marker) and item.config.getoption(option):
+            reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            report.outcome = "failed"
+            report.longrepr = f"a {marker} test skipped under {option}: {reason}"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -159,6 +159,7 @@ def test_a_size_1_axis_of_the_first_batch_stays_open_when_it_is_not_a_label_colu
     assert [tuple(next(batches)[1][0].shape) for _ in range(2)] == [(2, 2, 1, 2), (2, 2, 5, 2)]
 
 
+@pytest.mark.examples  # a whole run (tens of seconds): CI's example step runs it
 def test_classifier_trains_through_forfit(sentiment, tokenizers):
     keras.utils.set_random_seed(0)
     model = build_classifier(build_transformer_model(CONFIGS / "bert_tiny.json"), 2)

@@ -407,6 +407,7 @@ def test_a_reranker_kbert_trains_is_a_cross_encoder_sentence_transformers_reads(
     assert_a_trained_reranker_is_a_cross_encoder(backbone, tmp_path)
 
 
+@pytest.mark.examples  # a whole run (tens of seconds): CI's example step runs it
 def test_kbert_serve_embeds_with_mpnet_and_reranks_with_distilbert(tmp_path):
     """The server's routes on the new backbones give what kbert gives offline."""
     pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")

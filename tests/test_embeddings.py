@@ -279,6 +279,7 @@ def test_kbert_embed_calibrates_and_quantizes_each_precision(minilm, tmp_path, c
     np.testing.assert_array_equal(embedded_in("binary", texts, ranges, capsys), ubinary - 128)
 
 
+@pytest.mark.examples  # a whole run (tens of seconds): CI's example step runs it
 def test_ranges_saved_in_the_folder_go_with_the_model(minilm, tmp_path, capsys):
     """A folder's calibration_ranges.json is its own ranges: `kbert embed --precision int8` takes them as it takes
     --ranges, `Embedder.load` reads them and `Embedder.save` writes them back; shortened vectors, scaled anew, are

@@ -260,6 +260,7 @@ def test_a_modernbert_reranker_kbert_trains_is_a_cross_encoder_sentence_transfor
     assert_a_trained_reranker_is_a_cross_encoder(modernbert_folder(tmp_path / "hf"), tmp_path)
 
 
+@pytest.mark.examples  # a whole run (tens of seconds): CI's example step runs it
 def test_a_modernbert_classifier_trains_from_the_cli(tmp_path):
     from kbert.cli.main import main
     from kbert.tasks.classification import load_classifier

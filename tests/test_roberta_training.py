@@ -173,6 +173,7 @@ def test_an_xlm_r_tagger_trains_on_words_and_finds_entities_by_character(xlmr, t
     assert [(entity["type"], entity["text"], entity["start"]) for entity in found] == [("PER", "man", 2)]
 
 
+@pytest.mark.examples  # a whole run (tens of seconds): CI's example step runs it
 def test_xlm_r_pre_trains_with_its_mask_and_pad_then_fine_tunes_from_what_it_wrote(xlmr, tmp_path, capsys):
     """Whole words by the pieces' space marks (`Ġ`), masked with <mask>, the last row padded with <pad>; the
     directory holds Hugging Face's safetensors (there is no Google checkpoint of RoBERTa), fills masks with

@@ -221,6 +221,7 @@ def test_kbert_embed_writes_indices_and_values_and_refuses_dense_options(sparse_
     assert dense.returncode != 0 and "--top-k: " in dense.stderr and "is not a sparse encoder" in dense.stderr
 
 
+@pytest.mark.examples  # a whole run (tens of seconds): CI's example step runs it
 def test_the_server_answers_embed_sparse_and_refuses_dense_routes(sparse_folder):
     pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
     from kbert.embeddings.embedder import Embedder
@@ -495,6 +496,7 @@ def test_the_flops_regularizer_is_numpys_and_warms_up_quadratically():
     assert FlopsRegularization.from_config(layer.get_config()).get_config() == layer.get_config()
 
 
+@pytest.mark.examples  # a whole run (tens of seconds): CI's example step runs it
 def test_kbert_train_sparse_regularizes_towards_fewer_terms_and_writes_a_sparse_encoder(tmp_path):
     from kbert.cli.main import main
     from kbert.embeddings.embedder import Embedder

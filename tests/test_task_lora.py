@@ -208,6 +208,7 @@ def test_a_file_without_a_pair_fails_before_anything_is_assigned(jina, tmp_path)
         load_hf_weights(model, jina, adapter="separation")
 
 
+@pytest.mark.examples  # a whole run (tens of seconds): CI's example step runs it
 def test_a_server_computes_the_task_each_request_names(jina):
     """`kbert serve --adapter retrieval.query --adapter retrieval.passage`: a request's `task` (OpenAI's route, as
     Jina's API names it; TEI's `/embed`) gives that task's vectors, with its prompt; requests of both tasks

@@ -200,6 +200,23 @@ def runtime_options(parser: argparse.ArgumentParser, what: str, why: str) -> Non
                              "input where this is left out")
 
 
+def ray_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--ray [ADDRESS]`: run `what` on a Ray cluster (pip install 'kbert[ray]')."""
+    parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                        help=f"{what} on a Ray cluster: ADDRESS (auto: the cluster `ray start` made on this machine; "
+                             "ray://HOST:10001: a remote one), or none for a local cluster of this machine's cores "
+                             "(pip install 'kbert[ray]'; docs/cluster.md)")
+
+
+def ray_address(args: argparse.Namespace) -> "str | None":
+    """`--ray`'s address as `ray.init` takes it (None: a local cluster), after checking Ray is installed."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise KbertError("--ray needs Ray: pip install 'kbert[ray]' (ray[data,serve])") from None
+    return None if args.ray == "local" else args.ray
+
+
 def runtime_name(args: argparse.Namespace) -> str:
     """What `runtime_options` ask to run the model: `keras`, `onnxruntime` (also implied by --quantize alone) or
     `openvino`."""

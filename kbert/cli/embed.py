@@ -7,8 +7,8 @@ import json
 import os
 import sys
 
-from kbert.cli.arguments import (calibrated_on_input, embedding_head_argument, exported_runtime, positive_int,
-                                 precision_option, runtime_options)
+from kbert.cli.arguments import (calibrated_on_input, embedding_head_argument, exported_runtime, positive_float,
+                                 positive_int, precision_option, ray_address, ray_option, runtime_options)
 from kbert.cli.inputs import input_lines
 from kbert.errors import DataError, KbertError, is_blank
 
@@ -61,6 +61,18 @@ def add_commands(command) -> None:
     runtime_options(embed, "the model", "worth it for a long file on a CPU: the export takes seconds "
                     "(docs/embeddings.md)")
     precision_option(embed, weights=True)
+    ray_option(embed, "embed a corpus (a .jsonl, .parquet or text file, or a folder of .parquet) into --output's "
+                      "Parquet shards of ids and vectors")
+    corpus = embed.add_argument_group("a corpus on Ray (--ray)")
+    corpus.add_argument("--output", metavar="DIR", help="the folder of Parquet shards (id, embedding); it must not "
+                                                        "exist, unless --resume")
+    corpus.add_argument("--resume", action="store_true", help="finish the run that wrote --output: embed only the ids "
+                                                              "no complete shard holds, with the same settings")
+    corpus.add_argument("--text-field", default="text", help="the texts' field in JSON Lines or Parquet rows")
+    corpus.add_argument("--id-field", default="id", help="the ids' field in JSON Lines or Parquet rows (a text "
+                                                         "file's ids are its line numbers, from 1)")
+    corpus.add_argument("--workers", type=positive_int, default=2, help="embedding actors (each loads the model)")
+    corpus.add_argument("--worker-cpus", type=positive_float, default=1, help="CPUs each actor takes (its threads)")
     embed.set_defaults(run=run_embed)
 
 
@@ -73,6 +85,8 @@ def run_embed(args) -> int:
     from kbert.embeddings.precision import (CALIBRATED, RANGES_FILE, calibration_ranges, load_ranges, quantized,
                                             save_ranges)
 
+    if args.ray or args.output or args.resume:
+        return _embed_on_ray(args)
     for path in (args.npy, args.npy and offsets_path(args.npy)):
         if path and os.path.lexists(path):
             raise KbertError(f"{path}: already exists; choose a new path (kbert never writes over an earlier output)")
@@ -127,6 +141,34 @@ def run_embed(args) -> int:
         return 0
     for vector in vectors:
         print(json.dumps({"embedding": vector.tolist()}))
+    return 0
+
+
+def _embed_on_ray(args) -> int:
+    """`kbert embed --ray --output DIR CORPUS`: dense vectors of a corpus, written as Parquet shards by a pool of
+    embedding actors on a Ray cluster (`kbert.serving.corpus_on_ray`)."""
+    if not (args.ray and args.output):
+        raise KbertError("--output and --resume embed a corpus on Ray: give --ray [ADDRESS] and --output DIR together")
+    if args.input == "-":
+        raise KbertError("--ray reads a corpus from a file or folder every Ray node can read, not standard input")
+    other = [option for option, given in (
+        ("--npy", args.npy), ("--calibrate", args.calibrate), ("--ranges", args.ranges),
+        ("--precision", args.precision != "float"), ("--top-k", args.top_k), ("--head", args.head),
+        ("--runtime", args.runtime != "keras"), ("--quantize", args.quantize), ("--calibration", args.calibration),
+        ("--mixed-precision", args.mixed_precision)) if given]
+    if other:
+        raise KbertError(f"--ray writes each text's float vector to Parquet shards; {', '.join(other)} "
+                         "is not built for it: embed without --ray for that")
+    from kbert.embeddings.embedder import Embedder
+    from kbert.serving.corpus_on_ray import CorpusJob, embed_corpus
+
+    address = ray_address(args)
+    folder = Embedder.folder(args.model, args.cache_dir)  # a name fetched here, once, not by each worker
+    job = CorpusJob(model=os.path.abspath(folder), source=args.input, output=args.output,
+                    text_field=args.text_field, id_field=args.id_field, batch_size=args.batch_size,
+                    prompt_name=args.prompt_name, prompt=args.prompt, dimensions=args.dimensions,
+                    normalize=args.normalize, dtype=args.dtype, adapter=args.adapter)
+    embed_corpus(job, address, workers=args.workers, worker_cpus=args.worker_cpus, resume=args.resume)
     return 0
 
 

@@ -7,12 +7,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from kbert.cli.arguments import (adapter_names, embedding_head_argument, host_name, exported_runtime,
-                                 port_number, positive_float, positive_int, precision_option, runtime_options)
+                                 port_number, positive_float, positive_int, precision_option, ray_address, ray_option,
+                                 runtime_options)
 from kbert.errors import KbertError
 from kbert.serving.app import ServerLimits, check_listen_address
 
 if TYPE_CHECKING:
-    from kbert.io import ModelFolder
+    from kbert.serving.served_model import ServedModel
 
 DEFAULTS = ServerLimits()
 LIMITS = {  # ServerLimits' fields, as options
@@ -64,6 +65,10 @@ def add_commands(command) -> None:
     runtime_options(serve, "a classifier or an embedding model", "whose small batches cost about half Keras's on "
                     "TensorFlow")
     precision_option(serve, weights=True)
+    ray_option(serve, "serve from Ray Serve replicas (the same routes, limits and metrics in each)")
+    serve.add_argument("--replicas", type=positive_int, default=2, help="--ray: replicas, each loading the model")
+    serve.add_argument("--replica-cpus", type=positive_float, default=1,
+                       help="--ray: CPUs each replica takes, shared among its --instances")
     serve.set_defaults(run=run_serve)
 
 
@@ -78,8 +83,9 @@ def run_serve(args) -> int:
                          "prometheus_client)") \
             from None
     from kbert.serving.instances import serial_reason, share_cores
+    from kbert.serving.served_model import ServedModel
     from kbert.io import ModelFolder
-    from kbert.tasks.predictors import PredictionSettings, check_settings, load_predictor, model_task, resolved
+    from kbert.tasks.predictors import PredictionSettings, check_settings, model_task, resolved
 
     if args.max_wait_ms < 0:
         raise KbertError(f"--max-wait-ms: expected 0 or more, got {args.max_wait_ms}")
@@ -89,6 +95,8 @@ def run_serve(args) -> int:
         raise KbertError("--quantize int8 with --runtime openvino is static int8, calibrated on texts like those the "
                          "server will see: give --calibration FILE (one text a line)")
     check_listen_address(args.host, args.port)  # before the model loads: a typo costs no start-up
+    if args.ray and args.port == 0:
+        raise KbertError("--ray with --port 0: Ray Serve's proxy listens on the port it is given; name one")
     limits = ServerLimits(**{field: getattr(args, field) for field in LIMITS})
     folder = ModelFolder(resolved(args.model))  # read once, for its task and its model
     task = model_task(folder)
@@ -104,16 +112,12 @@ def run_serve(args) -> int:
     serial = serial_reason(task)
     if serial:
         limits.instances = 1
+    served = ServedModel(folder, task, settings, runtime, limits)
+    if args.ray:
+        return _serve_on_ray(args, served)
     # Before the model loads: TensorFlow's pool of threads is fixed once it runs an operation.
     threads = share_cores(limits.instances)
-    predictor = (_onnx_predictor(folder, task, settings, runtime, threads) if onnx
-                 else load_predictor(folder, settings))
-    warm_up = WARM_UP.get(predictor.task, WARM_UP[None])  # compiled before the first request waits for it
-    predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
-    embedder = predictor.embedder
-    for adapter in getattr(embedder, "adapter_models", None) or ():  # each other adapter's graph: its own call
-        if adapter != embedder.adapter:
-            embedder.for_adapter(adapter).encode([warm_up])
+    predictor = served.load(threads)
 
     def ready(url: str) -> None:
         from kbert.embeddings.kinds import DenseOutput
@@ -133,7 +137,19 @@ def run_serve(args) -> int:
     return 0
 
 
-WARM_UP = {"mlm": "[MASK]", None: "warm up"}
+def _serve_on_ray(args, served: "ServedModel") -> int:
+    """`kbert serve --ray`: `served` from Ray Serve replicas (`kbert.serving.server_on_ray`)."""
+    from kbert.serving.server_on_ray import serve_on_ray
+
+    address = ray_address(args)
+
+    def ready(url: str) -> None:
+        print(f"kbert: serving the {served.task} model {args.model} on {url} from {args.replicas} Ray Serve "
+              f"replica{'s' if args.replicas > 1 else ''} of {args.replica_cpus:g} CPU each (the routes of kbert "
+              f"serve; GET {url}/health, {url}/metrics: one replica's)", flush=True)
+
+    serve_on_ray(served, args.host, args.port, args.replicas, args.replica_cpus, address, ready)
+    return 0
 
 
 def _adapters(names: "list | None", onnx: bool) -> "str | list | None":
@@ -143,25 +159,3 @@ def _adapters(names: "list | None", onnx: bool) -> "str | list | None":
         raise KbertError(f"--adapter {' --adapter '.join(names)}: an ONNX model computes one task's weights; serve "
                          "it with one --adapter (or without --runtime onnxruntime and --quantize)")
     return adapters
-
-
-def _onnx_predictor(model_dir: "ModelFolder", task: str, settings, runtime, threads: "int | None"):
-    """A classifier or an embedding model (`task`) whose model is its ONNX export run by `runtime`
-    (`kbert.serving.export.OnnxModel`, on `threads` threads a call; None: every core), made from the float32 Keras
-    model, which it then replaces; the predictor's `dtype` is the precision the runtime runs in."""
-    from kbert.serving.export import onnx_classifier, onnx_embedder
-    from kbert.tasks.classification import load_classifier
-    from kbert.embeddings.embedder import Embedder
-    from kbert.tasks.predictors import classifier_predictor, embedding_predictor
-    from kbert.training.precision import DtypeChoice
-
-    if task == "embed":
-        embedder = Embedder.load(model_dir, adapter=settings.adapter, head=settings.head, dtype="float32")
-        model = embedder.model = onnx_embedder(embedder, runtime, threads)
-        predictor = embedding_predictor(model_dir, settings, embedder)
-    else:
-        classifier = load_classifier(model_dir)
-        model = classifier.model = onnx_classifier(classifier, runtime, threads)
-        predictor = classifier_predictor(classifier, model_dir.path, settings)
-    predictor.dtype = DtypeChoice(model.precision, f"{runtime} runs the model's ONNX export")
-    return predictor

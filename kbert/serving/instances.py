@@ -56,7 +56,12 @@ def share_cores(instances: int) -> Optional[int]:
     """
     if instances == 1:
         return None
-    threads = threads_per_instance(instances)
+    return use_threads(threads_per_instance(instances))
+
+
+def use_threads(threads: int) -> Optional[int]:
+    """Gives this process's model calls `threads` threads (TensorFlow's intra-op pool, PyTorch's); returns the
+    count, or None where the backend keeps its own (TensorFlow once it has run an operation; JAX)."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
@@ -68,4 +73,6 @@ def share_cores(instances: int) -> Optional[int]:
         import torch
 
         torch.set_num_threads(threads)
+    else:
+        return None
     return threads
