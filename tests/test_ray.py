@@ -154,9 +154,19 @@ def test_bad_corpora_and_pools_are_refused_by_name(minilm, reviews, tmp_path, cl
 
     missing = embed("--text-field", "body")
     assert missing.returncode != 0 and "no field 'body' (its rows hold id, text)" in missing.stderr
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"pid": [1, 2], "text": reviews[:2]}), tmp_path / "corpus.parquet")
+    parquet = kbert_in_process("embed", "--model", minilm, tmp_path / "corpus.parquet", "--ray", "--output",
+                               tmp_path / "from-parquet")
+    assert parquet.returncode != 0 and "no field 'id' (its rows hold pid, text)" in parquet.stderr
+    prompt = embed("--prompt-name", "query")
+    assert prompt.returncode != 0 and "--prompt-name query: " in prompt.stderr and "has no prompts" in prompt.stderr
     blank = embed()
-    assert blank.returncode != 0 and "the text of id 5 is blank" in blank.stderr
-    assert "Traceback" not in blank.stderr
+    assert blank.returncode != 0
+    assert blank.stderr.strip().splitlines()[-1].endswith(": the text of id 5 is blank (1 in this batch); every "
+                                                          "row must hold a text to embed")
     crowded = embed("--workers", "3")
     assert crowded.returncode != 0 and "leaving none to read and write" in crowded.stderr
     npy = embed("--npy", tmp_path / "v.npy")

@@ -160,10 +160,15 @@ def _embed_on_ray(args) -> int:
         raise KbertError(f"--ray writes each text's float vector to Parquet shards; {', '.join(other)} "
                          "is not built for it: embed without --ray for that")
     from kbert.embeddings.embedder import Embedder
+    from kbert.embeddings.folders import read_sentence_transformer
     from kbert.serving.corpus_on_ray import CorpusJob, embed_corpus
 
     address = ray_address(args)
     folder = Embedder.folder(args.model, args.cache_dir)  # a name fetched here, once, not by each worker
+    prompts = read_sentence_transformer(folder).prompts
+    if args.prompt_name is not None and args.prompt_name not in prompts:  # refused before the actors start
+        raise KbertError(f"--prompt-name {args.prompt_name}: {args.model} has "
+                         f"{'the prompts ' + ', '.join(prompts) if prompts else 'no prompts'}")
     job = CorpusJob(model=os.path.abspath(folder), source=args.input, output=args.output,
                     text_field=args.text_field, id_field=args.id_field, batch_size=args.batch_size,
                     prompt_name=args.prompt_name, prompt=args.prompt, dimensions=args.dimensions,

@@ -14,8 +14,10 @@ Example (a local cluster on this machine; `address="auto"` joins a running one):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import sys
@@ -122,8 +124,9 @@ def embed_corpus(job: CorpusJob, address: Optional[str] = None, workers: int = 2
                                compute=ActorPoolStrategy(size=workers), num_cpus=worker_cpus,
                                max_restarts=2, max_task_retries=2)  # Ray restarts a lost actor, retries its task
     try:
-        if pending:
-            vectors.write_parquet(job.output, min_rows_per_file=shard_rows, ray_remote_args=LIGHT)
+        with _input_errors_unlogged():
+            if pending:
+                vectors.write_parquet(job.output, min_rows_per_file=shard_rows, ray_remote_args=LIGHT)
     except Exception as error:  # Ray wraps an actor's error; kbert's own says what was wrong with the input
         raise _kbert_cause(error) or error
     print(f"kbert: {pending} texts embedded into {job.output} ({len(done)} done before)", file=sys.stderr)
@@ -242,6 +245,23 @@ def _text_lines(source: str):
     except UnicodeDecodeError as error:
         raise DataError(f"{source}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     return pa.table({"id": pa.array(range(1, len(lines) + 1), pa.int64()), "text": lines})
+
+
+@contextlib.contextmanager
+def _input_errors_unlogged():
+    """Ray logs an actor's error with its stack trace as it fails the run; where that error is kbert's refusal of
+    the input (raised again here, as the command's one message), its log lines are left out."""
+    def not_kbert_refusal(record: logging.LogRecord) -> bool:
+        return "kbert.errors." not in record.getMessage()
+
+    handlers = [handler for name in ("ray", "ray.data") for handler in logging.getLogger(name).handlers]
+    for handler in handlers:
+        handler.addFilter(not_kbert_refusal)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(not_kbert_refusal)
 
 
 def _kbert_cause(error: BaseException) -> Optional[KbertError]:
