@@ -3,11 +3,14 @@ CrossEncoder loads them, predicted from the command line and served as TEI's `/r
 `/v1/rerank`."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path, write
+from conftest import CONFIGS, REPO, minilm_dir, shared_path, write
 from kbert.cli.main import main
 from kbert.errors import KbertError
 
@@ -274,3 +277,71 @@ def test_the_listwise_loss_learns_to_put_the_relevant_passage_first():
     before = first_place()
     history = scorer.fit(features, labels, batch_size=16, epochs=5, shuffle=False, verbose=0).history["loss"]
     assert history[-1] < history[0] - 0.3 and first_place() > max(0.9, before + 0.2)
+
+
+@pytest.fixture(scope="module")
+def minilm_cross_encoder(tmp_path_factory):
+    """A CrossEncoder folder on the real all-MiniLM-L6-v2: its backbone's weights, a pooler and a one-logit head
+    from a fixed seed (logits that differ from pair to pair, as a trained head's do)."""
+    import keras
+
+    from kbert import build_transformer_model
+    from kbert.checkpoints.hf import load_hf_weights
+    from kbert.tasks.reranking import reranker_model, write_cross_encoder
+    from kbert.tokenizers.tokenizer_json import folder_tokenizer
+
+    from kbert.io import ModelFolder
+
+    source = ModelFolder(minilm_dir())
+    tokenizer = folder_tokenizer(source)
+    keras.utils.set_random_seed(3)
+    bert = build_transformer_model(source, padding=tokenizer.padding)
+    load_hf_weights(bert, source)
+    out = tmp_path_factory.mktemp("cross-encoder") / "minilm"
+    write_cross_encoder(reranker_model(bert), bert, tokenizer, 128, str(out))
+    return out
+
+
+@pytest.mark.examples  # OpenVINO's export and NNCF's calibration: about 30 s
+def test_openvino_serves_a_reranker_in_static_int8_close_to_keras(minilm_cross_encoder, tmp_path):
+    """A CrossEncoder's ONNX export through onnxruntime (float32: Keras's logits within 1e-4), and `kbert serve
+    --runtime openvino --quantize int8` of it, calibrated on query<TAB>passage lines of
+    other reviews: each pair's logit within a tenth of the logits' spread of Keras's float32 (the export's own
+    check), the pairs' order nearly the same; a calibration line without its tab refused."""
+    pytest.importorskip("openvino", reason="--runtime openvino: pip install 'kbert[openvino]'")
+    pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
+    from kbert.serving.export import onnx_reranker
+    from kbert.tasks.reranking import Reranker
+    from test_serve import post, running_server
+
+    texts = [line.split("\t")[0] for line in shared_path("data", "sentiment", "sentiment.valid.data")
+             .read_text(encoding="utf-8").splitlines() if len(line.split("\t")[0]) > 8]
+    halves = [(text[:len(text) // 2], text[len(text) // 2:]) for text in texts]
+    checked, calibration = halves[:32], halves[100:164]
+    queries = [query for query, _ in checked for _ in range(2)]
+    passages = [passage for i in range(len(checked)) for passage in (checked[i][1], checked[(i + 7) % 32][1])]
+    reranker = Reranker.load(minilm_cross_encoder, dtype="float32")
+    expected = reranker.logits(queries, passages)
+    reranker.model = onnx_reranker(reranker)  # onnxruntime, float32: the same logits
+    np.testing.assert_allclose(reranker.logits(queries, passages), expected, atol=1e-4)
+    lines = tmp_path / "calibration.tsv"
+    lines.write_text("".join(f"{query}\t{passage}\n" for query, passage in calibration), encoding="utf-8")
+    with running_server(minilm_cross_encoder, "--runtime", "openvino", "--quantize", "int8", "--calibration",
+                        lines) as (url, _):
+        status, answer = post(url, {"texts": queries, "text_pairs": passages, "truncate": True})
+    assert status == 200, answer
+    got = np.array([row["logit"] for row in answer["predictions"]])
+    difference, spread = np.abs(got - expected).max(), np.ptp(expected)
+    ranks = np.argsort(np.argsort(got)), np.argsort(np.argsort(expected))
+    spearman = np.corrcoef(*ranks)[0, 1]
+    print(f"largest difference {difference:.4f}, logits spread {spread:.3f}, Spearman {spearman:.4f}")
+    assert spread > 0.1 and difference <= 0.1 * max(spread, 1.0)
+    assert spearman >= 0.95, spearman
+
+    untabbed = tmp_path / "untabbed.txt"
+    untabbed.write_text("".join(f"{query}{passage}\n" for query, passage in calibration), encoding="utf-8")
+    refused = subprocess.run([sys.executable, "-m", "kbert", "serve", str(minilm_cross_encoder), "--runtime",
+                              "openvino", "--quantize", "int8", "--calibration", str(untabbed), "--port", "0"],
+                             capture_output=True, text=True, timeout=300, cwd=str(REPO),
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert refused.returncode != 0 and "calibration text 1 has no tab" in refused.stderr

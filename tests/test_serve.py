@@ -153,8 +153,8 @@ def test_an_int8_classifier_answers_close_to_float32(model_dirs, capsys):
                                [first_label_probability(row) for row in expected], atol=0.05)
     for task in ("ner", "seq2seq"):
         assert main(["serve", str(model_dirs / task), "--quantize", "int8"]) == 2
-        assert (f"--quantize int8 serves classifiers and embedding models (an ONNX file); {model_dirs / task} "
-                f"is a {task} model") in capsys.readouterr().err
+        assert (f"--quantize int8 serves classifiers, embedding models and rerankers (an ONNX file); "
+                f"{model_dirs / task} is a {task} model") in capsys.readouterr().err
 
 
 def test_onnxruntime_serves_a_classifier_as_keras_predicts_it(model_dirs, capsys):

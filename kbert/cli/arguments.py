@@ -196,8 +196,8 @@ def runtime_options(parser: argparse.ArgumentParser, what: str, why: str) -> Non
                              "within a few hundredths of float32")
     parser.add_argument("--calibration", metavar="FILE",
                         help="--runtime openvino --quantize int8: texts like those the model will see, one a line "
-                             "(at least 16; 300 sampled evenly from a longer file); kbert embed samples its own "
-                             "input where this is left out")
+                             "(a reranker's: query<TAB>passage; at least 16; 300 sampled evenly from a longer "
+                             "file); kbert embed samples its own input where this is left out")
 
 
 def ray_option(parser: argparse.ArgumentParser, what: str) -> None:

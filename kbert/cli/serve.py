@@ -62,7 +62,7 @@ def add_commands(command) -> None:
                                                         "POST /v1/embed and /v1/embeddings; default: the model "
                                                         "folder's calibration_ranges.json, if any")
     embedding_head_argument(serve)
-    runtime_options(serve, "a classifier or an embedding model", "whose small batches cost about half Keras's on "
+    runtime_options(serve, "a classifier, an embedding model or a reranker", "whose small batches cost about half Keras's on "
                     "TensorFlow")
     precision_option(serve, weights=True)
     ray_option(serve, "serve from Ray Serve replicas (the same routes, limits and metrics in each)")
@@ -105,10 +105,10 @@ def run_serve(args) -> int:
                                   adapter=_adapters(args.adapter, onnx),
                                   ranges=args.ranges, head=args.head)
     check_settings(settings, task, args.model)  # before the model loads (the ONNX path skips load_predictor)
-    if onnx and task not in ("classify", "embed"):
+    if onnx and task not in ("classify", "embed", "rerank"):
         option = "--quantize int8" if args.quantize else f"--runtime {runtime.name}"
-        raise KbertError(f"{option} serves classifiers and embedding models (an ONNX file); {args.model} is a {task} "
-                         f"model: serve it without {option}")
+        raise KbertError(f"{option} serves classifiers, embedding models and rerankers (an ONNX file); {args.model} "
+                         f"is a {task} model: serve it without {option}")
     serial = serial_reason(task)
     if serial:
         limits.instances = 1

@@ -33,6 +33,10 @@ INT8_COSINE = 0.95
 BF16_COSINE = 0.999  # OpenVINO's bfloat16 vectors against Keras's float32 ones (0.9999 on all-MiniLM-L6-v2)
 EMBEDDING_SAMPLE_TEXTS = ("A man is eating food.", "The girl is carrying a baby.")
 INT8_TAG_SHARE = 0.05
+# A reranker's int8 and bfloat16 logits against its float32 ones: each within this share of the sample pairs'
+# spread of logits (at least 1), so that no pair moves past another by more than a tenth of the range it is
+# ranked in.
+RERANK_LOGIT_SHARE = 0.1
 INT8_TOKEN_SHARE = 0.1
 SAMPLE_TEXTS = ("国务院总理李鹏在北京会见了日本客人", "房间干净，服务热情", "好")  # what each export is checked on
 _converters_registered = False

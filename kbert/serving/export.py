@@ -46,7 +46,8 @@ from kbert.errors import KbertError, first_line, require_tensorflow
 from kbert.io import atomic_path
 from kbert.models import naming
 from kbert.serving.conversion import (BF16_COSINE, EMBEDDING_SAMPLE_TEXTS, FLOAT_TOLERANCE, INT8_COSINE,
-                                      INT8_PROBABILITY_TOLERANCE, INT8_TAG_SHARE, SAMPLE_TEXTS, ExportReport,
+                                      INT8_PROBABILITY_TOLERANCE, INT8_TAG_SHARE, RERANK_LOGIT_SHARE, SAMPLE_TEXTS,
+                                      ExportReport,
                                       convert_to_onnx, export_staging, publish, refuse_existing)
 
 FORMATS = ("saved_model", "onnx", "litert", "keras")
@@ -271,6 +272,26 @@ def _classifier_endpoint(classifier) -> _Endpoint:
                      "classify", encode=lambda texts: classifier.tokenizer.encode_all(texts, maxlen=classifier.maxlen))
 
 
+def reranker_endpoint(reranker) -> _Endpoint:
+    """A cross-encoder's relevance logit of `[CLS] query [SEP] passage [SEP]`, checked on pairs of the sample texts;
+    its calibration texts are `query<TAB>passage` lines."""
+    texts = list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS)
+    queries, passages = zip(*[(query, passage) for query in texts for passage in texts])
+
+    def encode(lines: list) -> list:
+        pairs = [line.split("\t", 1) for line in lines]
+        alone = [number for number, pair in enumerate(pairs, 1) if len(pair) < 2]
+        if alone:
+            raise KbertError(f"calibration text {alone[0]} has no tab: a reranker is calibrated on query<TAB>passage "
+                             "lines")
+        return reranker.tokenizer.encode_all([q for q, _ in pairs], [p for _, p in pairs], maxlen=reranker.maxlen)
+
+    return _Endpoint(reranker.model, _forward(reranker.model), "logits", [], reranker.tokenizer, "rerank",
+                     {"kbert_maxlen": reranker.maxlen, "kbert_activation": reranker.activation},
+                     reranker.tokenizer.encode_all(list(queries), list(passages), maxlen=reranker.maxlen),
+                     encode=encode)
+
+
 def _forward(model) -> Callable:
     """The model's outputs as a function of its inputs (token and segment ids, ...), in inference mode."""
     return lambda *features: model(list(features), training=False)
@@ -470,6 +491,11 @@ def onnx_embedder(embedder, runtime: Optional[Runtime] = None, threads: Optional
     return OnnxModel(embedder_endpoint(embedder), runtime, threads)
 
 
+def onnx_reranker(reranker, runtime: Optional[Runtime] = None, threads: Optional[int] = None) -> OnnxModel:
+    """A loaded cross-encoder's (`kbert.tasks.reranking.Reranker`) ONNX model: its relevance logits."""
+    return OnnxModel(reranker_endpoint(reranker), runtime, threads)
+
+
 def onnx_runner(path: str, threads: Optional[int] = None) -> Callable:
     """A function of the file's inputs (token and segment ids, ...: int32 arrays, in the file's order) running it
     in onnxruntime on the CPU, on `threads` threads a call (None: onnxruntime's default, every core)."""
@@ -520,6 +546,13 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
         if not cosines.min() >= least:
             raise KbertError(f"{refused} have a cosine of {cosines.min():.4f} with Keras's float32 vectors on sample "
                              f"text (allowed: at least {least}); nothing was written. Serve or export this "
+                             "model in float32")
+        return difference
+    if endpoint.output == "logits":  # a reranker's: each logit close, on the scale the pairs are ranked on
+        allowed = RERANK_LOGIT_SHARE * max(float(np.ptp(expected)), 1.0)
+        if not difference <= allowed:
+            raise KbertError(f"{refused} differ from Keras's float32 by {difference:.3f} on sample pairs (allowed: "
+                             f"{allowed:.3f}, a tenth of their logits' spread); nothing was written. Serve this "
                              "model in float32")
         return difference
     if endpoint.output == "probabilities":

@@ -54,17 +54,22 @@ class ServedModel:
         return predictor
 
     def _onnx_predictor(self, folder, threads: Optional[int]):
-        """A classifier or an embedding model whose model is its ONNX export run by the runtime
+        """A classifier, an embedding model or a reranker whose model is its ONNX export run by the runtime
         (`kbert.serving.export.OnnxModel`), made from the float32 Keras model, which it then replaces; the
         predictor's `dtype` is the precision the runtime runs in."""
         from kbert.embeddings.embedder import Embedder
-        from kbert.serving.export import onnx_classifier, onnx_embedder
+        from kbert.serving.export import onnx_classifier, onnx_embedder, onnx_reranker
         from kbert.tasks.classification import load_classifier
-        from kbert.tasks.predictors import classifier_predictor, embedding_predictor
+        from kbert.tasks.predictors import classifier_predictor, embedding_predictor, reranker_predictor
+        from kbert.tasks.reranking import Reranker
         from kbert.training.precision import DtypeChoice
 
         settings, runtime = self.settings, self.runtime
-        if self.task == "embed":
+        if self.task == "rerank":
+            reranker = Reranker.load(folder, dtype="float32")
+            model = reranker.model = onnx_reranker(reranker, runtime, threads)
+            predictor = reranker_predictor(folder, settings, reranker)
+        elif self.task == "embed":
             embedder = Embedder.load(folder, adapter=settings.adapter, head=settings.head, dtype="float32")
             model = embedder.model = onnx_embedder(embedder, runtime, threads)
             predictor = embedding_predictor(folder, settings, embedder)

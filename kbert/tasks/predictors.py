@@ -227,11 +227,12 @@ def is_cross_encoder(model: str) -> bool:
     return os.path.isdir(model) and is_reranker(model)
 
 
-def reranker_predictor(model: "str | os.PathLike[str]", settings: PredictionSettings) -> Predictor:
-    """A reranker's predictor: each (query, passage) pair's `{"text", "text_pair", "score", "logit"}`."""
+def reranker_predictor(model: "str | os.PathLike[str]", settings: PredictionSettings, reranker=None) -> Predictor:
+    """A reranker's predictor: each (query, passage) pair's `{"text", "text_pair", "score", "logit"}`
+    (`reranker`: `model` loaded already, e.g. with its OpenVINO model in place)."""
     from kbert.tasks.reranking import Reranker
 
-    reranker = Reranker.load(model)
+    reranker = reranker or Reranker.load(model)
     return Predictor("rerank", os.fspath(model), lambda queries, passages: rerank_rows(
         reranker, queries, passages, reranker.logits(queries, passages, settings.batch_size)), reranker.tokenizer,
         reranker.maxlen, reranker=reranker)
