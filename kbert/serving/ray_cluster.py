@@ -11,14 +11,16 @@ WORKER_ENV = ("KERAS_BACKEND", "KBERT_DTYPE", "KBERT_CACHE", "TF_CPP_MIN_LOG_LEV
 
 def start_ray(address: Optional[str], spare_cpus: int = 0) -> None:
     """Joins the Ray cluster at `address` ("auto": the one `ray start` made here; "ray://HOST:10001": a remote
-    one), or starts a local one (None) of this machine's cores and `spare_cpus` logical CPUs more; either way its
-    workers get this process's `WORKER_ENV`. Nothing where this process has joined one already."""
+    one), or starts a local one (None, and no `RAY_ADDRESS` set) of this machine's cores and `spare_cpus` logical
+    CPUs more; either way its workers get this process's `WORKER_ENV`. Nothing where this process has joined one
+    already."""
     import ray
 
     from kbert.serving.instances import available_cores
 
     if ray.is_initialized():
         return
-    local = {} if address else {"num_cpus": available_cores() + spare_cpus}
+    # RAY_ADDRESS names a running cluster for ray.init even without an address: it has its CPUs already
+    local = {} if address or os.environ.get("RAY_ADDRESS") else {"num_cpus": available_cores() + spare_cpus}
     ray.init(address=address, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {name: os.environ[name] for name in WORKER_ENV if name in os.environ}}, **local)
