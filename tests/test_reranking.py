@@ -283,22 +283,10 @@ def test_the_listwise_loss_learns_to_put_the_relevant_passage_first():
 def minilm_cross_encoder(tmp_path_factory):
     """A CrossEncoder folder on the real all-MiniLM-L6-v2: its backbone's weights, a pooler and a one-logit head
     from a fixed seed (logits that differ from pair to pair, as a trained head's do)."""
-    import keras
+    from benchmarks.reranker_engines import make_folder
 
-    from kbert import build_transformer_model
-    from kbert.checkpoints.hf import load_hf_weights
-    from kbert.tasks.reranking import reranker_model, write_cross_encoder
-    from kbert.tokenizers.tokenizer_json import folder_tokenizer
-
-    from kbert.io import ModelFolder
-
-    source = ModelFolder(minilm_dir())
-    tokenizer = folder_tokenizer(source)
-    keras.utils.set_random_seed(3)
-    bert = build_transformer_model(source, padding=tokenizer.padding)
-    load_hf_weights(bert, source)
     out = tmp_path_factory.mktemp("cross-encoder") / "minilm"
-    write_cross_encoder(reranker_model(bert), bert, tokenizer, 128, str(out))
+    make_folder(str(out), str(minilm_dir()))
     return out
 
 
