@@ -141,8 +141,12 @@ def test_a_stopped_run_resumes_embedding_only_what_no_complete_shard_holds(minil
 
 
 def test_bad_corpora_and_pools_are_refused_by_name(minilm, reviews, tmp_path, cluster):
-    """A missing field (naming the fields there), a blank text (naming its id, out of Ray's wrapping), a pool
-    that leaves no CPU to read with, and options --ray does not take."""
+    """A missing field (naming the fields there), an unknown prompt, a pool that leaves no CPU to read with (none
+    of them leaving an output folder behind), a blank text (naming its id, out of Ray's wrapping), and options
+    --ray does not take."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     corpus = tmp_path / "corpus.jsonl"
     rows = [{"id": index, "text": text} for index, text in enumerate(reviews[:8])]
     rows[5]["text"] = "   "
@@ -154,21 +158,19 @@ def test_bad_corpora_and_pools_are_refused_by_name(minilm, reviews, tmp_path, cl
 
     missing = embed("--text-field", "body")
     assert missing.returncode != 0 and "no field 'body' (its rows hold id, text)" in missing.stderr
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     pq.write_table(pa.table({"pid": [1, 2], "text": reviews[:2]}), tmp_path / "corpus.parquet")
     parquet = kbert_in_process("embed", "--model", minilm, tmp_path / "corpus.parquet", "--ray", "--output",
                                tmp_path / "from-parquet")
     assert parquet.returncode != 0 and "no field 'id' (its rows hold pid, text)" in parquet.stderr
     prompt = embed("--prompt-name", "query")
     assert prompt.returncode != 0 and "--prompt-name query: " in prompt.stderr and "has no prompts" in prompt.stderr
+    crowded = embed("--workers", "3")
+    assert crowded.returncode != 0 and "leaving none to read and write" in crowded.stderr
+    assert not [path.name for path in tmp_path.iterdir() if path.is_dir()], "a refused run left its output folder"
     blank = embed()
     assert blank.returncode != 0
     assert blank.stderr.strip().splitlines()[-1].endswith(": the text of id 5 is blank (1 in this batch); every "
                                                           "row must hold a text to embed")
-    crowded = embed("--workers", "3")
-    assert crowded.returncode != 0 and "leaving none to read and write" in crowded.stderr
     npy = embed("--npy", tmp_path / "v.npy")
     assert npy.returncode != 0 and "--npy is not built for it" in npy.stderr
     alone = kbert_in_process("embed", "--model", minilm, corpus, "--output", tmp_path / "lone")

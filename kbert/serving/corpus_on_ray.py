@@ -114,11 +114,13 @@ def embed_corpus(job: CorpusJob, address: Optional[str] = None, workers: int = 2
     settings it was started with."""
     from ray.data import ActorPoolStrategy
 
-    done = _start_or_resume(job, resume)
+    done = _completed(job, resume)
     start_ray(address, spare_cpus=1)  # a logical CPU for the `LIGHT` tasks of a local cluster
     _check_room(workers, worker_cpus)
     rows = _rows(job, done)
     pending = rows.count()
+    if not resume:  # only once the source and the pool are checked: a refused run leaves no folder behind
+        _write_manifest(job)
     vectors = rows.map_batches(EmbeddingActor, fn_constructor_args=(job, max(1, int(worker_cpus))),
                                batch_format="pyarrow", batch_size=job.batch_size * ROWS_PER_CALL,
                                compute=ActorPoolStrategy(size=workers), num_cpus=worker_cpus,
@@ -154,19 +156,14 @@ def read_vectors(output: str):
     return table.column("id").to_pylist(), vectors
 
 
-def _start_or_resume(job: CorpusJob, resume: bool) -> set:
-    """The ids the output folder holds already (none for a new run, whose manifest it writes); refuses an existing
-    folder without `resume`, and a resumed one whose vectors were made otherwise."""
-    from kbert.io import atomic_path
-
+def _completed(job: CorpusJob, resume: bool) -> set:
+    """The ids the output folder holds already: none for a new run (an existing folder refused), those of its
+    complete shards for a resumed one (refused where its vectors were made otherwise)."""
     manifest_path = os.path.join(job.output, MANIFEST)
     if not resume:
         if os.path.lexists(job.output):
             raise KbertError(f"{job.output}: already exists; choose a new folder, or --resume to finish the run that "
                              "wrote it (kbert never writes over an earlier output)")
-        os.makedirs(job.output)
-        with atomic_path(manifest_path) as temporary, open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(job.manifest(), handle, indent=2)
         return set()
     try:
         with open(manifest_path, encoding="utf-8") as handle:
@@ -180,6 +177,15 @@ def _start_or_resume(job: CorpusJob, resume: bool) -> set:
                          f", not {', '.join(f'{f}={job.manifest()[f]!r}' for f in changed)}; resume with the same "
                          "settings, or embed into a new folder")
     return _completed_ids(job.output)
+
+
+def _write_manifest(job: CorpusJob) -> None:
+    """A new output folder, with what decides its vectors (`MANIFEST`)."""
+    from kbert.io import atomic_path
+
+    os.makedirs(job.output)
+    with atomic_path(os.path.join(job.output, MANIFEST)) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(job.manifest(), handle, indent=2)
 
 
 def _completed_ids(output: str) -> set:
