@@ -62,8 +62,8 @@ def add_commands(command) -> None:
                                                         "POST /v1/embed and /v1/embeddings; default: the model "
                                                         "folder's calibration_ranges.json, if any")
     embedding_head_argument(serve)
-    runtime_options(serve, "a classifier, an embedding model or a reranker", "whose small batches cost about half Keras's on "
-                    "TensorFlow")
+    runtime_options(serve, "a classifier, an embedding model or a reranker",
+                    "whose small batches cost about half Keras's on TensorFlow")
     precision_option(serve, weights=True)
     ray_option(serve, "serve from Ray Serve replicas (the same routes, limits and metrics in each)")
     serve.add_argument("--replicas", type=positive_int, default=2, help="--ray: replicas, each loading the model")

@@ -171,11 +171,13 @@ def _completed(job: CorpusJob, resume: bool) -> set:
     except (OSError, ValueError) as error:
         raise KbertError(f"{manifest_path}: cannot read it ({error}); --resume finishes a folder an earlier "
                          "kbert embed --ray wrote") from None
-    changed = [field for field in DECIDING if earlier.get(field) != job.manifest()[field]]
+    now = job.manifest()
+    changed = [field for field in DECIDING if earlier.get(field) != now[field]]
     if changed:
-        raise KbertError(f"{job.output}: its vectors were made with {', '.join(f'{f}={earlier.get(f)!r}' for f in changed)}"
-                         f", not {', '.join(f'{f}={job.manifest()[f]!r}' for f in changed)}; resume with the same "
-                         "settings, or embed into a new folder")
+        then = ", ".join(f"{field}={earlier.get(field)!r}" for field in changed)
+        raise KbertError(f"{job.output}: its vectors were made with {then}, not "
+                         f"{', '.join(f'{field}={now[field]!r}' for field in changed)}; resume with the same settings, "
+                         "or embed into a new folder")
     return _completed_ids(job.output)
 
 
@@ -217,9 +219,10 @@ def _rows(job: CorpusJob, done: set):
     source = job.source
     if not os.path.exists(source):
         raise KbertError(f"{source}: no such file or folder")
-    if source.endswith((".jsonl", ".json")) or source.endswith(".parquet") or os.path.isdir(source):
-        dataset = (ray.data.read_json(source, lines=True, ray_remote_args=LIGHT)
-                   if source.endswith((".jsonl", ".json")) else ray.data.read_parquet(source, ray_remote_args=LIGHT))
+    json_lines = source.endswith((".jsonl", ".json"))
+    if json_lines or source.endswith(".parquet") or os.path.isdir(source):
+        dataset = (ray.data.read_json(source, lines=True, ray_remote_args=LIGHT) if json_lines
+                   else ray.data.read_parquet(source, ray_remote_args=LIGHT))
         fields = dataset.schema().names
         missing = [field for field in (job.id_field, job.text_field) if field not in fields]
         if missing:

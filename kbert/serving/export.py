@@ -552,7 +552,7 @@ def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optio
         allowed = RERANK_LOGIT_SHARE * max(float(np.ptp(expected)), 1.0)
         if not difference <= allowed:
             raise KbertError(f"{refused} differ from Keras's float32 by {difference:.3f} on sample pairs (allowed: "
-                             f"{allowed:.3f}, a tenth of their logits' spread); nothing was written. Serve this "
+                             f"{allowed:.3f}, {RERANK_LOGIT_SHARE:g} of their logits' spread); nothing was written. Serve this "
                              "model in float32")
         return difference
     if endpoint.output == "probabilities":

@@ -42,7 +42,7 @@ class ServedModel:
         from kbert.io import ModelFolder
         from kbert.tasks.predictors import load_predictor
 
-        folder = self.folder if isinstance(self.folder, ModelFolder) else ModelFolder(self.folder)
+        folder = ModelFolder.of(self.folder)
         predictor = (self._onnx_predictor(folder, threads) if self.runtime is not None
                      else load_predictor(folder, self.settings))
         warm_up = WARM_UP.get(predictor.task, WARM_UP[None])

@@ -2,7 +2,7 @@
 model (`ServedModel`) and runs kbert's own app in it, with its routes, batching, request limits and `/metrics`;
 Ray Serve's proxy takes the connections and spreads the requests over the replicas, and Ray restarts a replica that
 dies. A replica's `/metrics` counts that replica's requests (Ray's own metrics, `ray_serve_*`, count the whole
-deployment: docs/serving.md).
+deployment: docs/cluster.md).
 
 Example (two replicas on a local Ray cluster):
 >>> serve_on_ray(served, "127.0.0.1", 8000, replicas=2)  # doctest: +SKIP
