@@ -11,7 +11,8 @@ call). Prints the CPU and its flags, then per engine: texts/s (median), the medi
 sentence-transformers on torch float32 and to the fastest sentence-transformers engine of the same round (with
 their ranges), and each text's cosine with the float32 vectors of sentence-transformers (median and lowest).
 
-kbert's engines are `kbert embed`'s options: its defaults (Keras, `--dtype auto`), `--dtype bfloat16`,
+kbert's engines are `kbert embed`'s options: its defaults (`--runtime auto`: OpenVINO where it is installed, in
+its own precision for the CPU; `--dtype auto`), `--runtime keras` (`--dtype auto`), `--dtype bfloat16`,
 `--runtime onnxruntime` with `--quantize int8` (dynamic), `--runtime openvino` (its precision for the CPU) and
 with `--quantize int8` (static, calibrated on a sample of the texts, as `kbert embed` does without
 `--calibration`). `--engines` picks some.
@@ -34,7 +35,8 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = "st torch float32"
 # engine: (worker, --dtype, --runtime)
 ENGINES = {
-    "kbert defaults": ("kbert", "auto", "keras"),
+    "kbert defaults": ("kbert", "auto", "auto"),
+    "kbert keras": ("kbert", "auto", "keras"),
     "kbert bfloat16": ("kbert", "bfloat16", "keras"),
     "kbert onnxruntime int8": ("kbert", "float32", "onnxruntime-int8"),
     "kbert openvino": ("kbert", "auto", "openvino"),

@@ -71,9 +71,11 @@ def _load(engine: str, model: str, dtype: str, runtime: str = "keras", texts: Se
     `SentenceTransformer` on the CPU (`runtime` torch in `dtype`, or openvino: its OpenVINO backend)."""
     if engine == "kbert":
         from kbert.embeddings.embedder import Embedder
-        from kbert.serving.export import Runtime, onnx_embedder
+        from kbert.serving.runtimes import Runtime, onnx_embedder
         from kbert.serving.openvino import calibration_sample
 
+        if runtime == "auto":  # what `kbert embed --runtime auto` (its default) picks here
+            runtime = _auto_runtime(dtype)
         if runtime == "keras":
             return Embedder.load(model, dtype=dtype)
         embedder = Embedder.load(model, dtype="float32")  # every export is made from float32
@@ -91,7 +93,22 @@ def _load(engine: str, model: str, dtype: str, runtime: str = "keras", texts: Se
         torch, "float32" if dtype == "auto" else dtype)})
 
 
-RUNTIMES = ("keras", "onnxruntime", "onnxruntime-int8", "openvino", "openvino-int8")
+def _auto_runtime(dtype: str) -> str:
+    """The runtime `kbert embed --runtime auto --dtype DTYPE` runs, by its rule, on this machine."""
+    import importlib.util
+
+    import keras
+
+    from kbert.cli.arguments import auto_runtime
+
+    options = argparse.Namespace(quantize=None, dtype=dtype, mixed_precision=None, ray=None)
+    name, reason = auto_runtime(options, keras.backend.backend(), lambda module: importlib.util.find_spec(module)
+                                is not None)
+    print(f"kbert --runtime auto: {name} ({reason})", file=sys.stderr)
+    return name
+
+
+RUNTIMES = ("auto", "keras", "onnxruntime", "onnxruntime-int8", "openvino", "openvino-int8")
 
 
 def _one_batch(engine: str, model: str, batch_size: int, dtype: str, runtime: str):

@@ -3,7 +3,7 @@ and `kbert embed` with either do before their first text.
 
     python -m benchmarks.export_memory --model FOLDER [--model FOLDER ...] [--quantize int8]
 
-Each model is loaded and exported in a process of its own (`kbert.serving.export.onnx_embedder`: tf2onnx's
+Each model is loaded and exported in a process of its own (`kbert.serving.runtimes.onnx_embedder`: tf2onnx's
 conversion, onnxruntime's quantization with `--quantize`, the check against Keras). The table gives the resident
 memory after loading, the peak during the export (the kernel's high-water mark, `VmHWM`), what the process still
 holds after it (`VmRSS`), and the export's seconds.
@@ -21,7 +21,7 @@ import time
 def measure(model: str, quantize: str) -> dict:
     """One model's export, in this process (`--child`): its memory readings and seconds."""
     from benchmarks.memory import peak_rss_mib, rss_mib
-    from kbert.serving.export import Runtime, onnx_embedder
+    from kbert.serving.runtimes import Runtime, onnx_embedder
     from kbert.embeddings.embedder import Embedder
 
     embedder = Embedder.load(model, dtype="float32")

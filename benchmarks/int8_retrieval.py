@@ -25,7 +25,7 @@ RUNTIMES = {"float32 (Keras)": None, "onnxruntime int8 (dynamic)": ("onnxruntime
 def main(argv=None) -> int:
     from kbert.embeddings.embedder import Embedder
     from kbert.embeddings.evaluation import retrieval
-    from kbert.serving.export import Runtime, onnx_embedder
+    from kbert.serving.runtimes import Runtime, onnx_embedder
     from kbert.serving.openvino import calibration_sample
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -3,7 +3,8 @@
     KERAS_BACKEND=torch python -m benchmarks.long_inputs --length 8192 --rounds 3 --hf-python PYTHON_WITH_TRANSFORMERS
 
 Both engines build `configs/modernbert_base.json` with random weights (the same architecture, float32 on the
-CPU), each in its own worker process, and warm up with one forward of 1 × `--warmup-length` token ids; once
+CPU), each in its own worker process, and warm up with forwards of 1 × `--warmup-length` token ids and one fewer
+(TensorFlow's second trace, for any length, is made then; one forward where the warm-up is as long as the row); once
 both are ready, each round asks every worker in turn for one forward at `--length` and reports its seconds and
 its peak resident memory growth over the forward (Linux's VmHWM, reset before it). transformers runs its
 `sdpa` attention, which masks a full length × length matrix on the local layers; kbert computes those layers
@@ -54,7 +55,10 @@ def worker(engine: str, length: int, warmup: int) -> None:
     memory growth."""
     forward = _forward(engine)
     rng = np.random.default_rng(0)
-    forward(rng.integers(5, 50000, (1, warmup)).astype(np.int32))
+    for tokens in (warmup, warmup - 1) if warmup != length else (warmup,):
+        # TensorFlow traces its graph anew for a second shape (of any length: Keras's reduce_retracing) and not
+        # after, so that round 1 times the forward, not a trace, and measures what it allocates
+        forward(rng.integers(5, 50000, (1, tokens)).astype(np.int32))
     ids = rng.integers(5, 50000, (1, length)).astype(np.int32)
     print("ready", flush=True)  # no round starts while another worker still loads and warms up
     for _ in sys.stdin:

@@ -68,7 +68,7 @@ def _scorer(engine: str, model: str, batch_size: int):
         encoder = CrossEncoder(model, backend="openvino" if "openvino" in engine else "torch")
         return lambda rows: np.asarray(encoder.predict(rows, batch_size=batch_size,
                                                        activation_fn=torch.nn.Identity()), np.float32)
-    from kbert.serving.export import Runtime, onnx_reranker
+    from kbert.serving.runtimes import Runtime, onnx_reranker
     from kbert.tasks.reranking import Reranker
 
     reranker = Reranker.load(model, dtype="float32")

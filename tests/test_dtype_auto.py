@@ -75,16 +75,18 @@ def embedded(capsys, texts, *options) -> np.ndarray:
     return np.array([json.loads(line)["embedding"] for line in capsys.readouterr().out.splitlines()])
 
 
-def test_kbert_embed_runs_in_bfloat16_by_default_on_an_amx_cpu_and_says_so(machine, tmp_path, capsys, caplog):
+def test_kbert_embed_on_keras_runs_in_bfloat16_by_default_on_an_amx_cpu_and_says_so(machine, tmp_path, capsys,
+                                                                                     caplog):
+    """`--runtime keras` (auto picks OpenVINO where it is installed: tests/test_runtime_auto.py)."""
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     caplog.set_level(logging.INFO, logger="kbert")
     machine(EPYC)
-    exact = embedded(capsys, texts)
+    exact = embedded(capsys, texts, "--runtime", "keras")
     assert "weights in float32 (auto: no bfloat16 matrix units (amx_bf16) on this CPU)" in caplog.text
     np.testing.assert_array_equal(exact, embedded(capsys, texts, "--dtype", "float32"))
     machine(SAPPHIRE_RAPIDS, 3.0)
-    half = embedded(capsys, texts)
+    half = embedded(capsys, texts, "--runtime", "keras")
     assert "weights in bfloat16 (auto: amx_bf16, a bfloat16 product ran 3.0x float32's)" in caplog.text
     cosine = (half * exact).sum(1) / np.linalg.norm(half, axis=1) / np.linalg.norm(exact, axis=1)
     assert cosine.min() >= 0.999 and np.abs(half - exact).max() > 1e-5  # bfloat16's rounding, within the bound

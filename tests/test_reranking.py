@@ -298,7 +298,7 @@ def test_openvino_serves_a_reranker_in_static_int8_close_to_keras(minilm_cross_e
     check), the pairs' order nearly the same; a calibration line without its tab refused."""
     pytest.importorskip("openvino", reason="--runtime openvino: pip install 'kbert[openvino]'")
     pytest.importorskip("fastapi", reason="kbert serve needs FastAPI and uvicorn: pip install 'kbert[serve]'")
-    from kbert.serving.export import onnx_reranker
+    from kbert.serving.runtimes import onnx_reranker
     from kbert.tasks.reranking import Reranker
     from test_serve import post, running_server
 

@@ -259,7 +259,10 @@ def test_evaluate_takes_each_works_adapter(jina):
 
 def test_an_export_computes_the_adapter_it_names(jina, tmp_path):
     """`kbert export --adapter TASK`: the ONNX file gives that task's vectors, after its prompt (before, the base
-    weights' were all an export could give)."""
+    weights' were all an export could give). Its attention is one piece, not a loop of query blocks (which would
+    keep onnxruntime and OpenVINO from fusing it)."""
+    import onnx
+
     from kbert.serving.export import onnx_runner
     from test_distilbert_mpnet import cli
 
@@ -269,3 +272,4 @@ def test_an_export_computes_the_adapter_it_names(jina, tmp_path):
     ids, segments = (np.array([row], "int32") for row in rows[0][:2])
     got = onnx_runner(str(tmp_path / "passage.onnx"))(ids, segments)
     np.testing.assert_allclose(got[0], embedder.encode(["d e a b c"])[0], atol=1e-5)
+    assert "Loop" not in {node.op_type for node in onnx.load(str(tmp_path / "passage.onnx")).graph.node}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Tuple
 
 from kbert.errors import ConfigError, KbertError, is_whole_number
 from kbert.models.config import BertConfig, bundled_config_names, bundled_config_path
@@ -13,7 +13,7 @@ from kbert.models.registry import FAMILIES, resolve
 from kbert.tasks import TASKS
 
 if TYPE_CHECKING:
-    from kbert.serving.export import Runtime
+    from kbert.serving.runtimes import Runtime
 
 DEFAULT_CONFIG = "bert_base_chinese.json"
 
@@ -181,14 +181,19 @@ def embedding_head_argument(parser: argparse.ArgumentParser) -> None:
                              "{\"indices\", \"values\"}) or colbert (its colbert_linear.pt: a vector per token)")
 
 
-def runtime_options(parser: argparse.ArgumentParser, what: str, why: str) -> None:
+def runtime_options(parser: argparse.ArgumentParser, what: str, why: str, auto: bool = False) -> None:
     """`--runtime`, `--quantize` and `--calibration`: run `what` through onnxruntime or OpenVINO, on its ONNX export
-    made (and checked against Keras) as the command starts; `why` says what that buys here."""
-    parser.add_argument("--runtime", choices=RUNTIMES, default="keras",
+    made (and checked against Keras) as the command starts; `why` says what that buys here. With `auto`, the
+    default is `--runtime auto` (`auto_runtime`), else Keras."""
+    parser.add_argument("--runtime", choices=("auto", *RUNTIMES) if auto else RUNTIMES,
+                        default="auto" if auto else "keras",
                         help=f"{what}: onnxruntime runs its float32 ONNX export (made and checked against Keras "
                              f"as the command starts; pip install 'kbert[onnx]'), {why}; openvino compiles that "
                              "export for this CPU, in bfloat16 where the CPU has bfloat16 units unless --dtype "
-                             "float32 (pip install 'kbert[onnx,openvino]') (default: keras)")
+                             "float32 (pip install 'kbert[onnx,openvino]')" + (
+                                 "; auto (the default): openvino where it is installed and --dtype, KBERT_DTYPE "
+                                 "and --mixed-precision are left unset, on TensorFlow, else keras (its export is "
+                                 "kept in kbert's cache for the next run)" if auto else " (default: keras)"))
     parser.add_argument("--quantize", choices=("int8",),
                         help=f"{what}: int8 through onnxruntime (dynamic: int8 weights; implies --runtime "
                              "onnxruntime unless --runtime openvino), or with --runtime openvino OpenVINO's static "
@@ -198,6 +203,49 @@ def runtime_options(parser: argparse.ArgumentParser, what: str, why: str) -> Non
                         help="--runtime openvino --quantize int8: texts like those the model will see, one a line "
                              "(a reranker's: query<TAB>passage; at least 16; 300 sampled evenly from a longer "
                              "file); kbert embed samples its own input where this is left out")
+
+
+def auto_runtime(args: argparse.Namespace, backend: str, installed: Callable[[str], bool],
+                 environ: Mapping[str, str] = os.environ) -> Tuple[str, str]:
+    """`--runtime auto`'s rule (`kbert embed`'s default): OpenVINO, the fastest CPU engine measured for an
+    embedding model (docs/performance.md), wherever nothing asks for Keras's own numbers; Keras elsewhere.
+
+    Args:
+        args: the command's options (`--quantize`, `--dtype`, `--mixed-precision`, `--ray`).
+        backend: Keras's backend (the export is traced from TensorFlow's graph).
+        installed: whether a module can be imported.
+        environ: the environment (`KBERT_DTYPE`).
+
+    Returns the runtime (`keras`, `onnxruntime` or `openvino`) and why.
+
+    Example:
+    >>> import argparse
+    >>> args = argparse.Namespace(quantize=None, dtype="auto", mixed_precision=None, ray=None)
+    >>> auto_runtime(args, "tensorflow", lambda module: True, environ={})[0]
+    'openvino'
+    >>> auto_runtime(args, "tensorflow", lambda module: True, environ={"KBERT_DTYPE": "float32"})
+    ('keras', "auto: KBERT_DTYPE=float32 asks for Keras's own numbers")
+    >>> auto_runtime(args, "jax", lambda module: True, environ={})[1]
+    "auto: Keras runs on jax; the export is traced from TensorFlow's graph"
+    """
+    from kbert.training.precision import DTYPE_VARIABLE
+
+    if args.quantize:
+        return "onnxruntime", f"auto: --quantize {args.quantize} alone is onnxruntime's dynamic int8"
+    keras_because = ("--ray runs Keras in each actor" if getattr(args, "ray", None) else
+                     f"--mixed-precision {args.mixed_precision} is Keras's" if args.mixed_precision else
+                     f"--dtype {args.dtype} asks for Keras's own numbers" if args.dtype != "auto" else
+                     f"{DTYPE_VARIABLE}={environ[DTYPE_VARIABLE]} asks for Keras's own numbers"
+                     if environ.get(DTYPE_VARIABLE) else
+                     f"Keras runs on {backend}; the export is traced from TensorFlow's graph"
+                     if backend != "tensorflow" else None)
+    if keras_because:
+        return "keras", f"auto: {keras_because}"
+    missing = [module for module in ("openvino", "tf2onnx", "onnxruntime") if not installed(module)]
+    if missing:
+        return "keras", (f"auto: {', '.join(missing)} not installed (pip install 'kbert[onnx,openvino]' for "
+                         "OpenVINO, the fastest CPU engine here)")
+    return "openvino", "auto: OpenVINO is installed, the fastest CPU engine measured (docs/performance.md)"
 
 
 def ray_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -219,14 +267,14 @@ def ray_address(args: argparse.Namespace) -> "str | None":
 
 def runtime_name(args: argparse.Namespace) -> str:
     """What `runtime_options` ask to run the model: `keras`, `onnxruntime` (also implied by --quantize alone) or
-    `openvino`."""
+    `openvino` (`--runtime auto` resolved already, by `kbert.cli.main`)."""
     return "onnxruntime" if args.runtime == "keras" and args.quantize else args.runtime
 
 
 def exported_runtime(args: argparse.Namespace) -> "Runtime | None":
-    """What `runtime_options` ask for (`kbert.serving.export.Runtime`), None for Keras, with --calibration's texts
+    """What `runtime_options` ask for (`kbert.serving.runtimes.Runtime`), None for Keras, with --calibration's texts
     read. Refused: onnxruntime beside a precision other than float32, --calibration without OpenVINO's int8."""
-    from kbert.serving.export import Runtime
+    from kbert.serving.runtimes import Runtime
     from kbert.serving.openvino import read_calibration_texts
 
     name = runtime_name(args)

@@ -4,13 +4,14 @@ encoder's weights, a multi-vector encoder's token vectors; int8 and binary preci
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 
 from kbert.cli.arguments import (calibrated_on_input, embedding_head_argument, exported_runtime, positive_float,
                                  positive_int, precision_option, ray_address, ray_option, runtime_options)
 from kbert.cli.inputs import input_lines
-from kbert.errors import DataError, KbertError, is_blank
+from kbert.errors import DataError, KbertError, first_line, is_blank
 
 
 def add_commands(command) -> None:
@@ -59,7 +60,7 @@ def add_commands(command) -> None:
     embed.add_argument("--cache-dir", help="where a named model is kept (default: $KBERT_CACHE, else "
                                            "~/.cache/kbert; the hub's own cache for hf://)")
     runtime_options(embed, "the model", "worth it for a long file on a CPU: the export takes seconds "
-                    "(docs/embeddings.md)")
+                    "(docs/embeddings.md)", auto=True)
     precision_option(embed, weights=True)
     ray_option(embed, "embed a corpus (a .jsonl, .parquet or text file, or a folder of .parquet) into --output's "
                       "Parquet shards of ids and vectors")
@@ -118,9 +119,7 @@ def run_embed(args) -> int:
                          f"--dimensions {args.dimensions} vectors are scaled anew, so they need ranges of their own "
                          f"(kbert embed --dimensions {args.dimensions} --calibrate OUT.json, then --ranges OUT.json)")
     if runtime:
-        from kbert.serving.export import onnx_embedder
-
-        embedder.model = onnx_embedder(embedder, runtime)
+        _run_through(runtime, embedder, args)
     vectors = embedder.truncated(embedder.encode(texts, args.batch_size, normalize=args.normalize, prompt=prompt),
                                  args.dimensions, args.normalize)
     broken = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
@@ -177,6 +176,31 @@ def _embed_on_ray(args) -> int:
     return 0
 
 
+# --runtime auto leaves a model with more float32 weights than this on Keras: tf2onnx holds several copies of them
+# as it converts (2.5 GB of memory for MiniLM's 90 MB, docs/performance.md), and one ONNX file holds at most 2 GB
+AUTO_EXPORT_BYTES = 1 << 30
+
+
+def _run_through(runtime, embedder, args) -> None:
+    """Puts the ONNX export `runtime` runs in place of the embedder's Keras model. Where `--runtime auto` chose it,
+    Keras stays for a model over `AUTO_EXPORT_BYTES`, or one whose export is refused (a check it fails), with a
+    warning; a runtime asked for by name is refused then."""
+    from kbert.serving.runtimes import onnx_embedder
+
+    auto = getattr(args, "runtime_auto", False)
+    size = embedder.model.count_params() * 4
+    if auto and size > AUTO_EXPORT_BYTES:
+        logging.getLogger("kbert").info("runtime: keras after all (auto: %d MiB of float32 weights, over the %d MiB "
+                                        "an automatic export takes on)", size >> 20, AUTO_EXPORT_BYTES >> 20)
+        return
+    try:
+        embedder.model = onnx_embedder(embedder, runtime)
+    except KbertError as error:
+        if not auto:
+            raise
+        logging.getLogger("kbert").warning("runtime: keras after all (auto: %s)", first_line(str(error)))
+
+
 def offsets_path(npy: str) -> str:
     """Where `kbert embed --npy OUT` of a multi-vector model writes where each text's rows start."""
     return (npy[:-len(".npy")] if npy.endswith(".npy") else npy) + ".offsets.npy"
@@ -186,14 +210,12 @@ def _embed_by_role(args, embedder, texts, runtime) -> int:
     """`kbert embed` of a sparse or multi-vector encoder, `--prompt-name query` or `document` the texts' role (which
     picks its prompt, and an inference-free encoder's side): a sparse encoder's `{"indices", "values"}` lines, a
     multi-vector encoder's token vectors (`_write_token_vectors`)."""
-    from kbert.serving.export import onnx_embedder
-
     role = args.prompt_name if args.prompt_name in ("query", "document") else None
     prompt_name, prompt = None if role else args.prompt_name, args.prompt
     if embedder.output.one_vector:  # a sparse encoder's prompt: an unknown name is refused before an export
         texts, prompt_name, prompt = embedder.role_prompted(texts, role, prompt_name, prompt), None, ""
     if runtime:
-        embedder.model = onnx_embedder(embedder, runtime)
+        _run_through(runtime, embedder, args)
     if not embedder.output.one_vector:
         return _write_token_vectors(args, embedder.encode_multi_vector(
             texts, role, args.batch_size, prompt_name=prompt_name, prompt=prompt), len(texts))

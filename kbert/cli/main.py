@@ -112,6 +112,8 @@ def _weight_dtype(args):
 
     if getattr(args, "dtype", None) is None:
         return None
+    if getattr(args, "runtime", None) == "auto":
+        _choose_runtime(args)
     runtime = runtime_name(args) if hasattr(args, "runtime") else "keras"
     if runtime != "keras":
         return DtypeChoice("float32", f"{runtime} runs the model's export, made from float32")
@@ -120,6 +122,19 @@ def _weight_dtype(args):
     choice = choose_dtype(args.dtype)
     args.dtype = choice.dtype
     return choice
+
+
+def _choose_runtime(args) -> None:
+    """`--runtime auto` resolved (`kbert.cli.arguments.auto_runtime`) into `args.runtime`, and logged;
+    `args.runtime_auto` says it was (a command falls back to Keras where OpenVINO cannot run its model)."""
+    import importlib.util
+
+    from kbert.cli.arguments import auto_runtime
+
+    args.runtime, reason = auto_runtime(args, keras_backend_name(),
+                                        lambda module: importlib.util.find_spec(module) is not None)
+    args.runtime_auto = True
+    logging.getLogger("kbert").info("runtime: %s (%s)", args.runtime, reason)
 
 
 def _split_the_model(model_parallel: int, model_dir: str) -> None:

@@ -4,9 +4,11 @@ The encoders of 2024 on rotate each head's first and second halves against each 
 Llama's and transformers' layout, not RoFormer's interleaved pairs). ModernBERT (and the mmBERT / Ettin
 encoders built like it) projects queries, keys and values with one fused matrix and lets most layers see
 only a window of ±w tokens; Jina-v3, GTE and NomicBERT keep four projections; EuroBERT shares each key
-and value head among a group of query heads (grouped-query attention). A window is computed block by block: the row is cut into blocks of w
-tokens, and each block's queries attend to its own block and its two neighbours (3w keys), so the cost
-and the memory grow with the length, not with its square.
+and value head among a group of query heads (grouped-query attention). A window is computed block by block:
+the row is cut into blocks of w tokens, and each block's queries attend to its own block and its two
+neighbours (3w keys), so the cost and the memory grow with the length, not with its square. A layer that
+sees the whole row takes its queries a block at a time where the backend has no fused kernel (TensorFlow,
+JAX), so that a long row never holds its `[heads, length, length]` scores at once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from keras import ops
 from kbert.layers.attention import _blocked_score
 from kbert.layers.common import _PACKAGE, clone_initializer
 from kbert.layers.task_lora import check_task_lora, dense_with_tasks, project
+
+#: Queries per block of a whole-row layer on TensorFlow and JAX, one head at a time: at 8,192 tokens a block's
+#: scores are 512 × 8,192 (16 MiB in float32), not the row's 12 heads × 8,192 × 8,192 (3 GiB).
+QUERY_BLOCK = 512
 
 
 def rotary_cos_sin(length, head_size: int, theta: float, dtype="float32", factor: float = 1.0):
@@ -86,6 +92,61 @@ def windowed_attention(q, k, v, keep, window: int):
     return ops.reshape(context, (batch, padded, heads, size))[:, :length]
 
 
+def query_blocked_attention(q, k, v, keep, block: int, scale: float):
+    """Attention of every query over every key, one head's block of at most `block` queries at a time.
+
+    Args:
+        q, k, v: `[batch, length, heads, head_size]`.
+        keep: `[batch, length]` boolean, False for padding (a key no query sees).
+        block: the most queries in a block; the row is cut into equal blocks of at most this many (the last
+            padded by fewer rows than there are blocks).
+        scale: the scores' factor.
+
+    Returns `[batch, length, heads, head_size]`, what `ops.dot_product_attention` over the whole row gives. The
+    steps go through `ops.scan`, which runs them in turn on every backend (TensorFlow's `while_loop` with one
+    iteration in flight, JAX's `lax.scan`; a `map` may run several at once and hold their scores together). One
+    head a step keeps a step's scores in the CPU's cache: the memory traffic of a step over every head was most of
+    the time (a global layer of a ModernBERT-base at 8,192 tokens on JAX: 1.7–1.8 s a head at a time, 3.4–3.6 s over
+    all heads at once; docs/families-and-checkpoints.md). The heads take a scan each: Keras's scan on
+    TensorFlow takes one sequence of a length not known when traced, not a second of head numbers.
+
+    Example:
+    >>> q, k, v = (keras.random.normal((2, 7, 2, 4), seed=s) for s in (1, 2, 3))
+    >>> keep = ops.array([[True] * 7, [True] * 4 + [False] * 3])
+    >>> whole = ops.dot_product_attention(q, k, v, mask=keep[:, None, None, :], scale=0.5)
+    >>> float(ops.max(ops.abs(query_blocked_attention(q, k, v, keep, 3, 0.5) - whole))) < 1e-5
+    True
+    """
+    batch, length = ops.shape(q)[0], ops.shape(q)[1]
+    heads, size = q.shape[2], q.shape[3]
+    blocks = (length + block - 1) // block
+    rows = (length + blocks - 1) // blocks
+    q = ops.pad(ops.multiply(q, scale), [(0, 0), (0, blocks * rows - length), (0, 0), (0, 0)])
+    q = ops.transpose(ops.reshape(q, (batch, blocks, rows, heads, size)), (3, 1, 0, 2, 4))  # [heads, blocks, ...]
+    seen = keep[:, None, :]
+
+    def attend_head(keys, values):
+        def attend(_, queries):  # TensorFlow's scan keeps each step's output in the carry's shape and type
+            scores = ops.where(seen, ops.einsum("bqd,bkd->bqk", queries, keys), _blocked_score(queries.dtype))
+            context = ops.einsum("bqk,bkd->bqd", ops.softmax(scores, axis=-1), values)
+            return context, context
+
+        return attend
+
+    context = ops.stack([ops.scan(attend_head(k[:, :, head], v[:, :, head]), ops.zeros_like(q[head, 0]), q[head])[1]
+                         for head in range(heads)])  # [heads, blocks, batch, rows, size]
+    context = ops.transpose(context, (2, 1, 3, 0, 4))
+    return ops.reshape(context, (batch, blocks * rows, heads, size))[:, :length]
+
+
+def whole_query_blocks(model: keras.Model) -> None:
+    """Sets every `RotarySelfAttention` of `model` to take all its queries at once: for an exported graph, whose
+    runtime (onnxruntime, OpenVINO, LiteRT) fuses the attention itself and would get a loop instead."""
+    for layer in model._flatten_layers():
+        if isinstance(layer, RotarySelfAttention):
+            layer.query_block = None
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class RotarySelfAttention(keras.layers.Layer):
     """Multi-head self-attention with rotary positions (half-split layout).
@@ -106,6 +167,9 @@ class RotarySelfAttention(keras.layers.Layer):
         kernel_initializer: initializer of the two projections.
         task_lora: `{"tasks": n, "rank": r, "scale": s}`: a low-rank update per task beside each projection
             (`kbert.layers.task_lora`: Jina-v3's adapters), applied when called with `task=t`; None: none.
+        query_block: a whole-row layer's queries per block on TensorFlow and JAX (`query_blocked_attention`),
+            for a row longer than it; None: all at once. PyTorch's fused kernel never holds the scores and
+            takes them all at once.
 
     Called on hidden states `[batch, length, H]` with their Keras mask (padding: False); padded keys get no
     attention. The projections are `qkv` (`[H, 3 · heads · head_size]`: queries, keys, values), or `query`,
@@ -124,7 +188,7 @@ class RotarySelfAttention(keras.layers.Layer):
     def __init__(self, num_heads: int, head_size: int, rope_theta: float = 10000.0, window: Optional[int] = None,
                  use_bias: bool = False, dropout: float = 0.0, kernel_initializer="glorot_uniform",
                  num_key_value_heads: Optional[int] = None, fused_qkv: bool = True, rope_factor: float = 1.0,
-                 task_lora: Optional[dict] = None, **kwargs):
+                 task_lora: Optional[dict] = None, query_block: Optional[int] = QUERY_BLOCK, **kwargs):
         super().__init__(**kwargs)
         self.task_lora = check_task_lora(task_lora)
         self.num_heads = num_heads
@@ -138,6 +202,7 @@ class RotarySelfAttention(keras.layers.Layer):
         self.rope_theta = rope_theta
         self.rope_factor = rope_factor
         self.window = window
+        self.query_block = query_block
         self.use_bias = use_bias
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -175,10 +240,26 @@ class RotarySelfAttention(keras.layers.Layer):
             scores = ops.where(keep[:, None, None, :], scores, _blocked_score(scores.dtype))
             probs = self.attention_dropout(ops.softmax(scores, axis=-1), training=training)
             context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
-        else:  # the backend's own kernel (fused on JAX and PyTorch)
-            context = ops.dot_product_attention(q, k, v, mask=keep[:, None, None, :],
-                                                scale=1 / math.sqrt(self.head_size))
+        else:
+            context = self._attend_whole_row(q, k, v, keep, length)
         return project(self.output_dense, ops.reshape(context, (batch, length, self.num_heads * self.head_size)), task)
+
+    def _attend_whole_row(self, q, k, v, keep, length):
+        """Every query over every key: PyTorch's fused kernel, which never holds the scores; on TensorFlow and JAX
+        `query_blocked_attention` for a row longer than `query_block` (TensorFlow's graph of a length it does not
+        know when traced decides as it runs), the backend's kernel for a shorter one."""
+        scale = 1 / math.sqrt(self.head_size)
+
+        def whole():
+            return ops.dot_product_attention(q, k, v, mask=keep[:, None, None, :], scale=scale)
+
+        if not self.query_block or keras.backend.backend() == "torch":
+            return whole()
+        if isinstance(length, int):
+            return query_blocked_attention(q, k, v, keep, self.query_block, scale) if length > self.query_block \
+                else whole()
+        return ops.cond(length > self.query_block,
+                        lambda: query_blocked_attention(q, k, v, keep, self.query_block, scale), whole)
 
     def _projections(self):
         return (self.qkv,) if self.fused_qkv else (self.query, self.key, self.value)
@@ -209,4 +290,4 @@ class RotarySelfAttention(keras.layers.Layer):
                 "rope_theta": self.rope_theta, "rope_factor": self.rope_factor, "window": self.window,
                 "use_bias": self.use_bias,
                 "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "task_lora": self.task_lora}
+                "task_lora": self.task_lora, "query_block": self.query_block}

@@ -37,21 +37,23 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Tuple
 
 import keras
 import numpy as np
 
 from kbert.errors import KbertError, first_line, require_tensorflow
 from kbert.io import atomic_path
+from kbert.layers.rotary_attention import whole_query_blocks
 from kbert.models import naming
 from kbert.serving.conversion import (BF16_COSINE, EMBEDDING_SAMPLE_TEXTS, FLOAT_TOLERANCE, INT8_COSINE,
                                       INT8_PROBABILITY_TOLERANCE, INT8_TAG_SHARE, RERANK_LOGIT_SHARE, SAMPLE_TEXTS,
                                       ExportReport,
                                       convert_to_onnx, export_staging, publish, refuse_existing)
 
+logger = logging.getLogger("kbert")
+
 FORMATS = ("saved_model", "onnx", "litert", "keras")
-CHECKED_CALIBRATION_TEXTS = 16  # OpenVINO's static int8 is checked on this many of its calibration texts
 VITERBI_NOTE = ("emissions [batch, length, tags]: decode each row with Viterbi over kbert_transitions "
                 "[from tag, to tag], starting and ending at tag O (kbert.layers.crf.viterbi_decode does)")
 
@@ -62,7 +64,7 @@ INPUTS, POOLED = ("token_ids", "segment_ids"), "pooled"
 
 
 @dataclasses.dataclass
-class _Endpoint:
+class Endpoint:
     """The graph to export: a function of its `inputs` (token and segment ids, int32 `[batch, length]` each), its
     output's name, its labels, and for ONNX and LiteRT metadata beyond them (a CRF's transitions)."""
 
@@ -130,7 +132,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None, quantiz
         raise KbertError("--quantize int8 is onnxruntime's or LiteRT's dynamic quantization: export with --format "
                          "onnx or litert (a path ending in .onnx or .tflite)")
     if format != "keras":
-        _require_tensorflow_backend(f"--format {format}")
+        require_tensorflow_backend(f"--format {format}")
     if _is_embedding_model(model_dir):  # a sentence-transformers folder: its pooling and normalisation in the graph
         from kbert.embeddings.embedder import Embedder
 
@@ -156,7 +158,7 @@ def export_model(model_dir: str, out: str, format: Optional[str] = None, quantiz
     return _write(endpoint, out, format, quantize)
 
 
-def _write(endpoint: _Endpoint, out: str, format: str, quantize: Optional[str]) -> ExportReport:
+def _write(endpoint: Endpoint, out: str, format: str, quantize: Optional[str]) -> ExportReport:
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if format == "keras":
         with atomic_path(out) as temporary:  # the temporary name ends in .keras too
@@ -167,10 +169,10 @@ def _write(endpoint: _Endpoint, out: str, format: str, quantize: Optional[str]) 
         return ExportReport(out, format)
     if format == "litert":
         return _write_litert(endpoint, out, quantize)
-    return _write_onnx(endpoint, out, quantize)
+    return write_onnx(endpoint, out, quantize)
 
 
-def _require_tensorflow_backend(option: str, instead: str = ", or --format keras") -> None:
+def require_tensorflow_backend(option: str, instead: str = ", or --format keras") -> None:
     """SavedModel, ONNX (through tf2onnx) and LiteRT files are traced from a TensorFlow graph: Keras must run on
     TensorFlow. Said first, rather than as a converter's failure to read a JAX or PyTorch model."""
     if keras.backend.backend() != "tensorflow":
@@ -191,11 +193,11 @@ def _task(model_dir: str) -> str:
     return read_training_state(model_dir)["task"]
 
 
-def _endpoint(model_dir: str, task: str, crf_emissions: bool) -> _Endpoint:
+def _endpoint(model_dir: str, task: str, crf_emissions: bool) -> Endpoint:
     if task == "classify":
         from kbert.tasks.classification import load_classifier
 
-        return _classifier_endpoint(load_classifier(model_dir))
+        return classifier_endpoint(load_classifier(model_dir))
     if task == "ner":
         from kbert.tasks.ner import load_tagger
 
@@ -205,10 +207,10 @@ def _endpoint(model_dir: str, task: str, crf_emissions: bool) -> _Endpoint:
             # tf2onnx and LiteRT's converter cannot convert the Viterbi loop: the emissions, and the transitions.
             model = tagger.model
             transitions = keras.ops.convert_to_numpy(model.get_layer(naming.CRF).trans).tolist()
-            return _Endpoint(model, _forward(model), "emissions", names, tokenizer, task,
+            return Endpoint(model, _forward(model), "emissions", names, tokenizer, task,
                              {"kbert_transitions": transitions, "kbert_decoding": VITERBI_NOTE})
         output = "entity_hits" if tagger.head == "global_pointer" else "tags"
-        return _Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
+        return Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
     raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers, taggers, seq2seq models and "
                      "embedding models (sentence-transformers folders)")
 
@@ -228,7 +230,7 @@ def _input_metadata(model_dir: str) -> dict:
                                 "tokens; never longer than kbert_max_positions"}
 
 
-def embedder_endpoint(embedder) -> _Endpoint:
+def embedder_endpoint(embedder) -> Endpoint:
     """An embedding model's vectors (pooled, projected and normalised as the model declares, in the graph), with
     what a runtime without kbert needs to make its input and read its output. A multi-vector encoder's are each
     token's (`[batch, tokens, dimensions]`), checked on queries filled up to their expansion as well."""
@@ -243,7 +245,7 @@ def embedder_endpoint(embedder) -> _Endpoint:
         samples = _prompted_samples(embedder)
     note += embedder.output.export_note()
     samples = embedder.output.export_samples(embedder, list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS)) or samples
-    return _Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
+    return Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
                      {"kbert_pooling": str(embedder.output), "kbert_normalized": embedder.normalize,
                       "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
                       "kbert_input_note": note, **_prompt_metadata(embedder)}, samples, inputs,
@@ -265,14 +267,14 @@ def _prompt_metadata(embedder) -> dict:
             "kbert_prompt_tokens": {name: embedder.prompt_tokens(text) for name, text in embedder.prompts.items()}}
 
 
-def _classifier_endpoint(classifier) -> _Endpoint:
+def classifier_endpoint(classifier) -> Endpoint:
     """A loaded classifier's probabilities, with its labels and tokenizer."""
     model = classifier.model
-    return _Endpoint(model, _forward(model), "probabilities", classifier.labels.names, classifier.tokenizer,
+    return Endpoint(model, _forward(model), "probabilities", classifier.labels.names, classifier.tokenizer,
                      "classify", encode=lambda texts: classifier.tokenizer.encode_all(texts, maxlen=classifier.maxlen))
 
 
-def reranker_endpoint(reranker) -> _Endpoint:
+def reranker_endpoint(reranker) -> Endpoint:
     """A cross-encoder's relevance logit of `[CLS] query [SEP] passage [SEP]`, checked on pairs of the sample texts;
     its calibration texts are `query<TAB>passage` lines."""
     texts = list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS)
@@ -286,14 +288,16 @@ def reranker_endpoint(reranker) -> _Endpoint:
                              "lines")
         return reranker.tokenizer.encode_all([q for q, _ in pairs], [p for _, p in pairs], maxlen=reranker.maxlen)
 
-    return _Endpoint(reranker.model, _forward(reranker.model), "logits", [], reranker.tokenizer, "rerank",
+    return Endpoint(reranker.model, _forward(reranker.model), "logits", [], reranker.tokenizer, "rerank",
                      {"kbert_maxlen": reranker.maxlen, "kbert_activation": reranker.activation},
                      reranker.tokenizer.encode_all(list(queries), list(passages), maxlen=reranker.maxlen),
                      encode=encode)
 
 
 def _forward(model) -> Callable:
-    """The model's outputs as a function of its inputs (token and segment ids, ...), in inference mode."""
+    """The model's outputs as a function of its inputs (token and segment ids, ...), in inference mode, its
+    attention over whole rows in one piece (a loop of query blocks would keep the runtime from fusing it)."""
+    whole_query_blocks(model)
     return lambda *features: model(list(features), training=False)
 
 
@@ -301,7 +305,7 @@ def _signature(tf, inputs: Tuple[str, ...] = INPUTS):
     return [tf.TensorSpec([None, None], tf.int32, name=name) for name in inputs]
 
 
-def _write_saved_model(endpoint: _Endpoint, out: str) -> None:
+def _write_saved_model(endpoint: Endpoint, out: str) -> None:
     require_tensorflow("a SavedModel export", "--format onnx or keras")
     with export_staging() as staging:  # written away from the output, then moved in beside it and renamed
         _saved_model(endpoint, os.path.join(staging, "model"))
@@ -313,7 +317,7 @@ def _write_saved_model(endpoint: _Endpoint, out: str) -> None:
             shutil.rmtree(beside, ignore_errors=True)
 
 
-def _saved_model(endpoint: _Endpoint, path: str) -> None:
+def _saved_model(endpoint: Endpoint, path: str) -> None:
     """The endpoint as a SavedModel at `path`, its names in `labels.json` inside."""
     import tensorflow as tf
 
@@ -326,7 +330,7 @@ def _saved_model(endpoint: _Endpoint, path: str) -> None:
         json.dump(endpoint.labels, handle, ensure_ascii=False)
 
 
-def _metadata(endpoint: _Endpoint) -> dict:
+def export_metadata(endpoint: Endpoint) -> dict:
     """What an ONNX or LiteRT file's reader needs beside its output: the task, the output's name, the label or
     tag names, what a batch is padded with (`kbert_pad_id`: the model hides exactly it) and, for a CRF's
     emissions, the transitions and how to decode with them."""
@@ -344,7 +348,7 @@ def metadata_path(litert_file: str) -> str:
     return os.path.splitext(litert_file)[0] + ".metadata.json"
 
 
-def _write_litert(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
+def _write_litert(endpoint: Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
     tf = require_tensorflow("a LiteRT export (through TensorFlow's converter)", "--format onnx or keras")
     refuse_existing(out, metadata_path(out))
     with export_staging() as staging:
@@ -361,8 +365,8 @@ def _write_litert(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> Exp
         with open(path, "wb") as handle:
             handle.write(flatbuffer)
         with open(metadata, "w", encoding="utf-8") as handle:
-            json.dump(_metadata(endpoint), handle, ensure_ascii=False, indent=1)
-        difference = _check_export(endpoint, litert_runner(path, endpoint.inputs), "LiteRT", quantize)
+            json.dump(export_metadata(endpoint), handle, ensure_ascii=False, indent=1)
+        difference = check_export(endpoint, litert_runner(path, endpoint.inputs), "LiteRT", quantize)
         publish({metadata: metadata_path(out), path: out})
     return ExportReport(out, "litert", quantize, difference, runtime="the LiteRT interpreter")
 
@@ -381,119 +385,17 @@ def litert_runner(path: str, inputs: Tuple[str, ...] = INPUTS) -> Callable:
     return lambda *features: next(iter(signature(**dict(zip(inputs, features))).values()))
 
 
-def _write_onnx(endpoint: _Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
+def write_onnx(endpoint: Endpoint, out: str, quantize: Optional[str]) -> ExportReport:
     tf = require_tensorflow("ONNX export (through tf2onnx)", "--format keras")
     signature = _signature(tf, endpoint.inputs)
     function = tf.function(endpoint.serving_function(), input_signature=signature)
     with export_staging() as staging:
         # An embedding's every value counts (not only the top label): its weights get a scale per channel.
-        path = convert_to_onnx(function, signature, _metadata(endpoint), staging, quantize, endpoint.task,
+        path = convert_to_onnx(function, signature, export_metadata(endpoint), staging, quantize, endpoint.task,
                                per_channel=endpoint.output == "embeddings")
-        difference = _check_export(endpoint, onnx_runner(path), "ONNX", quantize)
+        difference = check_export(endpoint, onnx_runner(path), "ONNX", quantize)
         publish({path: out})
     return ExportReport(out, "onnx", quantize, difference)
-
-
-@dataclasses.dataclass(frozen=True)
-class Runtime:
-    """What runs a model's ONNX export in place of Keras (`--runtime`, `--quantize`, `--dtype`, `--calibration`).
-
-    Args:
-        name: `onnxruntime` or `openvino` (`kbert.serving.openvino`).
-        quantize: None (float32), or `int8`: onnxruntime's dynamic quantization (int8 weights, activations
-            quantized on the fly), OpenVINO's static (activations' ranges calibrated on `calibration`).
-        dtype: OpenVINO's precision: `auto` (its own for the CPU: bfloat16 where the CPU has bfloat16 units),
-            `float32` or `bfloat16`; onnxruntime runs the float32 file.
-        calibration: the texts static int8 is calibrated on (`kbert.serving.openvino.read_calibration_texts`).
-    """
-
-    name: str = "onnxruntime"
-    quantize: Optional[str] = None
-    dtype: str = "auto"
-    calibration: Optional[Sequence[str]] = None
-
-    @property
-    def static_int8(self) -> bool:
-        """Whether this is OpenVINO's static int8, which needs calibration texts."""
-        return self.name == "openvino" and bool(self.quantize)
-
-    def __str__(self) -> str:
-        if self.name == "openvino":
-            return f"OpenVINO ({'static int8' if self.quantize else self.dtype})"
-        return f"onnxruntime ({'int8' if self.quantize else 'float32'})"
-
-
-class OnnxModel:
-    """A model's ONNX export run by onnxruntime or OpenVINO, answering Keras's `predict_on_batch`: what `kbert
-    serve --runtime onnxruntime` (float32), `--runtime openvino` and `--quantize int8` put in place of a
-    classifier's or an embedding model's Keras model. The file is made, and checked against Keras, as `kbert
-    export` makes it (float32 within 1e-4); what the runtime computes from it is checked again (bfloat16 and int8
-    within the bounds of `_check_export`). onnxruntime's calls cost little beyond their compute, where
-    TensorFlow's graph costs several milliseconds a call: the small batches a server forms run about twice as fast
-    (docs/deployment.md).
-
-    Args:
-        endpoint: what to export (`onnx_classifier`, `onnx_embedder`), its Keras model still in place.
-        runtime: which runtime, in which precision (`Runtime`; None: onnxruntime in float32).
-        threads: the runtime's threads a call (None: its default, every core); a server running several
-            batches at once gives each a share (`kbert.serving.instances`).
-    """
-
-    def __init__(self, endpoint: _Endpoint, runtime: Optional[Runtime] = None, threads: Optional[int] = None):
-        runtime = runtime or Runtime()
-        _require_tensorflow_backend("--quantize int8" if runtime.quantize else f"--runtime {runtime.name}",
-                                    instead=", or without the option")
-        self.outputs = endpoint.model.outputs  # the output's shape, for those who read it off the model
-        self.runtime = runtime
-        with tempfile.TemporaryDirectory(prefix="kbert-onnx-") as directory:
-            if runtime.name == "openvino":
-                self.run = _openvino_run(endpoint, runtime, os.path.join(directory, "model.onnx"), threads)
-                self.precision = self.run.precision
-                logging.getLogger("kbert").info("OpenVINO runs the model's export in %s", self.precision)
-                return
-            path = os.path.join(directory, "model.int8.onnx" if runtime.quantize else "model.onnx")
-            _write_onnx(endpoint, path, quantize=runtime.quantize)
-            self.run = onnx_runner(path, threads)  # onnxruntime holds the model in memory: the file may go
-            self.precision = runtime.quantize or "float32"
-
-    def predict_on_batch(self, features) -> np.ndarray:
-        return self.run(*(np.asarray(feature, dtype=np.int32) for feature in features))
-
-
-def _openvino_run(endpoint: _Endpoint, runtime: Runtime, path: str, threads: Optional[int]):
-    """The float32 export at `path` (checked against Keras) compiled by OpenVINO, calibrated to static int8 on
-    `runtime.calibration` where it quantizes, then checked against Keras as what it runs is."""
-    from kbert.serving.openvino import openvino_runner, require_openvino
-
-    require_openvino("--quantize int8 with --runtime openvino" if runtime.quantize else "--runtime openvino")
-    if runtime.static_int8 and not runtime.calibration:
-        raise KbertError("--quantize int8 with --runtime openvino is static int8: it needs calibration texts "
-                         "(--calibration FILE, one text a line)")
-    _write_onnx(endpoint, path, quantize=None)
-    rows = endpoint.encode(list(runtime.calibration)) if runtime.quantize else None
-    run = openvino_runner(path, endpoint.inputs, runtime.dtype, rows, threads)
-    # static int8 is checked on texts of the kind it was calibrated for (its ranges fit them, not any text)
-    checked = rows[::max(1, len(rows) // CHECKED_CALIBRATION_TEXTS)] if rows else None
-    _check_export(endpoint, run, "OpenVINO", "int8" if runtime.quantize else "bfloat16" if run.lossy else None,
-                  checked)
-    return run
-
-
-def onnx_classifier(classifier, runtime: Optional[Runtime] = None, threads: Optional[int] = None) -> OnnxModel:
-    """A loaded classifier's (`kbert.tasks.classification.load_classifier`) ONNX model."""
-    return OnnxModel(_classifier_endpoint(classifier), runtime, threads)
-
-
-def onnx_embedder(embedder, runtime: Optional[Runtime] = None, threads: Optional[int] = None) -> OnnxModel:
-    """A loaded embedding model's (`kbert.embeddings.embedder.Embedder`) ONNX model: its vectors, a multi-vector
-    encoder's token vectors, or bge-m3's sparse head's token weights (pooled into the vocabulary after it, as
-    after the Keras model)."""
-    return OnnxModel(embedder_endpoint(embedder), runtime, threads)
-
-
-def onnx_reranker(reranker, runtime: Optional[Runtime] = None, threads: Optional[int] = None) -> OnnxModel:
-    """A loaded cross-encoder's (`kbert.tasks.reranking.Reranker`) ONNX model: its relevance logits."""
-    return OnnxModel(reranker_endpoint(reranker), runtime, threads)
 
 
 def onnx_runner(path: str, threads: Optional[int] = None) -> Callable:
@@ -508,7 +410,7 @@ def onnx_runner(path: str, threads: Optional[int] = None) -> Callable:
     return lambda *features: session.run(None, dict(zip(names, features)))[0]
 
 
-def _check_export(endpoint: _Endpoint, run: Callable, what: str, quantize: Optional[str],
+def check_export(endpoint: Endpoint, run: Callable, what: str, quantize: Optional[str],
                   rows: Optional[list] = None) -> float:
     """The largest difference between an exported file's outputs (`run`) and Keras's on real text (for decoded
     tags, the share of positions that differ). Refused: any NaN or infinity; float32 beyond 1e-4 or tags that

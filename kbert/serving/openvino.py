@@ -28,9 +28,10 @@ MAX_CALIBRATION_TEXTS = 300
 PRECISION_HINTS = {"float32": "f32", "bfloat16": "bf16"}  # --dtype: OpenVINO's inference precision
 
 
-def require_openvino(option: str = "--runtime openvino") -> None:
-    """Refuses `option` where OpenVINO (and NNCF, its quantizer) is not installed, saying what to install."""
-    for module in ("openvino", "nncf"):
+def require_openvino(option: str = "--runtime openvino", quantize: bool = False) -> None:
+    """Refuses `option` where OpenVINO (and to `quantize`, NNCF, its quantizer) is not installed, saying what to
+    install."""
+    for module in ("openvino", "nncf") if quantize else ("openvino",):
         try:
             __import__(module)
         except ImportError:

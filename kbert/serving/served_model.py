@@ -10,7 +10,7 @@ from kbert.serving.app import ServerLimits
 
 if TYPE_CHECKING:
     from kbert.io import ModelFolder
-    from kbert.serving.export import Runtime
+    from kbert.serving.runtimes import Runtime
     from kbert.tasks.predictors import PredictionSettings
 
 WARM_UP = {"mlm": "[MASK]", None: "warm up"}
@@ -25,7 +25,7 @@ class ServedModel:
             `ModelFolder` brings the files it has parsed (a Ray replica gets them with it).
         task: its task (`kbert.tasks.predictors.model_task`).
         settings: how it predicts (`PredictionSettings`).
-        runtime: the runtime of its ONNX export (`kbert.serving.export.Runtime`), None for Keras.
+        runtime: the runtime of its ONNX export (`kbert.serving.runtimes.Runtime`), None for Keras.
         limits: the server's batching and request limits.
     """
 
@@ -55,10 +55,10 @@ class ServedModel:
 
     def _onnx_predictor(self, folder, threads: Optional[int]):
         """A classifier, an embedding model or a reranker whose model is its ONNX export run by the runtime
-        (`kbert.serving.export.OnnxModel`), made from the float32 Keras model, which it then replaces; the
+        (`kbert.serving.runtimes.OnnxModel`), made from the float32 Keras model, which it then replaces; the
         predictor's `dtype` is the precision the runtime runs in."""
         from kbert.embeddings.embedder import Embedder
-        from kbert.serving.export import onnx_classifier, onnx_embedder, onnx_reranker
+        from kbert.serving.runtimes import onnx_classifier, onnx_embedder, onnx_reranker
         from kbert.tasks.classification import load_classifier
         from kbert.tasks.predictors import classifier_predictor, embedding_predictor, reranker_predictor
         from kbert.tasks.reranking import Reranker
