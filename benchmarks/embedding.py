@@ -94,7 +94,8 @@ def _load(engine: str, model: str, dtype: str, runtime: str = "keras", texts: Se
 
 
 def _auto_runtime(dtype: str) -> str:
-    """The runtime `kbert embed --runtime auto --dtype DTYPE` runs, by its rule, on this machine."""
+    """The runtime `kbert embed --runtime auto --dtype DTYPE` runs, by its rule, on this machine (its size limit,
+    `kbert.cli.embed.AUTO_EXPORT_BYTES`, left out: the models benchmarked here are under it)."""
     import importlib.util
 
     import keras

@@ -176,9 +176,10 @@ def _embed_on_ray(args) -> int:
     return 0
 
 
-# --runtime auto leaves a model with more float32 weights than this on Keras: tf2onnx holds several copies of them
-# as it converts (2.5 GB of memory for MiniLM's 90 MB, docs/performance.md), and one ONNX file holds at most 2 GB
-AUTO_EXPORT_BYTES = 1 << 30
+# --runtime auto leaves a model with more float32 weights than this (67 M parameters) on Keras: tf2onnx's conversion
+# peaked at 2.42 GB of memory for MiniLM's 90 MB and at 9.56 GB for a BERT-base-shaped model's 440 MB
+# (benchmarks.export_memory, docs/embeddings.md), more than a default should risk on a first run
+AUTO_EXPORT_BYTES = 256 << 20
 
 
 def _run_through(runtime, embedder, args) -> None:
