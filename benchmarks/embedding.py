@@ -96,15 +96,12 @@ def _load(engine: str, model: str, dtype: str, runtime: str = "keras", texts: Se
 def _auto_runtime(dtype: str) -> str:
     """The runtime `kbert embed --runtime auto --dtype DTYPE` runs, by its rule, on this machine (its size limit,
     `kbert.cli.embed.AUTO_EXPORT_BYTES`, left out: the models benchmarked here are under it)."""
-    import importlib.util
-
     import keras
 
     from kbert.cli.arguments import auto_runtime
 
     options = argparse.Namespace(quantize=None, dtype=dtype, mixed_precision=None, ray=None)
-    name, reason = auto_runtime(options, keras.backend.backend(), lambda module: importlib.util.find_spec(module)
-                                is not None)
+    name, reason = auto_runtime(options, keras.backend.backend())
     print(f"kbert --runtime auto: {name} ({reason})", file=sys.stderr)
     return name
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Tuple
 
@@ -205,7 +206,12 @@ def runtime_options(parser: argparse.ArgumentParser, what: str, why: str, auto: 
                              "file); kbert embed samples its own input where this is left out")
 
 
-def auto_runtime(args: argparse.Namespace, backend: str, installed: Callable[[str], bool],
+def importable(module: str) -> bool:
+    """Whether `module` is installed, without importing it."""
+    return importlib.util.find_spec(module) is not None
+
+
+def auto_runtime(args: argparse.Namespace, backend: str, installed: Callable[[str], bool] = importable,
                  environ: Mapping[str, str] = os.environ) -> Tuple[str, str]:
     """`--runtime auto`'s rule (`kbert embed`'s default): OpenVINO, the fastest CPU engine measured for an
     embedding model (docs/performance.md), wherever nothing asks for Keras's own numbers; Keras elsewhere.
@@ -213,7 +219,7 @@ def auto_runtime(args: argparse.Namespace, backend: str, installed: Callable[[st
     Args:
         args: the command's options (`--quantize`, `--dtype`, `--mixed-precision`, `--ray`).
         backend: Keras's backend (the export is traced from TensorFlow's graph).
-        installed: whether a module can be imported.
+        installed: whether a module is installed (default: `importable`).
         environ: the environment (`KBERT_DTYPE`).
 
     Returns the runtime (`keras`, `onnxruntime` or `openvino`) and why.

@@ -189,8 +189,8 @@ def _run_through(runtime, embedder, args) -> None:
     from kbert.serving.runtimes import onnx_embedder
 
     auto = getattr(args, "runtime_auto", False)
-    size = embedder.model.count_params() * 4
-    if auto and size > AUTO_EXPORT_BYTES:
+    size = embedder.model.count_params() * 4 if auto else 0
+    if size > AUTO_EXPORT_BYTES:
         logging.getLogger("kbert").info("runtime: keras after all (auto: %d MiB of float32 weights, over the %d MiB "
                                         "an automatic export takes on)", size >> 20, AUTO_EXPORT_BYTES >> 20)
         return

@@ -128,12 +128,9 @@ def _choose_runtime(args) -> None:
     """`--runtime auto` resolved (`kbert.cli.arguments.auto_runtime`) into `args.runtime`, and logged;
     `args.runtime_auto` says auto chose it (a command then falls back to Keras where OpenVINO cannot run its
     model; `--quantize` asks for onnxruntime by name, and its export is refused, not replaced, where it fails)."""
-    import importlib.util
-
     from kbert.cli.arguments import auto_runtime
 
-    args.runtime, reason = auto_runtime(args, keras_backend_name(),
-                                        lambda module: importlib.util.find_spec(module) is not None)
+    args.runtime, reason = auto_runtime(args, keras_backend_name())
     args.runtime_auto = not args.quantize
     logging.getLogger("kbert").info("runtime: %s (%s)", args.runtime, reason)
 

@@ -253,13 +253,14 @@ class RotarySelfAttention(keras.layers.Layer):
         def whole():
             return ops.dot_product_attention(q, k, v, mask=keep[:, None, None, :], scale=scale)
 
+        def blocked():
+            return query_blocked_attention(q, k, v, keep, self.query_block, scale)
+
         if not self.query_block or keras.backend.backend() == "torch":
             return whole()
         if isinstance(length, int):
-            return query_blocked_attention(q, k, v, keep, self.query_block, scale) if length > self.query_block \
-                else whole()
-        return ops.cond(length > self.query_block,
-                        lambda: query_blocked_attention(q, k, v, keep, self.query_block, scale), whole)
+            return blocked() if length > self.query_block else whole()
+        return ops.cond(length > self.query_block, blocked, whole)
 
     def _projections(self):
         return (self.qkv,) if self.fused_qkv else (self.query, self.key, self.value)

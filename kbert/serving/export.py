@@ -208,7 +208,7 @@ def _endpoint(model_dir: str, task: str, crf_emissions: bool) -> Endpoint:
             model = tagger.model
             transitions = keras.ops.convert_to_numpy(model.get_layer(naming.CRF).trans).tolist()
             return Endpoint(model, _forward(model), "emissions", names, tokenizer, task,
-                             {"kbert_transitions": transitions, "kbert_decoding": VITERBI_NOTE})
+                            {"kbert_transitions": transitions, "kbert_decoding": VITERBI_NOTE})
         output = "entity_hits" if tagger.head == "global_pointer" else "tags"
         return Endpoint(tagger.model, tagger.decode, output, names, tokenizer, task)
     raise KbertError(f"{model_dir}: a {task} model; kbert export takes classifiers, taggers, seq2seq models and "
@@ -246,10 +246,10 @@ def embedder_endpoint(embedder) -> Endpoint:
     note += embedder.output.export_note()
     samples = embedder.output.export_samples(embedder, list(SAMPLE_TEXTS + EMBEDDING_SAMPLE_TEXTS)) or samples
     return Endpoint(embedder.model, _forward(embedder.model), "embeddings", [], embedder.tokenizer, "embed",
-                     {"kbert_pooling": str(embedder.output), "kbert_normalized": embedder.normalize,
-                      "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
-                      "kbert_input_note": note, **_prompt_metadata(embedder)}, samples, inputs,
-                     embedder.prompted_rows)
+                    {"kbert_pooling": str(embedder.output), "kbert_normalized": embedder.normalize,
+                     "kbert_dimensions": embedder.dimensions, "kbert_maxlen": embedder.maxlen,
+                     "kbert_input_note": note, **_prompt_metadata(embedder)}, samples, inputs,
+                    embedder.prompted_rows)
 
 
 def _prompted_samples(embedder) -> list:
@@ -271,7 +271,7 @@ def classifier_endpoint(classifier) -> Endpoint:
     """A loaded classifier's probabilities, with its labels and tokenizer."""
     model = classifier.model
     return Endpoint(model, _forward(model), "probabilities", classifier.labels.names, classifier.tokenizer,
-                     "classify", encode=lambda texts: classifier.tokenizer.encode_all(texts, maxlen=classifier.maxlen))
+                    "classify", encode=lambda texts: classifier.tokenizer.encode_all(texts, maxlen=classifier.maxlen))
 
 
 def reranker_endpoint(reranker) -> Endpoint:
@@ -289,9 +289,9 @@ def reranker_endpoint(reranker) -> Endpoint:
         return reranker.tokenizer.encode_all([q for q, _ in pairs], [p for _, p in pairs], maxlen=reranker.maxlen)
 
     return Endpoint(reranker.model, _forward(reranker.model), "logits", [], reranker.tokenizer, "rerank",
-                     {"kbert_maxlen": reranker.maxlen, "kbert_activation": reranker.activation},
-                     reranker.tokenizer.encode_all(list(queries), list(passages), maxlen=reranker.maxlen),
-                     encode=encode)
+                    {"kbert_maxlen": reranker.maxlen, "kbert_activation": reranker.activation},
+                    reranker.tokenizer.encode_all(list(queries), list(passages), maxlen=reranker.maxlen),
+                    encode=encode)
 
 
 def _forward(model) -> Callable:

@@ -82,7 +82,7 @@ class OnnxModel:
     def __init__(self, endpoint: Endpoint, runtime: Optional[Runtime] = None, threads: Optional[int] = None):
         runtime = runtime or Runtime()
         require_tensorflow_backend("--quantize int8" if runtime.quantize else f"--runtime {runtime.name}",
-                                    instead=", or without the option")
+                                   instead=", or without the option")
         self.outputs = endpoint.model.outputs  # the output's shape, for those who read it off the model
         self.runtime = runtime
         with tempfile.TemporaryDirectory(prefix="kbert-onnx-") as directory:
