@@ -209,7 +209,8 @@ def test_registry_lists_every_family():
                               "t5.1.0_encoder", "t5_decoder", "t5.1.0_decoder", "t5.1.1", "t5.1.1_encoder",
                               "t5.1.1_decoder", "mt5.1.1", "mt5.1.1_encoder", "mt5.1.1_decoder", "hf_roberta",
                               "distilbert", "mpnet", "modernbert", "deberta_v2",
-                              "jina_embeddings_v3", "gte", "nomic_bert", "eurobert"]
+                              "jina_embeddings_v3", "gte", "nomic_bert", "eurobert",
+                                  "llama", "mistral", "qwen2", "qwen3"]
     assert get_family("roberta").layer_weights("Embedding-Token") == get_family("bert").layer_weights("Embedding-Token")
 
 

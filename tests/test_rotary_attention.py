@@ -48,3 +48,42 @@ def test_a_layer_with_query_blocks_gives_what_it_gives_without():
 
 def test_layer_contract_with_query_blocks(tmp_path):
     assert_layer_contract(RotarySelfAttention(2, 4, rope_theta=1000.0, query_block=2), tmp_path)
+
+
+# --- a decoder's attention (Llama's, Qwen's, Mistral's) -----------------------------------------------------------
+
+def decoder_layer(**changes):
+    settings = dict(num_key_value_heads=1, fused_qkv=False, use_bias=True, output_bias=False, causal=True,
+                    causal_window=3, qk_norm_epsilon=1e-6,
+                    rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4})
+    return RotarySelfAttention(2, 4, **{**settings, **changes})
+
+
+def test_layer_contract_of_a_decoder_layer(tmp_path):
+    """Causal, a window of 3 keys, norms on the queries and keys, biases on q, k, v alone, yarn's frequencies."""
+    layer = decoder_layer()
+    assert_layer_contract(layer, tmp_path)
+    assert layer.output_dense.bias is None and layer.query.bias is not None
+    assert [weight.shape for weight in layer.query_norm.weights] == [(4,)]
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_left_padded_row_gives_its_outputs_alone(window):
+    """Padding before a text (Qwen3-Embedding pads on the left) hides no real token and moves no output: the
+    rotation is relative, so the shifted positions change nothing; a padding query stays finite."""
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    model = keras.Model(tokens, decoder_layer(causal_window=window)(hidden))
+    alone = model.predict(np.array([[5, 6, 7, 8, 9]]), verbose=0)
+    padded = model.predict(np.array([[0, 0, 0, 5, 6, 7, 8, 9]]), verbose=0)
+    assert np.isfinite(padded).all()
+    np.testing.assert_allclose(padded[:, 3:], alone, atol=1e-5)
+
+
+def test_a_causal_position_reads_no_later_token():
+    layer = decoder_layer(causal_window=None)
+    x = keras.random.normal((1, 6, 8), seed=3)
+    changed = keras.ops.concatenate([x[:, :4], keras.random.normal((1, 2, 8), seed=4)], axis=1)
+    first, again = (keras.ops.convert_to_numpy(layer(row)) for row in (x, changed))
+    np.testing.assert_array_equal(first[:, :4], again[:, :4])
+    assert np.abs(first[:, 4:] - again[:, 4:]).max() > 1e-3

@@ -14,13 +14,15 @@ JAX), so that a long row never holds its `[heads, length, length]` scores at onc
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Mapping, Optional, Tuple
 
 import keras
+import numpy as np
 from keras import ops
 
 from kbert.layers.attention import _blocked_score
 from kbert.layers.common import _PACKAGE, clone_initializer
+from kbert.layers.norms import RMSNormalization
 from kbert.layers.task_lora import check_task_lora, dense_with_tasks, project
 
 #: Queries per block of a whole-row layer on TensorFlow and JAX, one head at a time: at 8,192 tokens a block's
@@ -28,9 +30,83 @@ from kbert.layers.task_lora import check_task_lora, dense_with_tasks, project
 QUERY_BLOCK = 512
 
 
-def rotary_cos_sin(length, head_size: int, theta: float, dtype="float32", factor: float = 1.0):
+def rope_frequencies(head_size: int, theta: float, factor: float = 1.0,
+                     scaling: Optional[Mapping[str, Any]] = None) -> Tuple[np.ndarray, float]:
+    """The rotary inverse frequencies `θ^(−2i/d)` (float32 `[head_size / 2]`) and the factor on cos and sin, as
+    transformers computes them for a `rope_type`.
+
+    Args:
+        head_size: d, a head's width.
+        theta: the base θ.
+        factor: the frequencies divided by it (`linear`); 1.0: none.
+        scaling: `{"rope_type": "llama3" or "yarn", ...}` with that type's keys (`factor`,
+            `original_max_position_embeddings`, llama3's `low_freq_factor` and `high_freq_factor`, yarn's
+            optional `beta_fast`, `beta_slow`, `attention_factor`, `mscale`, `mscale_all_dim`, `truncate`);
+            None: the frequencies as they are.
+
+    Example: llama3 keeps the highest frequency, slows the lowest by `factor`, blends those between.
+    >>> inverse, _ = rope_frequencies(8, 10000.0)
+    >>> slowed, attention = rope_frequencies(8, 10000.0, scaling={"rope_type": "llama3", "factor": 8.0,
+    ...     "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    >>> [round(float(x), 4) for x in inverse / slowed], attention
+    ([1.0, 7.6674, 8.0, 8.0], 1.0)
+    """
+    inverse = 1.0 / theta ** (np.arange(0, head_size, 2, dtype=np.float64) / head_size) / factor
+    kind = (scaling or {}).get("rope_type")
+    attention = 1.0
+    if kind == "llama3":
+        inverse = _llama3_frequencies(inverse, scaling)
+    elif kind == "yarn":
+        inverse, attention = _yarn_frequencies(inverse, head_size, theta, scaling)
+    elif kind is not None:
+        raise ValueError(f"rope_type {kind!r}: kbert computes llama3 and yarn here")
+    return inverse.astype("float32"), attention
+
+
+def _llama3_frequencies(inverse: np.ndarray, scaling: Mapping[str, Any]) -> np.ndarray:
+    """Llama 3.1's: wavelengths longer than `original / low_freq_factor` slowed by `factor`, shorter than
+    `original / high_freq_factor` kept, the ones between blended."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / inverse
+    slowed = np.where(wavelength > original / low, inverse / factor, inverse)
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * slowed / factor + smooth * slowed
+    between = (wavelength >= original / high) & (wavelength <= original / low)
+    return np.where(between, blended, slowed)
+
+
+def _yarn_frequencies(inverse: np.ndarray, head_size: int, theta: float,
+                      scaling: Mapping[str, Any]) -> Tuple[np.ndarray, float]:
+    """YaRN's: the frequencies that turn fewer than `beta_slow` times over the original length slowed by `factor`,
+    those that turn more than `beta_fast` times kept, a linear ramp between; cos and sin scaled by
+    `0.1 · ln(factor) + 1` (or the config's `attention_factor`, or the ratio of two `mscale`s)."""
+    factor, original = scaling["factor"], scaling["original_max_position_embeddings"]
+
+    def mscale(weight: float) -> float:
+        return 1.0 if factor <= 1 else 0.1 * weight * math.log(factor) + 1.0
+
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        both = scaling.get("mscale") and scaling.get("mscale_all_dim")
+        attention = mscale(scaling["mscale"]) / mscale(scaling["mscale_all_dim"]) if both else mscale(1.0)
+
+    def dimension(rotations: float) -> float:  # the feature that turns `rotations` times over the original length
+        return head_size * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dimension(scaling.get("beta_fast") or 32), dimension(scaling.get("beta_slow") or 1)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_size - 1)
+    ramp = np.clip((np.arange(head_size // 2) - low) / ((high - low) or 0.001), 0, 1)
+    return inverse / factor * ramp + inverse * (1 - ramp), float(attention)
+
+
+def rotary_cos_sin(length, head_size: int, theta: float, dtype="float32", factor: float = 1.0,
+                   scaling: Optional[Mapping[str, Any]] = None):
     """`(cos, sin)`, each `[length, head_size]`: position p's angle `p · θ^(−2i/d) / factor` for feature i and
-    i + d/2 (`factor`: transformers' `linear` rope_type, positions slowed down by it).
+    i + d/2 (`factor`: transformers' `linear` rope_type, positions slowed down by it; `scaling`: llama3's or
+    yarn's frequencies, `rope_frequencies`).
 
     Example:
     >>> cos, sin = rotary_cos_sin(3, 4, 10000.0)
@@ -39,10 +115,10 @@ def rotary_cos_sin(length, head_size: int, theta: float, dtype="float32", factor
     >>> [round(float(x), 4) for x in rotary_cos_sin(3, 4, 10000.0, factor=2.0)[1][2]]  # position 2 turns as 1
     [0.8415, 0.01, 0.8415, 0.01]
     """
-    inverse = 1.0 / (theta ** (ops.arange(0, head_size, 2, dtype="float32") / head_size)) / factor
-    angles = ops.arange(length, dtype="float32")[:, None] * inverse[None, :]
+    inverse, attention = rope_frequencies(head_size, theta, factor, scaling)
+    angles = ops.arange(length, dtype="float32")[:, None] * ops.convert_to_tensor(inverse)[None, :]
     angles = ops.concatenate([angles, angles], axis=-1)
-    return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
+    return ops.cast(ops.cos(angles) * attention, dtype), ops.cast(ops.sin(angles) * attention, dtype)
 
 
 def apply_rotary_half(x, cos, sin):
@@ -139,6 +215,25 @@ def query_blocked_attention(q, k, v, keep, block: int, scale: float):
     return ops.reshape(context, (batch, blocks * rows, heads, size))[:, :length]
 
 
+def causal_allowed(keep, length, window: Optional[int] = None):
+    """`[batch, 1, length, length]`: which keys each query sees in a decoder: the real ones (`keep`) at or before
+    it, and within the `window` keys ending at it where given. Each query sees itself too, real or not, so that
+    a padding query (a left-padded row's first positions) has a key and stays finite; a real query never sees
+    padding.
+
+    Example:
+    >>> keep = ops.array([[False, True, True]])
+    >>> ops.convert_to_numpy(causal_allowed(keep, 3))[0, 0].astype(int).tolist()
+    [[1, 0, 0], [0, 1, 0], [0, 1, 1]]
+    >>> ops.convert_to_numpy(causal_allowed(ops.array([[True] * 3]), 3, window=2))[0, 0].astype(int).tolist()
+    [[1, 0, 0], [1, 1, 0], [0, 1, 1]]
+    """
+    distance = ops.arange(length)[:, None] - ops.arange(length)[None, :]  # query − key
+    band = distance >= 0 if window is None else ops.logical_and(distance >= 0, distance < window)
+    allowed = ops.logical_and(band[None], keep[:, None, :])
+    return ops.logical_or(allowed, ops.equal(distance, 0)[None])[:, None]
+
+
 def whole_query_blocks(model: keras.Model) -> None:
     """Sets every `RotarySelfAttention` of `model` to take all its queries at once: for an exported graph, whose
     runtime (onnxruntime, OpenVINO, LiteRT) fuses the attention itself and would get a loop instead."""
@@ -170,6 +265,14 @@ class RotarySelfAttention(keras.layers.Layer):
         query_block: a whole-row layer's queries per block on TensorFlow and JAX (`query_blocked_attention`),
             for a row longer than it; None: all at once. PyTorch's fused kernel never holds the scores and
             takes them all at once.
+        causal: each query sees only the keys at or before it (a decoder's attention: Llama's, Qwen's).
+        causal_window: with `causal`, each query sees only the `causal_window` keys ending at it (Mistral's and
+            Qwen's `sliding_window`); None: every earlier key.
+        qk_norm_epsilon: an RMS norm over each head's features of the queries and of the keys, before the
+            rotation (`query_norm`, `key_norm`: Qwen3's `q_norm` and `k_norm`), with this epsilon; None: none.
+        output_bias: a bias in the output projection (None: as `use_bias`; Qwen2 has biases on the queries,
+            keys and values alone).
+        rope_scaling: llama3's or yarn's rotary frequencies (`rope_frequencies`); None: unscaled (or `rope_factor`).
 
     Called on hidden states `[batch, length, H]` with their Keras mask (padding: False); padded keys get no
     attention. The projections are `qkv` (`[H, 3 · heads · head_size]`: queries, keys, values), or `query`,
@@ -188,8 +291,18 @@ class RotarySelfAttention(keras.layers.Layer):
     def __init__(self, num_heads: int, head_size: int, rope_theta: float = 10000.0, window: Optional[int] = None,
                  use_bias: bool = False, dropout: float = 0.0, kernel_initializer="glorot_uniform",
                  num_key_value_heads: Optional[int] = None, fused_qkv: bool = True, rope_factor: float = 1.0,
-                 task_lora: Optional[dict] = None, query_block: Optional[int] = QUERY_BLOCK, **kwargs):
+                 task_lora: Optional[dict] = None, query_block: Optional[int] = QUERY_BLOCK, causal: bool = False,
+                 causal_window: Optional[int] = None, qk_norm_epsilon: Optional[float] = None,
+                 output_bias: Optional[bool] = None, rope_scaling: Optional[dict] = None, **kwargs):
         super().__init__(**kwargs)
+        if causal_window is not None and not causal:
+            raise ValueError("causal_window needs causal=True (a bidirectional window is `window`)")
+        if causal and window is not None:
+            raise ValueError("a causal layer takes causal_window, not window")
+        self.causal, self.causal_window = causal, causal_window
+        self.qk_norm_epsilon = qk_norm_epsilon
+        self.output_bias = use_bias if output_bias is None else output_bias
+        self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.task_lora = check_task_lora(task_lora)
         self.num_heads = num_heads
         self.head_size = head_size
@@ -215,34 +328,54 @@ class RotarySelfAttention(keras.layers.Layer):
             self.query, self.key, self.value = (self._dense(units, name) for units, name in
                                                 ((width, "query"), (shared, "key"), (shared, "value")))
         self.output_dense = None  # made in build: its width is the input's
+        if qk_norm_epsilon is not None:
+            self.query_norm, self.key_norm = (RMSNormalization(qk_norm_epsilon, name=name, dtype=self.dtype_policy)
+                                              for name in ("query_norm", "key_norm"))
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
-    def _dense(self, units: int, name: str):
-        return dense_with_tasks(units, self.task_lora, use_bias=self.use_bias, name=name, dtype=self.dtype_policy,
+    def _dense(self, units: int, name: str, use_bias: Optional[bool] = None):
+        use_bias = self.use_bias if use_bias is None else use_bias
+        return dense_with_tasks(units, self.task_lora, use_bias=use_bias, name=name, dtype=self.dtype_policy,
                                 kernel_initializer=clone_initializer(self.kernel_initializer))
 
     def build(self, input_shape):
         for projection in self._projections():
             projection.build(input_shape)
-        self.output_dense = self._dense(input_shape[-1], "output")
+        self.output_dense = self._dense(input_shape[-1], "output", self.output_bias)
         self.output_dense.build((*input_shape[:-1], self.num_heads * self.head_size))
+        if self.qk_norm_epsilon is not None:
+            for norm in (self.query_norm, self.key_norm):
+                norm.build((None, None, None, self.head_size))
 
     def call(self, x, mask=None, training=None, task=None):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         q, k, v = self._heads(x, batch, length, task)
-        cos, sin = rotary_cos_sin(length, self.head_size, self.rope_theta, q.dtype, self.rope_factor)
+        if self.qk_norm_epsilon is not None:
+            q, k = self.query_norm(q), self.key_norm(k)
+        cos, sin = rotary_cos_sin(length, self.head_size, self.rope_theta, q.dtype, self.rope_factor,
+                                  self.rope_scaling)
         q, k = apply_rotary_half(q, cos, sin), apply_rotary_half(k, cos, sin)
         keep = ops.ones((batch, length), "bool") if mask is None else ops.cast(mask, "bool")
         if self.window is not None:
             context = windowed_attention(q / math.sqrt(self.head_size), k, v, keep, self.window)
+        elif self.causal:
+            allowed = causal_allowed(keep, length, self.causal_window)
+            context = self._attend(q, k, v, allowed, training)
         elif training and self.dropout:
-            scores = ops.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.head_size)
-            scores = ops.where(keep[:, None, None, :], scores, _blocked_score(scores.dtype))
-            probs = self.attention_dropout(ops.softmax(scores, axis=-1), training=training)
-            context = ops.einsum("bhqk,bkhd->bqhd", probs, v)
+            context = self._attend(q, k, v, keep[:, None, None, :], training)
         else:
             context = self._attend_whole_row(q, k, v, keep, length)
         return project(self.output_dense, ops.reshape(context, (batch, length, self.num_heads * self.head_size)), task)
+
+    def _attend(self, q, k, v, allowed, training):
+        """Every query over the keys `allowed` (`[batch, 1, queries, keys]`, or broadcast to it), with dropout on
+        the probabilities where training; else the backend's kernel."""
+        scale = 1 / math.sqrt(self.head_size)
+        if not (training and self.dropout):
+            return ops.dot_product_attention(q, k, v, mask=allowed, scale=scale)
+        scores = ops.where(allowed, ops.einsum("bqhd,bkhd->bhqk", q, k) * scale, _blocked_score(q.dtype))
+        probs = self.attention_dropout(ops.softmax(scores, axis=-1), training=training)
+        return ops.einsum("bhqk,bkhd->bqhd", probs, v)
 
     def _attend_whole_row(self, q, k, v, keep, length):
         """Every query over every key: PyTorch's fused kernel, which never holds the scores; on TensorFlow and JAX
@@ -291,4 +424,6 @@ class RotarySelfAttention(keras.layers.Layer):
                 "rope_theta": self.rope_theta, "rope_factor": self.rope_factor, "window": self.window,
                 "use_bias": self.use_bias,
                 "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "task_lora": self.task_lora, "query_block": self.query_block}
+                "task_lora": self.task_lora, "query_block": self.query_block, "causal": self.causal,
+                "causal_window": self.causal_window, "qk_norm_epsilon": self.qk_norm_epsilon,
+                "output_bias": self.output_bias, "rope_scaling": self.rope_scaling}

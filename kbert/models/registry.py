@@ -48,6 +48,10 @@ FAMILIES = {
     "gte": "kbert.models.gte.family:GteFamily",
     "nomic_bert": "kbert.models.nomic_bert.family:NomicBertFamily",
     "eurobert": "kbert.models.eurobert.family:EuroBertFamily",
+    "llama": "kbert.models.llama.family:LlamaFamily",
+    "mistral": "kbert.models.mistral.family:MistralFamily",
+    "qwen2": "kbert.models.qwen2.family:Qwen2Family",
+    "qwen3": "kbert.models.qwen3.family:Qwen3Family",
 }
 # Families that share another's model_type and are built only when named: ALBERT's configs build albert,
 # and a config with model_type "bert" builds BERT (bert4keras's roberta is BERT's layout).

@@ -121,16 +121,19 @@ GROUPS = ("embeddings", "encoder", "decoder", "pooler", "heads")
 # The config key behind each symbol of a formula (C, the number of labels, is not a config key).
 SYMBOL_KEYS = {"V": "vocab_size", "H": "hidden_size", "I": "intermediate_size",
                "L": "num_hidden_layers", "P": "max_position_embeddings", "T": "type_vocab_size",
-               "E": "embedding_size", "A": "num_attention_heads", "K": "attention_head_size"}
-SYMBOL = re.compile(r"\b[VHIPTLCEAK]\b")
+               "E": "embedding_size", "A": "num_attention_heads", "K": "attention_head_size",
+               "G": "num_key_value_heads"}
+SYMBOL = re.compile(r"\b[VHIPTLCEAKG]\b")
 
 
 def symbol_values(config, num_labels: int = 0) -> Dict[str, int]:
-    """Each formula symbol's value for `config` (C: `num_labels`; K: a head's width)."""
+    """Each formula symbol's value for `config` (C: `num_labels`; K: a head's width; G: the key and value heads,
+    where queries share them)."""
     return {"V": config.vocab_size, "H": config.hidden_size, "I": config.intermediate_size,
             "L": config.num_hidden_layers, "P": config.max_position_embeddings,
             "T": config.type_vocab_size, "C": num_labels, "E": config.embedding_width,
-            "A": config.num_attention_heads, "K": config.head_size}
+            "A": config.num_attention_heads, "K": config.head_size,
+            "G": getattr(config, "key_value_heads", config.num_attention_heads)}
 
 
 def expand_formula(formula: str, symbols: Dict[str, int]) -> str:

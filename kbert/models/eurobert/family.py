@@ -23,6 +23,16 @@ def _rms_norm(path: str, hf: str) -> List[WeightName]:
     return [WeightName(f"{path}/scale", hf.replace(".", "/"), f"{hf}.weight", False, False, (H,))]
 
 
+def pre_norm_layers(num_blocks: int) -> List[str]:
+    """The layers with weights of a Llama-style stack, heads left out: the token table, each block's two norms and
+    two sublayers, the final norm."""
+    layers = [naming.EMBEDDING_TOKEN]
+    for index in range(num_blocks):
+        layers += [naming.block(index, sublayer, suffix) for sublayer in (naming.ATTENTION, naming.FEED_FORWARD)
+                   for suffix in ("Norm", "")]
+    return layers + [naming.OUTPUT_NORM]
+
+
 class EuroBertFamily(HubFamily):
     """EuroBERT as transformers builds it (`EuroBertModel`, `EuroBertForMaskedLM`); a config with `model_type`
     eurobert gets it.
@@ -85,12 +95,8 @@ class EuroBertFamily(HubFamily):
         return rows
 
     def weight_layers(self, num_blocks: int) -> List[str]:
-        layers = [naming.EMBEDDING_TOKEN]
-        for index in range(num_blocks):
-            layers += [naming.block(index, sublayer, suffix) for sublayer in (naming.ATTENTION, naming.FEED_FORWARD)
-                       for suffix in ("Norm", "")]
-        return layers + [naming.OUTPUT_NORM, naming.MLM_BIAS, MLM_OUTPUT, naming.CLASSIFIER_HIDDEN,
-                         naming.CLASSIFIER_DENSE]
+        return pre_norm_layers(num_blocks) + [naming.MLM_BIAS, MLM_OUTPUT, naming.CLASSIFIER_HIDDEN,
+                                              naming.CLASSIFIER_DENSE]
 
     def outside_weights(self, layer: str) -> Dict[str, List[WeightName]]:
         return {

@@ -37,17 +37,22 @@ class EuroBertGraph(PreNormGraph):
         config = self.config
         name = naming.block(index, naming.ATTENTION)
         attended = self.apply(self.apply_norm(x, f"{name}-Norm"), RotarySelfAttention, name,
-                              num_heads=config.num_attention_heads, head_size=config.head_size,
-                              num_key_value_heads=config.key_value_heads, fused_qkv=False,
-                              rope_theta=config.rope_theta, rope_factor=config.rope_factor or 1.0,
-                              use_bias=config.attention_bias,
-                              dropout=config.attention_probs_dropout_prob, kernel_initializer=self.initializer())
+                              **self.attention_settings(index))
         x = self.apply([x, attended], keras.layers.Add, f"{name}-Add")
         name = naming.block(index, naming.FEED_FORWARD)
         fed = self.apply(self.apply_norm(x, f"{name}-Norm"), GatedFeedForward, name, fused=False,
                          intermediate_size=config.intermediate_size, activation=get_activation(config.activation),
                          use_bias=config.mlp_bias, kernel_initializer=self.initializer())
         return self.apply([x, fed], keras.layers.Add, f"{name}-Add")
+
+    def attention_settings(self, index: Optional[int]) -> dict:
+        """Block `index`'s `RotarySelfAttention` keywords: four projections, grouped-query heads, the config's
+        rotary base and scaling, biases and dropout."""
+        config = self.config
+        return dict(num_heads=config.num_attention_heads, head_size=config.head_size,
+                    num_key_value_heads=config.key_value_heads, fused_qkv=False, rope_theta=config.rope_theta,
+                    rope_factor=config.rope_factor or 1.0, use_bias=config.attention_bias,
+                    dropout=config.attention_probs_dropout_prob, kernel_initializer=self.initializer())
 
     def apply_mlm_head(self, x):
         config = self.config

@@ -1,0 +1,178 @@
+"""The decoder families under the leading embedders and rerankers: Llama, Mistral, Qwen2, Qwen3 (`model_type` llama,
+mistral, qwen2, qwen3). Their analytic tables against the counts transformers gives for the hub's shapes (built on
+the `meta` device), the keys kbert cannot build named, and (in the parity venv) transformers' outputs on random
+models it builds (drawn with `initializer_range` 0.3) for right- and left-padded rows and a row of one token, each
+row's output the same alone as in the batch, kbert's files read back by transformers."""
+
+import numpy as np
+import pytest
+
+from kbert import ConfigError, build_transformer_model
+from kbert.analysis.params import analyze
+from kbert.analysis.summary import crosscheck
+from kbert.models.registry import resolve
+from kbert.tokenizers.wordpiece import NEGATIVE_PADDING
+
+V, H, I = 64, 16, 24
+# Four query heads of 8 features (head_dim: the queries are 32 wide, not H) sharing two key/value heads.
+TINY = {"vocab_size": V, "hidden_size": H, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": I, "max_position_embeddings": 64, "initializer_range": 0.3, "head_dim": 8}
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}
+# Each family with what sets it apart, on rows long enough for its windows and scaled frequencies to count.
+FAMILIES = {
+    "llama": {"model_type": "llama", **TINY, "attention_bias": True, "mlp_bias": True, "rope_parameters": LLAMA3},
+    "llama_tied": {"model_type": "llama", **TINY, "tie_word_embeddings": True},
+    "mistral": {"model_type": "mistral", **TINY, "sliding_window": 4},
+    "qwen2": {"model_type": "qwen2", **TINY, "rope_parameters": YARN},
+    "qwen3": {"model_type": "qwen3", **TINY, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
+    "qwen3_tied": {"model_type": "qwen3", **TINY, "tie_word_embeddings": True, "rope_parameters": LLAMA3},
+}
+# The hub's shapes: Qwen3-Embedding-0.6B (and Qwen3-Reranker-0.6B, untied), gte-Qwen2-1.5B-instruct,
+# e5-mistral-7b-instruct, Llama-3.2-1B.
+HUB = {
+    "qwen3": {"vocab_size": 151669, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+              "num_key_value_heads": 8, "intermediate_size": 3072, "tie_word_embeddings": True},
+    "qwen2": {"vocab_size": 151646, "hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12,
+              "num_key_value_heads": 2, "intermediate_size": 8960},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "intermediate_size": 14336},
+    "llama": {"vocab_size": 128256, "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "intermediate_size": 8192, "tie_word_embeddings": True},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_analytic_table_is_the_built_model(name):
+    for flags in ({}, {"with_mlm": True}):
+        analysis = analyze(resolve(FAMILIES[name])[1], **flags)
+        model = build_transformer_model(FAMILIES[name], **flags)
+        assert all(row.ok for row in crosscheck(analysis, model)) and model.count_params() == analysis.total
+
+
+@pytest.mark.parametrize("model_type", sorted(HUB))
+@pytest.mark.parity
+def test_the_analytic_totals_are_transformers_counts_of_the_hub_shapes(model_type):
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    config = transformers.AutoConfig.for_model(model_type, **HUB[model_type])
+    kbert_config = resolve({"model_type": model_type, **HUB[model_type]})[1]
+    for flags, auto in (({}, transformers.AutoModel), ({"with_mlm": True}, transformers.AutoModelForCausalLM)):
+        with torch.device("meta"):
+            counted = sum(weight.numel() for weight in auto.from_config(config).parameters())
+        assert analyze(kbert_config, **flags).total == counted
+
+
+@pytest.mark.parametrize("changed, message", [
+    ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}},
+     "rope_type 'dynamic' scales the rotary positions; kbert builds rope_type 'default', 'linear', 'llama3', 'yarn'"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}},
+     "rope_type 'llama3' needs 'low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings'"),
+    ({"rope_scaling": {"type": "yarn"}}, "key 'rope_scaling': rope_type 'yarn' needs 'factor'"),
+    ({"partial_rotary_factor": 0.5}, "key 'partial_rotary_factor' is 0.5: kbert turns a head's every feature"),
+    ({"num_key_value_heads": 3}, "key 'num_key_value_heads': expected a whole number that divides"),
+    ({"head_dim": 7}, "key 'head_dim': 7 features a head, an odd number"),
+    ({"use_sliding_window": True, "layer_types": ["full_attention"]}, "key 'layer_types': expected 2 of"),
+])
+def test_keys_kbert_cannot_build_are_named(changed, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve({**FAMILIES["qwen3"], **changed})
+
+
+def test_keys_a_family_never_reads_change_nothing():
+    """transformers' Qwen2 has biases on q, k and v whatever attention_bias says, Llama no sliding window,
+    Qwen's window only where use_sliding_window; kbert reads each as transformers does."""
+    assert resolve({**FAMILIES["qwen2"], "attention_bias": False})[1].attention_bias
+    assert resolve({**FAMILIES["llama"], "sliding_window": 4})[1].window_of(0) is None
+    assert resolve({**FAMILIES["qwen3"], "use_sliding_window": False})[1].window_of(1) is None
+    windows = resolve(FAMILIES["qwen3"])[1]
+    assert (windows.window_of(0), windows.window_of(1)) == (None, 3)  # from max_window_layers 1 on
+    assert resolve({**FAMILIES["mistral"], "layer_types": ["full_attention"] * 2})[1].window_of(0) == 4
+    unwindowed = resolve({**FAMILIES["mistral"], "sliding_window": None})[1]
+    assert resolve(unwindowed.to_dict())[1].sliding_window is None  # null kept, not read as the 4,096 default
+
+
+def test_is_causal_false_is_read_as_bidirectional():
+    assert resolve({**FAMILIES["qwen2"], "is_causal": False})[1].use_bidirectional_attention
+    with pytest.raises(ConfigError, match="keys 'is_causal' True and 'use_bidirectional_attention' True disagree"):
+        resolve({**FAMILIES["qwen2"], "is_causal": True, "use_bidirectional_attention": True})
+
+
+def padded_batch():
+    """Four rows of 9 random ids past 0, and which are real: whole, right-padded after 6, left-padded before 4,
+    and one token at the end (a left-padded row of length 1)."""
+    tokens = np.random.default_rng(0).integers(1, V, (4, 9))
+    real = np.ones_like(tokens, dtype=bool)
+    real[1, 6:], real[2, :4], real[3, :8] = False, False, False
+    return tokens, real
+
+
+def test_the_first_token_reads_what_follows_only_where_bidirectional():
+    """A causal model's first position is the same whatever follows it; `use_bidirectional_attention` (an
+    embedder trained so) lets it read the whole row."""
+    tokens, _ = padded_batch()
+    changed = tokens.copy()
+    changed[:, -1] = (tokens[:, -1] % (V - 1)) + 1
+    for bidirectional in (False, True):
+        model = build_transformer_model({**FAMILIES["qwen3"], "use_bidirectional_attention": bidirectional})
+        first, again = (model.predict_on_batch([ids, np.zeros_like(ids)])[:, 0] for ids in (tokens, changed))
+        assert np.abs(first - again).max() > 1e-3 if bidirectional else np.array_equal(first, again)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parity
+def test_same_outputs_as_transformers_either_padding_and_read_back(tmp_path, name):
+    """Hidden states (with the LM head: logits) at the real positions within 1e-4 of transformers'; the padding
+    given as negative ids (hidden because the text ended, whatever id a tokenizer pads with); each row alone gives
+    its batched output; transformers reads kbert's file and shards back to the same outputs."""
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from test_hf_families import transformers_reads_back
+
+    config = FAMILIES[name]
+    with_mlm = name.endswith("tied")
+    architecture = getattr(transformers, resolve(config)[0].hf_architecture(
+        __import__("kbert").models.heads.Heads(mlm="linear" if with_mlm else None)))
+    tokens, real = padded_batch()
+
+    def outputs(model):
+        with torch.no_grad():
+            result = model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(real.astype(np.int64)))
+        return (result.logits if with_mlm else result.last_hidden_state).numpy()[real]
+
+    torch.manual_seed(0)
+    reference = architecture(transformers.AutoConfig.for_model(**config)).eval()
+    reference.save_pretrained(tmp_path / "hf")
+    expected = outputs(reference)
+    model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", padding=NEGATIVE_PADDING,
+                                    **({"with_mlm": "linear"} if with_mlm else {}))
+    ids = np.where(real, tokens, -1)
+    batched = model.predict_on_batch([ids, np.zeros_like(ids)])
+    np.testing.assert_allclose(batched[real], expected, atol=1e-4)
+    for row in range(len(tokens)):
+        alone = tokens[row:row + 1, real[row]]
+        np.testing.assert_allclose(model.predict_on_batch([alone, np.zeros_like(alone)])[0], batched[row][real[row]],
+                                   atol=1e-5)
+    transformers_reads_back(model, transformers, architecture.__name__, tmp_path, outputs, expected)
+
+
+@pytest.mark.parametrize("name", ["qwen3_embedding_0_6b", "qwen3_reranker_0_6b", "gte_qwen2_1_5b_instruct",
+                                  "e5_mistral_7b_instruct"])
+@pytest.mark.parity
+def test_bundled_configs_count_what_transformers_counts(name):
+    """`kbert params` of each bundled decoder config: the total transformers gives for the same file, built on the
+    `meta` device (the bare model for the embedders, the causal LM for the reranker, whose head scores)."""
+    import json
+
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from kbert.models.config import bundled_config_path
+
+    path = bundled_config_path(name)
+    config = transformers.AutoConfig.for_model(**json.loads(open(path).read()))
+    with_mlm = "reranker" in name
+    auto = transformers.AutoModelForCausalLM if with_mlm else transformers.AutoModel
+    with torch.device("meta"):
+        counted = sum(weight.numel() for weight in auto.from_config(config).parameters())
+    assert analyze(resolve(path)[1], with_mlm=with_mlm).total == counted
