@@ -18,6 +18,12 @@ head's bias set to -1.75 so that a text keeps a few hundred vocabulary entries, 
 `--multi-vector` writes a ColBERT multi-vector encoder instead, in PyLate's default shape: each token's vector
 projected to 128 values (no bias) and normalised, documents cut at 180 tokens without their punctuation,
 queries expanded with [MASK] to 32 tokens that the query does not attend to.
+
+    python -m benchmarks.random_folder --config qwen3_embedding_0_6b --out /tmp/qwen3_st
+
+A decoder's config (Llama, Mistral, Qwen2, Qwen3) gets Qwen3-Embedding's framing instead: one special token,
+`<|endoftext|>`, that ends every text and pads (on the left, as Qwen3-Embedding's tokenizer_config.json says),
+last-token pooling, normalised, and its query prompt (`Instruct: ...\nQuery:`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import sys
 
 from benchmarks.alternating import REPOSITORY
 
+DECODERS = ("llama", "mistral", "qwen2", "qwen3")
+END = "<|endoftext|>"  # Qwen's: the token that ends every text, and pads
+QUERY_PROMPT = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 SENTIMENT = os.path.join(os.path.dirname(REPOSITORY), "shared", "data", "sentiment")
 
 
@@ -58,16 +67,20 @@ def main(argv=None) -> int:
     from kbert.models.config import bundled_config_path
 
     os.makedirs(args.out)
-    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    with open(bundled_config_path(args.config), encoding="utf-8") as handle:
+        config = json.load(handle)
+    decoder = config.get("model_type") in DECODERS
+    specials = [END] if decoder else ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.BPE(unk_token=None if decoder else "[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.train_from_iterator(texts("sentiment.train.data"), trainers.BpeTrainer(
-        vocab_size=20000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        vocab_size=20000, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+        single=f"$A {END}", pair=f"$A {END} $B {END}", special_tokens=[(END, 0)]) if decoder else \
+        processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                      special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     tokenizer.decoder = decoders.ByteLevel()
-    with open(bundled_config_path(args.config), encoding="utf-8") as handle:
-        config = {**json.load(handle), "pad_token_id": 0}
+    config = {**config, "pad_token_id": 0}
     keras.utils.set_random_seed(0)
     bert = build_transformer_model(config, with_mlm=args.sparse)
     if args.sparse:
@@ -75,12 +88,16 @@ def main(argv=None) -> int:
         bias.set_weights([bias.get_weights()[0] - 1.75])
     save_hf_weights(bert, args.out)
     tokenizer.save(os.path.join(args.out, "tokenizer.json"))
+    settings = ({"pad_token": END, "eos_token": END, "padding_side": "left"} if decoder else
+                {"pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]",
+                 "mask_token": "[MASK]"})
     with open(os.path.join(args.out, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]", "cls_token": "[CLS]",
-                   "sep_token": "[SEP]", "unk_token": "[UNK]", "mask_token": "[MASK]",
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", **settings,
                    "model_input_names": ["input_ids", "attention_mask"]}, handle)
     width = config.get("hidden_size", config.get("dim"))
-    if args.sparse:
+    if decoder:
+        write_modules(args.out, "lasttoken", width, [], True, 512, prompts={"query": QUERY_PROMPT, "document": ""})
+    elif args.sparse:
         write_modules(args.out, SparseOutput(), config["vocab_size"], [], False, 512)
     elif args.multi_vector:
         import numpy as np

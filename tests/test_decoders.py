@@ -176,3 +176,92 @@ def test_bundled_configs_count_what_transformers_counts(name):
     with torch.device("meta"):
         counted = sum(weight.numel() for weight in auto.from_config(config).parameters())
     assert analyze(resolve(path)[1], with_mlm=with_mlm).total == counted
+
+
+# --- a decoder embedder: a sentence-transformers folder as Qwen3-Embedding's ---------------------------------------
+
+END = "<|endoftext|>"
+QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+TEXTS = ["w5 w6 w7 w8 w9", "w10", "w11 w12 w13", "w62 w61 w60 w59 w58 w57 w56 w55 w54"]
+
+
+def qwen3_embedding_folder(folder, padding_side):
+    """A random Qwen3Model that transformers builds (seed 0), framed as Qwen3-Embedding: a word-level
+    tokenizer.json whose one special token, `<|endoftext|>`, ends every text and pads (on `padding_side`);
+    last-token pooling, normalised; a query prompt and an empty document one."""
+    import json
+
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from kbert.embeddings.folders import write_modules
+
+    end = V - 1
+    backend = Tokenizer(models.WordLevel({**{f"w{index}": index for index in range(end)}, END: end}, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.post_processor = processors.TemplateProcessing(single=f"$A {END}", pair=f"$A {END} $B {END}",
+                                                           special_tokens=[(END, end)])
+    folder.mkdir()
+    backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": END, "pad_token": END, "padding_side": padding_side}))
+    torch.manual_seed(0)
+    config = {**FAMILIES["qwen3"], "eos_token_id": end, "pad_token_id": end}
+    transformers.Qwen3Model(transformers.AutoConfig.for_model(**config)).eval().save_pretrained(folder)
+    write_modules(str(folder), "lasttoken", H, [], True, 32, prompts={"query": "w1 w2 w3 ", "document": ""})
+    return folder
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parity
+def test_a_qwen3_embedder_gives_sentence_transformers_vectors(tmp_path, padding_side):
+    """Its pad token ends every text, so a mask made from ids would hide the very token last-token pooling reads:
+    kbert pads with negative ids and pools the last real token, alone or in a batch, either padding side; each
+    prompt, the CLI's --prompt-name and --dimensions (the first values, back at unit length) as
+    sentence-transformers' encode gives them; kbert's save read back by sentence-transformers."""
+    import json
+
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
+    from conftest import kbert_in_process
+    from kbert.embeddings.embedder import Embedder
+
+    folder = qwen3_embedding_folder(tmp_path / "qwen3", padding_side)
+    reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    embedder = Embedder.load(folder)
+    for prompt in ("query", "document"):
+        expected = reference.encode(TEXTS, prompt_name=prompt)
+        batched = embedder.encode(TEXTS, prompt_name=prompt)
+        np.testing.assert_allclose(batched, expected, atol=1e-5)
+        np.testing.assert_allclose([embedder.encode([text], prompt_name=prompt)[0] for text in TEXTS], batched,
+                                   atol=1e-5)
+    lines = tmp_path / "texts.txt"
+    lines.write_text("\n".join(TEXTS) + "\n")
+    run = kbert_in_process("embed", "--model", str(folder), str(lines), "--prompt-name", "query", "--dimensions", "8",
+                           "--runtime", "keras")
+    vectors = np.array([json.loads(line)["embedding"] for line in run.stdout.splitlines()])
+    truncated = sentence_transformers.SentenceTransformer(str(folder), device="cpu", truncate_dim=8)
+    np.testing.assert_allclose(vectors, truncated.encode(TEXTS, prompt_name="query", normalize_embeddings=True),
+                               atol=1e-5)
+    again = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "saved"), device="cpu")
+    np.testing.assert_allclose(again.encode(TEXTS, prompt_name="query"), reference.encode(TEXTS, prompt_name="query"),
+                               atol=1e-5)
+    served_openai, served_tei = served(embedder)
+    np.testing.assert_allclose(served_openai, truncated.encode(TEXTS, normalize_embeddings=True), atol=1e-5)
+    np.testing.assert_allclose(served_tei, reference.encode(TEXTS, prompt_name="query"), atol=1e-5)
+
+
+def served(embedder):
+    """The vectors `kbert serve` answers (its app, in this process): /v1/embeddings with dimensions 8, and TEI's
+    /embed with prompt_name query."""
+    from starlette.testclient import TestClient
+
+    from kbert.serving import ServerLimits, create_app
+    from kbert.tasks.predictors import PredictionSettings, embedding_predictor
+
+    app = create_app(embedding_predictor("qwen3", PredictionSettings(), embedder), ServerLimits(max_wait_ms=1))
+    with TestClient(app) as client:
+        openai = client.post("/v1/embeddings", json={"input": TEXTS, "dimensions": 8, "encoding_format": "float"})
+        tei = client.post("/embed", json={"inputs": TEXTS, "prompt_name": "query"})
+    assert openai.status_code == 200 and tei.status_code == 200, (openai.text, tei.text)
+    return [row["embedding"] for row in openai.json()["data"]], tei.json()
