@@ -265,3 +265,30 @@ def served(embedder):
         tei = client.post("/embed", json={"inputs": TEXTS, "prompt_name": "query"})
     assert openai.status_code == 200 and tei.status_code == 200, (openai.text, tei.text)
     return [row["embedding"] for row in openai.json()["data"]], tei.json()
+
+
+@pytest.mark.parity
+def test_training_a_qwen3_embedder_keeps_its_pooling_and_prompts(tmp_path):
+    """`kbert train --task embed --checkpoint FOLDER` on the Qwen3-Embedding-style folder trains it as it embeds:
+    last-token pooling and its prompts are written back (before: mean pooling and no prompts), and
+    sentence-transformers reads the trained folder to kbert's vectors."""
+    import json
+
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
+    from kbert.cli.main import main
+    from kbert.embeddings.embedder import Embedder
+
+    folder = qwen3_embedding_folder(tmp_path / "qwen3", "left")
+    rng = np.random.default_rng(0)
+    rows = [" ".join(f"w{index}" for index in rng.integers(1, V - 1, rng.integers(2, 9))) for _ in range(32)]
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in zip(rows, rows[1:] + rows[:1])))
+    assert main(["train", "--task", "embed", "--checkpoint", str(folder), "--train", str(tmp_path / "pairs.tsv"),
+                 "--out", str(tmp_path / "trained"), "--epochs", "1", "--batch-size", "8"]) == 0
+    pooling = json.loads((tmp_path / "trained" / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_lasttoken"] and not pooling["pooling_mode_mean_tokens"]
+    trained = Embedder.load(tmp_path / "trained")
+    assert trained.prompts == {"query": "w1 w2 w3 ", "document": ""}
+    expected = sentence_transformers.SentenceTransformer(str(tmp_path / "trained"), device="cpu").encode(
+        TEXTS, prompt_name="query")
+    np.testing.assert_allclose(trained.encode(TEXTS, prompt_name="query"), expected, atol=1e-5)
+    assert np.abs(trained.encode(TEXTS) - Embedder.load(folder).encode(TEXTS)).max() > 1e-3  # it trained

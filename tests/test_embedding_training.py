@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, shared_path, write
+from conftest import CONFIGS, kbert_in_process, shared_path, write
 from kbert.cli.main import main
 from kbert.errors import DataError
 from kbert.layers.views import SplitViews, StackViews
@@ -210,3 +210,23 @@ def test_the_commands_pooling_choices_are_the_layers_modes():
     from kbert.training.options import POOLINGS  # kept apart: options import no Keras
 
     assert sorted(POOLINGS) == sorted(POOLING_MODES)
+
+
+def test_a_folder_whose_pipeline_the_task_cannot_train_is_refused(tmp_path):
+    """all-MiniLM-L6-v2 given a Dense projection after its pooling: trained, the projection would be dropped from
+    what is written, so the folder is refused, naming its modules."""
+    import shutil
+
+    from conftest import minilm_dir
+    from kbert.embeddings.folders import write_modules
+    from kbert.embeddings.modules import Dense
+
+    folder = tmp_path / "minilm_dense"
+    shutil.copytree(minilm_dir(), folder)
+    write_modules(str(folder), "mean", 384, [Dense([np.eye(384, 8, dtype="float32")])], True, 128)
+    pairs = write(tmp_path, "pairs.tsv", "A man is eating food.\tA man eats.\nA dog runs.\tA dog is running.\n")
+    run = kbert_in_process("train", "--task", "embed", "--checkpoint", str(folder), "--train", str(pairs),
+                           "--out", str(tmp_path / "out"), "--epochs", "1")
+    assert run.returncode != 0 and not (tmp_path / "out").exists()
+    assert ("modules Pooling, Dense, Normalize after its transformer; kbert train --task embed trains a transformer, "
+            "its pooling and Normalize") in run.stderr.replace("\n", " ")

@@ -89,7 +89,7 @@ def test_a_contrastive_batch_gives_each_text_the_vector_it_has_alone(xlmr):
     model = task.build(bert, 0, options)
     features, _ = next(iter(data.train))
     vectors = keras.ops.convert_to_numpy(task.training_model(model).predict_on_batch(list(features)))
-    embedder = Embedder(model, tokenizer, 32, True, "", bert, options.pooling)
+    embedder = Embedder(model, tokenizer, 32, True, "", bert, task.pooling)
     for view, texts in enumerate((MEN, WOMEN)):
         alone = np.concatenate([embedder.encode([text]) for text in texts])
         np.testing.assert_allclose(vectors[:, view], alone, atol=1e-5)

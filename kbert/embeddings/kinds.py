@@ -80,6 +80,12 @@ class OutputKind(abc.ABC):
         for key, value in fields.items():
             setattr(cls, key, value)
 
+    @property
+    def trained_pooling(self) -> Optional[str]:
+        """The pooling `kbert train --task embed` trains a folder of this kind with (a dense vector's mode); None:
+        that task does not train this kind."""
+        return None
+
     def dimensions(self, model, backbone) -> int:
         """The width of the model's vectors (`model` its whole graph, `backbone` the encoder in it)."""
         return int(model.outputs[0].shape[-1])
@@ -164,6 +170,10 @@ class DenseOutput(OutputKind, name="dense", described="a dense model", route="/e
     mode: str = "mean"
 
     def __str__(self) -> str:  # how a file's metadata names the pooling
+        return self.mode
+
+    @property
+    def trained_pooling(self) -> Optional[str]:
         return self.mode
 
     def modules(self, dimensions: int, dense: Sequence[Dense] = (), normalize: bool = False,

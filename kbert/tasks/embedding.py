@@ -6,15 +6,19 @@ The model it trains is run by `kbert.embeddings.embedder.Embedder` (`kbert embed
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Optional, Sequence
 
 import keras
 import numpy as np
 
 from kbert.embeddings.embedder import Embedder
+from kbert.embeddings.folders import is_sentence_transformer, read_sentence_transformer
 from kbert.embeddings.kinds import DenseOutput
 from kbert.embeddings.loading import write_sentence_transformer
-from kbert.errors import DataError
+from kbert.embeddings.modules import Dense
+from kbert.errors import DataError, KbertError
 from kbert.layers.views import SplitViews, StackViews
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
@@ -52,6 +56,24 @@ class EmbeddingTask(Task):
     def __init__(self, options):
         self.options = options
         self.loss_name, self.views, self.tokenizer, self.backbone, self.train_groups = None, 2, None, None, []
+        self.prompts, self.default_prompt_name = {}, None  # the trained folder's, carried into the one written
+
+    @property
+    def pooling(self) -> str:
+        """`--pooling`, else the checkpoint folder's (`adopt_checkpoint`), else mean."""
+        return self.options.pooling or "mean"
+
+    def adopt_checkpoint(self, options, checkpoint_path: Optional[str]):
+        """A sentence-transformers folder trains as it embeds: its pooling (unless `--pooling` names another),
+        its prompts and default prompt written back. A folder whose pipeline this task cannot train (a `Dense`
+        projection, a pooling that leaves the prompt out, a sparse or multi-vector encoder) is refused, naming
+        what it holds, rather than trained and written as something else."""
+        spec = _sentence_transformer(checkpoint_path)
+        if spec is not None:
+            self.prompts, self.default_prompt_name = dict(spec.prompts), spec.default_prompt_name
+        pooling = options.pooling or (spec.output.trained_pooling if spec is not None else "mean")
+        self.options = dataclasses.replace(options, pooling=pooling)
+        return self.options
 
     @classmethod
     def from_options(cls, options) -> "EmbeddingTask":
@@ -83,7 +105,7 @@ class EmbeddingTask(Task):
             valid = self._dataset(valid_groups, shuffle=False)
         return TrainingData(train, valid, LabelMap([]), len(train), str(report),
                             str(valid_report) if valid_report else None,
-                            {"loss": self.loss_name, "pooling": options.pooling}, valid_groups)
+                            {"loss": self.loss_name, "pooling": self.pooling}, valid_groups)
 
     def _dataset(self, groups: Sequence[TextGroup], shuffle: bool):
         """Batches of each example's views (SimCSE: a text twice), token and segment ids per view."""
@@ -98,7 +120,7 @@ class EmbeddingTask(Task):
 
     def build(self, bert, num_labels: int, options):
         self.backbone = bert
-        output = DenseOutput(options.pooling)
+        output = DenseOutput(self.pooling)
         return output.build(bert, output.modules(int(bert.outputs[0].shape[-1]), normalize=True))
 
     def training_model(self, model):
@@ -138,12 +160,32 @@ class EmbeddingTask(Task):
     def embedder(self, model, source: str) -> Embedder:
         """The model being trained as an `Embedder` (`source`: where it is saved, "" while training)."""
         return Embedder(model, self.tokenizer, self.options.maxlen, True, source, self.backbone,
-                        DenseOutput(self.options.pooling))
+                        DenseOutput(self.pooling), prompts=self.prompts,
+                        default_prompt_name=self.default_prompt_name)
 
     def finish(self, model, directory: str) -> None:
         """The sentence-transformers files beside kbert's: Hugging Face weights and config, the modules (a
         `SparseEncoder`'s for a sparse encoder)."""
         write_sentence_transformer(directory, self.embedder(model, directory))
+
+
+def _sentence_transformer(checkpoint_path: Optional[str]):
+    """The sentence-transformers folder `checkpoint_path` read (`SentenceTransformerSpec`), checked to be one this
+    task trains as it is; None where the checkpoint is not such a folder."""
+    if not checkpoint_path or not os.path.isdir(checkpoint_path) or not is_sentence_transformer(checkpoint_path):
+        return None
+    spec = read_sentence_transformer(checkpoint_path)
+    modules = ", ".join(type(module).__name__ for module in spec.modules)
+    if spec.output.trained_pooling is None or any(isinstance(module, Dense) for module in spec.modules):
+        raise KbertError(f"--checkpoint {checkpoint_path}: a sentence-transformers folder of {spec.output.described} "
+                         f"with modules {modules} after its transformer; kbert train --task embed trains a "
+                         "transformer, its pooling and Normalize, and would write this model without the rest: "
+                         "give the transformer's own folder (its config.json and weights) to train a new pooling "
+                         "on it")
+    if not spec.include_prompt:
+        raise KbertError(f"--checkpoint {checkpoint_path}: its pooling leaves the prompt's tokens out "
+                         "(include_prompt false), which kbert train --task embed does not train")
+    return spec
 
 
 def recall_at_1(embedder: Embedder, queries: Sequence[str], positives: Sequence[str]) -> float:

@@ -30,7 +30,7 @@ from kbert.tasks.embedding import EmbeddingTask
 from kbert.training.text_groups import TextGroup
 from kbert.training.contrastive import InBatchScores, MaxSimScores, ScoreDistillation
 from kbert.training.pipeline import make_dataset
-from kbert.training.task import TrainingData
+from kbert.training.task import Task, TrainingData
 
 #: The width of each token's vector (PyLate's and sentence-transformers' default projection).
 DIMENSIONS = 128
@@ -42,6 +42,8 @@ class MultiVectorEmbeddingTask(EmbeddingTask):
 
     name = "colbert"
     score_label = "validation recall@1 (MaxSim)"
+
+    adopt_checkpoint = Task.adopt_checkpoint  # a dense model's pooling and prompts are not this task's
 
     def check_lengths(self, options, config, config_path: str) -> None:
         if options.query_length > config.longest_input:

@@ -36,7 +36,7 @@ from kbert.embeddings.sparse import SparseOutput
 from kbert.tasks.embedding import EmbeddingTask
 from kbert.training.contrastive import (FlopsRegularization, InBatchNegatives, document_active_dimensions,
                                         query_active_dimensions)
-from kbert.training.task import TrainingData
+from kbert.training.task import Task, TrainingData
 
 #: SPLADE v2's pooling: the maximum over tokens of log(1 + ReLU(logits)).
 SPLADE = SparseOutput("max", "relu")
@@ -48,6 +48,8 @@ class SparseEmbeddingTask(EmbeddingTask):
 
     name = "sparse"
     score_label = "validation recall@1 (dot products of sparse vectors)"
+
+    adopt_checkpoint = Task.adopt_checkpoint  # a dense model's pooling and prompts are not this task's
 
     def backbone_args(self) -> dict:
         return {"with_mlm": "linear"}  # logits: SPLADE activates and pools them itself

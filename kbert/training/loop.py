@@ -284,6 +284,7 @@ def _configured(task_class: Type[Task], config_path: str, checkpoint_path: Optio
                          "for it (a Chinese RoBERTa-wwm is one: model='roberta'), or a T5")
     options = dataclasses.replace(options, model=options.model or family.name)
     task = task_class.from_options(options)
+    options = task.adopt_checkpoint(options, checkpoint_path)
     # What kbert changes in a model it trains (T5: no output scale before an untied head it initialises).
     config = task.model_config(family.config_to_train(config, initialised=checkpoint_path is None))
     return options, family, config, task

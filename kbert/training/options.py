@@ -103,7 +103,8 @@ class TrainingOptions:
             is always compiled; PyTorch's is refused). Faster steps (a UniLM
             step 1.2x, docs/performance.md) for a compilation per batch shape,
             which bucketing keeps to a few; False: Keras's choice.
-        pooling: `task="embed"`: how token vectors become one (`kbert.layers.pooling.Pooling`).
+        pooling: `task="embed"`: how token vectors become one (`kbert.layers.pooling.Pooling`); None: the
+            checkpoint's own where it is a sentence-transformers folder (Qwen3-Embedding's lasttoken), else mean.
         contrastive_loss: `task="embed"`: `in_batch` (a text and its positive, optionally a hard
             negative), `simcse` (one text a line, itself its positive) or `cosent` (pairs with a
             similarity score); None: the one the data's columns call for.
@@ -164,7 +165,7 @@ class TrainingOptions:
     lora_alpha: Optional[float] = None
     lora_embeddings: Optional[int] = None
     jit_compile: bool = False
-    pooling: str = "mean"
+    pooling: Optional[str] = None
     contrastive_loss: Optional[str] = None
     temperature: Optional[float] = None
     rerank_loss: str = "pointwise"

@@ -70,6 +70,11 @@ class Task(abc.ABC):
         """The task for `TrainingOptions` (a tagger reads its head from them)."""
         return cls()
 
+    def adopt_checkpoint(self, options, checkpoint_path: Optional[str]):
+        """The options, with what the task takes from the checkpoint it trains where an option leaves it open
+        (an embedding model's pooling and prompts from a sentence-transformers folder); by default as given."""
+        return options
+
     def model_config(self, config):
         """The backbone's config for this task (by default the one given)."""
         return config
