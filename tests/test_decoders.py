@@ -66,7 +66,8 @@ def test_the_analytic_totals_are_transformers_counts_of_the_hub_shapes(model_typ
 
 @pytest.mark.parametrize("changed, message", [
     ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}},
-     "rope_type 'dynamic' scales the rotary positions; kbert builds rope_type 'default', 'linear', 'llama3', 'yarn'"),
+     "rope_type 'dynamic' scales the rotary positions; kbert builds rope_type 'default' or 'linear' or 'llama3' or "
+     "'yarn' here"),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}},
      "rope_type 'llama3' needs 'low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings'"),
     ({"rope_scaling": {"type": "yarn"}}, "key 'rope_scaling': rope_type 'yarn' needs 'factor'"),

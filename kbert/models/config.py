@@ -240,6 +240,10 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
             )
 
 
+# Llama's keys (EuroBERT's, the decoders') -> kbert's (BERT's) keys.
+LLAMA_RENAMED = {"rms_norm_eps": "layer_norm_eps", "attention_dropout": "attention_probs_dropout_prob"}
+
+
 def with_own_keys(values: Mapping[str, Any], renamed: Mapping[str, str]) -> dict:
     """`values` with a family's own keys (`renamed`: its key -> BERT's) under BERT's names. Where a file holds both
     names (DistilBERT's `activation` and a `hidden_act`), the family's own is the one transformers reads, so it
@@ -264,10 +268,13 @@ def legacy_rope_scaling(values: Mapping[str, Any]) -> Optional[Mapping[str, Any]
             **({"rope_theta": values["rope_theta"]} if "rope_theta" in values and "rope_theta" not in scaling else {})}
 
 
-def with_rope_theta(values: Mapping[str, Any], source: str, linear: bool = False) -> Mapping[str, Any]:
+def with_rope_theta(values: Mapping[str, Any], source: str, linear: bool = False,
+                    scaled: Mapping[str, Tuple[str, ...]] = {}) -> Mapping[str, Any]:
     """`values` with transformers 5's `rope_parameters` (or the older `rope_scaling`, which transformers reads in
     its place) read into `rope_theta` (and, where the family computes `linear` scaling, its `factor` into
-    `rope_factor`); any other scaled `rope_type` (yarn, dynamic, ...) is a `ConfigError`."""
+    `rope_factor`; where it computes a type of `scaled`, `{rope_type: the keys it needs}`, the parameters but θ
+    into `scaled_rope`, each needed key checked); any other scaled `rope_type` (yarn, dynamic, ...) is a
+    `ConfigError`."""
     legacy = legacy_rope_scaling(values)
     key = "rope_scaling" if legacy is not None else "rope_parameters"
     rope = legacy or (values.get("rope_parameters") if isinstance(values, Mapping) else None)
@@ -275,11 +282,17 @@ def with_rope_theta(values: Mapping[str, Any], source: str, linear: bool = False
         return values
     if not isinstance(rope, Mapping):
         raise ConfigError(f"{source}: key {key!r}: expected an object (rope_type, rope_theta, ...), got {rope!r}")
-    kinds = ("default", "linear") if linear else ("default",)
-    if rope.get("rope_type", "default") not in kinds:
+    kinds = ("default", "linear", *scaled) if linear else ("default", *scaled)
+    kind = rope.get("rope_type", "default")
+    if kind not in kinds:
         raise ConfigError(f"{source}: key {key!r}: rope_type {rope['rope_type']!r} scales the rotary "
                           f"positions; kbert builds rope_type {' or '.join(map(repr, kinds))} here")
-    factor = {"rope_factor": rope.get("factor")} if rope.get("rope_type") == "linear" else {}
+    factor = {"rope_factor": rope.get("factor")} if kind == "linear" else {}
+    if kind in scaled:
+        missing = [name for name in scaled[kind] if rope.get(name) is None]
+        if missing:
+            raise ConfigError(f"{source}: key {key!r}: rope_type {kind!r} needs {', '.join(map(repr, missing))}")
+        factor = {"scaled_rope": {name: value for name, value in rope.items() if name not in ("rope_theta", "type")}}
     kept = {name: value for name, value in values.items() if name != "rope_scaling"}
     return {**kept, **({"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {}), **factor}
 
@@ -301,6 +314,16 @@ def check_rope_theta(values: Mapping[str, Any], key: str, source: str, default: 
     if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
                                or not 0 < factor < float("inf")):
         raise ConfigError(f"{source}: key 'rope_parameters': factor {factor!r}: expected a positive number")
+
+
+def check_key_value_heads(values: Mapping[str, Any], source: str) -> None:
+    """A `num_key_value_heads` (grouped-query attention: each key and value head shared by a group of query heads)
+    that is not a whole number dividing `num_attention_heads` is a `ConfigError`; None: one each."""
+    groups, heads = values.get("num_key_value_heads"), values["num_attention_heads"]
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1
+                               or heads % groups):
+        raise ConfigError(f"{source}: key 'num_key_value_heads': expected a whole number that divides "
+                          f"num_attention_heads {heads}, got {groups!r}")
 
 
 def check_fixed_settings(values: Mapping[str, Any], fixed: Mapping[str, Tuple[Any, Any]], source: str,

@@ -19,6 +19,7 @@ from kbert.embeddings.kinds import DenseOutput
 from kbert.embeddings.loading import write_sentence_transformer
 from kbert.embeddings.modules import Dense
 from kbert.errors import DataError, KbertError
+from kbert.io import ModelFolder
 from kbert.layers.views import SplitViews, StackViews
 from kbert.training.contrastive import CoSENT, InBatchNegatives
 from kbert.training.data import LabelMap, check_known_tokens
@@ -172,9 +173,12 @@ class EmbeddingTask(Task):
 def _sentence_transformer(checkpoint_path: Optional[str]):
     """The sentence-transformers folder `checkpoint_path` read (`SentenceTransformerSpec`), checked to be one this
     task trains as it is; None where the checkpoint is not such a folder."""
-    if not checkpoint_path or not os.path.isdir(checkpoint_path) or not is_sentence_transformer(checkpoint_path):
+    if not checkpoint_path or not os.path.isdir(checkpoint_path):
         return None
-    spec = read_sentence_transformer(checkpoint_path)
+    folder = ModelFolder.of(checkpoint_path)  # its files read once, by both
+    if not is_sentence_transformer(folder):
+        return None
+    spec = read_sentence_transformer(folder)
     modules = ", ".join(type(module).__name__ for module in spec.modules)
     if spec.output.trained_pooling is None or any(isinstance(module, Dense) for module in spec.modules):
         raise KbertError(f"--checkpoint {checkpoint_path}: a sentence-transformers folder of {spec.output.described} "

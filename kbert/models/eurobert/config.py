@@ -7,11 +7,9 @@ import dataclasses
 from typing import Any, ClassVar, Mapping, Optional
 
 from kbert.errors import ConfigError
-from kbert.models.config import (BertConfig, check_even_head_size, check_head_dim, check_rope_theta,
-                                 rope_parameters, with_own_keys, with_rope_theta)
-
-# EuroBERT's (Llama's) key -> kbert's (BERT's) key.
-_RENAMED = {"rms_norm_eps": "layer_norm_eps", "attention_dropout": "attention_probs_dropout_prob"}
+from kbert.models.config import (LLAMA_RENAMED, BertConfig, check_even_head_size, check_head_dim,
+                                 check_key_value_heads, check_rope_theta, rope_parameters, with_own_keys,
+                                 with_rope_theta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +57,7 @@ class EuroBertConfig(BertConfig):
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "EuroBertConfig":
         if not isinstance(values, Mapping):
             return super().from_dict(values, source)
-        values = with_own_keys(values, _RENAMED)
+        values = with_own_keys(values, LLAMA_RENAMED)
         return super().from_dict(with_rope_theta(values, source, linear=True), source)
 
     @classmethod
@@ -70,12 +68,7 @@ class EuroBertConfig(BertConfig):
         if values.get("classifier_pooling", "late") not in ("bos", "mean", "late"):
             raise ConfigError(f"{source}: key 'classifier_pooling': expected 'bos', 'mean' or 'late', "
                               f"got {values['classifier_pooling']!r}")
-        groups = values.get("num_key_value_heads")
-        heads = values["num_attention_heads"]
-        if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1
-                                   or heads % groups):
-            raise ConfigError(f"{source}: key 'num_key_value_heads': expected a whole number that divides "
-                              f"num_attention_heads {heads}, got {groups!r}")
+        check_key_value_heads(values, source)
 
     @classmethod
     def check_unread_keys(cls, values: Mapping[str, Any], source: str) -> None:
@@ -92,7 +85,7 @@ class EuroBertConfig(BertConfig):
 
     def to_hf_dict(self) -> dict:
         """The config in EuroBERT's keys, as transformers writes them."""
-        renamed = {value: key for key, value in _RENAMED.items()}
+        renamed = {value: key for key, value in LLAMA_RENAMED.items()}
         own = {renamed.get(key, key): value for key, value in self.to_dict().items()
                if key not in ("type_vocab_size", "embedding_size", "hidden_dropout_prob", "rope_theta", "rope_factor")}
         return {**own, "num_key_value_heads": self.key_value_heads,

@@ -54,13 +54,19 @@ class EuroBertGraph(PreNormGraph):
                     rope_factor=config.rope_factor or 1.0, use_bias=config.attention_bias,
                     dropout=config.attention_probs_dropout_prob, kernel_initializer=self.initializer())
 
+    output_layer = MLM_OUTPUT  # the untied head's layer
+
+    def lm_bias(self) -> bool:
+        """Whether the head has a bias (EuroBERT's: where the feed-forward has them)."""
+        return self.config.mlp_bias
+
     def apply_mlm_head(self, x):
         config = self.config
         if config.tie_word_embeddings:
             x = self.layers[naming.EMBEDDING_TOKEN](x, reverse=True)
-            if config.mlp_bias:
+            if self.lm_bias():
                 x = self.apply(x, BiasAdd, naming.MLM_BIAS)
         else:
-            x = self.apply(x, keras.layers.Dense, MLM_OUTPUT, units=config.vocab_size, use_bias=config.mlp_bias,
-                           kernel_initializer=self.initializer())
+            x = self.apply(x, keras.layers.Dense, self.output_layer, units=config.vocab_size,
+                           use_bias=self.lm_bias(), kernel_initializer=self.initializer())
         return self.apply(x, keras.layers.Activation, naming.MLM_ACTIVATION, activation=self.heads.mlm)

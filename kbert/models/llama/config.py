@@ -12,11 +12,9 @@ import dataclasses
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
 from kbert.errors import ConfigError
-from kbert.models.config import (BertConfig, check_positive_int, check_rope_theta, legacy_rope_scaling,
-                                 rope_parameters, with_own_keys)
+from kbert.models.config import (LLAMA_RENAMED, BertConfig, check_key_value_heads, check_positive_int,
+                                 check_rope_theta, rope_parameters, with_own_keys, with_rope_theta)
 
-# Llama's key -> kbert's (BERT's) key.
-_RENAMED = {"rms_norm_eps": "layer_norm_eps", "attention_dropout": "attention_probs_dropout_prob"}
 # The rope_types whose frequencies kbert computes beside `default` and `linear`, and the keys each needs.
 SCALED_ROPE = {"llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
                "yarn": ("factor",)}
@@ -84,10 +82,15 @@ class LlamaConfig(BertConfig):
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "LlamaConfig":
         if not isinstance(values, Mapping):
             return super().from_dict(values, source)
-        values = cls.read_own_keys(with_own_keys(_with_direction(values, source), _RENAMED), source)
+        values = cls.read_own_keys(with_own_keys(_with_direction(values, source), LLAMA_RENAMED), source)
         if isinstance(values.get("layer_types"), list):
             values = {**values, "layer_types": tuple(values["layer_types"])}
-        return super().from_dict(_with_rope(values, source), source)
+        values = with_rope_theta(values, source, linear=True, scaled=SCALED_ROPE)
+        if values.get("scaled_rope") is not None:
+            values = {**values, "scaled_rope": {"original_max_position_embeddings":
+                                                    values.get("max_position_embeddings", 2048),
+                                                **values["scaled_rope"]}}
+        return super().from_dict(values, source)
 
     @classmethod
     def read_own_keys(cls, values: Mapping[str, Any], source: str) -> Mapping[str, Any]:
@@ -105,11 +108,7 @@ class LlamaConfig(BertConfig):
             raise ConfigError(f"{source}: key 'head_dim': {size} features a head, an odd number; rotary positions "
                               "turn a head's two halves against each other")
         check_rope_theta(values, "rope_theta", source)
-        groups, heads = values.get("num_key_value_heads"), values["num_attention_heads"]
-        if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 1
-                                   or heads % groups):
-            raise ConfigError(f"{source}: key 'num_key_value_heads': expected a whole number that divides "
-                              f"num_attention_heads {heads}, got {groups!r}")
+        check_key_value_heads(values, source)
         if values.get("sliding_window") is not None:
             check_positive_int(values["sliding_window"], "sliding_window", source)
         types = values.get("layer_types")
@@ -175,31 +174,3 @@ def _with_direction(values: Mapping[str, Any], source: str) -> Mapping[str, Any]
                           f"{values['use_bidirectional_attention']!r} disagree; keep the one the model was trained with")
     return {**{key: value for key, value in values.items() if key != "is_causal"},
             "use_bidirectional_attention": bidirectional}
-
-
-def _with_rope(values: Mapping[str, Any], source: str) -> dict:
-    """`values` with transformers 5's `rope_parameters` (or the older `rope_scaling` and `rope_theta`) read into
-    `rope_theta`, `rope_factor` (linear) and `scaled_rope` (llama3, yarn); any other rope_type a `ConfigError`."""
-    legacy = legacy_rope_scaling(values)
-    key = "rope_scaling" if legacy is not None else "rope_parameters"
-    rope = legacy or values.get("rope_parameters")
-    kept = {name: value for name, value in values.items() if name not in ("rope_scaling", "rope_parameters")}
-    if rope is None:
-        return kept
-    if not isinstance(rope, Mapping):
-        raise ConfigError(f"{source}: key {key!r}: expected an object (rope_type, rope_theta, ...), got {rope!r}")
-    kind = rope.get("rope_type", "default")
-    if kind not in ("default", "linear", *SCALED_ROPE):
-        raise ConfigError(f"{source}: key {key!r}: rope_type {kind!r} scales the rotary positions; kbert builds "
-                          f"rope_type 'default', 'linear', {', '.join(map(repr, SCALED_ROPE))}")
-    theta = {"rope_theta": rope["rope_theta"]} if "rope_theta" in rope else {}
-    if kind == "linear":
-        return {**kept, **theta, "rope_factor": rope.get("factor")}
-    if kind == "default":
-        return {**kept, **theta}
-    missing = [name for name in SCALED_ROPE[kind] if rope.get(name) is None]
-    if missing:
-        raise ConfigError(f"{source}: key {key!r}: rope_type {kind!r} needs {', '.join(map(repr, missing))}")
-    scaled = {name: value for name, value in rope.items() if name not in ("rope_theta", "type")}
-    scaled.setdefault("original_max_position_embeddings", values.get("max_position_embeddings", 2048))
-    return {**kept, **theta, "scaled_rope": scaled}

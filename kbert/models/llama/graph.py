@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import keras
-
-from kbert.models import naming
 from kbert.models.eurobert.graph import EuroBertGraph
 from kbert.models.llama.family import LM_OUTPUT
 
@@ -28,6 +25,8 @@ class LlamaGraph(EuroBertGraph):
     because of its id: these tokenizers pad with the token that ends every text (Qwen's `<|endoftext|>`), so
     the config's `pad_token_id` hides nothing."""
 
+    output_layer = LM_OUTPUT
+
     def token_padding(self) -> dict:
         return {} if self.padding is None else super().token_padding()
 
@@ -39,11 +38,5 @@ class LlamaGraph(EuroBertGraph):
                 "causal_window": config.window_of(index or 0) if causal else None,
                 "qk_norm_epsilon": config.layer_norm_eps if config.qk_norm else None}
 
-    def apply_mlm_head(self, x):
-        config = self.config
-        if config.tie_word_embeddings:
-            x = self.layers[naming.EMBEDDING_TOKEN](x, reverse=True)
-        else:
-            x = self.apply(x, keras.layers.Dense, LM_OUTPUT, units=config.vocab_size, use_bias=False,
-                           kernel_initializer=self.initializer())
-        return self.apply(x, keras.layers.Activation, naming.MLM_ACTIVATION, activation=self.heads.mlm)
+    def lm_bias(self) -> bool:
+        return False  # lm_head has none, whatever mlp_bias says
