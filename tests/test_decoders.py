@@ -94,6 +94,16 @@ def test_keys_a_family_never_reads_change_nothing():
     assert resolve(unwindowed.to_dict())[1].sliding_window is None  # null kept, not read as the 4,096 default
 
 
+def test_yarns_original_length_defaults_to_the_familys_longest_input():
+    """transformers fills yarn's original_max_position_embeddings with max_position_embeddings, the family's
+    default where the file has none (Qwen3: 32,768, not Llama's 2,048)."""
+    yarn = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}
+    shape = {key: value for key, value in FAMILIES["qwen3"].items() if key != "max_position_embeddings"}
+    assert resolve({**shape, "rope_parameters": yarn})[1].scaled_rope["original_max_position_embeddings"] == 32768
+    assert resolve({**shape, "rope_parameters": yarn, "max_position_embeddings": 40})[1].scaled_rope[
+        "original_max_position_embeddings"] == 40
+
+
 def test_is_causal_false_is_read_as_bidirectional():
     assert resolve({**FAMILIES["qwen2"], "is_causal": False})[1].use_bidirectional_attention
     with pytest.raises(ConfigError, match="keys 'is_causal' True and 'use_bidirectional_attention' True disagree"):

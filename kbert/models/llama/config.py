@@ -87,9 +87,9 @@ class LlamaConfig(BertConfig):
             values = {**values, "layer_types": tuple(values["layer_types"])}
         values = with_rope_theta(values, source, linear=True, scaled=SCALED_ROPE)
         if values.get("scaled_rope") is not None:
-            values = {**values, "scaled_rope": {"original_max_position_embeddings":
-                                                    values.get("max_position_embeddings", 2048),
-                                                **values["scaled_rope"]}}
+            # transformers' default: the family's max_position_embeddings (its own default where the file has none)
+            longest = values.get("max_position_embeddings", cls.__dataclass_fields__["max_position_embeddings"].default)
+            values = {**values, "scaled_rope": {"original_max_position_embeddings": longest, **values["scaled_rope"]}}
         return super().from_dict(values, source)
 
     @classmethod
