@@ -1,5 +1,5 @@
-"""The decoder families under the leading embedders and rerankers: Llama, Mistral, Qwen2, Qwen3 (`model_type` llama,
-mistral, qwen2, qwen3). Their analytic tables against the counts transformers gives for the hub's shapes (built on
+"""The decoder families under the leading embedders and rerankers: Llama, Mistral, Qwen2, Qwen3, Gemma 3's text model
+(`model_type` llama, mistral, qwen2, qwen3, gemma3_text). Their analytic tables against the counts transformers gives for the hub's shapes (built on
 the `meta` device), the keys kbert cannot build named, and (in the parity venv) transformers' outputs on random
 models it builds (drawn with `initializer_range` 0.3) for right- and left-padded rows and a row of one token, each
 row's output the same alone as in the batch, kbert's files read back by transformers."""
@@ -28,6 +28,14 @@ FAMILIES = {
     "qwen2": {"model_type": "qwen2", **TINY, "rope_parameters": YARN},
     "qwen3": {"model_type": "qwen3", **TINY, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
     "qwen3_tied": {"model_type": "qwen3", **TINY, "tie_word_embeddings": True, "rope_parameters": LLAMA3},
+    # Gemma 3: a sliding block (θ 50) then a full one (θ 1,000, scaled by 4), the scores' own scale; EmbeddingGemma's
+    # bidirectional window (4 // 2 either side); the LM head soft-capped.
+    "gemma3": {"model_type": "gemma3_text", **TINY, "sliding_window": 3, "sliding_window_pattern": 2,
+               "query_pre_attn_scalar": 6, "rope_theta": 1000.0, "rope_local_base_freq": 50.0,
+               "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+    "gemma3_bidirectional": {"model_type": "gemma3_text", **TINY, "sliding_window": 4, "use_bidirectional_attention": True,
+                             "layer_types": ["sliding_attention", "full_attention"]},
+    "gemma3_tied": {"model_type": "gemma3_text", **TINY, "sliding_window": 3, "final_logit_softcapping": 2.0},
 }
 # The hub's shapes: Qwen3-Embedding-0.6B (and Qwen3-Reranker-0.6B, untied), gte-Qwen2-1.5B-instruct,
 # e5-mistral-7b-instruct, Llama-3.2-1B.
@@ -40,6 +48,8 @@ HUB = {
                 "num_key_value_heads": 8, "intermediate_size": 14336},
     "llama": {"vocab_size": 128256, "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
               "num_key_value_heads": 8, "intermediate_size": 8192, "tie_word_embeddings": True},
+    "gemma3_text": {"vocab_size": 262144, "hidden_size": 768, "num_hidden_layers": 24, "num_attention_heads": 3,
+                    "num_key_value_heads": 1, "intermediate_size": 1152, "head_dim": 256},
 }
 
 
@@ -75,10 +85,35 @@ def test_the_analytic_totals_are_transformers_counts_of_the_hub_shapes(model_typ
     ({"num_key_value_heads": 3}, "key 'num_key_value_heads': expected a whole number that divides"),
     ({"head_dim": 7}, "key 'head_dim': 7 features a head, an odd number"),
     ({"use_sliding_window": True, "layer_types": ["full_attention"]}, "key 'layer_types': expected 2 of"),
+    ({"model_type": "gemma3_text", "rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}}},
+     r"\(sliding_attention layers\): key 'rope_parameters': rope_type 'linear' scales the rotary positions; kbert "
+     "builds rope_type 'default' here"),
+    ({"model_type": "gemma3_text", "rope_parameters": {"rope_type": "default"}},
+     "key 'rope_parameters': expected an object of 'full_attention' and 'sliding_attention'"),
+    ({"model_type": "gemma3_text", "query_pre_attn_scalar": 0}, "key 'query_pre_attn_scalar': expected a positive"),
 ])
 def test_keys_kbert_cannot_build_are_named(changed, message):
     with pytest.raises(ConfigError, match=message):
         resolve({**FAMILIES["qwen3"], **changed})
+
+
+def test_gemmas_layers_as_transformers_reads_them():
+    """The older keys (sliding_window_pattern, rope_local_base_freq, rope_scaling on the full layers alone) and
+    transformers 5's rope_parameters by layer type give the same model; a bidirectional sliding layer sees
+    sliding_window // 2 either side (transformers' exclusive bound sliding_window // 2 + 1), a causal one the
+    sliding_window keys ending at each query."""
+    older = resolve({**FAMILIES["gemma3"], "num_hidden_layers": 3})[1]
+    assert older.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
+    assert [older.rope_of(index) for index in range(2)] == [(50.0, None, None), (1000.0, 4.0, None)]
+    newer = {key: value for key, value in FAMILIES["gemma3"].items()
+             if key not in ("rope_theta", "rope_local_base_freq", "rope_scaling", "sliding_window_pattern")}
+    newer = resolve({**newer, "layer_types": ["sliding_attention", "full_attention"], "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}}})[1]
+    assert [newer.rope_of(index) for index in range(2)] == [(50.0, None, None), (1000.0, 4.0, None)]
+    assert resolve(newer.to_dict())[1] == newer and resolve(newer.to_hf_dict())[1] == newer
+    bidirectional = resolve(FAMILIES["gemma3_bidirectional"])[1]
+    assert (bidirectional.window_of(0), bidirectional.window_of(1), older.window_of(0)) == (2, None, 3)
 
 
 def test_keys_a_family_never_reads_change_nothing():
@@ -154,6 +189,10 @@ def test_same_outputs_as_transformers_either_padding_and_read_back(tmp_path, nam
 
     torch.manual_seed(0)
     reference = architecture(transformers.AutoConfig.for_model(**config)).eval()
+    with torch.no_grad():  # norms off their start (Gemma's at 0: times 1 + 0), so that each norm's weights count
+        for name, weight in reference.named_parameters():
+            if "norm" in name:
+                weight.add_(torch.randn_like(weight) * 0.3)
     reference.save_pretrained(tmp_path / "hf")
     expected = outputs(reference)
     model = build_transformer_model(tmp_path / "hf" / "config.json", tmp_path / "hf", padding=NEGATIVE_PADDING,
@@ -169,7 +208,7 @@ def test_same_outputs_as_transformers_either_padding_and_read_back(tmp_path, nam
 
 
 @pytest.mark.parametrize("name", ["qwen3_embedding_0_6b", "qwen3_reranker_0_6b", "gte_qwen2_1_5b_instruct",
-                                  "e5_mistral_7b_instruct"])
+                                  "e5_mistral_7b_instruct", "embeddinggemma_300m"])
 @pytest.mark.parity
 def test_bundled_configs_count_what_transformers_counts(name):
     """`kbert params` of each bundled decoder config: the total transformers gives for the same file, built on the
@@ -235,17 +274,9 @@ def test_a_qwen3_embedder_gives_sentence_transformers_vectors(tmp_path, padding_
 
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
     from conftest import kbert_in_process
-    from kbert.embeddings.embedder import Embedder
 
     folder = qwen3_embedding_folder(tmp_path / "qwen3", padding_side)
-    reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
-    embedder = Embedder.load(folder)
-    for prompt in ("query", "document"):
-        expected = reference.encode(TEXTS, prompt_name=prompt)
-        batched = embedder.encode(TEXTS, prompt_name=prompt)
-        np.testing.assert_allclose(batched, expected, atol=1e-5)
-        np.testing.assert_allclose([embedder.encode([text], prompt_name=prompt)[0] for text in TEXTS], batched,
-                                   atol=1e-5)
+    reference, embedder = embeds_as_sentence_transformers(folder)
     lines = tmp_path / "texts.txt"
     lines.write_text("\n".join(TEXTS) + "\n")
     run = kbert_in_process("embed", "--model", str(folder), str(lines), "--prompt-name", "query", "--dimensions", "8",
@@ -260,6 +291,24 @@ def test_a_qwen3_embedder_gives_sentence_transformers_vectors(tmp_path, padding_
     served_openai, served_tei = served(embedder)
     np.testing.assert_allclose(served_openai, truncated.encode(TEXTS, normalize_embeddings=True), atol=1e-5)
     np.testing.assert_allclose(served_tei, reference.encode(TEXTS, prompt_name="query"), atol=1e-5)
+
+
+def embeds_as_sentence_transformers(folder):
+    """sentence-transformers' model of `folder` and kbert's `Embedder`, having checked that for each prompt kbert's
+    vectors are sentence-transformers' (within 1e-5), each text's the same alone as in the padded batch."""
+    import sentence_transformers
+
+    from kbert.embeddings.embedder import Embedder
+
+    reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    embedder = Embedder.load(folder)
+    for prompt in ("query", "document"):
+        expected = reference.encode(TEXTS, prompt_name=prompt)
+        batched = embedder.encode(TEXTS, prompt_name=prompt)
+        np.testing.assert_allclose(batched, expected, atol=1e-5)
+        np.testing.assert_allclose([embedder.encode([text], prompt_name=prompt)[0] for text in TEXTS], batched,
+                                   atol=1e-5)
+    return reference, embedder
 
 
 def served(embedder):
@@ -303,3 +352,65 @@ def test_training_a_qwen3_embedder_keeps_its_pooling_and_prompts(tmp_path):
         TEXTS, prompt_name="query")
     np.testing.assert_allclose(trained.encode(TEXTS, prompt_name="query"), expected, atol=1e-5)
     assert np.abs(trained.encode(TEXTS) - Embedder.load(folder).encode(TEXTS)).max() > 1e-3  # it trained
+
+
+def embeddinggemma_folder(folder):
+    """A random bidirectional Gemma3TextModel that transformers builds (seed 0, its norms off 0), framed as
+    EmbeddingGemma: a word-level tokenizer.json that wraps each text in `<bos>` and `<eos>` and pads with `<pad>`
+    (id 0) on the right; mean pooling, two bias-free Dense projections (H → 2H → H), normalised; its task prompts."""
+    import json
+
+    torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from kbert.embeddings.folders import write_modules
+    from kbert.embeddings.modules import Dense
+
+    specials = {"<pad>": 0, "<eos>": 1, "<bos>": 2}
+    backend = Tokenizer(models.WordLevel({**specials, **{f"w{index}": index for index in range(3, V)}},
+                                         unk_token="w3"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.post_processor = processors.TemplateProcessing(single="<bos> $A <eos>", pair="<bos> $A <eos> $B <eos>",
+                                                           special_tokens=[("<bos>", 2), ("<eos>", 1)])
+    folder.mkdir()
+    backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<eos>",
+        "pad_token": "<pad>", "padding_side": "right"}))
+    torch.manual_seed(0)
+    model = transformers.Gemma3TextModel(transformers.AutoConfig.for_model(**FAMILIES["gemma3_bidirectional"]))
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "norm" in name:
+                weight.add_(torch.randn_like(weight) * 0.3)
+    model.eval().save_pretrained(folder)
+    rng = np.random.default_rng(0)
+    dense = [Dense([rng.normal(0, 0.3, (H, 2 * H)).astype(np.float32)]),
+             Dense([rng.normal(0, 0.3, (2 * H, H)).astype(np.float32)])]
+    write_modules(str(folder), "mean", H, dense, True, 32,
+                  prompts={"query": "w4 w5 ", "document": "w6 w7 w8 "})
+    return folder
+
+
+@pytest.mark.parity
+def test_an_embeddinggemma_folder_gives_sentence_transformers_vectors(tmp_path):
+    """Gemma 3 made bidirectional, its sliding layers a window either side, mean pooling then two Dense
+    projections: sentence-transformers' vectors for each prompt, a text's vector the same alone as in a padded
+    batch, through `kbert embed` too; kbert's save read back by sentence-transformers."""
+    import json
+
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
+    from conftest import kbert_in_process
+
+    folder = embeddinggemma_folder(tmp_path / "gemma")
+    reference, embedder = embeds_as_sentence_transformers(folder)
+    lines = tmp_path / "texts.txt"
+    lines.write_text("\n".join(TEXTS) + "\n")
+    run = kbert_in_process("embed", "--model", str(folder), str(lines), "--prompt-name", "document",
+                           "--runtime", "keras")
+    vectors = np.array([json.loads(line)["embedding"] for line in run.stdout.splitlines()])
+    np.testing.assert_allclose(vectors, reference.encode(TEXTS, prompt_name="document"), atol=1e-5)
+    again = sentence_transformers.SentenceTransformer(embedder.save(tmp_path / "saved"), device="cpu")
+    np.testing.assert_allclose(again.encode(TEXTS, prompt_name="query"), reference.encode(TEXTS, prompt_name="query"),
+                               atol=1e-5)

@@ -210,7 +210,7 @@ def test_registry_lists_every_family():
                               "t5.1.1_decoder", "mt5.1.1", "mt5.1.1_encoder", "mt5.1.1_decoder", "hf_roberta",
                               "distilbert", "mpnet", "modernbert", "deberta_v2",
                               "jina_embeddings_v3", "gte", "nomic_bert", "eurobert",
-                                  "llama", "mistral", "qwen2", "qwen3"]
+                              "llama", "mistral", "qwen2", "qwen3", "gemma3_text"]
     assert get_family("roberta").layer_weights("Embedding-Token") == get_family("bert").layer_weights("Embedding-Token")
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from kbert.layers import RotarySelfAttention
-from kbert.layers.rotary_attention import query_blocked_attention, whole_query_blocks
+from kbert.layers.rotary_attention import (apply_rotary_half, query_blocked_attention, rotary_cos_sin,
+                                          whole_query_blocks, windowed_attention)
 from test_modernbert import assert_layer_contract
 
 
@@ -87,3 +88,46 @@ def test_a_causal_position_reads_no_later_token():
     first, again = (keras.ops.convert_to_numpy(layer(row)) for row in (x, changed))
     np.testing.assert_array_equal(first[:, :4], again[:, :4])
     assert np.abs(first[:, 4:] - again[:, 4:]).max() > 1e-3
+
+
+# --- Gemma 3's attention ------------------------------------------------------------------------------------------
+
+def test_layer_contract_of_a_gemma_layer(tmp_path):
+    """Scores scaled by query_pre_attn_scalar, norms on the queries and keys times 1 + w (starting at 0), a
+    bidirectional window."""
+    layer = RotarySelfAttention(2, 4, num_key_value_heads=1, fused_qkv=False, window=2, qk_norm_epsilon=1e-6,
+                                qk_norm_unit_offset=True, attention_scale=0.3)
+    assert_layer_contract(layer, tmp_path)
+    assert layer.query_norm.unit_offset and layer.get_config()["attention_scale"] == 0.3
+
+
+def test_the_scores_scale_is_the_layers():
+    """attention_scale in place of 1 / √head_size: the same layer with its queries scaled by the ratio."""
+    x = keras.random.normal((2, 5, 8), seed=1)
+    plain = RotarySelfAttention(2, 4, fused_qkv=False)
+    scaled = RotarySelfAttention(2, 4, fused_qkv=False, attention_scale=0.3)
+    plain(x), scaled(x)
+    scaled.set_weights(plain.get_weights())
+    plain.query.kernel.assign(plain.query.kernel * 0.3 * 2.0)  # 1 / √4 = 0.5
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(scaled(x)), keras.ops.convert_to_numpy(plain(x)), atol=1e-5)
+
+
+@pytest.mark.parametrize("length", [2, 4, 5, 9])
+def test_a_window_over_a_short_row_is_the_windowed_computation(length):
+    """A row of at most w + 1 tokens is attended whole (the window holds it); its outputs are those of the blocks,
+    with padding, in a traced predict too."""
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    layer = RotarySelfAttention(2, 4, window=3, fused_qkv=False, attention_scale=0.4)
+    model = keras.Model(tokens, layer(hidden))
+    ids = np.arange(1, 2 * length + 1).reshape(2, length)
+    ids[1, -1] = 0
+    x = keras.ops.convert_to_numpy(model.layers[1](ids))
+    q, k, v = layer._heads(keras.ops.convert_to_tensor(x), 2, length)
+    cos, sin = rotary_cos_sin(length, 4, layer.rope_theta)
+    q, k = apply_rotary_half(q, cos, sin), apply_rotary_half(k, cos, sin)
+    blocks = windowed_attention(q * 0.4, k, v, keras.ops.convert_to_tensor(ids != 0), 3)
+    expected = keras.ops.convert_to_numpy(layer.output_dense(keras.ops.reshape(blocks, (2, length, 8))))
+    keep = ids != 0
+    np.testing.assert_allclose(model.predict(ids, verbose=0)[keep], expected[keep], atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(ids))[keep], expected[keep], atol=1e-5)

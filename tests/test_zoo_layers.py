@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import keras
-from kbert.layers import (DepthScaledTruncatedNormal, FeedForward, MultiHeadSelfAttention, RMSNormalization, Scale,
+from kbert.layers import (DepthScaledTruncatedNormal, FeedForward, LogitSoftCap, MultiHeadSelfAttention,
+                          RMSNormalization, Scale,
                           T5RelativePositionBias, UnmaskingDropout, ZeroingDropout)
 
 IDS = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 0, 0, 0, 0]])  # id 0 is padding
@@ -81,20 +82,24 @@ def test_t5_attention_adds_the_bias_unscaled_without_biases_and_round_trips(tmp_
     np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
 
 
-@pytest.mark.parametrize("scale", [True, False])
-def test_rms_normalization_values_mask_and_round_trip(scale, tmp_path):
+@pytest.mark.parametrize("scale, unit_offset", [(True, False), (False, False), (True, True)])
+def test_rms_normalization_values_mask_and_round_trip(scale, unit_offset, tmp_path):
+    """T5's norm (times the scale), RoFormer-v2's (no weights), Gemma's (times 1 + the scale, which starts at 0)."""
     keras.utils.set_random_seed(0)
     tokens = keras.Input((None,), dtype="int32")
     hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
-    norm = RMSNormalization(epsilon=1e-6, scale=scale, name="norm")
+    norm = RMSNormalization(epsilon=1e-6, scale=scale, unit_offset=unit_offset, name="norm")
     normed = norm(hidden)
     assert normed._keras_mask is not None  # the padding mask passes through
     model = keras.Model(tokens, normed)
+    if unit_offset:
+        assert np.all(keras.ops.convert_to_numpy(norm.gamma) == 0)
     if scale:
         norm.gamma.assign(np.linspace(0.5, 2.0, 8))
     assert model.count_params() == 50 * 8 + (8 if scale else 0)
     x = keras.ops.convert_to_numpy(model.layers[1](IDS))
-    expected = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6) * (np.linspace(0.5, 2.0, 8) if scale else 1)
+    factor = np.linspace(0.5, 2.0, 8) + unit_offset if scale else 1
+    expected = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6) * factor
     np.testing.assert_allclose(model.predict(IDS, verbose=0), expected, rtol=1e-5)
     loaded = round_trip(model, tmp_path / "norm.keras")
     np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
@@ -125,6 +130,20 @@ def test_scale_multiplies_keeps_the_mask_and_round_trips(tmp_path):
     model = keras.Model(tokens, scaled)
     np.testing.assert_allclose(model.predict(IDS, verbose=0), keras.ops.convert_to_numpy(model.layers[1](IDS)) * 0.25)
     loaded = round_trip(model, tmp_path / "scale.keras")
+    np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
+
+
+def test_logit_soft_cap_bounds_keeps_the_mask_and_round_trips(tmp_path):
+    """Gemma's final_logit_softcapping: cap · tanh(x / cap), near x for small logits, within ±cap for large."""
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True, embeddings_initializer="random_normal")(tokens)
+    capped = LogitSoftCap(0.01)(Scale(100.0)(hidden))
+    assert capped._keras_mask is not None
+    model = keras.Model(tokens, capped)
+    x = keras.ops.convert_to_numpy(model.layers[1](IDS)) * 100
+    np.testing.assert_allclose(model.predict(IDS, verbose=0), 0.01 * np.tanh(x / 0.01), atol=1e-6)
+    assert np.abs(model.predict(IDS, verbose=0)).max() <= 0.01
+    loaded = round_trip(model, tmp_path / "cap.keras")
     np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
 
 

@@ -116,3 +116,31 @@ class Scale(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "factor": self.factor}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LogitSoftCap(keras.layers.Layer):
+    """`cap · tanh(x / cap)`: logits kept within ±cap, near x where |x| ≪ cap (Gemma's `final_logit_softcapping`).
+
+    Args:
+        cap: the bound.
+
+    Example:
+    >>> [round(float(v), 3) for v in LogitSoftCap(30.0)(ops.convert_to_tensor([0.3, 300.0]))]
+    [0.3, 30.0]
+    """
+
+    def __init__(self, cap: float, **kwargs):
+        super().__init__(**kwargs)
+        self.cap = cap
+        self.supports_masking = True
+
+    def call(self, inputs):
+        cap = ops.cast(self.cap, inputs.dtype)
+        return ops.tanh(inputs / cap) * cap
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "cap": self.cap}

@@ -22,6 +22,7 @@ class RMSNormalization(keras.layers.Layer):
     Args:
         epsilon: added to the mean square.
         scale: learn a per-feature scale (T5); False: none (RoFormer-v2).
+        unit_offset: multiply by `1 + scale`, the scale starting at 0 (Gemma's norms, stored so).
 
     Example:
     >>> norm = RMSNormalization(epsilon=0.0, scale=False)
@@ -31,30 +32,38 @@ class RMSNormalization(keras.layers.Layer):
     >>> _ = norm(ops.ones((1, 2, 8)))
     >>> [weight.path for weight in norm.weights]
     ['norm/scale']
+    >>> gemma = RMSNormalization(epsilon=0.0, unit_offset=True)
+    >>> [round(float(v), 4) for v in gemma(ops.convert_to_tensor([[3.0, 4.0]]))[0]]  # scale 0: times 1
+    [0.8485, 1.1314]
     """
 
-    def __init__(self, epsilon: float = 1e-6, scale: bool = True, **kwargs):
+    def __init__(self, epsilon: float = 1e-6, scale: bool = True, unit_offset: bool = False, **kwargs):
         super().__init__(**kwargs)
+        if unit_offset and not scale:
+            raise ValueError("unit_offset offsets the learned scale: it needs scale=True")
         self.epsilon = epsilon
         self.scale = scale
+        self.unit_offset = unit_offset
         self.supports_masking = True
 
     def build(self, input_shape):
         if self.scale:
-            self.gamma = self.add_weight(name="scale", shape=(input_shape[-1],), initializer="ones")
+            self.gamma = self.add_weight(name="scale", shape=(input_shape[-1],),
+                                         initializer="zeros" if self.unit_offset else "ones")
 
     def call(self, inputs):
         x = ops.cast(inputs, "float32")
         x = x * ops.rsqrt(ops.mean(ops.square(x), axis=-1, keepdims=True) + self.epsilon)
         if self.scale:
-            x = x * ops.cast(self.gamma, "float32")
+            x = x * (ops.cast(self.gamma, "float32") + (1.0 if self.unit_offset else 0.0))
         return ops.cast(x, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "epsilon": self.epsilon, "scale": self.scale}
+        return {**super().get_config(), "epsilon": self.epsilon, "scale": self.scale,
+                **({"unit_offset": True} if self.unit_offset else {})}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)

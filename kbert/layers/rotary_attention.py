@@ -256,7 +256,8 @@ class RotarySelfAttention(keras.layers.Layer):
         rope_factor: the rotary frequencies divided by it (transformers' `linear` rope_type; GTE v1.5's NTK
             scaling, `kbert.models.gte.family`); 1.0: none.
         window: None, every query sees every key; else w, each query sees the keys within w positions of
-            it, computed block by block (`windowed_attention`).
+            it, computed block by block (`windowed_attention`; a row of at most w + 1 tokens, whose length is
+            known when traced, as one: the window holds it whole).
         use_bias: biases in the two projections.
         dropout: dropout on the attention probabilities (training only; the window's blocks have none).
         kernel_initializer: initializer of the two projections.
@@ -270,6 +271,8 @@ class RotarySelfAttention(keras.layers.Layer):
             Qwen's `sliding_window`); None: every earlier key.
         qk_norm_epsilon: an RMS norm over each head's features of the queries and of the keys, before the
             rotation (`query_norm`, `key_norm`: Qwen3's `q_norm` and `k_norm`), with this epsilon; None: none.
+        qk_norm_unit_offset: those norms multiply by `1 + scale` (Gemma's, `RMSNormalization(unit_offset=True)`).
+        attention_scale: the scores' factor (None: 1 / √head_size; Gemma's `query_pre_attn_scalar ** -0.5`).
         output_bias: a bias in the output projection (None: as `use_bias`; Qwen2 has biases on the queries,
             keys and values alone).
         rope_scaling: llama3's or yarn's rotary frequencies (`rope_frequencies`); None: unscaled (or `rope_factor`).
@@ -293,14 +296,17 @@ class RotarySelfAttention(keras.layers.Layer):
                  num_key_value_heads: Optional[int] = None, fused_qkv: bool = True, rope_factor: float = 1.0,
                  task_lora: Optional[dict] = None, query_block: Optional[int] = QUERY_BLOCK, causal: bool = False,
                  causal_window: Optional[int] = None, qk_norm_epsilon: Optional[float] = None,
-                 output_bias: Optional[bool] = None, rope_scaling: Optional[dict] = None, **kwargs):
+                 output_bias: Optional[bool] = None, rope_scaling: Optional[dict] = None,
+                 qk_norm_unit_offset: bool = False, attention_scale: Optional[float] = None, **kwargs):
         super().__init__(**kwargs)
         if causal_window is not None and not causal:
             raise ValueError("causal_window needs causal=True (a bidirectional window is `window`)")
         if causal and window is not None:
             raise ValueError("a causal layer takes causal_window, not window")
         self.causal, self.causal_window = causal, causal_window
-        self.qk_norm_epsilon = qk_norm_epsilon
+        self.qk_norm_epsilon, self.qk_norm_unit_offset = qk_norm_epsilon, qk_norm_unit_offset
+        self.attention_scale = attention_scale
+        self.scale = 1 / math.sqrt(head_size) if attention_scale is None else attention_scale
         self.output_bias = use_bias if output_bias is None else output_bias
         self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.task_lora = check_task_lora(task_lora)
@@ -329,7 +335,8 @@ class RotarySelfAttention(keras.layers.Layer):
                                                 ((width, "query"), (shared, "key"), (shared, "value")))
         self.output_dense = None  # made in build: its width is the input's
         if qk_norm_epsilon is not None:
-            self.query_norm, self.key_norm = (RMSNormalization(qk_norm_epsilon, name=name, dtype=self.dtype_policy)
+            self.query_norm, self.key_norm = (RMSNormalization(qk_norm_epsilon, unit_offset=qk_norm_unit_offset,
+                                                               name=name, dtype=self.dtype_policy)
                                               for name in ("query_norm", "key_norm"))
         self.attention_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
@@ -356,8 +363,8 @@ class RotarySelfAttention(keras.layers.Layer):
                                   self.rope_scaling)
         q, k = apply_rotary_half(q, cos, sin), apply_rotary_half(k, cos, sin)
         keep = ops.ones((batch, length), "bool") if mask is None else ops.cast(mask, "bool")
-        if self.window is not None:
-            context = windowed_attention(q / math.sqrt(self.head_size), k, v, keep, self.window)
+        if self.window is not None and not (isinstance(length, int) and length <= self.window + 1):
+            context = windowed_attention(q * self.scale, k, v, keep, self.window)
         elif self.causal:
             allowed = causal_allowed(keep, length, self.causal_window)
             context = self._attend(q, k, v, allowed, training)
@@ -370,7 +377,7 @@ class RotarySelfAttention(keras.layers.Layer):
     def _attend(self, q, k, v, allowed, training):
         """Every query over the keys `allowed` (`[batch, 1, queries, keys]`, or broadcast to it), with dropout on
         the probabilities where training; else the backend's kernel."""
-        scale = 1 / math.sqrt(self.head_size)
+        scale = self.scale
         if not (training and self.dropout):
             return ops.dot_product_attention(q, k, v, mask=allowed, scale=scale)
         scores = ops.where(allowed, ops.einsum("bqhd,bkhd->bhqk", q, k) * scale, _blocked_score(q.dtype))
@@ -381,7 +388,7 @@ class RotarySelfAttention(keras.layers.Layer):
         """Every query over every key: PyTorch's fused kernel, which never holds the scores; on TensorFlow and JAX
         `query_blocked_attention` for a row longer than `query_block` (TensorFlow's graph of a length it does not
         know when traced decides as it runs), the backend's kernel for a shorter one."""
-        scale = 1 / math.sqrt(self.head_size)
+        scale = self.scale
 
         def whole():
             return ops.dot_product_attention(q, k, v, mask=keep[:, None, None, :], scale=scale)
@@ -426,4 +433,5 @@ class RotarySelfAttention(keras.layers.Layer):
                 "dropout": self.dropout, "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "task_lora": self.task_lora, "query_block": self.query_block, "causal": self.causal,
                 "causal_window": self.causal_window, "qk_norm_epsilon": self.qk_norm_epsilon,
-                "output_bias": self.output_bias, "rope_scaling": self.rope_scaling}
+                "output_bias": self.output_bias, "rope_scaling": self.rope_scaling,
+                "qk_norm_unit_offset": self.qk_norm_unit_offset, "attention_scale": self.attention_scale}

@@ -52,6 +52,7 @@ FAMILIES = {
     "mistral": "kbert.models.mistral.family:MistralFamily",
     "qwen2": "kbert.models.qwen2.family:Qwen2Family",
     "qwen3": "kbert.models.qwen3.family:Qwen3Family",
+    "gemma3_text": "kbert.models.gemma3.family:Gemma3TextFamily",
 }
 # Families that share another's model_type and are built only when named: ALBERT's configs build albert,
 # and a config with model_type "bert" builds BERT (bert4keras's roberta is BERT's layout).

@@ -58,24 +58,31 @@ class LlamaFamily(HubFamily):
     def hf_architecture(self, heads: Heads) -> str:
         return f"{self.hf_class}ForCausalLM" if heads.mlm else f"{self.hf_class}Model"
 
+    embedding_note = ""  # what the token table's row says beside its sharing
+
     def layer_params(self, config: LlamaConfig, *, with_pool=False, with_nsp=False, with_mlm=False,
                      with_discriminator=False) -> List[LayerParams]:
         h, v, i = config.hidden_size, config.vocab_size, config.intermediate_size
         q, kv = config.num_attention_heads * config.head_size, config.key_value_heads * config.head_size
         tied = with_mlm and config.tie_word_embeddings
-        rows = [LayerParams(naming.EMBEDDING_TOKEN, "embeddings", "V·H", v * h,
-                            "shared with the LM head" if tied else "")]
+        note = "; ".join(filter(None, [self.embedding_note, "shared with the LM head" if tied else ""]))
+        rows = [LayerParams(naming.EMBEDDING_TOKEN, "embeddings", "V·H", v * h, note)]
         attention = _attention_params(config, h, q, kv)
-        mlp = ("3·H·I + 2·I + H", 3 * h * i + 2 * i + h) if config.mlp_bias else ("3·H·I", 3 * h * i)
+        mlp = (("3·H·I + 2·I + H", 3 * h * i + 2 * i + h) if config.mlp_bias else ("3·H·I", 3 * h * i)) + (
+            f"gate_proj ({config.activation}) times up_proj, then down_proj",)
         for index in range(config.num_hidden_layers):
-            name, ffn = naming.block(index, naming.ATTENTION), naming.block(index, naming.FEED_FORWARD)
-            rows += [LayerParams(f"{name}-Norm", "encoder", "H", h),
-                     LayerParams(name, "encoder", *attention),
-                     LayerParams(f"{ffn}-Norm", "encoder", "H", h),
-                     LayerParams(ffn, "encoder", *mlp, "gate_proj (SiLU) times up_proj, then down_proj")]
+            rows += self.block_params(index, attention, mlp, h)
         rows.append(LayerParams(naming.OUTPUT_NORM, "encoder", "H", h, "the final norm"))
         if with_mlm and not tied:
             rows.append(LayerParams(LM_OUTPUT, "heads", "H·V", h * v, "lm_head, its own matrix"))
+        return rows
+
+    def block_params(self, index: int, attention: tuple, mlp: tuple, h: int) -> List[LayerParams]:
+        """Block `index`'s rows: each sublayer's (formula, count, note) after its norm's."""
+        rows = []
+        for sublayer, params in ((naming.ATTENTION, attention), (naming.FEED_FORWARD, mlp)):
+            name = naming.block(index, sublayer)
+            rows += [LayerParams(f"{name}-Norm", "encoder", "H", h), LayerParams(name, "encoder", *params)]
         return rows
 
     def weight_layers(self, num_blocks: int) -> List[str]:
