@@ -24,6 +24,13 @@ queries expanded with [MASK] to 32 tokens that the query does not attend to.
 A decoder's config (Llama, Mistral, Qwen2, Qwen3) gets Qwen3-Embedding's framing instead: one special token,
 `<|endoftext|>`, that ends every text and pads (on the left, as Qwen3-Embedding's tokenizer_config.json says),
 last-token pooling, normalised, and its query prompt (`Instruct: ...\nQuery:`).
+
+    python -m benchmarks.random_folder --config qwen3_reranker_0_6b --reranker --out /tmp/qwen3_reranker
+
+`--reranker` writes a decoder as Qwen3-Reranker's sentence-transformers 6 CrossEncoder instead: its LM head (tied),
+a text-generation Transformer and a LogitScore (two fixed token ids as "yes" and "no"), Qwen's chat markers as
+special tokens, and a chat template in Qwen3-Reranker's shape (its judging system line, `<Instruct>`, `<Query>`,
+`<Document>`, then the assistant's empty thinking; read by hand from its model card), Sigmoid scores.
 """
 
 from __future__ import annotations
@@ -39,6 +46,15 @@ from benchmarks.alternating import REPOSITORY
 DECODERS = ("llama", "mistral", "qwen2", "qwen3")
 END = "<|endoftext|>"  # Qwen's: the token that ends every text, and pads
 QUERY_PROMPT = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+MARKERS = ["<|im_start|>", "<|im_end|>"]
+RERANKER_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n<Instruct>: '
+    "{% set system = messages | selectattr('role', 'eq', 'system') | list %}"
+    "{{ system[0]['content'] if system else 'Given a web search query, retrieve relevant passages that answer the "
+    "query' }}\n<Query>: {{ (messages | selectattr('role', 'eq', 'query') | first)['content'] }}\n<Document>: "
+    "{{ (messages | selectattr('role', 'eq', 'document') | first)['content'] }}<|im_end|>\n<|im_start|>assistant\n"
+    "<think>\n\n</think>\n\n")
 SENTIMENT = os.path.join(os.path.dirname(REPOSITORY), "shared", "data", "sentiment")
 
 
@@ -55,6 +71,7 @@ def main(argv=None) -> int:
     kind.add_argument("--sparse", action="store_true", help="a SPLADE sparse encoder (SparseEncoder folder)")
     kind.add_argument("--multi-vector", action="store_true",
                       help="a ColBERT multi-vector encoder (MultiVectorEncoder folder)")
+    kind.add_argument("--reranker", action="store_true", help="a decoder's CrossEncoder (Qwen3-Reranker's shape)")
     args = parser.parse_args(argv)
     import keras
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -70,7 +87,7 @@ def main(argv=None) -> int:
     with open(bundled_config_path(args.config), encoding="utf-8") as handle:
         config = json.load(handle)
     decoder = config.get("model_type") in DECODERS
-    specials = [END] if decoder else ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    specials = [END, *MARKERS] if decoder else ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tokenizer = Tokenizer(models.BPE(unk_token=None if decoder else "[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.train_from_iterator(texts("sentiment.train.data"), trainers.BpeTrainer(
@@ -82,7 +99,7 @@ def main(argv=None) -> int:
     tokenizer.decoder = decoders.ByteLevel()
     config = {**config, "pad_token_id": 0}
     keras.utils.set_random_seed(0)
-    bert = build_transformer_model(config, with_mlm=args.sparse)
+    bert = build_transformer_model(config, with_mlm=args.sparse or args.reranker)
     if args.sparse:
         bias = bert.get_layer("MLM-Bias")
         bias.set_weights([bias.get_weights()[0] - 1.75])
@@ -95,7 +112,9 @@ def main(argv=None) -> int:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", **settings,
                    "model_input_names": ["input_ids", "attention_mask"]}, handle)
     width = config.get("hidden_size", config.get("dim"))
-    if decoder:
+    if args.reranker:
+        write_reranker(args.out)
+    elif decoder:
         write_modules(args.out, "lasttoken", width, [], True, 512, prompts={"query": QUERY_PROMPT, "document": ""})
     elif args.sparse:
         write_modules(args.out, SparseOutput(), config["vocab_size"], [], False, 512)
@@ -112,6 +131,29 @@ def main(argv=None) -> int:
     print(f"{args.out}: the test texts' tokens: median {lengths[len(lengths) // 2]}, 90th percentile "
           f"{lengths[int(0.9 * len(lengths))]}, largest {lengths[-1]}")
     return 0
+
+
+def write_reranker(out: str) -> None:
+    """The files that make a causal LM's folder a sentence-transformers 6 CrossEncoder (as CrossEncoder.save writes
+    them): its chat template, the text-generation Transformer's settings, a LogitScore of ids 100 ("yes") and 101
+    ("no"), the CrossEncoder's settings (Sigmoid scores)."""
+    def write(path, value):
+        os.makedirs(os.path.dirname(os.path.join(out, path)), exist_ok=True)
+        with open(os.path.join(out, path), "w", encoding="utf-8") as handle:
+            handle.write(value if isinstance(value, str) else json.dumps(value, indent=2))
+
+    write("chat_template.jinja", RERANKER_TEMPLATE)
+    write("sentence_bert_config.json", {"transformer_task": "text-generation", "module_output_name": "causal_logits",
+                                        "modality_config": {"text": {"method": "forward", "method_output_name": "logits"},
+                                                            "message": {"method": "forward", "method_output_name":
+                                                                        "logits", "format": "flat"}}})
+    write("modules.json", [{"idx": 0, "name": "0", "path": "",
+                            "type": "sentence_transformers.base.modules.transformer.Transformer"},
+                           {"idx": 1, "name": "1", "path": "1_LogitScore",
+                            "type": "sentence_transformers.cross_encoder.modules.logit_score.LogitScore"}])
+    write("1_LogitScore/config.json", {"true_token_id": 100, "false_token_id": 101, "module_input_name": "causal_logits"})
+    write("config_sentence_transformers.json", {"model_type": "CrossEncoder", "prompts": {}, "default_prompt_name": None,
+                                                "activation_fn": "torch.nn.modules.activation.Sigmoid"})
 
 
 if __name__ == "__main__":

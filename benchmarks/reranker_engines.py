@@ -3,6 +3,10 @@ per second, and how far each engine's logits are from float32 Keras's.
 
     python -m benchmarks.reranker_engines --make-folder DIR --backbone PATH/TO/all-MiniLM-L6-v2
     python -m benchmarks.reranker_engines --model DIR --st-python PYTHON_WITH_SENTENCE_TRANSFORMERS
+    python -m benchmarks.reranker_engines --model /tmp/qwen3_reranker --engines "kbert float32 (Keras),st torch float32"
+
+`--engines` picks some of the engines (a causal LM's CrossEncoder, `benchmarks.random_folder --reranker`, runs on
+Keras and on sentence-transformers' torch).
 
 `--make-folder` writes a CrossEncoder folder on a real backbone (its weights, a pooler and a one-logit head from
 a fixed seed), as `tests/test_reranking.py` does. The pairs are real reviews' halves (`--count` of them from the
@@ -104,6 +108,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker")
+    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated (default: every engine)")
     args = parser.parse_args(argv)
     if args.make_folder:
         make_folder(args.make_folder, args.backbone)
@@ -111,7 +116,9 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args.worker, args.model, args.count, args.batch_size)
         return 0
-    pythons = {name: sys.executable if side == "kbert" else args.st_python for name, side in ENGINES.items()}
+    chosen = args.engines.split(",")
+    pythons = {name: sys.executable if side == "kbert" else args.st_python for name, side in ENGINES.items()
+               if name in chosen}
     answers = alternate_workers("benchmarks.reranker_engines", ["--model", os.path.abspath(args.model), "--count",
                                                                 str(args.count), "--batch-size", str(args.batch_size)],
                                 pythons, args.rounds)

@@ -97,3 +97,24 @@ def test_a_rank_not_below_the_kernels_it_adapts_is_refused(rank, embeddings_rank
     with pytest.raises(KbertError, match=rf"LoRA rank {embeddings_rank or rank} \({option}\) is not below the "
                                          r"narrowest adapted kernel's side \(32,"):
         enable_lora(model, rank, embeddings_rank=embeddings_rank)
+
+
+def test_hugging_face_safetensors_of_a_lora_model_hold_its_merged_kernels(tmp_path):
+    """`save_hf_weights` of a model with Keras's LoRA (what `kbert train --lora-rank` finishes with: a CrossEncoder,
+    a sentence-transformers folder) writes each kernel and table with its adapter merged, as Keras's own files do;
+    a model without LoRA reads them to the same outputs."""
+    from kbert.checkpoints.hf import load_hf_weights, save_hf_weights
+
+    keras.utils.set_random_seed(3)
+    bert = build_transformer_model(str(CONFIGS / "bert_tiny.json"))
+    enable_lora(bert, rank=2, embeddings_rank=2)
+    rng = np.random.default_rng(0)
+    for variable in bert.weights:
+        if "lora_" in variable.path and variable.path.endswith("_b"):  # B starts at 0: the adapter moved
+            variable.assign(rng.normal(0, 0.5, variable.shape).astype("float32"))
+    tokens = rng.integers(100, 5000, (2, 9)).astype("int32")
+    adapted = bert.predict([tokens, tokens * 0], verbose=0)
+    save_hf_weights(bert, tmp_path)
+    plain = build_transformer_model(str(CONFIGS / "bert_tiny.json"))
+    load_hf_weights(plain, tmp_path)
+    np.testing.assert_allclose(plain.predict([tokens, tokens * 0], verbose=0), adapted, atol=1e-5)

@@ -10,7 +10,7 @@ import pytest
 
 import keras
 from kbert.layers import (DepthScaledTruncatedNormal, FeedForward, LogitSoftCap, MultiHeadSelfAttention,
-                          RMSNormalization, Scale,
+                          RMSNormalization, Scale, TokenScore,
                           T5RelativePositionBias, UnmaskingDropout, ZeroingDropout)
 
 IDS = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 0, 0, 0, 0]])  # id 0 is padding
@@ -130,6 +130,22 @@ def test_scale_multiplies_keeps_the_mask_and_round_trips(tmp_path):
     model = keras.Model(tokens, scaled)
     np.testing.assert_allclose(model.predict(IDS, verbose=0), keras.ops.convert_to_numpy(model.layers[1](IDS)) * 0.25)
     loaded = round_trip(model, tmp_path / "scale.keras")
+    np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
+
+
+@pytest.mark.parametrize("false_token_id", [7, None])
+def test_token_score_is_a_logit_difference_and_round_trips(false_token_id, tmp_path):
+    """sentence-transformers' LogitScore: logit(true) − logit(false) of each row's vocabulary logits, the mask
+    ended (one score a row)."""
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
+    score = TokenScore(3, false_token_id)(hidden)
+    assert score._keras_mask is None and TokenScore(3).compute_output_shape((2, 5, 8)) == (2, 5, 1)
+    model = keras.Model(tokens, score)
+    x = keras.ops.convert_to_numpy(model.layers[1](IDS))
+    expected = x[..., 3:4] - (x[..., 7:8] if false_token_id is not None else 0)
+    np.testing.assert_allclose(model.predict(IDS, verbose=0), expected, atol=1e-6)
+    loaded = round_trip(model, tmp_path / "score.keras")
     np.testing.assert_array_equal(loaded.predict(IDS, verbose=0), model.predict(IDS, verbose=0))
 
 

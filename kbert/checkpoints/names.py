@@ -28,7 +28,8 @@ def weight_names(model) -> List[WeightName]:
     `layer_norm_cond`, are the condition's layers and the norms' condition
     projections (as in bert4keras); nor task LoRA pairs (`task_lora`), which
     sit beside the weights they update (`kbert.checkpoints.task_adapters.task_pairs`
-    reads them). Raises `ValueError` for another variable
+    reads them); nor Keras's LoRA pairs (`enable_lora`), which `values_for`
+    merges into their kernels. Raises `ValueError` for another variable
     the table does not know (a layer that kbert's builders do not make).
     """
     family = family_of(model)
@@ -37,7 +38,8 @@ def weight_names(model) -> List[WeightName]:
     names = []
     for variable in model.weights:
         if layer_of(variable.path) in family.derived_layers or (conditional and variable.path not in rows) \
-                or variable.path.endswith(("/task_lora_a", "/task_lora_b")):
+                or variable.path.endswith(("/task_lora_a", "/task_lora_b", "/lora_kernel_a", "/lora_kernel_b",
+                                           "/lora_embeddings_a", "/lora_embeddings_b")):
             continue
         if variable.path not in rows:
             raise ValueError(f"no checkpoint name for the model variable {variable.path!r}")
@@ -100,13 +102,28 @@ def weight_names_in(model, fmt: str) -> List[WeightName]:
 
 
 def values_for(model, fmt: str) -> List[Tuple[WeightName, np.ndarray]]:
-    """Each variable's table row and value, in the layout `fmt` stores (transposed or not)."""
+    """Each variable's table row and value, in the layout `fmt` stores (transposed or not); a kernel or table of
+    Keras's LoRA as Keras itself saves it, its adapter merged (`kernel + A·B · alpha / rank`)."""
     variables = {variable.path: variable for variable in model.weights}
+    merged = _lora_merged(model)
     values = []
     for row in weight_names_in(model, fmt):
-        value = variables[row.path].numpy()
+        value = merged[row.path] if row.path in merged else variables[row.path].numpy()
         values.append((row, value.T if row.transposed(fmt) else value))
     return values
+
+
+def _lora_merged(model) -> Dict[str, np.ndarray]:
+    """Keras's LoRA layers' kernels (a `Dense`'s) and tables (an `Embedding`'s) by path, their adapters merged:
+    each layer's own property gives them so."""
+    import keras
+
+    merged = {}
+    for layer in model._flatten_layers():
+        for own, attribute in (("_kernel", "kernel"), ("_embeddings", "embeddings")):
+            if getattr(layer, "lora_enabled", False) and getattr(layer, own, None) is not None:
+                merged[getattr(layer, own).path] = keras.ops.convert_to_numpy(getattr(layer, attribute))
+    return merged
 
 
 def layer_of(path: str) -> str:

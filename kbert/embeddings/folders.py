@@ -288,6 +288,9 @@ def _output(steps: Sequence[Module], transformer: Transformer, config: dict, con
     `Pooling`, SPLADE's exactly on a masked-LM transformer, whose logits it pools), or a multi-vector encoder's
     token vectors (a `MultiVectorMask`, its `Dense` and `Normalize` on each token's vector); a `Dense` or
     `Normalize` only on the vectors the pooling gives (after it), and none after SPLADE's."""
+    if transformer.causal_lm:
+        raise CheckpointError(f"{modules_file}: a text-generation Transformer gives a causal LM's logits (a "
+                              "CrossEncoder's, scored by a LogitScore); an embedding model's gives hidden states")
     poolings = [module for module in steps if isinstance(module, (Pooling, SpladePooling, MultiVectorMask))]
     if len(poolings) != 1:
         raise CheckpointError(f"{modules_file}: expected one Pooling, SpladePooling or MultiVectorMask module after "

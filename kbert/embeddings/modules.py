@@ -81,11 +81,14 @@ class Transformer(Module):
         settings: its `sentence_bert_config.json` (`max_seq_length`, `do_lower_case`, ...; {} where it has none).
         mlm: whether it gives a masked-LM's vocabulary logits (an `MLMTransformer`, or sentence-transformers 6's
             `transformer_task` fill-mask) rather than hidden states.
+        causal_lm: whether it gives a causal LM's logits (`transformer_task` text-generation: a CrossEncoder's,
+            scored by a `LogitScore`).
     """
 
     path: str
     settings: dict = dataclasses.field(default_factory=dict)
     mlm: bool = False
+    causal_lm: bool = False
 
     type_path: ClassVar[str] = "models.Transformer"
 
@@ -94,10 +97,11 @@ class Transformer(Module):
         config_path = os.path.join(path, TRANSFORMER_SETTINGS)
         settings = json_object(config_path) if os.path.isfile(config_path) else {}
         task = settings.get("transformer_task", "feature-extraction")
-        if task not in ("feature-extraction", "fill-mask"):
+        if task not in ("feature-extraction", "fill-mask", "text-generation"):
             raise CheckpointError(f"{config_path}: transformer_task {task!r}: kbert reads feature-extraction "
-                                  "(hidden states) and fill-mask (a masked-LM's logits) transformers")
-        return cls(path, settings, task == "fill-mask")
+                                  "(hidden states), fill-mask (a masked-LM's logits) and text-generation (a causal "
+                                  "LM's, a reranker's) transformers")
+        return cls(path, settings, task == "fill-mask", task == "text-generation")
 
     def __post_init__(self):
         self.mlm = self.mlm or isinstance(self, MLMTransformer)
@@ -493,9 +497,38 @@ def _full_type_path(module: Module) -> str:
     return files.get(type(module), module.type_path)
 
 
+@dataclasses.dataclass
+class LogitScore(Module):
+    """A causal-LM CrossEncoder's `LogitScore`: the relevance logit of a (query, document) pair, the LM's logit of
+    `true_token_id` at the last position (minus that of `false_token_id`, where set: Qwen3-Reranker's yes and no)."""
+
+    true_token_id: int
+    false_token_id: Optional[int] = None
+
+    type_path: ClassVar[str] = "cross_encoder.modules.logit_score.LogitScore"
+
+    @classmethod
+    def read(cls, path: str) -> "LogitScore":
+        config_path = os.path.join(path, "config.json")
+        config = json_object(config_path)
+        true, false = config.get("true_token_id"), config.get("false_token_id")
+        if not is_whole_number(true, 0) or not (false is None or is_whole_number(false, 0)):
+            raise CheckpointError(f"{config_path}: true_token_id {shown(true)}, false_token_id {shown(false)}: "
+                                  "expected token ids (false_token_id may be null)")
+        if config.get("module_input_name", "causal_logits") != "causal_logits":
+            raise CheckpointError(f"{config_path}: module_input_name {shown(config['module_input_name'])}: kbert "
+                                  "scores a causal LM's logits (causal_logits)")
+        return cls(int(true), None if false is None else int(false))
+
+    def write(self, path: str) -> None:
+        write_json(os.path.join(path, "config.json"), {"true_token_id": self.true_token_id,
+                                                       "false_token_id": self.false_token_id,
+                                                       "module_input_name": "causal_logits"})
+
+
 #: The module types kbert computes, by the last name of sentence-transformers' type: a new type is a class here.
 MODULE_TYPES = {kind.__name__: kind for kind in (Transformer, MLMTransformer, Pooling, Dense, Normalize,
-                                                  SpladePooling, MultiVectorMask, Router)}
+                                                  SpladePooling, MultiVectorMask, Router, LogitScore)}
 
 
 def read_module(kind, name, folder: str, path, listed_in: str) -> Module:

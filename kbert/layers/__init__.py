@@ -8,7 +8,7 @@ BERT's layer names: the model builders give the names.
 - `attention`: `MultiHeadSelfAttention`
 - `feed_forward`: `FeedForward`, `GatedFeedForward` (GeGLU, SwiGLU)
 - `norms`: `RMSNormalization` (T5, RoFormer-v2), `ConditionalLayerNormalization` (`layer_norm_cond`)
-- `heads`: `TakeToken`, `TakePositions`, `BiasAdd`, `Scale`, `LogitSoftCap`
+- `heads`: `TakeToken`, `TakePositions`, `BiasAdd`, `Scale`, `LogitSoftCap`, `TokenScore`
 - `crf`: `ConditionalRandomField`, `ViterbiDecoder`, `viterbi_decode`
 - `memm`: `MaximumEntropyMarkovModel` (bert4keras's bidirectional MEMM)
 - `pointer`: `GlobalPointer`, `EfficientGlobalPointer`
@@ -38,7 +38,7 @@ from kbert.layers.disentangled import DisentangledSelfAttention, RelativePositio
 from kbert.layers.embeddings import (Embedding, MaskedAdd, PositionEmbedding, RobertaPositionEmbedding, TokenEmbedding,
                                      checked_ids)
 from kbert.layers.feed_forward import FeedForward, GatedFeedForward
-from kbert.layers.heads import BiasAdd, LogitSoftCap, Scale, TakePositions, TakeToken
+from kbert.layers.heads import BiasAdd, LogitSoftCap, Scale, TakePositions, TakeToken, TokenScore
 from kbert.layers.norms import ConditionalLayerNormalization, RMSNormalization
 from kbert.layers.memm import MaximumEntropyMarkovModel
 from kbert.layers.pointer import EfficientGlobalPointer, GlobalPointer
@@ -58,7 +58,7 @@ __all__ = ["AttentionMask", "TaskLoRADense", "BiasAdd", "L2Normalize", "POOLING_
            "EfficientGlobalPointer", "Embedding", "FeedForward", "GatedFeedForward", "GlobalPointer", "MaskedAdd", "MaximumEntropyMarkovModel",
            "MultiHeadSelfAttention", "RotarySelfAttention", "apply_rotary_half", "rotary_cos_sin", "windowed_attention",
            "PositionEmbedding", "RMSNormalization", "RelativePositionEmbedding", "RobertaPositionEmbedding", "Scale",
-           "LogitSoftCap",
+           "LogitSoftCap", "TokenScore",
            "Sinusoidal",
            "SinusoidalPositionEmbedding", "T5RelativePositionBias", "TakePositions", "TakeToken", "TokenEmbedding", "UnmaskingDropout", "ViterbiDecoder",
            "ZeroingDropout",

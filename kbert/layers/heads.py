@@ -4,6 +4,8 @@ T5's output scale.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import keras
 from keras import ops
 
@@ -144,3 +146,40 @@ class LogitSoftCap(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "cap": self.cap}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class TokenScore(keras.layers.Layer):
+    """A language model's relevance score from its vocabulary logits `[..., V]`: the logit of `true_token_id`,
+    minus that of `false_token_id` where given (`[..., 1]`; sentence-transformers' `LogitScore`: Qwen3-Reranker's
+    logit(yes) − logit(no)).
+
+    Args:
+        true_token_id: the token that says relevant.
+        false_token_id: the token that says not relevant (None: the true token's logit alone).
+
+    Example:
+    >>> logits = ops.convert_to_tensor([[0.5, 2.0, -1.0]])
+    >>> [float(v) for v in TokenScore(1, 2)(logits)[0]], [float(v) for v in TokenScore(0)(logits)[0]]
+    ([3.0], [0.5])
+    """
+
+    def __init__(self, true_token_id: int, false_token_id: Optional[int] = None, **kwargs):
+        super().__init__(**kwargs)
+        self.true_token_id, self.false_token_id = true_token_id, false_token_id
+        self.supports_masking = True  # a score per row: whatever mask its logits had ends here
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def call(self, logits):
+        score = logits[..., self.true_token_id:self.true_token_id + 1]
+        if self.false_token_id is not None:
+            score = score - logits[..., self.false_token_id:self.false_token_id + 1]
+        return score
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], 1)
+
+    def get_config(self):
+        return {**super().get_config(), "true_token_id": self.true_token_id, "false_token_id": self.false_token_id}

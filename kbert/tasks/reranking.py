@@ -4,7 +4,9 @@
 between 0 and 1) and trains BERT's pooled `[CLS]` with one output (`dense_output`), its sigmoid the
 score, on binary cross-entropy (pointwise). The model directory is also a sentence-transformers
 `CrossEncoder` folder (Hugging Face's `BertForSequenceClassification` with one label), and
-`Reranker.load` reads such folders, kbert's or the hub's.
+`Reranker.load` reads such folders, kbert's or the hub's, and sentence-transformers 6's CrossEncoder folders on a
+causal LM (Qwen3-Reranker's: a `LogitScore` of the LM's logits of "yes" and "no" at the last token, each pair
+rendered by the folder's chat template: `kbert.tokenizers.chat_template`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kbert.training.pipeline import batches_by_length, make_dataset
 from kbert.training.records import Fields, parse_rows, read_records
 from kbert.training.task import Task, TrainingData, read_training_file
 
+RERANKER_SCORE = "Reranker-Score"  # a causal LM reranker's logit(yes) − logit(no)
 PAIR_FIELDS = Fields({"query": ("query", "text", "question", "sentence1"),
                       "passage": ("passage", "text_b", "document", "answer", "sentence2"),
                       "label": ("label", "score", "relevance")},
@@ -147,6 +150,63 @@ def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
     return id_model(bert.inputs, logit, getattr(bert, "family", "bert"), name)  # the family names its weights
 
 
+def causal_reranker_model(bert: keras.Model, score, name: str = "reranker") -> keras.Model:
+    """A causal LM's relevance logit (sentence-transformers' `LogitScore`, `score`): its LM head on the last real
+    token's hidden state (`Pooling` lasttoken: the padding after a text is hidden because it ended), the tied token
+    table or `LM-Output` (`lm_head`), soft-capped where the config says (Gemma), then the true token's logit minus
+    the false one's (`TokenScore`). The head is the model's own, so training moves the LM head that
+    sentence-transformers reads back."""
+    from kbert.layers import LogitSoftCap, TokenScore
+    from kbert.models.gemma3.graph import LM_SOFTCAP
+    from kbert.models.llama.family import LM_OUTPUT
+
+    config = get_family(bert.family).config_class.from_dict(bert.build_spec["config"])
+    hidden = Pooling("lasttoken", name=naming.POOLER)(bert.output)
+    if config.tie_word_embeddings:
+        logits = bert.get_layer(naming.EMBEDDING_TOKEN)(hidden, reverse=True)
+    else:
+        logits = keras.layers.Dense(config.vocab_size, use_bias=False, name=LM_OUTPUT)(hidden)
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap is not None:
+        logits = LogitSoftCap(cap, name=LM_SOFTCAP)(logits)
+    logit = TokenScore(score.true_token_id, score.false_token_id, name=RERANKER_SCORE, dtype="float32")(logits)
+    return id_model(bert.inputs, logit, bert.family, name)
+
+
+def default_score(folder: ModelFolder, tokenizer):
+    """What sentence-transformers scores a bare causal LM with: a `LogitScore` of its tokens "yes" and "no"."""
+    from kbert.embeddings.modules import LogitScore
+
+    ids = [tokenizer.token_to_id(token) for token in ("yes", "no")]
+    if None in ids:
+        raise KbertError(f"{folder}: no modules.json with a LogitScore, and its tokenizer has no 'yes' and 'no' "
+                         "tokens, which a causal LM's CrossEncoder scores by default")
+    return LogitScore(*ids)
+
+
+def chat_pairs(folder: ModelFolder, tokenizer):
+    """The pairs a causal CrossEncoder reads (`ChatPairs`), as sentence-transformers 6 lays them out: through the
+    folder's chat template where its Transformer takes messages (`modality_config` names `message`; a folder with
+    no such settings, a bare causal LM's, where it has a template), else by the tokenizer's pair encoding; its
+    default prompt (`config_sentence_transformers.json`) before them."""
+    from kbert.embeddings.folders import settings
+    from kbert.embeddings.modules import TRANSFORMER_SETTINGS
+    from kbert.tokenizers.chat_template import SPECIAL_TOKENS, ChatPairs, ChatTemplate, read_chat_template
+    from kbert.tokenizers.tokenizer_json import tokenizer_settings
+
+    token_settings = tokenizer_settings(folder)
+    found = read_chat_template(folder.path, token_settings)
+    if folder.has(TRANSFORMER_SETTINGS):  # sentence-transformers reads what its settings list, or text alone
+        modalities = folder.parsed(TRANSFORMER_SETTINGS, read_json_object).get("modality_config") or {}
+        found = found if "message" in modalities else None
+    special = {key: value["content"] if isinstance(value, dict) else value
+               for key, value in token_settings.items() if key in SPECIAL_TOKENS}
+    folder_settings = settings(folder)
+    prompts = folder_settings.get("prompts") or {}
+    prompt = prompts.get(folder_settings.get("default_prompt_name")) if isinstance(prompts, dict) else None
+    return ChatPairs(tokenizer, found and ChatTemplate(*found, special), prompt or None)
+
+
 @dataclasses.dataclass
 class Reranker:
     """A loaded cross-encoder: `score(query, passages)` gives each passage's relevance (0 to 1).
@@ -174,20 +234,23 @@ class Reranker:
     @classmethod
     def load(cls, folder: "str | os.PathLike[str]", dtype: str = "auto") -> "Reranker":
         """A cross-encoder folder: Hugging Face's config.json of a `...ForSequenceClassification` with one
-        label, its `model.safetensors` and tokenizer (a `kbert train --task rerank` directory is one); `dtype` as
-        `Embedder.load` takes it."""
+        label, its `model.safetensors` and tokenizer (a `kbert train --task rerank` directory is one), or a
+        sentence-transformers CrossEncoder on a causal LM (`causal_score`); `dtype` as `Embedder.load` takes it."""
         from kbert.checkpoints.hf import load_hf_weights
         from kbert.training.precision import model_dtype
 
         folder = ModelFolder.of(folder)  # each file read once, here and by whoever passed it
         config = cross_encoder_config(folder)  # a one-label sequence classifier, else an error saying what it is
-        activation = score_activation(folder, config)
+        activation, score = score_activation(folder, config), causal_score(folder)
         config = load_config(folder)
         tokenizer = folder_tokenizer(folder)
         check_tokenizer_fits(tokenizer, config.vocab_size, folder)
         with model_dtype(dtype):
-            model = reranker_model(build_transformer_model(folder, padding=tokenizer.padding))
+            bert = build_transformer_model(folder, padding=tokenizer.padding)
+            model = reranker_model(bert) if score is None else causal_reranker_model(bert, score)
             load_hf_weights(model, folder)
+        if score is not None:
+            tokenizer = chat_pairs(folder, tokenizer)
         positions = config.longest_input
         return cls(model, tokenizer, min(positions, model_max_length(folder) or positions), folder.path, activation)
 
@@ -254,12 +317,35 @@ def cross_encoder_config(folder: "str | ModelFolder") -> dict:
                          "(config.json, model.safetensors, its tokenizer) or a kbert train --task rerank directory")
     config = folder.parsed("config.json", read_json_object)
     architectures = config.get("architectures") or []
+    if causal_score(folder) is not None:
+        return config
     labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
     if not any(str(name).endswith("ForSequenceClassification") for name in architectures) or labels != 1:
         raise KbertError(f"{folder.file('config.json')}: architectures {architectures} with {labels} labels; a "
                          "reranker is a ...ForSequenceClassification with one label (a CrossEncoder's relevance score)"
                          + ("; kbert does not serve a CrossEncoder of several labels" if labels != 1 else ""))
     return config
+
+
+def causal_score(folder: "str | ModelFolder"):
+    """The `LogitScore` of a sentence-transformers CrossEncoder folder on a causal LM (its `modules.json`: a
+    text-generation `Transformer`, then a `LogitScore`); None for any other folder. A folder that lists a
+    `LogitScore` in another pipeline is refused naming its modules."""
+    from kbert.embeddings.files import json_file
+    from kbert.embeddings.folders import MODULES_FILE, read_modules
+    from kbert.embeddings.modules import LogitScore, Transformer
+
+    folder = ModelFolder.of(folder)
+    listed = folder.parsed(MODULES_FILE, json_file) if folder.has(MODULES_FILE) else []
+    if not any(isinstance(entry, dict) and str(entry.get("type", "")).endswith("LogitScore")
+               for entry in (listed if isinstance(listed, list) else [])):
+        return None
+    modules = read_modules(folder.path)
+    if len(modules) != 2 or not (isinstance(modules[0], Transformer) and modules[0].causal_lm
+                                 and isinstance(modules[1], LogitScore)):
+        raise KbertError(f"{folder.file(MODULES_FILE)}: {[type(module).__name__ for module in modules]}; kbert "
+                         "reads a causal LM's CrossEncoder as a text-generation Transformer, then a LogitScore")
+    return modules[1]
 
 
 def is_reranker(folder: str) -> bool:
@@ -289,6 +375,8 @@ class RerankTask(Task):
     def __init__(self, options):
         self.options, self.tokenizer, self.backbone = options, None, None
         self.listwise = options.rerank_loss == "listwise"
+        # a causal LM's reranker (its checkpoint folder, and the LogitScore it trains); None: a sequence classifier
+        self.causal_folder, self.score = None, None
         if self.listwise:
             self.score_name, self.score_label = "val_ndcg@10", "validation nDCG@10"
 
@@ -296,10 +384,24 @@ class RerankTask(Task):
     def from_options(cls, options) -> "RerankTask":
         return cls(options)
 
+    def adopt_checkpoint(self, options, checkpoint_path: Optional[str]):
+        """A decoder's reranker is its causal LM scored by its LM head: its checkpoint folder's CrossEncoder
+        `LogitScore` (or, as sentence-transformers reads a bare causal LM, the logits of "yes" and "no"), chat
+        template and prompt."""
+        if get_family(options.model).causal_lm:
+            if not checkpoint_path or not os.path.isdir(checkpoint_path):
+                raise KbertError(f"--model {options.model}: a decoder's reranker scores with its LM head: train it "
+                                 "from --checkpoint FOLDER (a CrossEncoder folder, or the causal LM's)")
+            self.causal_folder = ModelFolder.of(checkpoint_path)
+        return options
+
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
              options) -> TrainingData:
         if num_labels not in (None, 1):
             raise DataError("--num-labels: a reranker gives one score per pair; leave it out")
+        if self.causal_folder is not None:
+            self.score = causal_score(self.causal_folder) or default_score(self.causal_folder, tokenizer)
+            tokenizer = chat_pairs(self.causal_folder, tokenizer)
         self.tokenizer = tokenizer
         pairs, report = read_training_file(read_judged_pairs, train_path, options)
         if len({pair.label > 0.5 for pair in pairs}) < 2:
@@ -336,6 +438,13 @@ class RerankTask(Task):
                             pad_ids=(self.tokenizer.pad_id,))
 
     def build(self, bert, num_labels: int, options):
+        from kbert.checkpoints.hf import load_hf_weights
+
+        if self.score is not None:  # the LM head is the checkpoint's (an untied one is read here)
+            self.backbone = bert
+            model = causal_reranker_model(bert, self.score)
+            load_hf_weights(model, self.causal_folder)
+            return model
         if not get_family(bert.family).hf_sequence_classifier:
             readable = [name for name in FAMILIES if get_family(name).hf_sequence_classifier]
             raise KbertError(f"--task rerank trains the families whose folders sentence-transformers' CrossEncoder "
@@ -365,8 +474,13 @@ class RerankTask(Task):
         return score
 
     def finish(self, model, directory: str) -> None:
-        """The CrossEncoder folder's files beside kbert's: Hugging Face's sequence classifier with one label."""
-        write_cross_encoder(model, self.backbone, self.tokenizer, self.options.maxlen, directory)
+        """The CrossEncoder folder's files beside kbert's: Hugging Face's sequence classifier with one label, or a
+        causal LM's CrossEncoder (`write_causal_cross_encoder`)."""
+        if self.score is not None:
+            write_causal_cross_encoder(model, self.backbone, self.tokenizer, self.score, self.options.maxlen,
+                                       directory)
+        else:
+            write_cross_encoder(model, self.backbone, self.tokenizer, self.options.maxlen, directory)
 
 
 def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen: int, directory: str) -> None:
@@ -387,6 +501,37 @@ def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen
               "sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}
     atomic_write_text(os.path.join(directory, "config.json"), json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_tokenizer_files(tokenizer, directory, maxlen)
+
+
+def write_causal_cross_encoder(model: keras.Model, bert: keras.Model, pairs, score, maxlen: int,
+                               directory: str) -> None:
+    """`model` (`causal_reranker_model`) as sentence-transformers 6 writes a causal LM's CrossEncoder: the LM
+    (`...ForCausalLM`, its trained head), its tokenizer files and chat template, `modules.json` (a text-generation
+    `Transformer`, the `LogitScore`), its prompt as the default one, Sigmoid scores."""
+    from kbert.checkpoints.hf import save_hf_weights
+    from kbert.embeddings.files import write_json
+    from kbert.embeddings.folders import SETTINGS_FILE
+    from kbert.embeddings.modules import Transformer, write_modules_file
+    from kbert.io import atomic_write_text
+    from kbert.models.heads import Heads
+    from kbert.tokenizers.chat_template import TEMPLATE_FILE
+
+    save_hf_weights(model, directory)
+    family = get_family(bert.family)
+    config = family.hf_config(family.config_class.from_dict(bert.build_spec["config"]), Heads(mlm="linear"))
+    atomic_write_text(os.path.join(directory, "config.json"), json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_tokenizer_files(pairs.tokenizer, directory, maxlen)
+    if pairs.template is not None:
+        atomic_write_text(os.path.join(directory, TEMPLATE_FILE), pairs.template.source)
+    reads = {"method": "forward", "method_output_name": "logits"}
+    modalities = {"text": reads, **({"message": {**reads, "format": "flat"}} if pairs.template else {})}
+    write_modules_file(directory, [Transformer(directory, {
+        "transformer_task": "text-generation", "max_seq_length": maxlen, "modality_config": modalities,
+        "module_output_name": "causal_logits"}), score])
+    write_json(os.path.join(directory, SETTINGS_FILE), {
+        "model_type": "CrossEncoder", "activation_fn": "torch.nn.modules.activation.Sigmoid",
+        "prompts": {"default": pairs.prompt} if pairs.prompt else {},
+        "default_prompt_name": "default" if pairs.prompt else None})
 
 
 def evaluate(model: str, data: str, batch_size: int = 32) -> dict:

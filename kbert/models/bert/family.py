@@ -66,6 +66,8 @@ class BertFamily:
         hf_sequence_classifier: a reranker's head (`sequence_head`) is written
             as Hugging Face's `...ForSequenceClassification`, which
             sentence-transformers' CrossEncoder reads (`kbert train --task rerank`).
+        causal_lm: a decoder whose reranker scores with its LM head at the last
+            token (sentence-transformers' `LogitScore`: Qwen3-Reranker's form).
         own_tokenizer: tokenized by its folder's `tokenizer.json` (byte-level
             BPE, Unigram or WordPiece, with its own padding id), never by a
             `vocab.txt`: Hugging Face's RoBERTa / XLM-R, MPNet, ModernBERT.
@@ -116,6 +118,7 @@ class BertFamily:
     classifier_hidden = naming.POOLER_DENSE
     classifier_activation = "tanh"
     hf_sequence_classifier = True
+    causal_lm = False
     own_tokenizer = False
     reads_segments = True
     task_lora_layers = False

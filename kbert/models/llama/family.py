@@ -54,6 +54,7 @@ class LlamaFamily(HubFamily):
     hf_head_scopes = ("lm_head.",)
     reads_segments = False
     hf_sequence_classifier = False  # LlamaForSequenceClassification (the last token's score) is not built
+    causal_lm = True  # a reranker scores with the LM head (sentence-transformers' LogitScore)
 
     def hf_architecture(self, heads: Heads) -> str:
         return f"{self.hf_class}ForCausalLM" if heads.mlm else f"{self.hf_class}Model"
