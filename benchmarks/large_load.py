@@ -2,6 +2,8 @@
 
     python -m benchmarks.large_load write DIR [--max-shard-size 2GB]   # a GPT-2 of GPT2-ML 1.5B's shape
     python -m benchmarks.large_load load DIR [--dtype bfloat16]         # prints one table
+    python -m benchmarks.large_load write DIR --config qwen3_embedding_0_6b --dtype bfloat16
+    python -m benchmarks.large_load load DIR --config qwen3_embedding_0_6b --dtype bfloat16
 
 `write` builds a GPT-2 with GPT2-ML 1.5B's sizes (48 blocks of width 1,536,
 24 heads, feed-forward 6,144, 8,021 tokens, 1,024 positions; GPT2-ML itself
@@ -12,7 +14,8 @@ and its peak during `load_hf_weights`, so the figures are the load's alone:
 the extra peak over the built model, as a multiple of the weights' bytes.
 With `--dtype bfloat16` the model is built holding its weights in bfloat16
 (`build_transformer_model(dtype=...)`, `kbert predict --dtype`), and the
-whole peak is also given against the checkpoint's float32 bytes.
+whole peak is also given against the checkpoint's bytes. `--config` builds a bundled config's model instead
+(Qwen3-Embedding-0.6B's shape: `write --dtype bfloat16` stores it in bfloat16, as the hub ships it).
 """
 
 from __future__ import annotations
@@ -28,30 +31,33 @@ SHAPE = {"vocab_size": 8021, "hidden_size": 1536, "num_hidden_layers": 48, "num_
          "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02}
 
 
-def _model(dtype: str | None = None):
+def _model(dtype: str | None = None, config: str | None = None):
     from kbert import build_transformer_model
+    from kbert.models.config import bundled_config_path
 
+    if config:
+        return build_transformer_model(bundled_config_path(config), dtype=dtype)
     return build_transformer_model(dict(SHAPE), model="gpt2", dtype=dtype)
 
 
-def write(directory: str, max_shard_size: str | None) -> None:
+def write(directory: str, max_shard_size: str | None, dtype: str | None = None, config: str | None = None) -> None:
     from kbert import save_hf_weights
     from kbert.checkpoints.hf import parse_size
 
-    model = _model()
+    model = _model(dtype, config)
     start = time.perf_counter()
     path = save_hf_weights(model, directory, max_shard_size=parse_size(max_shard_size) if max_shard_size else None)
     print(f"wrote {path}: {model.count_params():,} parameters in {time.perf_counter() - start:.0f} s")
 
 
-def load(directory: str, dtype: str | None) -> None:
+def load(directory: str, dtype: str | None, config: str | None = None) -> None:
     import numpy as np
 
     from kbert import load_hf_weights
 
     stored_mib = sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
                      if name.endswith(".safetensors")) / 2 ** 20
-    model = _model(dtype)
+    model = _model(dtype, config)
     weights_mib = sum(np.dtype(v.dtype).itemsize * int(np.prod(v.shape)) for v in model.weights) / 2 ** 20
     before = rss_mib()
     reset_peak()
@@ -74,10 +80,15 @@ def main(argv=None) -> None:
     parser.add_argument("action", choices=["write", "load"])
     parser.add_argument("directory")
     parser.add_argument("--max-shard-size", help="write: shards of at most this size (e.g. 2GB)")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], help="load: the dtype the model holds")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"],
+                        help="the dtype the model holds (write: the dtype stored)")
+    parser.add_argument("--config", help="a bundled config's model (default: GPT2-ML 1.5B's shape)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    write(args.directory, args.max_shard_size) if args.action == "write" else load(args.directory, args.dtype)
+    if args.action == "write":
+        write(args.directory, args.max_shard_size, args.dtype, args.config)
+    else:
+        load(args.directory, args.dtype, args.config)
 
 
 if __name__ == "__main__":

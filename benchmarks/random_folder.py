@@ -90,7 +90,9 @@ def main(argv=None) -> int:
     specials = [END, *MARKERS] if decoder else ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tokenizer = Tokenizer(models.BPE(unk_token=None if decoder else "[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.train_from_iterator(texts("sentiment.train.data"), trainers.BpeTrainer(
+    # a reranker's tokenizer knows its template's English words, as Qwen's does (not piece by piece)
+    template_words = [RERANKER_TEMPLATE] * 100 if args.reranker else []
+    tokenizer.train_from_iterator(texts("sentiment.train.data") + template_words, trainers.BpeTrainer(
         vocab_size=20000, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {END}", pair=f"$A {END} $B {END}", special_tokens=[(END, 0)]) if decoder else \

@@ -131,7 +131,7 @@ def main(argv=None) -> int:
         logits = np.asarray(answers[name][0]["logits"])
         rate = statistics.median(args.count / value for value in seconds[name])
         ratio = describe(median_ratio([1 / s for s in seconds[name]], [1 / s for s in seconds[REFERENCE]]))
-        print(f"| {name} | {rate:.0f} | {ratio} | {np.abs(logits - float32).max():.4f} | "
+        print(f"| {name} | {rate:.3g} | {ratio} | {np.abs(logits - float32).max():.4f} | "
               f"{spearman(logits, float32):.4f} |")
     print(f"logits' spread (kbert float32): {np.ptp(float32):.3f}")
     return 0

@@ -193,6 +193,38 @@ def test_a_model_built_in_bfloat16_holds_the_checkpoints_weights_rounded(tmp_pat
     assert np.abs(got - expected).max() < 0.01
 
 
+@pytest.mark.parity
+def test_bfloat16_safetensors_load_bit_for_bit_on_pytorch(tmp_path):
+    """On PyTorch a bfloat16 tensor is copied into its bfloat16 weight in place (torch reads no NumPy bfloat16, and
+    Keras would convert it through a float32 copy): each weight the stored bits, the outputs the saved model's."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch", reason="the parity extra (torch) is not installed")
+    code = f"""
+import numpy as np, keras
+from kbert import build_transformer_model, save_hf_weights
+config = {{"model_type": "qwen3", "vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1,
+          "num_attention_heads": 2, "intermediate_size": 24, "head_dim": 8, "initializer_range": 0.3}}
+keras.utils.set_random_seed(1)
+saved = build_transformer_model(config, dtype="bfloat16")
+save_hf_weights(saved, {str(tmp_path)!r})
+loaded = build_transformer_model(config, {str(tmp_path)!r}, dtype="bfloat16")
+for ours, theirs in zip(loaded.weights, saved.weights):
+    assert ours.dtype == "bfloat16"
+    assert np.array_equal(keras.ops.convert_to_numpy(ours.value).view(np.uint16),
+                          keras.ops.convert_to_numpy(theirs.value).view(np.uint16)), ours.path
+ids = np.array([[5, 6, 7]])
+assert np.array_equal(loaded.predict([ids, ids * 0], verbose=0), saved.predict([ids, ids * 0], verbose=0))
+print("ok")
+"""
+    import os
+
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "KERAS_BACKEND": "torch"})
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+
+
 def test_each_layer_output_is_let_go_once_the_last_layer_reading_it_has_run():
     """kbert's models walk their graph freeing as they go: run eagerly (PyTorch), Keras's own walk keeps every
     output until the call returns, and a long row's activations grow with the depth (benchmarks.long_inputs)."""

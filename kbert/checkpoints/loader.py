@@ -127,7 +127,7 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     for variable, row, rows in plan:
         _check_finite(source, row.name(source.fmt), _read(source, row, rows, variable))
     for variable, row, rows in plan:
-        variable.assign(_with_compound_rows(_read(source, row, rows, variable), row, compound))
+        _assign(variable, _with_compound_rows(_read(source, row, rows, variable), row, compound))
 
     loaded = list(dict.fromkeys(row.name(source.fmt) for _, row, _ in plan))  # GPT-2's c_attn feeds three
     used = set(loaded)
@@ -268,9 +268,34 @@ def _check_dtype(source: TensorSource, name: str, variable) -> None:
 def _check_finite(source: TensorSource, name: str, value: np.ndarray) -> None:
     """Refuses NaN or infinite weights (a diverged run's): every output of the model would be NaN, which no JSON
     answer carries. Checked before any weight is assigned, so the model is left untouched."""
-    if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+    if np.issubdtype(value.dtype, np.floating) and not _all_finite(value):
         raise CheckpointError(f"{source.path}: {name} holds NaN or infinite values; the run that wrote it "
                               "diverged, or the file is damaged")
+
+
+def _all_finite(value: np.ndarray, elements: int = 1 << 22) -> bool:
+    """Whether every value is finite, checked a block of rows at a time: the check's flags of a large table (a
+    151,669-token one) never stand beside it whole."""
+    if value.ndim == 0:
+        return bool(np.isfinite(value))
+    step = max(1, elements // max(1, value[0].size))
+    return all(np.isfinite(value[start:start + step]).all() for start in range(0, len(value), step))
+
+
+def _assign(variable, value: np.ndarray) -> None:
+    """`variable.assign(value)`; on PyTorch a bfloat16 array is copied into the variable's own tensor, as Keras
+    would convert it through a float32 copy (torch reads no NumPy bfloat16): the load holds the one tensor it read
+    beyond the model (`benchmarks.large_load`)."""
+    import keras
+
+    if keras.backend.backend() == "torch" and value.dtype.name == "bfloat16" and variable.dtype == "bfloat16":
+        import torch
+
+        stored = torch.from_numpy(np.ascontiguousarray(value).view(np.uint16)).view(torch.bfloat16)
+        with torch.no_grad():
+            variable.value.copy_(stored.reshape(tuple(variable.shape)))
+        return
+    variable.assign(value)
 
 
 def _read(source: TensorSource, row: WeightName, rows, variable) -> np.ndarray:
