@@ -26,6 +26,9 @@ MODULES = {
     "normalize": st_modules.Normalize(),
     "normalize-each-token": st_modules.Normalize(st_modules.TOKENS),
     "multi-vector-mask": st_modules.MultiVectorMask(("!", ","), ("query", "document")),
+    "causal-lm-transformer": st_modules.Transformer("", {"transformer_task": "text-generation"}, causal_lm=True),
+    "logit-score": st_modules.LogitScore(9, 4),
+    "logit-score-of-one-token": st_modules.LogitScore(9),
 }
 
 
@@ -43,7 +46,8 @@ def test_each_module_type_reads_what_it_writes(name, tmp_path):
     module.write(str(tmp_path))
     read = type(module).read(str(tmp_path))
     if isinstance(module, st_modules.Transformer):  # read from where it is
-        assert read.path == str(tmp_path) and (read.settings, read.mlm) == (module.settings, module.mlm)
+        assert read.path == str(tmp_path)
+        assert (read.settings, read.mlm, read.causal_lm) == (module.settings, module.mlm, module.causal_lm)
     else:
         assert same(module, read), read
 
@@ -71,7 +75,7 @@ def test_each_type_is_found_by_its_last_name_and_an_unknown_one_is_refused(tmp_p
         st_modules.read_module("sentence_transformers.models.WeightedLayerPooling", "1", str(tmp_path), "1_Pooling",
                                "modules.json")
     assert set(st_modules.MODULE_TYPES) == {"Transformer", "MLMTransformer", "Pooling", "Dense", "Normalize",
-                                            "SpladePooling", "MultiVectorMask", "Router"}
+                                            "SpladePooling", "MultiVectorMask", "Router", "LogitScore"}
 
 
 def test_modules_add_their_layers_in_order():

@@ -140,7 +140,7 @@ def test_token_score_is_a_logit_difference_and_round_trips(false_token_id, tmp_p
     tokens = keras.Input((None,), dtype="int32")
     hidden = keras.layers.Embedding(50, 8, mask_zero=True)(tokens)
     score = TokenScore(3, false_token_id)(hidden)
-    assert score._keras_mask is None and TokenScore(3).compute_output_shape((2, 5, 8)) == (2, 5, 1)
+    assert getattr(score, "_keras_mask", None) is None and TokenScore(3).compute_output_shape((2, 5, 8)) == (2, 5, 1)
     model = keras.Model(tokens, score)
     x = keras.ops.convert_to_numpy(model.layers[1](IDS))
     expected = x[..., 3:4] - (x[..., 7:8] if false_token_id is not None else 0)
