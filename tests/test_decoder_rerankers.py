@@ -175,3 +175,28 @@ def test_training_a_causal_reranker_writes_a_cross_encoder(tmp_path, lora):
     assert np.abs(trained.logits(QUERIES, PASSAGES) - Reranker.load(folder).logits(QUERIES, PASSAGES)).max() > 1e-3
     assert (out / "chat_template.jinja").read_text() == TEMPLATE
     assert json.loads((out / "1_LogitScore" / "config.json").read_text())["true_token_id"] == YES
+
+
+@pytest.mark.parity
+def test_the_onnx_export_of_a_decoder_scores_and_embeds_as_keras(tmp_path):
+    """onnxruntime on the float32 export (what `kbert serve --runtime onnxruntime` and `kbert embed --runtime
+    onnxruntime` run): the causal CrossEncoder's logits and a Qwen3-Embedding-style folder's vectors as Keras's."""
+    pytest.importorskip("onnxruntime", reason="the test extra (onnxruntime, tf2onnx) is not installed")
+    from kbert.embeddings.embedder import Embedder
+    from kbert.serving.runtimes import Runtime, onnx_reranker
+    from kbert.tasks.reranking import Reranker
+    from test_decoders import TEXTS, qwen3_embedding_folder
+
+    folder = cross_encoder_folder(tmp_path)
+    reranker = Reranker.load(folder, dtype="float32")
+    expected = reranker.logits(QUERIES, PASSAGES)
+    reranker.model = onnx_reranker(reranker, Runtime("onnxruntime", None, "auto", None))
+    np.testing.assert_allclose(reranker.logits(QUERIES, PASSAGES), expected, atol=1e-4)
+    from conftest import kbert_in_process
+
+    embedder_folder = qwen3_embedding_folder(tmp_path / "qwen3", "left")
+    lines = tmp_path / "texts.txt"
+    lines.write_text("\n".join(TEXTS) + "\n")
+    run = kbert_in_process("embed", "--model", str(embedder_folder), str(lines), "--runtime", "onnxruntime")
+    vectors = np.array([json.loads(line)["embedding"] for line in run.stdout.splitlines()])
+    np.testing.assert_allclose(vectors, Embedder.load(embedder_folder, dtype="float32").encode(TEXTS), atol=1e-5)
