@@ -30,7 +30,7 @@ last-token pooling, normalised, and its query prompt (`Instruct: ...\nQuery:`).
 `--reranker` writes a decoder as Qwen3-Reranker's sentence-transformers 6 CrossEncoder instead: its LM head (tied),
 a text-generation Transformer and a LogitScore (two fixed token ids as "yes" and "no"), Qwen's chat markers as
 special tokens, and a chat template in Qwen3-Reranker's shape (its judging system line, `<Instruct>`, `<Query>`,
-`<Document>`, then the assistant's empty thinking; read by hand from its model card), Sigmoid scores.
+`<Document>`, then the assistant's empty thinking; written from memory of its model card, not checked), Sigmoid scores.
 """
 
 from __future__ import annotations

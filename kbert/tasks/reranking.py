@@ -440,10 +440,11 @@ class RerankTask(Task):
     def build(self, bert, num_labels: int, options):
         from kbert.checkpoints.hf import load_hf_weights
 
-        if self.score is not None:  # the LM head is the checkpoint's (an untied one is read here)
+        if self.score is not None:  # the LM head is the checkpoint's: the token table, or its own matrix read here
             self.backbone = bert
             model = causal_reranker_model(bert, self.score)
-            load_hf_weights(model, self.causal_folder)
+            if not get_family(bert.family).config_class.from_dict(bert.build_spec["config"]).tie_word_embeddings:
+                load_hf_weights(model, self.causal_folder)
             return model
         if not get_family(bert.family).hf_sequence_classifier:
             readable = [name for name in FAMILIES if get_family(name).hf_sequence_classifier]

@@ -61,12 +61,14 @@ class EuroBertGraph(PreNormGraph):
         return self.config.mlp_bias
 
     def apply_mlm_head(self, x):
+        return self.apply(self.lm_logits(x), keras.layers.Activation, naming.MLM_ACTIVATION,
+                          activation=self.heads.mlm)
+
+    def lm_logits(self, x):
+        """The vocabulary's logits: the tied token table (and its bias where `lm_bias`), or the head's own matrix."""
         config = self.config
         if config.tie_word_embeddings:
             x = self.layers[naming.EMBEDDING_TOKEN](x, reverse=True)
-            if self.lm_bias():
-                x = self.apply(x, BiasAdd, naming.MLM_BIAS)
-        else:
-            x = self.apply(x, keras.layers.Dense, self.output_layer, units=config.vocab_size,
-                           use_bias=self.lm_bias(), kernel_initializer=self.initializer())
-        return self.apply(x, keras.layers.Activation, naming.MLM_ACTIVATION, activation=self.heads.mlm)
+            return self.apply(x, BiasAdd, naming.MLM_BIAS) if self.lm_bias() else x
+        return self.apply(x, keras.layers.Dense, self.output_layer, units=config.vocab_size, use_bias=self.lm_bias(),
+                          kernel_initializer=self.initializer())

@@ -31,7 +31,7 @@ class Gemma3Config(LlamaConfig):
     (`use_bidirectional_attention`: EmbeddingGemma) the keys within `sliding_window // 2` of it, as transformers
     computes it. `attn_logit_softcapping` is read as transformers 5 reads it: not at all.
 
-    Example: EmbeddingGemma-300m's shape (config read by hand).
+    Example: EmbeddingGemma-300m's shape (written from memory of the hub's config).
     >>> config = Gemma3Config.from_dict({"vocab_size": 262144, "hidden_size": 768, "num_hidden_layers": 24,
     ...     "num_attention_heads": 3, "num_key_value_heads": 1, "intermediate_size": 1152, "head_dim": 256,
     ...     "sliding_window": 512, "use_bidirectional_attention": True, "rope_theta": 1000000.0,

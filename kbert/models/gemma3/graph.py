@@ -64,12 +64,7 @@ class Gemma3Graph(LlamaGraph):
                 "window": None if causal else window, "qk_norm_unit_offset": True,
                 "attention_scale": config.query_pre_attn_scalar ** -0.5}
 
-    def apply_mlm_head(self, x):
+    def lm_logits(self, x):
         cap = self.config.final_logit_softcapping
-        if cap is None:
-            return super().apply_mlm_head(x)
-        x = self.layers[naming.EMBEDDING_TOKEN](x, reverse=True) if self.config.tie_word_embeddings else self.apply(
-            x, keras.layers.Dense, self.output_layer, units=self.config.vocab_size, use_bias=False,
-            kernel_initializer=self.initializer())
-        x = self.apply(x, LogitSoftCap, LM_SOFTCAP, cap=cap)
-        return self.apply(x, keras.layers.Activation, naming.MLM_ACTIVATION, activation=self.heads.mlm)
+        x = super().lm_logits(x)
+        return x if cap is None else self.apply(x, LogitSoftCap, LM_SOFTCAP, cap=cap)

@@ -56,10 +56,10 @@ class LlamaFamily(HubFamily):
     hf_sequence_classifier = False  # LlamaForSequenceClassification (the last token's score) is not built
     causal_lm = True  # a reranker scores with the LM head (sentence-transformers' LogitScore)
 
+    embedding_note = ""  # what the token table's row says beside its sharing
+
     def hf_architecture(self, heads: Heads) -> str:
         return f"{self.hf_class}ForCausalLM" if heads.mlm else f"{self.hf_class}Model"
-
-    embedding_note = ""  # what the token table's row says beside its sharing
 
     def layer_params(self, config: LlamaConfig, *, with_pool=False, with_nsp=False, with_mlm=False,
                      with_discriminator=False) -> List[LayerParams]:
