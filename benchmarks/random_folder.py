@@ -25,6 +25,13 @@ A decoder's config (Llama, Mistral, Qwen2, Qwen3) gets Qwen3-Embedding's framing
 `<|endoftext|>`, that ends every text and pads (on the left, as Qwen3-Embedding's tokenizer_config.json says),
 last-token pooling, normalised, and its query prompt (`Instruct: ...\nQuery:`).
 
+    python -m benchmarks.random_folder --config embeddinggemma_300m --out /tmp/embeddinggemma_st
+
+Gemma 3's config gets EmbeddingGemma's framing: `<bos>` before and `<eos>` after each text, `<pad>` (id 0) on
+the right, mean pooling, then two Dense projections without bias (768 → 3072 → 768), normalised, 2,048 tokens at
+most, and its prompts (`task: search result | query: `, `title: none | text: `); written from memory of its model
+card, not checked against its files.
+
     python -m benchmarks.random_folder --config qwen3_reranker_0_6b --reranker --out /tmp/qwen3_reranker
 
 `--reranker` writes a decoder as Qwen3-Reranker's sentence-transformers 6 CrossEncoder instead: its LM head (tied),
@@ -55,6 +62,10 @@ RERANKER_TEMPLATE = (
     "query' }}\n<Query>: {{ (messages | selectattr('role', 'eq', 'query') | first)['content'] }}\n<Document>: "
     "{{ (messages | selectattr('role', 'eq', 'document') | first)['content'] }}<|im_end|>\n<|im_start|>assistant\n"
     "<think>\n\n</think>\n\n")
+GEMMA = "gemma3_text"
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>"]  # ids 0, 1, 2, as Gemma's
+GEMMA_PROMPTS = {"query": "task: search result | query: ", "document": "title: none | text: "}
+GEMMA_DENSE = 3072  # EmbeddingGemma's projection out and back
 SENTIMENT = os.path.join(os.path.dirname(REPOSITORY), "shared", "data", "sentiment")
 
 
@@ -86,9 +97,10 @@ def main(argv=None) -> int:
     os.makedirs(args.out)
     with open(bundled_config_path(args.config), encoding="utf-8") as handle:
         config = json.load(handle)
-    decoder = config.get("model_type") in DECODERS
-    specials = [END, *MARKERS] if decoder else ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer = Tokenizer(models.BPE(unk_token=None if decoder else "[UNK]"))
+    decoder, gemma = config.get("model_type") in DECODERS, config.get("model_type") == GEMMA
+    specials = [END, *MARKERS] if decoder else GEMMA_SPECIALS if gemma else ["[PAD]", "[UNK]", "[CLS]", "[SEP]",
+                                                                                "[MASK]"]
+    tokenizer = Tokenizer(models.BPE(unk_token=None if decoder or gemma else "[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     # a reranker's tokenizer knows its template's English words, as Qwen's does (not piece by piece)
     template_words = [RERANKER_TEMPLATE] * 100 if args.reranker else []
@@ -96,6 +108,8 @@ def main(argv=None) -> int:
         vocab_size=20000, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {END}", pair=f"$A {END} $B {END}", special_tokens=[(END, 0)]) if decoder else \
+        processors.TemplateProcessing(single="<bos> $A <eos>", pair="<bos> $A <eos> $B <eos>",
+                                      special_tokens=[("<bos>", 2), ("<eos>", 1)]) if gemma else \
         processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     tokenizer.decoder = decoders.ByteLevel()
@@ -108,7 +122,8 @@ def main(argv=None) -> int:
     save_hf_weights(bert, args.out)
     tokenizer.save(os.path.join(args.out, "tokenizer.json"))
     settings = ({"pad_token": END, "eos_token": END, "padding_side": "left"} if decoder else
-                {"pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]",
+                {"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "padding_side": "right"} if gemma
+                else {"pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]",
                  "mask_token": "[MASK]"})
     with open(os.path.join(args.out, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", **settings,
@@ -118,6 +133,13 @@ def main(argv=None) -> int:
         write_reranker(args.out)
     elif decoder:
         write_modules(args.out, "lasttoken", width, [], True, 512, prompts={"query": QUERY_PROMPT, "document": ""})
+    elif gemma:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        out, back = (rng.normal(0, width ** -0.5, (width, GEMMA_DENSE)).astype("float32"),
+                     rng.normal(0, GEMMA_DENSE ** -0.5, (GEMMA_DENSE, width)).astype("float32"))
+        write_modules(args.out, "mean", width, [Dense([out]), Dense([back])], True, 2048, prompts=GEMMA_PROMPTS)
     elif args.sparse:
         write_modules(args.out, SparseOutput(), config["vocab_size"], [], False, 512)
     elif args.multi_vector:

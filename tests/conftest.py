@@ -58,8 +58,9 @@ def pytest_runtest_makereport(item, call):
 def pytest_collection_modifyitems(config, items):
     """Whole examples run end to end (the README's commands, the notebooks, bert4keras's scripts, the
     benchmarks' quick runs) are left out of the default suite: they took about a quarter of its time (550 of
-    2,350 test-seconds), trainings of minutes that run examples rather than test a part. `--run-examples`
-    runs them."""
+    2,350 test-seconds), trainings of minutes that run examples rather than test a part. So is a check of what
+    every family shares beyond the few families the default suite runs it on (sampling). `--run-examples`
+    runs them (CI does)."""
     if config.getoption("--run-examples"):
         return
     skip = pytest.mark.skip(reason="an example run end to end: pytest --run-examples -m examples runs it (CI does)")

@@ -178,25 +178,41 @@ def test_training_a_causal_reranker_writes_a_cross_encoder(tmp_path, lora):
 
 
 @pytest.mark.parity
-def test_the_onnx_export_of_a_decoder_scores_and_embeds_as_keras(tmp_path):
-    """onnxruntime on the float32 export (what `kbert serve --runtime onnxruntime` and `kbert embed --runtime
-    onnxruntime` run): the causal CrossEncoder's logits and a Qwen3-Embedding-style folder's vectors as Keras's."""
-    pytest.importorskip("onnxruntime", reason="the test extra (onnxruntime, tf2onnx) is not installed")
+def test_the_onnx_exports_of_a_decoder_score_and_embed_as_keras(tmp_path, capsys):
+    """`kbert predict --runtime onnxruntime` (the float32 export) scores the causal CrossEncoder as Keras, and `kbert
+    embed --runtime onnxruntime` gives a Qwen3-Embedding-style folder's vectors; with `--quantize int8`
+    (onnxruntime's dynamic int8) each logit stays within a tenth of the logits' spread (Spearman ≥ 0.9), each
+    vector within a cosine of 0.95 of Keras's float32 (what the export's own check allows)."""
+    pytest.importorskip("tf2onnx", reason="the test extra (onnxruntime, tf2onnx) is not installed")
+    import scipy.stats
+
+    from conftest import kbert_in_process
+    from kbert.cli.main import main
     from kbert.embeddings.embedder import Embedder
-    from kbert.serving.runtimes import Runtime, onnx_reranker
     from kbert.tasks.reranking import Reranker
     from test_decoders import TEXTS, qwen3_embedding_folder
 
     folder = cross_encoder_folder(tmp_path)
-    reranker = Reranker.load(folder, dtype="float32")
-    expected = reranker.logits(QUERIES, PASSAGES)
-    reranker.model = onnx_reranker(reranker, Runtime("onnxruntime", None, "auto", None))
-    np.testing.assert_allclose(reranker.logits(QUERIES, PASSAGES), expected, atol=1e-4)
-    from conftest import kbert_in_process
-
+    queries, passages = [query for query in QUERIES[:3] for _ in PASSAGES], PASSAGES * 3  # 12 pairs, each its own
+    expected = Reranker.load(folder, dtype="float32").logits(queries, passages)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{query}\t{passage}\n" for query, passage in zip(queries, passages)))
+    for options, allowed in ((["--runtime", "onnxruntime"], 1e-4), (["--quantize", "int8"], 0.1 * np.ptp(expected))):
+        capsys.readouterr()
+        assert main(["predict", "--model", str(folder), str(pairs), "--json", *options]) == 0
+        logits = np.array([json.loads(line)["logit"] for line in capsys.readouterr().out.splitlines()])
+        assert np.abs(logits - expected).max() <= allowed, options
+    assert scipy.stats.spearmanr(logits, expected)[0] >= 0.9  # int8's: ranked near as float32 ranks them
     embedder_folder = qwen3_embedding_folder(tmp_path / "qwen3", "left")
     lines = tmp_path / "texts.txt"
     lines.write_text("\n".join(TEXTS) + "\n")
-    run = kbert_in_process("embed", "--model", str(embedder_folder), str(lines), "--runtime", "onnxruntime")
-    vectors = np.array([json.loads(line)["embedding"] for line in run.stdout.splitlines()])
-    np.testing.assert_allclose(vectors, Embedder.load(embedder_folder, dtype="float32").encode(TEXTS), atol=1e-5)
+    keras_vectors = Embedder.load(embedder_folder, dtype="float32").encode(TEXTS)
+    for options in (["--runtime", "onnxruntime"], ["--quantize", "int8"]):
+        run = kbert_in_process("embed", "--model", str(embedder_folder), str(lines), *options)
+        vectors = np.array([json.loads(line)["embedding"] for line in run.stdout.splitlines()])
+        if options[0] == "--runtime":
+            np.testing.assert_allclose(vectors, keras_vectors, atol=1e-5)
+        else:
+            cosines = np.sum(vectors * keras_vectors, -1) / np.linalg.norm(vectors, axis=-1) / np.linalg.norm(
+                keras_vectors, axis=-1)
+            assert cosines.min() >= 0.95 and np.abs(vectors - keras_vectors).max() > 1e-6, cosines

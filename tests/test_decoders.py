@@ -90,7 +90,9 @@ def test_the_analytic_totals_are_transformers_counts_of_the_hub_shapes(model_typ
      "builds rope_type 'default' here"),
     ({"model_type": "gemma3_text", "rope_parameters": {"rope_type": "default"}},
      "key 'rope_parameters': expected an object of 'full_attention' and 'sliding_attention'"),
-    ({"model_type": "gemma3_text", "query_pre_attn_scalar": 0}, "key 'query_pre_attn_scalar': expected a positive"),
+    ({"model_type": "gemma3_text", "query_pre_attn_scalar": 0}, "key 'query_pre_attn_scalar': expected a finite pos"),
+    ({"model_type": "gemma3_text", "final_logit_softcapping": float("nan")},
+     "key 'final_logit_softcapping': expected a finite positive number, got nan"),
 ])
 def test_keys_kbert_cannot_build_are_named(changed, message):
     with pytest.raises(ConfigError, match=message):

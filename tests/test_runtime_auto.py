@@ -36,6 +36,7 @@ def embedded(tmp_path, monkeypatch, capsys, caplog):
     return run
 
 
+@pytest.mark.examples  # five runs of the README's kbert embed, two exports by tf2onnx: 89 s of the default suite
 def test_the_default_is_openvino_its_export_kept_for_the_next_run(embedded, tmp_path, monkeypatch):
     fast, said = embedded()
     assert "runtime: openvino (auto: OpenVINO is installed, the fastest CPU engine measured" in said

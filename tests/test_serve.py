@@ -76,11 +76,11 @@ def post(url, body, raw: bool = False, path: str = "/v1/predict"):
         return error.code, json.loads(error.read())
 
 
-def predicted_by_cli(model_dir, texts, capsys) -> list:
+def predicted_by_cli(model_dir, texts, capsys, *options) -> list:
     capsys.readouterr()
     source = model_dir.parent / f"{model_dir.name}-texts.txt"
     source.write_text("\n".join(texts) + "\n", encoding="utf-8")
-    assert main(["predict", "--json", "--model", str(model_dir), str(source)]) == 0
+    assert main(["predict", "--json", "--model", str(model_dir), str(source), *options]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
@@ -152,14 +152,16 @@ def test_an_int8_classifier_answers_close_to_float32(model_dirs, capsys):
     np.testing.assert_allclose([first_label_probability(row) for row in answer["predictions"]],
                                [first_label_probability(row) for row in expected], atol=0.05)
     for task in ("ner", "seq2seq"):
-        assert main(["serve", str(model_dirs / task), "--quantize", "int8"]) == 2
-        assert (f"--quantize int8 serves classifiers, embedding models and rerankers (an ONNX file); "
-                f"{model_dirs / task} is a {task} model") in capsys.readouterr().err
+        for command in (["serve", str(model_dirs / task)], ["predict", "--model", str(model_dirs / task), "-"]):
+            assert main([*command, "--quantize", "int8"]) == 2
+            assert (f"--quantize int8 runs classifiers, embedding models and rerankers (an ONNX file); "
+                    f"{model_dirs / task} is a {task} model") in capsys.readouterr().err
 
 
 def test_onnxruntime_serves_a_classifier_as_keras_predicts_it(model_dirs, capsys):
     """`--runtime onnxruntime`: the float32 ONNX export answers what `kbert predict` prints (probabilities
-    within 1e-5); with --dtype bfloat16 it is refused before anything loads."""
+    within 1e-5), served and printed by `kbert predict --runtime onnxruntime`; with --dtype bfloat16 it is refused
+    before anything loads."""
     pytest.importorskip("tf2onnx", reason="--runtime onnxruntime serves an ONNX file: pip install 'kbert[onnx]'")
     texts = [text for text in TEXTS if "[MASK]" not in text]
     with running_server(model_dirs / "classify", "--runtime", "onnxruntime") as (url, _):
@@ -170,6 +172,10 @@ def test_onnxruntime_serves_a_classifier_as_keras_predicts_it(model_dirs, capsys
     expected = predicted_by_cli(model_dirs / "classify", texts, capsys)
     assert [(row["text"], row["label"]) for row in served] == [(row["text"], row["label"]) for row in expected]
     np.testing.assert_allclose([row["probability"] for row in served], [row["probability"] for row in expected],
+                               atol=1e-5)
+    printed = predicted_by_cli(model_dirs / "classify", texts, capsys, "--runtime", "onnxruntime")
+    assert [row["label"] for row in printed] == [row["label"] for row in expected]
+    np.testing.assert_allclose([row["probability"] for row in printed], [row["probability"] for row in expected],
                                atol=1e-5)
     assert main(["serve", str(model_dirs / "classify"), "--runtime", "onnxruntime", "--dtype", "bfloat16"]) == 2
     assert "--runtime onnxruntime with --dtype bfloat16: the ONNX file is made from the float32 model" in capsys.readouterr().err

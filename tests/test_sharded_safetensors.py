@@ -105,3 +105,22 @@ def test_transformers_loads_kbert_shards(bert, tmp_path):
     np.testing.assert_array_equal(outputs[0], outputs[1])
     kbert_output = np.asarray(bert.predict_on_batch([tokens.numpy(), np.zeros_like(tokens.numpy())]))
     np.testing.assert_allclose(outputs[0], kbert_output, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, elements", [((7, 3, 2), 5), ((9, 4), 8), ((9, 4), 36), ((5,), 2), ((), 1)])
+def test_a_tensor_read_in_blocks_is_the_tensor(tmp_path, shape, elements):
+    """`read_in_blocks` (a block of rows a map, so a large table stands once in memory): the stored values, in
+    their own dtype (bfloat16 too), whatever the block size against the rows; a scalar as itself."""
+    import ml_dtypes
+    from safetensors.numpy import save_file
+
+    from kbert.checkpoints.hf import read_in_blocks
+
+    rng = np.random.default_rng(0)
+    tensors = {"a": rng.normal(size=shape).astype(np.float32),
+               "b": rng.normal(size=shape).astype(ml_dtypes.bfloat16)}
+    save_file(tensors, str(tmp_path / "t.safetensors"))
+    for name, value in tensors.items():
+        read = read_in_blocks(str(tmp_path / "t.safetensors"), name, elements)
+        assert read.dtype == value.dtype and read.shape == value.shape
+        assert read.tobytes() == value.tobytes()

@@ -277,6 +277,11 @@ def runtime_name(args: argparse.Namespace) -> str:
     return "onnxruntime" if args.runtime == "keras" and args.quantize else args.runtime
 
 
+def runtime_option(args: argparse.Namespace) -> str:
+    """The option that asked for an exported runtime, as an error names it: `--quantize int8` or `--runtime NAME`."""
+    return f"--quantize {args.quantize}" if args.quantize else f"--runtime {runtime_name(args)}"
+
+
 def exported_runtime(args: argparse.Namespace) -> "Runtime | None":
     """What `runtime_options` ask for (`kbert.serving.runtimes.Runtime`), None for Keras, with --calibration's texts
     read. Refused: onnxruntime beside a precision other than float32, --calibration without OpenVINO's int8."""
@@ -294,8 +299,7 @@ def exported_runtime(args: argparse.Namespace) -> "Runtime | None":
     given = (f"--mixed-precision {args.mixed_precision}" if args.mixed_precision else
              f"--dtype {args.dtype}" if name == "onnxruntime" and args.dtype == "bfloat16" else None)
     if given:
-        what = "--quantize int8" if args.quantize else f"--runtime {name}"
-        raise KbertError(f"{what} with {given}: the ONNX file is made from the float32 model; pick one")
+        raise KbertError(f"{runtime_option(args)} with {given}: the ONNX file is made from the float32 model; pick one")
     if args.calibration:
         return dataclasses.replace(runtime, calibration=read_calibration_texts(args.calibration))
     return runtime

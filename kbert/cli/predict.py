@@ -6,7 +6,8 @@ import json
 import sys
 from typing import List, Optional, Tuple
 
-from kbert.cli.arguments import inference_arguments
+from kbert.cli.arguments import calibrated_on_input, exported_runtime, inference_arguments, runtime_option, \
+    runtime_options
 from kbert.cli.inputs import input_lines, model_folder, model_task, read_standard_input
 from kbert.errors import DataError, KbertError
 from kbert.training.records import ONE_A_LINE, parse_columns
@@ -23,27 +24,42 @@ def add_commands(command) -> None:
                          help="file of texts (one a line, or CSV/TSV/JSONL with a text column); "
                               "- for standard input")
     predict.add_argument("--json", action="store_true", help="print JSON Lines")
+    runtime_options(predict, "a classifier, an embedding model or a reranker",
+                    "worth it for a long file on a CPU (onnxruntime's calls cost less than Keras's)")
     predict.set_defaults(run=run_predict)
 
 
 def run_predict(args) -> int:
+    from kbert.serving.runtimes import check_exported_task, onnx_predictor
     from kbert.tasks.predictors import PredictionSettings, load_predictor
 
     folder = model_folder(args)  # read once, for its task and its model
     task = model_task(args, folder)  # before waiting for standard input
+    runtime = exported_runtime(args)  # None: Keras
+    check_exported_task(task, runtime, args.model, runtime_option(args))
     texts, pairs = _prediction_input(args, task)
     settings = PredictionSettings(args.batch_size, not args.no_bucketing, args.beam_size, args.max_new_tokens,
                                   args.top_k, head=args.head)
-    predictor = load_predictor(folder, settings)
     kept = [index for index, text in enumerate(texts) if text.strip()]
     if not kept:
         raise DataError("no texts to predict: every line is blank")
+    runtime = _calibrated(runtime, task, texts, pairs)
+    predictor = load_predictor(folder, settings) if runtime is None else \
+        onnx_predictor(folder, task, settings, runtime)
     rows = [predictor.blank(text) for text in texts]
     for index, row in zip(kept, predictor([texts[i] for i in kept], pairs and [pairs[i] for i in kept])):
         rows[index] = row
     for line, row in enumerate(rows, 1):
         print(_json_line(row, line) if args.json else _as_text(task, row))
     return 0
+
+
+def _calibrated(runtime, task: str, texts: List[str], pairs: Optional[List[Optional[str]]]):
+    """`runtime`, its OpenVINO static int8 calibrated on a sample of the input where no --calibration was given (a
+    reranker's pairs as query<TAB>passage)."""
+    lines = [f"{query}\t{passage}" for query, passage in zip(texts, pairs) if passage is not None] \
+        if task == "rerank" else [text for text in texts if text.strip()]
+    return calibrated_on_input(runtime, lines)
 
 
 def _json_line(row: dict, line: int) -> str:

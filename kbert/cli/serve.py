@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kbert.cli.arguments import (adapter_names, embedding_head_argument, host_name, exported_runtime,
+from kbert.cli.arguments import (adapter_names, embedding_head_argument, host_name, exported_runtime, runtime_option,
                                  port_number, positive_float, positive_int, precision_option, ray_address, ray_option,
                                  runtime_options)
 from kbert.errors import KbertError
@@ -83,6 +83,7 @@ def run_serve(args) -> int:
                          "prometheus_client)") \
             from None
     from kbert.serving.instances import serial_reason, share_cores
+    from kbert.serving.runtimes import check_exported_task
     from kbert.serving.served_model import ServedModel
     from kbert.io import ModelFolder
     from kbert.tasks.predictors import PredictionSettings, check_settings, model_task, resolved
@@ -105,10 +106,7 @@ def run_serve(args) -> int:
                                   adapter=_adapters(args.adapter, onnx),
                                   ranges=args.ranges, head=args.head)
     check_settings(settings, task, args.model)  # before the model loads (the ONNX path skips load_predictor)
-    if onnx and task not in ("classify", "embed", "rerank"):
-        option = "--quantize int8" if args.quantize else f"--runtime {runtime.name}"
-        raise KbertError(f"{option} serves classifiers, embedding models and rerankers (an ONNX file); {args.model} "
-                         f"is a {task} model: serve it without {option}")
+    check_exported_task(task, runtime, args.model, runtime_option(args))
     serial = serial_reason(task)
     if serial:
         limits.instances = 1

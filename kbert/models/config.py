@@ -219,7 +219,7 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
         if key in values and not _is_probability(values[key]):
             raise ConfigError(f"{source}: key {key!r}: expected a number in [0, 1), got {values[key]!r}")
     for key in ("initializer_range", "layer_norm_eps"):
-        if key in values and not _is_positive_number(values[key]):
+        if key in values and not is_positive_number(values[key]):
             raise ConfigError(f"{source}: key {key!r}: expected a finite positive number, "
                               f"got {values[key]!r}")
     act = values.get("hidden_act", "gelu")
@@ -357,7 +357,8 @@ def check_even_head_size(values: Mapping[str, Any], source: str, why: str) -> No
                           "so a head needs an even number: change num_attention_heads or hidden_size")
 
 
-def _is_positive_number(value: Any) -> bool:
+def is_positive_number(value: Any) -> bool:
+    """A finite number above 0 (not a bool, not NaN)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
 
 

@@ -1,5 +1,5 @@
 """A model's checked ONNX export run in place of its Keras model: `--runtime onnxruntime`, `--runtime openvino`,
-`--quantize int8` (`kbert embed`, `kbert serve`), and `kbert embed`'s default `--runtime auto` where OpenVINO is
+`--quantize int8` (`kbert embed`, `kbert predict`, `kbert serve`), and `kbert embed`'s default `--runtime auto` where OpenVINO is
 installed.
 
 The file is made as `kbert export` makes it (`kbert.serving.export`) and checked against Keras; what the
@@ -188,3 +188,41 @@ def onnx_embedder(embedder, runtime: Optional[Runtime] = None, threads: Optional
 def onnx_reranker(reranker, runtime: Optional[Runtime] = None, threads: Optional[int] = None) -> OnnxModel:
     """A loaded cross-encoder's (`kbert.tasks.reranking.Reranker`) ONNX model: its relevance logits."""
     return OnnxModel(reranker_endpoint(reranker), runtime, threads)
+
+
+EXPORTED_TASKS = ("classify", "embed", "rerank")  # the tasks whose model an ONNX file holds
+
+
+def check_exported_task(task: str, runtime: Optional[Runtime], model: str, option: str) -> None:
+    """Refuses `runtime` for a task whose model is not exported (a tagger's, a generator's), naming the
+    option (`--runtime NAME` or `--quantize int8`) and the model."""
+    if runtime is not None and task not in EXPORTED_TASKS:
+        raise KbertError(f"{option} runs classifiers, embedding models and rerankers (an ONNX file); {model} is a "
+                         f"{task} model: run it without {option}")
+
+
+def onnx_predictor(folder, task: str, settings, runtime: Runtime, threads: Optional[int] = None):
+    """A classifier's, an embedding model's or a reranker's predictor (`kbert.tasks.predictors`) whose model is
+    its ONNX export run by `runtime` (`OnnxModel`), made from the float32 Keras model, which it then replaces: what
+    `kbert serve` and `kbert predict` run with `--runtime` or `--quantize`. The predictor's `dtype` is the
+    precision the runtime runs in (the task checked by `check_exported_task`)."""
+    from kbert.embeddings.embedder import Embedder
+    from kbert.tasks.classification import load_classifier
+    from kbert.tasks.predictors import classifier_predictor, embedding_predictor, reranker_predictor
+    from kbert.tasks.reranking import Reranker
+    from kbert.training.precision import DtypeChoice
+
+    if task == "rerank":
+        reranker = Reranker.load(folder, dtype="float32")
+        model = reranker.model = onnx_reranker(reranker, runtime, threads)
+        predictor = reranker_predictor(folder, settings, reranker)
+    elif task == "embed":
+        embedder = Embedder.load(folder, adapter=settings.adapter, head=settings.head, dtype="float32")
+        model = embedder.model = onnx_embedder(embedder, runtime, threads)
+        predictor = embedding_predictor(folder, settings, embedder)
+    else:
+        classifier = load_classifier(folder)
+        model = classifier.model = onnx_classifier(classifier, runtime, threads)
+        predictor = classifier_predictor(classifier, folder.path, settings)
+    predictor.dtype = DtypeChoice(model.precision, f"{runtime} runs the model's ONNX export")
+    return predictor

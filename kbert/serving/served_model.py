@@ -40,42 +40,16 @@ class ServedModel:
         gets (None: every core), where the runtime takes a count (the Keras backends' pools are set beforehand:
         `kbert.serving.instances`)."""
         from kbert.io import ModelFolder
+        from kbert.serving.runtimes import onnx_predictor
         from kbert.tasks.predictors import load_predictor
 
         folder = ModelFolder.of(self.folder)
-        predictor = (self._onnx_predictor(folder, threads) if self.runtime is not None
-                     else load_predictor(folder, self.settings))
+        predictor = (onnx_predictor(folder, self.task, self.settings, self.runtime, threads)
+                     if self.runtime is not None else load_predictor(folder, self.settings))
         warm_up = WARM_UP.get(predictor.task, WARM_UP[None])
         predictor([warm_up], [warm_up] if predictor.task == "rerank" else None)
         embedder = predictor.embedder
         for adapter in getattr(embedder, "adapter_models", None) or ():  # each other adapter's graph: its own call
             if adapter != embedder.adapter:
                 embedder.for_adapter(adapter).encode([warm_up])
-        return predictor
-
-    def _onnx_predictor(self, folder, threads: Optional[int]):
-        """A classifier, an embedding model or a reranker whose model is its ONNX export run by the runtime
-        (`kbert.serving.runtimes.OnnxModel`), made from the float32 Keras model, which it then replaces; the
-        predictor's `dtype` is the precision the runtime runs in."""
-        from kbert.embeddings.embedder import Embedder
-        from kbert.serving.runtimes import onnx_classifier, onnx_embedder, onnx_reranker
-        from kbert.tasks.classification import load_classifier
-        from kbert.tasks.predictors import classifier_predictor, embedding_predictor, reranker_predictor
-        from kbert.tasks.reranking import Reranker
-        from kbert.training.precision import DtypeChoice
-
-        settings, runtime = self.settings, self.runtime
-        if self.task == "rerank":
-            reranker = Reranker.load(folder, dtype="float32")
-            model = reranker.model = onnx_reranker(reranker, runtime, threads)
-            predictor = reranker_predictor(folder, settings, reranker)
-        elif self.task == "embed":
-            embedder = Embedder.load(folder, adapter=settings.adapter, head=settings.head, dtype="float32")
-            model = embedder.model = onnx_embedder(embedder, runtime, threads)
-            predictor = embedding_predictor(folder, settings, embedder)
-        else:
-            classifier = load_classifier(folder)
-            model = classifier.model = onnx_classifier(classifier, runtime, threads)
-            predictor = classifier_predictor(classifier, folder.path, settings)
-        predictor.dtype = DtypeChoice(model.precision, f"{runtime} runs the model's ONNX export")
         return predictor

@@ -30,7 +30,7 @@ from kbert.tokenizers.tokenizer_json import check_tokenizer_fits, folder_tokeniz
 from kbert.models import naming
 from kbert.models.heads import SequenceHead
 from kbert.models.config import read_json_object
-from kbert.models.registry import FAMILIES, get_family, load_config
+from kbert.models.registry import FAMILIES, get_family, graph_class, load_config
 from kbert.models.transformer import id_model
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.contrastive import ListwiseSoftmaxLoss
@@ -156,19 +156,11 @@ def causal_reranker_model(bert: keras.Model, score, name: str = "reranker") -> k
     table or `LM-Output` (`lm_head`), soft-capped where the config says (Gemma), then the true token's logit minus
     the false one's (`TokenScore`). The head is the model's own, so training moves the LM head that
     sentence-transformers reads back."""
-    from kbert.layers import LogitSoftCap, TokenScore
-    from kbert.models.gemma3.graph import LM_SOFTCAP
-    from kbert.models.llama.family import LM_OUTPUT
+    from kbert.layers import TokenScore
 
-    config = get_family(bert.family).config_class.from_dict(bert.build_spec["config"])
+    family = get_family(bert.family)
     hidden = Pooling("lasttoken", name=naming.POOLER)(bert.output)
-    if config.tie_word_embeddings:
-        logits = bert.get_layer(naming.EMBEDDING_TOKEN)(hidden, reverse=True)
-    else:
-        logits = keras.layers.Dense(config.vocab_size, use_bias=False, name=LM_OUTPUT)(hidden)
-    cap = getattr(config, "final_logit_softcapping", None)
-    if cap is not None:
-        logits = LogitSoftCap(cap, name=LM_SOFTCAP)(logits)
+    logits = graph_class(family).from_model(bert, family).lm_logits(hidden)  # the graph's own LM head, by name
     logit = TokenScore(score.true_token_id, score.false_token_id, name=RERANKER_SCORE, dtype="float32")(logits)
     return id_model(bert.inputs, logit, bert.family, name)
 
@@ -330,20 +322,26 @@ def cross_encoder_config(folder: "str | ModelFolder") -> dict:
 def causal_score(folder: "str | ModelFolder"):
     """The `LogitScore` of a sentence-transformers CrossEncoder folder on a causal LM (its `modules.json`: a
     text-generation `Transformer`, then a `LogitScore`); None for any other folder. A folder that lists a
-    `LogitScore` in another pipeline is refused naming its modules."""
-    from kbert.embeddings.files import json_file
-    from kbert.embeddings.folders import MODULES_FILE, read_modules
-    from kbert.embeddings.modules import LogitScore, Transformer
+    `LogitScore` in another pipeline is refused naming its modules. Read once per `ModelFolder`."""
+    from kbert.embeddings.folders import MODULES_FILE
 
     folder = ModelFolder.of(folder)
-    listed = folder.parsed(MODULES_FILE, json_file) if folder.has(MODULES_FILE) else []
+    return folder.parsed(MODULES_FILE, _causal_score_in) if folder.has(MODULES_FILE) else None
+
+
+def _causal_score_in(modules_file: str):
+    from kbert.embeddings.files import json_file
+    from kbert.embeddings.folders import read_modules
+    from kbert.embeddings.modules import LogitScore, Transformer
+
+    listed = json_file(modules_file)
     if not any(isinstance(entry, dict) and str(entry.get("type", "")).endswith("LogitScore")
                for entry in (listed if isinstance(listed, list) else [])):
         return None
-    modules = read_modules(folder.path)
+    modules = read_modules(os.path.dirname(modules_file))
     if len(modules) != 2 or not (isinstance(modules[0], Transformer) and modules[0].causal_lm
                                  and isinstance(modules[1], LogitScore)):
-        raise KbertError(f"{folder.file(MODULES_FILE)}: {[type(module).__name__ for module in modules]}; kbert "
+        raise KbertError(f"{modules_file}: {[type(module).__name__ for module in modules]}; kbert "
                          "reads a causal LM's CrossEncoder as a text-generation Transformer, then a LogitScore")
     return modules[1]
 

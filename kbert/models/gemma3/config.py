@@ -12,7 +12,8 @@ import dataclasses
 from typing import Any, ClassVar, Mapping, Optional, Tuple
 
 from kbert.errors import ConfigError
-from kbert.models.config import check_positive_int, check_rope_theta, with_own_keys, with_rope_theta
+from kbert.models.config import (check_positive_int, check_rope_theta, is_positive_number, with_own_keys,
+                                 with_rope_theta)
 from kbert.models.llama.config import SCALED_ROPE, LlamaConfig
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -77,8 +78,8 @@ class Gemma3Config(LlamaConfig):
         check_rope_theta(values, "rope_local_base_freq", source)
         for key in ("query_pre_attn_scalar", "final_logit_softcapping"):
             value = values.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ConfigError(f"{source}: key {key!r}: expected a positive number, got {value!r}")
+            if value is not None and not is_positive_number(value):
+                raise ConfigError(f"{source}: key {key!r}: expected a finite positive number, got {value!r}")
 
     def window_of(self, index: int) -> Optional[int]:
         """Block `index`'s window: the keys ending at a query (causal), or the distance either side within which
