@@ -168,27 +168,29 @@ def tokens_computed(embedder, texts: List[str], batch_size: int) -> List[int]:
 
 
 def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_batch: bool = False,
-           dtype: str = "float32", runtime: str = "keras") -> None:
-    """Loads `engine`, then answers each line on stdin with the seconds one encoding of the texts took (and, for
-    the first, the vectors' file)."""
+           dtype: str = "float32", runtime: str = "keras", warm_up: int = 0) -> None:
+    """Loads `engine`, warms it up on the first `warm_up` texts (0: all), then answers each line on stdin with the
+    seconds one encoding of the texts took (and, where the line names a file, saves that encoding's vectors
+    there)."""
     texts = read_texts(data, count)
+    loaded = None
     if one_batch:
-        encode = _one_batch(engine, model, batch_size, dtype, runtime)
+        encode = warm = _one_batch(engine, model, batch_size, dtype, runtime)
     else:
         loaded = _load(engine, model, dtype, runtime, texts)
         encode = _encoder(engine, loaded, texts, batch_size, kind(model))
-    vectors = encode()  # the warm-up (a compiled graph, the thread pools)
-    vectors = _dense(vectors, getattr(loaded, "dimensions", 0) if not one_batch else 0)
+        warm = _encoder(engine, loaded, texts[:warm_up], batch_size, kind(model)) if warm_up else encode
+    warm()  # a compiled graph, the thread pools
     ready = {"ready": True}
     if engine == "kbert" and not one_batch and kind(model) == "SentenceTransformer":
         ready["tokens"] = tokens_computed(loaded, texts, batch_size)
     print(json.dumps(ready), flush=True)
     for line in sys.stdin:
         start = time.perf_counter()
-        encode()
+        vectors = encode()
         answer = {"seconds": time.perf_counter() - start}
         if line.strip():  # a path: where the vectors go, for the comparison
-            np.save(line.strip(), vectors)
+            np.save(line.strip(), _dense(vectors, getattr(loaded, "dimensions", 0) if loaded is not None else 0))
         print(json.dumps(answer), flush=True)
 
 
@@ -237,14 +239,18 @@ def main(argv=None) -> int:
                              "--runtime onnxruntime`, `--quantize int8`) or OpenVINO (`--runtime openvino`, its "
                              "static int8 calibrated on the texts); sentence-transformers stays PyTorch (a worker "
                              "of `benchmarks.cpu_engines` may run its OpenVINO backend: openvino)")
+    parser.add_argument("--warm-up", type=int, default=0, metavar="N",
+                        help="warm each engine up on the first N texts (default: all of them; fewer for a large "
+                             "model on PyTorch, which compiles no graph per shape)")
     parser.add_argument("--worker", choices=("kbert", "sentence-transformers"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args.worker, args.model, args.data, args.count, args.batch_size, args.one_batch, args.dtype,
-               args.runtime)
+               args.runtime, args.warm_up)
         return 0
     common = ["-m", "benchmarks.embedding", "--model", args.model, "--data", args.data, "--count", str(args.count),
               "--batch-size", str(args.batch_size), "--dtype", args.dtype, "--runtime", args.runtime,
+              "--warm-up", str(args.warm_up),
               *(["--one-batch"] if args.one_batch else []),
               "--worker"]
     workers, tokens = {}, None
