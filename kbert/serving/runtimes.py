@@ -1,6 +1,6 @@
 """A model's checked ONNX export run in place of its Keras model: `--runtime onnxruntime`, `--runtime openvino`,
-`--quantize int8` (`kbert embed`, `kbert predict`, `kbert serve`), and `kbert embed`'s default `--runtime auto` where OpenVINO is
-installed.
+`--quantize int8` (`kbert embed`, `kbert predict`, `kbert serve`), and `kbert embed`'s default `--runtime auto`
+where OpenVINO is installed.
 
 The file is made as `kbert export` makes it (`kbert.serving.export`) and checked against Keras; what the
 runtime computes from it is checked again. The float32 export is kept in kbert's cache under a hash of
