@@ -190,7 +190,7 @@ def worker(engine: str, model: str, data: str, count: int, batch_size: int, one_
         vectors = encode()
         answer = {"seconds": time.perf_counter() - start}
         if line.strip():  # a path: where the vectors go, for the comparison
-            np.save(line.strip(), _dense(vectors, getattr(loaded, "dimensions", 0) if loaded is not None else 0))
+            np.save(line.strip(), _dense(vectors, getattr(loaded, "dimensions", 0)))
         print(json.dumps(answer), flush=True)
 
 

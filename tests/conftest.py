@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 # The checkout (configs/, kbert/'s source); KBERT_REPO names it when the tests run from a copy
@@ -67,6 +68,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("examples"):
             item.add_marker(skip)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each row of `a`'s cosine with the same row of `b`."""
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
 def shared_path(*parts: str) -> pathlib.Path:

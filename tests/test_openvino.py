@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import minilm_dir, shared_path
+from conftest import cosines, minilm_dir, shared_path
 from kbert.cli.main import main
 from kbert.errors import DataError
 
@@ -20,10 +20,6 @@ def reviews(count: int, part: str = "test") -> list:
     """The first `count` real reviews of the sentiment corpus's `part`."""
     with open(shared_path("data", "sentiment", f"sentiment.{part}.data"), encoding="utf-8") as handle:
         return [line.split("\t")[0] for line in handle][:count]
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import logging
 import numpy as np
 import pytest
 
-from conftest import minilm_dir
+from conftest import cosines, minilm_dir
 from kbert.cli.main import main
-from test_openvino import cosines, reviews
+from test_openvino import reviews
 
 pytest.importorskip("openvino", reason="--runtime auto picks OpenVINO: pip install 'kbert[onnx,openvino]'")
 pytest.importorskip("tf2onnx", reason="the ONNX export OpenVINO reads: pip install 'kbert[onnx]'")

@@ -31,6 +31,7 @@ from kbert.models.config import read_json_object
 from kbert.models.registry import get_family, model_type_of
 from kbert.models.heads import Heads
 from kbert.models.tables import HF
+from kbert.models.transformer import built_config
 
 logger = logging.getLogger("kbert")
 WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, SENTENCEPIECE_NAME = (
@@ -262,7 +263,7 @@ def save_hf_weights(model, path: "str | os.PathLike[str]",
         directory, path = path, os.path.join(path, WEIGHTS_NAME)
     family = family_of(model)
     values = _whole_tensors(values_for(model, HF))
-    config = _config_of(model, family)
+    config = built_config(model, family)
     if config is not None:
         values += list(family.hf_computed_tensors(config).items())
     unprefixed = family.hf_head_scopes + ("classifier.",)
@@ -363,12 +364,6 @@ def _whole_tensors(values) -> list:
             slices.setdefault(row.hf, [None] * parts)[index] = value
             axes[row.hf] = row.part_axis(HF)
     return whole + [(name, np.concatenate(pieces, axis=axes[name])) for name, pieces in slices.items()]
-
-
-def _config_of(model, family):
-    """The config a model from kbert's builders was built with; None for a model built by hand."""
-    spec = getattr(model, "build_spec", None)
-    return family.config_class.from_dict(spec["config"]) if spec else None
 
 
 def _write_hf_config(model, family, config, directory: str, vocab) -> None:

@@ -154,6 +154,12 @@ def id_model(inputs, outputs, family: str, name: str, build_spec: Optional[dict]
     return model
 
 
+def built_config(model: keras.Model, family) -> Optional[BertConfig]:
+    """The config a model from kbert's builders was built with (`family`'s class); None for a model built by hand."""
+    spec = getattr(model, "build_spec", None)
+    return family.config_class.from_dict(spec["config"]) if spec else None
+
+
 def remasked(model: IdModel) -> IdModel:
     """`model`'s graph traced again over the same layers (the same weights), each layer's mask derived anew
     from its input. Keras records the mask it gives a layer in the graph as the graph is built, so a setting
@@ -278,8 +284,8 @@ class TransformerGraph:
     def from_model(cls, model: IdModel, family) -> "TransformerGraph":
         """The graph of a built model, holding its layers: `apply` then reuses them by name."""
         spec = model.build_spec
-        graph = cls(family, family.config_class.from_dict(spec["config"]), Heads(**spec["heads"]),
-                    spec["segment_vocab_size"], spec["application"])
+        graph = cls(family, built_config(model, family), Heads(**spec["heads"]), spec["segment_vocab_size"],
+                    spec["application"])
         graph.layers = {layer.name: layer for layer in model.layers}
         return graph
 

@@ -31,7 +31,7 @@ from kbert.models import naming
 from kbert.models.heads import SequenceHead
 from kbert.models.config import read_json_object
 from kbert.models.registry import FAMILIES, get_family, graph_class, load_config
-from kbert.models.transformer import id_model
+from kbert.models.transformer import built_config, id_model
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.contrastive import ListwiseSoftmaxLoss
 from kbert.training.pipeline import batches_by_length, make_dataset
@@ -132,8 +132,8 @@ def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
     dense and GELU."""
     initializer = keras.initializers.TruncatedNormal(stddev=0.02)
     family = get_family(bert.family)
-    spec = getattr(bert, "build_spec", None)  # None: a model built by hand, given BERT's head
-    head = (family.sequence_head(family.config_class.from_dict(spec["config"])) if spec
+    config = built_config(bert, family)  # None: a model built by hand, given BERT's head
+    head = (family.sequence_head(config) if config is not None
             else SequenceHead(activation=family.classifier_activation))
     dense = keras.layers.Dense(bert.output.shape[-1], activation=get_activation(head.activation),
                                use_bias=head.bias, kernel_initializer=initializer, name=family.classifier_hidden)
@@ -322,22 +322,23 @@ def cross_encoder_config(folder: "str | ModelFolder") -> dict:
 def causal_score(folder: "str | ModelFolder"):
     """The `LogitScore` of a sentence-transformers CrossEncoder folder on a causal LM (its `modules.json`: a
     text-generation `Transformer`, then a `LogitScore`); None for any other folder. A folder that lists a
-    `LogitScore` in another pipeline is refused naming its modules. Read once per `ModelFolder`."""
+    `LogitScore` in another pipeline is refused naming its modules. Each file read once per `ModelFolder`."""
+    from kbert.embeddings.files import json_file
     from kbert.embeddings.folders import MODULES_FILE
 
     folder = ModelFolder.of(folder)
-    return folder.parsed(MODULES_FILE, _causal_score_in) if folder.has(MODULES_FILE) else None
-
-
-def _causal_score_in(modules_file: str):
-    from kbert.embeddings.files import json_file
-    from kbert.embeddings.folders import read_modules
-    from kbert.embeddings.modules import LogitScore, Transformer
-
-    listed = json_file(modules_file)
+    listed = folder.parsed(MODULES_FILE, json_file) if folder.has(MODULES_FILE) else []
     if not any(isinstance(entry, dict) and str(entry.get("type", "")).endswith("LogitScore")
                for entry in (listed if isinstance(listed, list) else [])):
         return None
+    return folder.parsed(MODULES_FILE, _causal_score_in)
+
+
+def _causal_score_in(modules_file: str):
+    """The checked `LogitScore` of the pipeline `modules_file` lists (one that names a LogitScore)."""
+    from kbert.embeddings.folders import read_modules
+    from kbert.embeddings.modules import LogitScore, Transformer
+
     modules = read_modules(os.path.dirname(modules_file))
     if len(modules) != 2 or not (isinstance(modules[0], Transformer) and modules[0].causal_lm
                                  and isinstance(modules[1], LogitScore)):
@@ -441,7 +442,7 @@ class RerankTask(Task):
         if self.score is not None:  # the LM head is the checkpoint's: the token table, or its own matrix read here
             self.backbone = bert
             model = causal_reranker_model(bert, self.score)
-            if not get_family(bert.family).config_class.from_dict(bert.build_spec["config"]).tie_word_embeddings:
+            if not built_config(bert, get_family(bert.family)).tie_word_embeddings:
                 load_hf_weights(model, self.causal_folder)
             return model
         if not get_family(bert.family).hf_sequence_classifier:
@@ -493,7 +494,7 @@ def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen
 
     save_hf_weights(model, directory)  # the backbone under its prefix (`bert.`, `roberta.`, ...), the head beside
     family = get_family(bert.family)
-    config = family.hf_config(family.config_class.from_dict(bert.build_spec["config"]), Heads())
+    config = family.hf_config(built_config(bert, family), Heads())
     bare = config["architectures"][0]  # BertModel, XLMRobertaModel, DistilBertModel, ...
     config = {**config, "architectures": [bare[:-len("Model")] + "ForSequenceClassification"],
               "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0},
@@ -517,7 +518,7 @@ def write_causal_cross_encoder(model: keras.Model, bert: keras.Model, pairs, sco
 
     save_hf_weights(model, directory)
     family = get_family(bert.family)
-    config = family.hf_config(family.config_class.from_dict(bert.build_spec["config"]), Heads(mlm="linear"))
+    config = family.hf_config(built_config(bert, family), Heads(mlm="linear"))
     atomic_write_text(os.path.join(directory, "config.json"), json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_tokenizer_files(pairs.tokenizer, directory, maxlen)
     if pairs.template is not None:
