@@ -9,13 +9,16 @@
 24 heads, feed-forward 6,144, 8,021 tokens, 1,024 positions; GPT2-ML itself
 has no Hugging Face names, so GPT-2's layout stands in at the same size) with
 random weights and saves it with `save_hf_weights`. `load` runs in a process
-of its own: it builds the same model, then reads the resident-set size before
-and its peak during `load_hf_weights`, so the figures are the load's alone:
-the extra peak over the built model, as a multiple of the weights' bytes.
-With `--dtype bfloat16` the model is built holding its weights in bfloat16
-(`build_transformer_model(dtype=...)`, `kbert predict --dtype`), and the
-whole peak is also given against the checkpoint's bytes. `--config` builds a bundled config's model instead
-(Qwen3-Embedding-0.6B's shape: `write --dtype bfloat16` stores it in bfloat16, as the hub ships it).
+of its own: it reads the resident-set size, builds the same model as kbert
+builds one to load (`kbert.checkpoints.undrawn`: no random weights drawn),
+loads the file with `load_hf_weights`, and prints the peak over the size
+before the build, as a multiple of the weights' bytes: what building and
+loading the model cost together. `--drawn` builds it with random weights
+first, as kbert did before. With `--dtype bfloat16` the model is built
+holding its weights in bfloat16 (`build_transformer_model(dtype=...)`,
+`kbert predict --dtype`). `--config` builds a bundled config's model instead
+(Qwen3-Embedding-0.6B's shape: `write --dtype bfloat16` stores it in
+bfloat16, as the hub ships it).
 """
 
 from __future__ import annotations
@@ -31,13 +34,17 @@ SHAPE = {"vocab_size": 8021, "hidden_size": 1536, "num_hidden_layers": 48, "num_
          "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02}
 
 
-def _model(dtype: str | None = None, config: str | None = None):
+def _model(dtype: str | None = None, config: str | None = None, undrawn: bool = False):
+    import contextlib
+
     from kbert import build_transformer_model
+    from kbert.checkpoints.undrawn import undrawn_weights
     from kbert.models.config import bundled_config_path
 
-    if config:
-        return build_transformer_model(bundled_config_path(config), dtype=dtype)
-    return build_transformer_model(dict(SHAPE), model="gpt2", dtype=dtype)
+    with undrawn_weights() if undrawn else contextlib.nullcontext():
+        if config:
+            return build_transformer_model(bundled_config_path(config), dtype=dtype)
+        return build_transformer_model(dict(SHAPE), model="gpt2", dtype=dtype)
 
 
 def write(directory: str, max_shard_size: str | None, dtype: str | None = None, config: str | None = None) -> None:
@@ -50,29 +57,31 @@ def write(directory: str, max_shard_size: str | None, dtype: str | None = None, 
     print(f"wrote {path}: {model.count_params():,} parameters in {time.perf_counter() - start:.0f} s")
 
 
-def load(directory: str, dtype: str | None, config: str | None = None) -> None:
+def load(directory: str, dtype: str | None, config: str | None = None, drawn: bool = False) -> None:
     import numpy as np
 
     from kbert import load_hf_weights
 
     stored_mib = sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
                      if name.endswith(".safetensors")) / 2 ** 20
-    model = _model(dtype, config)
-    weights_mib = sum(np.dtype(v.dtype).itemsize * int(np.prod(v.shape)) for v in model.weights) / 2 ** 20
     before = rss_mib()
     reset_peak()
     start = time.perf_counter()
+    model = _model(dtype, config, undrawn=not drawn)
+    built_at, built = time.perf_counter() - start, rss_mib()
     report = load_hf_weights(model, directory)
     seconds = time.perf_counter() - start
     peak = peak_rss_mib()
+    weights_mib = sum(np.dtype(v.dtype).itemsize * int(np.prod(v.shape)) for v in model.weights) / 2 ** 20
+    how = "drawn at random, then loaded (before)" if drawn else "built undrawn, each weight read into it (now)"
     print(f"{len(report.loaded)} tensors, {model.count_params():,} parameters, {weights_mib:,.0f} MiB of weights; "
-          f"loaded in {seconds:.1f} s")
-    print(f"{'resident before (built model)':34} {before:10,.0f} MiB")
-    print(f"{'peak while loading':34} {peak:10,.0f} MiB")
+          f"{how}: built in {built_at:.1f} s, built and loaded in {seconds:.1f} s")
+    print(f"{'resident before the build':34} {before:10,.0f} MiB")
+    print(f"{'resident once built':34} {built:10,.0f} MiB")
+    print(f"{'peak while building and loading':34} {peak:10,.0f} MiB")
     extra = peak - before
-    print(f"{'peak over the built model':34} {extra:10,.0f} MiB = {extra / weights_mib:.2f}x the weights")
-    print(f"{'peak / weights':34} {peak / weights_mib:10.2f}x")
-    print(f"{'peak / the checkpoint':34} {peak / stored_mib:10.2f}x ({stored_mib:,.0f} MiB of safetensors)")
+    print(f"{'peak over before the build':34} {extra:10,.0f} MiB = {extra / weights_mib:.2f}x the weights")
+    print(f"{'  the same / the checkpoint':34} {extra / stored_mib:10.2f}x ({stored_mib:,.0f} MiB of safetensors)")
 
 
 def main(argv=None) -> None:
@@ -83,12 +92,14 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"],
                         help="the dtype the model holds (write: the dtype stored)")
     parser.add_argument("--config", help="a bundled config's model (default: GPT2-ML 1.5B's shape)")
+    parser.add_argument("--drawn", action="store_true",
+                        help="load: build the model with random weights first, as kbert did before")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if args.action == "write":
         write(args.directory, args.max_shard_size, args.dtype, args.config)
     else:
-        load(args.directory, args.dtype, args.config)
+        load(args.directory, args.dtype, args.config, args.drawn)
 
 
 if __name__ == "__main__":

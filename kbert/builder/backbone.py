@@ -7,6 +7,7 @@ heads and memory, lets the family's graph build the backbone
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Optional, Sequence, Union
@@ -15,6 +16,7 @@ import keras
 
 from kbert.checkpoints.formats import checkpoint_files, load_weights
 from kbert.checkpoints.loader import compound_rows
+from kbert.checkpoints.undrawn import undrawn_weights
 from kbert.errors import ConfigError, is_whole_number
 from kbert.layers.common import global_dtype_policy
 from kbert.models.config import BertConfig
@@ -187,8 +189,8 @@ def build_transformer_model(
     graph = graph_class(family)(family, config, heads, segment_vocab_size, application, condition,
                                 residual_attention_scores, task_lora)
     graph.padding = padding
-    with global_dtype_policy(dtype):
-        built = graph.build(name)
+    with global_dtype_policy(dtype), undrawn_weights() if checkpoint_path is not None else contextlib.nullcontext():
+        built = graph.build(name)  # a checkpoint's values are read into it, not random ones replaced
     if checkpoint_path is not None:
         load_weights(built, checkpoint_path, keep_tokens=keep_tokens, compound_tokens=compound_tokens)
     return built if return_keras_model else Transformer(built, config)

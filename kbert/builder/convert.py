@@ -12,6 +12,7 @@ import shutil
 from typing import Optional
 
 from kbert.builder.backbone import build_transformer_model
+from kbert.checkpoints.undrawn import undrawn_weights
 from kbert.checkpoints.formats import GOOGLE_CONFIG, GOOGLE_PREFIX, HF_CONFIG, VOCAB, find_config, heads_in, open_weights
 from kbert.checkpoints.google import save_google_checkpoint
 from kbert.checkpoints.hf import save_hf_weights
@@ -56,7 +57,8 @@ def convert(src: "str | os.PathLike[str]", out: "str | os.PathLike[str]",
         raise CheckpointError(f"{source.path}: --max-shard-size shards Hugging Face safetensors; this conversion "
                               "writes a Google checkpoint (one file per kind). Leave it out")
     heads = heads_in(source, family)
-    built = build_transformer_model(config, model=family.name, **heads.flags())
+    with undrawn_weights():  # the checkpoint's values are read into it, not random ones replaced
+        built = build_transformer_model(config, model=family.name, **heads.flags())
     report = load_into(built, source)
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)

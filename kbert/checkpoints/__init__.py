@@ -3,6 +3,7 @@
 - `names`: lookups in the families' weight tables (`kbert.models.tables`)
   through a model's family.
 - `loader`: check every tensor, then assign them all (shared by both formats).
+- `undrawn`: models built to be loaded, their weights never drawn at random.
 - `google`: Google checkpoints: open, load, atomic save.
 - `hf`: Hugging Face `model.safetensors`: open, load, save.
 - `formats`: which format a path is, which family and heads a file's names

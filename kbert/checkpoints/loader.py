@@ -14,6 +14,7 @@ order of work is what makes a load safe:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -26,6 +27,7 @@ from kbert.models.registry import get_family
 from kbert.checkpoints.names import (block_count, check_hf_names, config_key_for, family_named_by, family_of,
                                     layer_of, weight_names)
 from kbert.models.tables import GOOGLE, HF, WeightName
+from kbert.checkpoints.undrawn import fill_on_initialize, forget_undrawn, initialize_undrawn, is_undrawn
 
 logger = logging.getLogger("kbert")
 
@@ -87,7 +89,18 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
     `compound_tokens` (bert4keras's) appends a row per item to every
     vocabulary table: the (weighted) mean of the rows of its ids, counted in
     the vocabulary after `keep_tokens`.
+
+    A model built in `kbert.checkpoints.undrawn.undrawn_weights` takes the tensors as its weights' first
+    values, and its other weights are drawn; if the load fails, none is (the model is not to be used).
     """
+    try:
+        return _load_into(model, source, keep_tokens, ignore_position_table, compound_tokens)
+    except BaseException:
+        forget_undrawn(variable for variable in model.variables if is_undrawn(variable))
+        raise
+
+
+def _load_into(model, source: TensorSource, keep_tokens, ignore_position_table: bool, compound_tokens):
     variables = {variable.path: variable for variable in model.weights}
     keep = None if keep_tokens is None else np.asarray(keep_tokens, dtype=np.int64)
     compound = compound_rows(compound_tokens)
@@ -123,11 +136,17 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
 
     # Every tensor is read once before any is assigned, so a corrupt or truncated file fails with the model
     # untouched; then each is read again and assigned at once, so the load holds one tensor beyond the model
-    # rather than a second copy of all its weights (benchmarks.large_load measures the peak).
+    # rather than a second copy of all its weights (benchmarks.large_load measures the peak). A model built
+    # in `undrawn_weights` takes each tensor as its weight's first value instead (`kbert.checkpoints.undrawn`).
     for variable, row, rows in plan:
         _check_finite(source, row.name(source.fmt), _read(source, row, rows, variable))
     for variable, row, rows in plan:
-        _assign(variable, _with_compound_rows(_read(source, row, rows, variable), row, compound))
+        read = functools.partial(_stored_value, source, row, rows, variable, compound)
+        if is_undrawn(variable):
+            fill_on_initialize(variable, read)
+        else:
+            variable.assign(read())
+    initialize_undrawn()
 
     loaded = list(dict.fromkeys(row.name(source.fmt) for _, row, _ in plan))  # GPT-2's c_attn feeds three
     used = set(loaded)
@@ -282,20 +301,20 @@ def _all_finite(value: np.ndarray, elements: int = 1 << 22) -> bool:
     return all(np.isfinite(value[start:start + step]).all() for start in range(0, len(value), step))
 
 
-def _assign(variable, value: np.ndarray) -> None:
-    """`variable.assign(value)`; on PyTorch a bfloat16 array is copied into the variable's own tensor, as Keras
-    would convert it through a float32 copy (torch reads no NumPy bfloat16): the load holds the one tensor it read
-    beyond the model (`benchmarks.large_load`)."""
+def _stored_value(source: TensorSource, row: WeightName, rows, variable, compound):
+    """The value `variable` takes from `source`, as the backend takes it without another copy: Keras converts a
+    NumPy bfloat16 array for PyTorch through float32 (torch reads no NumPy bfloat16), so there it is a torch view
+    of the array read (`benchmarks.large_load` measures what a load holds beyond the model)."""
     import keras
 
-    if keras.backend.backend() == "torch" and value.dtype.name == "bfloat16" and variable.dtype == "bfloat16":
+    # Contiguous: a weight read transposed (a Hugging Face kernel) would otherwise keep its strides on PyTorch,
+    # whose products then round differently from the same weight assigned.
+    value = np.ascontiguousarray(_with_compound_rows(_read(source, row, rows, variable), row, compound))
+    if keras.backend.backend() == "torch" and value.dtype.name == "bfloat16":
         import torch
 
-        stored = torch.from_numpy(np.ascontiguousarray(value).view(np.uint16)).view(torch.bfloat16)
-        with torch.no_grad():
-            variable.value.copy_(stored.reshape(tuple(variable.shape)))
-        return
-    variable.assign(value)
+        return torch.from_numpy(value.view(np.uint16)).view(torch.bfloat16).reshape(tuple(variable.shape))
+    return value
 
 
 def _read(source: TensorSource, row: WeightName, rows, variable) -> np.ndarray:

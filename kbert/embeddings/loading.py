@@ -13,6 +13,7 @@ import numpy as np
 
 from kbert.builder import build_transformer_model
 from kbert.checkpoints.hf import load_hf_weights, save_hf_weights
+from kbert.checkpoints.undrawn import undrawn_weights
 from kbert.embeddings import modules as st_modules
 from kbert.embeddings.bge_m3 import HEAD_FILES, LexicalOutput, read_head
 from kbert.embeddings.folders import SentenceTransformerSpec, read_sentence_transformer, write_pipeline
@@ -62,8 +63,9 @@ def embedder_fields(folder: "str | ModelFolder", source: str, adapter: "str | Se
     output = spec.output.within_positions(model_config.longest_input,
                                           os.path.join(spec.transformer, st_modules.TRANSFORMER_SETTINGS))
     adapters, tasks = _task_adapters(transformer, adapter)
-    bert = build_transformer_model(model_config, **_mlm_head(output, model_config, config),
-                                   task_lora=adapters and adapters.settings(), padding=tokenizer.padding)
+    with undrawn_weights():  # the checkpoint's values are read into it, not random ones replaced
+        bert = build_transformer_model(model_config, **_mlm_head(output, model_config, config),
+                                       task_lora=adapters and adapters.settings(), padding=tokenizer.padding)
     load_hf_weights(bert, transformer, adapter=None if adapters else adapter)
     model = output.build(bert, spec.modules, head_weights)
     static_query = spec.static_query and StaticQuery.load(spec.static_query, int(model.outputs[0].shape[-1]))

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 
 from kbert.builder import build_transformer_model
+from kbert.checkpoints.undrawn import undrawn_weights
 from kbert.embeddings.files import model_max_length
 from kbert.errors import DataError, KbertError
 from kbert.io import ModelFolder
@@ -238,8 +239,9 @@ class Reranker:
         tokenizer = folder_tokenizer(folder)
         check_tokenizer_fits(tokenizer, config.vocab_size, folder)
         with model_dtype(dtype):
-            bert = build_transformer_model(folder, padding=tokenizer.padding)
-            model = reranker_model(bert) if score is None else causal_reranker_model(bert, score)
+            with undrawn_weights():  # the checkpoint's values are read into it, not random ones replaced
+                bert = build_transformer_model(folder, padding=tokenizer.padding)
+                model = reranker_model(bert) if score is None else causal_reranker_model(bert, score)
             load_hf_weights(model, folder)
         if score is not None:
             tokenizer = chat_pairs(folder, tokenizer)
