@@ -24,10 +24,12 @@ QUERIES = ["w7 w8", "w12", "w20 w21 w22 w23", "w7 w8"]
 PASSAGES = ["w9 w10 w11", "w13", "w24", "w30 w31 w32 w33 w34 w35 w36 w37 w38 w39 w40 w41"]
 
 
-def cross_encoder_folder(tmp_path, family="qwen3", template=True, longest=64):
+def cross_encoder_folder(tmp_path, family="qwen3", template=True, longest=64, classifier=False, side="left"):
     """A random causal LM (seed 0) saved by sentence-transformers as a CrossEncoder: a word-level tokenizer with
     yes and no, `<|endoftext|>` its pad token, Qwen's chat markers; the chat template above (or none: the pair
-    encoding `$A <|im_end|> $B <|im_end|>`); `longest` its tokenizer's model_max_length."""
+    encoding `$A <|im_end|> $B <|im_end|>`); `longest` its tokenizer's model_max_length. `classifier`: the
+    family's `...ForSequenceClassification` with one label instead, which sentence-transformers saves as a plain
+    CrossEncoder (no template), padded on `side`."""
     torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
     transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
@@ -38,6 +40,7 @@ def cross_encoder_folder(tmp_path, family="qwen3", template=True, longest=64):
     backend = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.add_special_tokens([AddedToken(token, special=True) for token in specials])
+    template = template and not classifier
     if not template:
         backend.post_processor = processors.TemplateProcessing(
             single=f"$A {STOP}", pair=f"$A {STOP} $B {STOP}", special_tokens=[(STOP, V - 1)])
@@ -45,18 +48,27 @@ def cross_encoder_folder(tmp_path, family="qwen3", template=True, longest=64):
     raw.mkdir()
     backend.save(str(raw / "tokenizer.json"))
     (raw / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": STOP, "pad_token": END, "padding_side": "left",
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": STOP, "pad_token": END, "padding_side": side,
         "model_max_length": longest, **({"chat_template": TEMPLATE} if template else {})}))
     config = {**FAMILIES[f"{family}_tied"], "eos_token_id": V - 1, "pad_token_id": V - 3}
     if family == "gemma3":  # a full block, so that the last token reads the whole pair; no soft-capping
         config = {**config, "layer_types": ["sliding_attention", "full_attention"], "final_logit_softcapping": None}
     torch.manual_seed(0)
-    model = getattr(transformers, "Gemma3ForCausalLM" if family == "gemma3" else "Qwen3ForCausalLM")(
-        transformers.AutoConfig.for_model(**config))
+    head = "ForSequenceClassification" if classifier else "ForCausalLM"
+    model = getattr(transformers, ("Gemma3Text" if classifier else "Gemma3") + head if family == "gemma3"
+                    else "Qwen3" + head)(transformers.AutoConfig.for_model(
+                        **config, **({"num_labels": 1} if classifier else {})))
     model.eval().save_pretrained(raw)
     folder = tmp_path / f"{family}-ce"
     sentence_transformers.CrossEncoder(str(raw), device="cpu").save(str(folder))
     return folder
+
+
+def write_judged_pairs(path) -> None:
+    """24 pairs of random words, labelled 1 and 0 in turn."""
+    rng = np.random.default_rng(0)
+    rows = [" ".join(f"w{index}" for index in rng.integers(7, 50, rng.integers(2, 7))) for _ in range(24)]
+    path.write_text("".join(f"{a}\t{b}\t{index % 2}\n" for index, (a, b) in enumerate(zip(rows, rows[1:] + rows[:1]))))
 
 
 def reference_logits(folder, queries=QUERIES, passages=PASSAGES, **kwargs):
@@ -86,6 +98,59 @@ def test_a_causal_cross_encoder_scores_as_sentence_transformers(tmp_path, family
     prompted = Reranker.load(folder).logits(QUERIES, PASSAGES)
     np.testing.assert_allclose(prompted, reference_logits(folder), atol=1e-4)
     assert np.abs(prompted - logits).max() > 1e-3
+
+
+@pytest.mark.parametrize("family, side", [("qwen3", "left"), ("qwen3", "right"), ("gemma3", "right")])
+@pytest.mark.parity
+def test_a_decoder_sequence_classifier_scores_as_sentence_transformers(tmp_path, family, side):
+    """Qwen3's and Gemma 3's `...ForSequenceClassification` with one label (a reranker converted to a classifier:
+    the last real token's `score`), padded on either side: each pair's logit within 1e-4 of `CrossEncoder.predict`,
+    the same alone as in the padded batch; `kbert predict` prints them as scores."""
+    from kbert.tasks.reranking import Reranker
+
+    folder = cross_encoder_folder(tmp_path, family, classifier=True, side=side)
+    reranker = Reranker.load(folder)
+    logits = reranker.logits(QUERIES, PASSAGES)
+    np.testing.assert_allclose(logits, reference_logits(folder), atol=1e-4)
+    np.testing.assert_allclose([reranker.logits([q], [p])[0] for q, p in zip(QUERIES, PASSAGES)], logits, atol=1e-5)
+    assert np.ptp(logits) > 1e-2  # the pairs differ: the pooled token is each pair's own
+
+
+@pytest.mark.parity
+def test_training_a_decoder_sequence_classifier_writes_what_sentence_transformers_reads(tmp_path):
+    """`kbert train --task rerank --checkpoint` on a Qwen3 folder without a LogitScore trains the last token's
+    `score` and writes `Qwen3ForSequenceClassification` (its pad id, which transformers' pooling reads), which
+    sentence-transformers scores as kbert does (within 1e-4)."""
+    from kbert.cli.main import main
+    from kbert.tasks.reranking import Reranker
+
+    folder = cross_encoder_folder(tmp_path, classifier=True)
+    write_judged_pairs(tmp_path / "pairs.tsv")
+    out = tmp_path / "trained"
+    assert main(["train", "--task", "rerank", "--checkpoint", str(folder), "--train", str(tmp_path / "pairs.tsv"),
+                 "--out", str(out), "--epochs", "1", "--batch-size", "8", "--maxlen", "32"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3ForSequenceClassification"] and config["pad_token_id"] == V - 3
+    np.testing.assert_allclose(Reranker.load(out).logits(QUERIES, PASSAGES), reference_logits(out), atol=1e-4)
+
+
+@pytest.mark.parity
+def test_a_sequence_classifier_kbert_does_not_build_is_refused_by_name(tmp_path):
+    """GPT-2's `GPT2ForSequenceClassification` (no head kbert builds for it): an error naming the file and the
+    families it builds, before anything is built."""
+    transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
+    from kbert.errors import KbertError
+    from kbert.tasks.reranking import Reranker
+
+    folder = cross_encoder_folder(tmp_path, classifier=True)
+    transformers.GPT2ForSequenceClassification(transformers.GPT2Config(
+        vocab_size=V, n_embd=16, n_layer=1, n_head=2, n_positions=32, num_labels=1, pad_token_id=0)).save_pretrained(
+        tmp_path / "gpt2")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "gpt2" / name).write_bytes((folder / name).read_bytes())
+    with pytest.raises(KbertError, match=r"gpt2/config.json: a sequence classifier of model_type gpt2 \(kbert builds "
+                                         r"the sequence classifiers of bert, .*qwen3"):
+        Reranker.load(tmp_path / "gpt2")
 
 
 @pytest.mark.parity
@@ -162,10 +227,7 @@ def test_training_a_causal_reranker_writes_a_cross_encoder(tmp_path, lora):
     from kbert.tasks.reranking import Reranker
 
     folder = cross_encoder_folder(tmp_path)
-    rng = np.random.default_rng(0)
-    rows = [" ".join(f"w{index}" for index in rng.integers(7, 50, rng.integers(2, 7))) for _ in range(24)]
-    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\t{index % 2}\n"
-                                                for index, (a, b) in enumerate(zip(rows, rows[1:] + rows[:1]))))
+    write_judged_pairs(tmp_path / "pairs.tsv")
     out = tmp_path / "trained"
     assert main(["train", "--task", "rerank", "--checkpoint", str(folder), "--train", str(tmp_path / "pairs.tsv"),
                  "--out", str(out), "--epochs", "2", "--batch-size", "8", "--maxlen", "32", "--lr", "1e-2",

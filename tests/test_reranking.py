@@ -56,7 +56,9 @@ def test_a_family_without_a_hugging_face_sequence_classifier_is_refused_by_name(
                  str(shared_path("vocab", "chinese_vocab.txt")), "--maxlen", "32", "--out", str(tmp_path / "never")])
     error = capsys.readouterr().err
     assert code == 2 and "got --model albert" in error
-    assert "(bert, roberta, hf_roberta, distilbert, mpnet, modernbert, deberta_v2, jina_embeddings_v3, gte, " in error
+    assert ("(kbert builds the sequence classifiers of bert, roberta, hf_roberta, distilbert, mpnet, modernbert, "
+            "deberta_v2, jina_embeddings_v3, gte, nomic_bert, eurobert, llama, mistral, qwen2, qwen3, gemma3_text)"
+            in error)
     assert not (tmp_path / "never").exists()
 
 

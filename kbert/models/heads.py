@@ -61,7 +61,9 @@ class SequenceHead:
     Face's `...ForSequenceClassification` computes it: `pooling` (`cls`: the first token; `mean`: the real
     tokens' mean), a dense of the hidden width with `activation` (and a bias where `bias`), then, where
     `norm_epsilon` is set, a LayerNorm (with a bias where `norm_bias`). `late` pooling (EuroBERT's) takes the
-    dense and activation on every token first, then the real tokens' mean.
+    dense and activation on every token first, then the real tokens' mean. A decoder's (`LlamaForSequenceClassification`
+    and the families built on it) has no dense (`hidden` False): the last real token (`lasttoken`) goes straight
+    to the output layer, `score`, which has no bias (`output_bias` False).
 
     Example (ModernBERT's, its `ModernBertPredictionHead`):
     >>> SequenceHead(pooling="mean", activation="gelu", bias=False, norm_epsilon=1e-5, norm_bias=False).pooling
@@ -73,3 +75,5 @@ class SequenceHead:
     bias: bool = True
     norm_epsilon: Optional[float] = None
     norm_bias: bool = True
+    hidden: bool = True
+    output_bias: bool = True

@@ -31,7 +31,7 @@ from kbert.tokenizers.tokenizer_json import check_tokenizer_fits, folder_tokeniz
 from kbert.models import naming
 from kbert.models.heads import SequenceHead
 from kbert.models.config import read_json_object
-from kbert.models.registry import FAMILIES, get_family, graph_class, load_config
+from kbert.models.registry import FAMILIES, get_family, graph_class, resolve
 from kbert.models.transformer import built_config, id_model
 from kbert.training.data import LabelMap, check_known_tokens
 from kbert.training.contrastive import ListwiseSoftmaxLoss
@@ -130,7 +130,8 @@ def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
     `classifier.dense`, then `out_proj`); for DistilBERT, its `pre_classifier` with ReLU, then `classifier`; for
     ModernBERT, its `classifier_pooling` (the first token or the real tokens' mean), then a dense, GELU and
     LayerNorm (`head.dense`, `head.norm`), then `classifier`; EuroBERT's late pooling averages every token's
-    dense and GELU."""
+    dense and GELU; a decoder's (`LlamaForSequenceClassification`, Qwen3's, ...) takes the last real token to its
+    `score`, with no dense before it and no bias."""
     initializer = keras.initializers.TruncatedNormal(stddev=0.02)
     family = get_family(bert.family)
     config = built_config(bert, family)  # None: a model built by hand, given BERT's head
@@ -141,13 +142,14 @@ def reranker_model(bert: keras.Model, name: str = "reranker") -> keras.Model:
     if head.pooling == "late":  # every token's dense, then their mean (Dense keeps the padding mask)
         hidden = Pooling("mean", name=naming.POOLER)(dense(bert.output))
     else:
-        hidden = dense((TakeToken(0, name=naming.POOLER) if head.pooling == "cls"
-                        else Pooling(head.pooling, name=naming.POOLER))(bert.output))
+        hidden = (TakeToken(0, name=naming.POOLER) if head.pooling == "cls"
+                  else Pooling(head.pooling, name=naming.POOLER))(bert.output)
+        hidden = dense(hidden) if head.hidden else hidden
     if head.norm_epsilon is not None:
         hidden = keras.layers.LayerNormalization(epsilon=head.norm_epsilon, center=head.norm_bias,
                                                  name=naming.CLASSIFIER_NORM)(hidden)
-    logit = keras.layers.Dense(1, kernel_initializer=initializer, name=naming.CLASSIFIER_DENSE,
-                               dtype="float32")(hidden)
+    logit = keras.layers.Dense(1, use_bias=head.output_bias, kernel_initializer=initializer,
+                               name=naming.CLASSIFIER_DENSE, dtype="float32")(hidden)
     return id_model(bert.inputs, logit, getattr(bert, "family", "bert"), name)  # the family names its weights
 
 
@@ -235,9 +237,12 @@ class Reranker:
         folder = ModelFolder.of(folder)  # each file read once, here and by whoever passed it
         config = cross_encoder_config(folder)  # a one-label sequence classifier, else an error saying what it is
         activation, score = score_activation(folder, config), causal_score(folder)
-        config = load_config(folder)
+        family, config = resolve(folder)
         tokenizer = folder_tokenizer(folder)
         check_tokenizer_fits(tokenizer, config.vocab_size, folder)
+        if score is None:
+            check_sequence_classifier(family.name, f"{folder.file('config.json')}: a sequence classifier of "
+                                                   f"model_type {family.model_type}")
         with model_dtype(dtype):
             with undrawn_weights():  # the checkpoint's values are read into it, not random ones replaced
                 bert = build_transformer_model(folder, padding=tokenizer.padding)
@@ -314,11 +319,25 @@ def cross_encoder_config(folder: "str | ModelFolder") -> dict:
     if causal_score(folder) is not None:
         return config
     labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
-    if not any(str(name).endswith("ForSequenceClassification") for name in architectures) or labels != 1:
+    if not is_sequence_classifier(folder) or labels != 1:
         raise KbertError(f"{folder.file('config.json')}: architectures {architectures} with {labels} labels; a "
                          "reranker is a ...ForSequenceClassification with one label (a CrossEncoder's relevance score)"
                          + ("; kbert does not serve a CrossEncoder of several labels" if labels != 1 else ""))
     return config
+
+
+def check_sequence_classifier(family: str, what: str) -> None:
+    """Refuses a family whose `...ForSequenceClassification` kbert does not build (`what` says where)."""
+    if not get_family(family).hf_sequence_classifier:
+        readable = [name for name in FAMILIES if get_family(name).hf_sequence_classifier]
+        raise KbertError(f"{what} (kbert builds the sequence classifiers of {', '.join(readable)})")
+
+
+def is_sequence_classifier(folder: ModelFolder) -> bool:
+    """Whether `folder`'s config.json names a `...ForSequenceClassification` (for a decoder: its last token's
+    `score`, not its LM head)."""
+    config = folder.parsed("config.json", read_json_object) if folder.has("config.json") else {}
+    return any(str(name).endswith("ForSequenceClassification") for name in config.get("architectures") or [])
 
 
 def causal_score(folder: "str | ModelFolder"):
@@ -388,8 +407,11 @@ class RerankTask(Task):
     def adopt_checkpoint(self, options, checkpoint_path: Optional[str]):
         """A decoder's reranker is its causal LM scored by its LM head: its checkpoint folder's CrossEncoder
         `LogitScore` (or, as sentence-transformers reads a bare causal LM, the logits of "yes" and "no"), chat
-        template and prompt."""
-        if get_family(options.model).causal_lm:
+        template and prompt; from a `...ForSequenceClassification` folder, as sentence-transformers reads that
+        too, the last token's `score`."""
+        classifier = checkpoint_path and os.path.isdir(checkpoint_path) and is_sequence_classifier(
+            ModelFolder.of(checkpoint_path))
+        if get_family(options.model).causal_lm and not classifier:
             if not checkpoint_path or not os.path.isdir(checkpoint_path):
                 raise KbertError(f"--model {options.model}: a decoder's reranker scores with its LM head: train it "
                                  "from --checkpoint FOLDER (a CrossEncoder folder, or the causal LM's)")
@@ -447,10 +469,8 @@ class RerankTask(Task):
             if not built_config(bert, get_family(bert.family)).tie_word_embeddings:
                 load_hf_weights(model, self.causal_folder)
             return model
-        if not get_family(bert.family).hf_sequence_classifier:
-            readable = [name for name in FAMILIES if get_family(name).hf_sequence_classifier]
-            raise KbertError(f"--task rerank trains the families whose folders sentence-transformers' CrossEncoder "
-                             f"reads ({', '.join(readable)}); got --model {bert.family}")
+        check_sequence_classifier(bert.family, f"--task rerank trains the families whose folders "
+                                               f"sentence-transformers' CrossEncoder reads; got --model {bert.family}")
         self.backbone = bert
         return reranker_model(bert)
 
@@ -498,6 +518,9 @@ def write_cross_encoder(model: keras.Model, bert: keras.Model, tokenizer, maxlen
     family = get_family(bert.family)
     config = family.hf_config(built_config(bert, family), Heads())
     bare = config["architectures"][0]  # BertModel, XLMRobertaModel, DistilBertModel, ...
+    if family.causal_lm:
+        # a decoder's classifier reads the last token that is not the pad id (transformers' rule), or refuses a batch
+        config = {**config, "pad_token_id": tokenizer.pad_token_id}
     config = {**config, "architectures": [bare[:-len("Model")] + "ForSequenceClassification"],
               "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0},
               "sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}

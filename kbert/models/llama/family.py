@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from kbert.models import naming
 from kbert.models.eurobert.family import pre_norm_layers
-from kbert.models.heads import Heads
+from kbert.models.heads import Heads, SequenceHead
 from kbert.models.hub_family import HubFamily
 from kbert.models.llama.config import LlamaConfig
 from kbert.models.tables import H, I, V, LayerParams, WeightName, embedding, linear
@@ -51,12 +51,17 @@ class LlamaFamily(HubFamily):
     graph = "kbert.models.llama.graph:LlamaGraph"
     hf_class = "Llama"
     hf_prefix = "model"
-    hf_head_scopes = ("lm_head.",)
+    hf_head_scopes = ("lm_head.", "score.")
     reads_segments = False
-    hf_sequence_classifier = False  # LlamaForSequenceClassification (the last token's score) is not built
+    hf_sequence_classifier = True  # LlamaForSequenceClassification: the last real token's `score`
     causal_lm = True  # a reranker scores with the LM head (sentence-transformers' LogitScore)
 
     embedding_note = ""  # what the token table's row says beside its sharing
+
+    def sequence_head(self, config: LlamaConfig) -> SequenceHead:
+        """`LlamaForSequenceClassification` (and Qwen2's, Qwen3's, Mistral's): the last real token's hidden state,
+        after the final norm, straight to `score` (no bias)."""
+        return SequenceHead(pooling="lasttoken", hidden=False, output_bias=False)
 
     def hf_architecture(self, heads: Heads) -> str:
         return f"{self.hf_class}ForCausalLM" if heads.mlm else f"{self.hf_class}Model"
@@ -87,13 +92,15 @@ class LlamaFamily(HubFamily):
         return rows
 
     def weight_layers(self, num_blocks: int) -> List[str]:
-        return pre_norm_layers(num_blocks) + [LM_OUTPUT]
+        return pre_norm_layers(num_blocks) + [LM_OUTPUT, naming.CLASSIFIER_DENSE]
 
     def outside_weights(self, layer: str) -> Dict[str, List[WeightName]]:
         return {
             naming.EMBEDDING_TOKEN: [embedding(layer, "embed_tokens", "embed_tokens", V)],
             naming.OUTPUT_NORM: _rms_norm(layer, "norm"),
             LM_OUTPUT: [WeightName(f"{layer}/kernel", "lm_head/kernel", "lm_head.weight", False, True, (H, V))],
+            naming.CLASSIFIER_DENSE: [WeightName(f"{layer}/kernel", "score/kernel", "score.weight", False, True,
+                                                 (H, "num_labels"))],
         }
 
     def block_weights(self, layer: str, index: Optional[int], sublayer: str, is_norm: bool) -> List[WeightName]:
