@@ -62,6 +62,7 @@ def run_summary(args) -> int:
     from kbert.analysis.summary import crosscheck, format_table
     from kbert.builder import build_classifier, build_transformer_model
     from kbert.checkpoints.formats import load_weights
+    from kbert.checkpoints.undrawn import forget_undrawn, undrawn_weights
 
     files = fetch_checkpoint_argument(args)
     args.config = args.config or (files and files.config)
@@ -70,18 +71,24 @@ def run_summary(args) -> int:
         args.num_labels = DEFAULT_NUM_LABELS
     args.num_labels = args.num_labels or 0
     analysis = _analysis(args, config)
-    model = build_transformer_model(config, model=args.model, **heads(args))
+    # A summary reads shapes, not values: nothing is drawn at random (a checkpoint's values are read in).
+    with undrawn_weights():
+        model = build_transformer_model(config, model=args.model, **heads(args))
     if args.checkpoint:
         load_weights(model, args.checkpoint)
-    if args.num_labels:
-        model = build_classifier(model, args.num_labels)
-    if args.style == "keras2":
-        print(keras2_summary(model))
-    else:
-        _print_keras_summary(model)
-    print()
-    checked = crosscheck(analysis, model)
-    print(format_table(analysis, checked))
+    try:
+        if args.num_labels:
+            with undrawn_weights():
+                model = build_classifier(model, args.num_labels)
+        if args.style == "keras2":
+            print(keras2_summary(model))
+        else:
+            _print_keras_summary(model)
+        print()
+        checked = crosscheck(analysis, model)
+        print(format_table(analysis, checked))
+    finally:
+        forget_undrawn(model.variables)
     return 0 if all(row.ok for row in checked) else 1
 
 
