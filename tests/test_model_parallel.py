@@ -87,16 +87,24 @@ def test_sizes_that_do_not_divide_are_refused_before_writing(run_args, tmp_path,
 
 def test_the_split_shards_the_layouts_variables_over_the_model_axis(tmp_path):
     """What --model-parallel 2 does to the variables on 4 devices: those MODEL_PARALLEL_LAYOUT names are split
-    along the model axis, the rest replicated (before round 5 nothing asserted that any variable was split)."""
+    along the model axis, the rest replicated (before round 5 nothing asserted that any variable was split); a
+    model built from a checkpoint (its weights never drawn: `kbert.checkpoints.undrawn`) is split the same, each
+    weight the checkpoint's."""
     script = (
-        "import json, keras\n"
-        "from kbert import build_transformer_model\n"
+        "import json, keras, numpy as np\n"
+        "from kbert import build_transformer_model, save_hf_weights\n"
         "from kbert.models.registry import load_config\n"
         "from kbert.training.distribute import model_parallel_distribution\n"
         f"config = load_config({str(CONFIGS / 'bert_tiny.json')!r})\n"
+        f"saved = build_transformer_model(config); path = save_hf_weights(saved, {str(tmp_path)!r})\n"
         "keras.distribution.set_distribution(model_parallel_distribution(2, config))\n"
         "bert = build_transformer_model(config)\n"
-        "print(json.dumps({w.path: [str(axis) for axis in w.value.sharding.spec] for w in bert.weights}))\n")
+        "specs = lambda model: {w.path: [str(axis) for axis in w.value.sharding.spec] for w in model.weights}\n"
+        "loaded = build_transformer_model(config, path)\n"
+        "assert specs(loaded) == specs(bert)\n"
+        "assert all(np.array_equal(np.asarray(a.value), np.asarray(b.value)) for a, b in zip(loaded.weights, "
+        "saved.weights))\n"
+        "print(json.dumps(specs(bert)))\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT_S,
                             env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
     assert result.returncode == 0, result.stderr[-3000:]
