@@ -24,12 +24,13 @@ QUERIES = ["w7 w8", "w12", "w20 w21 w22 w23", "w7 w8"]
 PASSAGES = ["w9 w10 w11", "w13", "w24", "w30 w31 w32 w33 w34 w35 w36 w37 w38 w39 w40 w41"]
 
 
-def cross_encoder_folder(tmp_path, family="qwen3", template=True, longest=64, classifier=False, side="left"):
+def cross_encoder_folder(tmp_path, family="qwen3", template=True, longest=64, classifier=False, side="left",
+                         tied=True):
     """A random causal LM (seed 0) saved by sentence-transformers as a CrossEncoder: a word-level tokenizer with
     yes and no, `<|endoftext|>` its pad token, Qwen's chat markers; the chat template above (or none: the pair
     encoding `$A <|im_end|> $B <|im_end|>`); `longest` its tokenizer's model_max_length. `classifier`: the
     family's `...ForSequenceClassification` with one label instead, which sentence-transformers saves as a plain
-    CrossEncoder (no template), padded on `side`."""
+    CrossEncoder (no template), padded on `side`. `tied` False: the LM head its own matrix (`lm_head`)."""
     torch = pytest.importorskip("torch", reason="the parity extra (transformers, torch) is not installed")
     transformers = pytest.importorskip("transformers", reason="the parity extra is not installed")
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="the parity extra is not installed")
@@ -50,7 +51,7 @@ def cross_encoder_folder(tmp_path, family="qwen3", template=True, longest=64, cl
     (raw / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": STOP, "pad_token": END, "padding_side": side,
         "model_max_length": longest, **({"chat_template": TEMPLATE} if template else {})}))
-    config = {**FAMILIES[f"{family}_tied"], "eos_token_id": V - 1, "pad_token_id": V - 3}
+    config = {**FAMILIES[f"{family}_tied" if tied else family], "eos_token_id": V - 1, "pad_token_id": V - 3}
     if family == "gemma3":  # a full block, so that the last token reads the whole pair; no soft-capping
         config = {**config, "layer_types": ["sliding_attention", "full_attention"], "final_logit_softcapping": None}
     torch.manual_seed(0)
@@ -217,16 +218,21 @@ def test_a_logit_score_in_another_pipeline_is_refused(tmp_path):
         causal_score(tmp_path)
 
 
-@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("lora, tied", [(False, True), (True, True), (False, False)])
 @pytest.mark.parity
-def test_training_a_causal_reranker_writes_a_cross_encoder(tmp_path, lora):
+def test_training_a_causal_reranker_writes_a_cross_encoder(tmp_path, monkeypatch, lora, tied):
     """`kbert train --task rerank --checkpoint` on the CrossEncoder folder trains its LM (the head is the LM's own:
     logit(yes) − logit(no)), with LoRA too, and writes a CrossEncoder folder back that sentence-transformers
-    scores as kbert does (within 1e-4), with its chat template, prompt and LogitScore."""
+    scores as kbert does (within 1e-4), with its chat template, prompt and LogitScore. An untied LM head is
+    read from the folder alone, the backbone's weights not read again."""
+    from kbert.checkpoints import hf
     from kbert.cli.main import main
     from kbert.tasks.reranking import Reranker
 
-    folder = cross_encoder_folder(tmp_path)
+    loads = []
+    load = hf.load_hf_weights
+    monkeypatch.setattr(hf, "load_hf_weights", lambda *args, **kwargs: loads.append(load(*args, **kwargs)) or loads[-1])
+    folder = cross_encoder_folder(tmp_path, tied=tied)
     write_judged_pairs(tmp_path / "pairs.tsv")
     out = tmp_path / "trained"
     assert main(["train", "--task", "rerank", "--checkpoint", str(folder), "--train", str(tmp_path / "pairs.tsv"),
@@ -237,6 +243,8 @@ def test_training_a_causal_reranker_writes_a_cross_encoder(tmp_path, lora):
     assert np.abs(trained.logits(QUERIES, PASSAGES) - Reranker.load(folder).logits(QUERIES, PASSAGES)).max() > 1e-3
     assert (out / "chat_template.jinja").read_text() == TEMPLATE
     assert json.loads((out / "1_LogitScore" / "config.json").read_text())["true_token_id"] == YES
+    if not tied:
+        assert loads[0].loaded == ["lm_head.weight"]
 
 
 @pytest.mark.parity

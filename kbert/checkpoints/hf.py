@@ -191,7 +191,7 @@ def _roberta_layout(folder: ModelFolder, names) -> Tuple[Optional[bool], str]:
 
 def load_hf_weights(
     model, path: "str | os.PathLike[str]", keep_tokens: Optional[Sequence[int]] = None,
-    adapter: Optional[str] = None,
+    adapter: Optional[str] = None, undrawn_only: bool = False,
 ) -> LoadReport:
     """Loads Hugging Face weights (`model.safetensors`) into a kbert model.
 
@@ -208,6 +208,8 @@ def load_hf_weights(
         adapter: the task LoRA adapter to merge in, for a file that holds them (Jina's jina-embeddings-v3:
             `retrieval.query`, `retrieval.passage`, `separation`, `classification`, `text-matching`); None:
             the base weights. A model built with `task_lora` loads the base weights and every task's pair.
+        undrawn_only: load only the weights built undrawn (`kbert.checkpoints.undrawn`): a head added to a
+            backbone loaded already.
 
     Example (with a Hugging Face download: `build_transformer_model(
     "all-MiniLM-L6-v2/config.json")`, then this function on the directory);
@@ -221,7 +223,7 @@ def load_hf_weights(
     (37, 'embeddings.word_embeddings.weight')
     """
     if not has_task_lora(model):
-        return load_into(model, open_safetensors(path, adapter), keep_tokens=keep_tokens)
+        return load_into(model, open_safetensors(path, adapter), keep_tokens=keep_tokens, undrawn_only=undrawn_only)
     if adapter is not None or keep_tokens is not None:
         raise CheckpointError(f"{path}: the model holds every task's LoRA pair (built with task_lora), so it loads "
                               "them all, with the whole vocabulary: load it without adapter= and keep_tokens=")

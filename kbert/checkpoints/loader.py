@@ -81,7 +81,8 @@ class LoadReport:
 
 
 def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] = None,
-              ignore_position_table: bool = False, compound_tokens: Optional[Sequence] = None) -> LoadReport:
+              ignore_position_table: bool = False, compound_tokens: Optional[Sequence] = None,
+              undrawn_only: bool = False) -> LoadReport:
     """Checks every tensor of `source` against `model`, then assigns them all.
 
     A position table in `source` for a model without one (NEZHA, RoFormer)
@@ -92,16 +93,19 @@ def load_into(model, source: TensorSource, keep_tokens: Optional[Sequence[int]] 
 
     A model built in `kbert.checkpoints.undrawn.undrawn_weights` takes the tensors as its weights' first
     values, and its other weights are drawn; if the load fails, none is (the model is not to be used).
+    `undrawn_only` loads those weights alone (a head built undrawn on a backbone already loaded): the
+    others' tensors are neither read nor checked.
     """
     try:
-        return _load_into(model, source, keep_tokens, ignore_position_table, compound_tokens)
+        return _load_into(model, source, keep_tokens, ignore_position_table, compound_tokens, undrawn_only)
     except BaseException:
         forget_undrawn(variable for variable in model.variables if is_undrawn(variable))
         raise
 
 
-def _load_into(model, source: TensorSource, keep_tokens, ignore_position_table: bool, compound_tokens):
-    variables = {variable.path: variable for variable in model.weights}
+def _load_into(model, source: TensorSource, keep_tokens, ignore_position_table: bool, compound_tokens,
+               undrawn_only: bool):
+    variables = {variable.path: variable for variable in model.weights if not undrawn_only or is_undrawn(variable)}
     keep = None if keep_tokens is None else np.asarray(keep_tokens, dtype=np.int64)
     compound = compound_rows(compound_tokens)
     plan, missing, mismatched, notes = [], [], [], []
@@ -109,6 +113,8 @@ def _load_into(model, source: TensorSource, keep_tokens, ignore_position_table: 
         check_hf_names(family_of(model), source.path, "Nothing was loaded")
     _check_layout(family_of(model), source)
     for row in weight_names(model):
+        if row.path not in variables:  # loaded already (`undrawn_only`)
+            continue
         variable = variables[row.path]
         row = _tied_if_absent(row, source, notes)
         name = row.name(source.fmt)
@@ -131,7 +137,7 @@ def _load_into(model, source: TensorSource, keep_tokens, ignore_position_table: 
         plan.append((variable, row, rows))
     if missing or mismatched:
         raise CheckpointError(_mismatch_message(source, missing, mismatched, family_of(model)))
-    if not ignore_position_table:
+    if not (ignore_position_table or undrawn_only):
         _check_no_position_table(model, source, {row.name(source.fmt) for _, row, _ in plan})
 
     # Every tensor is read once before any is assigned, so a corrupt or truncated file fails with the model
@@ -153,7 +159,7 @@ def _load_into(model, source: TensorSource, keep_tokens, ignore_position_table: 
     report = LoadReport(source.path, loaded, sorted(n for n in source.shapes if n not in used), notes)
     for note in notes:
         logger.warning("%s", note)
-    if report.unused:
+    if report.unused and not undrawn_only:  # the rest fed the weights loaded before
         logger.info("%s: not used by the model: %s", source.path, report.describe_unused())
     return report
 

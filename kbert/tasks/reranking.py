@@ -465,9 +465,10 @@ class RerankTask(Task):
 
         if self.score is not None:  # the LM head is the checkpoint's: the token table, or its own matrix read here
             self.backbone = bert
-            model = causal_reranker_model(bert, self.score)
+            with undrawn_weights():
+                model = causal_reranker_model(bert, self.score)
             if not built_config(bert, get_family(bert.family)).tie_word_embeddings:
-                load_hf_weights(model, self.causal_folder)
+                load_hf_weights(model, self.causal_folder, undrawn_only=True)  # the backbone is loaded already
             return model
         check_sequence_classifier(bert.family, f"--task rerank trains the families whose folders "
                                                f"sentence-transformers' CrossEncoder reads; got --model {bert.family}")
