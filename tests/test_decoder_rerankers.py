@@ -231,7 +231,8 @@ def test_training_a_causal_reranker_writes_a_cross_encoder(tmp_path, monkeypatch
 
     loads = []
     load = hf.load_hf_weights
-    monkeypatch.setattr(hf, "load_hf_weights", lambda *args, **kwargs: loads.append(load(*args, **kwargs)) or loads[-1])
+    monkeypatch.setattr(hf, "load_hf_weights",
+                        lambda *args, **kwargs: loads.append(load(*args, **kwargs)) or loads[-1])
     folder = cross_encoder_folder(tmp_path, tied=tied)
     write_judged_pairs(tmp_path / "pairs.tsv")
     out = tmp_path / "trained"
