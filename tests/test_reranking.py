@@ -95,6 +95,21 @@ def test_evaluate_reranks_each_querys_passages(reranker_dir, capsys):
     assert result["accuracy"] == pytest.approx(np.mean((logits > 0) == np.tile([True, False], len(pairs) // 2)))
 
 
+def test_a_cross_encoder_trained_further_starts_from_its_own_head(reranker_dir, tmp_path):
+    """`kbert train --task rerank --checkpoint CROSS_ENCODER`: the folder's pooler and classifier are where training
+    starts (they were drawn afresh before): a step too small to move them keeps its logits."""
+    from kbert.tasks.reranking import Reranker
+
+    queries, passages = ["今天天气很好", "这家店很差"], ["适合出去走走", "服务态度也不好"]
+    rows = "".join(f"{q}\t{p}\t{label}\n" for q, p, label in zip(queries, passages, (1, 0)))
+    out = tmp_path / "further"
+    assert main(["train", "--task", "rerank", "--checkpoint", str(reranker_dir), "--train",
+                 str(write(tmp_path, "pairs.tsv", rows)), "--epochs", "1", "--lr", "1e-9", "--batch-size", "2",
+                 "--maxlen", "48", "--out", str(out)]) == 0
+    before = Reranker.load(reranker_dir).logits(queries, passages)
+    np.testing.assert_allclose(Reranker.load(out).logits(queries, passages), before, atol=1e-4)
+
+
 def test_a_line_without_its_passage_is_named(reranker_dir, tmp_path, capsys):
     lines = write(tmp_path, "input.tsv", f"{QUERY}\t{PASSAGES[0]}\n{QUERY}\n")
     assert main(["predict", "--model", str(reranker_dir), str(lines)]) == 2

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 
 from kbert.builder import build_transformer_model
-from kbert.checkpoints.undrawn import undrawn_weights
+from kbert.checkpoints.undrawn import initialize_undrawn, undrawn_weights
 from kbert.embeddings.files import model_max_length
 from kbert.errors import DataError, KbertError
 from kbert.io import ModelFolder
@@ -397,6 +397,7 @@ class RerankTask(Task):
         self.listwise = options.rerank_loss == "listwise"
         # a causal LM's reranker (its checkpoint folder, and the LogitScore it trains); None: a sequence classifier
         self.causal_folder, self.score = None, None
+        self.classifier_folder = None  # a CrossEncoder folder trained on: its head is where training starts
         if self.listwise:
             self.score_name, self.score_label = "val_ndcg@10", "validation nDCG@10"
 
@@ -408,9 +409,10 @@ class RerankTask(Task):
         """A decoder's reranker is its causal LM scored by its LM head: its checkpoint folder's CrossEncoder
         `LogitScore` (or, as sentence-transformers reads a bare causal LM, the logits of "yes" and "no"), chat
         template and prompt; from a `...ForSequenceClassification` folder, as sentence-transformers reads that
-        too, the last token's `score`."""
+        too, the last token's `score`. A CrossEncoder folder of any family is trained on from its own head."""
         classifier = checkpoint_path and os.path.isdir(checkpoint_path) and is_sequence_classifier(
             ModelFolder.of(checkpoint_path))
+        self.classifier_folder = ModelFolder.of(checkpoint_path) if classifier else None
         if get_family(options.model).causal_lm and not classifier:
             if not checkpoint_path or not os.path.isdir(checkpoint_path):
                 raise KbertError(f"--model {options.model}: a decoder's reranker scores with its LM head: train it "
@@ -473,7 +475,12 @@ class RerankTask(Task):
         check_sequence_classifier(bert.family, f"--task rerank trains the families whose folders "
                                                f"sentence-transformers' CrossEncoder reads; got --model {bert.family}")
         self.backbone = bert
-        return reranker_model(bert)
+        with undrawn_weights():
+            model = reranker_model(bert)
+        if self.classifier_folder is not None:  # a CrossEncoder trained further starts from its own head
+            load_hf_weights(model, self.classifier_folder, undrawn_only=True)
+        initialize_undrawn()  # else (a backbone's checkpoint) the head is drawn
+        return model
 
     def compile_args(self, model) -> dict:
         if self.listwise:
