@@ -1,9 +1,9 @@
 """Models built to be loaded: their weights are never drawn at random.
 
 A model built and then loaded from a checkpoint drew every weight at random first, only for the
-checkpoint to replace it: building Qwen3-Embedding-0.6B's shape took 10-23 s and peaked at 1.5-2.6x its
-weights, and on TensorFlow and JAX the random arrays the checkpoint replaced kept the load's peak at
-0.8x the weights above the built model (docs/distributed-and-precision.md). Keras builds a model
+checkpoint to replace it: building and loading Qwen3-Embedding-0.6B's shape took 13-30 s and peaked at
+1.9-3.4x its weights, where built undrawn it takes 5-9 s and 1.1x (benchmarks.large_load,
+docs/distributed-and-precision.md). Keras builds a model
 whose variables hold no value inside `keras.StatelessScope(initialize_variables=False)`: each keeps its
 initializer and takes a value when it is first initialized. `kbert.checkpoints.loader.load_into` gives
 each weight it loads an initializer that reads the checkpoint's tensor, then initializes them all, one
