@@ -410,14 +410,13 @@ class RerankTask(Task):
         `LogitScore` (or, as sentence-transformers reads a bare causal LM, the logits of "yes" and "no"), chat
         template and prompt; from a `...ForSequenceClassification` folder, as sentence-transformers reads that
         too, the last token's `score`. A CrossEncoder folder of any family is trained on from its own head."""
-        classifier = checkpoint_path and os.path.isdir(checkpoint_path) and is_sequence_classifier(
-            ModelFolder.of(checkpoint_path))
-        self.classifier_folder = ModelFolder.of(checkpoint_path) if classifier else None
-        if get_family(options.model).causal_lm and not classifier:
-            if not checkpoint_path or not os.path.isdir(checkpoint_path):
+        folder = ModelFolder.of(checkpoint_path) if checkpoint_path and os.path.isdir(checkpoint_path) else None
+        self.classifier_folder = folder if folder is not None and is_sequence_classifier(folder) else None
+        if get_family(options.model).causal_lm and self.classifier_folder is None:
+            if folder is None:
                 raise KbertError(f"--model {options.model}: a decoder's reranker scores with its LM head: train it "
                                  "from --checkpoint FOLDER (a CrossEncoder folder, or the causal LM's)")
-            self.causal_folder = ModelFolder.of(checkpoint_path)
+            self.causal_folder = folder
         return options
 
     def read(self, tokenizer, train_path: str, valid_path: Optional[str], num_labels: Optional[int],
@@ -465,21 +464,22 @@ class RerankTask(Task):
     def build(self, bert, num_labels: int, options):
         from kbert.checkpoints.hf import load_hf_weights
 
-        if self.score is not None:  # the LM head is the checkpoint's: the token table, or its own matrix read here
-            self.backbone = bert
-            with undrawn_weights():
-                model = causal_reranker_model(bert, self.score)
-            if not built_config(bert, get_family(bert.family)).tie_word_embeddings:
-                load_hf_weights(model, self.causal_folder, undrawn_only=True)  # the backbone is loaded already
-            return model
-        check_sequence_classifier(bert.family, f"--task rerank trains the families whose folders "
-                                               f"sentence-transformers' CrossEncoder reads; got --model {bert.family}")
         self.backbone = bert
+        if self.score is not None:  # the LM head is the checkpoint's: the token table, or its own matrix read here
+            build, folder = lambda: causal_reranker_model(bert, self.score), self.causal_folder
+            if built_config(bert, get_family(bert.family)).tie_word_embeddings:
+                folder = None  # the head is the token table, loaded with the backbone
+        else:
+            check_sequence_classifier(bert.family, f"--task rerank trains the families whose folders "
+                                                   f"sentence-transformers' CrossEncoder reads; got --model "
+                                                   f"{bert.family}")
+            # a CrossEncoder trained further starts from its own head; on a backbone's checkpoint it is drawn
+            build, folder = lambda: reranker_model(bert), self.classifier_folder
         with undrawn_weights():
-            model = reranker_model(bert)
-        if self.classifier_folder is not None:  # a CrossEncoder trained further starts from its own head
-            load_hf_weights(model, self.classifier_folder, undrawn_only=True)
-        initialize_undrawn()  # else (a backbone's checkpoint) the head is drawn
+            model = build()
+        if folder is not None:
+            load_hf_weights(model, folder, undrawn_only=True)  # the head alone: the backbone is loaded already
+        initialize_undrawn()
         return model
 
     def compile_args(self, model) -> dict:
